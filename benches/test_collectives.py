@@ -1,0 +1,20 @@
+"""Collective sweeps: every (backend, algo, op, dtype, redop, in-place, size), checked and timed.
+
+One pytest-benchmark entry per case; its stats are the measured per-op round times (max over
+ranks), and extra_info holds bandwidths, #wrong, per-rank times and the algorithm environment.
+"""
+import pytest
+
+from collectives.stats import per_op_seconds
+from harness.record import REPLAY_CLOCK, record
+
+pytestmark = pytest.mark.benchmark(timer=REPLAY_CLOCK)
+
+
+def test_collective(collective_case, bench_session, benchmark):
+    case = collective_case
+    extra = bench_session.run_collective(case)
+    record(benchmark, per_op_seconds(extra["round_ns_per_rank"], extra["iters_per_round"]),
+           f"{case.backend} {case.algo} {case.op} {case.dtype}", extra)
+    assert extra["wrong"] == 0, (f"{case.id}: {extra['wrong']} wrong elements "
+                                 f"(per rank {extra['wrong_per_rank']})")

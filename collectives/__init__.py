@@ -1,0 +1,1 @@
+"""How a collective is exercised: ops, sizes, data checks, algorithms, timing, statistics."""

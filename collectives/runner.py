@@ -1,0 +1,45 @@
+"""Runs one collective case on one rank: buffers, one checked call, then the timed rounds."""
+from __future__ import annotations
+
+from collectives.ops import OPS, Pattern, count_wrong
+from collectives.timing import Plan, measure, repeat
+
+
+def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool):
+    """Allocate and fill this rank's buffers; return (call, recv buffer, pattern)."""
+    n, me = backend.world, backend.rank
+    pattern = Pattern(op, dtype, redop, count, n)
+    send_n, recv_n = OPS[op].buffer_counts(count, n)
+    x = pattern.input(me)
+    if not inplace:
+        send = backend.from_numpy(x, dtype)
+        recv = backend.full(recv_n, pattern.sentinel(), dtype)
+    elif op == "all_gather":          # input is this rank's chunk of the output (nccl-tests)
+        recv = backend.full(recv_n, pattern.sentinel(), dtype)
+        send = backend.view(recv, me * send_n, (me + 1) * send_n)
+        backend.write(send, x)
+    elif op == "reduce_scatter":      # output is this rank's chunk of the input
+        send = backend.from_numpy(x, dtype)
+        recv = backend.view(send, me * recv_n, (me + 1) * recv_n)
+    else:                             # all_reduce, broadcast, reduce, all_to_all: one buffer
+        recv = send = backend.from_numpy(x, dtype)
+    return backend.call(op, send, recv, redop, inplace), recv, pattern
+
+
+def run_collective(backend, spec: dict) -> dict:
+    """Check once on fresh data (#wrong), then time; returns this rank's share of the result."""
+    call, recv, pattern = prepare(backend, spec["op"], spec["dtype"], spec["redop"], spec["count"], spec["inplace"])
+    call()
+    backend.device.synchronize()
+    wrong = count_wrong(backend.to_numpy(recv), pattern.expected(backend.rank))
+    plan = Plan(**spec["plan"])
+    k, (times,) = measure([repeat(call)], backend, plan)
+    return {"wrong": wrong, "iters": k, "round_ns": times}
+
+
+def run_overhead(backend, spec: dict) -> dict:
+    """Harness loop vs a bare loop of the same library call on the same buffer, interleaved."""
+    call, recv, _ = prepare(backend, "all_reduce", spec["dtype"], "sum", spec["count"], True)
+    plain = backend.plain_all_reduce_loop(recv, "sum")
+    k, (harness, bare) = measure([repeat(call), plain], backend, Plan(**spec["plan"]))
+    return {"wrong": 0, "iters": k, "round_ns": harness, "plain_round_ns": bare}

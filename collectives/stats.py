@@ -1,0 +1,33 @@
+"""Everything derived from the rank x round matrix lives here (DESIGN §4).
+
+The time of a round is the slowest rank's (a collective finishes when its last rank does);
+per-op time = round time / K. time_us is the median over rounds.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from collectives.ops import bandwidths
+
+
+def per_op_seconds(round_ns_by_rank: list[list[int]], iters: int) -> np.ndarray:
+    m = np.asarray(round_ns_by_rank, dtype=np.float64)
+    return m.max(axis=0) / iters / 1e9
+
+
+def summarize(round_ns_by_rank: list[list[int]], iters: int, op: str, nbytes: int, nranks: int) -> dict:
+    t = per_op_seconds(round_ns_by_rank, iters)
+    q1, median, q3 = np.percentile(t, [25, 50, 75])
+    mean = float(t.mean())
+    out = {
+        "time_us": float(median) * 1e6, "min_us": float(t.min()) * 1e6, "max_us": float(t.max()) * 1e6,
+        "mean_us": mean * 1e6, "iqr_us": float(q3 - q1) * 1e6,
+        "cv": float(t.std(ddof=1) / mean) if t.size > 1 and mean > 0 else 0.0,
+        "rounds": int(t.size),
+    }
+    if t.size >= 20:
+        out["p95_us"] = float(np.percentile(t, 95)) * 1e6
+    if t.size >= 100:
+        out["p99_us"] = float(np.percentile(t, 99)) * 1e6
+    out["algbw_gbps"], out["busbw_gbps"] = bandwidths(op, nbytes, float(median), nranks)
+    return out

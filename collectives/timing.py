@@ -1,0 +1,60 @@
+"""Warm-up, then R rounds of K back-to-back iterations, each round timed on the device's clock.
+
+K is agreed by every rank (the max of their warm-up estimates) so a round lasts about
+``round_time_s``; all ranks run the same K. Returns this rank's round times; the driver takes
+the max over ranks per round (DESIGN §4).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+MAX_ITERS = 1_000_000
+
+
+@dataclass
+class Plan:
+    warmup: int = 5
+    rounds: int = 20
+    iters: int = 0              # 0: choose K from the warm-up
+    round_time_s: float = 0.02
+
+
+def choose_iters(per_iter_s: float, plan: Plan) -> int:
+    if plan.iters > 0:
+        return plan.iters
+    if per_iter_s <= 0:
+        return MAX_ITERS
+    return max(1, min(MAX_ITERS, math.ceil(plan.round_time_s / per_iter_s)))
+
+
+def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[int, list[list[int]]]:
+    """Time each loop in `loops` (interleaved round by round) with one shared K.
+
+    Each loop(k) runs k iterations. Returns (K, [round ns per loop])."""
+    timer = backend.device.timer()
+    warm = max(1, plan.warmup)
+    timer.start()
+    loops[0](warm)
+    per_iter = timer.stop() / warm / 1e9
+    for loop in loops[1:]:
+        loop(warm)
+    k = choose_iters(backend.max_float(per_iter), plan)
+    times: list[list[int]] = [[] for _ in loops]
+    for _ in range(plan.rounds):
+        for loop, out in zip(loops, times):
+            backend.barrier()
+            backend.device.synchronize()
+            timer.start()
+            loop(k)
+            out.append(timer.stop())
+    return k, times
+
+
+def repeat(call: Callable[[], object]) -> Callable[[int], None]:
+    """The harness's timed loop: nothing but the prepared call, k times."""
+    def loop(k: int) -> None:
+        for _ in range(k):
+            call()
+    return loop

@@ -1,0 +1,101 @@
+"""The sweep as a list of cases: every (backend, algo, op, dtype, redop, in-place, size) with
+either a runnable spec and its worker-group key, or the reason it is skipped."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from collectives import algorithms
+from collectives.backends import dtypes as backend_dtypes, forms
+from collectives.ops import OPS
+from collectives.sizes import format_size
+from harness.groups import GroupKey
+from harness.options import Options
+
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1}
+BACKEND_NOTES = {("gloo", "reduce_scatter"): "gloo implements reduce_scatter as an all-reduce (twice the traffic)"}
+
+
+@dataclass
+class Case:
+    backend: str
+    algo: str
+    op: str
+    dtype: str
+    redop: str
+    inplace: bool
+    size: int                       # requested bytes
+    nranks: int
+    count: int = 0                  # elements in the op's full buffer (nccl-tests' count)
+    nbytes: int = 0                 # bytes actually moved per nccl-tests' S
+    env: dict = field(default_factory=dict)         # the algorithm setting this op sees
+    group: GroupKey | None = None
+    skip: str = ""
+
+    @property
+    def id(self) -> str:
+        place = "ip" if self.inplace else "oop"
+        red = f"-{self.redop}" if OPS[self.op].reduces else ""
+        return f"{self.backend}-{self.algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}"
+
+    def spec(self, plan: dict) -> dict:
+        return {"kind": "collective", "op": self.op, "dtype": self.dtype, "redop": self.redop,
+                "inplace": self.inplace, "count": self.count, "plan": plan}
+
+
+def mpi_family() -> str:
+    """'mpich' or 'openmpi', read without initialising MPI in the driver."""
+    try:
+        import mpi4py
+        mpi4py.rc.initialize = False
+        from mpi4py import MPI
+        return "openmpi" if "Open MPI" in MPI.Get_library_version() else "mpich"
+    except Exception:
+        return "mpich"
+
+
+def _inplace_choices(backend: str, op: str, modes: tuple[str, ...]) -> list[tuple[bool, str]]:
+    """(in-place?, skip reason) per requested mode; 'auto' prefers out-of-place where it exists."""
+    have = forms(backend)[op]
+    lib = "mpi4py" if backend == "mpi" else "torch.distributed"
+    out = []
+    for mode in modes:
+        if mode == "auto":
+            out.append((False not in have, ""))
+        else:
+            want = mode == "in"
+            reason = "" if want in have else f"{lib} has no {'in-place' if want else 'out-of-place'} {op}"
+            out.append((want, reason))
+    return list(dict.fromkeys(out))
+
+
+def build(opts: Options) -> list[Case]:
+    family = mpi_family() if "mpi" in opts.backends else "mpich"
+    cases: list[Case] = []
+    for backend in opts.backends:
+        for algo in opts.algos:
+            resolved = {op: algorithms.resolve(backend, algo, op, family) for op in opts.ops}
+            group_env = algorithms.merge_group_env([e for e in resolved.values() if isinstance(e, dict)])
+            key = GroupKey(backend, opts.nproc, tuple(sorted(group_env.items())), opts.launcher)
+            for op in opts.ops:
+                env = resolved[op]
+                for dtype in opts.dtypes:
+                    redops = opts.redops if OPS[op].reduces else ["none"]
+                    for redop in redops:
+                        for inplace, inplace_skip in _inplace_choices(backend, op, opts.inplace):
+                            for size in opts.sizes:
+                                case = Case(backend, algo, op, dtype, redop, inplace, size, opts.nproc)
+                                case.count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
+                                case.nbytes = case.count * ITEMSIZE[dtype]
+                                if isinstance(env, algorithms.Unsupported):
+                                    case.skip = env.reason
+                                elif dtype not in backend_dtypes(backend):
+                                    case.skip = f"{backend} has no {dtype} datatype (has {', '.join(backend_dtypes(backend))})"
+                                elif inplace_skip:
+                                    case.skip = inplace_skip
+                                elif op == "sendrecv" and opts.nproc < 2:
+                                    case.skip = "sendrecv needs at least 2 ranks"
+                                else:
+                                    case.env, case.group = env, key
+                                cases.append(case)
+    return cases
+

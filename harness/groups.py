@@ -1,0 +1,322 @@
+"""Worker groups as the driver sees them: start, send a case, collect, detect hangs and deaths, kill.
+
+One group = N rank processes for one (backend, algorithm environment, world size, launcher).
+Groups are reused across cases with the same key; a group that hung or lost a rank is killed
+and the next case gets a fresh one. Only processes the harness started are ever signalled.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import launchers
+from harness.control import Channel, ChannelClosed
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 120.0
+HANG_GRACE_S = 3.0
+_TIMEOUT_MARK = re.compile(r"^Timeout \([0-9:.]+\)!", re.M)
+
+
+class CaseFailure(RuntimeError):
+    """A case could not produce a result; the message names what happened and where."""
+
+
+class RankHang(CaseFailure):
+    pass
+
+
+class RankDied(CaseFailure):
+    pass
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    backend: str
+    nproc: int
+    env: tuple[tuple[str, str], ...] = ()
+    launcher: str = ""
+
+
+def _die_with_parent() -> None:
+    """Child side of fork: get SIGKILL if the driver dies, so no rank outlives the session."""
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+@dataclass
+class WorkerGroup:
+    key: GroupKey
+    log_dir: Path
+    driver_host: str = "127.0.0.1"
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    ranks: list[dict] = field(default_factory=list)
+    chan: Channel | None = None
+
+    def start(self) -> None:
+        token = secrets.token_hex(16)
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((self.driver_host, 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        master_port = _free_port()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.key.launcher:
+            plan = launchers.from_template(self.key.launcher, self.key.nproc)
+        else:
+            plan = launchers.local(self.key.backend, self.key.nproc, master_port)
+        base = dict(os.environ)
+        base.update(dict(self.key.env))
+        base.setdefault("MASTER_ADDR", "127.0.0.1")
+        base.setdefault("MASTER_PORT", str(master_port))
+        base.update({"HCCL_BENCH_BACKEND": self.key.backend, "HCCL_BENCH_TOKEN": token,
+                     "HCCL_BENCH_DRIVER_HOST": self.driver_host, "HCCL_BENCH_DRIVER_PORT": str(port),
+                     "HCCL_BENCH_LOG_DIR": str(self.log_dir),
+                     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+                     "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+        if self.key.backend == "hccl":
+            base.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+        for i, (cmd, extra) in enumerate(zip(plan.commands, plan.per_rank_env)):
+            out = open(self.log_dir / f"launcher{i}.log", "ab")
+            self.procs.append(subprocess.Popen(cmd, env={**base, **extra}, stdin=subprocess.DEVNULL,
+                                               stdout=out, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT),
+                                               start_new_session=True, preexec_fn=_die_with_parent))
+            out.close()
+        try:
+            self.chan = self._accept(listener, token)
+        finally:
+            listener.close()
+
+    def _accept(self, listener: socket.socket, token: str) -> Channel:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        listener.settimeout(0.2)
+        while time.monotonic() < deadline:
+            self._raise_if_dead("while starting")
+            try:
+                sock, _ = listener.accept()
+            except socket.timeout:
+                continue
+            chan = Channel(sock)
+            try:
+                hello = chan.recv(timeout=10)
+            except (OSError, ValueError, ChannelClosed):
+                chan.close()
+                continue
+            if not secrets.compare_digest(str(hello.get("token", "")), token):
+                chan.close()  # not ours: ignore and keep waiting
+                continue
+            self.ranks = hello["ranks"]
+            return chan
+        self.kill()
+        raise CaseFailure(f"{self.key.backend} group of {self.key.nproc} ranks did not start within "
+                          f"{STARTUP_TIMEOUT_S:.0f}s\n{self._logs()}")
+
+    # -- running
+    def run(self, spec: dict, timeout_s: float) -> list[dict]:
+        """Send one case; return every rank's result or raise RankHang / RankDied / CaseFailure."""
+        spec = {**spec, "timeout_s": timeout_s}
+        try:
+            self.chan.send(spec)
+        except OSError:
+            self._raise_if_dead("before the case started")
+            raise
+        deadline = time.monotonic() + timeout_s + HANG_GRACE_S
+        while True:
+            try:
+                msg = self.chan.recv(timeout=0.2)
+                break
+            except socket.timeout:
+                self._raise_if_dead("during the case")
+                if time.monotonic() > deadline:
+                    self._hang(spec)
+            except (ChannelClosed, OSError):
+                time.sleep(0.5)
+                self._raise_if_dead("during the case")
+                self.kill()
+                raise RankDied(f"rank 0 closed the control connection\n{self._logs()}")
+        results = msg["results"]
+        errors = [(i, r) for i, r in enumerate(results) if "error" in r]
+        if errors:
+            rank, err = errors[0]
+            raise CaseFailure(f"rank {rank} raised {err['error']}\n{err.get('traceback', '')}")
+        return results
+
+    def _hang(self, spec: dict) -> None:
+        stuck = sorted(int(m.group(1)) for m in (re.match(r"rank(\d+)\.log$", p.name) for p in self.log_dir.glob("rank*.log"))
+                       if m and _TIMEOUT_MARK.search(self._since_last_case(p)))
+        logs = self._logs(stacks_only=True)
+        self.kill()
+        raise RankHang(f"timed out after {spec['timeout_s']:g}s; ranks that did not finish: "
+                       f"{stuck or 'unknown (no stack dumps arrived)'}\n{logs}")
+
+    def _since_last_case(self, path: Path) -> str:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        offset = self._log_offsets.get(path.name, 0) if hasattr(self, "_log_offsets") else 0
+        return text[offset:]
+
+    def mark_logs(self) -> None:
+        """Remember where each log ends, so a later dump is attributed to the current case only."""
+        self._log_offsets = {p.name: len(p.read_text(errors="replace")) for p in self.log_dir.glob("*.log")}
+
+    def _raise_if_dead(self, when: str) -> None:
+        dead = [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
+        if not dead:
+            return
+        local_spawn = not self.key.launcher and self.key.backend != "mpi"
+        time.sleep(0.3)  # let the dying rank's last words reach its log
+        if local_spawn:
+            what = "; ".join(f"rank {i} {_exit_text(code)}" for i, code in dead)
+        else:
+            gone = [r["rank"] for r in self.ranks if r.get("host") == socket.gethostname() and not _alive(r["pid"])]
+            what = f"launcher {_exit_text(dead[0][1])}" + (f"; ranks gone: {gone}" if gone else "")
+        logs = self._logs()
+        self.kill()
+        raise RankDied(f"{what} {when}\n{logs}")
+
+    def _logs(self, stacks_only: bool = False) -> str:
+        parts = []
+        for path in sorted(self.log_dir.glob("*.log")):
+            text = self._since_last_case(path) if stacks_only else _tail(path)
+            if stacks_only:
+                m = _TIMEOUT_MARK.search(text)
+                text = text[m.start():] if m else ""
+            if text.strip():
+                parts.append(f"--- {path.name} ---\n{text.strip()[-4000:]}")
+        return "\n".join(parts)
+
+    # -- stopping
+    def close(self, wait_s: float = 5.0) -> None:
+        if self.chan is not None:
+            try:
+                self.chan.send({"cmd": "exit"})
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait_s
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL every process group this group started, and any of its local ranks still alive."""
+        if self.chan is not None:
+            self.chan.close()
+            self.chan = None
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for r in self.ranks:
+            if r.get("host") == socket.gethostname() and _alive(r["pid"]) and _is_our_worker(r["pid"]):
+                try:
+                    os.kill(r["pid"], signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    @property
+    def alive(self) -> bool:
+        return self.chan is not None and all(p.poll() is None for p in self.procs)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _is_our_worker(pid: int) -> bool:
+    try:
+        return b"harness.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+class GroupPool:
+    """Keeps at most one group alive (ranks compete for the same cores) and reuses it by key."""
+
+    def __init__(self, log_root: Path, driver_host: str = "127.0.0.1"):
+        self.log_root = log_root
+        self.driver_host = driver_host
+        self.current: WorkerGroup | None = None
+        self.started = 0
+
+    def get(self, key: GroupKey) -> WorkerGroup:
+        if self.current is not None and (self.current.key != key or not self.current.alive):
+            self.current.close()
+            self.current = None
+        if self.current is None:
+            self.started += 1
+            group = WorkerGroup(key, self.log_root / f"group{self.started:03d}-{key.backend}-n{key.nproc}",
+                                self.driver_host)
+            self.current = group  # set first so close_all() reaches a half-started group
+            try:
+                group.start()
+            except BaseException:
+                group.kill()
+                self.current = None
+                raise
+        return self.current
+
+    def run(self, key: GroupKey, spec: dict, timeout_s: float) -> tuple[list[dict], WorkerGroup]:
+        group = self.get(key)
+        group.mark_logs()
+        try:
+            return group.run(spec, timeout_s), group
+        except (RankHang, RankDied):
+            self.current = None  # already killed; the next case starts afresh
+            raise
+        except KeyboardInterrupt:
+            self.close_all()
+            raise
+
+    def close_all(self) -> None:
+        if self.current is not None:
+            self.current.close(wait_s=2.0)
+            self.current = None

@@ -1,0 +1,65 @@
+"""Command lines that start a worker group: local children, the MPI library's mpiexec, or a template.
+
+A template is the cluster's own launcher with ``{nproc}`` (and optionally ``{cmd}``, the worker
+command; appended when absent), e.g. ``mpirun -np {nproc} -hostfile hosts``, ``srun -n {nproc}``,
+``torchrun --nproc-per-node {nproc} --no-python {cmd}``.
+"""
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+WORKER_CMD = [sys.executable, "-m", "harness.worker"]
+
+
+class LauncherError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """`commands` start one process each; `per_rank_env` is set when the harness itself assigns ranks."""
+    commands: list[list[str]]
+    per_rank_env: list[dict[str, str]]
+
+
+def validate_template(template: str) -> str | None:
+    if "{nproc}" not in template:
+        return f"--launcher {template!r} must contain {{nproc}} (e.g. 'mpirun -np {{nproc}} -hostfile hosts')"
+    try:
+        shlex.split(template.replace("{nproc}", "1").replace("{cmd}", "x"))
+    except ValueError as exc:
+        return f"--launcher {template!r} cannot be parsed: {exc}"
+    unknown = template.replace("{nproc}", "").replace("{cmd}", "")
+    if "{" in unknown or "}" in unknown:
+        return f"--launcher {template!r}: only {{nproc}} and {{cmd}} placeholders are allowed"
+    return None
+
+
+def from_template(template: str, nproc: int) -> LaunchPlan:
+    worker = " ".join(shlex.quote(a) for a in WORKER_CMD)
+    text = template.replace("{nproc}", str(nproc))
+    text = text.replace("{cmd}", worker) if "{cmd}" in template else f"{text} {worker}"
+    return LaunchPlan([shlex.split(text)], [{}])
+
+
+def find_mpiexec() -> str:
+    """The mpiexec that belongs to the MPI library mpi4py loads (the mpich wheel puts it beside python)."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("mpiexec")
+    if not found:
+        raise LauncherError("backend mpi needs an mpiexec: none beside the python interpreter or on PATH (pip install mpich)")
+    return found
+
+
+def local(backend: str, nproc: int, master_port: int) -> LaunchPlan:
+    if backend == "mpi":
+        return LaunchPlan([[find_mpiexec(), "-n", str(nproc), *WORKER_CMD]], [{}])
+    envs = [{"RANK": str(r), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(nproc),
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port)} for r in range(nproc)]
+    return LaunchPlan([list(WORKER_CMD) for _ in range(nproc)], envs)

@@ -1,0 +1,163 @@
+"""Command-line options of the benches, parsed and validated once before any rank starts.
+
+Every problem becomes one `OptionError` line saying what is wrong and what is allowed; the
+plugin turns it into pytest's usage error (exit code 4).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+
+from collectives import algorithms
+from collectives.backends import TORCH_BACKEND_DTYPES
+from collectives.device import DeviceUnavailable, device_count, local_device_kind, probe_backend
+from collectives.ops import OPS, REDOPS
+from collectives.sizes import SizeError, parse_sizes
+from harness.launchers import validate_template
+
+BENCH_SIZES = "8:32M:4"
+SMOKE_SIZES = "8,4K,64K"
+INPLACE_MODES = {"auto": ("auto",), "0": ("out",), "out": ("out",), "1": ("in",), "in": ("in",), "both": ("out", "in")}
+
+
+class OptionError(ValueError):
+    pass
+
+
+@dataclass
+class Options:
+    benchmark: bool = False
+    backends: list[str] = field(default_factory=list)
+    nproc: int = 2
+    launcher: str = ""
+    ops: list[str] = field(default_factory=lambda: list(OPS))
+    sizes: list[int] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=lambda: ["float32"])
+    redops: list[str] = field(default_factory=lambda: ["sum"])
+    algos: list[str] = field(default_factory=lambda: ["default"])
+    inplace: tuple[str, ...] = ("auto",)
+    iters: int = 0
+    warmup: int = 5
+    rounds: int = 20
+    round_time_s: float = 0.02
+    timeout_s: float = 300.0
+    results: str = "results"
+    driver_host: str = "127.0.0.1"
+
+    def plan(self) -> dict:
+        return {"warmup": self.warmup, "rounds": self.rounds, "iters": self.iters, "round_time_s": self.round_time_s}
+
+
+def add_options(parser) -> None:
+    g = parser.getgroup("hccl-bench", "collective and layer benchmarks")
+    g.addoption("--benchmark", action="store_true", default=False,
+                help="run the full timed sweep (without it: a quick correctness smoke on a few small sizes)")
+    g.addoption("--backend", default="auto", help="gloo, mpi, nccl, hccl, comma list, or auto (hccl/nccl when their device exists, else gloo and mpi)")
+    g.addoption("--nproc", default=None, help="ranks per group (default 2 on CPU, the device count on GPU/NPU)")
+    g.addoption("--launcher", default="", help="cluster launcher template with {nproc}, e.g. 'mpirun -np {nproc} -hostfile h'")
+    g.addoption("--ops", default=",".join(OPS), help=f"comma list of: {', '.join(OPS)}")
+    g.addoption("--sizes", default=None, help=f"min:max:factor or a list, K/M/G = 2^10/2^20/2^30 (default {BENCH_SIZES}; smoke {SMOKE_SIZES})")
+    g.addoption("--dtypes", default="float32", help=f"comma list of: {', '.join(TORCH_BACKEND_DTYPES)}")
+    g.addoption("--redops", default="sum", help=f"comma list of: {', '.join(REDOPS)}")
+    g.addoption("--algos", default="default", help="default, ring, tree, or BACKEND:NATIVE (mpi:recursive_doubling, hccl:NHR, nccl:CollnetDirect)")
+    g.addoption("--inplace", default="auto", help="auto (out-of-place where the library has it), 0/out, 1/in, both")
+    g.addoption("--iters", default="0", help="iterations per round (0: chosen so a round lasts --round-time)")
+    g.addoption("--warmup", default=None, help="warm-up iterations (default 5; smoke 1)")
+    g.addoption("--rounds", default=None, help="timed rounds per case (default 20; smoke 3)")
+    g.addoption("--round-time", default="0.02", help="target seconds per round when choosing iterations")
+    g.addoption("--timeout", default="300", help="seconds before a case counts as hung")
+    g.addoption("--results", default="results", help="folder for results/<timestamp>/")
+    g.addoption("--driver-host", default="127.0.0.1", help="address ranks use to reach the driver")
+
+
+def _list(text: str, allowed, what: str) -> list[str]:
+    items = [s.strip() for s in str(text).split(",") if s.strip()]
+    if not items:
+        raise OptionError(f"--{what} is empty: allowed {', '.join(allowed)}")
+    for item in items:
+        if item not in allowed:
+            raise OptionError(f"unknown {what[:-1] if what.endswith('s') else what} {item!r}: allowed {', '.join(allowed)}")
+    return list(dict.fromkeys(items))
+
+
+def _int(text, name: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise OptionError(f"--{name} must be an integer >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise OptionError(f"--{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(text, name: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise OptionError(f"--{name} must be a positive number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise OptionError(f"--{name} must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def auto_backends() -> list[str]:
+    """hccl where torch_npu is installed, nccl where an NVIDIA driver is, else gloo (+ mpi if installed)."""
+    if importlib.util.find_spec("torch_npu") is not None:
+        return ["hccl"]
+    if os.path.exists("/proc/driver/nvidia/version"):
+        return ["nccl"]
+    return ["gloo"] + (["mpi"] if importlib.util.find_spec("mpi4py") is not None else [])
+
+
+def parse(getoption) -> Options:
+    """Build Options from pytest's config.getoption; raise OptionError on the first problem."""
+    o = Options()
+    o.benchmark = bool(getoption("benchmark"))
+    backend = str(getoption("backend")).strip()
+    o.backends = auto_backends() if backend == "auto" else _list(backend, algorithms.BACKENDS, "backend")
+    for name in o.backends:
+        try:
+            probe_backend(name)
+        except DeviceUnavailable as exc:
+            raise OptionError(str(exc)) from None
+    o.launcher = str(getoption("launcher") or "")
+    if o.launcher and (err := validate_template(o.launcher)):
+        raise OptionError(err)
+    nproc = getoption("nproc")
+    o.nproc = _int(nproc, "nproc", 1) if nproc is not None else _default_nproc(o.backends)
+    o.ops = _list(getoption("ops"), list(OPS), "ops")
+    sizes = getoption("sizes") or (BENCH_SIZES if o.benchmark else SMOKE_SIZES)
+    try:
+        o.sizes = parse_sizes(str(sizes))
+    except SizeError as exc:
+        raise OptionError(str(exc)) from None
+    o.dtypes = _list(getoption("dtypes"), TORCH_BACKEND_DTYPES, "dtypes")
+    o.redops = _list(getoption("redops"), REDOPS, "redops")
+    o.algos = [a.strip() for a in str(getoption("algos")).split(",") if a.strip()]
+    if not o.algos:
+        raise OptionError("--algos is empty: use default, ring, tree or BACKEND:NATIVE")
+    for algo in o.algos:
+        if err := algorithms.validate(algo):
+            raise OptionError(err)
+    inplace = str(getoption("inplace")).strip()
+    if inplace not in INPLACE_MODES:
+        raise OptionError(f"--inplace {inplace!r}: allowed auto, 0, 1, out, in, both")
+    o.inplace = INPLACE_MODES[inplace]
+    o.iters = _int(getoption("iters"), "iters", 0)
+    o.warmup = _int(getoption("warmup") if getoption("warmup") is not None else (5 if o.benchmark else 1), "warmup", 0)
+    o.rounds = _int(getoption("rounds") if getoption("rounds") is not None else (20 if o.benchmark else 3), "rounds", 1)
+    o.round_time_s = _float(getoption("round_time"), "round-time")
+    if not o.benchmark and getoption("round_time") == "0.02":
+        o.round_time_s = 0.002
+    o.timeout_s = _float(getoption("timeout"), "timeout")
+    o.results = str(getoption("results"))
+    o.driver_host = str(getoption("driver_host"))
+    return o
+
+
+def _default_nproc(backends: list[str]) -> int:
+    for backend in ("hccl", "nccl"):
+        if backend in backends:
+            return max(1, device_count(local_device_kind(backend)))
+    return 2

@@ -1,0 +1,132 @@
+"""The pytest plugin (registered by the root conftest): options, case generation, fixtures, output."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import cases as cases_mod
+from harness.options import OptionError, add_options, parse
+from harness.session import BenchSession
+from reports import table
+
+_SESSION = pytest.StashKey[BenchSession]()
+_CASES = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser):
+    add_options(parser)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "collective: a collective-communication case")
+    try:
+        opts = parse(config.getoption)
+    except OptionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_SESSION] = BenchSession(opts)
+
+
+def pytest_generate_tests(metafunc):
+    session = metafunc.config.stash[_SESSION]
+    if "collective_case" in metafunc.fixturenames:
+        if _CASES not in metafunc.config.stash:
+            metafunc.config.stash[_CASES] = cases_mod.build(session.opts)
+        params = []
+        for case in metafunc.config.stash[_CASES]:
+            marks = [pytest.mark.skip(reason=case.skip)] if case.skip else []
+            params.append(pytest.param(case, id=case.id, marks=marks))
+        metafunc.parametrize("collective_case", params)
+    if "overhead_case" in metafunc.fixturenames:
+        opts = session.opts
+        params = [pytest.param((b, s), id=f"{b}-{s}B") for b in opts.backends for s in (8, 1 << 10, 64 << 10, 1 << 20, 4 << 20)]
+        metafunc.parametrize("overhead_case", params)
+
+
+def _group_of(item):
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    case = callspec.params.get("collective_case")
+    if case is not None:
+        return case.group
+    oc = callspec.params.get("overhead_case")
+    return ("overhead", oc[0]) if oc else None
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Run cases that share a worker group back to back: a group costs seconds to start."""
+    order: dict = {}
+    for item in items:
+        key = _group_of(item)
+        if key is not None and key not in order:
+            order[key] = len(order)
+    items.sort(key=lambda it: order.get(_group_of(it), len(order)))
+
+
+@pytest.fixture(scope="session")
+def bench_session(request):
+    session = request.config.stash[_SESSION]
+    yield session
+    session.close()
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and report.when in ("setup", "call") and "[" in report.nodeid:
+        session = _current_session
+        if session is not None:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            session.skip(report.nodeid.split("[", 1)[1].rstrip("]"), reason.removeprefix("Skipped: "))
+
+
+_current_session: BenchSession | None = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    global _current_session
+    _current_session = session.config.stash.get(_SESSION, None)
+
+
+def pytest_benchmark_update_json(config, benchmarks, output_json):
+    session = config.stash.get(_SESSION, None)
+    if session is not None:
+        output_json["hccl_bench"] = session.metadata()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    bench = session.config.stash.get(_SESSION, None)
+    if bench is None:
+        return
+    bench.close()
+    if not (bench.rows or bench.overhead or bench.failures):
+        return
+    bs = getattr(session.config, "_benchmarksession", None)
+    output = {"benchmarks": [], "hccl_bench": None}
+    if bs is not None:
+        output = session.config.hook.pytest_benchmark_generate_json(
+            config=session.config, benchmarks=bs.benchmarks, include_data=True,
+            machine_info=bs.get_machine_info(),
+            commit_info=session.config.hook.pytest_benchmark_generate_commit_info(config=session.config))
+    output["hccl_bench"] = bench.metadata()
+    bench.run_dir.mkdir(parents=True, exist_ok=True)
+    (bench.run_dir / "results.json").write_text(json.dumps(output, indent=1, default=str))
+    (bench.run_dir / "table.txt").write_text(table.render(bench.rows) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    bench = config.stash.get(_SESSION, None)
+    if bench is None or not (bench.rows or bench.overhead):
+        return
+    tr = terminalreporter
+    tr.section("hccl-bench")
+    if bench.rows:
+        for line in table.render(bench.rows).splitlines():
+            tr.write_line(line)
+    if bench.overhead:
+        tr.write_line("")
+        for line in table.render_overhead(bench.overhead).splitlines():
+            tr.write_line(line)
+    if bench.skipped:
+        tr.write_line(f"\n# {len(bench.skipped)} cases skipped (reasons in results.json; -rs lists them)")
+    tr.write_line(f"# results: {bench.run_dir / 'results.json'}")

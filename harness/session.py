@@ -1,0 +1,91 @@
+"""One pytest session's benchmark state: the worker pool, what ran, what was skipped, where it goes."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from collectives import stats
+from harness import provenance
+from harness.cases import Case
+from harness.groups import GroupKey, GroupPool
+from harness.options import Options
+
+SCHEMA = "hccl-bench/1"
+
+
+class BenchSession:
+    def __init__(self, opts: Options):
+        self.opts = opts
+        self.run_dir = Path(opts.results) / time.strftime("%Y%m%d-%H%M%S")
+        self.pool = GroupPool(self.run_dir / "logs", opts.driver_host)
+        self.rows: list[dict] = []          # extra_info of every measured case, for the tables
+        self.overhead: list[dict] = []
+        self.skipped: list[dict] = []
+        self.failures: list[dict] = []
+        self.groups: dict[str, dict] = {}   # hosts/devices/versions per group, from the ranks
+
+    def _run(self, key: GroupKey, spec: dict, label: dict) -> tuple[list[dict], dict]:
+        try:
+            results, group = self.pool.run(key, spec, self.opts.timeout_s)
+        except Exception as exc:
+            self.failures.append({**label, "error": str(exc).splitlines()[0]})
+            self._append({"failure": label, "error": str(exc)})
+            raise
+        info = provenance.group_info(group.ranks)
+        self.groups[group.log_dir.name] = {"env": dict(key.env), **info}
+        return results, info
+
+    def run_collective(self, case: Case) -> dict:
+        label = {"id": case.id}
+        results, info = self._run(case.group, case.spec(self.opts.plan()), label)
+        k = results[0]["iters"]
+        matrix = [r["round_ns"] for r in results]
+        extra = {"backend": case.backend, "algo": case.algo, "op": case.op, "dtype": case.dtype,
+                 "redop": case.redop, "inplace": case.inplace, "nranks": case.nranks, "size": case.size,
+                 "bytes": case.nbytes, "count": case.count,
+                 **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
+                 "wrong": sum(r["wrong"] for r in results), "wrong_per_rank": [r["wrong"] for r in results],
+                 "iters_per_round": k, "round_ns_per_rank": matrix,
+                 "algo_env": case.env, "group_env": dict(case.group.env), "hosts": info["hosts"]}
+        self.rows.append(extra)
+        self._append(extra)
+        return extra
+
+    def run_overhead(self, backend: str, size: int, key: GroupKey) -> dict:
+        count = max(1, size // 4)
+        plan = self.opts.plan()
+        if self.opts.benchmark:
+            plan["rounds"] = max(plan["rounds"], 40)
+        spec = {"kind": "overhead", "op": "all_reduce", "dtype": "float32", "count": count, "plan": plan}
+        results, _ = self._run(key, spec, {"id": f"overhead-{backend}-{size}"})
+        k = results[0]["iters"]
+        harness = stats.per_op_seconds([r["round_ns"] for r in results], k)
+        plain = stats.per_op_seconds([r["plain_round_ns"] for r in results], k)
+        h_med, p_med = float(sorted(harness)[len(harness) // 2]), float(sorted(plain)[len(plain) // 2])
+        row = {"backend": backend, "op": "all_reduce", "dtype": "float32", "bytes": count * 4, "nranks": key.nproc,
+               "iters_per_round": k, "time_us": h_med * 1e6, "plain_us": p_med * 1e6,
+               "ratio": h_med / p_med if p_med > 0 else float("inf"), "added_us": (h_med - p_med) * 1e6,
+               "round_ns_per_rank": [r["round_ns"] for r in results],
+               "plain_round_ns_per_rank": [r["plain_round_ns"] for r in results]}
+        self.overhead.append(row)
+        self._append({"overhead": row})
+        return {"per_op_seconds": harness, "row": row}
+
+    def skip(self, case_id: str, reason: str) -> None:
+        self.skipped.append({"id": case_id, "reason": reason})
+
+    def _append(self, obj: dict) -> None:
+        """Every case lands in cases.jsonl at once: an interrupted session loses nothing measured."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / "cases.jsonl", "a") as fh:
+            fh.write(json.dumps(obj) + "\n")
+
+    def metadata(self) -> dict:
+        return {"schema": SCHEMA, "options": asdict(self.opts), "provenance": provenance.collect(),
+                "groups": self.groups, "skipped": self.skipped, "failures": self.failures,
+                "overhead": self.overhead}
+
+    def close(self) -> None:
+        self.pool.close_all()

@@ -1,0 +1,111 @@
+"""A rank process: ``python -m harness.worker``. Started by the harness or a cluster launcher.
+
+Reads its rank from whichever launcher started it, joins the backend's communicator, and serves
+case specs: rank 0 takes them from the driver and fans them out over the side channel; results
+are gathered back to rank 0. Every case arms a faulthandler dump so a hang leaves each stuck
+rank's Python stack in its log.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import socket
+import sys
+import time
+import traceback
+
+RANK_VARS = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+             ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+             ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+             ("PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK"),
+             ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"))
+
+
+def launcher_rank(env=os.environ) -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun/local, Open MPI, MPICH/Hydra, PMIx or Slurm."""
+    for rank_var, size_var, local_var in RANK_VARS:
+        if rank_var in env:
+            rank = int(env[rank_var])
+            size = int(env.get(size_var) or env.get("WORLD_SIZE") or 1)
+            return rank, size, int(env.get(local_var) or env.get("LOCAL_RANK") or 0)
+    return 0, 1, 0
+
+
+def _redirect_output(log_dir: str, rank: int) -> None:
+    """Send this rank's stdout/stderr (Python, C libraries, faulthandler) to rank<R>.log."""
+    os.makedirs(log_dir, exist_ok=True)
+    fd = os.open(os.path.join(log_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _inject_fault(spec: dict, rank: int) -> None:
+    """Test hook: HCCL_BENCH_FAULT='hang:RANK:OP' or 'die:RANK:OP' makes a real rank misbehave."""
+    fault = os.environ.get("HCCL_BENCH_FAULT", "")
+    if not fault:
+        return
+    mode, fault_rank, op = fault.split(":")
+    if int(fault_rank) != rank or spec.get("op") != op:
+        return
+    if mode == "hang":
+        while True:
+            time.sleep(1)
+    if mode == "die":
+        print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank to die", flush=True)
+        os._exit(3)
+
+
+def run_case(backend, spec: dict) -> dict:
+    from collectives import runner
+    kinds = {"collective": runner.run_collective, "overhead": runner.run_overhead}
+    if spec["kind"] in ("layer",):
+        from layers import bench_runner
+        return bench_runner.run(backend, spec)
+    return kinds[spec["kind"]](backend, spec)
+
+
+def serve(backend, chan) -> None:
+    while True:
+        msg = chan.recv() if backend.rank == 0 else None
+        spec = backend.bcast_json(msg)
+        if spec.get("cmd") == "exit":
+            return
+        faulthandler.dump_traceback_later(spec["timeout_s"], exit=False)
+        try:
+            _inject_fault(spec, backend.rank)
+            local = run_case(backend, spec)
+        except Exception as exc:  # reported to the driver, which fails the case with it
+            local = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        results = backend.gather_json(local)
+        if backend.rank == 0:
+            chan.send({"results": results})
+
+
+def main() -> int:
+    rank, world, local_rank = launcher_rank()
+    if os.environ.get("HCCL_BENCH_LOG_DIR"):
+        _redirect_output(os.environ["HCCL_BENCH_LOG_DIR"], rank)
+    faulthandler.enable()
+    backend_name = os.environ["HCCL_BENCH_BACKEND"]
+    from collectives import backends
+    backend = backends.create(backend_name, rank, world, local_rank)
+    info = {"rank": backend.rank, "host": socket.gethostname(), "pid": os.getpid(),
+            "local_rank": local_rank, "device": backend.device.name(), "versions": backend.versions()}
+    ranks = backend.gather_json(info)
+    chan = None
+    if backend.rank == 0:
+        from harness.control import connect
+        chan = connect(os.environ["HCCL_BENCH_DRIVER_HOST"], int(os.environ["HCCL_BENCH_DRIVER_PORT"]),
+                       os.environ["HCCL_BENCH_TOKEN"], {"world": backend.world, "ranks": ranks})
+    serve(backend, chan)
+    backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

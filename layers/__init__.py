@@ -1,0 +1,1 @@
+"""Parallel layers under test: rank mesh, tensor-parallel linear, pipeline stages, memory model."""

@@ -1,0 +1,1 @@
+"""Comparison and rendering: tables, verdicts, plots, HTML/Markdown."""
