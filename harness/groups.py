@@ -155,19 +155,22 @@ class WorkerGroup:
             self._raise_if_dead("before the case started")
             raise
         deadline = time.monotonic() + timeout_s + HANG_GRACE_S
-        while True:
+        msg = None
+        while msg is None:
             try:
                 msg = self.chan.recv(timeout=0.2)
-                break
             except socket.timeout:
-                self._raise_if_dead("during the case")
-                if time.monotonic() > deadline:
-                    self._hang(spec)
+                pass
             except (ChannelClosed, OSError):
                 time.sleep(0.5)
                 self._raise_if_dead("during the case")
+                logs = self._logs()
                 self.kill()
-                raise RankDied(f"rank 0 closed the control connection\n{self._logs()}")
+                raise RankDied(f"rank 0 closed the control connection\n{logs}") from None
+            if msg is None:
+                self._raise_if_dead("during the case")
+                if time.monotonic() > deadline:
+                    self._hang(spec)
         results = msg["results"]
         errors = [(i, r) for i, r in enumerate(results) if "error" in r]
         if errors:
@@ -176,8 +179,12 @@ class WorkerGroup:
         return results
 
     def _hang(self, spec: dict) -> None:
-        stuck = sorted(int(m.group(1)) for m in (re.match(r"rank(\d+)\.log$", p.name) for p in self.log_dir.glob("rank*.log"))
-                       if m and _TIMEOUT_MARK.search(self._since_last_case(p)))
+        stuck = []
+        for path in self.log_dir.glob("rank*.log"):
+            m = re.match(r"rank(\d+)\.log$", path.name)
+            if m and _TIMEOUT_MARK.search(self._since_last_case(path)):
+                stuck.append(int(m.group(1)))
+        stuck.sort()
         logs = self._logs(stacks_only=True)
         self.kill()
         raise RankHang(f"timed out after {spec['timeout_s']:g}s; ranks that did not finish: "

@@ -8,8 +8,11 @@ from pathlib import Path
 
 from collectives import stats
 from harness import provenance
+import pytest
+
+from collectives.sizes import format_size
 from harness.cases import Case
-from harness.groups import GroupKey, GroupPool
+from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
 
 SCHEMA = "hccl-bench/1"
@@ -29,16 +32,21 @@ class BenchSession:
     def _run(self, key: GroupKey, spec: dict, label: dict) -> tuple[list[dict], dict]:
         try:
             results, group = self.pool.run(key, spec, self.opts.timeout_s)
-        except Exception as exc:
-            self.failures.append({**label, "error": str(exc).splitlines()[0]})
-            self._append({"failure": label, "error": str(exc)})
-            raise
+        except CaseFailure as exc:
+            failure = str(exc)
+        else:
+            failure = None
+        if failure is not None:
+            self.failures.append({**label, "error": failure.splitlines()[0]})
+            self._append({"failure": label, "error": failure})
+            pytest.fail(f"{label['what']}: {failure}", pytrace=False)
         info = provenance.group_info(group.ranks)
         self.groups[group.log_dir.name] = {"env": dict(key.env), **info}
         return results, info
 
     def run_collective(self, case: Case) -> dict:
-        label = {"id": case.id}
+        label = {"id": case.id, "what": f"{case.op} {format_size(case.size)} {case.dtype} algo={case.algo} "
+                                         f"backend={case.backend} nranks={case.nranks}"}
         results, info = self._run(case.group, case.spec(self.opts.plan()), label)
         k = results[0]["iters"]
         matrix = [r["round_ns"] for r in results]
@@ -59,7 +67,7 @@ class BenchSession:
         if self.opts.benchmark:
             plan["rounds"] = max(plan["rounds"], 40)
         spec = {"kind": "overhead", "op": "all_reduce", "dtype": "float32", "count": count, "plan": plan}
-        results, _ = self._run(key, spec, {"id": f"overhead-{backend}-{size}"})
+        results, _ = self._run(key, spec, {"id": f"overhead-{backend}-{size}", "what": f"overhead all_reduce {size}B backend={backend}"})
         k = results[0]["iters"]
         harness = stats.per_op_seconds([r["round_ns"] for r in results], k)
         plain = stats.per_op_seconds([r["plain_round_ns"] for r in results], k)

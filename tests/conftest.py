@@ -1,0 +1,60 @@
+"""Helpers for end-to-end tests: run the benches in a child pytest and find any process it left."""
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def processes_with_tag(tag: str) -> list[int]:
+    """PIDs whose environment carries this test's tag: ranks, launchers, anything the run started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if f"HCCL_BENCH_TEST_TAG={tag}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+class BenchRun:
+    def __init__(self, tmp_path: Path):
+        self.tag = uuid.uuid4().hex
+        self.results = tmp_path / "results"
+
+    def command(self, *args: str, target: str = "benches/") -> list[str]:
+        return [sys.executable, "-m", "pytest", target, "-p", "no:cacheprovider", "--results", str(self.results), *args]
+
+    def env(self, extra: dict | None = None) -> dict:
+        return {**os.environ, "HCCL_BENCH_TEST_TAG": self.tag, **(extra or {})}
+
+    def __call__(self, *args: str, target: str = "benches/", env: dict | None = None, timeout: float = 600):
+        proc = subprocess.run(self.command(*args, target=target), cwd=ROOT, env=self.env(env),
+                              capture_output=True, text=True, timeout=timeout)
+        proc.output = proc.stdout + proc.stderr
+        return proc
+
+    def leftovers(self, wait_s: float = 5.0) -> list[int]:
+        deadline = time.monotonic() + wait_s
+        while (left := processes_with_tag(self.tag)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in left:  # don't leak into the rest of the suite, but still report them
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return left
+
+
+@pytest.fixture
+def bench_run(tmp_path):
+    return BenchRun(tmp_path)

@@ -1,0 +1,120 @@
+"""The benches run for real: child pytest sessions with real rank processes, gloo and MPICH."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import ROOT, processes_with_tag
+
+OPS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv"}
+
+
+def test_sweep_checks_times_and_records_every_op(bench_run, tmp_path):
+    out = tmp_path / "out.json"
+    proc = bench_run("--backend", "gloo,mpi", "--sizes", "8,64K", "--algos", "default,ring,tree",
+                     "-rs", "--benchmark-json", str(out))
+    assert proc.returncode == 0, proc.output[-3000:]
+    data = json.loads(out.read_text())
+    cases = [b for b in data["benchmarks"] if b["name"].startswith("test_collective")]
+    for backend in ("gloo", "mpi"):
+        assert {b["extra_info"]["op"] for b in cases if b["extra_info"]["backend"] == backend} == OPS
+    for b in cases:
+        info = b["extra_info"]
+        assert info["wrong"] == 0 and info["busbw_gbps"] > 0 and info["time_us"] > 0
+        # pytest-benchmark's stats are the measured per-op round times, not the driver's wall time
+        assert len(b["stats"]["data"]) == info["rounds"] == len(info["round_ns_per_rank"][0])
+        assert b["stats"]["median"] * 1e6 == pytest.approx(info["time_us"])
+        assert len(info["round_ns_per_rank"]) == info["nranks"] == 2
+    ring = [b["extra_info"] for b in cases if b["extra_info"]["backend"] == "mpi" and b["extra_info"]["algo"] == "ring"]
+    assert {i["op"] for i in ring} == {"all_reduce", "all_gather", "broadcast"}
+    allreduce = next(i for i in ring if i["op"] == "all_reduce")
+    assert allreduce["algo_env"] == {"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "MPIR_CVAR_COLLECTIVE_FALLBACK": "error",
+                                     "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"}
+    assert "gloo has no algorithm switch" in proc.output
+    meta = data["hccl_bench"]
+    assert any(s["id"].startswith("gloo-ring-") and "gloo has no algorithm switch" in s["reason"] for s in meta["skipped"])
+    assert meta["provenance"]["packages"]["torch"] and "MPICH" in meta["provenance"]["mpi_library"]
+    assert any(g["env"].get("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM") == "tree" for g in meta["groups"].values())
+    run_dirs = list(bench_run.results.iterdir())
+    assert len(run_dirs) == 1 and (run_dirs[0] / "results.json").exists()
+    assert "# peak busbw" in (run_dirs[0] / "table.txt").read_text()
+    assert "harness overhead" in proc.stdout
+    assert bench_run.leftovers() == []
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_cluster_launcher_template_starts_the_ranks(bench_run, backend):
+    proc = bench_run("--backend", backend, "--ops", "all_reduce", "--sizes", "1K",
+                     "--launcher", "mpiexec -n {nproc}", target="benches/test_collectives.py")
+    assert proc.returncode == 0, proc.output[-3000:]
+    assert "1 passed" in proc.output
+    assert bench_run.leftovers() == []
+
+
+def test_a_hanging_rank_is_reported_with_stacks_and_the_session_goes_on(bench_run):
+    proc = bench_run("--backend", "gloo,mpi", "--ops", "all_reduce,broadcast", "--sizes", "8", "--timeout", "3",
+                     target="benches/test_collectives.py", env={"HCCL_BENCH_FAULT": "hang:1:all_reduce"})
+    assert proc.returncode == 1
+    assert "2 failed, 2 passed" in proc.output
+    for backend in ("gloo", "mpi"):
+        assert f"all_reduce 8B float32 algo=default backend={backend} nranks=2: timed out after 3s; " \
+               f"ranks that did not finish: [0, 1]" in proc.output
+    assert "in _inject_fault" in proc.output            # the stuck rank's own stack
+    assert "Traceback" not in proc.output
+    assert bench_run.leftovers() == []
+
+
+def test_a_dying_rank_is_reported_with_its_exit_status_and_log(bench_run):
+    proc = bench_run("--backend", "gloo,mpi", "--ops", "all_reduce,broadcast", "--sizes", "8",
+                     target="benches/test_collectives.py", env={"HCCL_BENCH_FAULT": "die:1:all_reduce"})
+    assert proc.returncode == 1
+    assert "2 failed, 2 passed" in proc.output
+    assert "backend=gloo nranks=2: rank 1 exit status 3" in proc.output
+    assert "backend=mpi nranks=2: launcher exit status 3" in proc.output
+    assert proc.output.count("HCCL_BENCH_FAULT asked this rank to die") == 2
+    assert bench_run.leftovers() == []
+
+
+def test_ctrl_c_leaves_no_rank_behind(bench_run):
+    child = subprocess.Popen(bench_run.command("--backend", "gloo", "--ops", "all_reduce", "--sizes", "8", "--timeout", "120",
+                                               target="benches/test_collectives.py"),
+                             cwd=ROOT, env=bench_run.env({"HCCL_BENCH_FAULT": "hang:1:all_reduce"}),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while len(processes_with_tag(bench_run.tag)) < 3 and time.monotonic() < deadline:  # driver + 2 ranks
+        time.sleep(0.2)
+    assert len(processes_with_tag(bench_run.tag)) >= 3
+    time.sleep(1.0)
+    child.send_signal(signal.SIGINT)
+    output, _ = child.communicate(timeout=60)
+    assert child.returncode == 2, output[-2000:]      # pytest's "interrupted"
+    assert bench_run.leftovers() == []
+
+
+BAD_OPTIONS = [
+    (["--sizes", "1M:1K"], "bad --sizes '1M:1K': min 1048576 is larger than max 1024"),
+    (["--sizes", "8:1M:1"], "the factor must be an integer >= 2"),
+    (["--sizes", "12Q"], "bad size '12Q'"),
+    (["--ops", "allreduce"], "unknown op 'allreduce': allowed all_reduce, all_gather"),
+    (["--dtypes", "float8"], "unknown dtype 'float8': allowed float32"),
+    (["--algos", "star"], "unknown algorithm 'star'"),
+    (["--algos", "hccl:ringg"], "unknown hccl algorithm 'ringg'"),
+    (["--backend", "rccl"], "unknown backend 'rccl': allowed gloo, mpi, nccl, hccl"),
+    (["--backend", "nccl"], "backend nccl needs a CUDA GPU"),
+    (["--backend", "hccl"], "backend hccl needs torch_npu"),
+    (["--nproc", "0"], "--nproc must be >= 1, got 0"),
+    (["--launcher", "mpirun -np 4"], "must contain {nproc}"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD_OPTIONS, ids=[" ".join(a) for a, _ in BAD_OPTIONS])
+def test_bad_options_stop_before_any_rank_starts(bench_run, args, message):
+    proc = bench_run(*args, target="benches/test_collectives.py", timeout=120)
+    assert proc.returncode == 4, proc.output[-2000:]
+    error_lines = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(error_lines) == 1 and message in error_lines[0], proc.stderr
+    assert "Traceback" not in proc.output
+    assert not bench_run.results.exists() and bench_run.leftovers(wait_s=0) == []

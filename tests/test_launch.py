@@ -1,0 +1,22 @@
+"""Rank discovery across launchers and launcher templates."""
+import sys
+
+from harness.launchers import from_template, validate_template
+from harness.worker import launcher_rank
+
+
+def test_rank_from_each_launcher_family():
+    assert launcher_rank({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}) == (3, 8, 1)
+    assert launcher_rank({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_LOCAL_RANK": "5"}) == (5, 16, 5)
+    assert launcher_rank({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0"}) == (2, 4, 0)
+    assert launcher_rank({"SLURM_PROCID": "7", "SLURM_NTASKS": "8", "SLURM_LOCALID": "3"}) == (7, 8, 3)
+    assert launcher_rank({}) == (0, 1, 0)
+
+
+def test_templates():
+    assert validate_template("mpirun -np {nproc} -hostfile h") is None
+    assert "{nproc}" in validate_template("mpirun -np 4")
+    assert "placeholders" in validate_template("srun -n {nproc} {oops}")
+    plan = from_template("torchrun --nproc-per-node {nproc} --no-python {cmd} --x", 4)
+    assert plan.commands[0] == ["torchrun", "--nproc-per-node", "4", "--no-python", sys.executable, "-m", "harness.worker", "--x"]
+    assert from_template("srun -n {nproc}", 2).commands[0][-2:] == ["-m", "harness.worker"]
