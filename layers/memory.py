@@ -1,0 +1,83 @@
+"""Per-rank memory for hybrid parallel training: model states, activations, communication buffers.
+
+Model states, mixed-precision Adam: 2 B weights + 2 B grads + 12 B optimizer (fp32 master, m, v)
+= 16 B/param, split by tp x pp, and by dp for what ZeRO shards (1: optimizer, 2: + grads,
+3: + weights). Activations per layer: Korthikanti et al. 2022, "Reducing Activation Recomputation
+in Large Transformer Models", Table 2. Communication: HCCL allocates HCCL_BUFFSIZE MB twice per
+communicator (input and output buffer).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+GB = 1e9
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    comm_buffers: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations + self.comm_buffers
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "total": self.total}
+
+
+def model_states(params: float, tp: int, pp: int, dp: int = 1, zero: int = 0,
+                 weight_bytes: int = 2, grad_bytes: int = 2, optimizer_bytes: int = 12) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes per rank."""
+    if zero not in (0, 1, 2, 3):
+        raise ValueError(f"zero stage must be 0, 1, 2 or 3, got {zero}")
+    per_rank = params / (tp * pp)
+    weights = per_rank * weight_bytes / (dp if zero >= 3 else 1)
+    grads = per_rank * grad_bytes / (dp if zero >= 2 else 1)
+    optimizer = per_rank * optimizer_bytes / (dp if zero >= 1 else 1)
+    return weights, grads, optimizer
+
+
+def activations_per_layer(seq: int, micro_batch: int, hidden: int, heads: int, tp: int = 1,
+                          sequence_parallel: bool = False, recompute: str = "none") -> float:
+    """Bytes of one transformer layer's stored activations for one microbatch (16-bit activations)."""
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    s, b, h, a, t = seq, micro_batch, hidden, heads, tp
+    sbh = s * b * h
+    attention = 5 * a * s / h          # the softmax/dropout part that selective recompute drops
+    if recompute == "full":
+        return 2 * sbh / (t if sequence_parallel else 1)
+    if sequence_parallel:
+        return sbh * (34 / t + (0 if recompute == "selective" else attention / t))
+    return sbh * (10 + 24 / t + (0 if recompute == "selective" else attention / t))
+
+
+def activations_per_rank(layers: int, pp: int, microbatches: int, schedule: str = "1f1b", **layer_kw) -> float:
+    """The first pipeline stage holds the most: layers/pp layers x microbatches in flight
+    (1F1B: min(m, pp); GPipe: all m)."""
+    in_flight = microbatches if schedule == "gpipe" else min(microbatches, pp)
+    return activations_per_layer(**layer_kw) * (layers / pp) * in_flight
+
+
+def comm_buffers(communicators: int, hccl_buffsize_mb: float = 200.0) -> float:
+    return 2 * communicators * hccl_buffsize_mb * 1e6
+
+
+def estimate(params: float, tp: int, pp: int, dp: int = 1, zero: int = 0, layers: int = 0, hidden: int = 0,
+             heads: int = 0, seq: int = 0, micro_batch: int = 1, microbatches: int = 1, schedule: str = "1f1b",
+             sequence_parallel: bool = False, recompute: str = "none", communicators: int = 0,
+             hccl_buffsize_mb: float = 200.0) -> Estimate:
+    weights, grads, optimizer = model_states(params, tp, pp, dp, zero)
+    acts = 0.0
+    if layers and hidden and heads and seq:
+        acts = activations_per_rank(layers, pp, microbatches, schedule, seq=seq, micro_batch=micro_batch,
+                                    hidden=hidden, heads=heads, tp=tp, sequence_parallel=sequence_parallel,
+                                    recompute=recompute)
+    if not communicators:  # world, tp, dp and pp groups this rank belongs to
+        communicators = 1 + sum(1 for d in (tp, dp, pp) if d > 1)
+    return Estimate(weights, grads, optimizer, acts, comm_buffers(communicators, hccl_buffsize_mb))

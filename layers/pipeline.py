@@ -1,0 +1,98 @@
+"""Pipeline steps with torch.distributed.pipelining: stages built by hand, schedules chosen by name.
+
+Losses are summed and ``scale_grads=False``, so a pipelined step's gradients equal the
+single-process gradients of the summed loss (DESIGN §6).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+# name -> (schedule class name, stages per rank)
+SCHEDULES = {
+    "gpipe": ("ScheduleGPipe", 1),
+    "1f1b": ("Schedule1F1B", 1),
+    "interleaved1f1b": ("ScheduleInterleaved1F1B", 2),
+    "interleavedzb": ("ScheduleInterleavedZeroBubble", 2),
+    "zbv": ("ScheduleZBVZeroBubble", 2),
+}
+
+
+class ScheduleError(ValueError):
+    pass
+
+
+def validate(schedule: str, pp: int, microbatches: int, layers: int) -> str | None:
+    """One line naming the constraint and the values, or None when the combination can run."""
+    if schedule not in SCHEDULES:
+        return f"unknown schedule {schedule!r}: allowed {', '.join(SCHEDULES)}"
+    v = SCHEDULES[schedule][1]
+    if layers % (pp * v):
+        return f"{layers} layers do not split into pp x stages-per-rank = {pp} x {v} = {pp * v} equal stages ({schedule})"
+    if schedule != "gpipe" and microbatches < pp:
+        return f"{schedule} needs at least pp = {pp} microbatches, got {microbatches}"
+    if v > 1:
+        rounds = max(1, microbatches // pp)
+        if microbatches % rounds:
+            return f"{schedule} needs microbatches ({microbatches}) to be a multiple of {rounds} (= microbatches // pp)"
+    return None
+
+
+def bubble_theory(schedule: str, pp: int, microbatches: int) -> float:
+    """GPipe and 1F1B: (p-1)/(m+p-1); interleaved with v chunks per rank: (p-1)/(v*m+p-1)."""
+    v = SCHEDULES[schedule][1]
+    return (pp - 1) / (v * microbatches + pp - 1)
+
+
+def stage_indices(schedule: str, pp_rank: int, pp: int) -> list[int]:
+    """Looped placement for multi-stage schedules (rank r holds r, r+p, ...); ZBV folds into a V."""
+    v = SCHEDULES[schedule][1]
+    if schedule == "zbv":
+        return [pp_rank, 2 * pp - 1 - pp_rank]
+    return [pp_rank + i * pp for i in range(v)]
+
+
+def split_layers(layers: list[nn.Module], n_stages: int, index: int) -> nn.Sequential:
+    per = len(layers) // n_stages
+    return nn.Sequential(*layers[index * per:(index + 1) * per])
+
+
+def summed_mse(output, target):
+    return ((output - target) ** 2).sum()
+
+
+def build_schedule(schedule: str, modules: dict[int, nn.Module], pp: int, microbatches: int, group, device):
+    """PipelineStage per local stage index, wrapped in the named schedule."""
+    from torch.distributed import pipelining
+    cls_name, v = SCHEDULES[schedule]
+    stages = [pipelining.PipelineStage(mod, idx, pp * v, device, group=group) for idx, mod in modules.items()]
+    cls = getattr(pipelining.schedules, cls_name)
+    stage_arg = stages[0] if v == 1 else stages
+    return cls(stage_arg, n_microbatches=microbatches, loss_fn=summed_mse, scale_grads=False)
+
+
+class _Sleep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, fwd_s, bwd_s):
+        ctx.bwd_s = bwd_s
+        time.sleep(fwd_s)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.bwd_s)
+        return grad, None, None
+
+
+class SleepLayer(nn.Module):
+    """A layer whose forward and backward take known times: makes bubbles measurable on any machine."""
+
+    def __init__(self, hidden: int, fwd_s: float, bwd_s: float):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(hidden))
+        self.fwd_s, self.bwd_s = fwd_s, bwd_s
+
+    def forward(self, x):
+        return _Sleep.apply(x * self.scale, self.fwd_s, self.bwd_s)

@@ -1,0 +1,185 @@
+"""Tensor-parallel linear layers with explicit autograd communication (Megatron-LM's f and g).
+
+f = copy forward / all-reduce backward; g = all-reduce forward / copy backward. With sequence
+parallelism the activations between blocks are sharded along the sequence (dim 0 here):
+f becomes all-gather forward / reduce-scatter backward, g the reverse. Device- and
+backend-agnostic: only torch.distributed calls on the given group.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class CommTimer:
+    """Adds up the wall time spent inside this module's collectives (device synchronised)."""
+
+    def __init__(self, sync=lambda: None):
+        self.seconds = 0.0
+        self.sync = sync
+
+    def run(self, fn):
+        self.sync()
+        t0 = time.perf_counter()
+        out = fn()
+        self.sync()
+        self.seconds += time.perf_counter() - t0
+        return out
+
+
+NO_TIMER = CommTimer()
+
+
+def _all_reduce(x, group, timer):
+    x = x.contiguous()
+    timer.run(lambda: dist.all_reduce(x, group=group))
+    return x
+
+
+def _all_gather(x, group, timer):
+    n = dist.get_world_size(group)
+    x = x.contiguous()
+    out = torch.empty((x.shape[0] * n, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    timer.run(lambda: dist.all_gather_into_tensor(out, x, group=group))
+    return out
+
+
+def _reduce_scatter(x, group, timer):
+    n = dist.get_world_size(group)
+    x = x.contiguous()
+    out = torch.empty((x.shape[0] // n, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    timer.run(lambda: dist.reduce_scatter_tensor(out, x, group=group))
+    return out
+
+
+class _F(torch.autograd.Function):
+    """Identity forward, all-reduce of the gradient backward (enters a column-parallel layer)."""
+
+    @staticmethod
+    def forward(ctx, x, group, timer):
+        ctx.group, ctx.timer = group, timer
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_reduce(grad.clone(), ctx.group, ctx.timer), None, None
+
+
+class _G(torch.autograd.Function):
+    """All-reduce forward, identity backward (leaves a row-parallel layer)."""
+
+    @staticmethod
+    def forward(ctx, x, group, timer):
+        return _all_reduce(x.clone(), group, timer)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None
+
+
+class _GatherSeq(torch.autograd.Function):
+    """Sequence parallel f: all-gather forward, reduce-scatter backward."""
+
+    @staticmethod
+    def forward(ctx, x, group, timer):
+        ctx.group, ctx.timer = group, timer
+        return _all_gather(x, group, timer)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _reduce_scatter(grad, ctx.group, ctx.timer), None, None
+
+
+class _ScatterSeq(torch.autograd.Function):
+    """Sequence parallel g: reduce-scatter forward, all-gather backward."""
+
+    @staticmethod
+    def forward(ctx, x, group, timer):
+        ctx.group, ctx.timer = group, timer
+        return _reduce_scatter(x, group, timer)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_gather(grad, ctx.group, ctx.timer), None, None
+
+
+def _shard(t: torch.Tensor, dim: int, rank: int, size: int) -> torch.Tensor:
+    return t.chunk(size, dim=dim)[rank].detach().clone()
+
+
+class ColumnParallelLinear(nn.Module):
+    """Y_i = X A_i with A split by output columns; output stays sharded (feeds a row-parallel layer)."""
+
+    def __init__(self, full: nn.Linear, group, sequence_parallel: bool = False, timer: CommTimer = NO_TIMER):
+        super().__init__()
+        self.group, self.sp, self.timer = group, sequence_parallel, timer
+        rank, size = dist.get_rank(group), dist.get_world_size(group)
+        if full.out_features % size:
+            raise ValueError(f"out_features {full.out_features} is not divisible by tp {size}")
+        self.weight = nn.Parameter(_shard(full.weight, 0, rank, size))
+        self.bias = nn.Parameter(_shard(full.bias, 0, rank, size)) if full.bias is not None else None
+
+    def forward(self, x):
+        x = (_GatherSeq if self.sp else _F).apply(x, self.group, self.timer)
+        return nn.functional.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """Y = sum_i X_i A_i with A split by input rows; the partial sums meet in g (or reduce-scatter)."""
+
+    def __init__(self, full: nn.Linear, group, sequence_parallel: bool = False, timer: CommTimer = NO_TIMER):
+        super().__init__()
+        self.group, self.sp, self.timer = group, sequence_parallel, timer
+        rank, size = dist.get_rank(group), dist.get_world_size(group)
+        if full.in_features % size:
+            raise ValueError(f"in_features {full.in_features} is not divisible by tp {size}")
+        self.weight = nn.Parameter(_shard(full.weight, 1, rank, size))
+        self.bias = nn.Parameter(full.bias.detach().clone()) if full.bias is not None else None
+
+    def forward(self, x):
+        y = nn.functional.linear(x, self.weight)
+        y = (_ScatterSeq if self.sp else _G).apply(y, self.group, self.timer)
+        return y + self.bias if self.bias is not None else y
+
+
+class MLP(nn.Module):
+    """The reference block: Linear(h, 4h) -> GELU -> Linear(4h, h)."""
+
+    def __init__(self, hidden: int, ffn: int | None = None):
+        super().__init__()
+        self.fc1 = nn.Linear(hidden, ffn or 4 * hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(ffn or 4 * hidden, hidden)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class ParallelMLP(nn.Module):
+    """Column then row: one all-reduce forward and one backward (per Megatron), or SP's AG/RS pairs."""
+
+    def __init__(self, full: MLP, group, sequence_parallel: bool = False, timer: CommTimer = NO_TIMER):
+        super().__init__()
+        self.fc1 = ColumnParallelLinear(full.fc1, group, sequence_parallel, timer)
+        self.act = nn.GELU()
+        self.fc2 = RowParallelLinear(full.fc2, group, sequence_parallel, timer)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def dtensor_mlp(full: MLP, mesh, sequence_parallel: bool = False) -> nn.Module:
+    """The same block through PyTorch's own DTensor tensor parallelism (a deep copy is parallelised)."""
+    import copy
+
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    module = copy.deepcopy(full)
+    if sequence_parallel:
+        plan = {"fc1": ColwiseParallel(input_layouts=Shard(0)), "fc2": RowwiseParallel(output_layouts=Shard(0))}
+    else:
+        plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+    return parallelize_module(module, mesh, plan)
