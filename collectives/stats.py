@@ -15,7 +15,17 @@ def per_op_seconds(round_ns_by_rank: list[list[int]], iters: int) -> np.ndarray:
     return m.max(axis=0) / iters / 1e9
 
 
-def summarize(round_ns_by_rank: list[list[int]], iters: int, op: str, nbytes: int, nranks: int) -> dict:
+def median_seconds(round_ns_by_rank: list[list[int]], iters: int) -> float:
+    return float(np.median(per_op_seconds(round_ns_by_rank, iters)))
+
+
+def per_rank_median_seconds(round_ns_by_rank: list[list[int]], iters: int) -> np.ndarray:
+    """Each rank's own median per-op time (for per-rank quantities such as a stage's bubble)."""
+    return np.median(np.asarray(round_ns_by_rank, dtype=np.float64), axis=1) / iters / 1e9
+
+
+def summarize(round_ns_by_rank: list[list[int]], iters: int, op: str | None = None, nbytes: int = 0, nranks: int = 1) -> dict:
+    """Median/min/max/mean/IQR/CV (p95, p99 with enough rounds); algbw/busbw when `op` is given."""
     t = per_op_seconds(round_ns_by_rank, iters)
     q1, median, q3 = np.percentile(t, [25, 50, 75])
     mean = float(t.mean())
@@ -29,5 +39,6 @@ def summarize(round_ns_by_rank: list[list[int]], iters: int, op: str, nbytes: in
         out["p95_us"] = float(np.percentile(t, 95)) * 1e6
     if t.size >= 100:
         out["p99_us"] = float(np.percentile(t, 99)) * 1e6
-    out["algbw_gbps"], out["busbw_gbps"] = bandwidths(op, nbytes, float(median), nranks)
+    if op is not None:
+        out["algbw_gbps"], out["busbw_gbps"] = bandwidths(op, nbytes, float(median), nranks)
     return out

@@ -99,3 +99,71 @@ def build(opts: Options) -> list[Case]:
                                 cases.append(case)
     return cases
 
+
+
+TP_BLOCKS = (("linear", False), ("mlp", False), ("mlp", True))   # (layer, sequence parallel)
+IMPLS = ("manual", "dtensor")
+
+
+@dataclass
+class LayerCase:
+    """A tensor-parallel block bench (pp == 1) or a pipeline-step bench (pp > 1)."""
+    backend: str
+    task: str                        # "tp_bench" or "pp_bench"
+    tp: int
+    pp: int
+    nranks: int
+    layer: str = ""
+    sp: bool = False
+    impl: str = ""
+    schedule: str = ""
+    microbatches: int = 0
+    group: GroupKey | None = None
+    skip: str = ""
+
+    @property
+    def dp(self) -> int:
+        return self.nranks // (self.tp * self.pp) if self.nranks % (self.tp * self.pp) == 0 else 0
+
+    @property
+    def id(self) -> str:
+        if self.task == "tp_bench":
+            return f"{self.backend}-linear-tp{self.tp}-{self.layer}{'-sp' if self.sp else ''}-{self.impl}"
+        return f"{self.backend}-pipeline-tp{self.tp}-pp{self.pp}-{self.schedule}-m{self.microbatches}"
+
+    def spec(self, opts: Options) -> dict:
+        plan = {**opts.plan(), "warmup": max(1, min(opts.warmup, 2))}
+        common = {"kind": "layer", "task": self.task, "tp": self.tp, "pp": self.pp, "hidden": opts.hidden,
+                  "seq": opts.seq, "batch": opts.batch, "plan": plan}
+        if self.task == "tp_bench":
+            return {**common, "layer": self.layer, "sp": self.sp, "impl": self.impl}
+        return {**common, "schedule": self.schedule, "microbatches": self.microbatches, "layers": opts.layers}
+
+
+def build_layers(opts: Options) -> list[LayerCase]:
+    """TP blocks for every tp; pipeline steps for every (tp, pp > 1), schedule and microbatch count.
+    Pairs whose tp x pp does not divide the world size are listed as skipped with the reason."""
+    out: list[LayerCase] = []
+    for backend in opts.backends:
+        key = GroupKey(backend, opts.nproc, (), opts.launcher)
+        not_torch = "layer benches need torch.distributed (gloo, nccl, hccl), not mpi4py" if backend == "mpi" else ""
+        for tp in opts.tp:
+            for layer, sp in TP_BLOCKS:
+                for impl in IMPLS:
+                    case = LayerCase(backend, "tp_bench", tp, 1, opts.nproc, layer=layer, sp=sp, impl=impl, group=key)
+                    case.skip = not_torch or ("" if opts.nproc % tp == 0 else
+                                              f"tp {tp} does not divide the world size {opts.nproc}")
+                    out.append(case)
+        for tp in opts.tp:
+            for pp in opts.pp:
+                for schedule in opts.schedules:
+                    for m in opts.microbatches:
+                        case = LayerCase(backend, "pp_bench", tp, pp, opts.nproc, schedule=schedule, microbatches=m, group=key)
+                        if not_torch:
+                            case.skip = not_torch
+                        elif opts.nproc % (tp * pp):
+                            case.skip = f"tp x pp = {tp} x {pp} = {tp * pp} does not divide the world size {opts.nproc}"
+                        elif pp == 1:
+                            case.skip = f"pp=1 has no pipeline: tp={tp} is measured by the linear benches"
+                        out.append(case)
+    return out

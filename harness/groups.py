@@ -20,6 +20,7 @@ from pathlib import Path
 
 from harness import launchers
 from harness.control import Channel, ChannelClosed
+from harness.worker import CASE_ERROR
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 120.0
@@ -186,9 +187,11 @@ class WorkerGroup:
                 stuck.append(int(m.group(1)))
         stuck.sort()
         logs = self._logs(stacks_only=True)
+        raised = [p.stem for p in sorted(self.log_dir.glob("rank*.log")) if CASE_ERROR in self._since_last_case(p)]
         self.kill()
+        cause = f"; {', '.join(raised)} raised first (see its log below)" if raised else ""
         raise RankHang(f"timed out after {spec['timeout_s']:g}s; ranks that did not finish: "
-                       f"{stuck or 'unknown (no stack dumps arrived)'}\n{logs}")
+                       f"{stuck or 'unknown (no stack dumps arrived)'}{cause}\n{logs}")
 
     def _since_last_case(self, path: Path) -> str:
         text = path.read_text(errors="replace") if path.exists() else ""
@@ -219,7 +222,7 @@ class WorkerGroup:
         for path in sorted(self.log_dir.glob("*.log")):
             text = self._since_last_case(path) if stacks_only else _tail(path)
             if stacks_only:
-                m = _TIMEOUT_MARK.search(text)
+                m = _TIMEOUT_MARK.search(text) or re.search(re.escape(CASE_ERROR), text)
                 text = text[m.start():] if m else ""
             if text.strip():
                 parts.append(f"--- {path.name} ---\n{text.strip()[-4000:]}")

@@ -44,6 +44,15 @@ class Options:
     timeout_s: float = 300.0
     results: str = "results"
     driver_host: str = "127.0.0.1"
+    # layer benches
+    tp: list[int] = field(default_factory=lambda: [1, 2])
+    pp: list[int] = field(default_factory=lambda: [1, 2])
+    microbatches: list[int] = field(default_factory=lambda: [4])
+    schedules: list[str] = field(default_factory=lambda: ["gpipe", "1f1b", "interleaved1f1b"])
+    hidden: int = 256
+    seq: int = 128
+    batch: int = 8
+    layers: int = 8
 
     def plan(self) -> dict:
         return {"warmup": self.warmup, "rounds": self.rounds, "iters": self.iters, "round_time_s": self.round_time_s}
@@ -69,6 +78,15 @@ def add_options(parser) -> None:
     g.addoption("--timeout", default="300", help="seconds before a case counts as hung")
     g.addoption("--results", default="results", help="folder for results/<timestamp>/")
     g.addoption("--driver-host", default="127.0.0.1", help="address ranks use to reach the driver")
+    g.addoption("--tp", default="1,2", help="tensor-parallel degrees for the layer benches (dp = nproc / (tp x pp))")
+    g.addoption("--pp", default="1,2", help="pipeline-parallel degrees for the layer benches")
+    g.addoption("--microbatches", default="4", help="microbatch counts for the pipeline benches")
+    g.addoption("--schedules", default="gpipe,1f1b,interleaved1f1b",
+                help="pipeline schedules: gpipe, 1f1b, interleaved1f1b, interleavedzb, zbv")
+    g.addoption("--hidden", default="256", help="hidden size of the layer benches' MLP blocks (ffn = 4 x hidden)")
+    g.addoption("--seq", default="128", help="sequence length")
+    g.addoption("--batch", default="8", help="global batch per data-parallel replica (split into microbatches)")
+    g.addoption("--layers", default="8", help="MLP blocks in the pipelined model (split evenly over stages)")
 
 
 def _list(text: str, allowed, what: str) -> list[str]:
@@ -153,7 +171,41 @@ def parse(getoption) -> Options:
     o.timeout_s = _float(getoption("timeout"), "timeout")
     o.results = str(getoption("results"))
     o.driver_host = str(getoption("driver_host"))
+    _parse_layer_options(o, getoption)
     return o
+
+
+def _ints(text, name: str) -> list[int]:
+    items = [s.strip() for s in str(text).split(",") if s.strip()]
+    if not items:
+        raise OptionError(f"--{name} is empty: give a comma list of integers >= 1")
+    return list(dict.fromkeys(_int(i, name, 1) for i in items))
+
+
+def _parse_layer_options(o: Options, getoption) -> None:
+    """Layer-bench shapes and degrees; each constraint is checked here, before any rank starts."""
+    from layers import pipeline
+    o.tp, o.pp = _ints(getoption("tp"), "tp"), _ints(getoption("pp"), "pp")
+    o.microbatches = _ints(getoption("microbatches"), "microbatches")
+    o.schedules = _list(getoption("schedules"), list(pipeline.SCHEDULES), "schedules")
+    o.hidden, o.seq = _int(getoption("hidden"), "hidden", 1), _int(getoption("seq"), "seq", 1)
+    o.batch, o.layers = _int(getoption("batch"), "batch", 1), _int(getoption("layers"), "layers", 1)
+    valid = [(t, p) for t in o.tp for p in o.pp if o.nproc % (t * p) == 0]
+    if not valid:
+        raise OptionError(f"no tp x pp x dp equals the world size {o.nproc}: tp in {o.tp}, pp in {o.pp} "
+                          f"(tp x pp must divide --nproc)")
+    for t in {t for t, _ in valid}:
+        if o.hidden % t:
+            raise OptionError(f"--hidden {o.hidden} is not divisible by tp {t}")
+        if o.seq % t:
+            raise OptionError(f"--seq {o.seq} is not divisible by tp {t} (sequence parallelism shards it)")
+    for m in o.microbatches:
+        if o.batch % m:
+            raise OptionError(f"--batch {o.batch} does not split into {m} microbatches")
+        for p in {p for _, p in valid if p > 1}:
+            for schedule in o.schedules:
+                if err := pipeline.validate(schedule, p, m, o.layers):
+                    raise OptionError(f"pp {p}: {err}")
 
 
 def _default_nproc(backends: list[str]) -> int:

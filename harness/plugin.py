@@ -12,6 +12,7 @@ from reports import table
 
 _SESSION = pytest.StashKey[BenchSession]()
 _CASES = pytest.StashKey[list]()
+_LAYER_CASES = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser):
@@ -37,6 +38,13 @@ def pytest_generate_tests(metafunc):
             marks = [pytest.mark.skip(reason=case.skip)] if case.skip else []
             params.append(pytest.param(case, id=case.id, marks=marks))
         metafunc.parametrize("collective_case", params)
+    for fixture, task in (("linear_case", "tp_bench"), ("pipeline_case", "pp_bench")):
+        if fixture in metafunc.fixturenames:
+            if _LAYER_CASES not in metafunc.config.stash:
+                metafunc.config.stash[_LAYER_CASES] = cases_mod.build_layers(session.opts)
+            params = [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip else [])
+                      for c in metafunc.config.stash[_LAYER_CASES] if c.task == task]
+            metafunc.parametrize(fixture, params)
     if "overhead_case" in metafunc.fixturenames:
         opts = session.opts
         params = [pytest.param((b, s), id=f"{b}-{s}B") for b in opts.backends for s in (8, 1 << 10, 64 << 10, 1 << 20, 4 << 20)]
@@ -47,9 +55,10 @@ def _group_of(item):
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return None
-    case = callspec.params.get("collective_case")
-    if case is not None:
-        return case.group
+    for name in ("collective_case", "linear_case", "pipeline_case"):
+        case = callspec.params.get(name)
+        if case is not None:
+            return case.group
     oc = callspec.params.get("overhead_case")
     return ("overhead", oc[0]) if oc else None
 
@@ -99,7 +108,7 @@ def pytest_sessionfinish(session, exitstatus):
     if bench is None:
         return
     bench.close()
-    if not (bench.rows or bench.overhead or bench.failures):
+    if not (bench.rows or bench.overhead or bench.layer_rows or bench.failures):
         return
     bs = getattr(session.config, "_benchmarksession", None)
     output = {"benchmarks": [], "hccl_bench": None}
@@ -111,12 +120,12 @@ def pytest_sessionfinish(session, exitstatus):
     output["hccl_bench"] = bench.metadata()
     bench.run_dir.mkdir(parents=True, exist_ok=True)
     (bench.run_dir / "results.json").write_text(json.dumps(output, indent=1, default=str))
-    (bench.run_dir / "table.txt").write_text(table.render(bench.rows) + "\n")
+    (bench.run_dir / "table.txt").write_text(table.render(bench.rows) + "\n\n" + table.render_layers(bench.layer_rows) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     bench = config.stash.get(_SESSION, None)
-    if bench is None or not (bench.rows or bench.overhead):
+    if bench is None or not (bench.rows or bench.overhead or bench.layer_rows):
         return
     tr = terminalreporter
     tr.section("hccl-bench")
@@ -126,6 +135,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if bench.overhead:
         tr.write_line("")
         for line in table.render_overhead(bench.overhead).splitlines():
+            tr.write_line(line)
+    if bench.layer_rows:
+        tr.write_line("")
+        for line in table.render_layers(bench.layer_rows).splitlines():
             tr.write_line(line)
     if bench.skipped:
         tr.write_line(f"\n# {len(bench.skipped)} cases skipped (reasons in results.json; -rs lists them)")

@@ -11,7 +11,9 @@ from harness import provenance
 import pytest
 
 from collectives.sizes import format_size
-from harness.cases import Case
+from harness.cases import Case, LayerCase
+from layers import pipeline
+from layers.mesh import ParallelDims, tp_placement
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
 
@@ -25,6 +27,7 @@ class BenchSession:
         self.pool = GroupPool(self.run_dir / "logs", opts.driver_host)
         self.rows: list[dict] = []          # extra_info of every measured case, for the tables
         self.overhead: list[dict] = []
+        self.layer_rows: list[dict] = []
         self.skipped: list[dict] = []
         self.failures: list[dict] = []
         self.groups: dict[str, dict] = {}   # hosts/devices/versions per group, from the ranks
@@ -80,6 +83,48 @@ class BenchSession:
         self.overhead.append(row)
         self._append({"overhead": row})
         return {"per_op_seconds": harness, "row": row}
+
+    def run_layer(self, case: LayerCase) -> dict:
+        label = {"id": case.id, "what": f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"}
+        o = self.opts
+        results, info = self._run(case.group, case.spec(o), label)
+        k = results[0]["iters"]
+        step = [r["round_ns"] for r in results]
+        extra = {"backend": case.backend, "bench": "linear" if case.task == "tp_bench" else "pipeline",
+                 "tp": case.tp, "pp": case.pp, "dp": case.dp, "nranks": case.nranks,
+                 "hidden": o.hidden, "seq": o.seq, "batch": o.batch, **stats.summarize(step, k),
+                 "iters_per_round": k, "round_ns_per_rank": step, "hosts": info["hosts"], "wrong": 0,
+                 "peak_memory_bytes_per_rank": [r["peak_memory_bytes"] for r in results],
+                 "model_states_estimate_bytes": 16 * max(r["params_local"] for r in results)}
+        extra["placement_warnings"] = tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks),
+                                                   {r["rank"]: r["host"] for r in self.pool.current.ranks})
+        step_s = stats.median_seconds(step, k)
+        if case.task == "tp_bench":
+            fwd_s = stats.median_seconds([r["fwd_ns"] for r in results], k)
+            fb_s = stats.median_seconds([r["fwd_bwd_ns"] for r in results], k)
+            mm_s = stats.median_seconds([r["matmul_ns"] for r in results], k)
+            flops = results[0]["flops_per_iter"]
+            shares = [r["comm_share"] for r in results if r["comm_share"] is not None]
+            extra.update({
+                "layer": case.layer, "sequence_parallel": case.sp, "impl": case.impl,
+                "fwd_us": fwd_s * 1e6, "bwd_us": (fb_s - fwd_s) * 1e6, "step_us": step_s * 1e6,
+                "tokens_per_s": results[0]["tokens_per_iter"] / step_s,
+                "achieved_flops": flops / fb_s, "matmul_flops": flops / mm_s, "efficiency": mm_s / fb_s,
+                "comm_share": sum(shares) / len(shares) if shares else None})
+        else:
+            m = case.microbatches
+            compute = stats.per_rank_median_seconds([r["compute_ns"] for r in results], k)
+            step_rank = stats.per_rank_median_seconds(step, k)
+            bubbles = [float(1 - m * c / s) for c, s in zip(compute, step_rank)]
+            extra.update({
+                "schedule": case.schedule, "microbatches": m, "layers": o.layers, "step_us": step_s * 1e6,
+                "tokens_per_s": o.seq * o.batch / step_s, "stage_compute_us_per_microbatch": [float(c) * 1e6 for c in compute],
+                "bubble_measured": sum(bubbles) / len(bubbles), "bubble_per_rank": bubbles,
+                "bubble_theory": pipeline.bubble_theory(case.schedule, case.pp, m),
+                "stages_per_rank": [r["stages"] for r in results]})
+        self.layer_rows.append(extra)
+        self._append(extra)
+        return extra
 
     def skip(self, case_id: str, reason: str) -> None:
         self.skipped.append({"id": case_id, "reason": reason})

@@ -14,6 +14,7 @@ import sys
 import time
 import traceback
 
+CASE_ERROR = "hccl-bench: this rank's case raised"
 RANK_VARS = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
              ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
              ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
@@ -79,6 +80,8 @@ def serve(backend, chan) -> None:
             local = run_case(backend, spec)
         except Exception as exc:  # reported to the driver, which fails the case with it
             local = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+            # also in the log: if other ranks now wait forever, the hang report can still say why
+            print(f"{CASE_ERROR} {local['error']}\n{local['traceback']}", file=sys.stderr, flush=True)
         finally:
             faulthandler.cancel_dump_traceback_later()
         results = backend.gather_json(local)

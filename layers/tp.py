@@ -34,6 +34,8 @@ NO_TIMER = CommTimer()
 
 
 def _all_reduce(x, group, timer):
+    if dist.get_world_size(group) == 1:  # tp=1: no communication, as in Megatron
+        return x
     x = x.contiguous()
     timer.run(lambda: dist.all_reduce(x, group=group))
     return x
@@ -41,6 +43,8 @@ def _all_reduce(x, group, timer):
 
 def _all_gather(x, group, timer):
     n = dist.get_world_size(group)
+    if n == 1:
+        return x
     x = x.contiguous()
     out = torch.empty((x.shape[0] * n, *x.shape[1:]), dtype=x.dtype, device=x.device)
     timer.run(lambda: dist.all_gather_into_tensor(out, x, group=group))
@@ -49,6 +53,8 @@ def _all_gather(x, group, timer):
 
 def _reduce_scatter(x, group, timer):
     n = dist.get_world_size(group)
+    if n == 1:
+        return x
     x = x.contiguous()
     out = torch.empty((x.shape[0] // n, *x.shape[1:]), dtype=x.dtype, device=x.device)
     timer.run(lambda: dist.reduce_scatter_tensor(out, x, group=group))
@@ -142,7 +148,11 @@ class RowParallelLinear(nn.Module):
     def forward(self, x):
         y = nn.functional.linear(x, self.weight)
         y = (_ScatterSeq if self.sp else _G).apply(y, self.group, self.timer)
-        return y + self.bias if self.bias is not None else y
+        if self.bias is None:
+            return y
+        # with SP each rank adds the bias to its own sequence shard: its gradient is partial and
+        # is all-reduced over tp in backward (Megatron all-reduces such "sequence parallel" grads too)
+        return y + (_F.apply(self.bias, self.group, self.timer) if self.sp else self.bias)
 
 
 class MLP(nn.Module):

@@ -36,3 +36,32 @@ def render_overhead(rows: list[dict]) -> str:
         out.append(f" {r['backend']:>8} {format_size(r['bytes']):>10} {r['time_us']:>12.3f} {r['plain_us']:>10.3f} "
                    f"{r['ratio']:>7.3f} {r['added_us']:>10.3f}")
     return "\n".join(out)
+
+
+def render_layers(rows: list[dict]) -> str:
+    """TP blocks: times, throughput and efficiency vs a plain matmul; pipelines: step time and bubble."""
+    if not rows:
+        return ""
+    out = []
+    tp_rows = [r for r in rows if r["bench"] == "linear"]
+    pp_rows = [r for r in rows if r["bench"] == "pipeline"]
+    if tp_rows:
+        out += ["# tensor-parallel blocks (times: median of the slowest rank; efficiency = plain-matmul time of the "
+                "same GEMMs / fwd+bwd time; comm = share of fwd+bwd inside the block's collectives)",
+                f"#{'backend':>8} {'tp':>3} {'dp':>3} {'block':>7} {'impl':>8} {'fwd(us)':>10} {'bwd(us)':>10} "
+                f"{'step(us)':>10} {'tokens/s':>10} {'GFLOP/s':>8} {'eff':>6} {'comm':>6}"]
+        for r in tp_rows:
+            block = r["layer"] + ("+sp" if r["sequence_parallel"] else "")
+            comm = f"{r['comm_share']:.2f}" if r["comm_share"] is not None else "n/a"
+            out.append(f" {r['backend']:>8} {r['tp']:>3} {r['dp']:>3} {block:>7} {r['impl']:>8} {r['fwd_us']:>10.1f} "
+                       f"{r['bwd_us']:>10.1f} {r['step_us']:>10.1f} {r['tokens_per_s']:>10.0f} "
+                       f"{r['achieved_flops'] / 1e9:>8.2f} {r['efficiency']:>6.2f} {comm:>6}")
+    if pp_rows:
+        out += ["", "# pipeline steps (bubble measured = 1 - microbatches x stage compute alone / step time; "
+                "theory (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1))",
+                f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3} {'step(us)':>10} "
+                f"{'tokens/s':>10} {'bubble':>7} {'theory':>7}"]
+        for r in pp_rows:
+            out.append(f" {r['backend']:>8} {r['tp']:>3} {r['pp']:>3} {r['dp']:>3} {r['schedule']:>16} {r['microbatches']:>3} "
+                       f"{r['step_us']:>10.1f} {r['tokens_per_s']:>10.0f} {r['bubble_measured']:>7.3f} {r['bubble_theory']:>7.3f}")
+    return "\n".join(out)

@@ -1,0 +1,244 @@
+"""Runs layer specs on one rank (spec kind "layer"): TP/pipeline correctness checks and benches.
+
+Every rank builds the same full model from the same seed, then takes its shard or stage, so the
+parallel result can be compared with the single-process one on the same rank.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from collectives.timing import Plan, measure
+from layers import pipeline
+from layers.mesh import Axis, ParallelDims
+from layers.mesh import create_groups as _create_groups
+from layers.tp import MLP, ColumnParallelLinear, CommTimer, ParallelMLP, dtensor_mlp
+
+_GROUPS: dict[ParallelDims, dict] = {}
+_MESHES: dict[ParallelDims, object] = {}
+
+
+def groups_for(dims: ParallelDims, rank: int) -> dict:
+    """Create each mesh's groups once per worker (every rank, same order) and reuse them."""
+    if dims not in _GROUPS:
+        _GROUPS[dims] = _create_groups(dims, rank)
+    return _GROUPS[dims]
+
+
+def tp_mesh(dims: ParallelDims, device_type: str):
+    from torch.distributed.device_mesh import init_device_mesh
+    if dims not in _MESHES:
+        _MESHES[dims] = init_device_mesh(device_type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=("pp", "dp", "tp"))
+    return _MESHES[dims]["tp"]
+
+
+def comm_counts(mode) -> dict[str, int]:
+    """CommDebugMode's counts folded into plain names (c10d and functional collectives alike)."""
+    out: dict[str, int] = {}
+    for op, n in mode.get_comm_counts().items():
+        name = str(op).lower()
+        for kind in ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "all_to_all", "broadcast"):
+            if kind in name.replace("_base", "").replace("into_tensor", ""):
+                key = {"allreduce": "all_reduce", "allgather": "all_gather"}.get(kind, kind)
+                out[key] = out.get(key, 0) + n
+                break
+        else:
+            out[name] = out.get(name, 0) + n
+    return out
+
+
+def _setup(backend, spec):
+    torch.manual_seed(spec.get("seed", 1234))
+    dims = ParallelDims.fit(spec["tp"], spec.get("pp", 1), backend.world)
+    groups = groups_for(dims, backend.rank)
+    dtype = getattr(torch, spec.get("dtype", "float32"))
+    return dims, groups, dtype, backend.device.torch_device
+
+
+def _parallel_block(spec, full, group, dims, device_type, timer):
+    if spec["impl"] == "dtensor":
+        return dtensor_mlp(full, tp_mesh(dims, device_type), spec.get("sp", False))
+    if spec.get("layer") == "linear":
+        return ColumnParallelLinear(full.fc1, group, spec.get("sp", False), timer)
+    return ParallelMLP(full, group, spec.get("sp", False), timer)
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def tp_check(backend, spec) -> dict:
+    """Forward/backward of the parallel block vs nn.Linear on the full weight, with collective counts."""
+    from torch.distributed.tensor.debug import CommDebugMode
+    dims, groups, dtype, device = _setup(backend, spec)
+    tp, tp_rank = dims.tp, dims.coords(backend.rank)[Axis.TP]
+    h, sp = spec["hidden"], spec.get("sp", False)
+    full = MLP(h).to(device=device, dtype=dtype)
+    x = torch.randn(spec["seq"], spec["batch"], h, device=device, dtype=dtype)
+    w = torch.randn_like(x)
+    ref_in = x.clone().requires_grad_()
+    (full(ref_in) * w).sum().backward()
+    block = _parallel_block(spec, full, groups[Axis.TP], dims, backend.device.kind, CommTimer())
+    shard = (lambda t: t.chunk(tp, 0)[tp_rank]) if sp else (lambda t: t)
+    par_in = shard(x).clone().requires_grad_()
+    with CommDebugMode() as fwd:
+        y = _local(block(par_in))
+    with CommDebugMode() as bwd:
+        (y * shard(w)).sum().backward()
+    with torch.no_grad():
+        ref_out = shard(full(x))
+    ref = {"fc1.weight": full.fc1.weight.grad.chunk(tp, 0)[tp_rank], "fc1.bias": full.fc1.bias.grad.chunk(tp, 0)[tp_rank],
+           "fc2.weight": full.fc2.weight.grad.chunk(tp, 1)[tp_rank], "fc2.bias": full.fc2.bias.grad}
+    got = dict(block.named_parameters())
+    errors = {name: float((_local(got[name].grad) - want).abs().max()) for name, want in ref.items()}
+    return {"out_err": float((y - ref_out).abs().max()), "input_grad_err": float((par_in.grad - shard(ref_in.grad)).abs().max()),
+            "grad_err": errors, "fwd": comm_counts(fwd), "bwd": comm_counts(bwd), "scale": float(ref_out.abs().max())}
+
+
+def tp_bench(backend, spec) -> dict:
+    """Forward, forward+backward and optimizer-step loops of a TP block, a plain matmul reference
+    of the same per-rank GEMMs, and the share of time in the block's collectives."""
+    dims, groups, dtype, device = _setup(backend, spec)
+    h, sp, tp = spec["hidden"], spec.get("sp", False), dims.tp
+    tokens = spec["seq"] * spec["batch"]
+    full = MLP(h).to(device=device, dtype=dtype)
+    timer = CommTimer(backend.device.synchronize)
+    block = _parallel_block(spec, full, groups[Axis.TP], dims, backend.device.kind, timer)
+    seq_local = spec["seq"] // tp if sp else spec["seq"]
+    x = torch.randn(seq_local, spec["batch"], h, device=device, dtype=dtype, requires_grad=True)
+    opt = torch.optim.SGD(block.parameters(), lr=1e-6)
+    out_shape = _local(block(x)).shape
+    gy = torch.randn(out_shape, device=device, dtype=dtype)
+
+    def fwd(k):
+        for _ in range(k):
+            block(x)
+
+    def fwd_bwd(k):
+        for _ in range(k):
+            _local(block(x)).backward(gy)
+
+    def step(k):
+        for _ in range(k):
+            _local(block(x)).backward(gy)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    # the same per-rank GEMMs without any communication: fwd X.W^T, bwd dY.W and dY^T.X per layer
+    shapes = [(tokens, h, 4 * h // tp)] if spec.get("layer") == "linear" else [(tokens, h, 4 * h // tp), (tokens, 4 * h // tp, h)]
+    mats = [(torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype),
+             torch.randn(m, n, device=device, dtype=dtype)) for m, k, n in shapes]
+
+    def matmul(k):
+        for _ in range(k):
+            for a, b, g in mats:
+                torch.mm(a, b)
+                torch.mm(g, b.t())
+                torch.mm(a.t(), g)
+
+    flops = sum(6 * m * k * n for m, k, n in shapes)  # fwd 2mkn + bwd 4mkn
+    backend.device.reset_peak_memory()
+    k, (t_fwd, t_fb, t_step, t_mm) = measure([fwd, fwd_bwd, step, matmul], backend, Plan(**spec["plan"]))
+    timer.seconds = 0.0
+    clock = backend.device.timer()
+    clock.start()
+    fwd_bwd(k)
+    elapsed = clock.stop() / 1e9
+    comm_share = timer.seconds / elapsed if spec["impl"] == "manual" and elapsed > 0 else None
+    return {"iters": k, "round_ns": t_step, "fwd_ns": t_fwd, "fwd_bwd_ns": t_fb, "matmul_ns": t_mm,
+            "flops_per_iter": flops, "tokens_per_iter": tokens, "comm_share": comm_share,
+            "peak_memory_bytes": backend.device.peak_memory_bytes(), "wrong": 0,
+            "params_local": sum(p.numel() for p in block.parameters())}
+
+
+def _model_layers(spec, dtype, device):
+    """The full model every rank builds identically: MLP blocks, or sleep-timed layers for bubble tests."""
+    v = pipeline.SCHEDULES[spec["schedule"]][1]
+    n = spec.get("layers") or spec["pp"] * v
+    if spec.get("model") == "sleep":
+        return [pipeline.SleepLayer(spec["hidden"], spec["fwd_s"], spec["bwd_s"]) for _ in range(n)]
+    return [MLP(spec["hidden"]).to(device=device, dtype=dtype) for _ in range(n)]
+
+
+def _pipeline(backend, spec):
+    dims, groups, dtype, device = _setup(backend, spec)
+    pp, v = dims.pp, pipeline.SCHEDULES[spec["schedule"]][1]
+    pp_rank = dims.coords(backend.rank)[Axis.PP]
+    layers = _model_layers(spec, dtype, device)
+    reference = [nn.Sequential(*layers)]
+    import copy
+    local = {}
+    for idx in pipeline.stage_indices(spec["schedule"], pp_rank, pp):
+        stage = copy.deepcopy(pipeline.split_layers(layers, pp * v, idx))
+        if dims.tp > 1 and spec.get("model") != "sleep":
+            stage = nn.Sequential(*[ParallelMLP(block, groups[Axis.TP]) for block in stage])
+        local[idx] = stage
+    sched = pipeline.build_schedule(spec["schedule"], local, pp, spec["microbatches"], groups[Axis.PP], torch.device(device))
+    x = torch.randn(spec["batch"], spec["seq"], spec["hidden"], device=device, dtype=dtype)
+    target = torch.randn_like(x)
+    first = 0 in local
+    last = pp * v - 1 in local
+
+    def step():
+        losses = []
+        kwargs = {"target": target, "losses": losses} if last else {}
+        sched.step(x, **kwargs) if first else sched.step(**kwargs)
+        return losses
+    return dims, local, reference[0], x, target, step, first, last
+
+
+def pp_check(backend, spec) -> dict:
+    """One pipelined step's gradients and loss vs the single-process model on the whole batch."""
+    dims, local, model, x, target, step, first, last = _pipeline(backend, spec)
+    losses = step()
+    pipeline.summed_mse(model(x), target).backward()
+    per = len(model) // (dims.pp * pipeline.SCHEDULES[spec["schedule"]][1])
+    err, scale = 0.0, 0.0
+    for idx, stage in local.items():
+        for mine, ref in zip(stage, model[idx * per:(idx + 1) * per]):
+            for (name, p), (_, q) in zip(mine.named_parameters(), ref.named_parameters()):
+                err = max(err, float((p.grad - q.grad).abs().max()))
+                scale = max(scale, float(q.grad.abs().max()))
+    out = {"grad_err": err, "grad_scale": scale, "stages": sorted(local)}
+    if last:
+        with torch.no_grad():
+            ref_loss = float(pipeline.summed_mse(model(x), target))
+        out["loss_err"] = abs(float(sum(l.item() for l in losses)) - ref_loss) / max(1.0, abs(ref_loss))
+    return out
+
+
+def pp_bench(backend, spec) -> dict:
+    """Step time of the schedule, and this rank's compute for one microbatch measured alone:
+    bubble = 1 - m x compute / step."""
+    dims, local, _, x, target, step, first, last = _pipeline(backend, spec)
+    m = spec["microbatches"]
+    mb = x.chunk(m, 0)[0]
+    gy = torch.randn_like(mb)
+
+    def pipeline_loop(k):
+        for _ in range(k):
+            step()
+            for stage in local.values():
+                stage.zero_grad(set_to_none=True)
+
+    def compute_loop(k):  # every local stage, forward and backward, one microbatch, no communication
+        for _ in range(k):
+            for stage in local.values():
+                stage(mb.detach().requires_grad_()).backward(gy)
+                stage.zero_grad(set_to_none=True)
+
+    backend.device.reset_peak_memory()
+    k, (t_step, t_compute) = measure([pipeline_loop, compute_loop], backend, Plan(**spec["plan"]))
+    return {"iters": k, "round_ns": t_step, "compute_ns": t_compute, "wrong": 0, "stages": sorted(local),
+            "peak_memory_bytes": backend.device.peak_memory_bytes(),
+            "params_local": sum(p.numel() for s in local.values() for p in s.parameters())}
+
+
+TASKS = {"tp_check": tp_check, "tp_bench": tp_bench, "pp_check": pp_check, "pp_bench": pp_bench}
+
+
+def run(backend, spec: dict) -> dict:
+    if not hasattr(backend, "torch"):
+        raise RuntimeError("layer benches need torch.distributed (gloo, nccl or hccl), not the mpi backend")
+    return TASKS[spec["task"]](backend, spec)
