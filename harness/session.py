@@ -113,9 +113,9 @@ class BenchSession:
                 "comm_share": sum(shares) / len(shares) if shares else None})
         else:
             m = case.microbatches
+            # the step ends when its slowest rank does; each rank's own compute fills part of it
             compute = stats.per_rank_median_seconds([r["compute_ns"] for r in results], k)
-            step_rank = stats.per_rank_median_seconds(step, k)
-            bubbles = [float(1 - m * c / s) for c, s in zip(compute, step_rank)]
+            bubbles = [float(1 - m * c / step_s) for c in compute]
             extra.update({
                 "schedule": case.schedule, "microbatches": m, "layers": o.layers, "step_us": step_s * 1e6,
                 "tokens_per_s": o.seq * o.batch / step_s, "stage_compute_us_per_microbatch": [float(c) * 1e6 for c in compute],

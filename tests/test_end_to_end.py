@@ -107,6 +107,11 @@ BAD_OPTIONS = [
     (["--backend", "hccl"], "backend hccl needs torch_npu"),
     (["--nproc", "0"], "--nproc must be >= 1, got 0"),
     (["--launcher", "mpirun -np 4"], "must contain {nproc}"),
+    (["--nproc", "4", "--tp", "3", "--pp", "1"], "no tp x pp x dp equals the world size 4: tp in [3], pp in [1]"),
+    (["--nproc", "4", "--tp", "4", "--hidden", "10"], "--hidden 10 is not divisible by tp 4"),
+    (["--nproc", "4", "--pp", "4", "--layers", "6"], "pp 4: 6 layers do not split into pp x stages-per-rank"),
+    (["--nproc", "4", "--pp", "4", "--microbatches", "2", "--schedules", "1f1b"], "1f1b needs at least pp = 4 microbatches, got 2"),
+    (["--schedules", "pipedream"], "unknown schedule 'pipedream'"),
 ]
 
 

@@ -1,0 +1,152 @@
+"""Rank mesh, memory model and pipeline arithmetic (pure), then TP layers and pipeline steps in real ranks."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.groups import GroupKey, GroupPool
+from layers import memory, pipeline
+from layers.mesh import Axis, MeshError, ParallelDims, tp_placement
+
+
+# ---- mesh -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("tp, pp, dp", [(2, 2, 2), (4, 2, 1), (1, 4, 2), (2, 1, 4)])
+def test_layout_equals_init_device_mesh_order(tp, pp, dp):
+    dims = ParallelDims(tp, pp, dp, tp * pp * dp)
+    mesh = torch.arange(dims.world).reshape(pp, dp, tp)   # init_device_mesh(dev, (pp, dp, tp))
+    assert dims.groups(Axis.TP) == [mesh[p, d, :].tolist() for p in range(pp) for d in range(dp)]
+    assert dims.groups(Axis.DP) == [mesh[p, :, t].tolist() for p in range(pp) for t in range(tp)]
+    assert dims.groups(Axis.PP) == [mesh[:, d, t].tolist() for d in range(dp) for t in range(tp)]
+    for rank in range(dims.world):
+        c = dims.coords(rank)
+        assert mesh[c[Axis.PP], c[Axis.DP], c[Axis.TP]] == rank
+
+
+def test_degrees_are_validated_once_with_the_numbers():
+    with pytest.raises(MeshError, match=r"tp x pp x dp = 2 x 2 x 2 = 8 does not equal the world size 4"):
+        ParallelDims(2, 2, 2, 4)
+    with pytest.raises(MeshError, match=r"tp x pp = 4 x 2 = 8 does not divide the world size 4"):
+        ParallelDims.fit(4, 2, 4)
+    assert ParallelDims.fit(2, 1, 8).dp == 4
+
+
+def test_tp_groups_crossing_hosts_are_reported():
+    dims = ParallelDims(4, 1, 2, 8)
+    assert tp_placement(dims, {r: f"node{r // 4}" for r in range(8)}) == []
+    warnings = tp_placement(dims, {r: f"node{r // 2}" for r in range(8)})
+    assert len(warnings) == 2 and "spans 2 hosts" in warnings[0]
+
+
+# ---- memory model ---------------------------------------------------------------------------
+def test_seed_article_worked_example():
+    """100B parameters, tp=4, pp=8, mixed-precision Adam: 6.25 GB weights, 6.25 GB grads, 37.5 GB
+    optimizer states per card (the article's prose says 25 GB; 12 B/param x 3.125e9 is 37.5 GB)."""
+    weights, grads, optimizer = memory.model_states(100e9, tp=4, pp=8)
+    assert (weights / 1e9, grads / 1e9, optimizer / 1e9) == pytest.approx((6.25, 6.25, 37.5))
+    assert (weights + grads + optimizer) / (100e9 / 32) == 16
+
+
+def test_zero_stages_shard_over_dp():
+    base = memory.model_states(64e9, 1, 1, dp=8)
+    assert memory.model_states(64e9, 1, 1, dp=8, zero=1) == (base[0], base[1], base[2] / 8)
+    assert memory.model_states(64e9, 1, 1, dp=8, zero=2) == (base[0], base[1] / 8, base[2] / 8)
+    assert memory.model_states(64e9, 1, 1, dp=8, zero=3) == (base[0] / 8, base[1] / 8, base[2] / 8)
+
+
+# Korthikanti et al. 2022, Table 3 model configurations (s = 2048, t = 8)
+PAPER_MODELS = {"22B": (64, 6144), "175B": (96, 12288), "530B": (128, 20480), "1T": (160, 25600)}
+
+
+def test_activation_formula_published_cases():
+    s, b, t = 2048, 1, 8
+    a, h = PAPER_MODELS["175B"]
+    assert 5 * a * s / h == 80                          # the paper's GPT-3 example: 5as/h = 80
+    sbh = s * b * h
+    assert memory.activations_per_layer(s, b, h, a) == sbh * (34 + 80)
+    assert memory.activations_per_layer(s, b, h, a, tp=t) == sbh * (10 + 24 / t + 80 / t)
+    assert memory.activations_per_layer(s, b, h, a, tp=t, sequence_parallel=True) == sbh * (34 + 80) / t
+    assert memory.activations_per_layer(s, b, h, a, tp=t, sequence_parallel=True, recompute="selective") == sbh * 34 / t
+    assert memory.activations_per_layer(s, b, h, a, tp=t, recompute="full") == 2 * sbh
+    for heads, hidden in PAPER_MODELS.values():   # "reduces activation memory by 5x"
+        baseline = memory.activations_per_layer(s, b, hidden, heads, tp=t)
+        both = memory.activations_per_layer(s, b, hidden, heads, tp=t, sequence_parallel=True, recompute="selective")
+        assert baseline / both == pytest.approx(5, rel=0.25)
+
+
+def test_comm_buffers_are_two_per_communicator():
+    assert memory.comm_buffers(communicators=3, hccl_buffsize_mb=200) == 1.2e9
+    assert memory.estimate(100e9, tp=4, pp=8, dp=2).comm_buffers == memory.comm_buffers(4)
+
+
+# ---- pipeline arithmetic ----------------------------------------------------------------------
+def test_bubble_theory():
+    assert pipeline.bubble_theory("gpipe", 4, 8) == pytest.approx(3 / 11)
+    assert pipeline.bubble_theory("1f1b", 2, 4) == pytest.approx(1 / 5)
+    assert pipeline.bubble_theory("interleaved1f1b", 4, 8) == pytest.approx(3 / 19)
+
+
+def test_schedule_constraints_name_the_values():
+    assert pipeline.validate("1f1b", 4, 8, 8) is None
+    assert "unknown schedule 'pipedream'" in pipeline.validate("pipedream", 2, 4, 8)
+    assert "needs at least pp = 4 microbatches, got 2" in pipeline.validate("1f1b", 4, 2, 8)
+    assert "6 layers do not split into pp x stages-per-rank = 4 x 2 = 8" in pipeline.validate("interleaved1f1b", 4, 4, 6)
+    assert pipeline.stage_indices("interleaved1f1b", 1, 4) == [1, 5] and pipeline.stage_indices("zbv", 1, 4) == [1, 6]
+
+
+# ---- real ranks (one gloo group of 4, shared by every test below) ------------------------------
+@pytest.fixture(scope="module")
+def ranks4(tmp_path_factory):
+    pool = GroupPool(Path(tmp_path_factory.mktemp("layer-logs")))
+    key = GroupKey("gloo", 4)
+
+    def run(spec, timeout=120):
+        results, _ = pool.run(key, {"kind": "layer", **spec}, timeout)
+        return results
+    yield run
+    pool.close_all()
+
+
+EXPECTED_COUNTS = {  # per forward / backward of the MLP block at tp > 1
+    ("manual", False): ({"all_reduce": 1}, {"all_reduce": 1}),
+    ("manual", True): ({"all_gather": 1, "reduce_scatter": 1}, {"all_gather": 1, "reduce_scatter": 1, "all_reduce": 1}),
+    ("dtensor", False): ({"all_reduce": 1}, {"all_reduce": 1}),
+    ("dtensor", True): ({"all_gather": 1, "reduce_scatter": 1}, {"all_gather": 1, "reduce_scatter": 1}),
+}
+
+
+@pytest.mark.parametrize("impl, sp", list(EXPECTED_COUNTS))
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_tp_block_equals_nn_linear_and_counts_collectives(ranks4, impl, sp, tp):
+    results = ranks4({"task": "tp_check", "tp": tp, "impl": impl, "sp": sp, "hidden": 16, "seq": 8, "batch": 2})
+    for r in results:
+        tol = 1e-5 * max(1.0, r["scale"])
+        assert r["out_err"] < tol and r["input_grad_err"] < tol
+        assert max(r["grad_err"].values()) < tol, r["grad_err"]
+        fwd, bwd = EXPECTED_COUNTS[(impl, sp)] if tp > 1 else ({}, {})
+        assert (r["fwd"], r["bwd"]) == (fwd, bwd)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved1f1b"])
+@pytest.mark.parametrize("pp", [2, 4])
+def test_pipeline_gradients_equal_single_process(ranks4, schedule, pp):
+    results = ranks4({"task": "pp_check", "tp": 1, "pp": pp, "schedule": schedule, "microbatches": 4,
+                      "hidden": 8, "seq": 4, "batch": 8})
+    v = pipeline.SCHEDULES[schedule][1]
+    assert sorted(s for r in results for s in r["stages"]) == sorted(list(range(pp * v)) * (4 // pp))
+    for r in results:
+        assert r["grad_err"] <= 1e-5 * max(1.0, r["grad_scale"])
+        assert r.get("loss_err", 0.0) < 1e-6
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("pp, m", [(2, 4), (2, 8), (4, 4), (4, 8)])
+def test_sleep_timed_bubble_matches_theory(ranks4, schedule, pp, m):
+    """Stages that sleep 80 ms forward and 80 ms backward: the measured bubble is the schedule's."""
+    results = ranks4({"task": "pp_bench", "model": "sleep", "fwd_s": 0.08, "bwd_s": 0.08, "tp": 1, "pp": pp,
+                      "schedule": schedule, "microbatches": m, "hidden": 4, "seq": 1, "batch": m, "layers": pp,
+                      "plan": {"warmup": 1, "rounds": 2, "iters": 1, "round_time_s": 0.01}})
+    from collectives.stats import median_seconds, per_rank_median_seconds
+    step = median_seconds([r["round_ns"] for r in results], 1)          # the slowest rank's step
+    compute = per_rank_median_seconds([r["compute_ns"] for r in results], 1)
+    measured = float((1 - m * compute / step).mean())
+    assert measured == pytest.approx(pipeline.bubble_theory(schedule, pp, m), abs=0.03)
