@@ -184,10 +184,10 @@ def _ints(text, name: str) -> list[int]:
 
 def _parse_layer_options(o: Options, getoption) -> None:
     """Layer-bench shapes and degrees; each constraint is checked here, before any rank starts."""
-    from layers import pipeline
+    from layers import schedules
     o.tp, o.pp = _ints(getoption("tp"), "tp"), _ints(getoption("pp"), "pp")
     o.microbatches = _ints(getoption("microbatches"), "microbatches")
-    o.schedules = _list(getoption("schedules"), list(pipeline.SCHEDULES), "schedules")
+    o.schedules = _list(getoption("schedules"), list(schedules.SCHEDULES), "schedules")
     o.hidden, o.seq = _int(getoption("hidden"), "hidden", 1), _int(getoption("seq"), "seq", 1)
     o.batch, o.layers = _int(getoption("batch"), "batch", 1), _int(getoption("layers"), "layers", 1)
     valid = [(t, p) for t in o.tp for p in o.pp if o.nproc % (t * p) == 0]
@@ -204,7 +204,7 @@ def _parse_layer_options(o: Options, getoption) -> None:
             raise OptionError(f"--batch {o.batch} does not split into {m} microbatches")
         for p in {p for _, p in valid if p > 1}:
             for schedule in o.schedules:
-                if err := pipeline.validate(schedule, p, m, o.layers):
+                if err := schedules.validate(schedule, p, m, o.layers):
                     raise OptionError(f"pp {p}: {err}")
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from collectives.sizes import format_size
 from harness.cases import Case, LayerCase
-from layers import pipeline
+from layers import schedules
 from layers.mesh import ParallelDims, tp_placement
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
@@ -120,7 +120,7 @@ class BenchSession:
                 "schedule": case.schedule, "microbatches": m, "layers": o.layers, "step_us": step_s * 1e6,
                 "tokens_per_s": o.seq * o.batch / step_s, "stage_compute_us_per_microbatch": [float(c) * 1e6 for c in compute],
                 "bubble_measured": sum(bubbles) / len(bubbles), "bubble_per_rank": bubbles,
-                "bubble_theory": pipeline.bubble_theory(case.schedule, case.pp, m),
+                "bubble_theory": schedules.bubble_theory(case.schedule, case.pp, m),
                 "stages_per_rank": [r["stages"] for r in results]})
         self.layer_rows.append(extra)
         self._append(extra)

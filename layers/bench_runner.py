@@ -11,6 +11,7 @@ from torch import nn
 
 from collectives.timing import Plan, measure
 from layers import pipeline
+from layers.schedules import SCHEDULES, stage_indices
 from layers.mesh import Axis, ParallelDims
 from layers.mesh import create_groups as _create_groups
 from layers.tp import MLP, ColumnParallelLinear, CommTimer, ParallelMLP, dtensor_mlp
@@ -154,7 +155,7 @@ def tp_bench(backend, spec) -> dict:
 
 def _model_layers(spec, dtype, device):
     """The full model every rank builds identically: MLP blocks, or sleep-timed layers for bubble tests."""
-    v = pipeline.SCHEDULES[spec["schedule"]][1]
+    v = SCHEDULES[spec["schedule"]][1]
     n = spec.get("layers") or spec["pp"] * v
     if spec.get("model") == "sleep":
         return [pipeline.SleepLayer(spec["hidden"], spec["fwd_s"], spec["bwd_s"]) for _ in range(n)]
@@ -163,13 +164,13 @@ def _model_layers(spec, dtype, device):
 
 def _pipeline(backend, spec):
     dims, groups, dtype, device = _setup(backend, spec)
-    pp, v = dims.pp, pipeline.SCHEDULES[spec["schedule"]][1]
+    pp, v = dims.pp, SCHEDULES[spec["schedule"]][1]
     pp_rank = dims.coords(backend.rank)[Axis.PP]
     layers = _model_layers(spec, dtype, device)
     reference = [nn.Sequential(*layers)]
     import copy
     local = {}
-    for idx in pipeline.stage_indices(spec["schedule"], pp_rank, pp):
+    for idx in stage_indices(spec["schedule"], pp_rank, pp):
         stage = copy.deepcopy(pipeline.split_layers(layers, pp * v, idx))
         if dims.tp > 1 and spec.get("model") != "sleep":
             stage = nn.Sequential(*[ParallelMLP(block, groups[Axis.TP]) for block in stage])
@@ -193,7 +194,7 @@ def pp_check(backend, spec) -> dict:
     dims, local, model, x, target, step, first, last = _pipeline(backend, spec)
     losses = step()
     pipeline.summed_mse(model(x), target).backward()
-    per = len(model) // (dims.pp * pipeline.SCHEDULES[spec["schedule"]][1])
+    per = len(model) // (dims.pp * SCHEDULES[spec["schedule"]][1])
     err, scale = 0.0, 0.0
     for idx, stage in local.items():
         for mine, ref in zip(stage, model[idx * per:(idx + 1) * per]):

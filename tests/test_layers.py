@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from harness.groups import GroupKey, GroupPool
-from layers import memory, pipeline
+from layers import memory, schedules
 from layers.mesh import Axis, MeshError, ParallelDims, tp_placement
 
 
@@ -80,17 +80,17 @@ def test_comm_buffers_are_two_per_communicator():
 
 # ---- pipeline arithmetic ----------------------------------------------------------------------
 def test_bubble_theory():
-    assert pipeline.bubble_theory("gpipe", 4, 8) == pytest.approx(3 / 11)
-    assert pipeline.bubble_theory("1f1b", 2, 4) == pytest.approx(1 / 5)
-    assert pipeline.bubble_theory("interleaved1f1b", 4, 8) == pytest.approx(3 / 19)
+    assert schedules.bubble_theory("gpipe", 4, 8) == pytest.approx(3 / 11)
+    assert schedules.bubble_theory("1f1b", 2, 4) == pytest.approx(1 / 5)
+    assert schedules.bubble_theory("interleaved1f1b", 4, 8) == pytest.approx(3 / 19)
 
 
 def test_schedule_constraints_name_the_values():
-    assert pipeline.validate("1f1b", 4, 8, 8) is None
-    assert "unknown schedule 'pipedream'" in pipeline.validate("pipedream", 2, 4, 8)
-    assert "needs at least pp = 4 microbatches, got 2" in pipeline.validate("1f1b", 4, 2, 8)
-    assert "6 layers do not split into pp x stages-per-rank = 4 x 2 = 8" in pipeline.validate("interleaved1f1b", 4, 4, 6)
-    assert pipeline.stage_indices("interleaved1f1b", 1, 4) == [1, 5] and pipeline.stage_indices("zbv", 1, 4) == [1, 6]
+    assert schedules.validate("1f1b", 4, 8, 8) is None
+    assert "unknown schedule 'pipedream'" in schedules.validate("pipedream", 2, 4, 8)
+    assert "needs at least pp = 4 microbatches, got 2" in schedules.validate("1f1b", 4, 2, 8)
+    assert "6 layers do not split into pp x stages-per-rank = 4 x 2 = 8" in schedules.validate("interleaved1f1b", 4, 4, 6)
+    assert schedules.stage_indices("interleaved1f1b", 1, 4) == [1, 5] and schedules.stage_indices("zbv", 1, 4) == [1, 6]
 
 
 # ---- real ranks (one gloo group of 4, shared by every test below) ------------------------------
@@ -131,7 +131,7 @@ def test_tp_block_equals_nn_linear_and_counts_collectives(ranks4, impl, sp, tp):
 def test_pipeline_gradients_equal_single_process(ranks4, schedule, pp):
     results = ranks4({"task": "pp_check", "tp": 1, "pp": pp, "schedule": schedule, "microbatches": 4,
                       "hidden": 8, "seq": 4, "batch": 8})
-    v = pipeline.SCHEDULES[schedule][1]
+    v = schedules.SCHEDULES[schedule][1]
     assert sorted(s for r in results for s in r["stages"]) == sorted(list(range(pp * v)) * (4 // pp))
     for r in results:
         assert r["grad_err"] <= 1e-5 * max(1.0, r["grad_scale"])
@@ -149,4 +149,4 @@ def test_sleep_timed_bubble_matches_theory(ranks4, schedule, pp, m):
     step = median_seconds([r["round_ns"] for r in results], 1)          # the slowest rank's step
     compute = per_rank_median_seconds([r["compute_ns"] for r in results], 1)
     measured = float((1 - m * compute / step).mean())
-    assert measured == pytest.approx(pipeline.bubble_theory(schedule, pp, m), abs=0.03)
+    assert measured == pytest.approx(schedules.bubble_theory(schedule, pp, m), abs=0.03)
