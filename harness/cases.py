@@ -2,7 +2,7 @@
 either a runnable spec and its worker-group key, or the reason it is skipped."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from collectives import algorithms
 from collectives.backends import dtypes as backend_dtypes, forms
@@ -30,12 +30,13 @@ class Case:
     env: dict = field(default_factory=dict)         # the algorithm setting this op sees
     group: GroupKey | None = None
     skip: str = ""
+    launch: int = 0
 
     @property
     def id(self) -> str:
         place = "ip" if self.inplace else "oop"
         red = f"-{self.redop}" if OPS[self.op].reduces else ""
-        return f"{self.backend}-{self.algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}"
+        return f"{self.backend}-{self.algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}{launch_suffix(self.launch)}"
 
     def spec(self, plan: dict) -> dict:
         return {"kind": "collective", "op": self.op, "dtype": self.dtype, "redop": self.redop,
@@ -68,7 +69,23 @@ def _inplace_choices(backend: str, op: str, modes: tuple[str, ...]) -> list[tupl
     return list(dict.fromkeys(out))
 
 
+def launch_suffix(launch: int) -> str:
+    return f"-L{launch}" if launch else ""
+
+
 def build(opts: Options) -> list[Case]:
+    """Every launch repeats the whole selection in its own groups, one launch after the other."""
+    cases = _build_launch(opts)
+    for launch in range(1, opts.repeat):
+        for case in _build_launch(opts):
+            case.launch = launch
+            if case.group is not None:
+                case.group = replace(case.group, launch=launch)
+            cases.append(case)
+    return cases
+
+
+def _build_launch(opts: Options) -> list[Case]:
     family = mpi_family() if "mpi" in opts.backends else "mpich"
     cases: list[Case] = []
     for backend in opts.backends:
@@ -120,6 +137,7 @@ class LayerCase:
     microbatches: int = 0
     group: GroupKey | None = None
     skip: str = ""
+    launch: int = 0
 
     @property
     def dp(self) -> int:
@@ -128,8 +146,10 @@ class LayerCase:
     @property
     def id(self) -> str:
         if self.task == "tp_bench":
-            return f"{self.backend}-linear-tp{self.tp}-{self.layer}{'-sp' if self.sp else ''}-{self.impl}"
-        return f"{self.backend}-pipeline-tp{self.tp}-pp{self.pp}-{self.schedule}-m{self.microbatches}"
+            name = f"{self.backend}-linear-tp{self.tp}-{self.layer}{'-sp' if self.sp else ''}-{self.impl}"
+        else:
+            name = f"{self.backend}-pipeline-tp{self.tp}-pp{self.pp}-{self.schedule}-m{self.microbatches}"
+        return name + launch_suffix(self.launch)
 
     def spec(self, opts: Options) -> dict:
         plan = {**opts.plan(), "warmup": max(1, min(opts.warmup, 2))}
@@ -143,6 +163,15 @@ class LayerCase:
 def build_layers(opts: Options) -> list[LayerCase]:
     """TP blocks for every tp; pipeline steps for every (tp, pp > 1), schedule and microbatch count.
     Pairs whose tp x pp does not divide the world size are listed as skipped with the reason."""
+    cases = _build_layer_launch(opts)
+    for launch in range(1, opts.repeat):
+        for case in _build_layer_launch(opts):
+            case.launch, case.group = launch, replace(case.group, launch=launch)
+            cases.append(case)
+    return cases
+
+
+def _build_layer_launch(opts: Options) -> list[LayerCase]:
     out: list[LayerCase] = []
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)

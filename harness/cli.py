@@ -1,23 +1,22 @@
-"""``hccl-bench``: commands around result files (the sweeps themselves run under pytest)."""
+"""``hccl-bench``: everything around result files (the sweeps themselves run under pytest).
+
+Exit status: 0 ok (compare: no confirmed regression), 1 compare found a confirmed regression,
+2 unusable input (unreadable file, mismatched setups without --force, bad arguments).
+"""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
+from pathlib import Path
 
-from harness import provenance
+from harness import baselines, provenance
 from layers import memory
-from reports import table
+from reports import summary, table
+from reports.cells import ResultError, load
 
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
-
-
-def _load(path: str) -> dict:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise SystemExit(_fail(f"cannot read result file {path}: {exc}"))
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _fail(message: str) -> int:
@@ -41,12 +40,87 @@ def _memory(args) -> int:
     return EXIT_OK
 
 
+def _compare(args) -> int:
+    base, cand = load(args.base), load(args.cand)
+    cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
+    t0 = time.perf_counter()
+    from reports.compare import compare
+    cmp = compare(base, cand, calibration=cal, min_effect=args.min_effect)
+    if cmp.mismatch and not args.force:
+        return _fail("setups differ, refusing to compare (--force to compare anyway): " + "; ".join(cmp.mismatch))
+    if not cmp.cells:
+        return _fail("the two files share no cells (backend, algo, op, dtype, size, in-place, nranks)")
+    print(summary.text(cmp))
+    print(f"# compared {len(cmp.cells)} cells in {time.perf_counter() - t0:.2f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary.as_json(cmp), indent=1))
+    if args.markdown:
+        Path(args.markdown).write_text(summary.markdown(cmp) + "\n")
+    return EXIT_REGRESSION if cmp.regressed else EXIT_OK
+
+
+def _report(args) -> int:
+    from reports.render import render
+    runs = [load(r) for r in args.runs]
+    out = render(runs, Path(args.output))
+    print(f"# report: {out['html']} ({out['figures']} figures), summary: {out['markdown']}")
+    return EXIT_OK
+
+
+def _import(args) -> int:
+    from reports.importers import import_file
+    data = import_file(args.file, args.op, args.nranks, args.dtype)
+    out = Path(args.output or Path(args.file).with_suffix(".hccl-bench.json"))
+    out.write_text(json.dumps(data, indent=1))
+    info = data["benchmarks"][0]["extra_info"]
+    print(f"# imported {len(data['benchmarks'])} cells ({data['hccl_bench']['format']}, {info['op']}, "
+          f"{info['nranks']} ranks) -> {out}")
+    return EXIT_OK
+
+
+def _baseline(args) -> int:
+    if args.action == "save":
+        path = baselines.save(args.result, args.name)
+        print(f"# saved baseline {args.name}: {path}")
+    elif args.action == "list":
+        for e in baselines.entries():
+            print(f"{e['platform']:40} {e['name']:24} {e['saved']}  cells={e['cells']}  cann={e.get('cann')}  mpi={e.get('mpi_library')}")
+    else:
+        print(json.dumps(baselines.find(args.name), indent=1))
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hccl-bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hccl-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("provenance", help="print this machine's versions and relevant environment as JSON")
     show = sub.add_parser("table", help="print the nccl-tests-style table of a results.json")
     show.add_argument("result")
+    cmp = sub.add_parser("compare", help="baseline vs candidate: verdict per cell, regressions as size ranges")
+    cmp.add_argument("base")
+    cmp.add_argument("cand")
+    cmp.add_argument("--calibration", help="A/A calibration JSON (hccl-bench calibrate) raising the minimum effect per size band")
+    cmp.add_argument("--min-effect", type=float, default=0.05, help="smallest change worth a verdict (default 0.05 = 5%%)")
+    cmp.add_argument("--force", action="store_true", help="compare even if rank counts, hosts or backends differ")
+    cmp.add_argument("--json", help="write the verdicts as JSON")
+    cmp.add_argument("--markdown", help="write a Markdown summary (for CI comments)")
+    cal = sub.add_parser("calibrate", help="A/A: noise per size band between two runs of the same stack")
+    cal.add_argument("a")
+    cal.add_argument("b")
+    cal.add_argument("-o", "--output", help="write the calibration JSON here")
+    rep = sub.add_parser("report", help="HTML page and Markdown summary for one or more runs (oldest first)")
+    rep.add_argument("runs", nargs="+")
+    rep.add_argument("-o", "--output", required=True)
+    imp = sub.add_parser("import", help="nccl-tests (text or -J JSON) or hccl_test output -> result schema")
+    imp.add_argument("file")
+    imp.add_argument("-o", "--output")
+    imp.add_argument("--op", help="the collective, when the log does not name it")
+    imp.add_argument("--nranks", type=int, help="rank count, when the log does not show it")
+    imp.add_argument("--dtype", help="data type, when the log does not show it (hccl_test)")
+    base = sub.add_parser("baseline", help="stored reference results: save, list, show")
+    base.add_argument("action", choices=["save", "list", "show"])
+    base.add_argument("result", nargs="?")
+    base.add_argument("--name")
     mem = sub.add_parser("memory", help="per-rank memory estimate for a model shape and tp/pp/dp")
     mem.add_argument("--params", type=float, required=True, help="parameter count, e.g. 100e9")
     for name, default in (("tp", 1), ("pp", 1), ("dp", 1), ("zero", 0), ("layers", 0), ("hidden", 0), ("heads", 0),
@@ -57,15 +131,33 @@ def main(argv: list[str] | None = None) -> int:
     mem.add_argument("--recompute", default="none", choices=list(memory.RECOMPUTE))
     mem.add_argument("--hccl-buffsize", type=float, default=200.0, help="HCCL_BUFFSIZE in MB (default 200)")
     args = parser.parse_args(argv)
-    if args.command == "provenance":
-        print(json.dumps(provenance.collect(), indent=1))
-        return EXIT_OK
-    if args.command == "memory":
-        return _memory(args)
-    data = _load(args.result)
-    rows = [b["extra_info"] for b in data.get("benchmarks", []) if "busbw_gbps" in b.get("extra_info", {})]
-    print(table.render(rows))
-    return EXIT_OK
+    try:
+        if args.command == "provenance":
+            print(json.dumps(provenance.collect(), indent=1))
+            return EXIT_OK
+        if args.command == "memory":
+            return _memory(args)
+        if args.command == "table":
+            run = load(args.result)
+            print(table.render([c.info for c in run.cells.values() if c.kind == "collective"]))
+            return EXIT_OK
+        if args.command == "compare":
+            return _compare(args)
+        if args.command == "calibrate":
+            result = summary.calibrate(load(args.a), load(args.b))
+            print(summary.calibration_text(result))
+            if args.output:
+                Path(args.output).write_text(json.dumps(result, indent=1))
+            return EXIT_OK
+        if args.command == "report":
+            return _report(args)
+        if args.command == "import":
+            return _import(args)
+        if args.action in ("save", "show") and not (args.name and (args.result or args.action == "show")):
+            return _fail("baseline save RESULT --name NAME; baseline show --name NAME")
+        return _baseline(args)
+    except (ResultError, OSError, ValueError) as exc:
+        return _fail(str(exc).splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ class GroupKey:
     nproc: int
     env: tuple[tuple[str, str], ...] = ()
     launcher: str = ""
+    launch: int = 0              # --repeat: each launch gets fresh groups (the statistical sample)
 
 
 def _die_with_parent() -> None:

@@ -42,6 +42,8 @@ class Options:
     rounds: int = 20
     round_time_s: float = 0.02
     timeout_s: float = 300.0
+    repeat: int = 1
+    baseline: str = ""
     results: str = "results"
     driver_host: str = "127.0.0.1"
     # layer benches
@@ -77,6 +79,9 @@ def add_options(parser) -> None:
     g.addoption("--round-time", default="0.02", help="target seconds per round when choosing iterations")
     g.addoption("--timeout", default="300", help="seconds before a case counts as hung")
     g.addoption("--results", default="results", help="folder for results/<timestamp>/")
+    g.addoption("--repeat", default="1", help="run the whole selection N times, each launch in fresh worker groups")
+    g.addoption("--baseline", default="", help="compare with a stored result at the end: PATH or 'auto' "
+                                               "(the latest baseline saved for this platform)")
     g.addoption("--driver-host", default="127.0.0.1", help="address ranks use to reach the driver")
     g.addoption("--tp", default="1,2", help="tensor-parallel degrees for the layer benches (dp = nproc / (tp x pp))")
     g.addoption("--pp", default="1,2", help="pipeline-parallel degrees for the layer benches")
@@ -170,6 +175,8 @@ def parse(getoption) -> Options:
         o.round_time_s = 0.002
     o.timeout_s = _float(getoption("timeout"), "timeout")
     o.results = str(getoption("results"))
+    o.repeat = _int(getoption("repeat"), "repeat", 1)
+    o.baseline = str(getoption("baseline") or "")
     o.driver_host = str(getoption("driver_host"))
     _parse_layer_options(o, getoption)
     return o

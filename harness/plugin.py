@@ -6,6 +6,7 @@ import json
 import pytest
 
 from harness import cases as cases_mod
+from harness.groups import GroupKey
 from harness.options import OptionError, add_options, parse
 from harness.session import BenchSession
 from reports import table
@@ -60,7 +61,10 @@ def _group_of(item):
         if case is not None:
             return case.group
     oc = callspec.params.get("overhead_case")
-    return ("overhead", oc[0]) if oc else None
+    if oc:
+        opts = item.config.stash[_SESSION].opts
+        return GroupKey(oc[0], opts.nproc, (), opts.launcher)
+    return None
 
 
 def pytest_collection_modifyitems(session, config, items):

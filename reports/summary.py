@@ -1,0 +1,110 @@
+"""Comparisons and calibrations as text people read: terminal, Markdown for CI comments, JSON."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from collectives.sizes import format_size
+from reports.compare import BANDS, Comparison, band_of, compare, size_ranges
+from reports.cells import Run
+
+MARKDOWN_LIMIT = 60_000   # GitHub comments stop at 65,536 characters
+
+
+def series_label(series: tuple) -> str:
+    if series and series[0] in ("linear", "pipeline"):
+        bench, backend, tp, pp, dp, layer, sp, impl, schedule, m = series
+        what = f"{layer}{'+sp' if sp else ''} {impl}" if bench == "linear" else f"{schedule} m={m}"
+        return f"{bench} {backend} tp={tp} pp={pp} dp={dp} {what}"
+    backend, algo, op, dtype, redop, inplace, nranks = series
+    red = f" {redop}" if redop not in (None, "none") else ""
+    return f"{op} {dtype}{red} {nranks} ranks {backend}/{algo}{' in-place' if inplace else ''}"
+
+
+def effect_text(series: tuple, ratio: float, low: float, high: float) -> str:
+    """Collectives speak busbw (higher is better, busbw ~ 1/time); layers speak time."""
+    if series and series[0] in ("linear", "pipeline"):
+        return f"time {ratio - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}]"
+    return f"busbw {1 / ratio - 1:+.1%} [{1 / high - 1:+.1%}, {1 / low - 1:+.1%}]"
+
+
+def range_lines(cmp: Comparison, verdict: str) -> list[str]:
+    lines = []
+    for r in size_ranges(cmp, verdict):
+        sizes = format_size(r["first"]) if r["first"] == r["last"] else f"{format_size(r['first'])}-{format_size(r['last'])}"
+        sizes = "" if r["first"] == 0 else f" {sizes}"
+        weak = " (round-level samples: weaker)" if r["samples"] == "rounds" else ""
+        lines.append(f"{series_label(r['series'])}{sizes}: {effect_text(r['series'], r['ratio'], r['low'], r['high'])}{weak}")
+    return lines
+
+
+def text(cmp: Comparison) -> str:
+    counts = Counter(c.verdict for c in cmp.cells)
+    kinds = Counter(c.samples for c in cmp.cells)
+    out = [f"# compare {cmp.base} -> {cmp.cand}",
+           f"# {len(cmp.cells)} cells: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
+                                                    ("regression", "improvement", "no change", "inconclusive")),
+           f"# samples: {kinds.get('launches', 0)} cells by launch, {kinds.get('rounds', 0)} by round"
+           + (" (round-level verdicts are weaker: run --repeat 3 or more on both sides)" if kinds.get("rounds") else ""),
+           "# effect: Hodges-Lehmann ratio of times with its 95% CI; BH-adjusted across the sweep"]
+    for label, verdict in (("REGRESSIONS", "regression"), ("improvements", "improvement")):
+        lines = range_lines(cmp, verdict)
+        if lines:
+            out += [f"{label}:"] + [f"  {line}" for line in lines]
+    isolated = [c for c in cmp.cells if c.note.startswith("isolated")]
+    if isolated:
+        out.append(f"# {len(isolated)} isolated cells left inconclusive (no neighbouring size agreed)")
+    if cmp.only_base or cmp.only_cand:
+        out.append(f"# unmatched cells: {len(cmp.only_base)} only in baseline, {len(cmp.only_cand)} only in candidate")
+    return "\n".join(out)
+
+
+def markdown(cmp: Comparison) -> str:
+    counts = Counter(c.verdict for c in cmp.cells)
+    head = [f"### hccl-bench: {'regression' if cmp.regressed else 'no confirmed regression'}", "",
+            "| verdict | cells |", "|---|---|"] + [f"| {v} | {counts.get(v, 0)} |" for v in
+                                                   ("regression", "improvement", "no change", "inconclusive")]
+    body = []
+    for label, verdict in (("Regressions", "regression"), ("Improvements", "improvement")):
+        lines = range_lines(cmp, verdict)
+        if lines:
+            body += ["", f"**{label}**", ""] + [f"- {line}" for line in lines]
+    text_ = "\n".join(head + body)
+    if len(text_) > MARKDOWN_LIMIT:
+        text_ = text_[:MARKDOWN_LIMIT].rsplit("\n", 1)[0] + "\n- … (truncated; see the HTML report)"
+    return text_
+
+
+def as_json(cmp: Comparison) -> dict:
+    return {"base": cmp.base, "cand": cmp.cand, "regressed": cmp.regressed, "mismatch": cmp.mismatch,
+            "regressions": range_lines(cmp, "regression"), "improvements": range_lines(cmp, "improvement"),
+            "cells": [{"series": list(c.series), "size": c.size, "ratio": c.ratio, "low": c.low, "high": c.high,
+                       "p": c.p, "q": c.q, "samples": c.samples, "verdict": c.verdict, "note": c.note,
+                       "min_effect": c.min_effect} for c in cmp.cells]}
+
+
+def calibrate(a: Run, b: Run) -> dict:
+    """A/A: how far two runs of the same stack drift, per size band, and the effect it takes to
+    stand out (the 95th percentile of |log ratio|, at least the median CI half-width)."""
+    cmp = compare(a, b, min_effect=0.0)
+    bands = {}
+    for name, _ in BANDS:
+        cells = [c for c in cmp.cells if band_of(c.size) == name]
+        if not cells:
+            continue
+        drift = np.abs(np.log([c.ratio for c in cells]))
+        half = np.log([c.high for c in cells]) - np.log([c.low for c in cells])
+        noise = float(np.percentile(drift, 95))
+        bands[name] = {"cells": len(cells), "noise": float(np.exp(noise) - 1),
+                       "median_ci_half_width": float(np.exp(np.median(half) / 2) - 1),
+                       "min_effect": float(np.exp(max(noise, np.median(half) / 2)) - 1)}
+    return {"a": a.path, "b": b.path, "bands": bands,
+            "method": "A/A: 95th percentile of |log HL ratio| per size band, at least the median CI half-width"}
+
+
+def calibration_text(cal: dict) -> str:
+    out = [f"# A/A calibration {cal['a']} vs {cal['b']}", f"#{'band':>20} {'cells':>6} {'noise':>8} {'CI half':>8} {'min effect':>11}"]
+    for name, b in cal["bands"].items():
+        out.append(f" {name:>20} {b['cells']:>6} {b['noise']:>8.1%} {b['median_ci_half_width']:>8.1%} {b['min_effect']:>11.1%}")
+    return "\n".join(out)
