@@ -177,6 +177,8 @@ def parse(getoption) -> Options:
     o.results = str(getoption("results"))
     o.repeat = _int(getoption("repeat"), "repeat", 1)
     o.baseline = str(getoption("baseline") or "")
+    if o.baseline not in ("", "auto") and not os.path.exists(o.baseline):
+        raise OptionError(f"--baseline {o.baseline!r} does not exist: give a results.json (or its folder) or 'auto'")
     o.driver_host = str(getoption("driver_host"))
     _parse_layer_options(o, getoption)
     return o

@@ -125,6 +125,29 @@ def pytest_sessionfinish(session, exitstatus):
     bench.run_dir.mkdir(parents=True, exist_ok=True)
     (bench.run_dir / "results.json").write_text(json.dumps(output, indent=1, default=str))
     (bench.run_dir / "table.txt").write_text(table.render(bench.rows) + "\n\n" + table.render_layers(bench.layer_rows) + "\n")
+    if bench.opts.baseline:
+        bench.verdict = _compare_with_baseline(bench)
+        if bench.verdict["fail"]:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _compare_with_baseline(bench: BenchSession) -> dict:
+    """--baseline: compare this run with a stored one; a confirmed regression fails the session."""
+    from harness import baselines
+    from reports import summary
+    from reports.cells import ResultError, load
+    from reports.compare import compare
+    result = str(bench.run_dir / "results.json")
+    try:
+        base = baselines.auto(result) if bench.opts.baseline == "auto" else bench.opts.baseline
+        cmp = compare(load(base), load(result))
+    except ResultError as exc:
+        return {"text": f"# baseline comparison impossible: {exc}", "fail": True}
+    if cmp.mismatch:
+        return {"text": "# baseline refused, setups differ: " + "; ".join(cmp.mismatch), "fail": True}
+    (bench.run_dir / "compare.md").write_text(summary.markdown(cmp) + "\n")
+    (bench.run_dir / "compare.json").write_text(json.dumps(summary.as_json(cmp), indent=1))
+    return {"text": summary.text(cmp), "fail": cmp.regressed}
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -147,3 +170,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if bench.skipped:
         tr.write_line(f"\n# {len(bench.skipped)} cases skipped (reasons in results.json; -rs lists them)")
     tr.write_line(f"# results: {bench.run_dir / 'results.json'}")
+    if bench.verdict:
+        tr.write_line("")
+        for line in bench.verdict["text"].splitlines():
+            tr.write_line(line)

@@ -31,6 +31,7 @@ class BenchSession:
         self.skipped: list[dict] = []
         self.failures: list[dict] = []
         self.groups: dict[str, dict] = {}   # hosts/devices/versions per group, from the ranks
+        self.verdict: dict | None = None    # --baseline comparison, filled at session end
 
     def _run(self, key: GroupKey, spec: dict, label: dict) -> tuple[list[dict], dict]:
         try:

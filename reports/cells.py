@@ -58,7 +58,7 @@ def load(path: str | Path) -> Run:
     for bench in data["benchmarks"]:
         info = bench.get("extra_info") or {}
         times = (bench.get("stats") or {}).get("data") or []
-        if "op" in info and "bytes" in info:
+        if "op" in info and "bytes" in info and "algo" in info:
             series, size = tuple(info.get(k) for k in COLLECTIVE_KEY), int(info["bytes"])
         elif info.get("bench") in ("linear", "pipeline"):
             series, size = tuple(info.get(k) for k in LAYER_KEY), 0

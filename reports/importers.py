@@ -31,10 +31,11 @@ _RANK_LINE = re.compile(r"^#\s+Rank\s+\d+\s")
 
 def _entry(tool: str, op: str, dtype: str, redop: str, inplace: bool, nbytes: int, count: int, nranks: int,
            times_us: list[float], wrong, extra: dict) -> dict:
-    t = sorted(times_us)[len(times_us) // 2] * 1e-6
+    t_us = sorted(times_us)[len(times_us) // 2]
+    t = t_us * 1e-6
     algbw, busbw = bandwidths(op, nbytes, t, nranks)
     info = {"backend": tool, "algo": "default", "op": op, "dtype": dtype, "redop": redop, "inplace": inplace,
-            "nranks": nranks, "bytes": nbytes, "count": count, "time_us": t * 1e6, "algbw_gbps": algbw,
+            "nranks": nranks, "bytes": nbytes, "count": count, "time_us": t_us, "algbw_gbps": algbw,
             "busbw_gbps": busbw, "wrong": wrong, "launch": 0, **extra}
     data = [x * 1e-6 for x in times_us]
     name = f"import[{tool}-{op}-{dtype}-{nbytes}B-{'ip' if inplace else 'oop'}]"

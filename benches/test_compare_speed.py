@@ -1,0 +1,41 @@
+"""How long comparing two 10,000-cell result files takes (load both, statistics, verdicts, summary).
+Target: under 10 s. pytest-benchmark's table prints the time; extra_info holds the cell count."""
+import json
+
+import numpy as np
+
+from reports import summary
+from reports.cells import load
+from reports.compare import compare
+
+CELLS = 10_000
+ROUNDS = 20
+
+
+def _write(path, seed, sizes, series):
+    rng = np.random.default_rng(seed)
+    benches = []
+    for s in range(series):
+        for size in sizes:
+            info = {"backend": "mpi", "algo": f"algo{s // 7}", "op": ["all_reduce", "all_gather", "reduce_scatter",
+                    "all_to_all", "broadcast", "reduce", "sendrecv"][s % 7], "dtype": "float32", "redop": "sum",
+                    "inplace": False, "nranks": 8, "bytes": int(size), "launch": 0}
+            data = ((5e-6 + size / 1e10) * np.exp(rng.normal(0, 0.03, ROUNDS))).tolist()
+            benches.append({"name": f"c{s}-{size}", "extra_info": info, "stats": {"data": data}})
+    path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": {"groups": {}}}))
+
+
+def test_compare_10000_cells(tmp_path, benchmark):
+    sizes = [8 << i for i in range(25)]                 # 8 B .. 128 MiB
+    series = CELLS // len(sizes)
+    _write(tmp_path / "a.json", 1, sizes, series)
+    _write(tmp_path / "b.json", 2, sizes, series)
+
+    def run():
+        cmp = compare(load(tmp_path / "a.json"), load(tmp_path / "b.json"))
+        summary.text(cmp)
+        return cmp
+
+    cmp = benchmark.pedantic(run, rounds=1, iterations=1)
+    benchmark.extra_info.update({"cells": len(cmp.cells), "target_s": 10.0})
+    assert len(cmp.cells) == series * len(sizes) == CELLS and not cmp.regressed

@@ -1,0 +1,93 @@
+"""Comparison statistics on result files with known truth: A/A, an injected slowdown over a size
+range, an isolated blip, launch- vs round-level samples, mismatched setups, calibration."""
+import json
+
+import numpy as np
+import pytest
+
+from reports import summary
+from reports.cells import load
+from reports.compare import compare, size_ranges
+
+SIZES = [4 << (2 * i) for i in range(11)]          # 4 B .. 4 MiB, like --sizes 4:4M:4
+
+
+def write_run(path, seed, slowdown=lambda op, size: 1.0, launches=1, rounds=20, nranks=2, noise=0.03):
+    """A result file shaped like a real run: per-round per-op times with lognormal noise."""
+    rng = np.random.default_rng(seed)
+    benches = []
+    for op in ("all_reduce", "all_gather", "broadcast"):
+        for size in SIZES:
+            base = 5e-6 + size / 2e9
+            for launch in range(launches):
+                shift = rng.normal(0, noise / 3)            # launch-to-launch drift
+                data = list(base * slowdown(op, size) * np.exp(shift + rng.normal(0, noise, rounds)))
+                info = {"backend": "mpi", "algo": "default", "op": op, "dtype": "float32", "redop": "sum",
+                        "inplace": False, "nranks": nranks, "bytes": size, "count": size // 4, "launch": launch,
+                        "time_us": float(np.median(data)) * 1e6}
+                benches.append({"name": f"{op}-{size}-L{launch}", "extra_info": info, "stats": {"data": data}})
+    meta = {"groups": {"g": {"hosts": {"h": nranks}, "devices": ["cpu"]}}, "provenance": {}}
+    path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": meta}))
+    return str(path)
+
+
+def test_a_a_flags_nothing(tmp_path):
+    cmp = compare(load(write_run(tmp_path / "a.json", 1)), load(write_run(tmp_path / "b.json", 2)))
+    assert len(cmp.cells) == 33 and not cmp.regressed and cmp.by_verdict("improvement") == []
+
+
+def test_slowdown_is_flagged_exactly_on_its_size_range(tmp_path):
+    slow = lambda op, size: 1.25 if op == "all_reduce" and (64 << 10) <= size <= (1 << 20) else 1.0  # noqa: E731
+    cmp = compare(load(write_run(tmp_path / "a.json", 1)), load(write_run(tmp_path / "c.json", 2, slow)))
+    ranges = size_ranges(cmp)
+    assert [(r["series"][2], r["first"], r["last"]) for r in ranges] == [("all_reduce", 64 << 10, 1 << 20)]
+    assert ranges[0]["low"] < 1.25 < ranges[0]["high"] * 1.05
+    line = summary.range_lines(cmp, "regression")[0]
+    assert line.startswith("all_reduce float32 sum 2 ranks mpi/default 64KiB-1MiB: busbw -2")
+
+
+def test_an_isolated_blip_stays_inconclusive(tmp_path):
+    blip = lambda op, size: 1.3 if op == "broadcast" and size == (16 << 10) else 1.0  # noqa: E731
+    cmp = compare(load(write_run(tmp_path / "a.json", 1)), load(write_run(tmp_path / "c.json", 2, blip)))
+    assert not cmp.regressed
+    cell = next(c for c in cmp.cells if c.series[2] == "broadcast" and c.size == 16 << 10)
+    assert cell.verdict == "inconclusive" and cell.note.startswith("isolated regression")
+
+
+def test_launches_are_the_sample_when_both_sides_have_several(tmp_path):
+    a = load(write_run(tmp_path / "a.json", 1, launches=3))
+    b = load(write_run(tmp_path / "b.json", 2, launches=3))
+    assert {c.samples for c in compare(a, b).cells} == {"launches"}
+    one = load(write_run(tmp_path / "c.json", 3))
+    assert {c.samples for c in compare(a, one).cells} == {"rounds"}
+    assert "weaker" in summary.text(compare(a, one))
+
+
+def test_mismatched_setups_are_named(tmp_path):
+    cmp = compare(load(write_run(tmp_path / "a.json", 1)), load(write_run(tmp_path / "b.json", 2, nranks=4)))
+    assert cmp.cells == [] and any(m.startswith("nranks: baseline [2] vs candidate [4]") for m in cmp.mismatch)
+
+
+def test_calibration_raises_the_minimum_effect(tmp_path):
+    noisy_a = load(write_run(tmp_path / "a.json", 1, noise=0.15))
+    noisy_b = load(write_run(tmp_path / "b.json", 2, noise=0.15))
+    cal = summary.calibrate(noisy_a, noisy_b)
+    assert set(cal["bands"]) == {"small (<= 8 KiB)", "medium (<= 1 MiB)", "large (> 1 MiB)"}
+    assert all(b["min_effect"] > 0.05 for b in cal["bands"].values())
+    # a 7% slowdown: real for a quiet machine (default 5% minimum), below what this noisy one can resolve
+    slow = lambda op, size: 1.07 if op == "all_reduce" else 1.0  # noqa: E731
+    base, cand = load(write_run(tmp_path / "q1.json", 4)), load(write_run(tmp_path / "q2.json", 5, slow))
+    assert compare(base, cand).regressed
+    calibrated = compare(base, cand, calibration=cal)
+    assert not calibrated.regressed
+    assert {round(c.min_effect, 6) for c in calibrated.cells} == {round(b["min_effect"], 6) for b in cal["bands"].values()}
+
+
+@pytest.mark.parametrize("count", [0, 1])
+def test_markdown_fits_a_ci_comment(tmp_path, count):
+    slow = lambda op, size: 1.5  # noqa: E731
+    same = lambda op, size: 1.0  # noqa: E731
+    cmp = compare(load(write_run(tmp_path / "a.json", 1)), load(write_run(tmp_path / "c.json", 2, slow if count else same)))
+    md = summary.markdown(cmp)
+    assert len(md) <= summary.MARKDOWN_LIMIT and md.startswith("### hccl-bench")
+    assert ("**Regressions**" in md) == bool(count)

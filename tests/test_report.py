@@ -1,0 +1,45 @@
+"""The report: a self-contained page whose figures decode, escaped text, a short Markdown summary,
+and stored baselines."""
+import base64
+import io
+import json
+import re
+
+import matplotlib.image
+
+from harness import baselines
+from reports.cells import load
+from reports.render import render
+from tests.test_compare import write_run
+
+
+def test_report_is_self_contained_with_real_figures(tmp_path):
+    runs = []
+    for i, slow in enumerate((1.0, 1.0, 1.3)):
+        path = write_run(tmp_path / f"r{i}.json", i, lambda op, size, s=slow: s if op == "all_reduce" else 1.0)
+        data = json.loads(open(path).read())
+        data["hccl_bench"]["provenance"] = {"cann": {"cann": f"8.{i}.RC1"}, "env": {"HCCL_BUFFSIZE": f"<script>x{i}</script>"}}
+        open(path, "w").write(json.dumps(data))
+        runs.append(load(path))
+    out = render(runs, tmp_path / "report")
+    html = open(out["html"]).read()
+    assert "<script>x" not in html and "&lt;script&gt;x2&lt;/script&gt;" in html    # escaped
+    assert not re.search(r'(src|href)="(https?:)?//', html)                         # nothing fetched from outside
+    pngs = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(pngs) == out["figures"] >= 6
+    for png in pngs:
+        assert matplotlib.image.imread(io.BytesIO(base64.b64decode(png)), format="png").shape[0] > 100
+    assert "8.0.RC1" in html and "8.2.RC1" in html and "cann.cann" in html           # provenance diff
+    assert "alpha (us)" in html and "half peak at" in html
+    md = open(out["markdown"]).read()
+    assert out["regressed"] and "**Regressions**" in md and len(md) < 60_000
+
+
+def test_baselines_save_list_find_and_auto(tmp_path):
+    result = write_run(tmp_path / "r.json", 1)
+    root = tmp_path / "baselines"
+    saved = baselines.save(result, "cann-8.0.RC3", root)
+    assert saved.parent.name == "cpu-1x2-mpi" and (saved / "results.json").exists()
+    assert [e["name"] for e in baselines.entries(root)] == ["cann-8.0.RC3"]
+    assert baselines.find("cann-8.0.RC3", root)["cells"] == 33
+    assert baselines.auto(result, root) == str(saved / "results.json")
