@@ -31,12 +31,13 @@ class Case:
     group: GroupKey | None = None
     skip: str = ""
     launch: int = 0
+    side: str = ""                  # --ab-env: "A" or "B"
 
     @property
     def id(self) -> str:
         place = "ip" if self.inplace else "oop"
         red = f"-{self.redop}" if OPS[self.op].reduces else ""
-        return f"{self.backend}-{self.algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}{launch_suffix(self.launch)}"
+        return f"{self.backend}-{self.algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}{launch_suffix(self.launch, self.side)}"
 
     def spec(self, plan: dict) -> dict:
         return {"kind": "collective", "op": self.op, "dtype": self.dtype, "redop": self.redop,
@@ -69,20 +70,31 @@ def _inplace_choices(backend: str, op: str, modes: tuple[str, ...]) -> list[tupl
     return list(dict.fromkeys(out))
 
 
-def launch_suffix(launch: int) -> str:
-    return f"-L{launch}" if launch else ""
+def launch_suffix(launch: int, side: str = "") -> str:
+    return (f"-L{launch}" if launch else "") + (f"-{side}" if side else "")
+
+
+def launches(opts: Options, build_one) -> list:
+    """Every launch repeats the whole selection in fresh groups, one launch after the other; with
+    --ab-env each launch runs side A (the environment as it is) then side B (plus --ab-env), so
+    drift of the machine hits both sides alike."""
+    sides = ("A", "B") if opts.ab_env else ("",)
+    cases = []
+    for launch in range(opts.repeat):
+        for side in sides:
+            for case in build_one(opts):
+                case.launch, case.side = launch, side
+                if case.group is not None:
+                    env = dict(case.group.env)
+                    if side == "B":
+                        env.update(opts.ab_env)
+                    case.group = replace(case.group, launch=launch, env=tuple(sorted(env.items())))
+                cases.append(case)
+    return cases
 
 
 def build(opts: Options) -> list[Case]:
-    """Every launch repeats the whole selection in its own groups, one launch after the other."""
-    cases = _build_launch(opts)
-    for launch in range(1, opts.repeat):
-        for case in _build_launch(opts):
-            case.launch = launch
-            if case.group is not None:
-                case.group = replace(case.group, launch=launch)
-            cases.append(case)
-    return cases
+    return launches(opts, _build_launch)
 
 
 def _build_launch(opts: Options) -> list[Case]:
@@ -138,6 +150,7 @@ class LayerCase:
     group: GroupKey | None = None
     skip: str = ""
     launch: int = 0
+    side: str = ""                  # --ab-env: "A" or "B"
 
     @property
     def dp(self) -> int:
@@ -149,7 +162,7 @@ class LayerCase:
             name = f"{self.backend}-linear-tp{self.tp}-{self.layer}{'-sp' if self.sp else ''}-{self.impl}"
         else:
             name = f"{self.backend}-pipeline-tp{self.tp}-pp{self.pp}-{self.schedule}-m{self.microbatches}"
-        return name + launch_suffix(self.launch)
+        return name + launch_suffix(self.launch, self.side)
 
     def spec(self, opts: Options) -> dict:
         plan = {**opts.plan(), "warmup": max(1, min(opts.warmup, 2))}
@@ -163,12 +176,7 @@ class LayerCase:
 def build_layers(opts: Options) -> list[LayerCase]:
     """TP blocks for every tp; pipeline steps for every (tp, pp > 1), schedule and microbatch count.
     Pairs whose tp x pp does not divide the world size are listed as skipped with the reason."""
-    cases = _build_layer_launch(opts)
-    for launch in range(1, opts.repeat):
-        for case in _build_layer_launch(opts):
-            case.launch, case.group = launch, replace(case.group, launch=launch)
-            cases.append(case)
-    return cases
+    return launches(opts, _build_layer_launch)
 
 
 def _build_layer_launch(opts: Options) -> list[LayerCase]:

@@ -41,7 +41,12 @@ def _memory(args) -> int:
 
 
 def _compare(args) -> int:
-    base, cand = load(args.base), load(args.cand)
+    if args.ab:  # one interleaved --ab-env run: side A is the baseline, side B the candidate
+        base, cand = load(args.base, side="A"), load(args.base, side="B")
+    elif args.cand:
+        base, cand = load(args.base), load(args.cand)
+    else:
+        return _fail("compare needs BASE and CAND, or one interleaved run with --ab")
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     t0 = time.perf_counter()
     from reports.compare import compare
@@ -98,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("result")
     cmp = sub.add_parser("compare", help="baseline vs candidate: verdict per cell, regressions as size ranges")
     cmp.add_argument("base")
-    cmp.add_argument("cand")
+    cmp.add_argument("cand", nargs="?")
+    cmp.add_argument("--ab", action="store_true", help="BASE is one run made with --ab-env: compare its side A with side B")
     cmp.add_argument("--calibration", help="A/A calibration JSON (hccl-bench calibrate) raising the minimum effect per size band")
     cmp.add_argument("--min-effect", type=float, default=0.05, help="smallest change worth a verdict (default 0.05 = 5%%)")
     cmp.add_argument("--force", action="store_true", help="compare even if rank counts, hosts or backends differ")

@@ -44,6 +44,7 @@ class Options:
     timeout_s: float = 300.0
     repeat: int = 1
     baseline: str = ""
+    ab_env: dict = field(default_factory=dict)
     results: str = "results"
     driver_host: str = "127.0.0.1"
     # layer benches
@@ -80,6 +81,8 @@ def add_options(parser) -> None:
     g.addoption("--timeout", default="300", help="seconds before a case counts as hung")
     g.addoption("--results", default="results", help="folder for results/<timestamp>/")
     g.addoption("--repeat", default="1", help="run the whole selection N times, each launch in fresh worker groups")
+    g.addoption("--ab-env", default="", help="interleaved A/B: each launch runs as is (A) and with these "
+                                             "variables set (B), e.g. 'HCCL_ALGO=level0:NA;level1:ring,HCCL_BUFFSIZE=400'")
     g.addoption("--baseline", default="", help="compare with a stored result at the end: PATH or 'auto' "
                                                "(the latest baseline saved for this platform)")
     g.addoption("--driver-host", default="127.0.0.1", help="address ranks use to reach the driver")
@@ -177,11 +180,23 @@ def parse(getoption) -> Options:
     o.results = str(getoption("results"))
     o.repeat = _int(getoption("repeat"), "repeat", 1)
     o.baseline = str(getoption("baseline") or "")
+    o.ab_env = _env_list(str(getoption("ab_env") or ""))
     if o.baseline not in ("", "auto") and not os.path.exists(o.baseline):
         raise OptionError(f"--baseline {o.baseline!r} does not exist: give a results.json (or its folder) or 'auto'")
     o.driver_host = str(getoption("driver_host"))
     _parse_layer_options(o, getoption)
     return o
+
+
+def _env_list(text: str) -> dict[str, str]:
+    """'K=V,K2=V2' -> {K: V, K2: V2}; values may contain ';' and ':' (HCCL_ALGO) but not ','."""
+    env = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.replace("_", "").isalnum():
+            raise OptionError(f"--ab-env item {item!r}: use NAME=VALUE[,NAME=VALUE...]")
+        env[key] = value
+    return env
 
 
 def _ints(text, name: str) -> list[int]:

@@ -67,6 +67,7 @@ def _group_of(item):
     return None
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: record only what this session runs
 def pytest_collection_modifyitems(session, config, items):
     """Run cases that share a worker group back to back: a group costs seconds to start."""
     order: dict = {}
@@ -75,6 +76,12 @@ def pytest_collection_modifyitems(session, config, items):
         if key is not None and key not in order:
             order[key] = len(order)
     items.sort(key=lambda it: order.get(_group_of(it), len(order)))
+    bench = config.stash[_SESSION]
+    for item in items:  # skipped cases and their reasons go into results.json too
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        for case in params.values():
+            if getattr(case, "skip", ""):
+                bench.skip(case.id, case.skip)
 
 
 @pytest.fixture(scope="session")
@@ -82,23 +89,6 @@ def bench_session(request):
     session = request.config.stash[_SESSION]
     yield session
     session.close()
-
-
-def pytest_runtest_logreport(report):
-    if report.skipped and report.when in ("setup", "call") and "[" in report.nodeid:
-        session = _current_session
-        if session is not None:
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            session.skip(report.nodeid.split("[", 1)[1].rstrip("]"), reason.removeprefix("Skipped: "))
-
-
-_current_session: BenchSession | None = None
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session):
-    global _current_session
-    _current_session = session.config.stash.get(_SESSION, None)
 
 
 def pytest_benchmark_update_json(config, benchmarks, output_json):

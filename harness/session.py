@@ -54,7 +54,7 @@ class BenchSession:
         results, info = self._run(case.group, case.spec(self.opts.plan()), label)
         k = results[0]["iters"]
         matrix = [r["round_ns"] for r in results]
-        extra = {"launch": case.launch, "backend": case.backend, "algo": case.algo, "op": case.op, "dtype": case.dtype,
+        extra = {"launch": case.launch, "side": case.side, "backend": case.backend, "algo": case.algo, "op": case.op, "dtype": case.dtype,
                  "redop": case.redop, "inplace": case.inplace, "nranks": case.nranks, "size": case.size,
                  "bytes": case.nbytes, "count": case.count,
                  **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
@@ -91,7 +91,7 @@ class BenchSession:
         results, info = self._run(case.group, case.spec(o), label)
         k = results[0]["iters"]
         step = [r["round_ns"] for r in results]
-        extra = {"launch": case.launch, "backend": case.backend, "bench": "linear" if case.task == "tp_bench" else "pipeline",
+        extra = {"launch": case.launch, "side": case.side, "backend": case.backend, "bench": "linear" if case.task == "tp_bench" else "pipeline",
                  "tp": case.tp, "pp": case.pp, "dp": case.dp, "nranks": case.nranks,
                  "hidden": o.hidden, "seq": o.seq, "batch": o.batch, **stats.summarize(step, k),
                  "iters_per_round": k, "round_ns_per_rank": step, "hosts": info["hosts"], "wrong": 0,

@@ -37,6 +37,7 @@ class Run:
     path: str
     cells: dict[tuple, Cell]
     meta: dict
+    side: str = ""              # "A"/"B" of an interleaved --ab-env run: launches pair up across sides
 
     @property
     def label(self) -> str:
@@ -44,7 +45,8 @@ class Run:
         return self.meta.get("label") or prov.get("cann", {}).get("cann") or Path(self.path).parent.name or self.path
 
 
-def load(path: str | Path) -> Run:
+def load(path: str | Path, side: str = "") -> Run:
+    """One run; `side` picks the A or B half of an interleaved --ab-env run."""
     path = Path(path)
     if path.is_dir():
         path = path / "results.json"
@@ -57,6 +59,8 @@ def load(path: str | Path) -> Run:
     cells: dict[tuple, Cell] = {}
     for bench in data["benchmarks"]:
         info = bench.get("extra_info") or {}
+        if info.get("side", "") != side:
+            continue
         times = (bench.get("stats") or {}).get("data") or []
         if "op" in info and "bytes" in info and "algo" in info:
             series, size = tuple(info.get(k) for k in COLLECTIVE_KEY), int(info["bytes"])
@@ -69,8 +73,9 @@ def load(path: str | Path) -> Run:
         cell = cells.setdefault((*series, size), Cell(series, size, info=info))
         cell.launches[int(info.get("launch", 0))].extend(float(t) for t in times)
     if not cells:
-        raise ResultError(f"{path} holds no collective or layer results to compare")
-    return Run(str(path), cells, data.get("hccl_bench") or {})
+        what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
+        raise ResultError(f"{path} holds no {what}")
+    return Run(str(path), cells, data.get("hccl_bench") or {}, side)
 
 
 def setup_of(run: Run) -> dict:

@@ -1,10 +1,11 @@
 """Baseline vs candidate, cell by cell, with statistics that survive a noisy sweep (DESIGN §7).
 
-Per cell: effect = Hodges-Lehmann shift of log time (a ratio), its distribution-free 95% CI
-(Mann-Whitney order statistics) and p-value; Benjamini-Hochberg across the sweep; a minimum
-effect that an A/A calibration can raise; neighbouring sizes must agree before a regression
-counts. Samples are per-launch medians when both sides have several launches, else rounds
-(flagged: rounds of one launch are not independent samples of a software stack).
+Per cell, with launches as samples (both sides run with --repeat >= 2): the ratio of geometric
+means of the per-launch median times with a Welch t 95% CI and p-value, so launch-to-launch drift
+counts as noise. With one launch a side: the Hodges-Lehmann shift of log round times with its
+distribution-free CI (Mann-Whitney order statistics), flagged as weaker (rounds of one launch are
+not independent samples of a software stack). Then Benjamini-Hochberg across the sweep, a minimum
+effect an A/A calibration can raise, and neighbouring sizes must agree before a regression counts.
 """
 from __future__ import annotations
 
@@ -18,13 +19,19 @@ from reports.cells import Cell, Run, setup_of
 
 ALPHA = 0.05
 DEFAULT_MIN_EFFECT = 0.05
-MIN_LAUNCHES = 3
+MIN_LAUNCHES = 2   # launches (fresh worker groups) are the sample whenever both sides have several
 BANDS = (("small (<= 8 KiB)", 8 << 10), ("medium (<= 1 MiB)", 1 << 20), ("large (> 1 MiB)", float("inf")))
 VERDICTS = ("regression", "improvement", "no change", "inconclusive")
 
 
 def band_of(size: int) -> str:
     return next(name for name, top in BANDS if size <= top)
+
+
+def band_key(cell_series: tuple, size: int) -> str:
+    """Calibration is per backend and size band: gloo's small-message noise says nothing about MPI's."""
+    backend = cell_series[1] if cell_series and cell_series[0] in ("linear", "pipeline") else cell_series[0]
+    return f"{backend} {band_of(size)}"
 
 
 @dataclass
@@ -62,12 +69,44 @@ class Comparison:
         return bool(self.by_verdict("regression"))
 
 
-def _samples(base: Cell, cand: Cell) -> tuple[np.ndarray, np.ndarray, str]:
+def _samples(base: Cell, cand: Cell, paired: bool) -> tuple[np.ndarray, np.ndarray, str]:
+    common = sorted(set(base.launches) & set(cand.launches))
+    if paired and len(common) >= MIN_LAUNCHES:
+        return (np.array([np.median(base.launches[i]) for i in common]),
+                np.array([np.median(cand.launches[i]) for i in common]), "paired launches")
     if len(base.launches) >= MIN_LAUNCHES and len(cand.launches) >= MIN_LAUNCHES:
         return (np.array([np.median(v) for v in base.launches.values()]),
                 np.array([np.median(v) for v in cand.launches.values()]), "launches")
     return (np.concatenate([np.asarray(v) for v in base.launches.values()]),
             np.concatenate([np.asarray(v) for v in cand.launches.values()]), "rounds")
+
+
+def _paired_stats(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Interleaved A/B: launch i of A and of B ran back to back, so their log ratio cancels the
+    machine's drift; t interval on those differences."""
+    d = y - x
+    n = d.shape[1]
+    shift = d.mean(axis=1)
+    se = d.std(axis=1, ddof=1) / np.sqrt(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(se > 0, shift / se, 0.0)
+    half = sps.t.ppf(0.975, n - 1) * se
+    return shift, shift - half, shift + half, 2 * sps.t.sf(np.abs(t), n - 1)
+
+
+def _welch_stats(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised Welch t on log launch medians: (shift, CI low, CI high, p). With a handful of
+    launches a rank test cannot reach 95%; the t interval can, and it charges launch-to-launch drift."""
+    n, m = x.shape[1], y.shape[1]
+    shift = y.mean(axis=1) - x.mean(axis=1)
+    vx, vy = x.var(axis=1, ddof=1) / n, y.var(axis=1, ddof=1) / m
+    se = np.sqrt(vx + vy)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = (vx + vy) ** 2 / (vx ** 2 / (n - 1) + vy ** 2 / (m - 1))
+        df = np.where(np.isfinite(df), df, n + m - 2)
+        t = np.where(se > 0, shift / se, 0.0)
+    half = sps.t.ppf(0.975, df) * se
+    return shift, shift - half, shift + half, 2 * sps.t.sf(np.abs(t), df)
 
 
 def _shift_stats(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -95,16 +134,17 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
                      sorted(set(cand.cells) - set(base.cells), key=str))
     sb, sc = setup_of(base), setup_of(cand)
     out.mismatch = [f"{k}: baseline {sb[k]} vs candidate {sc[k]}" for k in sb if sb[k] != sc[k]]
-    grouped: dict[tuple[int, int], list] = defaultdict(list)
+    grouped: dict[tuple[int, int, str], list] = defaultdict(list)
     for key in common:
-        x, y, kind = _samples(base.cells[key], cand.cells[key])
-        grouped[(x.size, y.size)].append((key, np.log(x), np.log(y), kind))
+        x, y, kind = _samples(base.cells[key], cand.cells[key], paired=bool(base.side and cand.side))
+        grouped[(x.size, y.size, kind)].append((key, np.log(x), np.log(y)))
     bands = (calibration or {}).get("bands", {})
-    for (n, m), items in grouped.items():
-        shift, low, high, p = _shift_stats(np.stack([i[1] for i in items]), np.stack([i[2] for i in items]))
-        for (key, _, _, kind), s, lo, hi, pv in zip(items, shift, low, high, p):
+    stats = {"paired launches": _paired_stats, "launches": _welch_stats, "rounds": _shift_stats}
+    for (n, m, kind), items in grouped.items():
+        shift, low, high, p = stats[kind](np.stack([i[1] for i in items]), np.stack([i[2] for i in items]))
+        for (key, _, _), s, lo, hi, pv in zip(items, shift, low, high, p):
             cell = base.cells[key]
-            effect = max(min_effect, bands.get(band_of(cell.size), {}).get("min_effect", 0.0))
+            effect = max(min_effect, bands.get(band_key(cell.series, cell.size), {}).get("min_effect", 0.0))
             out.cells.append(CellResult(key, cell.series, cell.size, float(np.exp(s)), float(np.exp(lo)), float(np.exp(hi)),
                                         float(pv), samples=kind, n_base=n, n_cand=m, min_effect=effect))
     if out.cells:

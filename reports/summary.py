@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 
 from collectives.sizes import format_size
-from reports.compare import BANDS, Comparison, band_of, compare, size_ranges
+from reports.compare import Comparison, band_key, compare, size_ranges
 from reports.cells import Run
 
 MARKDOWN_LIMIT = 60_000   # GitHub comments stop at 65,536 characters
@@ -45,9 +45,10 @@ def text(cmp: Comparison) -> str:
     out = [f"# compare {cmp.base} -> {cmp.cand}",
            f"# {len(cmp.cells)} cells: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
                                                     ("regression", "improvement", "no change", "inconclusive")),
-           f"# samples: {kinds.get('launches', 0)} cells by launch, {kinds.get('rounds', 0)} by round"
+           "# samples: " + ", ".join(f"{n} cells by {k}" for k, n in sorted(kinds.items()))
            + (" (round-level verdicts are weaker: run --repeat 3 or more on both sides)" if kinds.get("rounds") else ""),
-           "# effect: Hodges-Lehmann ratio of times with its 95% CI; BH-adjusted across the sweep"]
+           "# effect: time ratio with its 95% CI (launches: Welch t on log launch medians; rounds: Hodges-Lehmann); "
+           "BH-adjusted across the sweep"]
     for label, verdict in (("REGRESSIONS", "regression"), ("improvements", "improvement")):
         lines = range_lines(cmp, verdict)
         if lines:
@@ -89,10 +90,9 @@ def calibrate(a: Run, b: Run) -> dict:
     stand out (the 95th percentile of |log ratio|, at least the median CI half-width)."""
     cmp = compare(a, b, min_effect=0.0)
     bands = {}
-    for name, _ in BANDS:
-        cells = [c for c in cmp.cells if band_of(c.size) == name]
-        if not cells:
-            continue
+    for key in sorted({band_key(c.series, c.size) for c in cmp.cells}):
+        cells = [c for c in cmp.cells if band_key(c.series, c.size) == key]
+        name = key
         drift = np.abs(np.log([c.ratio for c in cells]))
         half = np.log([c.high for c in cells]) - np.log([c.low for c in cells])
         noise = float(np.percentile(drift, 95))
@@ -104,7 +104,7 @@ def calibrate(a: Run, b: Run) -> dict:
 
 
 def calibration_text(cal: dict) -> str:
-    out = [f"# A/A calibration {cal['a']} vs {cal['b']}", f"#{'band':>20} {'cells':>6} {'noise':>8} {'CI half':>8} {'min effect':>11}"]
+    out = [f"# A/A calibration {cal['a']} vs {cal['b']}", f"#{'backend and band':>28} {'cells':>6} {'noise':>8} {'CI half':>8} {'min effect':>11}"]
     for name, b in cal["bands"].items():
-        out.append(f" {name:>20} {b['cells']:>6} {b['noise']:>8.1%} {b['median_ci_half_width']:>8.1%} {b['min_effect']:>11.1%}")
+        out.append(f" {name:>28} {b['cells']:>6} {b['noise']:>8.1%} {b['median_ci_half_width']:>8.1%} {b['min_effect']:>11.1%}")
     return "\n".join(out)

@@ -72,7 +72,7 @@ def test_calibration_raises_the_minimum_effect(tmp_path):
     noisy_a = load(write_run(tmp_path / "a.json", 1, noise=0.15))
     noisy_b = load(write_run(tmp_path / "b.json", 2, noise=0.15))
     cal = summary.calibrate(noisy_a, noisy_b)
-    assert set(cal["bands"]) == {"small (<= 8 KiB)", "medium (<= 1 MiB)", "large (> 1 MiB)"}
+    assert set(cal["bands"]) == {"mpi small (<= 8 KiB)", "mpi medium (<= 1 MiB)", "mpi large (> 1 MiB)"}
     assert all(b["min_effect"] > 0.05 for b in cal["bands"].values())
     # a 7% slowdown: real for a quiet machine (default 5% minimum), below what this noisy one can resolve
     slow = lambda op, size: 1.07 if op == "all_reduce" else 1.0  # noqa: E731
@@ -91,3 +91,28 @@ def test_markdown_fits_a_ci_comment(tmp_path, count):
     md = summary.markdown(cmp)
     assert len(md) <= summary.MARKDOWN_LIMIT and md.startswith("### hccl-bench")
     assert ("**Regressions**" in md) == bool(count)
+
+
+def test_interleaved_pairs_cancel_drift_the_unpaired_test_cannot(tmp_path):
+    """Launch i of A and B ran back to back: a drift shared by the pair cancels in their ratio."""
+    rng = np.random.default_rng(7)
+    drift = np.exp(rng.normal(0, 0.3, 6))              # the machine is 30% noisier between launches than within
+    benches = []
+    for side, slow in (("A", 1.0), ("B", 1.15)):
+        for launch in range(6):
+            for size in SIZES:
+                data = list((5e-6 + size / 2e9) * slow * drift[launch] * np.exp(rng.normal(0, 0.01, 20)))
+                info = {"backend": "mpi", "algo": "default", "op": "all_reduce", "dtype": "float32", "redop": "sum",
+                        "inplace": False, "nranks": 2, "bytes": size, "launch": launch, "side": side}
+                benches.append({"name": f"{side}{launch}{size}", "extra_info": info, "stats": {"data": data}})
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": {"groups": {}}}))
+    paired = compare(load(path, side="A"), load(path, side="B"))
+    assert {c.samples for c in paired.cells} == {"paired launches"}
+    ranges = size_ranges(paired)
+    assert [(r["first"], r["last"]) for r in ranges] == [(SIZES[0], SIZES[-1])]
+    assert ranges[0]["low"] < 1.15 < ranges[0]["high"]
+    b_alone = load(path, side="B")
+    b_alone.side = ""                                  # the same numbers, pairing forgotten
+    unpaired = compare(load(path, side="A"), b_alone)
+    assert {c.samples for c in unpaired.cells} == {"launches"} and not unpaired.regressed

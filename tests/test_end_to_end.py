@@ -3,6 +3,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -123,3 +124,29 @@ def test_bad_options_stop_before_any_rank_starts(bench_run, args, message):
     assert len(error_lines) == 1 and message in error_lines[0], proc.stderr
     assert "Traceback" not in proc.output
     assert not bench_run.results.exists() and bench_run.leftovers(wait_s=0) == []
+
+
+def test_repeat_ab_env_and_baseline_end_to_end(bench_run, tmp_path):
+    """--repeat gives launches, --ab-env interleaves two environments, --baseline compares at the end."""
+    small = ("--backend", "mpi", "--ops", "all_reduce,broadcast", "--sizes", "8,1K,64K", "--benchmark",
+             "--rounds", "5", "--round-time", "0.002")
+    ab = bench_run(*small, "--repeat", "2", "--ab-env", "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=recexch,"
+                   "MPIR_CVAR_ALLREDUCE_DEVICE_COLLECTIVE=0", target="benches/test_collectives.py")
+    assert ab.returncode == 0, ab.output[-2000:]
+    result = next(bench_run.results.glob("*/results.json"))
+    infos = [b["extra_info"] for b in json.loads(result.read_text())["benchmarks"]]
+    assert sorted({(i["launch"], i["side"]) for i in infos}) == [(0, "A"), (0, "B"), (1, "A"), (1, "B")]
+    groups = json.loads(result.read_text())["hccl_bench"]["groups"].values()
+    assert sum(g["env"].get("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM") == "recexch" for g in groups) == 2
+    cmp = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(result), "--ab"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert cmp.returncode in (0, 1) and "6 cells by paired launches" in cmp.stdout, cmp.stdout + cmp.stderr
+    base = bench_run(*small, "--repeat", "2", "--results", str(tmp_path / "base"), target="benches/test_collectives.py")
+    assert base.returncode == 0
+    base_file = next((tmp_path / "base").glob("*/results.json"))
+    again = bench_run(*small, "--repeat", "2", "--results", str(tmp_path / "again"), "--baseline", str(base_file),
+                      target="benches/test_collectives.py")
+    assert f"# compare {base_file}" in again.output and "6 cells" in again.output
+    assert again.returncode in (0, 1) and (again.returncode == 1) == ("REGRESSIONS:" in again.output)
+    assert (next((tmp_path / "again").glob("*/compare.md"))).read_text().startswith("### hccl-bench")
+    assert bench_run.leftovers() == []
