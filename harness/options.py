@@ -77,7 +77,7 @@ def add_options(parser) -> None:
     g.addoption("--iters", default="0", help="iterations per round (0: chosen so a round lasts --round-time)")
     g.addoption("--warmup", default=None, help="warm-up iterations (default 5; smoke 1)")
     g.addoption("--rounds", default=None, help="timed rounds per case (default 20; smoke 3)")
-    g.addoption("--round-time", default="0.02", help="target seconds per round when choosing iterations")
+    g.addoption("--round-time", default=None, help="target seconds per round when choosing iterations (default 0.02; smoke 0.002)")
     g.addoption("--timeout", default="300", help="seconds before a case counts as hung")
     g.addoption("--results", default="results", help="folder for results/<timestamp>/")
     g.addoption("--repeat", default="1", help="run the whole selection N times, each launch in fresh worker groups")
@@ -173,9 +173,8 @@ def parse(getoption) -> Options:
     o.iters = _int(getoption("iters"), "iters", 0)
     o.warmup = _int(getoption("warmup") if getoption("warmup") is not None else (5 if o.benchmark else 1), "warmup", 0)
     o.rounds = _int(getoption("rounds") if getoption("rounds") is not None else (20 if o.benchmark else 3), "rounds", 1)
-    o.round_time_s = _float(getoption("round_time"), "round-time")
-    if not o.benchmark and getoption("round_time") == "0.02":
-        o.round_time_s = 0.002
+    round_time = getoption("round_time")
+    o.round_time_s = _float(round_time if round_time is not None else (0.02 if o.benchmark else 0.002), "round-time")
     o.timeout_s = _float(getoption("timeout"), "timeout")
     o.results = str(getoption("results"))
     o.repeat = _int(getoption("repeat"), "repeat", 1)

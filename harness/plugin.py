@@ -21,7 +21,6 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "collective: a collective-communication case")
     try:
         opts = parse(config.getoption)
     except OptionError as exc:
@@ -29,23 +28,21 @@ def pytest_configure(config):
     config.stash[_SESSION] = BenchSession(opts)
 
 
+def _params(cases) -> list:
+    return [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip else []) for c in cases]
+
+
 def pytest_generate_tests(metafunc):
-    session = metafunc.config.stash[_SESSION]
+    session, stash = metafunc.config.stash[_SESSION], metafunc.config.stash
     if "collective_case" in metafunc.fixturenames:
-        if _CASES not in metafunc.config.stash:
-            metafunc.config.stash[_CASES] = cases_mod.build(session.opts)
-        params = []
-        for case in metafunc.config.stash[_CASES]:
-            marks = [pytest.mark.skip(reason=case.skip)] if case.skip else []
-            params.append(pytest.param(case, id=case.id, marks=marks))
-        metafunc.parametrize("collective_case", params)
+        if _CASES not in stash:
+            stash[_CASES] = cases_mod.build(session.opts)
+        metafunc.parametrize("collective_case", _params(stash[_CASES]))
     for fixture, task in (("linear_case", "tp_bench"), ("pipeline_case", "pp_bench")):
         if fixture in metafunc.fixturenames:
-            if _LAYER_CASES not in metafunc.config.stash:
-                metafunc.config.stash[_LAYER_CASES] = cases_mod.build_layers(session.opts)
-            params = [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip else [])
-                      for c in metafunc.config.stash[_LAYER_CASES] if c.task == task]
-            metafunc.parametrize(fixture, params)
+            if _LAYER_CASES not in stash:
+                stash[_LAYER_CASES] = cases_mod.build_layers(session.opts)
+            metafunc.parametrize(fixture, _params(c for c in stash[_LAYER_CASES] if c.task == task))
     if "overhead_case" in metafunc.fixturenames:
         opts = session.opts
         params = [pytest.param((b, s), id=f"{b}-{s}B") for b in opts.backends for s in (8, 1 << 10, 64 << 10, 1 << 20, 4 << 20)]
