@@ -87,6 +87,7 @@ class WorkerGroup:
     procs: list[subprocess.Popen] = field(default_factory=list)
     ranks: list[dict] = field(default_factory=list)
     chan: Channel | None = None
+    log_offsets: dict[str, int] = field(default_factory=dict)   # where each log ended when this case began
 
     def start(self) -> None:
         token = secrets.token_hex(16)
@@ -196,12 +197,11 @@ class WorkerGroup:
 
     def _since_last_case(self, path: Path) -> str:
         text = path.read_text(errors="replace") if path.exists() else ""
-        offset = self._log_offsets.get(path.name, 0) if hasattr(self, "_log_offsets") else 0
-        return text[offset:]
+        return text[self.log_offsets.get(path.name, 0):]
 
     def mark_logs(self) -> None:
         """Remember where each log ends, so a later dump is attributed to the current case only."""
-        self._log_offsets = {p.name: len(p.read_text(errors="replace")) for p in self.log_dir.glob("*.log")}
+        self.log_offsets = {p.name: len(p.read_text(errors="replace")) for p in self.log_dir.glob("*.log")}
 
     def _raise_if_dead(self, when: str) -> None:
         dead = [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]

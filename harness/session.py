@@ -74,8 +74,8 @@ class BenchSession:
         results, _ = self._run(key, spec, {"id": f"overhead-{backend}-{size}", "what": f"overhead all_reduce {size}B backend={backend}"})
         k = results[0]["iters"]
         harness = stats.per_op_seconds([r["round_ns"] for r in results], k)
-        plain = stats.per_op_seconds([r["plain_round_ns"] for r in results], k)
-        h_med, p_med = float(sorted(harness)[len(harness) // 2]), float(sorted(plain)[len(plain) // 2])
+        h_med = stats.median_seconds([r["round_ns"] for r in results], k)
+        p_med = stats.median_seconds([r["plain_round_ns"] for r in results], k)
         row = {"backend": backend, "op": "all_reduce", "dtype": "float32", "bytes": count * 4, "nranks": key.nproc,
                "iters_per_round": k, "time_us": h_med * 1e6, "plain_us": p_med * 1e6,
                "ratio": h_med / p_med if p_med > 0 else float("inf"), "added_us": (h_med - p_med) * 1e6,
