@@ -10,9 +10,6 @@ import platform
 import resource
 import time
 
-TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
-
-
 class DeviceUnavailable(RuntimeError):
     """The requested device cannot be used here; the message is one sentence saying why."""
 

@@ -12,7 +12,6 @@ from harness.groups import GroupKey
 from harness.options import Options
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1}
-BACKEND_NOTES = {("gloo", "reduce_scatter"): "gloo implements reduce_scatter as an all-reduce (twice the traffic)"}
 
 
 @dataclass

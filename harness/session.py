@@ -1,6 +1,7 @@
 """One pytest session's benchmark state: the worker pool, what ran, what was skipped, where it goes."""
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import asdict
@@ -136,8 +137,13 @@ class BenchSession:
         with open(self.run_dir / "cases.jsonl", "a") as fh:
             fh.write(json.dumps(obj) + "\n")
 
+    @functools.cached_property
+    def provenance(self) -> dict:
+        """Collected once (git, MPI library, files): both result files of a session carry it."""
+        return provenance.collect()
+
     def metadata(self) -> dict:
-        return {"schema": SCHEMA, "options": asdict(self.opts), "provenance": provenance.collect(),
+        return {"schema": SCHEMA, "options": asdict(self.opts), "provenance": self.provenance,
                 "groups": self.groups, "skipped": self.skipped, "failures": self.failures,
                 "overhead": self.overhead}
 

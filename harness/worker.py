@@ -60,12 +60,11 @@ def _inject_fault(spec: dict, rank: int) -> None:
 
 
 def run_case(backend, spec: dict) -> dict:
-    from collectives import runner
-    kinds = {"collective": runner.run_collective, "overhead": runner.run_overhead}
-    if spec["kind"] in ("layer",):
+    if spec["kind"] == "layer":  # imports torch layers only when a layer case arrives
         from layers import bench_runner
         return bench_runner.run(backend, spec)
-    return kinds[spec["kind"]](backend, spec)
+    from collectives import runner
+    return {"collective": runner.run_collective, "overhead": runner.run_overhead}[spec["kind"]](backend, spec)
 
 
 def serve(backend, chan) -> None:

@@ -6,7 +6,6 @@ parallel result can be compared with the single-process one on the same rank.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from collectives.timing import Plan, measure

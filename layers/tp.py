@@ -61,55 +61,35 @@ def _reduce_scatter(x, group, timer):
     return out
 
 
-class _F(torch.autograd.Function):
-    """Identity forward, all-reduce of the gradient backward (enters a column-parallel layer)."""
+def _identity(x, group, timer):
+    return x.view_as(x)
+
+
+def _reduce(x, group, timer):
+    return _all_reduce(x.clone(), group, timer)  # a copy: autograd's input must not change in place
+
+
+class _Comm(torch.autograd.Function):
+    """One communication forward, its transpose backward."""
 
     @staticmethod
-    def forward(ctx, x, group, timer):
-        ctx.group, ctx.timer = group, timer
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _all_reduce(grad.clone(), ctx.group, ctx.timer), None, None
-
-
-class _G(torch.autograd.Function):
-    """All-reduce forward, identity backward (leaves a row-parallel layer)."""
-
-    @staticmethod
-    def forward(ctx, x, group, timer):
-        return _all_reduce(x.clone(), group, timer)
+    def forward(ctx, x, fwd, bwd, group, timer):
+        ctx.bwd, ctx.group, ctx.timer = bwd, group, timer
+        return fwd(x, group, timer)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad, None, None
+        return ctx.bwd(grad, ctx.group, ctx.timer), None, None, None, None
 
 
-class _GatherSeq(torch.autograd.Function):
-    """Sequence parallel f: all-gather forward, reduce-scatter backward."""
-
-    @staticmethod
-    def forward(ctx, x, group, timer):
-        ctx.group, ctx.timer = group, timer
-        return _all_gather(x, group, timer)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _reduce_scatter(grad, ctx.group, ctx.timer), None, None
+def f(x, group, timer, sp: bool):
+    """Enters a column-parallel layer: copy / all-reduce of the gradient, or with SP all-gather / reduce-scatter."""
+    return _Comm.apply(x, *((_all_gather, _reduce_scatter) if sp else (_identity, _reduce)), group, timer)
 
 
-class _ScatterSeq(torch.autograd.Function):
-    """Sequence parallel g: reduce-scatter forward, all-gather backward."""
-
-    @staticmethod
-    def forward(ctx, x, group, timer):
-        ctx.group, ctx.timer = group, timer
-        return _reduce_scatter(x, group, timer)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _all_gather(grad, ctx.group, ctx.timer), None, None
+def g(x, group, timer, sp: bool):
+    """Leaves a row-parallel layer: all-reduce / copy, or with SP reduce-scatter / all-gather."""
+    return _Comm.apply(x, *((_reduce_scatter, _all_gather) if sp else (_reduce, _identity)), group, timer)
 
 
 def _shard(t: torch.Tensor, dim: int, rank: int, size: int) -> torch.Tensor:
@@ -129,7 +109,7 @@ class ColumnParallelLinear(nn.Module):
         self.bias = nn.Parameter(_shard(full.bias, 0, rank, size)) if full.bias is not None else None
 
     def forward(self, x):
-        x = (_GatherSeq if self.sp else _F).apply(x, self.group, self.timer)
+        x = f(x, self.group, self.timer, self.sp)
         return nn.functional.linear(x, self.weight, self.bias)
 
 
@@ -147,12 +127,12 @@ class RowParallelLinear(nn.Module):
 
     def forward(self, x):
         y = nn.functional.linear(x, self.weight)
-        y = (_ScatterSeq if self.sp else _G).apply(y, self.group, self.timer)
+        y = g(y, self.group, self.timer, self.sp)
         if self.bias is None:
             return y
         # with SP each rank adds the bias to its own sequence shard: its gradient is partial and
         # is all-reduced over tp in backward (Megatron all-reduces such "sequence parallel" grads too)
-        return y + (_F.apply(self.bias, self.group, self.timer) if self.sp else self.bias)
+        return y + (f(self.bias, self.group, self.timer, sp=False) if self.sp else self.bias)
 
 
 class MLP(nn.Module):

@@ -21,7 +21,6 @@ ALPHA = 0.05
 DEFAULT_MIN_EFFECT = 0.05
 MIN_LAUNCHES = 2   # launches (fresh worker groups) are the sample whenever both sides have several
 BANDS = (("small (<= 8 KiB)", 8 << 10), ("medium (<= 1 MiB)", 1 << 20), ("large (> 1 MiB)", float("inf")))
-VERDICTS = ("regression", "improvement", "no change", "inconclusive")
 
 
 def band_of(size: int) -> str:

@@ -1,6 +1,5 @@
 """The benches run for real: child pytest sessions with real rank processes, gloo and MPICH."""
 import json
-import os
 import signal
 import subprocess
 import sys
