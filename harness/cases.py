@@ -74,15 +74,16 @@ def launch_suffix(launch: int, side: str = "") -> str:
 
 
 def launches(opts: Options, build_one) -> list:
-    """Every launch repeats the whole selection in fresh groups, one launch after the other; with
-    --ab-env each launch runs side A (the environment as it is) then side B (plus --ab-env), so
-    drift of the machine hits both sides alike."""
-    sides = ("A", "B") if opts.ab_env else ("",)
+    """Every launch repeats the whole selection in fresh groups, one launch after the other. With
+    --ab-env both sides' groups stay alive and each case runs on side A (the environment as it is)
+    and on side B (plus --ab-env) back to back, A first in even launches and B first in odd ones,
+    so the machine's drift (here its speed flips 2x within seconds) hits a pair alike."""
     cases = []
     for launch in range(opts.repeat):
-        for side in sides:
-            for case in build_one(opts):
-                case.launch, case.side = launch, side
+        sides = ("A", "B")[::1 if launch % 2 == 0 else -1] if opts.ab_env else ("",)
+        for template in build_one(opts):
+            for side in sides:
+                case = replace(template, launch=launch, side=side)
                 if case.group is not None:
                     env = dict(case.group.env)
                     if side == "B":

@@ -289,30 +289,39 @@ def _is_our_worker(pid: int) -> bool:
 
 
 class GroupPool:
-    """Keeps at most one group alive (ranks compete for the same cores) and reuses it by key."""
+    """Keeps few groups alive (ranks compete for the same cores) and reuses them by key: one
+    normally, two for interleaved A/B so both sides of a case run back to back."""
 
-    def __init__(self, log_root: Path, driver_host: str = "127.0.0.1"):
+    def __init__(self, log_root: Path, driver_host: str = "127.0.0.1", keep: int = 1):
         self.log_root = log_root
         self.driver_host = driver_host
+        self.keep = keep
+        self.alive: dict[GroupKey, WorkerGroup] = {}   # least recently used first
         self.current: WorkerGroup | None = None
         self.started = 0
 
     def get(self, key: GroupKey) -> WorkerGroup:
-        if self.current is not None and (self.current.key != key or not self.current.alive):
-            self.current.close()
-            self.current = None
-        if self.current is None:
+        group = self.alive.pop(key, None)
+        if group is not None and not group.alive:
+            group.close()
+            group = None
+        if group is None:
+            while len(self.alive) >= self.keep:
+                self.alive.pop(next(iter(self.alive))).close()
             self.started += 1
             group = WorkerGroup(key, self.log_root / f"group{self.started:03d}-{key.backend}-n{key.nproc}",
                                 self.driver_host)
-            self.current = group  # set first so close_all() reaches a half-started group
+            self.alive[key] = group  # registered first so close_all() reaches a half-started group
             try:
                 group.start()
             except BaseException:
                 group.kill()
-                self.current = None
+                self.alive.pop(key, None)
                 raise
-        return self.current
+            self.alive.pop(key)
+        self.alive[key] = group
+        self.current = group
+        return group
 
     def run(self, key: GroupKey, spec: dict, timeout_s: float) -> tuple[list[dict], WorkerGroup]:
         group = self.get(key)
@@ -320,13 +329,14 @@ class GroupPool:
         try:
             return group.run(spec, timeout_s), group
         except (RankHang, RankDied):
-            self.current = None  # already killed; the next case starts afresh
+            self.alive.pop(key, None)  # already killed; the next case starts afresh
+            self.current = None
             raise
         except KeyboardInterrupt:
             self.close_all()
             raise
 
     def close_all(self) -> None:
-        if self.current is not None:
-            self.current.close(wait_s=2.0)
-            self.current = None
+        while self.alive:
+            self.alive.popitem()[1].close(wait_s=2.0)
+        self.current = None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -66,14 +67,21 @@ def _group_of(item):
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: record only what this session runs
 def pytest_collection_modifyitems(session, config, items):
-    """Run cases that share a worker group back to back: a group costs seconds to start."""
+    """Run cases that share a worker group back to back: a group costs seconds to start. With
+    --ab-env the two sides' groups count as one slot, keeping each A/B pair adjacent."""
+    bench = config.stash[_SESSION]
+    ab_vars = set(bench.opts.ab_env)
+
+    def slot(item):
+        key = _group_of(item)
+        return key and replace(key, env=tuple(kv for kv in key.env if kv[0] not in ab_vars))
+
     order: dict = {}
     for item in items:
-        key = _group_of(item)
+        key = slot(item)
         if key is not None and key not in order:
             order[key] = len(order)
-    items.sort(key=lambda it: order.get(_group_of(it), len(order)))
-    bench = config.stash[_SESSION]
+    items.sort(key=lambda it: order.get(slot(it), len(order)))
     for item in items:  # skipped cases and their reasons go into results.json too
         params = getattr(getattr(item, "callspec", None), "params", {})
         for case in params.values():

@@ -25,7 +25,7 @@ class BenchSession:
     def __init__(self, opts: Options):
         self.opts = opts
         self.run_dir = Path(opts.results) / time.strftime("%Y%m%d-%H%M%S")
-        self.pool = GroupPool(self.run_dir / "logs", opts.driver_host)
+        self.pool = GroupPool(self.run_dir / "logs", opts.driver_host, keep=2 if opts.ab_env else 1)
         self.rows: list[dict] = []          # extra_info of every measured case, for the tables
         self.overhead: list[dict] = []
         self.layer_rows: list[dict] = []

@@ -47,7 +47,8 @@ def text(cmp: Comparison) -> str:
                                                     ("regression", "improvement", "no change", "inconclusive")),
            "# samples: " + ", ".join(f"{n} cells by {k}" for k, n in sorted(kinds.items()))
            + (" (round-level verdicts are weaker: run --repeat 3 or more on both sides)" if kinds.get("rounds") else ""),
-           "# effect: time ratio with its 95% CI (launches: Welch t on log launch medians; rounds: Hodges-Lehmann); "
+           "# effect: time ratio with its 95% CI (paired launches: paired t on log launch medians; launches: Welch t; "
+           "rounds: Hodges-Lehmann); "
            "BH-adjusted across the sweep"]
     for label, verdict in (("REGRESSIONS", "regression"), ("improvements", "improvement")):
         lines = range_lines(cmp, verdict)

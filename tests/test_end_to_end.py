@@ -139,7 +139,13 @@ def test_repeat_ab_env_and_baseline_end_to_end(bench_run, tmp_path):
     infos = [b["extra_info"] for b in json.loads(result.read_text())["benchmarks"]]
     assert sorted({(i["launch"], i["side"]) for i in infos}) == [(0, "A"), (0, "B"), (1, "A"), (1, "B")]
     groups = json.loads(result.read_text())["hccl_bench"]["groups"].values()
+    assert len(groups) == 4  # both sides' groups stay alive through a launch: none restarted
     assert sum(g["env"].get("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM") == "recexch" for g in groups) == 2
+    ran = [json.loads(line) for line in (result.parent / "cases.jsonl").read_text().splitlines()]
+    pairs = [(a, b) for a, b in zip(ran[::2], ran[1::2])]
+    assert len(pairs) == 12 and all(  # each case runs on both sides back to back, ABBA across launches
+        (a["launch"], a["op"], a["size"]) == (b["launch"], b["op"], b["size"])
+        and (a["side"], b["side"]) == (("A", "B") if a["launch"] == 0 else ("B", "A")) for a, b in pairs)
     cmp = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(result), "--ab"], cwd=ROOT,
                          capture_output=True, text=True)
     assert cmp.returncode in (0, 1) and "6 cells by paired launches" in cmp.stdout, cmp.stdout + cmp.stderr
