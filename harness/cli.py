@@ -40,13 +40,20 @@ def _memory(args) -> int:
     return EXIT_OK
 
 
+def _pair(args, first: str, second: str | None):
+    """(base, cand) from two runs, or from sides A and B of one interleaved --ab-env run."""
+    if args.ab:
+        return load(first, side="A"), load(first, side="B")
+    if second:
+        return load(first), load(second)
+    return None
+
+
 def _compare(args) -> int:
-    if args.ab:  # one interleaved --ab-env run: side A is the baseline, side B the candidate
-        base, cand = load(args.base, side="A"), load(args.base, side="B")
-    elif args.cand:
-        base, cand = load(args.base), load(args.cand)
-    else:
+    pair = _pair(args, args.base, args.cand)
+    if pair is None:
         return _fail("compare needs BASE and CAND, or one interleaved run with --ab")
+    base, cand = pair
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     t0 = time.perf_counter()
     from reports.compare import compare
@@ -66,7 +73,9 @@ def _compare(args) -> int:
 
 def _report(args) -> int:
     from reports.render import render
-    runs = [load(r) for r in args.runs]
+    if args.ab and len(args.runs) != 1:
+        return _fail("report --ab takes one interleaved --ab-env run")
+    runs = [load(args.runs[0], side="A"), load(args.runs[0], side="B")] if args.ab else [load(r) for r in args.runs]
     out = render(runs, Path(args.output))
     print(f"# report: {out['html']} ({out['figures']} figures), summary: {out['markdown']}")
     return EXIT_OK
@@ -112,11 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--markdown", help="write a Markdown summary (for CI comments)")
     cal = sub.add_parser("calibrate", help="A/A: noise per size band between two runs of the same stack")
     cal.add_argument("a")
-    cal.add_argument("b")
+    cal.add_argument("b", nargs="?")
+    cal.add_argument("--ab", action="store_true", help="A is one run made with --ab-env setting a variable nothing "
+                                                       "reads (e.g. HCCL_BENCH_AA=1): calibrate paired comparisons")
     cal.add_argument("-o", "--output", help="write the calibration JSON here")
     rep = sub.add_parser("report", help="HTML page and Markdown summary for one or more runs (oldest first)")
     rep.add_argument("runs", nargs="+")
     rep.add_argument("-o", "--output", required=True)
+    rep.add_argument("--ab", action="store_true", help="RUN is one --ab-env run: report side A against side B")
     imp = sub.add_parser("import", help="nccl-tests (text or -J JSON) or hccl_test output -> result schema")
     imp.add_argument("file")
     imp.add_argument("-o", "--output")
@@ -150,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compare":
             return _compare(args)
         if args.command == "calibrate":
-            result = summary.calibrate(load(args.a), load(args.b))
+            pair = _pair(args, args.a, args.b)
+            if pair is None:
+                return _fail("calibrate needs two runs A B, or one interleaved A/A run with --ab")
+            result = summary.calibrate(*pair)
             print(summary.calibration_text(result))
             if args.output:
                 Path(args.output).write_text(json.dumps(result, indent=1))

@@ -25,6 +25,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 120.0
 HANG_GRACE_S = 3.0
 _TIMEOUT_MARK = re.compile(r"^Timeout \([0-9:.]+\)!", re.M)
+# glibc raises its mmap threshold as a process frees large blocks, so a library's per-call
+# temporaries (MPICH's recexch all_reduce) cost page faults early in a process and nothing later:
+# recexch/default at 4 MiB measured 2.95x cold and 1.45x pinned (scripts/bare_ab.py, 6 launches).
+# Ranks get the steady state from the start, so no case depends on what ran before it; numpy's
+# BLAS threads, never used by the ranks, would only compete for cores. A user's setting wins.
+RANK_ENV_DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
+                     "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
 class CaseFailure(RuntimeError):
@@ -97,10 +104,11 @@ class WorkerGroup:
         port = listener.getsockname()[1]
         master_port = _free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        python = dict(self.key.env).get("HCCL_BENCH_PYTHON", "")
         if self.key.launcher:
-            plan = launchers.from_template(self.key.launcher, self.key.nproc)
+            plan = launchers.from_template(self.key.launcher, self.key.nproc, python)
         else:
-            plan = launchers.local(self.key.backend, self.key.nproc, master_port)
+            plan = launchers.local(self.key.backend, self.key.nproc, master_port, python)
         base = dict(os.environ)
         base.update(dict(self.key.env))
         base.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -108,8 +116,9 @@ class WorkerGroup:
         base.update({"HCCL_BENCH_BACKEND": self.key.backend, "HCCL_BENCH_TOKEN": token,
                      "HCCL_BENCH_DRIVER_HOST": self.driver_host, "HCCL_BENCH_DRIVER_PORT": str(port),
                      "HCCL_BENCH_LOG_DIR": str(self.log_dir),
-                     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-                     "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+                     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))})
+        for var, value in RANK_ENV_DEFAULTS.items():
+            base.setdefault(var, value)
         if self.key.backend == "hccl":
             base.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
         for i, (cmd, extra) in enumerate(zip(plan.commands, plan.per_rank_env)):

@@ -12,7 +12,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-WORKER_CMD = [sys.executable, "-m", "harness.worker"]
+def worker_cmd(python: str = "") -> list[str]:
+    """The rank process; `python` runs it under another installed stack's interpreter (A/B)."""
+    return [python or sys.executable, "-m", "harness.worker"]
 
 
 class LauncherError(ValueError):
@@ -39,16 +41,16 @@ def validate_template(template: str) -> str | None:
     return None
 
 
-def from_template(template: str, nproc: int) -> LaunchPlan:
-    worker = " ".join(shlex.quote(a) for a in WORKER_CMD)
+def from_template(template: str, nproc: int, python: str = "") -> LaunchPlan:
+    worker = " ".join(shlex.quote(a) for a in worker_cmd(python))
     text = template.replace("{nproc}", str(nproc))
     text = text.replace("{cmd}", worker) if "{cmd}" in template else f"{text} {worker}"
     return LaunchPlan([shlex.split(text)], [{}])
 
 
-def find_mpiexec() -> str:
+def find_mpiexec(python: str = "") -> str:
     """The mpiexec that belongs to the MPI library mpi4py loads (the mpich wheel puts it beside python)."""
-    beside = Path(sys.executable).parent / "mpiexec"
+    beside = Path(python or sys.executable).parent / "mpiexec"
     if beside.exists():
         return str(beside)
     found = shutil.which("mpiexec")
@@ -57,9 +59,9 @@ def find_mpiexec() -> str:
     return found
 
 
-def local(backend: str, nproc: int, master_port: int) -> LaunchPlan:
+def local(backend: str, nproc: int, master_port: int, python: str = "") -> LaunchPlan:
     if backend == "mpi":
-        return LaunchPlan([[find_mpiexec(), "-n", str(nproc), *WORKER_CMD]], [{}])
+        return LaunchPlan([[find_mpiexec(python), "-n", str(nproc), *worker_cmd(python)]], [{}])
     envs = [{"RANK": str(r), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(nproc),
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port)} for r in range(nproc)]
-    return LaunchPlan([list(WORKER_CMD) for _ in range(nproc)], envs)
+    return LaunchPlan([worker_cmd(python) for _ in range(nproc)], envs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 from dataclasses import dataclass, field
 
 from collectives import algorithms
@@ -83,6 +84,9 @@ def add_options(parser) -> None:
     g.addoption("--repeat", default="1", help="run the whole selection N times, each launch in fresh worker groups")
     g.addoption("--ab-env", default="", help="interleaved A/B: each launch runs as is (A) and with these "
                                              "variables set (B), e.g. 'HCCL_ALGO=level0:NA;level1:ring,HCCL_BUFFSIZE=400'")
+    g.addoption("--ab-source", default="", help="interleaved A/B against another installed stack: side B gets the "
+                                                "environment a shell has after sourcing this file (e.g. another CANN's "
+                                                "set_env.sh); HCCL_BENCH_PYTHON=PATH in it or --ab-env picks B's interpreter")
     g.addoption("--baseline", default="", help="compare with a stored result at the end: PATH or 'auto' "
                                                "(the latest baseline saved for this platform)")
     g.addoption("--driver-host", default="127.0.0.1", help="address ranks use to reach the driver")
@@ -179,12 +183,31 @@ def parse(getoption) -> Options:
     o.results = str(getoption("results"))
     o.repeat = _int(getoption("repeat"), "repeat", 1)
     o.baseline = str(getoption("baseline") or "")
-    o.ab_env = _env_list(str(getoption("ab_env") or ""))
+    o.ab_env = {**sourced_env(str(getoption("ab_source") or "")), **_env_list(str(getoption("ab_env") or ""))}
+    python = o.ab_env.get("HCCL_BENCH_PYTHON")
+    if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise OptionError(f"HCCL_BENCH_PYTHON={python!r} is not an executable file: give side B's python interpreter")
     if o.baseline not in ("", "auto") and not os.path.exists(o.baseline):
         raise OptionError(f"--baseline {o.baseline!r} does not exist: give a results.json (or its folder) or 'auto'")
     o.driver_host = str(getoption("driver_host"))
     _parse_layer_options(o, getoption)
     return o
+
+
+def sourced_env(path: str) -> dict[str, str]:
+    """What sourcing a stack's env script (CANN's set_env.sh, a module file wrapper) changes, as
+    NAME=VALUE pairs; run once in a throwaway bash so its shell logic ($PATH appends) works."""
+    if not path:
+        return {}
+    if not os.path.isfile(path):
+        raise OptionError(f"--ab-source {path!r} is not a file: give a shell script to source (e.g. set_env.sh)")
+    proc = subprocess.run(["bash", "-c", 'source "$1" >/dev/null 2>&1 || exit 97; env -0', "ab-source", path],
+                          capture_output=True, timeout=60)
+    if proc.returncode:
+        raise OptionError(f"--ab-source {path!r}: sourcing it failed (exit {proc.returncode}) in bash")
+    after = dict(item.split("=", 1) for item in proc.stdout.decode(errors="replace").split("\0") if "=" in item)
+    ignore = {"_", "SHLVL", "PWD", "OLDPWD"}
+    return {k: v for k, v in after.items() if k not in ignore and os.environ.get(k) != v}
 
 
 def _env_list(text: str) -> dict[str, str]:

@@ -97,7 +97,8 @@ def main() -> int:
     from collectives import backends
     backend = backends.create(backend_name, rank, world, local_rank)
     info = {"rank": backend.rank, "host": socket.gethostname(), "pid": os.getpid(),
-            "local_rank": local_rank, "device": backend.device.name(), "versions": backend.versions()}
+            "local_rank": local_rank, "device": backend.device.name(),
+            "versions": {**backend.versions(), "python": f"{sys.version.split()[0]} {sys.executable}"}}
     ranks = backend.gather_json(info)
     chan = None
     if backend.rank == 0:

@@ -42,7 +42,8 @@ class Run:
     @property
     def label(self) -> str:
         prov = self.meta.get("provenance", {})
-        return self.meta.get("label") or prov.get("cann", {}).get("cann") or Path(self.path).parent.name or self.path
+        name = self.meta.get("label") or prov.get("cann", {}).get("cann") or Path(self.path).parent.name or self.path
+        return f"{name} side {self.side}" if self.side else name
 
 
 def load(path: str | Path, side: str = "") -> Run:
@@ -70,6 +71,7 @@ def load(path: str | Path, side: str = "") -> Run:
             continue  # overhead rows and foreign benchmarks are not comparison cells
         if not times:
             continue
+        info.setdefault("time_us", float(sorted(times)[len(times) // 2]) * 1e6)  # files from other writers
         cell = cells.setdefault((*series, size), Cell(series, size, info=info))
         cell.launches[int(info.get("launch", 0))].extend(float(t) for t in times)
     if not cells:

@@ -59,6 +59,7 @@ class Comparison:
     only_base: list[tuple] = field(default_factory=list)
     only_cand: list[tuple] = field(default_factory=list)
     mismatch: list[str] = field(default_factory=list)
+    calibration: str = ""        # how a given A/A calibration was used, for the summary
 
     def by_verdict(self, verdict: str) -> list[CellResult]:
         return [c for c in self.cells if c.verdict == verdict]
@@ -137,15 +138,23 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
     for key in common:
         x, y, kind = _samples(base.cells[key], cand.cells[key], paired=bool(base.side and cand.side))
         grouped[(x.size, y.size, kind)].append((key, np.log(x), np.log(y)))
+    # an A/A of separate runs says nothing about paired A/B launches (the pairing cancels the drift
+    # it measured) and vice versa: a calibration applies only to cells sampled its way
+    cal_kind = (calibration or {}).get("samples", "launches")
     bands = (calibration or {}).get("bands", {})
     stats = {"paired launches": _paired_stats, "launches": _welch_stats, "rounds": _shift_stats}
     for (n, m, kind), items in grouped.items():
         shift, low, high, p = stats[kind](np.stack([i[1] for i in items]), np.stack([i[2] for i in items]))
         for (key, _, _), s, lo, hi, pv in zip(items, shift, low, high, p):
             cell = base.cells[key]
-            effect = max(min_effect, bands.get(band_key(cell.series, cell.size), {}).get("min_effect", 0.0))
+            band = bands.get(band_key(cell.series, cell.size), {}) if kind == cal_kind else {}
+            effect = max(min_effect, band.get("min_effect", 0.0))
             out.cells.append(CellResult(key, cell.series, cell.size, float(np.exp(s)), float(np.exp(lo)), float(np.exp(hi)),
                                         float(pv), samples=kind, n_base=n, n_cand=m, min_effect=effect))
+    if calibration:
+        used = sum(c.samples == cal_kind for c in out.cells)
+        out.calibration = (f"A/A calibration ({cal_kind}) applied to {used} of {len(out.cells)} cells"
+                           + ("" if used == len(out.cells) else "; the others were sampled differently"))
     if out.cells:
         qs = sps.false_discovery_control([c.p for c in out.cells])
         for c, q in zip(out.cells, qs):
@@ -161,9 +170,9 @@ def _verdicts(cells: list[CellResult], alpha: float) -> None:
         if c.n_base < 2 or c.n_cand < 2:
             c.verdict = "no change" if 1 / band < c.ratio < band else "inconclusive"
             c.note = "one sample per side: no confidence interval"
-        elif c.q < alpha and c.ratio >= band and c.low > 1:
+        elif c.q < alpha and c.ratio > band and c.low > 1:
             c.verdict = "regression"
-        elif c.q < alpha and c.ratio <= 1 / band and c.high < 1:
+        elif c.q < alpha and c.ratio < 1 / band and c.high < 1:
             c.verdict = "improvement"
         elif 1 / band <= c.low and c.high <= band or (c.q < alpha and 1 / band < c.ratio < band):
             c.verdict = "no change"

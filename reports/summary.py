@@ -1,6 +1,7 @@
 """Comparisons and calibrations as text people read: terminal, Markdown for CI comments, JSON."""
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -50,6 +51,8 @@ def text(cmp: Comparison) -> str:
            "# effect: time ratio with its 95% CI (paired launches: paired t on log launch medians; launches: Welch t; "
            "rounds: Hodges-Lehmann); "
            "BH-adjusted across the sweep"]
+    if cmp.calibration:
+        out.append(f"# {cmp.calibration}")
     for label, verdict in (("REGRESSIONS", "regression"), ("improvements", "improvement")):
         lines = range_lines(cmp, verdict)
         if lines:
@@ -87,25 +90,27 @@ def as_json(cmp: Comparison) -> dict:
 
 
 def calibrate(a: Run, b: Run) -> dict:
-    """A/A: how far two runs of the same stack drift, per size band, and the effect it takes to
-    stand out (the 95th percentile of |log ratio|, at least the median CI half-width)."""
+    """A/A: per size band, how far two runs of the same stack drift, how often the 95% CI misses
+    (about 5% when the sampling is honest), and the smallest minimum effect under which none of
+    these A/A cells would have been flagged: noise the intervals already carry is not charged twice."""
     cmp = compare(a, b, min_effect=0.0)
+    kinds = sorted({c.samples for c in cmp.cells})
     bands = {}
     for key in sorted({band_key(c.series, c.size) for c in cmp.cells}):
         cells = [c for c in cmp.cells if band_key(c.series, c.size) == key]
-        name = key
         drift = np.abs(np.log([c.ratio for c in cells]))
-        half = np.log([c.high for c in cells]) - np.log([c.low for c in cells])
-        noise = float(np.percentile(drift, 95))
-        bands[name] = {"cells": len(cells), "noise": float(np.exp(noise) - 1),
-                       "median_ci_half_width": float(np.exp(np.median(half) / 2) - 1),
-                       "min_effect": float(np.exp(max(noise, np.median(half) / 2)) - 1)}
-    return {"a": a.path, "b": b.path, "bands": bands,
-            "method": "A/A: 95th percentile of |log HL ratio| per size band, at least the median CI half-width"}
+        missed = [max(c.ratio, 1 / c.ratio) - 1 for c in cells if c.low > 1 or c.high < 1]
+        bands[key] = {"cells": len(cells), "noise": float(np.exp(np.percentile(drift, 95)) - 1),
+                      "ci_missed": len(missed) / len(cells),
+                      "min_effect": math.ceil(max(missed, default=0.0) * 1000) / 1000}   # up to the next 0.1%
+    return {"a": a.path, "b": b.path, "bands": bands, "samples": kinds[0] if len(kinds) == 1 else "mixed",
+            "method": "A/A: min effect per size band = the largest A/A effect whose 95% CI excluded no change"}
 
 
 def calibration_text(cal: dict) -> str:
-    out = [f"# A/A calibration {cal['a']} vs {cal['b']}", f"#{'backend and band':>28} {'cells':>6} {'noise':>8} {'CI half':>8} {'min effect':>11}"]
+    out = [f"# A/A calibration {cal['a']} vs {cal['b']} ({cal.get('samples', 'launches')})",
+           "# noise: 95th percentile of |A/A ratio - 1|; CI missed: share of cells whose 95% CI excluded 1 (~5% is honest)",
+           f"#{'backend and band':>28} {'cells':>6} {'noise':>8} {'CI missed':>10} {'min effect':>11}"]
     for name, b in cal["bands"].items():
-        out.append(f" {name:>28} {b['cells']:>6} {b['noise']:>8.1%} {b['median_ci_half_width']:>8.1%} {b['min_effect']:>11.1%}")
+        out.append(f" {name:>28} {b['cells']:>6} {b['noise']:>8.1%} {b['ci_missed']:>10.0%} {b['min_effect']:>11.1%}")
     return "\n".join(out)

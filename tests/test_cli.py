@@ -21,3 +21,15 @@ def test_bad_input_is_one_line_and_a_distinct_exit_code(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     proc = cli("table", str(tmp_path / "missing.json"))
     assert proc.returncode == 2 and "cannot read result file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_paired_calibration_from_one_a_a_run_feeds_a_paired_compare(tmp_path):
+    from tests.test_compare import write_ab
+    aa = write_ab(tmp_path / "aa.json", slow=1.0, drift_sd=0.3, seed=1)
+    proc = cli("calibrate", aa, "--ab", "-o", str(tmp_path / "cal.json"))
+    assert proc.returncode == 0 and "(paired launches)" in proc.stdout.splitlines()[0], proc.stdout + proc.stderr
+    ab = write_ab(tmp_path / "ab.json", slow=1.3, drift_sd=0.3, seed=2)
+    proc = cli("compare", ab, "--ab", "--calibration", str(tmp_path / "cal.json"))
+    assert proc.returncode == 1 and "applied to 11 of 11 cells" in proc.stdout, proc.stdout + proc.stderr
+    proc = cli("calibrate", aa)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--ab" in proc.stderr

@@ -12,7 +12,8 @@ from reports.compare import compare, size_ranges
 SIZES = [4 << (2 * i) for i in range(11)]          # 4 B .. 4 MiB, like --sizes 4:4M:4
 
 
-def write_run(path, seed, slowdown=lambda op, size: 1.0, launches=1, rounds=20, nranks=2, noise=0.03):
+def write_run(path, seed, slowdown=lambda op, size: 1.0, launches=1, rounds=20, nranks=2, noise=0.03, drift=None,
+              run_shift=0.0):
     """A result file shaped like a real run: per-round per-op times with lognormal noise."""
     rng = np.random.default_rng(seed)
     benches = []
@@ -20,14 +21,31 @@ def write_run(path, seed, slowdown=lambda op, size: 1.0, launches=1, rounds=20, 
         for size in SIZES:
             base = 5e-6 + size / 2e9
             for launch in range(launches):
-                shift = rng.normal(0, noise / 3)            # launch-to-launch drift
-                data = list(base * slowdown(op, size) * np.exp(shift + rng.normal(0, noise, rounds)))
+                shift = rng.normal(0, noise / 3 if drift is None else drift)   # launch-to-launch drift
+                data = list(base * slowdown(op, size) * np.exp(run_shift + shift + rng.normal(0, noise, rounds)))
                 info = {"backend": "mpi", "algo": "default", "op": op, "dtype": "float32", "redop": "sum",
                         "inplace": False, "nranks": nranks, "bytes": size, "count": size // 4, "launch": launch,
                         "time_us": float(np.median(data)) * 1e6}
                 benches.append({"name": f"{op}-{size}-L{launch}", "extra_info": info, "stats": {"data": data}})
     meta = {"groups": {"g": {"hosts": {"h": nranks}, "devices": ["cpu"]}}, "provenance": {}}
     path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": meta}))
+    return str(path)
+
+
+def write_ab(path, slow=1.0, launches=6, drift_sd=0.0, seed=7):
+    """One interleaved --ab-env run: side B is `slow` times side A; a drift shared by launch i of both sides."""
+    rng = np.random.default_rng(seed)
+    drift = np.exp(rng.normal(0, drift_sd, launches))
+    benches = []
+    for side, factor in (("A", 1.0), ("B", slow)):
+        for launch in range(launches):
+            for size in SIZES:
+                data = list((5e-6 + size / 2e9) * factor * drift[launch] * np.exp(rng.normal(0, 0.01, 20)))
+                info = {"backend": "mpi", "algo": "default", "op": "all_reduce", "dtype": "float32", "redop": "sum",
+                        "inplace": False, "nranks": 2, "bytes": size, "count": size // 4, "launch": launch, "side": side,
+                        "time_us": float(np.median(data)) * 1e6}
+                benches.append({"name": f"{side}{launch}{size}", "extra_info": info, "stats": {"data": data}})
+    path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": {"groups": {}}}))
     return str(path)
 
 
@@ -69,11 +87,14 @@ def test_mismatched_setups_are_named(tmp_path):
 
 
 def test_calibration_raises_the_minimum_effect(tmp_path):
-    noisy_a = load(write_run(tmp_path / "a.json", 1, noise=0.15))
-    noisy_b = load(write_run(tmp_path / "b.json", 2, noise=0.15))
+    """One launch a side: round-level CIs ignore a 10% launch-to-launch drift, the A/A shows their
+    misses, and the minimum effect rises until none of those A/A cells would have been flagged."""
+    noisy_a = load(write_run(tmp_path / "a.json", 1, noise=0.01, drift=0.1))
+    noisy_b = load(write_run(tmp_path / "b.json", 2, noise=0.01, drift=0.1))
     cal = summary.calibrate(noisy_a, noisy_b)
     assert set(cal["bands"]) == {"mpi small (<= 8 KiB)", "mpi medium (<= 1 MiB)", "mpi large (> 1 MiB)"}
-    assert all(b["min_effect"] > 0.05 for b in cal["bands"].values())
+    assert all(b["ci_missed"] > 0.5 and b["min_effect"] > 0.07 for b in cal["bands"].values())
+    assert not compare(noisy_a, noisy_b, calibration=cal).regressed
     # a 7% slowdown: real for a quiet machine (default 5% minimum), below what this noisy one can resolve
     slow = lambda op, size: 1.07 if op == "all_reduce" else 1.0  # noqa: E731
     base, cand = load(write_run(tmp_path / "q1.json", 4)), load(write_run(tmp_path / "q2.json", 5, slow))
@@ -81,6 +102,10 @@ def test_calibration_raises_the_minimum_effect(tmp_path):
     calibrated = compare(base, cand, calibration=cal)
     assert not calibrated.regressed
     assert {round(c.min_effect, 6) for c in calibrated.cells} == {round(b["min_effect"], 6) for b in cal["bands"].values()}
+    # honest intervals (pairs sharing the drift) miss about 5% of the time and raise little
+    aa = summary.calibrate(load(write_ab(tmp_path / "aa.json", drift_sd=0.3), side="A"),
+                           load(tmp_path / "aa.json", side="B"))
+    assert aa["samples"] == "paired launches" and all(b["min_effect"] < 0.05 for b in aa["bands"].values())
 
 
 @pytest.mark.parametrize("count", [0, 1])
@@ -95,18 +120,7 @@ def test_markdown_fits_a_ci_comment(tmp_path, count):
 
 def test_interleaved_pairs_cancel_drift_the_unpaired_test_cannot(tmp_path):
     """Launch i of A and B ran back to back: a drift shared by the pair cancels in their ratio."""
-    rng = np.random.default_rng(7)
-    drift = np.exp(rng.normal(0, 0.3, 6))              # the machine is 30% noisier between launches than within
-    benches = []
-    for side, slow in (("A", 1.0), ("B", 1.15)):
-        for launch in range(6):
-            for size in SIZES:
-                data = list((5e-6 + size / 2e9) * slow * drift[launch] * np.exp(rng.normal(0, 0.01, 20)))
-                info = {"backend": "mpi", "algo": "default", "op": "all_reduce", "dtype": "float32", "redop": "sum",
-                        "inplace": False, "nranks": 2, "bytes": size, "launch": launch, "side": side}
-                benches.append({"name": f"{side}{launch}{size}", "extra_info": info, "stats": {"data": data}})
-    path = tmp_path / "ab.json"
-    path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": {"groups": {}}}))
+    path = write_ab(tmp_path / "ab.json", slow=1.15, drift_sd=0.3)  # machine 30% noisier between launches than within
     paired = compare(load(path, side="A"), load(path, side="B"))
     assert {c.samples for c in paired.cells} == {"paired launches"}
     ranges = size_ranges(paired)
@@ -116,3 +130,17 @@ def test_interleaved_pairs_cancel_drift_the_unpaired_test_cannot(tmp_path):
     b_alone.side = ""                                  # the same numbers, pairing forgotten
     unpaired = compare(load(path, side="A"), b_alone)
     assert {c.samples for c in unpaired.cells} == {"launches"} and not unpaired.regressed
+
+
+def test_calibration_applies_only_to_cells_sampled_its_way(tmp_path):
+    """Separate-run A/A drift is what interleaved pairs cancel: it must not mute a paired A/B."""
+    # the second A/A run found the machine 20% slower throughout: launch CIs of separate runs miss it
+    noisy = [load(write_run(tmp_path / f"n{i}.json", i, launches=3, run_shift=0.2 * (i - 1))) for i in (1, 2)]
+    cal = summary.calibrate(*noisy)
+    assert cal["samples"] == "launches" and all(b["min_effect"] > 0.15 for b in cal["bands"].values())
+    a, b = (load(write_run(tmp_path / f"q{i}.json", i, launches=3)) for i in (3, 4))
+    assert compare(a, b, calibration=cal).calibration.startswith("A/A calibration (launches) applied to 33 of 33")
+    path = write_ab(tmp_path / "ab.json", slow=1.15, launches=4)
+    paired = compare(load(path, side="A"), load(path, side="B"), calibration=cal)
+    assert paired.regressed and {c.min_effect for c in paired.cells} == {0.05}
+    assert "applied to 0 of 11 cells" in summary.text(paired)

@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +116,8 @@ BAD_OPTIONS = [
     (["--nproc", "4", "--pp", "4", "--layers", "6"], "pp 4: 6 layers do not split into pp x stages-per-rank"),
     (["--nproc", "4", "--pp", "4", "--microbatches", "2", "--schedules", "1f1b"], "1f1b needs at least pp = 4 microbatches, got 2"),
     (["--schedules", "pipedream"], "unknown schedule 'pipedream'"),
+    (["--ab-source", "/nonexistent/set_env.sh"], "--ab-source '/nonexistent/set_env.sh' is not a file"),
+    (["--ab-env", "HCCL_BENCH_PYTHON=/nonexistent/python"], "HCCL_BENCH_PYTHON='/nonexistent/python' is not an executable"),
 ]
 
 
@@ -158,3 +161,26 @@ def test_repeat_ab_env_and_baseline_end_to_end(bench_run, tmp_path):
     assert again.returncode in (0, 1) and (again.returncode == 1) == ("REGRESSIONS:" in again.output)
     assert (next((tmp_path / "again").glob("*/compare.md"))).read_text().startswith("### hccl-bench")
     assert bench_run.leftovers() == []
+
+
+def test_ab_source_runs_side_b_under_another_stack(bench_run, tmp_path):
+    """Side B takes what sourcing a stack's env script changes, and the interpreter it names."""
+    stack = tmp_path / "stack"
+    stack.mkdir()
+    (stack / "python3").symlink_to(sys.executable)  # a second install, as far as the launcher can tell
+    for tool in ("mpiexec", "hydra_pmi_proxy"):  # B's MPI launcher is the one beside B's python
+        (stack / tool).symlink_to(Path(sys.executable).parent / tool)
+    script = tmp_path / "set_env.sh"
+    script.write_text(f"export HCCL_BENCH_PYTHON={stack / 'python3'}\n"
+                      "export MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=recexch\n"
+                      'export PATH="/opt/other-stack/bin:$PATH"\n')
+    proc = bench_run("--backend", "mpi", "--ops", "all_reduce", "--sizes", "1K", "--ab-source", str(script),
+                     target="benches/test_collectives.py")
+    assert proc.returncode == 0, proc.output[-2000:]
+    groups = json.loads(next(bench_run.results.glob("*/results.json")).read_text())["hccl_bench"]["groups"]
+    by_side = {bool(g["env"]): g for g in groups.values()}
+    b = by_side[True]
+    assert b["env"]["MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"] == "recexch"
+    assert b["env"]["PATH"].startswith("/opt/other-stack/bin:") and "SHLVL" not in b["env"]
+    assert b["versions"]["python"].endswith(str(stack / "python3"))
+    assert by_side[False]["versions"]["python"].endswith(sys.executable)

@@ -43,3 +43,16 @@ def test_baselines_save_list_find_and_auto(tmp_path):
     assert [e["name"] for e in baselines.entries(root)] == ["cann-8.0.RC3"]
     assert baselines.find("cann-8.0.RC3", root)["cells"] == 33
     assert baselines.auto(result, root) == str(saved / "results.json")
+
+
+def test_report_of_one_ab_run_puts_side_a_against_side_b(tmp_path):
+    from tests.test_cli import cli
+    from tests.test_compare import write_ab
+    ab = write_ab(tmp_path / "ab.json", slow=1.3, drift_sd=0.3)
+    proc = cli("report", ab, "--ab", "-o", str(tmp_path / "rep"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "side A" in html and "side B" in html and html.count("data:image/png") >= 2
+    assert "**Regressions**" in (tmp_path / "rep" / "summary.md").read_text()
+    proc = cli("report", ab, ab, "--ab", "-o", str(tmp_path / "rep2"))
+    assert proc.returncode == 2 and "one interleaved" in proc.stderr
