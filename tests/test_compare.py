@@ -25,7 +25,7 @@ def write_run(path, seed, slowdown=lambda op, size: 1.0, launches=1, rounds=20, 
                 data = list(base * slowdown(op, size) * np.exp(run_shift + shift + rng.normal(0, noise, rounds)))
                 info = {"backend": "mpi", "algo": "default", "op": op, "dtype": "float32", "redop": "sum",
                         "inplace": False, "nranks": nranks, "bytes": size, "count": size // 4, "launch": launch,
-                        "time_us": float(np.median(data)) * 1e6}
+                        "time_us": float(np.median(data)) * 1e6, "group_env": {"HCCL_BUFFSIZE": "400"} if side == "B" else {}}
                 benches.append({"name": f"{op}-{size}-L{launch}", "extra_info": info, "stats": {"data": data}})
     meta = {"groups": {"g": {"hosts": {"h": nranks}, "devices": ["cpu"]}}, "provenance": {}}
     path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": meta}))
@@ -43,7 +43,7 @@ def write_ab(path, slow=1.0, launches=6, drift_sd=0.0, seed=7):
                 data = list((5e-6 + size / 2e9) * factor * drift[launch] * np.exp(rng.normal(0, 0.01, 20)))
                 info = {"backend": "mpi", "algo": "default", "op": "all_reduce", "dtype": "float32", "redop": "sum",
                         "inplace": False, "nranks": 2, "bytes": size, "count": size // 4, "launch": launch, "side": side,
-                        "time_us": float(np.median(data)) * 1e6}
+                        "time_us": float(np.median(data)) * 1e6, "group_env": {"HCCL_BUFFSIZE": "400"} if side == "B" else {}}
                 benches.append({"name": f"{side}{launch}{size}", "extra_info": info, "stats": {"data": data}})
     path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": {"groups": {}}}))
     return str(path)

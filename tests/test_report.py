@@ -53,6 +53,7 @@ def test_report_of_one_ab_run_puts_side_a_against_side_b(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "side A" in html and "side B" in html and html.count("data:image/png") >= 2
+    assert "rank_env.HCCL_BUFFSIZE" in html                                            # what B changed
     assert "**Regressions**" in (tmp_path / "rep" / "summary.md").read_text()
     proc = cli("report", ab, ab, "--ab", "-o", str(tmp_path / "rep2"))
     assert proc.returncode == 2 and "one interleaved" in proc.stderr
