@@ -25,7 +25,7 @@ def write_run(path, seed, slowdown=lambda op, size: 1.0, launches=1, rounds=20, 
                 data = list(base * slowdown(op, size) * np.exp(run_shift + shift + rng.normal(0, noise, rounds)))
                 info = {"backend": "mpi", "algo": "default", "op": op, "dtype": "float32", "redop": "sum",
                         "inplace": False, "nranks": nranks, "bytes": size, "count": size // 4, "launch": launch,
-                        "time_us": float(np.median(data)) * 1e6, "group_env": {"HCCL_BUFFSIZE": "400"} if side == "B" else {}}
+                        "time_us": float(np.median(data)) * 1e6}
                 benches.append({"name": f"{op}-{size}-L{launch}", "extra_info": info, "stats": {"data": data}})
     meta = {"groups": {"g": {"hosts": {"h": nranks}, "devices": ["cpu"]}}, "provenance": {}}
     path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": meta}))
