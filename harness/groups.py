@@ -55,12 +55,16 @@ class GroupKey:
     launch: int = 0              # --repeat: each launch gets fresh groups (the statistical sample)
 
 
+try:  # resolved here, not in the forked child: dlopen after fork can deadlock on a lock another
+    _PRCTL = ctypes.CDLL("libc.so.6").prctl  # driver thread held, and the driver then waited forever
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
 def _die_with_parent() -> None:
     """Child side of fork: get SIGKILL if the driver dies, so no rank outlives the session."""
-    try:
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _free_port() -> int:

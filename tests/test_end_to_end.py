@@ -93,7 +93,17 @@ def test_ctrl_c_leaves_no_rank_behind(bench_run):
     assert len(processes_with_tag(bench_run.tag)) >= 3
     time.sleep(1.0)
     child.send_signal(signal.SIGINT)
-    output, _ = child.communicate(timeout=60)
+    try:
+        output, _ = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGABRT)              # pytest's faulthandler prints the driver's stacks
+        try:
+            output = child.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired as exc:     # someone else holds the pipe: say who is alive
+            child.kill()
+            output = f"{exc.output!r}\ntagged processes: {processes_with_tag(bench_run.tag)}"
+        bench_run.leftovers()
+        pytest.fail(f"the driver ignored Ctrl-C for 60 s:\n{output[-6000:]}")
     assert child.returncode == 2, output[-2000:]      # pytest's "interrupted"
     assert bench_run.leftovers() == []
 
