@@ -86,7 +86,10 @@ def test_ctrl_c_leaves_no_rank_behind(bench_run):
     child = subprocess.Popen(bench_run.command("--backend", "gloo", "--ops", "all_reduce", "--sizes", "8", "--timeout", "120",
                                                target="benches/test_collectives.py"),
                              cwd=ROOT, env=bench_run.env({"HCCL_BENCH_FAULT": "hang:1:all_reduce"}),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             # as at a terminal: a suite started in the background (`cmd &` in a script)
+                             # passes SIGINT on ignored, and Python then never raises KeyboardInterrupt
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while len(processes_with_tag(bench_run.tag)) < 3 and time.monotonic() < deadline:  # driver + 2 ranks
         time.sleep(0.2)
