@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collectives.ops import OPS, Pattern, count_wrong
-from collectives.timing import Plan, measure, repeat
+from collectives.timing import Plan, measure, one_round, repeat, warm_up
 
 
 def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool):
@@ -26,15 +26,34 @@ def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool)
     return backend.call(op, send, recv, redop, inplace), recv, pattern
 
 
-def run_collective(backend, spec: dict) -> dict:
-    """Check once on fresh data (#wrong), then time; returns this rank's share of the result."""
+def _checked_call(backend, spec: dict):
+    """Prepare the case and run it once on fresh data: (call, #wrong elements on this rank)."""
     call, recv, pattern = prepare(backend, spec["op"], spec["dtype"], spec["redop"], spec["count"], spec["inplace"])
     call()
     backend.device.synchronize()
-    wrong = count_wrong(backend.to_numpy(recv), pattern.expected(backend.rank))
-    plan = Plan(**spec["plan"])
-    k, (times,) = measure([repeat(call)], backend, plan)
+    return call, count_wrong(backend.to_numpy(recv), pattern.expected(backend.rank))
+
+
+def run_collective(backend, spec: dict) -> dict:
+    """Check once on fresh data (#wrong), then time; returns this rank's share of the result."""
+    call, wrong = _checked_call(backend, spec)
+    k, (times,) = measure([repeat(call)], backend, Plan(**spec["plan"]))
     return {"wrong": wrong, "iters": k, "round_ns": times}
+
+
+def begin_collective(backend, spec: dict) -> dict:
+    """Round-interleaved A/B: check and warm up now, keep the case for `time_round` requests, so the
+    driver can alternate single rounds of two worker groups (two stacks) within milliseconds."""
+    call, wrong = _checked_call(backend, spec)
+    loop = repeat(call)
+    k = warm_up([loop], backend, Plan(**spec["plan"]))
+    backend.prepared = (loop, k, backend.device.timer())
+    return {"wrong": wrong, "iters": k}
+
+
+def time_round(backend, spec: dict) -> dict:
+    loop, k, timer = backend.prepared
+    return {"round_ns": one_round(loop, k, backend, timer)}
 
 
 def run_overhead(backend, spec: dict) -> dict:

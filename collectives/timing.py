@@ -29,10 +29,8 @@ def choose_iters(per_iter_s: float, plan: Plan) -> int:
     return max(1, min(MAX_ITERS, math.ceil(plan.round_time_s / per_iter_s)))
 
 
-def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[int, list[list[int]]]:
-    """Time each loop in `loops` (interleaved round by round) with one shared K.
-
-    Each loop(k) runs k iterations. Returns (K, [round ns per loop])."""
+def warm_up(loops: list[Callable[[int], None]], backend, plan: Plan) -> int:
+    """Run every loop's warm-up; return K, agreed by all ranks from the first loop's estimate."""
     timer = backend.device.timer()
     warm = max(1, plan.warmup)
     timer.start()
@@ -40,15 +38,28 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[in
     per_iter = timer.stop() / warm / 1e9
     for loop in loops[1:]:
         loop(warm)
-    k = choose_iters(backend.max_float(per_iter), plan)
+    return choose_iters(backend.max_float(per_iter), plan)
+
+
+def one_round(loop: Callable[[int], None], k: int, backend, timer) -> int:
+    """All ranks start together, then k back-to-back iterations on the device's clock (ns)."""
+    backend.barrier()
+    backend.device.synchronize()
+    timer.start()
+    loop(k)
+    return timer.stop()
+
+
+def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[int, list[list[int]]]:
+    """Time each loop in `loops` (interleaved round by round) with one shared K.
+
+    Each loop(k) runs k iterations. Returns (K, [round ns per loop])."""
+    k = warm_up(loops, backend, plan)
+    timer = backend.device.timer()
     times: list[list[int]] = [[] for _ in loops]
     for _ in range(plan.rounds):
         for loop, out in zip(loops, times):
-            backend.barrier()
-            backend.device.synchronize()
-            timer.start()
-            loop(k)
-            out.append(timer.stop())
+            out.append(one_round(loop, k, backend, timer))
     return k, times
 
 

@@ -31,6 +31,7 @@ class Case:
     skip: str = ""
     launch: int = 0
     side: str = ""                  # --ab-env: "A" or "B"
+    partner: GroupKey | None = None  # --ab-env: the other side's group (rounds alternate between them)
 
     @property
     def id(self) -> str:
@@ -75,20 +76,25 @@ def launch_suffix(launch: int, side: str = "") -> str:
 
 def launches(opts: Options, build_one) -> list:
     """Every launch repeats the whole selection in fresh groups, one launch after the other. With
-    --ab-env both sides' groups stay alive and each case runs on side A (the environment as it is)
-    and on side B (plus --ab-env) back to back, A first in even launches and B first in odd ones,
-    so the machine's drift (here its speed flips 2x within seconds) hits a pair alike."""
+    --ab-env both sides' groups stay alive and each case has an A item (the environment as it is)
+    and a B item (plus --ab-env) side by side, A first in even launches and B first in odd ones;
+    collectives alternate single rounds between the two groups (harness/session.py), because this
+    VM's speed flips 2x within seconds and only rounds milliseconds apart see the same machine."""
+    sides = ("A", "B") if opts.ab_env else ("",)
     cases = []
     for launch in range(opts.repeat):
-        sides = ("A", "B")[::1 if launch % 2 == 0 else -1] if opts.ab_env else ("",)
+        order = sides if launch % 2 == 0 else sides[::-1]
         for template in build_one(opts):
+            groups = {}
             for side in sides:
-                case = replace(template, launch=launch, side=side)
-                if case.group is not None:
-                    env = dict(case.group.env)
-                    if side == "B":
-                        env.update(opts.ab_env)
-                    case.group = replace(case.group, launch=launch, env=tuple(sorted(env.items())))
+                env = dict(template.group.env) if template.group else {}
+                if side == "B":
+                    env.update(opts.ab_env)
+                groups[side] = template.group and replace(template.group, launch=launch, env=tuple(sorted(env.items())))
+            for side in order:
+                case = replace(template, launch=launch, side=side, group=groups[side])
+                if side and hasattr(case, "partner") and case.group is not None:
+                    case.partner = groups["B" if side == "A" else "A"]
                 cases.append(case)
     return cases
 

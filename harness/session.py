@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from collectives import stats
@@ -33,6 +33,7 @@ class BenchSession:
         self.failures: list[dict] = []
         self.groups: dict[str, dict] = {}   # hosts/devices/versions per group, from the ranks
         self.verdict: dict | None = None    # --baseline comparison, filled at session end
+        self.pairs: dict[str, object] = {}  # --ab-env: the partner's measured result (or failure) by case id
 
     def _run(self, key: GroupKey, spec: dict, label: dict) -> tuple[list[dict], dict]:
         try:
@@ -49,10 +50,44 @@ class BenchSession:
         self.groups[group.log_dir.name] = {"env": dict(key.env), **info}
         return results, info
 
+    @staticmethod
+    def _label(case: Case) -> dict:
+        return {"id": case.id, "what": f"{case.op} {format_size(case.size)} {case.dtype} algo={case.algo} "
+                                       f"backend={case.backend} nranks={case.nranks}{' side ' + case.side if case.side else ''}"}
+
     def run_collective(self, case: Case) -> dict:
-        label = {"id": case.id, "what": f"{case.op} {format_size(case.size)} {case.dtype} algo={case.algo} "
-                                         f"backend={case.backend} nranks={case.nranks}"}
-        results, info = self._run(case.group, case.spec(self.opts.plan()), label)
+        if case.partner is None:
+            results, info = self._run(case.group, case.spec(self.opts.plan()), self._label(case))
+            return self._record_collective(case, results, info)
+        measured = self.pairs.pop(case.id, None)
+        if measured is None:  # the pair's first item measures both sides and leaves the other's result
+            partner = replace(case, side="B" if case.side == "A" else "A", group=case.partner, partner=case.group)
+            try:
+                measured, self.pairs[partner.id] = self._run_pair(case, partner)
+            except BaseException as exc:
+                self.pairs[partner.id] = exc
+                raise
+        if isinstance(measured, BaseException):
+            self.failures.append({**self._label(case), "error": f"its A/B partner failed: {str(measured).splitlines()[0]}"})
+            pytest.fail(f"{case.id}: its A/B partner failed: {measured}", pytrace=False)
+        return self._record_collective(case, *measured)
+
+    def _run_pair(self, first: Case, second: Case) -> tuple:
+        """--ab-env: prepare the case in both sides' groups, then alternate single rounds between
+        them (ABBA within the case), so a pair of rounds is milliseconds apart."""
+        plan = self.opts.plan()
+        begun = [self._run(c.group, {**c.spec(plan), "kind": "collective_begin"}, self._label(c)) for c in (first, second)]
+        rounds: list[list[list[int]]] = [[[] for _ in results] for results, _ in begun]
+        for r in range(plan["rounds"]):
+            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                case = (first, second)[i]
+                results, _ = self._run(case.group, {"kind": "collective_round"}, self._label(case))
+                for per_rank, res in zip(rounds[i], results):
+                    per_rank.append(res["round_ns"])
+        return tuple(([{"wrong": b["wrong"], "iters": b["iters"], "round_ns": t} for b, t in zip(results, times)], info)
+                     for (results, info), times in zip(begun, rounds))
+
+    def _record_collective(self, case: Case, results: list[dict], info: dict) -> dict:
         k = results[0]["iters"]
         matrix = [r["round_ns"] for r in results]
         extra = {"launch": case.launch, "side": case.side, "backend": case.backend, "algo": case.algo, "op": case.op, "dtype": case.dtype,

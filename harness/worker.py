@@ -64,7 +64,8 @@ def run_case(backend, spec: dict) -> dict:
         from layers import bench_runner
         return bench_runner.run(backend, spec)
     from collectives import runner
-    return {"collective": runner.run_collective, "overhead": runner.run_overhead}[spec["kind"]](backend, spec)
+    return {"collective": runner.run_collective, "overhead": runner.run_overhead,
+            "collective_begin": runner.begin_collective, "collective_round": runner.time_round}[spec["kind"]](backend, spec)
 
 
 def serve(backend, chan) -> None:
@@ -93,6 +94,8 @@ def main() -> int:
     if os.environ.get("HCCL_BENCH_LOG_DIR"):
         _redirect_output(os.environ["HCCL_BENCH_LOG_DIR"], rank)
     faulthandler.enable()
+    if os.environ.get("HCCL_BENCH_CORE"):  # set by the local launcher for CPU backends
+        os.sched_setaffinity(0, {int(os.environ["HCCL_BENCH_CORE"])})
     backend_name = os.environ["HCCL_BENCH_BACKEND"]
     from collectives import backends
     backend = backends.create(backend_name, rank, world, local_rank)

@@ -3,8 +3,8 @@
     python scripts/bare_ab.py --launches 6 --ab-env MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=recexch
 
 Each launch is `mpiexec -n 2 python bare_ab.py --rank-loop` with the environment of side A (as
-is) or B (plus --ab-env), in ABBA order; buffers are page-aligned and malloc pinned as the
-harness's ranks have them (--cold-malloc leaves glibc's moving mmap threshold alone). Prints the
+is) or B (plus --ab-env), in ABBA order; ranks bound to cores, buffers page-aligned and malloc
+pinned as the harness's ranks have them (--cold-malloc leaves glibc's moving mmap threshold alone). Prints the
 per-size median time of each side and the geometric-mean B/A ratio with its paired-t 95% CI, so
 the size ranges the harness flags can be checked against a measurement that shares none of its code.
 """
@@ -72,7 +72,7 @@ def main() -> int:
     for launch in range(args.launches):
         for side in ("A", "B") if launch % 2 == 0 else ("B", "A"):
             env = {**({} if args.cold_malloc else RANK_ENV_DEFAULTS), **os.environ, **(b_env if side == "B" else {})}
-            out = subprocess.run([mpiexec, "-n", "2", sys.executable, __file__, "--rank-loop"], env=env,
+            out = subprocess.run([mpiexec, "-n", "2", "-bind-to", "core", sys.executable, __file__, "--rank-loop"], env=env,
                                  capture_output=True, text=True, check=True).stdout
             times[side].append({int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()})
     from scipy import stats
