@@ -6,7 +6,6 @@ command; appended when absent), e.g. ``mpirun -np {nproc} -hostfile hosts``, ``s
 """
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import sys
@@ -61,13 +60,12 @@ def find_mpiexec(python: str = "") -> str:
 
 
 def local(backend: str, nproc: int, master_port: int, python: str = "") -> LaunchPlan:
-    """Ranks on this machine. CPU backends get one core each (rank r on core r mod cores), as
-    mpirun binds by default: unbound, the kernel sometimes woke both ranks of a group onto one
-    core and a 5 us all_reduce took 20-35 us for a whole launch. Device backends are left alone."""
+    """Ranks on this machine. MPI ranks get one core each, as mpirun binds by default: unbound, the
+    kernel sometimes woke both ranks of a group onto one core and a 5 us all_reduce took 20-35 us
+    for a whole launch. gloo ranks stay unbound: gloo's I/O thread would share the rank's core
+    (8 B all_reduce 0.8-1.1 ms bound vs 0.4-0.8 ms free). Device backends are left to the launcher."""
     if backend == "mpi":
         return LaunchPlan([[find_mpiexec(python), "-n", str(nproc), "-bind-to", "core", *worker_cmd(python)]], [{}])
-    cores = sorted(os.sched_getaffinity(0))
     envs = [{"RANK": str(r), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(nproc),
-             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
-             **({"HCCL_BENCH_CORE": str(cores[r % len(cores)])} if backend == "gloo" else {})} for r in range(nproc)]
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port)} for r in range(nproc)]
     return LaunchPlan([worker_cmd(python) for _ in range(nproc)], envs)

@@ -94,8 +94,6 @@ def main() -> int:
     if os.environ.get("HCCL_BENCH_LOG_DIR"):
         _redirect_output(os.environ["HCCL_BENCH_LOG_DIR"], rank)
     faulthandler.enable()
-    if os.environ.get("HCCL_BENCH_CORE"):  # set by the local launcher for CPU backends
-        os.sched_setaffinity(0, {int(os.environ["HCCL_BENCH_CORE"])})
     backend_name = os.environ["HCCL_BENCH_BACKEND"]
     from collectives import backends
     backend = backends.create(backend_name, rank, world, local_rank)
