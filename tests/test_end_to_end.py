@@ -197,3 +197,14 @@ def test_ab_source_runs_side_b_under_another_stack(bench_run, tmp_path):
     assert b["env"]["PATH"].startswith("/opt/other-stack/bin:") and "SHLVL" not in b["env"]
     assert b["versions"]["python"].endswith(str(stack / "python3"))
     assert by_side[False]["versions"]["python"].endswith(sys.executable)
+
+
+def test_ab_pair_fails_together_when_one_side_dies(bench_run):
+    """A rank of side B dies mid-pair: both items of that case fail with the reason, the next case
+    runs on fresh groups, and nothing is left behind."""
+    proc = bench_run("--backend", "mpi", "--ops", "all_reduce,broadcast", "--sizes", "1K",
+                     "--ab-env", "HCCL_BENCH_FAULT=die:1:all_reduce", target="benches/test_collectives.py")
+    assert proc.returncode == 1, proc.output[-3000:]
+    assert "2 failed, 2 passed" in proc.output, proc.output[-3000:]
+    assert "its A/B partner failed" in proc.output and "HCCL_BENCH_FAULT asked this rank to die" in proc.output
+    assert bench_run.leftovers() == []
