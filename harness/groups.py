@@ -331,8 +331,7 @@ class GroupPool:
                 group.kill()
                 self.alive.pop(key, None)
                 raise
-            self.alive.pop(key)
-        self.alive[key] = group
+        self.alive[key] = group  # most recently used last
         self.current = group
         return group
 

@@ -63,7 +63,7 @@ def local(backend: str, nproc: int, master_port: int, python: str = "") -> Launc
     """Ranks on this machine. MPI ranks get one core each, as mpirun binds by default: unbound, the
     kernel sometimes woke both ranks of a group onto one core and a 5 us all_reduce took 20-35 us
     for a whole launch. gloo ranks stay unbound: gloo's I/O thread would share the rank's core
-    (8 B all_reduce 0.8-1.1 ms bound vs 0.4-0.8 ms free). Device backends are left to the launcher."""
+    (8 B all_reduce 0.81-1.07 ms bound vs 0.35-0.76 ms free). Device backends are left to the launcher."""
     if backend == "mpi":
         return LaunchPlan([[find_mpiexec(python), "-n", str(nproc), "-bind-to", "core", *worker_cmd(python)]], [{}])
     envs = [{"RANK": str(r), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(nproc),

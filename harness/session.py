@@ -35,17 +35,19 @@ class BenchSession:
         self.verdict: dict | None = None    # --baseline comparison, filled at session end
         self.pairs: dict[str, object] = {}  # --ab-env: the partner's measured result (or failure) by case id
 
-    def _run(self, key: GroupKey, spec: dict, label: dict) -> tuple[list[dict], dict]:
+    def _call(self, key: GroupKey, spec: dict, label: dict):
+        """One request to a group: (results, group), or the case fails with the reason recorded."""
         try:
-            results, group = self.pool.run(key, spec, self.opts.timeout_s)
+            return self.pool.run(key, spec, self.opts.timeout_s)
         except CaseFailure as exc:
             failure = str(exc)
-        else:
-            failure = None
-        if failure is not None:
-            self.failures.append({**label, "error": failure.splitlines()[0]})
-            self._append({"failure": label, "error": failure})
-            pytest.fail(f"{label['what']}: {failure}", pytrace=False)
+        self.failures.append({**label, "error": failure.splitlines()[0]})
+        self._append({"failure": label, "error": failure})
+        pytest.fail(f"{label['what']}: {failure}", pytrace=False)
+
+    def _run(self, key: GroupKey, spec: dict, label: dict) -> tuple[list[dict], dict]:
+        """A case's results and its group's hosts/devices/versions (recorded once per group)."""
+        results, group = self._call(key, spec, label)
         info = provenance.group_info(group.ranks)
         self.groups[group.log_dir.name] = {"env": dict(key.env), **info}
         return results, info
@@ -81,7 +83,7 @@ class BenchSession:
         for r in range(plan["rounds"]):
             for i in ((0, 1) if r % 2 == 0 else (1, 0)):
                 case = (first, second)[i]
-                results, _ = self._run(case.group, {"kind": "collective_round"}, self._label(case))
+                results, _ = self._call(case.group, {"kind": "collective_round"}, self._label(case))
                 for per_rank, res in zip(rounds[i], results):
                     per_rank.append(res["round_ns"])
         return tuple(([{"wrong": b["wrong"], "iters": b["iters"], "round_ns": t} for b, t in zip(results, times)], info)
