@@ -221,6 +221,9 @@ class WorkerGroup:
             return
         local_spawn = not self.key.launcher and self.key.backend != "mpi"
         time.sleep(0.3)  # let the dying rank's last words reach its log
+        # and list every rank that is gone by now: a peer that died of the first one's death (gloo's
+        # "Connection closed by peer") may or may not have been caught by the first poll
+        dead = [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
         if local_spawn:
             what = "; ".join(f"rank {i} {_exit_text(code)}" for i, code in dead)
         else:

@@ -1,5 +1,6 @@
 """The benches run for real: child pytest sessions with real rank processes, gloo and MPICH."""
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -73,7 +74,9 @@ def test_a_dying_rank_is_reported_with_its_exit_status_and_log(bench_run):
                      target="benches/test_collectives.py", env={"HCCL_BENCH_FAULT": "die:1:all_reduce"})
     assert proc.returncode == 1
     assert "2 failed, 2 passed" in proc.output
-    assert "backend=gloo nranks=2: rank 1 exit status 3" in proc.output
+    # rank 0 dies too once its gloo peer is gone; whether the driver saw it yet is timing
+    assert re.search(r"backend=gloo nranks=2: (rank 0 exit status 1; )?rank 1 exit status 3 during the case",
+                     proc.output)
     assert "backend=mpi nranks=2: launcher exit status 3" in proc.output
     # both failure reports carry the dead rank's last log line (CI=true also repeats them in the summary)
     for backend in ("gloo", "mpi"):
