@@ -40,20 +40,18 @@ def _memory(args) -> int:
     return EXIT_OK
 
 
-def _pair(args, first: str, second: str | None):
-    """(base, cand) from two runs, or from sides A and B of one interleaved --ab-env run."""
-    if args.ab:
+def _pair(args, first: str, second: str | None, usage: str):
+    """(base, cand) from two runs, or from sides A and B of one interleaved --ab-env run;
+    a ValueError with `usage` when the arguments fit neither."""
+    if args.ab and not second:
         return load(first, side="A"), load(first, side="B")
-    if second:
+    if second and not args.ab:
         return load(first), load(second)
-    return None
+    raise ValueError(usage)
 
 
 def _compare(args) -> int:
-    pair = _pair(args, args.base, args.cand)
-    if pair is None:
-        return _fail("compare needs BASE and CAND, or one interleaved run with --ab")
-    base, cand = pair
+    base, cand = _pair(args, args.base, args.cand, "compare takes BASE CAND, or one interleaved --ab-env run with --ab")
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     t0 = time.perf_counter()
     from reports.compare import compare
@@ -162,9 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compare":
             return _compare(args)
         if args.command == "calibrate":
-            pair = _pair(args, args.a, args.b)
-            if pair is None:
-                return _fail("calibrate needs two runs A B, or one interleaved A/A run with --ab")
+            pair = _pair(args, args.a, args.b, "calibrate takes two runs A B, or one interleaved A/A run with --ab")
             result = summary.calibrate(*pair)
             print(summary.calibration_text(result))
             if args.output:

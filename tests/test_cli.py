@@ -33,3 +33,7 @@ def test_paired_calibration_from_one_a_a_run_feeds_a_paired_compare(tmp_path):
     assert proc.returncode == 1 and "applied to 11 of 11 cells" in proc.stdout, proc.stdout + proc.stderr
     proc = cli("calibrate", aa)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--ab" in proc.stderr
+    # --ab reads both sides from one file: a second file would be silently ignored, so it is refused
+    for command in (("compare", ab, aa, "--ab"), ("calibrate", aa, ab, "--ab"), ("compare", ab)):
+        proc = cli(*command)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--ab" in proc.stderr, command
