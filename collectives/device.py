@@ -10,6 +10,7 @@ import platform
 import resource
 import time
 
+
 class DeviceUnavailable(RuntimeError):
     """The requested device cannot be used here; the message is one sentence saying why."""
 
@@ -69,7 +70,7 @@ class Device:
             return cpu_name()
         return self._mod.get_device_name(self.index)
 
-    def timer(self) -> "Timer":
+    def timer(self) -> Timer:
         return Timer(self)
 
     def reset_peak_memory(self) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from collectives import algorithms
-from collectives.backends import dtypes as backend_dtypes, forms
+from collectives.backends import dtypes as backend_dtypes
+from collectives.backends import forms
 from collectives.ops import OPS
 from collectives.sizes import format_size
 from harness.groups import GroupKey

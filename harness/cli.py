@@ -1,7 +1,8 @@
 """``hccl-bench``: everything around result files (the sweeps themselves run under pytest).
 
-Exit status: 0 ok (compare: no confirmed regression), 1 compare found a confirmed regression,
-2 unusable input (unreadable file, mismatched setups without --force, bad arguments).
+Exit status: 0 ok (compare: no confirmed regression; history: none that began within the window),
+1 compare or history found a confirmed regression, 2 unusable input (unreadable file, mismatched
+setups without --force, bad arguments).
 """
 from __future__ import annotations
 
@@ -79,6 +80,48 @@ def _report(args) -> int:
     return EXIT_OK
 
 
+def _history_runs(paths: list[str]) -> tuple[list, list[str]]:
+    """Runs from result files, run directories, or directories of run directories (a --results
+    folder that nightly runs accumulate in); files holding no cells (a run that failed whole, an
+    --ab-env run) are skipped with the reason."""
+    runs, skipped = [], []
+    for arg in paths:
+        path = Path(arg)
+        files = [path] if path.is_file() or (path / "results.json").exists() else sorted(path.glob("*/results.json"))
+        if not files:
+            raise ResultError(f"{arg}: no results.json in it or in its subdirectories")
+        for f in files:
+            try:
+                runs.append(load(f))
+            except ResultError as exc:
+                if "holds no" not in str(exc):
+                    raise
+                skipped.append(str(exc))
+    return runs, skipped
+
+
+def _history(args) -> int:
+    from reports.history import MIN_RUNS, analyse
+    runs, skipped = _history_runs(args.runs)
+    for line in skipped:
+        print(f"# skipped: {line}")
+    if len(runs) < MIN_RUNS:
+        print(f"# history: {len(runs)} runs; a change needs {MIN_RUNS // 2} runs on each side, nothing to judge yet")
+        return EXIT_OK
+    cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
+    hist = analyse(runs, calibration=cal, min_effect=args.min_effect, window=args.window)
+    if hist.judged.mismatch and not args.force:
+        return _fail("setups differ across the history (--force to use them anyway): " + hist.judged.mismatch[0])
+    print(summary.history_text(hist))
+    if args.markdown:
+        Path(args.markdown).write_text(summary.history_markdown(hist) + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps({**summary.as_json(hist.judged), "runs": [r.path for r in hist.runs],
+                                               "change_at": {str(k): hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
+                                               "suspected": summary.as_json(hist.suspected)["cells"]}, indent=1))
+    return EXIT_REGRESSION if hist.regressed else EXIT_OK
+
+
 def _import(args) -> int:
     from reports.importers import import_file
     data = import_file(args.file, args.op, args.nranks, args.dtype)
@@ -123,6 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     cal.add_argument("--ab", action="store_true", help="A is one run made with --ab-env setting a variable nothing "
                                                        "reads (e.g. HCCL_BENCH_AA=1): calibrate paired comparisons")
     cal.add_argument("-o", "--output", help="write the calibration JSON here")
+    his = sub.add_parser("history", help="nightly guard: change points in each cell's history of runs")
+    his.add_argument("runs", nargs="+", help="result files, run directories, or a --results directory of nightly runs")
+    his.add_argument("--window", type=int, default=7, help="fail only on changes that began within the last N runs (default 7)")
+    his.add_argument("--calibration", help="A/A calibration JSON of separate runs, raising the minimum effect per size band")
+    his.add_argument("--min-effect", type=float, default=0.05, help="smallest change worth a verdict (default 0.05 = 5%%)")
+    his.add_argument("--force", action="store_true", help="use runs whose rank counts, hosts or backends differ")
+    his.add_argument("--json", help="write the verdicts as JSON")
+    his.add_argument("--markdown", help="write a Markdown summary (for CI comments)")
     rep = sub.add_parser("report", help="HTML page and Markdown summary for one or more runs (oldest first)")
     rep.add_argument("runs", nargs="+")
     rep.add_argument("-o", "--output", required=True)
@@ -168,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "report":
             return _report(args)
+        if args.command == "history":
+            if args.window < 1:
+                return _fail(f"--window {args.window}: give a number of runs, 1 or more")
+            return _history(args)
         if args.command == "import":
             return _import(args)
         if args.action in ("save", "show") and not (args.name and (args.result or args.action == "show")):

@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+
 def worker_cmd(python: str = "") -> list[str]:
     """The rank process; `python` runs it under another installed stack's interpreter (A/B)."""
     return [python or sys.executable, "-m", "harness.worker"]

@@ -7,16 +7,16 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from collectives import stats
-from harness import provenance
 import pytest
 
+from collectives import stats
 from collectives.sizes import format_size
+from harness import provenance
 from harness.cases import Case, LayerCase
-from layers import schedules
-from layers.mesh import ParallelDims, tp_placement
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
+from layers import schedules
+from layers.mesh import ParallelDims, tp_placement
 
 SCHEMA = "hccl-bench/1"
 

@@ -10,9 +10,9 @@ from torch import nn
 
 from collectives.timing import Plan, measure
 from layers import pipeline
-from layers.schedules import SCHEDULES, stage_indices
 from layers.mesh import Axis, ParallelDims
 from layers.mesh import create_groups as _create_groups
+from layers.schedules import SCHEDULES, stage_indices
 from layers.tp import MLP, ColumnParallelLinear, CommTimer, ParallelMLP, dtensor_mlp
 
 _GROUPS: dict[ParallelDims, dict] = {}
@@ -197,14 +197,14 @@ def pp_check(backend, spec) -> dict:
     err, scale = 0.0, 0.0
     for idx, stage in local.items():
         for mine, ref in zip(stage, model[idx * per:(idx + 1) * per]):
-            for (name, p), (_, q) in zip(mine.named_parameters(), ref.named_parameters()):
+            for p, q in zip(mine.parameters(), ref.parameters()):
                 err = max(err, float((p.grad - q.grad).abs().max()))
                 scale = max(scale, float(q.grad.abs().max()))
     out = {"grad_err": err, "grad_scale": scale, "stages": sorted(local)}
     if last:
         with torch.no_grad():
             ref_loss = float(pipeline.summed_mse(model(x), target))
-        out["loss_err"] = abs(float(sum(l.item() for l in losses)) - ref_loss) / max(1.0, abs(ref_loss))
+        out["loss_err"] = abs(float(sum(loss.item() for loss in losses)) - ref_loss) / max(1.0, abs(ref_loss))
     return out
 
 

@@ -37,7 +37,7 @@ class ParallelDims:
                             f"does not equal the world size {self.world}")
 
     @classmethod
-    def fit(cls, tp: int, pp: int, world: int) -> "ParallelDims":
+    def fit(cls, tp: int, pp: int, world: int) -> ParallelDims:
         """dp fills what tp and pp leave; MeshError when tp x pp does not divide the world."""
         if world % (tp * pp):
             raise MeshError(f"tp x pp = {tp} x {pp} = {tp * pp} does not divide the world size {world}")

@@ -12,6 +12,7 @@ from torch import nn
 
 from layers.schedules import SCHEDULES
 
+
 def split_layers(layers: list[nn.Module], n_stages: int, index: int) -> nn.Sequential:
     per = len(layers) // n_stages
     return nn.Sequential(*layers[index * per:(index + 1) * per])

@@ -56,3 +56,13 @@ def provenance_diff(provs: list[dict]) -> list[tuple[str, list[str]]]:
     keys = sorted(set().union(*flat)) if flat else []
     return [(k, [f.get(k, "-") for f in flat]) for k in keys
             if len({f.get(k, "-") for f in flat}) > 1 and not k.startswith(("command", "driver_host"))]
+
+
+def run_provenance(run) -> dict:
+    """The session's provenance plus what its ranks ran with (algorithm and --ab-env variables),
+    which is where the two sides of an --ab-env run differ."""
+    rank_env: dict[str, set] = {}
+    for cell in run.cells.values():
+        for k, v in (cell.info.get("group_env") or {}).items():
+            rank_env.setdefault(k, set()).add(str(v))
+    return {**run.meta.get("provenance", {}), "rank_env": {k: " | ".join(sorted(v)) for k, v in rank_env.items()}}

@@ -38,6 +38,7 @@ class Run:
     cells: dict[tuple, Cell]
     meta: dict
     side: str = ""              # "A"/"B" of an interleaved --ab-env run: launches pair up across sides
+    started: str = ""           # pytest-benchmark's ISO `datetime`: orders a history of nightly runs
 
     @property
     def label(self) -> str:
@@ -77,7 +78,7 @@ def load(path: str | Path, side: str = "") -> Run:
     if not cells:
         what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
         raise ResultError(f"{path} holds no {what}")
-    return Run(str(path), cells, data.get("hccl_bench") or {}, side)
+    return Run(str(path), cells, data.get("hccl_bench") or {}, side, str(data.get("datetime") or ""))
 
 
 def setup_of(run: Run) -> dict:

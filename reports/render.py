@@ -143,16 +143,6 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _provenance(run: Run) -> dict:
-    """The session's provenance plus what its ranks ran with (algorithm and --ab-env variables),
-    which is where the two sides of an --ab-env run differ."""
-    rank_env: dict[str, set] = {}
-    for cell in run.cells.values():
-        for k, v in (cell.info.get("group_env") or {}).items():
-            rank_env.setdefault(k, set()).add(str(v))
-    return {**run.meta.get("provenance", {}), "rank_env": {k: " | ".join(sorted(v)) for k, v in rank_env.items()}}
-
-
 def render(runs: list[Run], out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     first = runs[0]
@@ -186,7 +176,7 @@ def render(runs: list[Run], out_dir: Path) -> dict:
     last = comparisons[-1][1] if comparisons else None
     html = PAGE.render(runs=runs, verdict=summary.text(last) if last else "", verdicts_base=first.label,
                        verdicts_cand=runs[-1].label, mismatch=last.mismatch if last else [],
-                       prov_diff=analysis.provenance_diff([_provenance(r) for r in runs]),
+                       prov_diff=analysis.provenance_diff([analysis.run_provenance(r) for r in runs]),
                        stats=stats, sweeps=sweeps, algos=[f for r in runs for f in _algo_figures(r)], layers=layers)
     (out_dir / "report.html").write_text(html)
     md = [f"## hccl-bench report: {', '.join(r.label for r in runs)}", ""]

@@ -7,8 +7,8 @@ from collections import Counter
 import numpy as np
 
 from collectives.sizes import format_size
-from reports.compare import Comparison, band_key, compare, size_ranges
 from reports.cells import Run
+from reports.compare import Comparison, band_key, compare, size_ranges
 
 MARKDOWN_LIMIT = 60_000   # GitHub comments stop at 65,536 characters
 
@@ -30,14 +30,16 @@ def effect_text(series: tuple, ratio: float, low: float, high: float) -> str:
     return f"busbw {1 / ratio - 1:+.1%} [{1 / high - 1:+.1%}, {1 / low - 1:+.1%}]"
 
 
+def range_text(r: dict) -> str:
+    """One size range of size_ranges() as people read it."""
+    sizes = format_size(r["first"]) if r["first"] == r["last"] else f"{format_size(r['first'])}-{format_size(r['last'])}"
+    sizes = "" if r["first"] == 0 else f" {sizes}"
+    weak = " (round-level samples: weaker)" if r["samples"] == "rounds" else ""
+    return f"{series_label(r['series'])}{sizes}: {effect_text(r['series'], r['ratio'], r['low'], r['high'])}{weak}"
+
+
 def range_lines(cmp: Comparison, verdict: str) -> list[str]:
-    lines = []
-    for r in size_ranges(cmp, verdict):
-        sizes = format_size(r["first"]) if r["first"] == r["last"] else f"{format_size(r['first'])}-{format_size(r['last'])}"
-        sizes = "" if r["first"] == 0 else f" {sizes}"
-        weak = " (round-level samples: weaker)" if r["samples"] == "rounds" else ""
-        lines.append(f"{series_label(r['series'])}{sizes}: {effect_text(r['series'], r['ratio'], r['low'], r['high'])}{weak}")
-    return lines
+    return [range_text(r) for r in size_ranges(cmp, verdict)]
 
 
 def text(cmp: Comparison) -> str:
@@ -114,3 +116,63 @@ def calibration_text(cal: dict) -> str:
     for name, b in cal["bands"].items():
         out.append(f" {name:>28} {b['cells']:>6} {b['noise']:>8.1%} {b['ci_missed']:>10.0%} {b['min_effect']:>11.1%}")
     return "\n".join(out)
+
+
+def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
+    """(headline, [(section, lines)], what changed) shared by the terminal and Markdown forms."""
+    from reports.history import MIN_SEGMENT, change_run, changed_between
+    runs = hist.runs
+    sections, changed_at = [], []
+    for label, verdict in (("REGRESSIONS", "regression"), ("improvements", "improvement"),
+                           (f"standing regressions (began before the last {hist.window} runs)", "standing regression"),
+                           ("standing improvements", "standing improvement")):
+        lines = []
+        for r in size_ranges(hist.judged, verdict):
+            at = change_run(hist, r["series"], r["first"], r["last"])
+            lines.append(f"{range_text(r)} since {runs[at].label} ({runs[at].started[:16]})")
+            if verdict == "regression" and at not in changed_at:
+                changed_at.append(at)
+        if lines:
+            sections.append((label, lines))
+    for verdict in ("suspected regression", "suspected improvement"):
+        lines = range_lines(hist.suspected, verdict)
+        if lines:
+            sections.append((f"{verdict}s in the newest run alone (the next run or a same-day A/B confirms)", lines))
+    what = []
+    for at in changed_at:
+        diff = changed_between(hist, at)
+        what.append(f"what changed from {runs[at - 1].label} to {runs[at].label}: "
+                    + ("; ".join(f"{k}: {' -> '.join(v)}" for k, v in diff) if diff else "nothing recorded (same versions and settings)"))
+    headline = (f"{len(runs)} runs {runs[0].started[:10]} .. {runs[-1].started[:10]}; a change needs "
+                f"{MIN_SEGMENT} runs at its new level and counts when it began within the last {hist.window} runs")
+    return headline, sections, what
+
+
+def history_text(hist) -> str:
+    counts = Counter(c.verdict for c in hist.judged.cells)
+    headline, sections, what = _history_lines(hist)
+    out = [f"# history: {headline}",
+           f"# {len(hist.judged.cells)} cells: " + ", ".join(
+               f"{counts.get(v, 0)} {v}" for v in ("regression", "improvement", "no change", "inconclusive",
+                                                   "standing regression", "standing improvement"))
+           + (f"; {hist.too_short} cells in fewer than 4 runs not judged" if hist.too_short else ""),
+           "# change points: binary segmentation of log time (pooled t, Bonferroni over the splits tried); "
+           "effect: level after / level before with its 95% CI, BH-adjusted across the sweep"]
+    if hist.judged.calibration:
+        out.append(f"# {hist.judged.calibration}")
+    for label, lines in sections:
+        out += [f"{label}:"] + [f"  {line}" for line in lines]
+    out += [f"# {line}" for line in what]
+    return "\n".join(out)
+
+
+def history_markdown(hist) -> str:
+    headline, sections, what = _history_lines(hist)
+    out = [f"### hccl-bench nightly: {'regression' if hist.regressed else 'no new regression'}", "", headline]
+    for label, lines in sections:
+        out += ["", f"**{label[0].upper() + label[1:]}**", ""] + [f"- {line}" for line in lines]
+    out += [""] + [f"_{line}_" for line in what] if what else []
+    text_ = "\n".join(out)
+    if len(text_) > MARKDOWN_LIMIT:
+        text_ = text_[:MARKDOWN_LIMIT].rsplit("\n", 1)[0] + "\n- … (truncated)"
+    return text_

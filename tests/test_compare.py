@@ -13,7 +13,7 @@ SIZES = [4 << (2 * i) for i in range(11)]          # 4 B .. 4 MiB, like --sizes 
 
 
 def write_run(path, seed, slowdown=lambda op, size: 1.0, launches=1, rounds=20, nranks=2, noise=0.03, drift=None,
-              run_shift=0.0):
+              run_shift=0.0, when="", provenance=None):
     """A result file shaped like a real run: per-round per-op times with lognormal noise."""
     rng = np.random.default_rng(seed)
     benches = []
@@ -27,8 +27,8 @@ def write_run(path, seed, slowdown=lambda op, size: 1.0, launches=1, rounds=20, 
                         "inplace": False, "nranks": nranks, "bytes": size, "count": size // 4, "launch": launch,
                         "time_us": float(np.median(data)) * 1e6}
                 benches.append({"name": f"{op}-{size}-L{launch}", "extra_info": info, "stats": {"data": data}})
-    meta = {"groups": {"g": {"hosts": {"h": nranks}, "devices": ["cpu"]}}, "provenance": {}}
-    path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": meta}))
+    meta = {"groups": {"g": {"hosts": {"h": nranks}, "devices": ["cpu"]}}, "provenance": provenance or {}}
+    path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": meta, "datetime": when}))
     return str(path)
 
 

@@ -3,8 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.provenance import (cann_version_from_toolkit, parse_install_info, parse_version_cfg,
-                                parse_version_info, relevant_env)
+from harness.provenance import cann_version_from_toolkit, parse_install_info, parse_version_cfg, parse_version_info, relevant_env
 
 DATA = Path(__file__).parent / "data" / "cann"
 

@@ -1,0 +1,192 @@
+"""Nightly guard: each cell's history across runs and the newest change point in it (DESIGN §7).
+
+A run (a night) is one point per cell: the mean log of its per-launch median times. Change points
+come from binary segmentation, as in E-divisive / Otava (Hunter's t-test form): split a stretch of
+history where the pooled two-sample t of log time is largest, or cut out the stretch that differs
+most from the rest (a change later undone has no single good split), and keep the cut when its p,
+multiplied by the number of cuts tried (the search is charged for), is below alpha/2 (two
+searches); recurse into the pieces. Analytic p-values stay usable under Benjamini-Hochberg on sweeps of thousands of
+cells, where a permutation p bottoms out at 1/permutations. The newest change is judged like a
+compare cell, its level before against its level after: BH across the sweep, the minimum effect (an A/A calibration can raise it), neighbouring
+sizes must agree. It counts only after `confirm` runs at the new level; a newest run alone off its
+level is "suspected" (next night, or a same-day A/B with `compare --ab`, settles it). Only changes
+within the last `window` runs fail the guard; older ones are listed as standing.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats as sps
+
+from reports.analysis import provenance_diff, run_provenance
+from reports.cells import Run, setup_of
+from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, _verdicts, band_key
+
+MIN_SEGMENT = 2          # runs on each side of a change: one night alone is a suspicion, not a level
+MIN_RUNS = 2 * MIN_SEGMENT
+
+
+@dataclass
+class History:
+    """Verdicts per cell: regression / improvement / no change / inconclusive for changes that began
+    within the last `window` runs, "standing ..." for older ones; `suspected` holds the newest run's
+    departures from its level ("suspected regression" / "suspected improvement")."""
+    runs: list[Run]                                          # oldest first
+    judged: Comparison                                       # per cell: level before vs after its newest change
+    suspected: Comparison
+    change_at: dict[tuple, int] = field(default_factory=dict)     # cell key -> run index where its newest change begins
+    too_short: int = 0                                       # cells with fewer than MIN_RUNS runs: not judged
+    window: int = 7
+
+    @property
+    def regressed(self) -> bool:
+        return self.judged.regressed
+
+
+def night_values(run: Run, key: tuple) -> float:
+    cell = run.cells[key]
+    return float(np.mean([np.log(np.median(v)) for v in cell.launches.values()]))
+
+
+def _split_t(y: np.ndarray, lo: int) -> np.ndarray:
+    """Pooled two-sample t of y[k:] against y[:k] for every k in [lo, n - lo], from running sums."""
+    n = y.size
+    y = y - y.mean()
+    k = np.arange(lo, n - lo + 1)
+    c1, c2 = np.cumsum(y), np.cumsum(y * y)
+    s1, q1 = c1[k - 1], c2[k - 1]
+    s2, q2 = c1[-1] - s1, c2[-1] - q1
+    m1, m2 = s1 / k, s2 / (n - k)
+    var = np.maximum((q1 - s1 * m1) + (q2 - s2 * m2), 0.0) / (n - 2)
+    se = np.sqrt(var * (1.0 / k + 1.0 / (n - k)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(se > 0, (m2 - m1) / se, 0.0)
+
+
+def _bump_t(y: np.ndarray, lo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pooled t of a stretch y[a:b] against the rest, for every a, b leaving `lo` runs in each of the
+    three pieces: a change that was later undone (a regression fixed a week on) has no single split
+    that separates it."""
+    n = y.size
+    y = y - y.mean()
+    c1, c2 = np.r_[0.0, np.cumsum(y)], np.r_[0.0, np.cumsum(y * y)]
+    a, b = np.triu_indices(n + 1, k=lo)
+    keep = (a >= lo) & (n - b >= lo)
+    a, b = a[keep], b[keep]
+    s_in, q_in, n_in = c1[b] - c1[a], c2[b] - c2[a], b - a
+    s_out, q_out, n_out = c1[n] - s_in, c2[n] - q_in, n - n_in
+    m_in, m_out = s_in / n_in, s_out / n_out
+    var = np.maximum((q_in - s_in * m_in) + (q_out - s_out * m_out), 0.0) / (n - 2)
+    se = np.sqrt(var * (1.0 / n_in + 1.0 / n_out))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return a, b, np.where(se > 0, (m_in - m_out) / se, 0.0)
+
+
+def _best_split(y: np.ndarray, alpha: float) -> tuple[list[int], float]:
+    """Where new levels begin in this stretch (one step, or a stretch that came back) and the p of
+    the largest |t|, Bonferroni over every split tried; alpha is shared by the two searches."""
+    n = y.size
+    if n < MIN_RUNS:
+        return [], 1.0
+    t = np.abs(_split_t(y, MIN_SEGMENT))
+    best = int(np.argmax(t))
+    p = float(min(1.0, t.size * 2 * sps.t.sf(t[best], n - 2)))
+    if p < alpha / 2 or n < 3 * MIN_SEGMENT:
+        return [MIN_SEGMENT + best], p
+    a, b, tb = _bump_t(y, MIN_SEGMENT)
+    best = int(np.argmax(np.abs(tb)))
+    p_bump = float(min(1.0, tb.size * 2 * sps.t.sf(abs(tb[best]), n - 2)))
+    return ([int(a[best]), int(b[best])], p_bump) if p_bump < p else ([MIN_SEGMENT + int(np.argmax(t))], p)
+
+
+def change_points(y: np.ndarray, alpha: float = ALPHA) -> list[tuple[int, float]]:
+    """Every significant change in one cell's history, oldest first: (index, p)."""
+    found, todo = [], [(0, y.size)]
+    while todo:
+        start, stop = todo.pop()
+        cuts, p = _best_split(y[start:stop], alpha)
+        if cuts and p < alpha / 2:
+            edges = [start] + [start + c for c in cuts] + [stop]
+            found += [(e, p) for e in edges[1:-1]]
+            todo += list(zip(edges[:-1], edges[1:]))
+    return sorted(found)
+
+
+def _level_shift(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float]:
+    """Shift of mean log time with its pooled-t 95% CI (conditional on where the split was found;
+    the Bonferroni p is what accounts for the search)."""
+    n, m = before.size, after.size
+    shift = after.mean() - before.mean()
+    dof = n + m - 2
+    var = ((before.var(ddof=1) * (n - 1) if n > 1 else 0.0) + (after.var(ddof=1) * (m - 1) if m > 1 else 0.0)) / max(dof, 1)
+    half = sps.t.ppf(0.975, max(dof, 1)) * np.sqrt(var * (1 / n + 1 / m))
+    return shift, shift - half, shift + half
+
+
+def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
+            window: int = 7, alpha: float = ALPHA) -> History:
+    """`runs` in any order; they are put in time order. Setup mismatches are in judged.mismatch."""
+    runs = sorted(runs, key=lambda r: r.started)
+    newest = runs[-1]
+    sn = setup_of(newest)
+    hist = History(runs, Comparison(runs[0].path, newest.path, []), Comparison(runs[-2].path if len(runs) > 1 else "",
+                                                                                 newest.path, []), window=window)
+    hist.judged.mismatch = sorted({f"{k}: {r.path} has {s[k]}, the newest run {sn[k]}"
+                                   for r in runs[:-1] for s in [setup_of(r)] for k in sn if s[k] != sn[k]})
+    bands = (calibration or {}).get("bands", {}) if (calibration or {}).get("samples", "launches") == "launches" else {}
+    if calibration:
+        hist.judged.calibration = ("A/A calibration (launches) applied" if bands else
+                                   "A/A calibration not applied: it was made from paired launches, a history is separate runs")
+    for key, cell in newest.cells.items():
+        idx = [i for i, r in enumerate(runs) if key in r.cells]
+        if len(idx) < MIN_RUNS:
+            hist.too_short += 1
+            continue
+        y = np.array([night_values(runs[i], key) for i in idx])
+        effect = max(min_effect, bands.get(band_key(cell.series, cell.size), {}).get("min_effect", 0.0))
+        cps = change_points(y, alpha)
+        start = cps[-2][0] if len(cps) > 1 else 0
+        at, p = cps[-1] if cps else (len(y) - MIN_SEGMENT, 1.0)   # no change: the latest runs against the rest
+        shift, low, high = _level_shift(y[start:at], y[at:])
+        hist.judged.cells.append(CellResult(key, cell.series, cell.size, *np.exp([shift, low, high]).tolist(), p,
+                                            samples="runs", n_base=at - start, n_cand=len(y) - at, min_effect=effect))
+        hist.change_at[key] = idx[at] if cps else -1
+        level = y[cps[-1][0] if cps else 0:-1]   # the newest run against the level it should be on
+        sd = level.std(ddof=1) * np.sqrt(1 + 1 / level.size) if level.size >= MIN_SEGMENT else 0.0
+        if sd > 0:
+            shift, dof = y[-1] - level.mean(), level.size - 1
+            half = sps.t.ppf(0.975, dof) * sd
+            hist.suspected.cells.append(CellResult(key, cell.series, cell.size, *np.exp([shift, shift - half, shift + half]).tolist(),
+                                                   float(2 * sps.t.sf(abs(shift) / sd, dof)), samples="newest run",
+                                                   min_effect=effect))
+    for cmp in (hist.judged, hist.suspected):
+        if cmp.cells:
+            for c, q in zip(cmp.cells, sps.false_discovery_control([c.p for c in cmp.cells])):
+                c.q = float(q)
+        cmp.cells.sort(key=lambda c: (str(c.series), c.size))
+    _verdicts(hist.judged.cells, alpha)
+    for c in hist.judged.cells:
+        if c.verdict not in ("regression", "improvement"):
+            continue
+        if hist.change_at[c.key] < 0:
+            c.verdict, c.note = "inconclusive", "no change point: the latest runs drift within the history's noise"
+        elif hist.change_at[c.key] < len(runs) - window:
+            c.verdict = f"standing {c.verdict}"
+    for c in hist.suspected.cells:
+        worse = c.ratio > 1
+        if c.q < alpha and max(c.ratio, 1 / c.ratio) > 1 + c.min_effect and (c.low > 1 if worse else c.high < 1):
+            c.verdict = "suspected regression" if worse else "suspected improvement"
+    return hist
+
+
+def changed_between(hist: History, at: int) -> list[tuple[str, list[str]]]:
+    """What differs between the run before a change and the run where it begins."""
+    return provenance_diff([run_provenance(hist.runs[at - 1]), run_provenance(hist.runs[at])]) if at > 0 else []
+
+
+def change_run(hist: History, series: tuple, first: int, last: int) -> int:
+    """The run where most cells of a size range changed."""
+    return Counter(hist.change_at[c.key] for c in hist.judged.cells
+                   if c.series == series and first <= c.size <= last).most_common(1)[0][0]

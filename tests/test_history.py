@@ -1,0 +1,104 @@
+"""The nightly guard on histories with known truth: runs drifting like this VM's separate runs,
+a slowdown from some night on over a size range, one bad newest night, an old change, a revert."""
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+from reports import summary
+from reports.cells import load
+from reports.history import analyse, change_points
+from tests.conftest import ROOT
+from tests.test_compare import write_run
+
+SLOW_RANGE = lambda op, size: op == "all_reduce" and (256 << 10) <= size <= (4 << 20)  # noqa: E731
+
+
+def nightly(tmp_path, nights, slow_from=None, factor=1.3, drift=0.08, seed=0, cann=lambda night: "8.0.RC3"):
+    """`nights` result dirs like a --results folder: each night 3 launches whose level drifts by
+    `drift` (log sd) night to night; from night `slow_from` on, all_reduce 256 KiB-4 MiB is slower."""
+    rng = np.random.default_rng(seed)
+    for night in range(nights):
+        worse = slow_from is not None and night >= slow_from
+        slow = lambda op, size, worse=worse: factor if worse and SLOW_RANGE(op, size) else 1.0  # noqa: E731
+        run_dir = tmp_path / "nightly" / f"202611{night + 1:02d}-020000"
+        run_dir.mkdir(parents=True)
+        write_run(run_dir / "results.json", seed * 100 + night, slow, launches=3, run_shift=rng.normal(0, drift),
+                  when=f"2026-11-{night + 1:02d}T02:00:00", provenance={"cann": {"cann": cann(night)}})
+    return tmp_path / "nightly"
+
+
+def runs_of(folder):
+    return [load(p) for p in sorted(folder.glob("*/results.json"))]
+
+
+def test_change_points_find_a_step_and_ignore_noise():
+    rng = np.random.default_rng(3)
+    step = np.r_[rng.normal(0, 0.05, 8), rng.normal(0.3, 0.05, 5)]
+    assert [at for at, _ in change_points(step)] == [8]
+    false_alarms = sum(bool(change_points(rng.normal(0, 0.1, 14))) for _ in range(400))
+    assert false_alarms <= 0.05 * 400 * 1.5   # Bonferroni over the splits keeps a series near or under alpha
+
+
+def test_drifting_history_flags_nothing(tmp_path):
+    for seed in range(3):
+        hist = analyse(runs_of(nightly(tmp_path / str(seed), 12, seed=seed)))
+        assert not hist.regressed and hist.judged.by_verdict("improvement") == [], summary.history_text(hist)
+        assert len(hist.judged.cells) == 33
+
+
+def test_slowdown_is_flagged_from_its_night_over_its_size_range(tmp_path):
+    folder = nightly(tmp_path, 12, slow_from=9, cann=lambda night: "8.1.RC1" if night >= 9 else "8.0.RC3")
+    hist = analyse(runs_of(folder))
+    assert hist.regressed
+    bad = hist.judged.by_verdict("regression")
+    assert {(c.series[2], c.size) for c in bad} == {("all_reduce", s) for s in (256 << 10, 1 << 20, 4 << 20)}
+    assert all(hist.change_at[c.key] == 9 for c in bad)
+    text = summary.history_text(hist)
+    line = next(x for x in text.splitlines() if "256KiB-4MiB: busbw" in x)
+    assert line.startswith("  all_reduce float32 sum 2 ranks mpi/default") and line.endswith("since 8.1.RC1 (2026-11-10T02:00)")
+    busbw, low, high = (float(v) for v in re.findall(r"([-+][\d.]+)%", line))
+    assert low < 1 / 1.3 * 100 - 100 < high and high < 0      # the CI holds the true -23.1%
+    assert "what changed from 8.0.RC3 to 8.1.RC1: cann.cann: 8.0.RC3 -> 8.1.RC1" in text
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "history", str(folder), "--markdown", str(tmp_path / "c.md")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (tmp_path / "c.md").read_text().startswith("### hccl-bench nightly: regression")
+
+
+def test_one_bad_newest_night_is_suspected_not_failed(tmp_path):
+    hist = analyse(runs_of(nightly(tmp_path, 10, slow_from=9, factor=1.6, drift=0.03)))
+    assert not hist.regressed
+    suspects = hist.suspected.by_verdict("suspected regression")
+    assert {c.size for c in suspects} >= {1 << 20, 4 << 20} and {c.series[2] for c in suspects} == {"all_reduce"}
+    assert "suspected regressions in the newest run alone" in summary.history_text(hist)
+
+
+def test_an_old_change_stands_and_a_revert_is_not_a_regression(tmp_path):
+    old = analyse(runs_of(nightly(tmp_path / "old", 14, slow_from=4, drift=0.05)), window=7)
+    assert not old.regressed and {c.size for c in old.judged.by_verdict("standing regression")} >= {1 << 20, 4 << 20}
+    # slower on nights 4-8, then back: the newest change is an improvement back to the old level
+    folder = nightly(tmp_path / "revert", 13, slow_from=4, drift=0.05)
+    for night in range(9, 13):
+        path = folder / f"202611{night + 1:02d}-020000" / "results.json"
+        write_run(path, night, launches=3, when=f"2026-11-{night + 1:02d}T02:00:00")
+    hist = analyse(runs_of(folder))
+    assert not hist.regressed and {c.size for c in hist.judged.by_verdict("improvement")} >= {1 << 20, 4 << 20}
+
+
+def test_history_cli_bad_and_short_input(tmp_path):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "harness.cli", "history", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+    folder = nightly(tmp_path, 3)
+    proc = cli(str(folder))
+    assert proc.returncode == 0 and "nothing to judge yet" in proc.stdout
+    proc = cli(str(tmp_path / "nowhere"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no results.json" in proc.stderr
+    (folder / "20261130-020000").mkdir()
+    write_run(folder / "20261130-020000" / "results.json", 9, nranks=4, launches=3, when="2026-11-30T02:00:00")
+    write_run(tmp_path / "x.json", 9, launches=3, when="2026-11-29T02:00:00")
+    proc = cli(str(folder), str(tmp_path / "x.json"))
+    assert proc.returncode == 2 and "setups differ" in proc.stderr and "nranks" in proc.stderr, proc.stderr
+    assert cli(str(folder), str(tmp_path / "x.json"), "--window", "0").returncode == 2
