@@ -130,7 +130,7 @@ def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
         for r in size_ranges(hist.judged, verdict):
             at = change_run(hist, r["series"], r["first"], r["last"])
             lines.append(f"{range_text(r)} since {runs[at].label} ({runs[at].started[:16]})")
-            if verdict == "regression" and at not in changed_at:
+            if at not in changed_at:
                 changed_at.append(at)
         if lines:
             sections.append((label, lines))
@@ -142,7 +142,8 @@ def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
     for at in changed_at:
         diff = changed_between(hist, at)
         what.append(f"what changed from {runs[at - 1].label} to {runs[at].label}: "
-                    + ("; ".join(f"{k}: {' -> '.join(v)}" for k, v in diff) if diff else "nothing recorded (same versions and settings)"))
+                    + ("; ".join(f"{k}: {' -> '.join(v)}" for k, v in diff) if diff else
+                       "nothing recorded (same versions and environment): the machine's state, or something not recorded"))
     headline = (f"{len(runs)} runs {runs[0].started[:10]} .. {runs[-1].started[:10]}; a change needs "
                 f"{MIN_SEGMENT} runs at its new level and counts when it began within the last {hist.window} runs")
     return headline, sections, what
