@@ -115,6 +115,10 @@ def _history(args) -> int:
     print(summary.history_text(hist))
     if args.markdown:
         Path(args.markdown).write_text(summary.history_markdown(hist) + "\n")
+    if args.report:
+        from reports.history_page import render_history
+        out = render_history(hist, Path(args.report))
+        print(f"# history page: {out['html']} ({out['figures']} figures)")
     if args.json:
         Path(args.json).write_text(json.dumps({**summary.as_json(hist.judged), "runs": [r.path for r in hist.runs],
                                                "change_at": {str(k): hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
@@ -174,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     his.add_argument("--force", action="store_true", help="use runs whose rank counts, hosts or backends differ")
     his.add_argument("--json", help="write the verdicts as JSON")
     his.add_argument("--markdown", help="write a Markdown summary (for CI comments)")
+    his.add_argument("--report", help="write DIR/history.html: each flagged size range run by run, its levels and change")
     rep = sub.add_parser("report", help="HTML page and Markdown summary for one or more runs (oldest first)")
     rep.add_argument("runs", nargs="+")
     rep.add_argument("-o", "--output", required=True)

@@ -23,7 +23,8 @@ from reports.cells import Run  # noqa: E402
 from reports.compare import compare  # noqa: E402
 
 
-def _png(fig) -> str:
+def figure_png(fig) -> str:
+    """A finished figure as base64 PNG for a data URI (pages open offline)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
     plt.close(fig)
@@ -52,7 +53,7 @@ def _sweep_figure(runs: list[Run], series: tuple) -> str:
     ax2.set_yscale("log")
     ax1.legend(fontsize=7)
     fig.suptitle(summary.series_label(series), fontsize=9)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def _ratio_figure(comparisons, series: tuple) -> str | None:
@@ -75,7 +76,7 @@ def _ratio_figure(comparisons, series: tuple) -> str | None:
     ax.set_ylabel("time ratio vs first run (95% CI)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def _algo_figures(run: Run) -> list[dict]:
@@ -109,7 +110,7 @@ def _algo_figures(run: Run) -> list[dict]:
         ax.grid(alpha=0.3)
         backend, op, dtype = key[0], key[1], key[2]
         fig.suptitle(f"{run.label}: {op} {dtype} {backend} ring vs tree", fontsize=9)
-        out.append({"title": f"{run.label}: {op} {dtype} {backend}", "png": _png(fig),
+        out.append({"title": f"{run.label}: {op} {dtype} {backend}", "png": figure_png(fig),
                     "crossover": format_size(cross) if cross else "none (one algorithm wins at every size)"})
     return out
 

@@ -1,9 +1,12 @@
 """The nightly guard on histories with known truth: runs drifting like this VM's separate runs,
 a slowdown from some night on over a size range, one bad newest night, an old change, a revert."""
+import base64
+import io
 import re
 import subprocess
 import sys
 
+import matplotlib.image
 import numpy as np
 
 from reports import summary
@@ -102,3 +105,15 @@ def test_history_cli_bad_and_short_input(tmp_path):
     proc = cli(str(folder), str(tmp_path / "x.json"))
     assert proc.returncode == 2 and "setups differ" in proc.stderr and "nranks" in proc.stderr, proc.stderr
     assert cli(str(folder), str(tmp_path / "x.json"), "--window", "0").returncode == 2
+
+
+def test_history_page_draws_each_flagged_range_and_escapes_text(tmp_path):
+    folder = nightly(tmp_path, 12, slow_from=9, cann=lambda night: "<b>8.1</b>" if night >= 9 else "8.0.RC3")
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "history", str(folder), "--report", str(tmp_path / "page")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "(1 figures)" in proc.stdout, proc.stdout + proc.stderr
+    html = (tmp_path / "page" / "history.html").read_text()
+    assert "<b>8.1</b>" not in html and "&lt;b&gt;8.1&lt;/b&gt;" in html
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+    png = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(png) == 1 and matplotlib.image.imread(io.BytesIO(base64.b64decode(png[0])), format="png").shape[0] > 100

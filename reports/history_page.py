@@ -1,0 +1,65 @@
+"""``hccl-bench history ... --report DIR``: the nightly guard's page. One figure per flagged size
+range: each size's time run by run, its levels before and after the newest change, and the run
+where it began; the verdict text and what changed above them. Self-contained like the report."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from collectives.sizes import format_size
+from reports import summary
+from reports.compare import size_ranges
+from reports.history import History, change_run, night_values
+from reports.render import figure_png, plt
+
+FLAGGED = ("regression", "improvement", "standing regression", "standing improvement")
+
+PAGE = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
+<html><head><meta charset="utf-8"><title>hccl-bench history</title>
+<style>body{font-family:sans-serif;margin:1.5em;max-width:1100px}img{max-width:100%}pre{white-space:pre-wrap}</style></head><body>
+<h1>hccl-bench history: {{ "regression" if regressed else "no new regression" }}</h1>
+<p>{{ runs|length }} runs, {{ runs[0].started[:16] }} to {{ runs[-1].started[:16] }}. Each point is one run's time for one
+cell (geometric mean of its launches' medians); lines are the levels before and after the newest change.</p>
+<pre>{{ text }}</pre>
+{% for f in figures %}<h3>{{ f.title }}</h3><img alt="{{ f.title }}" src="data:image/png;base64,{{ f.png }}">{% endfor %}
+{% if not figures %}<p>No change to show.</p>{% endif %}
+</body></html>""")
+
+
+def _figure(hist: History, r: dict) -> str:
+    runs = hist.runs
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for cell in (c for c in hist.judged.cells if c.series == r["series"] and r["first"] <= c.size <= r["last"]):
+        idx = [i for i, run in enumerate(runs) if cell.key in run.cells]
+        times = np.exp([night_values(runs[i], cell.key) for i in idx]) * 1e6
+        line, = ax.plot(idx, times, marker="o", ms=3, label=format_size(cell.size))
+        at = hist.change_at[cell.key]
+        if at >= 0:
+            before = [k for k, i in enumerate(idx) if i < at][-cell.n_base:]   # since the change before it
+            after = [k for k, i in enumerate(idx) if i >= at]
+            ax.hlines([np.exp(np.log(times[before]).mean()), np.exp(np.log(times[after]).mean())],
+                      [idx[before[0]], at], [idx[before[-1]], idx[-1]], colors=line.get_color(), linestyles="--", lw=1)
+    at = change_run(hist, r["series"], r["first"], r["last"])
+    if at >= 0:
+        ax.axvline(at - 0.5, color="r", lw=1)
+        ax.annotate(f"change: {runs[at].label}", (at - 0.5, ax.get_ylim()[1]), fontsize=7, color="r", va="top")
+    ax.set_yscale("log")
+    ax.set_xlabel("run (oldest first)")
+    ax.set_ylabel("time (us)")
+    ax.set_xticks(range(len(runs)), [run.started[5:16].replace("T", " ") or str(i) for i, run in enumerate(runs)], fontsize=6, rotation=90)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return figure_png(fig)
+
+
+def render_history(hist: History, out_dir: Path) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures = []
+    for verdict in FLAGGED:
+        for r in size_ranges(hist.judged, verdict):
+            figures.append({"title": f"{verdict}: {summary.range_text(r)}", "png": _figure(hist, r)})
+    html = PAGE.render(runs=hist.runs, regressed=hist.regressed, text=summary.history_text(hist), figures=figures)
+    (out_dir / "history.html").write_text(html)
+    return {"html": str(out_dir / "history.html"), "figures": len(figures)}
