@@ -79,7 +79,7 @@ def launches(opts: Options, build_one) -> list:
     """Every launch repeats the whole selection in fresh groups, one launch after the other. With
     --ab-env both sides' groups stay alive and each case has an A item (the environment as it is)
     and a B item (plus --ab-env) side by side, A first in even launches and B first in odd ones;
-    collectives alternate single rounds between the two groups (harness/session.py), because this
+    collectives and layers alternate single rounds between the two groups (harness/session.py), because this
     VM's speed flips 2x within seconds and only rounds milliseconds apart see the same machine."""
     sides = ("A", "B") if opts.ab_env else ("",)
     cases = []
@@ -158,6 +158,7 @@ class LayerCase:
     skip: str = ""
     launch: int = 0
     side: str = ""                  # --ab-env: "A" or "B"
+    partner: GroupKey | None = None  # --ab-env: the other side's group (rounds alternate between them)
 
     @property
     def dp(self) -> int:

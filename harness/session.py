@@ -60,39 +60,59 @@ class BenchSession:
     def run_collective(self, case: Case) -> dict:
         if case.partner is None:
             results, info = self._run(case.group, case.spec(self.opts.plan()), self._label(case))
-            return self._record_collective(case, results, info)
+        else:
+            results, info = self._paired(case, self._label, self._run_pair)
+        return self._record_collective(case, results, info)
+
+    def _paired(self, case, label, run_pair) -> tuple[list[dict], dict]:
+        """--ab-env: the pair's first item measures both sides (run_pair) and leaves the other's
+        (results, info), or its failure, for the second item."""
         measured = self.pairs.pop(case.id, None)
-        if measured is None:  # the pair's first item measures both sides and leaves the other's result
+        if measured is None:
             partner = replace(case, side="B" if case.side == "A" else "A", group=case.partner, partner=case.group)
             try:
-                measured, self.pairs[partner.id] = self._run_pair(case, partner)
+                measured, self.pairs[partner.id] = run_pair(case, partner)
             except BaseException as exc:
                 self.pairs[partner.id] = exc
                 raise
         if isinstance(measured, BaseException):
-            self.failures.append({**self._label(case), "error": f"its A/B partner failed: {str(measured).splitlines()[0]}"})
+            self.failures.append({**label(case), "error": f"its A/B partner failed: {str(measured).splitlines()[0]}"})
             pytest.fail(f"{case.id}: its A/B partner failed: {measured}", pytrace=False)
-        return self._record_collective(case, *measured)
+        return measured
+
+    def _alternate(self, pair: tuple, label, kind: str, rounds: int) -> list[list[dict]]:
+        """Single rounds alternate between the two sides' groups, ABBA, so a pair of rounds is
+        milliseconds apart; each side's replies in order."""
+        replies: list[list] = [[], []]
+        for r in range(rounds):
+            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                results, _ = self._call(pair[i].group, {"kind": kind}, label(pair[i]))
+                replies[i].append(results)
+        return replies
 
     def _run_pair(self, first: Case, second: Case) -> tuple:
-        """--ab-env: prepare the case in both sides' groups, then alternate single rounds between
-        them (ABBA within the case), so a pair of rounds is milliseconds apart."""
+        """Collectives: prepare the case in both sides' groups, alternate rounds, collect here."""
         plan = self.opts.plan()
         begun = [self._run(c.group, {**c.spec(plan), "kind": "collective_begin"}, self._label(c)) for c in (first, second)]
-        rounds: list[list[list[int]]] = [[[] for _ in results] for results, _ in begun]
-        for r in range(plan["rounds"]):
-            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-                case = (first, second)[i]
-                results, _ = self._call(case.group, {"kind": "collective_round"}, self._label(case))
-                for per_rank, res in zip(rounds[i], results):
-                    per_rank.append(res["round_ns"])
-        return tuple(([{"wrong": b["wrong"], "iters": b["iters"], "round_ns": t} for b, t in zip(results, times)], info)
-                     for (results, info), times in zip(begun, rounds))
+        replies = self._alternate((first, second), self._label, "collective_round", plan["rounds"])
+        return tuple(([{"wrong": b["wrong"], "iters": b["iters"], "round_ns": [rr[rank]["round_ns"] for rr in side]}
+                       for rank, b in enumerate(results)], info)
+                     for (results, info), side in zip(begun, replies))
+
+    def _run_layer_pair(self, first: LayerCase, second: LayerCase) -> tuple:
+        """Layers: build and warm up in both groups, alternate rounds; each group keeps its own
+        round times and hands the whole result back at the end."""
+        spec = first.spec(self.opts)
+        for c in (first, second):
+            self._run(c.group, {**c.spec(self.opts), "kind": "layer_begin"}, self._layer_label(c))
+        self._alternate((first, second), self._layer_label, "layer_round", spec["plan"]["rounds"])
+        return tuple(self._run(c.group, {"kind": "layer_end"}, self._layer_label(c)) for c in (first, second))
 
     def _record_collective(self, case: Case, results: list[dict], info: dict) -> dict:
         k = results[0]["iters"]
         matrix = [r["round_ns"] for r in results]
-        extra = {"launch": case.launch, "side": case.side, "backend": case.backend, "algo": case.algo, "op": case.op, "dtype": case.dtype,
+        extra = {"launch": case.launch, "side": case.side, "rounds_interleaved": case.partner is not None,
+                 "backend": case.backend, "algo": case.algo, "op": case.op, "dtype": case.dtype,
                  "redop": case.redop, "inplace": case.inplace, "nranks": case.nranks, "size": case.size,
                  "bytes": case.nbytes, "count": case.count,
                  **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
@@ -123,20 +143,27 @@ class BenchSession:
         self._append({"overhead": row})
         return {"per_op_seconds": harness, "row": row}
 
+    @staticmethod
+    def _layer_label(case: LayerCase) -> dict:
+        return {"id": case.id, "what": f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"}
+
     def run_layer(self, case: LayerCase) -> dict:
-        label = {"id": case.id, "what": f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"}
         o = self.opts
-        results, info = self._run(case.group, case.spec(o), label)
+        if case.partner is None:
+            results, info = self._run(case.group, case.spec(o), self._layer_label(case))
+        else:
+            results, info = self._paired(case, self._layer_label, self._run_layer_pair)
         k = results[0]["iters"]
         step = [r["round_ns"] for r in results]
-        extra = {"launch": case.launch, "side": case.side, "backend": case.backend, "bench": "linear" if case.task == "tp_bench" else "pipeline",
+        extra = {"launch": case.launch, "side": case.side, "rounds_interleaved": case.partner is not None,
+                 "backend": case.backend, "bench": "linear" if case.task == "tp_bench" else "pipeline",
                  "tp": case.tp, "pp": case.pp, "dp": case.dp, "nranks": case.nranks,
                  "hidden": o.hidden, "seq": o.seq, "batch": o.batch, **stats.summarize(step, k),
                  "iters_per_round": k, "round_ns_per_rank": step, "hosts": info["hosts"], "wrong": 0,
                  "peak_memory_bytes_per_rank": [r["peak_memory_bytes"] for r in results],
                  "model_states_estimate_bytes": 16 * max(r["params_local"] for r in results)}
         extra["placement_warnings"] = tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks),
-                                                   {r["rank"]: r["host"] for r in self.pool.current.ranks})
+                                                   {r["rank"]: r["host"] for r in (self.pool.alive.get(case.group) or self.pool.current).ranks})
         step_s = stats.median_seconds(step, k)
         if case.task == "tp_bench":
             fwd_s = stats.median_seconds([r["fwd_ns"] for r in results], k)

@@ -60,9 +60,10 @@ def _inject_fault(spec: dict, rank: int) -> None:
 
 
 def run_case(backend, spec: dict) -> dict:
-    if spec["kind"] == "layer":  # imports torch layers only when a layer case arrives
+    if spec["kind"].startswith("layer"):  # imports torch layers only when a layer case arrives
         from layers import bench_runner
-        return bench_runner.run(backend, spec)
+        return {"layer": bench_runner.run, "layer_begin": bench_runner.begin, "layer_round": bench_runner.time_round,
+                "layer_end": bench_runner.end}[spec["kind"]](backend, spec)
     from collectives import runner
     return {"collective": runner.run_collective, "overhead": runner.run_overhead,
             "collective_begin": runner.begin_collective, "collective_round": runner.time_round}[spec["kind"]](backend, spec)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from collectives.timing import Plan, measure
+from collectives.timing import Plan, measure, one_round, warm_up
 from layers import pipeline
 from layers.mesh import Axis, ParallelDims
 from layers.mesh import create_groups as _create_groups
@@ -96,9 +96,9 @@ def tp_check(backend, spec) -> dict:
             "grad_err": errors, "fwd": comm_counts(fwd), "bwd": comm_counts(bwd), "scale": float(ref_out.abs().max())}
 
 
-def tp_bench(backend, spec) -> dict:
-    """Forward, forward+backward and optimizer-step loops of a TP block, a plain matmul reference
-    of the same per-rank GEMMs, and the share of time in the block's collectives."""
+def tp_loops(backend, spec):
+    """Forward, forward+backward and optimizer-step loops of a TP block and a plain matmul reference
+    of the same per-rank GEMMs; `finish` adds the share of time in the block's collectives."""
     dims, groups, dtype, device = _setup(backend, spec)
     h, sp, tp = spec["hidden"], spec.get("sp", False), dims.tp
     tokens = spec["seq"] * spec["batch"]
@@ -138,18 +138,20 @@ def tp_bench(backend, spec) -> dict:
                 torch.mm(a.t(), g)
 
     flops = sum(6 * m * k * n for m, k, n in shapes)  # fwd 2mkn + bwd 4mkn
-    backend.device.reset_peak_memory()
-    k, (t_fwd, t_fb, t_step, t_mm) = measure([fwd, fwd_bwd, step, matmul], backend, Plan(**spec["plan"]))
-    timer.seconds = 0.0
-    clock = backend.device.timer()
-    clock.start()
-    fwd_bwd(k)
-    elapsed = clock.stop() / 1e9
-    comm_share = timer.seconds / elapsed if spec["impl"] == "manual" and elapsed > 0 else None
-    return {"iters": k, "round_ns": t_step, "fwd_ns": t_fwd, "fwd_bwd_ns": t_fb, "matmul_ns": t_mm,
-            "flops_per_iter": flops, "tokens_per_iter": tokens, "comm_share": comm_share,
-            "peak_memory_bytes": backend.device.peak_memory_bytes(), "wrong": 0,
-            "params_local": sum(p.numel() for p in block.parameters())}
+
+    def finish(k, times):
+        t_fwd, t_fb, t_step, t_mm = times
+        timer.seconds = 0.0
+        clock = backend.device.timer()
+        clock.start()
+        fwd_bwd(k)
+        elapsed = clock.stop() / 1e9
+        comm_share = timer.seconds / elapsed if spec["impl"] == "manual" and elapsed > 0 else None
+        return {"iters": k, "round_ns": t_step, "fwd_ns": t_fwd, "fwd_bwd_ns": t_fb, "matmul_ns": t_mm,
+                "flops_per_iter": flops, "tokens_per_iter": tokens, "comm_share": comm_share,
+                "peak_memory_bytes": backend.device.peak_memory_bytes(), "wrong": 0,
+                "params_local": sum(p.numel() for p in block.parameters())}
+    return [fwd, fwd_bwd, step, matmul], finish
 
 
 def _model_layers(spec, dtype, device):
@@ -208,7 +210,7 @@ def pp_check(backend, spec) -> dict:
     return out
 
 
-def pp_bench(backend, spec) -> dict:
+def pp_loops(backend, spec):
     """Step time of the schedule, and this rank's compute for one microbatch measured alone:
     bubble = 1 - m x compute / step."""
     dims, local, _, x, target, step, first, last = _pipeline(backend, spec)
@@ -228,17 +230,57 @@ def pp_bench(backend, spec) -> dict:
                 stage(mb.detach().requires_grad_()).backward(gy)
                 stage.zero_grad(set_to_none=True)
 
+    def finish(k, times):
+        t_step, t_compute = times
+        return {"iters": k, "round_ns": t_step, "compute_ns": t_compute, "wrong": 0, "stages": sorted(local),
+                "peak_memory_bytes": backend.device.peak_memory_bytes(),
+                "params_local": sum(p.numel() for s in local.values() for p in s.parameters())}
+    return [pipeline_loop, compute_loop], finish
+
+
+BENCHES = {"tp_bench": tp_loops, "pp_bench": pp_loops}
+CHECKS = {"tp_check": tp_check, "pp_check": pp_check}
+
+
+def _need_torch(backend) -> None:
+    if not hasattr(backend, "torch"):
+        raise RuntimeError("layer benches need torch.distributed (gloo, nccl or hccl), not the mpi backend")
+
+
+def _loops(backend, spec):
+    _need_torch(backend)
+    loops, finish = BENCHES[spec["task"]](backend, spec)
     backend.device.reset_peak_memory()
-    k, (t_step, t_compute) = measure([pipeline_loop, compute_loop], backend, Plan(**spec["plan"]))
-    return {"iters": k, "round_ns": t_step, "compute_ns": t_compute, "wrong": 0, "stages": sorted(local),
-            "peak_memory_bytes": backend.device.peak_memory_bytes(),
-            "params_local": sum(p.numel() for s in local.values() for p in s.parameters())}
-
-
-TASKS = {"tp_check": tp_check, "tp_bench": tp_bench, "pp_check": pp_check, "pp_bench": pp_bench}
+    return loops, finish
 
 
 def run(backend, spec: dict) -> dict:
-    if not hasattr(backend, "torch"):
-        raise RuntimeError("layer benches need torch.distributed (gloo, nccl or hccl), not the mpi backend")
-    return TASKS[spec["task"]](backend, spec)
+    if spec["task"] in CHECKS:
+        _need_torch(backend)
+        return CHECKS[spec["task"]](backend, spec)
+    loops, finish = _loops(backend, spec)
+    k, times = measure(loops, backend, Plan(**spec["plan"]))
+    return finish(k, times)
+
+
+def begin(backend, spec: dict) -> dict:
+    """Round-interleaved A/B: build and warm up now, keep the loops for `time_round` requests, so the
+    driver can alternate single rounds of two worker groups (two stacks), as for collectives."""
+    loops, finish = _loops(backend, spec)
+    k = warm_up(loops, backend, Plan(**spec["plan"]))
+    backend.prepared = (loops, k, backend.device.timer(), [[] for _ in loops], finish)
+    return {"iters": k}
+
+
+def time_round(backend, spec: dict) -> dict:
+    """One round of every loop, in the order `measure` uses; the times stay here until `end`."""
+    loops, k, timer, times, _ = backend.prepared
+    for loop, out in zip(loops, times):
+        out.append(one_round(loop, k, backend, timer))
+    return {}
+
+
+def end(backend, spec: dict) -> dict:
+    loops, k, _, times, finish = backend.prepared
+    backend.prepared = None
+    return finish(k, times)

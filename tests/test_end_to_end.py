@@ -211,3 +211,22 @@ def test_ab_pair_fails_together_when_one_side_dies(bench_run):
     assert "2 failed, 2 passed" in proc.output, proc.output[-3000:]
     assert "its A/B partner failed" in proc.output and "HCCL_BENCH_FAULT asked this rank to die" in proc.output
     assert bench_run.leftovers() == []
+
+
+def test_layer_ab_pairs_alternate_rounds_between_both_groups(bench_run):
+    """--ab-env on layer benches: each block is built in both sides' groups and its rounds alternate
+    between them, as for collectives; both items record the pair, no group restarts."""
+    proc = bench_run("--backend", "gloo", "--tp", "2", "--pp", "1", "--rounds", "3", "--round-time", "0.002",
+                     "--ab-env", "HCCL_BENCH_AA=1", "-k", "manual", target="benches/test_layers.py")
+    assert proc.returncode == 0, proc.output[-3000:]
+    result = next(bench_run.results.glob("*/results.json"))
+    data = json.loads(result.read_text())
+    rows = [b["extra_info"] for b in data["benchmarks"] if b["extra_info"].get("bench") == "linear"]
+    assert sorted((r["layer"], r["sequence_parallel"], r["side"]) for r in rows) == sorted(
+        (layer, sp, side) for layer, sp in (("linear", False), ("mlp", False), ("mlp", True)) for side in "AB")
+    assert all(r["rounds_interleaved"] and len(r["round_ns_per_rank"][0]) == 3 and r["step_us"] > 0 for r in rows)
+    assert [g["env"].get("HCCL_BENCH_AA") for g in data["hccl_bench"]["groups"].values()] == [None, "1"]
+    ran = [json.loads(line) for line in (result.parent / "cases.jsonl").read_text().splitlines()]
+    assert [(r["layer"], r["sequence_parallel"], r["side"]) for r in ran] == [
+        (layer, sp, side) for layer, sp in (("linear", False), ("mlp", False), ("mlp", True)) for side in "AB"]
+    assert bench_run.leftovers() == []
