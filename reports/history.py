@@ -133,8 +133,10 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
     sn = setup_of(newest)
     hist = History(runs, Comparison(runs[0].path, newest.path, []), Comparison(runs[-2].path if len(runs) > 1 else "",
                                                                                  newest.path, []), window=window)
+    # a night that lost a whole backend (every case failed) still belongs to the history: only the
+    # rank counts and hosts make a different platform
     hist.judged.mismatch = sorted({f"{k}: {r.path} has {s[k]}, the newest run {sn[k]}"
-                                   for r in runs[:-1] for s in [setup_of(r)] for k in sn if s[k] != sn[k]})
+                                   for r in runs[:-1] for s in [setup_of(r)] for k in ("nranks", "hosts") if s[k] != sn[k]})
     bands = (calibration or {}).get("bands", {}) if (calibration or {}).get("samples", "launches") == "launches" else {}
     if calibration:
         hist.judged.calibration = ("A/A calibration (launches) applied" if bands else

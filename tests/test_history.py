@@ -2,6 +2,7 @@
 a slowdown from some night on over a size range, one bad newest night, an old change, a revert."""
 import base64
 import io
+import json
 import re
 import subprocess
 import sys
@@ -117,3 +118,13 @@ def test_history_page_draws_each_flagged_range_and_escapes_text(tmp_path):
     assert not re.search(r'(src|href)="(https?:)?//', html)
     png = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(png) == 1 and matplotlib.image.imread(io.BytesIO(base64.b64decode(png[0])), format="png").shape[0] > 100
+
+
+def test_a_night_that_lost_a_backend_stays_in_the_history(tmp_path):
+    folder = nightly(tmp_path, 6)
+    data = json.loads((folder / "20261103-020000" / "results.json").read_text())
+    for b in data["benchmarks"]:
+        b["extra_info"]["backend"] = "gloo"      # that night only gloo ran; its mpi cells are missing
+    (folder / "20261103-020000" / "results.json").write_text(json.dumps(data))
+    hist = analyse(runs_of(folder))
+    assert not hist.judged.mismatch and len(hist.judged.cells) == 33 and hist.too_short == 0
