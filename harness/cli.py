@@ -112,6 +112,14 @@ def _history(args) -> int:
     hist = analyse(runs, calibration=cal, min_effect=args.min_effect, window=args.window)
     if hist.judged.mismatch and not args.force:
         return _fail("setups differ across the history (--force to use them anyway): " + hist.judged.mismatch[0])
+    if args.ab:
+        from reports.compare import compare
+        from reports.history import confirm_with_ab
+        ab = compare(load(args.ab, side="B"), load(args.ab, side="A"), min_effect=args.min_effect)
+        suspected = sum(c.verdict.startswith("suspected") for c in hist.suspected.cells)
+        confirmed = confirm_with_ab(hist, ab)
+        print(f"# same-day A/B {args.ab} (side B the previous stack, side A the current one): "
+              f"confirmed {confirmed} of {suspected} suspected cells")
     print(summary.history_text(hist))
     if args.markdown:
         Path(args.markdown).write_text(summary.history_markdown(hist) + "\n")
@@ -178,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     his.add_argument("--force", action="store_true", help="use runs whose rank counts, hosts or backends differ")
     his.add_argument("--json", help="write the verdicts as JSON")
     his.add_argument("--markdown", help="write a Markdown summary (for CI comments)")
+    his.add_argument("--ab", help="a same-day --ab-env/--ab-source run whose side B is the previous stack: "
+                                  "confirms or clears the newest run's suspected changes")
     his.add_argument("--report", help="write DIR/history.html: each flagged size range run by run, its levels and change")
     rep = sub.add_parser("report", help="HTML page and Markdown summary for one or more runs (oldest first)")
     rep.add_argument("runs", nargs="+")

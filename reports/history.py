@@ -15,7 +15,7 @@ within the last `window` runs fail the guard; older ones are listed as standing.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import stats as sps
@@ -181,6 +181,24 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
         if c.q < alpha and max(c.ratio, 1 / c.ratio) > 1 + c.min_effect and (c.low > 1 if worse else c.high < 1):
             c.verdict = "suspected regression" if worse else "suspected improvement"
     return hist
+
+
+def confirm_with_ab(hist: History, ab: Comparison) -> int:
+    """A same-day interleaved A/B (base: the previous stack, candidate: the current one) settles
+    the newest run's suspicions: a suspected cell the A/B flags the same way becomes a change that
+    began with the newest run. Returns how many cells it confirmed."""
+    by_key = {c.key: c for c in ab.cells}
+    judged = {c.key: i for i, c in enumerate(hist.judged.cells)}
+    confirmed = 0
+    for s in hist.suspected.cells:
+        a = by_key.get(s.key)
+        want = s.verdict.removeprefix("suspected ")
+        if a is None or s.key not in judged or want not in ("regression", "improvement") or a.verdict != want:
+            continue
+        hist.judged.cells[judged[s.key]] = replace(a, note="confirmed by a same-day interleaved A/B")
+        hist.change_at[s.key] = len(hist.runs) - 1
+        s.verdict, confirmed = f"{want} (confirmed by A/B)", confirmed + 1
+    return confirmed
 
 
 def changed_between(hist: History, at: int) -> list[tuple[str, list[str]]]:

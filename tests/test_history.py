@@ -128,3 +128,21 @@ def test_a_night_that_lost_a_backend_stays_in_the_history(tmp_path):
     (folder / "20261103-020000" / "results.json").write_text(json.dumps(data))
     hist = analyse(runs_of(folder))
     assert not hist.judged.mismatch and len(hist.judged.cells) == 33 and hist.too_short == 0
+
+
+def test_a_same_day_ab_confirms_or_clears_the_newest_suspicion(tmp_path):
+    from tests.test_compare import write_ab
+    folder = nightly(tmp_path, 10, slow_from=9, factor=1.6, drift=0.03)
+
+    def cli(ab):
+        return subprocess.run([sys.executable, "-m", "harness.cli", "history", str(folder), "--ab", ab],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # side B is the previous stack: here it is 1.6x faster than the current side A
+    proc = cli(write_ab(tmp_path / "ab.json", slow=1 / 1.6))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    confirmed, suspected = map(int, re.search(r"confirmed (\d+) of (\d+) suspected", proc.stdout).groups())
+    assert 2 <= confirmed <= suspected
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("  all_reduce") and "MiB" in x)
+    assert line.endswith("since 8.0.RC3 (2026-11-10T02:00)") and "busbw -3" in line, proc.stdout
+    proc = cli(write_ab(tmp_path / "aa.json", slow=1.0))     # the A/B sees no difference: nothing fails
+    assert proc.returncode == 0 and "confirmed 0 of" in proc.stdout, proc.stdout + proc.stderr
