@@ -1,15 +1,17 @@
 """Nightly guard: each cell's history across runs and the newest change point in it (DESIGN §7).
 
 A run (a night) is one point per cell: the mean log of its per-launch median times. Change points
-come from binary segmentation, as in E-divisive / Otava (Hunter's t-test form): split a stretch of
-history where the pooled two-sample t of log time is largest, or cut out the stretch that differs
-most from the rest (a change later undone has no single good split), and keep the cut when its p,
-multiplied by the number of cuts tried (the search is charged for), is below alpha/2 (two
-searches); recurse into the pieces. Analytic p-values stay usable under Benjamini-Hochberg on sweeps of thousands of
-cells, where a permutation p bottoms out at 1/permutations. The newest change is judged like a
-compare cell, its level before against its level after: BH across the sweep, the minimum effect (an A/A calibration can raise it), neighbouring
-sizes must agree. It counts only after `confirm` runs at the new level; a newest run alone off its
-level is "suspected" (next night, or a same-day A/B with `compare --ab`, settles it). Only changes
+come from binary segmentation, as in E-divisive / Otava (Hunter's t-test form): the split of a
+stretch with the largest pooled two-sample t of log time, or the piece that differs most from the
+rest (a change later undone has no single good split). A cut is kept when its p, multiplied by the
+number of cuts tried, is below alpha / 2 (two searches); then the pieces are searched again.
+Analytic p-values stay usable under Benjamini-Hochberg on sweeps of thousands of cells, where a
+permutation p would bottom out at 1 / permutations.
+
+The newest change is judged like a compare cell, level before against level after: BH across the
+sweep, the minimum effect (an A/A calibration can raise it), neighbouring sizes must agree. It
+needs MIN_SEGMENT runs at its new level; a newest run alone off its level is "suspected" until
+the next night or a same-day interleaved A/B (confirm_with_ab) settles it. Only changes that began
 within the last `window` runs fail the guard; older ones are listed as standing.
 """
 from __future__ import annotations
