@@ -22,10 +22,21 @@ def summed_mse(output, target):
     return ((output - target) ** 2).sum()
 
 
+class OwnedOutput(nn.Module):
+    """Returns a copy of its input. The zero-bubble schedules' input-gradient step detaches each
+    stage output in place, which fails when the output is a view ("Can't detach views in-place",
+    pytorch/pytorch#142229, open in torch 2.13), and nn.Linear on a 3-D input returns one."""
+
+    def forward(self, x):
+        return x.clone() if x._is_view() else x
+
+
 def build_schedule(schedule: str, modules: dict[int, nn.Module], pp: int, microbatches: int, group, device):
     """PipelineStage per local stage index, wrapped in the named schedule."""
     from torch.distributed import pipelining
     cls_name, v = SCHEDULES[schedule]
+    if "ZeroBubble" in cls_name:
+        modules = {idx: nn.Sequential(mod, OwnedOutput()) for idx, mod in modules.items()}
     stages = [pipelining.PipelineStage(mod, idx, pp * v, device, group=group) for idx, mod in modules.items()]
     cls = getattr(pipelining.schedules, cls_name)
     stage_arg = stages[0] if v == 1 else stages

@@ -31,8 +31,13 @@ def validate(schedule: str, pp: int, microbatches: int, layers: int) -> str | No
     return None
 
 
-def bubble_theory(schedule: str, pp: int, microbatches: int) -> float:
-    """GPipe and 1F1B: (p-1)/(m+p-1); interleaved with v chunks per rank: (p-1)/(v*m+p-1)."""
+def bubble_theory(schedule: str, pp: int, microbatches: int) -> float | None:
+    """GPipe and 1F1B: (p-1)/(m+p-1); interleaved with v chunks per rank: (p-1)/(v*m+p-1).
+    Zero-bubble schedules: None. Their bubble depends on how a step's backward splits into input
+    and weight gradients (zero only when forward, input-grad and weight-grad take equal time), so
+    there is no formula in p and m alone to hold the measurement against."""
+    if "ZeroBubble" in SCHEDULES[schedule][0]:
+        return None
     v = SCHEDULES[schedule][1]
     return (pp - 1) / (v * microbatches + pp - 1)
 

@@ -58,10 +58,11 @@ def render_layers(rows: list[dict]) -> str:
                        f"{r['achieved_flops'] / 1e9:>8.2f} {r['efficiency']:>6.2f} {comm:>6}")
     if pp_rows:
         out += ["", "# pipeline steps (bubble measured = 1 - microbatches x stage compute alone / step time; "
-                "theory (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1))",
+                "theory (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble n/a)",
                 f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3} {'step(us)':>10} "
                 f"{'tokens/s':>10} {'bubble':>7} {'theory':>7}"]
         for r in pp_rows:
             out.append(f" {r['backend']:>8} {r['tp']:>3} {r['pp']:>3} {r['dp']:>3} {r['schedule']:>16} {r['microbatches']:>3} "
-                       f"{r['step_us']:>10.1f} {r['tokens_per_s']:>10.0f} {r['bubble_measured']:>7.3f} {r['bubble_theory']:>7.3f}")
+                       f"{r['step_us']:>10.1f} {r['tokens_per_s']:>10.0f} {r['bubble_measured']:>7.3f} "
+                       + (f"{r['bubble_theory']:>7.3f}" if r["bubble_theory"] is not None else f"{'n/a':>7}"))
     return "\n".join(out)

@@ -83,6 +83,7 @@ def test_bubble_theory():
     assert schedules.bubble_theory("gpipe", 4, 8) == pytest.approx(3 / 11)
     assert schedules.bubble_theory("1f1b", 2, 4) == pytest.approx(1 / 5)
     assert schedules.bubble_theory("interleaved1f1b", 4, 8) == pytest.approx(3 / 19)
+    assert schedules.bubble_theory("zbv", 4, 8) is None     # no formula in p and m alone
 
 
 def test_schedule_constraints_name_the_values():
@@ -126,7 +127,7 @@ def test_tp_block_equals_nn_linear_and_counts_collectives(ranks4, impl, sp, tp):
         assert (r["fwd"], r["bwd"]) == (fwd, bwd)
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved1f1b"])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved1f1b", "interleavedzb", "zbv"])
 @pytest.mark.parametrize("pp", [2, 4])
 def test_pipeline_gradients_equal_single_process(ranks4, schedule, pp):
     results = ranks4({"task": "pp_check", "tp": 1, "pp": pp, "schedule": schedule, "microbatches": 4,
