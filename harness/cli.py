@@ -80,29 +80,9 @@ def _report(args) -> int:
     return EXIT_OK
 
 
-def _history_runs(paths: list[str]) -> tuple[list, list[str]]:
-    """Runs from result files, run directories, or directories of run directories (a --results
-    folder that nightly runs accumulate in); files holding no cells (a run that failed whole, an
-    --ab-env run) are skipped with the reason."""
-    runs, skipped = [], []
-    for arg in paths:
-        path = Path(arg)
-        files = [path] if path.is_file() or (path / "results.json").exists() else sorted(path.glob("*/results.json"))
-        if not files:
-            raise ResultError(f"{arg}: no results.json in it or in its subdirectories")
-        for f in files:
-            try:
-                runs.append(load(f))
-            except ResultError as exc:
-                if "holds no" not in str(exc):
-                    raise
-                skipped.append(str(exc))
-    return runs, skipped
-
-
 def _history(args) -> int:
-    from reports.history import MIN_RUNS, analyse
-    runs, skipped = _history_runs(args.runs)
+    from reports.history import MIN_RUNS, analyse, load_runs
+    runs, skipped = load_runs(args.runs)
     for line in skipped:
         print(f"# skipped: {line}")
     if len(runs) < MIN_RUNS:

@@ -45,6 +45,7 @@ class Options:
     timeout_s: float = 300.0
     repeat: int = 1
     baseline: str = ""
+    history: bool = False
     ab_env: dict = field(default_factory=dict)
     results: str = "results"
     driver_host: str = "127.0.0.1"
@@ -89,6 +90,8 @@ def add_options(parser) -> None:
                                                 "set_env.sh); HCCL_BENCH_PYTHON=PATH in it or --ab-env picks B's interpreter")
     g.addoption("--baseline", default="", help="compare with a stored result at the end: PATH or 'auto' "
                                                "(the latest baseline saved for this platform)")
+    g.addoption("--history", action="store_true", help="nightly guard at the end: judge this run against the earlier "
+                                                       "runs in its --results folder; a new confirmed regression fails")
     g.addoption("--driver-host", default="127.0.0.1", help="address ranks use to reach the driver")
     g.addoption("--tp", default="1,2", help="tensor-parallel degrees for the layer benches (dp = nproc / (tp x pp))")
     g.addoption("--pp", default="1,2", help="pipeline-parallel degrees for the layer benches")
@@ -183,6 +186,7 @@ def parse(getoption) -> Options:
     o.results = str(getoption("results"))
     o.repeat = _int(getoption("repeat"), "repeat", 1)
     o.baseline = str(getoption("baseline") or "")
+    o.history = bool(getoption("history"))
     o.ab_env = {**sourced_env(str(getoption("ab_source") or "")), **_env_list(str(getoption("ab_env") or ""))}
     python = o.ab_env.get("HCCL_BENCH_PYTHON")
     if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):

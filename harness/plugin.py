@@ -121,9 +121,11 @@ def pytest_sessionfinish(session, exitstatus):
     (bench.run_dir / "results.json").write_text(json.dumps(output, indent=1, default=str))
     (bench.run_dir / "table.txt").write_text(table.render(bench.rows) + "\n\n" + table.render_layers(bench.layer_rows) + "\n")
     if bench.opts.baseline:
-        bench.verdict = _compare_with_baseline(bench)
-        if bench.verdict["fail"]:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        bench.verdicts.append(_compare_with_baseline(bench))
+    if bench.opts.history:
+        bench.verdicts.append(_judge_history(bench))
+    if any(v["fail"] for v in bench.verdicts):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _compare_with_baseline(bench: BenchSession) -> dict:
@@ -143,6 +145,26 @@ def _compare_with_baseline(bench: BenchSession) -> dict:
     (bench.run_dir / "compare.md").write_text(summary.markdown(cmp) + "\n")
     (bench.run_dir / "compare.json").write_text(json.dumps(summary.as_json(cmp), indent=1))
     return {"text": summary.text(cmp), "fail": cmp.regressed}
+
+
+def _judge_history(bench: BenchSession) -> dict:
+    """--history: this run against the earlier ones in its --results folder (the nightly guard);
+    a new confirmed regression, or a folder mixing setups, fails the session."""
+    from reports import summary
+    from reports.cells import ResultError
+    from reports.history import MIN_RUNS, analyse, load_runs
+    try:
+        runs, _ = load_runs([str(bench.run_dir.parent)])
+    except ResultError as exc:
+        return {"text": f"# history impossible: {exc}", "fail": True}
+    if len(runs) < MIN_RUNS:
+        return {"text": f"# history: {len(runs)} runs in {bench.run_dir.parent}; a change needs {MIN_RUNS // 2} "
+                        "runs on each side, nothing to judge yet", "fail": False}
+    hist = analyse(runs)
+    if hist.judged.mismatch:
+        return {"text": "# history refused, setups differ: " + hist.judged.mismatch[0], "fail": True}
+    (bench.run_dir / "history.md").write_text(summary.history_markdown(hist) + "\n")
+    return {"text": summary.history_text(hist), "fail": hist.regressed}
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -165,7 +187,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if bench.skipped:
         tr.write_line(f"\n# {len(bench.skipped)} cases skipped (reasons in results.json; -rs lists them)")
     tr.write_line(f"# results: {bench.run_dir / 'results.json'}")
-    if bench.verdict:
+    for verdict in bench.verdicts:
         tr.write_line("")
-        for line in bench.verdict["text"].splitlines():
+        for line in verdict["text"].splitlines():
             tr.write_line(line)

@@ -32,7 +32,7 @@ class BenchSession:
         self.skipped: list[dict] = []
         self.failures: list[dict] = []
         self.groups: dict[str, dict] = {}   # hosts/devices/versions per group, from the ranks
-        self.verdict: dict | None = None    # --baseline comparison, filled at session end
+        self.verdicts: list[dict] = []      # --baseline comparison, --history guard: filled at session end
         self.pairs: dict[str, object] = {}  # --ab-env: the partner's measured result (or failure) by case id
 
     def _call(self, key: GroupKey, spec: dict, label: dict):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 COLLECTIVE_KEY = ("backend", "algo", "op", "dtype", "redop", "inplace", "nranks")
@@ -38,7 +39,7 @@ class Run:
     cells: dict[tuple, Cell]
     meta: dict
     side: str = ""              # "A"/"B" of an interleaved --ab-env run: launches pair up across sides
-    started: str = ""           # pytest-benchmark's ISO `datetime`: orders a history of nightly runs
+    started: str = ""           # ISO time (pytest-benchmark's `datetime`, else the file's): orders a history
 
     @property
     def label(self) -> str:
@@ -78,7 +79,8 @@ def load(path: str | Path, side: str = "") -> Run:
     if not cells:
         what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
         raise ResultError(f"{path} holds no {what}")
-    return Run(str(path), cells, data.get("hccl_bench") or {}, side, str(data.get("datetime") or ""))
+    started = data.get("datetime") or datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat()
+    return Run(str(path), cells, data.get("hccl_bench") or {}, side, str(started))
 
 
 def setup_of(run: Run) -> dict:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 from scipy import stats as sps
 
 from reports.analysis import provenance_diff, run_provenance
-from reports.cells import Run, setup_of
+from reports.cells import ResultError, Run, load, setup_of
 from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, _verdicts, band_key
 
 MIN_SEGMENT = 2          # runs on each side of a change: one night alone is a suspicion, not a level
@@ -45,6 +46,26 @@ class History:
     @property
     def regressed(self) -> bool:
         return self.judged.regressed
+
+
+def load_runs(paths: list[str]) -> tuple[list[Run], list[str]]:
+    """Runs from result files, run directories, or directories of run directories (a --results
+    folder that nightly runs accumulate in); files holding no cells (a run that failed whole, an
+    --ab-env run) are skipped with the reason."""
+    runs, skipped = [], []
+    for arg in paths:
+        path = Path(arg)
+        files = [path] if path.is_file() or (path / "results.json").exists() else sorted(path.glob("*/results.json"))
+        if not files:
+            raise ResultError(f"{arg}: no results.json in it or in its subdirectories")
+        for f in files:
+            try:
+                runs.append(load(f))
+            except ResultError as exc:
+                if "holds no" not in str(exc):
+                    raise
+                skipped.append(str(exc))
+    return runs, skipped
 
 
 def night_values(run: Run, key: tuple) -> float:

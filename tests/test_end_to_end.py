@@ -230,3 +230,21 @@ def test_layer_ab_pairs_alternate_rounds_between_both_groups(bench_run):
     assert [(r["layer"], r["sequence_parallel"], r["side"]) for r in ran] == [
         (layer, sp, side) for layer, sp in (("linear", False), ("mlp", False), ("mlp", True)) for side in "AB"]
     assert bench_run.leftovers() == []
+
+
+def test_history_option_judges_the_run_against_its_results_folder(bench_run, tmp_path):
+    """--history: the nightly guard at the end of the session, over the --results folder."""
+    nightly = tmp_path / "nightly"
+    small = ("--backend", "mpi", "--ops", "all_reduce", "--sizes", "1K,64K", "--rounds", "3", "--round-time", "0.002",
+             "--results", str(nightly), "--history")
+    first = bench_run(*small, target="benches/test_collectives.py")
+    assert first.returncode == 0 and "nothing to judge yet" in first.output, first.output[-2000:]
+    data = json.loads(next(nightly.glob("*/results.json")).read_text())
+    for night in range(1, 4):   # three earlier nights: this run's data, dated before it
+        (nightly / f"2026010{night}-020000").mkdir()
+        (nightly / f"2026010{night}-020000" / "results.json").write_text(
+            json.dumps({**data, "datetime": f"2026-01-0{night}T02:00:00"}))
+    again = bench_run(*small, target="benches/test_collectives.py")
+    assert again.returncode == 0 and "# history: 5 runs 2026-01-01 .. " in again.output, again.output[-2000:]
+    assert "2 cells" in again.output and len(list(nightly.glob("*/history.md"))) == 1
+    assert bench_run.leftovers() == []
