@@ -191,6 +191,9 @@ def parse(getoption) -> Options:
     python = o.ab_env.get("HCCL_BENCH_PYTHON")
     if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
         raise OptionError(f"HCCL_BENCH_PYTHON={python!r} is not an executable file: give side B's python interpreter")
+    if o.history and o.ab_env:
+        raise OptionError("--history judges single-stack nightly runs; an --ab-env/--ab-source run has two sides "
+                          "(compare them with hccl-bench compare RUN --ab, or give it to hccl-bench history --ab)")
     if o.baseline not in ("", "auto") and not os.path.exists(o.baseline):
         raise OptionError(f"--baseline {o.baseline!r} does not exist: give a results.json (or its folder) or 'auto'")
     o.driver_host = str(getoption("driver_host"))

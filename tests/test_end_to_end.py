@@ -134,6 +134,7 @@ BAD_OPTIONS = [
     (["--schedules", "pipedream"], "unknown schedule 'pipedream'"),
     (["--ab-source", "/nonexistent/set_env.sh"], "--ab-source '/nonexistent/set_env.sh' is not a file"),
     (["--ab-env", "HCCL_BENCH_PYTHON=/nonexistent/python"], "HCCL_BENCH_PYTHON='/nonexistent/python' is not an executable"),
+    (["--ab-env", "HCCL_BENCH_AA=1", "--history"], "--history judges single-stack nightly runs"),
 ]
 
 
