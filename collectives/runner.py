@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collectives.ops import OPS, Pattern, count_wrong
-from collectives.timing import Plan, measure, one_round, repeat, warm_up
+from collectives.timing import Plan, begin, measure, repeat
 
 
 def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool):
@@ -42,18 +42,11 @@ def run_collective(backend, spec: dict) -> dict:
 
 
 def begin_collective(backend, spec: dict) -> dict:
-    """Round-interleaved A/B: check and warm up now, keep the case for `time_round` requests, so the
-    driver can alternate single rounds of two worker groups (two stacks) within milliseconds."""
+    """Round-interleaved A/B: check now and keep the case for the driver's single rounds
+    (collectives.timing.begin); `end` returns what run_collective would."""
     call, wrong = _checked_call(backend, spec)
-    loop = repeat(call)
-    k = warm_up([loop], backend, Plan(**spec["plan"]))
-    backend.prepared = (loop, k, backend.device.timer())
-    return {"wrong": wrong, "iters": k}
-
-
-def time_round(backend, spec: dict) -> dict:
-    loop, k, timer = backend.prepared
-    return {"round_ns": one_round(loop, k, backend, timer)}
+    begin([repeat(call)], lambda k, times: {"wrong": wrong, "iters": k, "round_ns": times[0]}, backend, Plan(**spec["plan"]))
+    return {}
 
 
 def run_overhead(backend, spec: dict) -> dict:

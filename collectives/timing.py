@@ -63,6 +63,27 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[in
     return k, times
 
 
+def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> None:
+    """Round-interleaved A/B: warm up now and keep the loops on this rank, so the driver can
+    alternate single rounds of two worker groups (two stacks) milliseconds apart; `end` then
+    returns finish(K, round ns per loop), what `measure` gives in one go."""
+    backend.prepared = (loops, warm_up(loops, backend, plan), backend.device.timer(), [[] for _ in loops], finish)
+
+
+def time_round(backend) -> dict:
+    """One round of every prepared loop, in `measure`'s order; the times stay here until `end`."""
+    loops, k, timer, times, _ = backend.prepared
+    for loop, out in zip(loops, times):
+        out.append(one_round(loop, k, backend, timer))
+    return {}
+
+
+def end(backend) -> dict:
+    _, k, _, times, finish = backend.prepared
+    backend.prepared = None
+    return finish(k, times)
+
+
 def repeat(call: Callable[[], object]) -> Callable[[int], None]:
     """The harness's timed loop: nothing but the prepared call, k times."""
     def loop(k: int) -> None:

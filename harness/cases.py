@@ -94,7 +94,7 @@ def launches(opts: Options, build_one) -> list:
                 groups[side] = template.group and replace(template.group, launch=launch, env=tuple(sorted(env.items())))
             for side in order:
                 case = replace(template, launch=launch, side=side, group=groups[side])
-                if side and hasattr(case, "partner") and case.group is not None:
+                if side and case.group is not None:
                     case.partner = groups["B" if side == "A" else "A"]
                 cases.append(case)
     return cases

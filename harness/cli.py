@@ -81,12 +81,12 @@ def _report(args) -> int:
 
 
 def _history(args) -> int:
-    from reports.history import MIN_RUNS, analyse, load_runs
+    from reports.history import analyse, load_runs, too_few
     runs, skipped = load_runs(args.runs)
     for line in skipped:
         print(f"# skipped: {line}")
-    if len(runs) < MIN_RUNS:
-        print(f"# history: {len(runs)} runs; a change needs {MIN_RUNS // 2} runs on each side, nothing to judge yet")
+    if too_few(runs):
+        print(too_few(runs))
         return EXIT_OK
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     hist = analyse(runs, calibration=cal, min_effect=args.min_effect, window=args.window)
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     his.add_argument("--window", type=int, default=7, help="fail only on changes that began within the last N runs (default 7)")
     his.add_argument("--calibration", help="A/A calibration JSON of separate runs, raising the minimum effect per size band")
     his.add_argument("--min-effect", type=float, default=0.05, help="smallest change worth a verdict (default 0.05 = 5%%)")
-    his.add_argument("--force", action="store_true", help="use runs whose rank counts, hosts or backends differ")
+    his.add_argument("--force", action="store_true", help="use runs whose rank counts or hosts differ")
     his.add_argument("--json", help="write the verdicts as JSON")
     his.add_argument("--markdown", help="write a Markdown summary (for CI comments)")
     his.add_argument("--ab", help="a same-day --ab-env/--ab-source run whose side B is the previous stack: "

@@ -152,14 +152,13 @@ def _judge_history(bench: BenchSession) -> dict:
     a new confirmed regression, or a folder mixing setups, fails the session."""
     from reports import summary
     from reports.cells import ResultError
-    from reports.history import MIN_RUNS, analyse, load_runs
+    from reports.history import analyse, load_runs, too_few
     try:
         runs, _ = load_runs([str(bench.run_dir.parent)])
     except ResultError as exc:
         return {"text": f"# history impossible: {exc}", "fail": True}
-    if len(runs) < MIN_RUNS:
-        return {"text": f"# history: {len(runs)} runs in {bench.run_dir.parent}; a change needs {MIN_RUNS // 2} "
-                        "runs on each side, nothing to judge yet", "fail": False}
+    if too_few(runs):
+        return {"text": too_few(runs), "fail": False}
     hist = analyse(runs)
     if hist.judged.mismatch:
         return {"text": "# history refused, setups differ: " + hist.judged.mismatch[0], "fail": True}

@@ -58,20 +58,21 @@ class BenchSession:
                                        f"backend={case.backend} nranks={case.nranks}{' side ' + case.side if case.side else ''}"}
 
     def run_collective(self, case: Case) -> dict:
+        plan = self.opts.plan()
         if case.partner is None:
-            results, info = self._run(case.group, case.spec(self.opts.plan()), self._label(case))
+            results, info = self._run(case.group, case.spec(plan), self._label(case))
         else:
-            results, info = self._paired(case, self._label, self._run_pair)
+            results, info = self._paired(case, self._label, {**case.spec(plan), "kind": "collective_begin"}, plan["rounds"])
         return self._record_collective(case, results, info)
 
-    def _paired(self, case, label, run_pair) -> tuple[list[dict], dict]:
-        """--ab-env: the pair's first item measures both sides (run_pair) and leaves the other's
-        (results, info), or its failure, for the second item."""
+    def _paired(self, case, label, begin: dict, rounds: int) -> tuple[list[dict], dict]:
+        """--ab-env: the pair's first item measures both sides and leaves the other's (results,
+        info), or its failure, for the second item."""
         measured = self.pairs.pop(case.id, None)
         if measured is None:
             partner = replace(case, side="B" if case.side == "A" else "A", group=case.partner, partner=case.group)
             try:
-                measured, self.pairs[partner.id] = run_pair(case, partner)
+                measured, self.pairs[partner.id] = self._run_pair((case, partner), label, begin, rounds)
             except BaseException as exc:
                 self.pairs[partner.id] = exc
                 raise
@@ -80,33 +81,15 @@ class BenchSession:
             pytest.fail(f"{case.id}: its A/B partner failed: {measured}", pytrace=False)
         return measured
 
-    def _alternate(self, pair: tuple, label, kind: str, rounds: int) -> list[list[dict]]:
-        """Single rounds alternate between the two sides' groups, ABBA, so a pair of rounds is
-        milliseconds apart; each side's replies in order."""
-        replies: list[list] = [[], []]
+    def _run_pair(self, pair: tuple, label, begin: dict, rounds: int) -> tuple:
+        """Prepare the case in both sides' groups, then alternate single rounds between them (ABBA),
+        so a pair of rounds is milliseconds apart; each group keeps its times until "end"."""
+        for c in pair:
+            self._call(c.group, begin, label(c))
         for r in range(rounds):
             for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-                results, _ = self._call(pair[i].group, {"kind": kind}, label(pair[i]))
-                replies[i].append(results)
-        return replies
-
-    def _run_pair(self, first: Case, second: Case) -> tuple:
-        """Collectives: prepare the case in both sides' groups, alternate rounds, collect here."""
-        plan = self.opts.plan()
-        begun = [self._run(c.group, {**c.spec(plan), "kind": "collective_begin"}, self._label(c)) for c in (first, second)]
-        replies = self._alternate((first, second), self._label, "collective_round", plan["rounds"])
-        return tuple(([{"wrong": b["wrong"], "iters": b["iters"], "round_ns": [rr[rank]["round_ns"] for rr in side]}
-                       for rank, b in enumerate(results)], info)
-                     for (results, info), side in zip(begun, replies))
-
-    def _run_layer_pair(self, first: LayerCase, second: LayerCase) -> tuple:
-        """Layers: build and warm up in both groups, alternate rounds; each group keeps its own
-        round times and hands the whole result back at the end."""
-        spec = first.spec(self.opts)
-        for c in (first, second):
-            self._run(c.group, {**c.spec(self.opts), "kind": "layer_begin"}, self._layer_label(c))
-        self._alternate((first, second), self._layer_label, "layer_round", spec["plan"]["rounds"])
-        return tuple(self._run(c.group, {"kind": "layer_end"}, self._layer_label(c)) for c in (first, second))
+                self._call(pair[i].group, {"kind": "round"}, label(pair[i]))
+        return tuple(self._run(c.group, {"kind": "end"}, label(c)) for c in pair)
 
     def _record_collective(self, case: Case, results: list[dict], info: dict) -> dict:
         k = results[0]["iters"]
@@ -149,10 +132,11 @@ class BenchSession:
 
     def run_layer(self, case: LayerCase) -> dict:
         o = self.opts
+        spec = case.spec(o)
         if case.partner is None:
-            results, info = self._run(case.group, case.spec(o), self._layer_label(case))
+            results, info = self._run(case.group, spec, self._layer_label(case))
         else:
-            results, info = self._paired(case, self._layer_label, self._run_layer_pair)
+            results, info = self._paired(case, self._layer_label, {**spec, "kind": "layer_begin"}, spec["plan"]["rounds"])
         k = results[0]["iters"]
         step = [r["round_ns"] for r in results]
         extra = {"launch": case.launch, "side": case.side, "rounds_interleaved": case.partner is not None,

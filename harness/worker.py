@@ -60,13 +60,15 @@ def _inject_fault(spec: dict, rank: int) -> None:
 
 
 def run_case(backend, spec: dict) -> dict:
+    if spec["kind"] in ("round", "end"):  # an A/B pair's next round, or its result (collectives.timing.begin)
+        from collectives import timing
+        return {"round": timing.time_round, "end": timing.end}[spec["kind"]](backend)
     if spec["kind"].startswith("layer"):  # imports torch layers only when a layer case arrives
         from layers import bench_runner
-        return {"layer": bench_runner.run, "layer_begin": bench_runner.begin, "layer_round": bench_runner.time_round,
-                "layer_end": bench_runner.end}[spec["kind"]](backend, spec)
+        return {"layer": bench_runner.run, "layer_begin": bench_runner.begin}[spec["kind"]](backend, spec)
     from collectives import runner
     return {"collective": runner.run_collective, "overhead": runner.run_overhead,
-            "collective_begin": runner.begin_collective, "collective_round": runner.time_round}[spec["kind"]](backend, spec)
+            "collective_begin": runner.begin_collective}[spec["kind"]](backend, spec)
 
 
 def serve(backend, chan) -> None:

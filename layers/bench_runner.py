@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from collectives.timing import Plan, measure, one_round, warm_up
+from collectives import timing
+from collectives.timing import Plan, measure
 from layers import pipeline
 from layers.mesh import Axis, ParallelDims
 from layers.mesh import create_groups as _create_groups
@@ -264,23 +265,8 @@ def run(backend, spec: dict) -> dict:
 
 
 def begin(backend, spec: dict) -> dict:
-    """Round-interleaved A/B: build and warm up now, keep the loops for `time_round` requests, so the
-    driver can alternate single rounds of two worker groups (two stacks), as for collectives."""
+    """Round-interleaved A/B: build the block and keep its loops for the driver's single rounds
+    (collectives.timing.begin), as for collectives."""
     loops, finish = _loops(backend, spec)
-    k = warm_up(loops, backend, Plan(**spec["plan"]))
-    backend.prepared = (loops, k, backend.device.timer(), [[] for _ in loops], finish)
-    return {"iters": k}
-
-
-def time_round(backend, spec: dict) -> dict:
-    """One round of every loop, in the order `measure` uses; the times stay here until `end`."""
-    loops, k, timer, times, _ = backend.prepared
-    for loop, out in zip(loops, times):
-        out.append(one_round(loop, k, backend, timer))
+    timing.begin(loops, finish, backend, Plan(**spec["plan"]))
     return {}
-
-
-def end(backend, spec: dict) -> dict:
-    loops, k, _, times, finish = backend.prepared
-    backend.prepared = None
-    return finish(k, times)

@@ -159,12 +159,12 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
         qs = sps.false_discovery_control([c.p for c in out.cells])
         for c, q in zip(out.cells, qs):
             c.q = float(q)
-    _verdicts(out.cells, alpha)
+    assign_verdicts(out.cells, alpha)
     out.cells.sort(key=lambda c: (str(c.series), c.size))
     return out
 
 
-def _verdicts(cells: list[CellResult], alpha: float) -> None:
+def assign_verdicts(cells: list[CellResult], alpha: float) -> None:
     for c in cells:
         band = 1 + c.min_effect
         if c.n_base < 2 or c.n_cand < 2:

@@ -25,7 +25,7 @@ from scipy import stats as sps
 
 from reports.analysis import provenance_diff, run_provenance
 from reports.cells import ResultError, Run, load, setup_of
-from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, _verdicts, band_key
+from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, assign_verdicts, band_key
 
 MIN_SEGMENT = 2          # runs on each side of a change: one night alone is a suspicion, not a level
 MIN_RUNS = 2 * MIN_SEGMENT
@@ -66,6 +66,13 @@ def load_runs(paths: list[str]) -> tuple[list[Run], list[str]]:
                     raise
                 skipped.append(str(exc))
     return runs, skipped
+
+
+def too_few(runs: list[Run]) -> str:
+    """Why nothing can be judged yet, or "" when there are enough runs."""
+    if len(runs) >= MIN_RUNS:
+        return ""
+    return f"# history: {len(runs)} runs; a change needs {MIN_SEGMENT} runs on each side, nothing to judge yet"
 
 
 def night_values(run: Run, key: tuple) -> float:
@@ -114,14 +121,14 @@ def _best_split(y: np.ndarray, alpha: float) -> tuple[list[int], float]:
     if n < MIN_RUNS:
         return [], 1.0
     t = np.abs(_split_t(y, MIN_SEGMENT))
-    best = int(np.argmax(t))
-    p = float(min(1.0, t.size * 2 * sps.t.sf(t[best], n - 2)))
+    step = int(np.argmax(t))
+    p = float(min(1.0, t.size * 2 * sps.t.sf(t[step], n - 2)))
     if p < alpha / 2 or n < 3 * MIN_SEGMENT:
-        return [MIN_SEGMENT + best], p
+        return [MIN_SEGMENT + step], p
     a, b, tb = _bump_t(y, MIN_SEGMENT)
-    best = int(np.argmax(np.abs(tb)))
-    p_bump = float(min(1.0, tb.size * 2 * sps.t.sf(abs(tb[best]), n - 2)))
-    return ([int(a[best]), int(b[best])], p_bump) if p_bump < p else ([MIN_SEGMENT + int(np.argmax(t))], p)
+    bump = int(np.argmax(np.abs(tb)))
+    p_bump = float(min(1.0, tb.size * 2 * sps.t.sf(abs(tb[bump]), n - 2)))
+    return ([int(a[bump]), int(b[bump])], p_bump) if p_bump < p else ([MIN_SEGMENT + step], p)
 
 
 def change_points(y: np.ndarray, alpha: float = ALPHA) -> list[tuple[int, float]]:
@@ -191,7 +198,7 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
             for c, q in zip(cmp.cells, sps.false_discovery_control([c.p for c in cmp.cells])):
                 c.q = float(q)
         cmp.cells.sort(key=lambda c: (str(c.series), c.size))
-    _verdicts(hist.judged.cells, alpha)
+    assign_verdicts(hist.judged.cells, alpha)
     for c in hist.judged.cells:
         if c.verdict not in ("regression", "improvement"):
             continue

@@ -151,12 +151,13 @@ def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
 
 def history_text(hist) -> str:
     counts = Counter(c.verdict for c in hist.judged.cells)
+    from reports.history import MIN_RUNS
     headline, sections, what = _history_lines(hist)
     out = [f"# history: {headline}",
            f"# {len(hist.judged.cells)} cells: " + ", ".join(
                f"{counts.get(v, 0)} {v}" for v in ("regression", "improvement", "no change", "inconclusive",
                                                    "standing regression", "standing improvement"))
-           + (f"; {hist.too_short} cells in fewer than 4 runs not judged" if hist.too_short else ""),
+           + (f"; {hist.too_short} cells in fewer than {MIN_RUNS} runs not judged" if hist.too_short else ""),
            "# change points: binary segmentation of log time (pooled t, Bonferroni over the splits tried); "
            "effect: level after / level before with its 95% CI, BH-adjusted across the sweep"]
     if hist.judged.calibration:
