@@ -182,9 +182,14 @@ def test_repeat_ab_env_and_baseline_end_to_end(bench_run, tmp_path):
 
 def test_ab_source_runs_side_b_under_another_stack(bench_run, tmp_path):
     """Side B takes what sourcing a stack's env script changes, and the interpreter it names."""
-    stack = tmp_path / "stack"
-    stack.mkdir()
-    (stack / "python3").symlink_to(sys.executable)  # a second install, as far as the launcher can tell
+    stack = tmp_path / "stack" / "bin"
+    stack.mkdir(parents=True)
+    # a second install, as far as the launcher can tell: a venv of its own (a bare symlink to a venv's
+    # interpreter outside that venv starts the base interpreter, without this venv's packages)
+    (stack.parent / "pyvenv.cfg").write_text(f"home = {Path(sys._base_executable).parent}\n"
+                                             "include-system-site-packages = false\n")
+    (stack.parent / "lib").symlink_to(Path(sys.prefix) / "lib")
+    (stack / "python3").symlink_to(sys.executable)
     for tool in ("mpiexec", "hydra_pmi_proxy"):  # B's MPI launcher is the one beside B's python
         (stack / tool).symlink_to(Path(sys.executable).parent / tool)
     script = tmp_path / "set_env.sh"
