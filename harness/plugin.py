@@ -29,6 +29,21 @@ def pytest_configure(config):
     config.stash[_SESSION] = BenchSession(opts)
 
 
+def pytest_report_header(config):
+    """Said before anything runs: a one-launch session cannot fail on a verdict."""
+    session = config.stash.get(_SESSION, None)
+    if session is None or session.opts.repeat > 1 or session.opts.ab_env:
+        return None
+    lines = []
+    if session.opts.baseline:
+        lines.append("hccl-bench: --baseline with one launch (--repeat 1): rounds of one launch are not independent "
+                     "samples, so its verdicts can only be 'suspected' and cannot fail the session; use --repeat 3")
+    if session.opts.history:
+        lines.append("hccl-bench: --history with one launch (--repeat 1): this night is one point; a change needs "
+                     "several nights to confirm it (--repeat 3 makes each night's point steadier)")
+    return lines or None
+
+
 def _params(cases) -> list:
     return [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip else []) for c in cases]
 

@@ -180,7 +180,7 @@ def render(runs: list[Run], out_dir: Path) -> dict:
                        prov_diff=analysis.provenance_diff([analysis.run_provenance(r) for r in runs]),
                        stats=stats, sweeps=sweeps, algos=[f for r in runs for f in _algo_figures(r)], layers=layers)
     (out_dir / "report.html").write_text(html)
-    md = [f"## hccl-bench report: {', '.join(r.label for r in runs)}", ""]
+    md = [f"## hccl-bench report: {summary.md(', '.join(r.label for r in runs))}", ""]
     md += [summary.markdown(last)] if last else ["(one run: no comparison)"]
     md_text = "\n".join(md)[:summary.MARKDOWN_LIMIT]
     (out_dir / "summary.md").write_text(md_text + "\n")

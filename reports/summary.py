@@ -1,7 +1,9 @@
 """Comparisons and calibrations as text people read: terminal, Markdown for CI comments, JSON."""
 from __future__ import annotations
 
+import html
 import math
+import re
 from collections import Counter
 
 import numpy as np
@@ -11,6 +13,15 @@ from reports.cells import Run
 from reports.compare import Comparison, band_key, compare, size_ranges
 
 MARKDOWN_LIMIT = 60_000   # GitHub comments stop at 65,536 characters
+VERDICTS = ("regression", "improvement", "suspected regression", "suspected improvement", "no change", "inconclusive")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
+
+
+def md(text) -> str:
+    """A recorded string made inert for Markdown: one line, HTML-escaped, Markdown punctuation
+    backslashed, so a label cannot start a heading, a comment, a link or an image."""
+    one_line = " ".join(str(text).split())
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(one_line, quote=False))
 
 
 def series_label(series: tuple) -> str:
@@ -34,31 +45,49 @@ def range_text(r: dict) -> str:
     """One size range of size_ranges() as people read it."""
     sizes = format_size(r["first"]) if r["first"] == r["last"] else f"{format_size(r['first'])}-{format_size(r['last'])}"
     sizes = "" if r["first"] == 0 else f" {sizes}"
-    weak = " (round-level samples: weaker)" if r["samples"] == "rounds" else ""
-    return f"{series_label(r['series'])}{sizes}: {effect_text(r['series'], r['ratio'], r['low'], r['high'])}{weak}"
+    return f"{series_label(r['series'])}{sizes}: {effect_text(r['series'], r['ratio'], r['low'], r['high'])}"
 
 
 def range_lines(cmp: Comparison, verdict: str) -> list[str]:
     return [range_text(r) for r in size_ranges(cmp, verdict)]
 
 
+SECTIONS = (("REGRESSIONS", "regression"), ("improvements", "improvement"),
+            ("suspected regressions (one launch a side: not confirmed, they do not fail the job)", "suspected regression"),
+            ("suspected improvements (one launch a side)", "suspected improvement"))
+
+
+def settle_command(cmp: Comparison) -> str:
+    """The sweep that would settle the suspected cells: only their backends, ops and sizes, with
+    launches as the sample; run it for both stacks and compare again (or as one interleaved A/B)."""
+    cells = [c for c in cmp.cells if c.verdict.startswith("suspected") and c.series[0] not in ("linear", "pipeline")]
+    if not cells:
+        return "pytest benches/ --benchmark --repeat 3" if any(c.verdict.startswith("suspected") for c in cmp.cells) else ""
+    pick = lambda i: ",".join(sorted({str(c.series[i]) for c in cells}))  # noqa: E731
+    sizes = ",".join(format_size(s) for s in sorted({c.size for c in cells}))
+    return f"pytest benches/ --benchmark --repeat 3 --backend {pick(0)} --ops {pick(2)} --dtypes {pick(3)} --sizes {sizes}"
+
+
 def text(cmp: Comparison) -> str:
     counts = Counter(c.verdict for c in cmp.cells)
     kinds = Counter(c.samples for c in cmp.cells)
     out = [f"# compare {cmp.base} -> {cmp.cand}",
-           f"# {len(cmp.cells)} cells: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
-                                                    ("regression", "improvement", "no change", "inconclusive")),
+           f"# {len(cmp.cells)} cells: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS),
            "# samples: " + ", ".join(f"{n} cells by {k}" for k, n in sorted(kinds.items()))
-           + (" (round-level verdicts are weaker: run --repeat 3 or more on both sides)" if kinds.get("rounds") else ""),
+           + (" (one launch a side: rounds of one launch are not independent samples of a stack, so those cells "
+              "can be at most 'suspected' and never fail the job)" if kinds.get("rounds") else ""),
            "# effect: time ratio with its 95% CI (paired launches: paired t on log launch medians; launches: Welch t; "
            "rounds: Hodges-Lehmann); "
            "BH-adjusted across the sweep"]
     if cmp.calibration:
         out.append(f"# {cmp.calibration}")
-    for label, verdict in (("REGRESSIONS", "regression"), ("improvements", "improvement")):
+    for label, verdict in SECTIONS:
         lines = range_lines(cmp, verdict)
         if lines:
             out += [f"{label}:"] + [f"  {line}" for line in lines]
+    if settle := settle_command(cmp):
+        out.append(f"# to settle the suspected cells: run `{settle}` for both stacks and compare those runs, or "
+                   f"add --repeat 6 --ab-env VAR=VALUE / --ab-source OTHER/set_env.sh for one interleaved A/B")
     isolated = [c for c in cmp.cells if c.note.startswith("isolated")]
     if isolated:
         out.append(f"# {len(isolated)} isolated cells left inconclusive (no neighbouring size agreed)")
@@ -70,13 +99,14 @@ def text(cmp: Comparison) -> str:
 def markdown(cmp: Comparison) -> str:
     counts = Counter(c.verdict for c in cmp.cells)
     head = [f"### hccl-bench: {'regression' if cmp.regressed else 'no confirmed regression'}", "",
-            "| verdict | cells |", "|---|---|"] + [f"| {v} | {counts.get(v, 0)} |" for v in
-                                                   ("regression", "improvement", "no change", "inconclusive")]
+            "| verdict | cells |", "|---|---|"] + [f"| {v} | {counts.get(v, 0)} |" for v in VERDICTS]
     body = []
-    for label, verdict in (("Regressions", "regression"), ("Improvements", "improvement")):
+    for label, verdict in SECTIONS:
         lines = range_lines(cmp, verdict)
         if lines:
-            body += ["", f"**{label}**", ""] + [f"- {line}" for line in lines]
+            body += ["", f"**{label[0].upper() + label[1:].lower()}**", ""] + [f"- {md(line)}" for line in lines]
+    if settle := settle_command(cmp):
+        body += ["", f"To settle the suspected cells, run for both stacks: `{settle}`"]
     text_ = "\n".join(head + body)
     if len(text_) > MARKDOWN_LIMIT:
         text_ = text_[:MARKDOWN_LIMIT].rsplit("\n", 1)[0] + "\n- … (truncated; see the HTML report)"
@@ -86,6 +116,7 @@ def markdown(cmp: Comparison) -> str:
 def as_json(cmp: Comparison) -> dict:
     return {"base": cmp.base, "cand": cmp.cand, "regressed": cmp.regressed, "mismatch": cmp.mismatch,
             "regressions": range_lines(cmp, "regression"), "improvements": range_lines(cmp, "improvement"),
+            "suspected_regressions": range_lines(cmp, "suspected regression"),
             "cells": [{"series": list(c.series), "size": c.size, "ratio": c.ratio, "low": c.low, "high": c.high,
                        "p": c.p, "q": c.q, "samples": c.samples, "verdict": c.verdict, "note": c.note,
                        "min_effect": c.min_effect} for c in cmp.cells]}
@@ -170,10 +201,10 @@ def history_text(hist) -> str:
 
 def history_markdown(hist) -> str:
     headline, sections, what = _history_lines(hist)
-    out = [f"### hccl-bench nightly: {'regression' if hist.regressed else 'no new regression'}", "", headline]
+    out = [f"### hccl-bench nightly: {'regression' if hist.regressed else 'no new regression'}", "", md(headline)]
     for label, lines in sections:
-        out += ["", f"**{label[0].upper() + label[1:]}**", ""] + [f"- {line}" for line in lines]
-    out += [""] + [f"_{line}_" for line in what] if what else []
+        out += ["", f"**{md(label[0].upper() + label[1:])}**", ""] + [f"- {md(line)}" for line in lines]
+    out += [""] + [f"_{md(line)}_" for line in what] if what else []
     text_ = "\n".join(out)
     if len(text_) > MARKDOWN_LIMIT:
         text_ = text_[:MARKDOWN_LIMIT].rsplit("\n", 1)[0] + "\n- … (truncated)"

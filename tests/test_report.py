@@ -16,7 +16,7 @@ from tests.test_compare import write_run
 def test_report_is_self_contained_with_real_figures(tmp_path):
     runs = []
     for i, slow in enumerate((1.0, 1.0, 1.3)):
-        path = write_run(tmp_path / f"r{i}.json", i, lambda op, size, s=slow: s if op == "all_reduce" else 1.0)
+        path = write_run(tmp_path / f"r{i}.json", i, lambda op, size, s=slow: s if op == "all_reduce" else 1.0, launches=3)
         data = json.loads(open(path).read())
         data["hccl_bench"]["provenance"] = {"cann": {"cann": f"8.{i}.RC1"}, "env": {"HCCL_BUFFSIZE": f"<script>x{i}</script>"}}
         open(path, "w").write(json.dumps(data))
