@@ -28,6 +28,9 @@ def save(result: str, name: str, root: Path = ROOT) -> Path:
     if not _NAME.match(name):
         raise ResultError(f"baseline name {name!r}: use letters, digits and . _ + - (e.g. cann-8.0.RC3)")
     run = load(result)
+    if not run.complete:
+        raise ResultError(f"{result} is an incomplete run ({run.meta.get('interrupted') or 'ended early'}): "
+                          "a baseline must be a whole run")
     backends = sorted({c.info.get("backend") for c in run.cells.values()})
     target = root / platform_key(run.meta, backends) / name
     if target.exists():

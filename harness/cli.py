@@ -2,7 +2,7 @@
 
 Exit status: 0 ok (compare: no confirmed regression; history: none that began within the window),
 1 compare or history found a confirmed regression, 2 unusable input (unreadable file, mismatched
-setups without --force, bad arguments).
+setups without --force, bad arguments), 3 internal error (a bug: it never reads as a regression).
 """
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from harness import baselines, provenance
+from harness import baselines, files, provenance
 from layers import memory
 from reports import summary, table
 from reports.cells import ResultError, load
 
-EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 def _fail(message: str) -> int:
@@ -41,13 +41,21 @@ def _memory(args) -> int:
     return EXIT_OK
 
 
+def _load(path: str, side: str = ""):
+    """A run, with what its reader must know (rebuilt from cases.jsonl, incomplete) said once on stderr."""
+    run = load(path, side=side)
+    for note in run.notes:
+        print(f"# note: {note}", file=sys.stderr)
+    return run
+
+
 def _pair(args, first: str, second: str | None, usage: str):
     """(base, cand) from two runs, or from sides A and B of one interleaved --ab-env run;
     a ValueError with `usage` when the arguments fit neither."""
     if args.ab and not second:
-        return load(first, side="A"), load(first, side="B")
+        return _load(first, side="A"), load(first, side="B")
     if second and not args.ab:
-        return load(first), load(second)
+        return _load(first), _load(second)
     raise ValueError(usage)
 
 
@@ -64,9 +72,9 @@ def _compare(args) -> int:
     print(summary.text(cmp))
     print(f"# compared {len(cmp.cells)} cells in {time.perf_counter() - t0:.2f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps(summary.as_json(cmp), indent=1))
+        files.write_atomic(args.json, json.dumps(summary.as_json(cmp), indent=1))
     if args.markdown:
-        Path(args.markdown).write_text(summary.markdown(cmp) + "\n")
+        files.write_atomic(args.markdown, summary.markdown(cmp) + "\n")
     return EXIT_REGRESSION if cmp.regressed else EXIT_OK
 
 
@@ -74,7 +82,7 @@ def _report(args) -> int:
     from reports.render import render
     if args.ab and len(args.runs) != 1:
         return _fail("report --ab takes one interleaved --ab-env run")
-    runs = [load(args.runs[0], side="A"), load(args.runs[0], side="B")] if args.ab else [load(r) for r in args.runs]
+    runs = [_load(args.runs[0], side="A"), load(args.runs[0], side="B")] if args.ab else [_load(r) for r in args.runs]
     out = render(runs, Path(args.output))
     print(f"# report: {out['html']} ({out['figures']} figures), summary: {out['markdown']}")
     return EXIT_OK
@@ -85,6 +93,9 @@ def _history(args) -> int:
     runs, skipped = load_runs(args.runs)
     for line in skipped:
         print(f"# skipped: {line}")
+    for run in runs:
+        for note in run.notes:
+            print(f"# note: {note}", file=sys.stderr)
     if too_few(runs):
         print(too_few(runs))
         return EXIT_OK
@@ -102,13 +113,13 @@ def _history(args) -> int:
               f"confirmed {confirmed} of {suspected} suspected cells")
     print(summary.history_text(hist))
     if args.markdown:
-        Path(args.markdown).write_text(summary.history_markdown(hist) + "\n")
+        files.write_atomic(args.markdown, summary.history_markdown(hist) + "\n")
     if args.report:
         from reports.history_page import render_history
         out = render_history(hist, Path(args.report))
         print(f"# history page: {out['html']} ({out['figures']} figures)")
     if args.json:
-        Path(args.json).write_text(json.dumps({**summary.as_json(hist.judged), "runs": [r.path for r in hist.runs],
+        files.write_atomic(args.json, json.dumps({**summary.as_json(hist.judged), "runs": [r.path for r in hist.runs],
                                                "change_at": {str(k): hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
                                                "suspected": summary.as_json(hist.suspected)["cells"]}, indent=1))
     return EXIT_REGRESSION if hist.regressed else EXIT_OK
@@ -118,7 +129,7 @@ def _import(args) -> int:
     from reports.importers import import_file
     data = import_file(args.file, args.op, args.nranks, args.dtype)
     out = Path(args.output or Path(args.file).with_suffix(".hccl-bench.json"))
-    out.write_text(json.dumps(data, indent=1))
+    files.write_atomic(out, json.dumps(data, indent=1))
     info = data["benchmarks"][0]["extra_info"]
     print(f"# imported {len(data['benchmarks'])} cells ({data['hccl_bench']['format']}, {info['op']}, "
           f"{info['nranks']} ranks) -> {out}")
@@ -200,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "memory":
             return _memory(args)
         if args.command == "table":
-            run = load(args.result)
+            run = _load(args.result)
             print(table.render([c.info for c in run.cells.values() if c.kind == "collective"]))
             return EXIT_OK
         if args.command == "compare":
@@ -210,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             result = summary.calibrate(*pair)
             print(summary.calibration_text(result))
             if args.output:
-                Path(args.output).write_text(json.dumps(result, indent=1))
+                files.write_atomic(args.output, json.dumps(result, indent=1))
             return EXIT_OK
         if args.command == "report":
             return _report(args)
@@ -224,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
             return _fail("baseline save RESULT --name NAME; baseline show --name NAME")
         return _baseline(args)
     except (ResultError, OSError, ValueError) as exc:
-        return _fail(str(exc).splitlines()[0])
+        return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    except Exception as exc:  # a bug: one line, and never the exit status of a regression
+        print(f"hccl-bench: internal error in {args.command}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+              " (please report it with the command line)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

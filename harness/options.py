@@ -6,6 +6,7 @@ plugin turns it into pytest's usage error (exit code 4).
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -129,8 +130,8 @@ def _float(text, name: str) -> float:
         value = float(text)
     except (TypeError, ValueError):
         raise OptionError(f"--{name} must be a positive number of seconds, got {text!r}") from None
-    if value <= 0:
-        raise OptionError(f"--{name} must be a positive number of seconds, got {text!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise OptionError(f"--{name} must be a finite positive number of seconds, got {text!r}")
     return value
 
 
@@ -160,7 +161,10 @@ def parse(getoption) -> Options:
     nproc = getoption("nproc")
     o.nproc = _int(nproc, "nproc", 1) if nproc is not None else _default_nproc(o.backends)
     o.ops = _list(getoption("ops"), list(OPS), "ops")
-    sizes = getoption("sizes") or (BENCH_SIZES if o.benchmark else SMOKE_SIZES)
+    sizes = getoption("sizes")
+    if sizes is not None and not str(sizes).strip():
+        raise OptionError(f"--sizes is empty: give min:max:factor (e.g. {BENCH_SIZES}) or a list (e.g. {SMOKE_SIZES})")
+    sizes = sizes or (BENCH_SIZES if o.benchmark else SMOKE_SIZES)
     try:
         o.sizes = parse_sizes(str(sizes))
     except SizeError as exc:
@@ -184,6 +188,8 @@ def parse(getoption) -> Options:
     o.round_time_s = _float(round_time if round_time is not None else (0.02 if o.benchmark else 0.002), "round-time")
     o.timeout_s = _float(getoption("timeout"), "timeout")
     o.results = str(getoption("results"))
+    if not o.results.strip():
+        raise OptionError("--results is empty: give a folder for results/<timestamp>/")
     o.repeat = _int(getoption("repeat"), "repeat", 1)
     o.baseline = str(getoption("baseline") or "")
     o.history = bool(getoption("history"))

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from dataclasses import replace
 
 import pytest
 
 from harness import cases as cases_mod
+from harness import files
 from harness.groups import GroupKey
 from harness.options import OptionError, add_options, parse
 from harness.session import BenchSession
@@ -27,6 +30,42 @@ def pytest_configure(config):
     except OptionError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_SESSION] = BenchSession(opts)
+
+
+_ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """SIGTERM (CI cancel, timeout, Slurm, Kubernetes) and SIGHUP end the session like Ctrl-C: the
+    case in flight is named, groups are closed, and what finished is written, marked incomplete."""
+    bench = session.config.stash.get(_SESSION, None)
+    if bench is None:
+        return
+
+    def on_signal(signum, frame):
+        if bench.interrupted is None:
+            bench.interrupted = signal.Signals(signum).name + (f" during {bench.running}" if bench.running else "")
+            raise KeyboardInterrupt
+        # a second signal while the session writes what it has: finish writing
+
+    previous = {}
+    for sig in _ENDING_SIGNALS:
+        try:
+            if sig == signal.SIGINT and signal.getsignal(sig) is not signal.default_int_handler:
+                continue  # started with SIGINT ignored (a background job): leave it so
+            previous[sig] = signal.signal(sig, on_signal)
+        except ValueError:  # not the main thread
+            return
+    session.config.stash[_PREVIOUS_HANDLERS] = previous
+
+
+_PREVIOUS_HANDLERS = pytest.StashKey[dict]()
+
+
+def pytest_unconfigure(config):
+    for sig, handler in config.stash.get(_PREVIOUS_HANDLERS, {}).items():
+        signal.signal(sig, handler)
 
 
 def pytest_report_header(config):
@@ -85,6 +124,9 @@ def pytest_collection_modifyitems(session, config, items):
     """Run cases that share a worker group back to back: a group costs seconds to start. With
     --ab-env the two sides' groups count as one slot, keeping each A/B pair adjacent."""
     bench = config.stash[_SESSION]
+    if any("bench_session" in getattr(item, "fixturenames", ()) for item in items):
+        if err := files.check_writable(bench.opts.results):  # before any rank starts, like every option
+            pytest.exit(f"hccl-bench: {err}", returncode=pytest.ExitCode.USAGE_ERROR)
     ab_vars = set(bench.opts.ab_env)
 
     def slot(item):
@@ -121,9 +163,35 @@ def pytest_sessionfinish(session, exitstatus):
     bench = session.config.stash.get(_SESSION, None)
     if bench is None:
         return
+    ended_early = exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
+    if bench.interrupted is None and (ended_early or session.shouldstop or session.shouldfail):
+        bench.interrupted = str(session.shouldstop or session.shouldfail or f"pytest exit status {int(exitstatus)}")
     bench.close()
     if not (bench.rows or bench.overhead or bench.layer_rows or bench.failures):
         return
+    try:
+        _write_results(session, bench)
+    except OSError as exc:
+        bench.verdicts = [{"text": f"hccl-bench: cannot write the results of {bench.run_dir}: {exc.strerror or exc}; "
+                                   f"the finished cases are in {bench.run_dir / 'cases.jsonl'}", "fail": True}]
+        print(bench.verdicts[0]["text"], file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        return
+    if bench.interrupted is not None:
+        if bench.opts.baseline or bench.opts.history:
+            bench.verdicts.append({"text": f"# no baseline or history verdict: the session ended early ({bench.interrupted})",
+                                   "fail": False})
+        return
+    if bench.opts.baseline:
+        bench.verdicts.append(_compare_with_baseline(bench))
+    if bench.opts.history:
+        bench.verdicts.append(_judge_history(bench))
+    if any(v["fail"] for v in bench.verdicts):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _write_results(session, bench: BenchSession) -> None:
+    """results.json (pytest-benchmark's JSON with the hccl_bench section) and table.txt, each whole or not at all."""
     bs = getattr(session.config, "_benchmarksession", None)
     output = {"benchmarks": [], "hccl_bench": None}
     if bs is not None:
@@ -132,15 +200,8 @@ def pytest_sessionfinish(session, exitstatus):
             machine_info=bs.get_machine_info(),
             commit_info=session.config.hook.pytest_benchmark_generate_commit_info(config=session.config))
     output["hccl_bench"] = bench.metadata()
-    bench.run_dir.mkdir(parents=True, exist_ok=True)
-    (bench.run_dir / "results.json").write_text(json.dumps(output, indent=1, default=str))
-    (bench.run_dir / "table.txt").write_text(table.render(bench.rows) + "\n\n" + table.render_layers(bench.layer_rows) + "\n")
-    if bench.opts.baseline:
-        bench.verdicts.append(_compare_with_baseline(bench))
-    if bench.opts.history:
-        bench.verdicts.append(_judge_history(bench))
-    if any(v["fail"] for v in bench.verdicts):
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    files.write_atomic(bench.run_dir / "results.json", json.dumps(output, indent=1, default=str))
+    files.write_atomic(bench.run_dir / "table.txt", table.render(bench.rows) + "\n\n" + table.render_layers(bench.layer_rows) + "\n")
 
 
 def _compare_with_baseline(bench: BenchSession) -> dict:
@@ -157,8 +218,8 @@ def _compare_with_baseline(bench: BenchSession) -> dict:
         return {"text": f"# baseline comparison impossible: {exc}", "fail": True}
     if cmp.mismatch:
         return {"text": "# baseline refused, setups differ: " + "; ".join(cmp.mismatch), "fail": True}
-    (bench.run_dir / "compare.md").write_text(summary.markdown(cmp) + "\n")
-    (bench.run_dir / "compare.json").write_text(json.dumps(summary.as_json(cmp), indent=1))
+    files.write_atomic(bench.run_dir / "compare.md", summary.markdown(cmp) + "\n")
+    files.write_atomic(bench.run_dir / "compare.json", json.dumps(summary.as_json(cmp), indent=1))
     return {"text": summary.text(cmp), "fail": cmp.regressed}
 
 
@@ -177,13 +238,13 @@ def _judge_history(bench: BenchSession) -> dict:
     hist = analyse(runs)
     if hist.judged.mismatch:
         return {"text": "# history refused, setups differ: " + hist.judged.mismatch[0], "fail": True}
-    (bench.run_dir / "history.md").write_text(summary.history_markdown(hist) + "\n")
+    files.write_atomic(bench.run_dir / "history.md", summary.history_markdown(hist) + "\n")
     return {"text": summary.history_text(hist), "fail": hist.regressed}
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     bench = config.stash.get(_SESSION, None)
-    if bench is None or not (bench.rows or bench.overhead or bench.layer_rows):
+    if bench is None or not (bench.rows or bench.overhead or bench.layer_rows or bench.interrupted):
         return
     tr = terminalreporter
     tr.section("hccl-bench")
@@ -200,7 +261,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             tr.write_line(line)
     if bench.skipped:
         tr.write_line(f"\n# {len(bench.skipped)} cases skipped (reasons in results.json; -rs lists them)")
-    tr.write_line(f"# results: {bench.run_dir / 'results.json'}")
+    if "run_dir" in bench.__dict__:
+        tr.write_line(f"# results: {bench.run_dir / 'results.json'}"
+                      + (f" (incomplete: {bench.interrupted})" if bench.interrupted else ""))
     for verdict in bench.verdicts:
         tr.write_line("")
         for line in verdict["text"].splitlines():

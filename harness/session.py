@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import functools
-import json
-import time
 from dataclasses import asdict, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from collectives import stats
 from collectives.sizes import format_size
-from harness import provenance
+from harness import files, provenance
 from harness.cases import Case, LayerCase
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
@@ -24,8 +23,9 @@ SCHEMA = "hccl-bench/1"
 class BenchSession:
     def __init__(self, opts: Options):
         self.opts = opts
-        self.run_dir = Path(opts.results) / time.strftime("%Y%m%d-%H%M%S")
-        self.pool = GroupPool(self.run_dir / "logs", opts.driver_host, keep=2 if opts.ab_env else 1)
+        self.started = datetime.now(timezone.utc)
+        self.interrupted: str | None = None   # the signal or reason the session ended early
+        self.running = ""                      # the case in flight: named if a signal ends the session
         self.rows: list[dict] = []          # extra_info of every measured case, for the tables
         self.overhead: list[dict] = []
         self.layer_rows: list[dict] = []
@@ -37,10 +37,13 @@ class BenchSession:
 
     def _call(self, key: GroupKey, spec: dict, label: dict):
         """One request to a group: (results, group), or the case fails with the reason recorded."""
+        self.running = label["what"]
         try:
             return self.pool.run(key, spec, self.opts.timeout_s)
         except CaseFailure as exc:
             failure = str(exc)
+        finally:
+            self.running = ""
         self.failures.append({**label, "error": failure.splitlines()[0]})
         self._append({"failure": label, "error": failure})
         pytest.fail(f"{label['what']}: {failure}", pytrace=False)
@@ -49,7 +52,9 @@ class BenchSession:
         """A case's results and its group's hosts/devices/versions (recorded once per group)."""
         results, group = self._call(key, spec, label)
         info = provenance.group_info(group.ranks)
-        self.groups[group.log_dir.name] = {"env": dict(key.env), **info}
+        if group.log_dir.name not in self.groups:
+            self.groups[group.log_dir.name] = {"env": dict(key.env), **info}
+            self._append({"group": {group.log_dir.name: self.groups[group.log_dir.name]}})
         return results, info
 
     @staticmethod
@@ -179,11 +184,32 @@ class BenchSession:
     def skip(self, case_id: str, reason: str) -> None:
         self.skipped.append({"id": case_id, "reason": reason})
 
+    @functools.cached_property
+    def run_dir(self) -> Path:
+        """This session's own folder, made on first use (exclusively: a session started in the same
+        second gets another), opened by a line that lets readers rebuild the run from cases.jsonl."""
+        try:
+            path = files.new_run_dir(self.opts.results, self.started.astimezone().strftime("%Y%m%d-%H%M%S"))
+        except OSError as exc:
+            pytest.exit(f"hccl-bench: cannot create a run folder in {self.opts.results}: {exc.strerror or exc}", returncode=3)
+        self.__dict__["run_dir"] = path
+        self._append({"session": {"schema": SCHEMA, "datetime": self.started.isoformat(),
+                                  "options": asdict(self.opts), "provenance": self.provenance}})
+        return path
+
+    @functools.cached_property
+    def pool(self) -> GroupPool:
+        return GroupPool(self.run_dir / "logs", self.opts.driver_host, keep=2 if self.opts.ab_env else 1)
+
     def _append(self, obj: dict) -> None:
-        """Every case lands in cases.jsonl at once: an interrupted session loses nothing measured."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.run_dir / "cases.jsonl", "a") as fh:
-            fh.write(json.dumps(obj) + "\n")
+        """Every case lands in cases.jsonl at once: an interrupted session loses nothing measured;
+        a full disk stops the session (exit 3) with what was appended before intact."""
+        path = self.run_dir / "cases.jsonl"
+        try:
+            files.append_line(path, obj)
+        except OSError as exc:
+            pytest.exit(f"hccl-bench: cannot write {path}: {exc.strerror or exc}; "
+                        "the cases finished before are in that file", returncode=3)
 
     @functools.cached_property
     def provenance(self) -> dict:
@@ -193,7 +219,9 @@ class BenchSession:
     def metadata(self) -> dict:
         return {"schema": SCHEMA, "options": asdict(self.opts), "provenance": self.provenance,
                 "groups": self.groups, "skipped": self.skipped, "failures": self.failures,
-                "overhead": self.overhead}
+                "overhead": self.overhead, "complete": self.interrupted is None,
+                "interrupted": self.interrupted}
 
     def close(self) -> None:
-        self.pool.close_all()
+        if "pool" in self.__dict__:
+            self.pool.close_all()

@@ -40,6 +40,12 @@ class Run:
     meta: dict
     side: str = ""              # "A"/"B" of an interleaved --ab-env run: launches pair up across sides
     started: str = ""           # ISO time (pytest-benchmark's `datetime`, else the file's): orders a history
+    notes: list[str] = field(default_factory=list)   # what a reader must be told: rebuilt, incomplete, torn line
+
+    @property
+    def complete(self) -> bool:
+        """False for a session that ended early (signal, -x, full disk) or was rebuilt from cases.jsonl."""
+        return self.meta.get("complete", True) is not False
 
     @property
     def label(self) -> str:
@@ -48,15 +54,67 @@ class Run:
         return f"{name} side {self.side}" if self.side else name
 
 
+def _read(path: Path) -> tuple[dict, Path, list[str]]:
+    """(data, the file it came from, notes): results.json, or the run rebuilt from the cases.jsonl
+    beside it when results.json is missing or unreadable (a session killed or out of disk)."""
+    results = path / "results.json" if path.is_dir() else path
+    cases = results.parent / "cases.jsonl"
+    try:
+        return json.loads(results.read_text()), results, []
+    except (OSError, ValueError) as exc:
+        if results.name != "results.json" or not cases.is_file():
+            raise ResultError(f"cannot read result file {results}: {exc}") from None
+        data, notes = rebuild(cases)
+        why = "is missing" if not results.exists() else "is unreadable"
+        return data, cases, [f"{results} {why}: rebuilt from {cases.name} ({len(data['benchmarks'])} cases)"] + notes
+
+
+def rebuild(cases: Path) -> tuple[dict, list[str]]:
+    """A results.json-shaped run from cases.jsonl: the session line, each group, each finished case
+    (per-op round times from its rank x round matrix), failures; a torn last line is ignored."""
+    from collectives.stats import per_op_seconds
+    meta: dict = {"groups": {}, "failures": [], "overhead": [], "complete": False,
+                  "interrupted": "the session ended without writing results.json (killed, or the disk filled)"}
+    data: dict = {"benchmarks": [], "hccl_bench": meta}
+    notes = []
+    try:
+        raw = cases.read_bytes()
+    except OSError as exc:
+        raise ResultError(f"cannot read {cases}: {exc.strerror or exc}") from None
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            if number == len(lines):  # no newline after it: the write was cut off
+                notes.append(f"{cases.name}: torn last line (line {number}, {len(line)} bytes) ignored")
+                continue
+            raise ResultError(f"{cases}: line {number} is not JSON") from None
+        if not isinstance(obj, dict):
+            raise ResultError(f"{cases}: line {number} is not a JSON object")
+        try:
+            if "session" in obj:
+                meta.update({k: v for k, v in obj["session"].items() if k != "datetime"})
+                data["datetime"] = obj["session"].get("datetime")
+            elif "group" in obj:
+                meta["groups"].update(obj["group"])
+            elif "failure" in obj:
+                meta["failures"].append({**obj["failure"], "error": str(obj.get("error", "")).split("\n", 1)[0]})
+            elif "overhead" in obj:
+                meta["overhead"].append(obj["overhead"])
+            elif "round_ns_per_rank" in obj:
+                times = per_op_seconds(obj["round_ns_per_rank"], obj["iters_per_round"]).tolist()
+                data["benchmarks"].append({"name": f"case{number}", "extra_info": obj, "stats": {"data": times}})
+        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+            raise ResultError(f"{cases}: line {number} is not a case record ({type(exc).__name__})") from None
+    return data, notes
+
+
 def load(path: str | Path, side: str = "") -> Run:
     """One run; `side` picks the A or B half of an interleaved --ab-env run."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "results.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ResultError(f"cannot read result file {path}: {exc}") from None
+    data, path, notes = _read(Path(path))
     if not isinstance(data, dict) or "benchmarks" not in data:
         raise ResultError(f"{path} is not an hccl-bench/pytest-benchmark result file (no 'benchmarks' list)")
     cells: dict[tuple, Cell] = {}
@@ -80,7 +138,11 @@ def load(path: str | Path, side: str = "") -> Run:
         what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
         raise ResultError(f"{path} holds no {what}")
     started = data.get("datetime") or datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat()
-    return Run(str(path), cells, data.get("hccl_bench") or {}, side, str(started))
+    run = Run(str(path), cells, data.get("hccl_bench") or {}, side, str(started), notes)
+    if not run.complete:
+        run.notes.append(f"{path.parent} is an incomplete run ({run.meta.get('interrupted') or 'ended early'}): "
+                         f"{len(cells)} cells")
+    return run
 
 
 def setup_of(run: Run) -> dict:

@@ -53,11 +53,12 @@ def load_runs(paths: list[str]) -> tuple[list[Run], list[str]]:
     folder that nightly runs accumulate in); files holding no cells (a run that failed whole, an
     --ab-env run) are skipped with the reason."""
     runs, skipped = [], []
+    is_run = lambda d: (d / "results.json").exists() or (d / "cases.jsonl").exists()  # noqa: E731
     for arg in paths:
         path = Path(arg)
-        files = [path] if path.is_file() or (path / "results.json").exists() else sorted(path.glob("*/results.json"))
+        files = [path] if path.is_file() or is_run(path) else sorted(d for d in path.glob("*/") if is_run(d))
         if not files:
-            raise ResultError(f"{arg}: no results.json in it or in its subdirectories")
+            raise ResultError(f"{arg}: no results.json or cases.jsonl in it or in its subdirectories")
         for f in files:
             try:
                 runs.append(load(f))

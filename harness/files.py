@@ -1,0 +1,85 @@
+"""Writes that survive a kill, a full disk and a second session in the same second (DESIGN §10).
+
+A file is either the old one or the whole new one (temporary file, fsync, rename); a run folder
+belongs to one session (created exclusively); case lines are appended one write each and synced,
+so a killed session leaves every finished case and at most one torn last line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _sync_dir(path.parent)
+
+
+def _sync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def new_run_dir(root: str | Path, stamp: str | None = None) -> Path:
+    """results/<timestamp>/, or <timestamp>-2, -3... when another session took it first."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 10_000):
+        path = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{root}: no free run folder name for {stamp}")
+
+
+def check_writable(root: str | Path) -> str:
+    """'' when a results folder can be created and written, else what is wrong (for an option error)."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=root, prefix=".hccl-bench-write-test.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"--results {str(root)!r} cannot be created or written: {exc.strerror or exc}"
+    return ""
+
+
+def append_line(path: str | Path, obj: dict) -> None:
+    """One JSON line in one write(2) on an O_APPEND descriptor, synced before returning."""
+    data = (json.dumps(obj, default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
