@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import launchers
-from harness.control import Channel, ChannelClosed
+from harness.control import Channel, ChannelClosed, accept_group
 from harness.worker import CASE_ERROR
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -97,6 +97,8 @@ class WorkerGroup:
     procs: list[subprocess.Popen] = field(default_factory=list)
     ranks: list[dict] = field(default_factory=list)
     chan: Channel | None = None
+    watches: list[socket.socket] = field(default_factory=list)   # one per rank: closing them ends the ranks
+    local_env: dict[str, str] = field(default_factory=dict)      # what the harness set to keep a local group on loopback
     log_offsets: dict[str, int] = field(default_factory=dict)   # where each log ended when this case began
 
     def start(self) -> None:
@@ -104,7 +106,7 @@ class WorkerGroup:
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((self.driver_host, 0))
-        listener.listen(8)
+        listener.listen(socket.SOMAXCONN)
         port = listener.getsockname()[1]
         master_port = _free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -112,8 +114,13 @@ class WorkerGroup:
         if self.key.launcher:
             plan = launchers.from_template(self.key.launcher, self.key.nproc, python)
         else:
-            plan = launchers.local(self.key.backend, self.key.nproc, master_port, python)
+            plan = launchers.local(self.key.backend, self.key.nproc, master_port, python, self.log_dir / "store")
+            # what the libraries allow on one machine: UCX's TCP transport and gloo's sockets on loopback
+            # (hydra's control port has no bind option); a user's setting wins
+            self.local_env = {k: v for k, v in (("UCX_NET_DEVICES", "lo"), ("GLOO_SOCKET_IFNAME", "lo"))
+                              if k not in os.environ and k not in dict(self.key.env)}
         base = dict(os.environ)
+        base.update(self.local_env)
         base.update(dict(self.key.env))
         base.setdefault("MASTER_ADDR", "127.0.0.1")
         base.setdefault("MASTER_PORT", str(master_port))
@@ -137,28 +144,16 @@ class WorkerGroup:
             listener.close()
 
     def _accept(self, listener: socket.socket, token: str) -> Channel:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        listener.settimeout(0.2)
-        while time.monotonic() < deadline:
-            self._raise_if_dead("while starting")
-            try:
-                sock, _ = listener.accept()
-            except socket.timeout:
-                continue
-            chan = Channel(sock)
-            try:
-                hello = chan.recv(timeout=10)
-            except (OSError, ValueError, ChannelClosed):
-                chan.close()
-                continue
-            if not secrets.compare_digest(str(hello.get("token", "")), token):
-                chan.close()  # not ours: ignore and keep waiting
-                continue
-            self.ranks = hello["ranks"]
-            return chan
-        self.kill()
-        raise CaseFailure(f"{self.key.backend} group of {self.key.nproc} ranks did not start within "
-                          f"{STARTUP_TIMEOUT_S:.0f}s\n{self._logs()}")
+        """Rank 0's control channel and every rank's watch connection, or CaseFailure."""
+        try:
+            chan, hello, self.watches = accept_group(listener, token, time.monotonic() + STARTUP_TIMEOUT_S,
+                                                     lambda: self._raise_if_dead("while starting"))
+        except TimeoutError as exc:
+            self.kill()
+            raise CaseFailure(f"{self.key.backend} group of {self.key.nproc} ranks did not start within "
+                              f"{STARTUP_TIMEOUT_S:.0f}s ({exc})\n{self._logs()}") from None
+        self.ranks = hello["ranks"]
+        return chan
 
     # -- running
     def run(self, spec: dict, timeout_s: float) -> list[dict]:
@@ -186,7 +181,10 @@ class WorkerGroup:
                 self._raise_if_dead("during the case")
                 if time.monotonic() > deadline:
                     self._hang(spec)
-        results = msg["results"]
+        results = msg.get("results")
+        if not (isinstance(results, list) and all(isinstance(r, dict) for r in results)):
+            self.kill()
+            raise CaseFailure(f"rank 0 sent a malformed reply (keys {sorted(msg)[:5]})")
         errors = [(i, r) for i, r in enumerate(results) if "error" in r]
         if errors:
             rank, err = errors[0]
@@ -264,6 +262,9 @@ class WorkerGroup:
         if self.chan is not None:
             self.chan.close()
             self.chan = None
+        for sock in self.watches:
+            sock.close()
+        self.watches = []
         for p in self.procs:
             if p.poll() is None:
                 try:

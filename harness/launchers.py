@@ -60,13 +60,16 @@ def find_mpiexec(python: str = "") -> str:
     return found
 
 
-def local(backend: str, nproc: int, master_port: int, python: str = "") -> LaunchPlan:
+def local(backend: str, nproc: int, master_port: int, python: str = "", store: Path | None = None) -> LaunchPlan:
     """Ranks on this machine. MPI ranks get one core each, as mpirun binds by default: unbound, the
     kernel sometimes woke both ranks of a group onto one core and a 5 us all_reduce took 20-35 us
     for a whole launch. gloo ranks stay unbound: gloo's I/O thread would share the rank's core
-    (8 B all_reduce 0.81-1.07 ms bound vs 0.35-0.76 ms free). Device backends are left to the launcher."""
+    (8 B all_reduce 0.81-1.07 ms bound vs 0.35-0.76 ms free). Device backends are left to the launcher.
+    torch backends meet through a FileStore at `store` when given: no TCPStore listening on every
+    interface for a group that never leaves this machine."""
     if backend == "mpi":
         return LaunchPlan([[find_mpiexec(python), "-n", str(nproc), "-bind-to", "core", *worker_cmd(python)]], [{}])
     envs = [{"RANK": str(r), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(nproc),
-             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port)} for r in range(nproc)]
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
+             **({"HCCL_BENCH_STORE": str(store)} if store else {})} for r in range(nproc)]
     return LaunchPlan([worker_cmd(python) for _ in range(nproc)], envs)

@@ -53,7 +53,7 @@ class BenchSession:
         results, group = self._call(key, spec, label)
         info = provenance.group_info(group.ranks)
         if group.log_dir.name not in self.groups:
-            self.groups[group.log_dir.name] = {"env": dict(key.env), **info}
+            self.groups[group.log_dir.name] = {"env": dict(key.env), "local_env": group.local_env, **info}
             self._append({"group": {group.log_dir.name: self.groups[group.log_dir.name]}})
         return results, info
 

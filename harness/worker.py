@@ -103,12 +103,14 @@ def main() -> int:
     info = {"rank": backend.rank, "host": socket.gethostname(), "pid": os.getpid(),
             "local_rank": local_rank, "device": backend.device.name(),
             "versions": {**backend.versions(), "python": f"{sys.version.split()[0]} {sys.executable}"}}
+    # every rank's watch connection is up before rank 0 says hello (the gather orders them)
+    from harness.control import connect, watch_driver
+    driver = (os.environ["HCCL_BENCH_DRIVER_HOST"], int(os.environ["HCCL_BENCH_DRIVER_PORT"]), os.environ["HCCL_BENCH_TOKEN"])
+    watch_driver(*driver, backend.rank, log=lambda line: print(line, file=sys.stderr, flush=True))
     ranks = backend.gather_json(info)
     chan = None
     if backend.rank == 0:
-        from harness.control import connect
-        chan = connect(os.environ["HCCL_BENCH_DRIVER_HOST"], int(os.environ["HCCL_BENCH_DRIVER_PORT"]),
-                       os.environ["HCCL_BENCH_TOKEN"], {"world": backend.world, "ranks": ranks})
+        chan = connect(*driver, {"world": backend.world, "ranks": ranks})
     serve(backend, chan)
     backend.close()
     return 0
