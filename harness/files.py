@@ -17,6 +17,7 @@ def write_atomic(path: str | Path, text: str) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)   # mkstemp's 0600 would hide results from the rest of a team
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
@@ -57,6 +58,18 @@ def new_run_dir(root: str | Path, stamp: str | None = None) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(f"{root}: no free run folder name for {stamp}")
+
+
+def check_creatable(root: str | Path) -> str:
+    """'' when a results folder exists or could be made here (checked without making anything), else why not."""
+    path = Path(root).absolute()
+    while not path.exists():
+        path = path.parent
+    if not path.is_dir():
+        return f"--results {str(root)!r} cannot be created: {path} is not a folder"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"--results {str(root)!r} cannot be created or written: no write permission in {path}"
+    return ""
 
 
 def check_writable(root: str | Path) -> str:

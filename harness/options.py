@@ -16,6 +16,7 @@ from collectives.backends import TORCH_BACKEND_DTYPES
 from collectives.device import DeviceUnavailable, device_count, local_device_kind, probe_backend
 from collectives.ops import OPS, REDOPS
 from collectives.sizes import SizeError, parse_sizes
+from harness import files
 from harness.launchers import validate_template
 
 BENCH_SIZES = "8:32M:4"
@@ -190,6 +191,8 @@ def parse(getoption) -> Options:
     o.results = str(getoption("results"))
     if not o.results.strip():
         raise OptionError("--results is empty: give a folder for results/<timestamp>/")
+    if err := files.check_creatable(o.results):
+        raise OptionError(err)
     o.repeat = _int(getoption("repeat"), "repeat", 1)
     o.baseline = str(getoption("baseline") or "")
     o.history = bool(getoption("history"))

@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import ROOT, processes_with_tag
 
+pytestmark = pytest.mark.slow
+
 OPS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv"}
 
 
