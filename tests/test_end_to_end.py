@@ -163,7 +163,8 @@ def test_repeat_ab_env_and_baseline_end_to_end(bench_run, tmp_path):
     groups = json.loads(result.read_text())["hccl_bench"]["groups"].values()
     assert len(groups) == 4  # both sides' groups stay alive through a launch: none restarted
     assert sum(g["env"].get("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM") == "recexch" for g in groups) == 2
-    ran = [json.loads(line) for line in (result.parent / "cases.jsonl").read_text().splitlines()]
+    ran = [row for line in (result.parent / "cases.jsonl").read_text().splitlines()
+           if "round_ns_per_rank" in (row := json.loads(line))]   # case rows, not the session and group lines
     pairs = [(a, b) for a, b in zip(ran[::2], ran[1::2])]
     assert len(pairs) == 12 and all(  # each case runs on both sides back to back, ABBA across launches
         (a["launch"], a["op"], a["size"]) == (b["launch"], b["op"], b["size"])
@@ -234,7 +235,8 @@ def test_layer_ab_pairs_alternate_rounds_between_both_groups(bench_run):
         (layer, sp, side) for layer, sp in (("linear", False), ("mlp", False), ("mlp", True)) for side in "AB")
     assert all(r["rounds_interleaved"] and len(r["round_ns_per_rank"][0]) == 3 and r["step_us"] > 0 for r in rows)
     assert [g["env"].get("HCCL_BENCH_AA") for g in data["hccl_bench"]["groups"].values()] == [None, "1"]
-    ran = [json.loads(line) for line in (result.parent / "cases.jsonl").read_text().splitlines()]
+    ran = [row for line in (result.parent / "cases.jsonl").read_text().splitlines()
+           if "round_ns_per_rank" in (row := json.loads(line))]   # case rows, not the session and group lines
     assert [(r["layer"], r["sequence_parallel"], r["side"]) for r in ran] == [
         (layer, sp, side) for layer, sp in (("linear", False), ("mlp", False), ("mlp", True)) for side in "AB"]
     assert bench_run.leftovers() == []
