@@ -103,22 +103,31 @@ class WorkerGroup:
 
     def start(self) -> None:
         token = secrets.token_hex(16)
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((self.driver_host, 0))
-        listener.listen(socket.SOMAXCONN)
-        port = listener.getsockname()[1]
         master_port = _free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         python = dict(self.key.env).get("HCCL_BENCH_PYTHON", "")
-        if self.key.launcher:
-            plan = launchers.from_template(self.key.launcher, self.key.nproc, python)
-        else:
-            plan = launchers.local(self.key.backend, self.key.nproc, master_port, python, self.log_dir / "store")
-            # what the libraries allow on one machine: UCX's TCP transport and gloo's sockets on loopback
-            # (hydra's control port has no bind option); a user's setting wins
-            self.local_env = {k: v for k, v in (("UCX_NET_DEVICES", "lo"), ("GLOO_SOCKET_IFNAME", "lo"))
-                              if k not in os.environ and k not in dict(self.key.env)}
+        try:
+            if self.key.launcher:
+                plan = launchers.from_template(self.key.launcher, self.key.nproc, python)
+            else:
+                plan = launchers.local(self.key.backend, self.key.nproc, master_port, python, self.log_dir / "store")
+                # what the libraries allow on one machine: UCX's TCP transport and gloo's sockets on loopback
+                # (hydra's control port has no bind option); a user's setting wins
+                self.local_env = {k: v for k, v in (("UCX_NET_DEVICES", "lo"), ("GLOO_SOCKET_IFNAME", "lo"))
+                                  if k not in os.environ and k not in dict(self.key.env)}
+        except launchers.LauncherError as exc:
+            raise CaseFailure(str(exc)) from None
+        listener = socket.socket()
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self.driver_host, 0))
+            listener.listen(socket.SOMAXCONN)
+            self._spawn(plan, self._rank_env(token, listener.getsockname()[1], master_port))
+            self.chan = self._accept(listener, token)
+        finally:
+            listener.close()
+
+    def _rank_env(self, token: str, port: int, master_port: int) -> dict[str, str]:
         base = dict(os.environ)
         base.update(self.local_env)
         base.update(dict(self.key.env))
@@ -132,16 +141,17 @@ class WorkerGroup:
             base.setdefault(var, value)
         if self.key.backend == "hccl":
             base.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+        return base
+
+    def _spawn(self, plan: launchers.LaunchPlan, base: dict[str, str]) -> None:
         for i, (cmd, extra) in enumerate(zip(plan.commands, plan.per_rank_env)):
-            out = open(self.log_dir / f"launcher{i}.log", "ab")
-            self.procs.append(subprocess.Popen(cmd, env={**base, **extra}, stdin=subprocess.DEVNULL,
-                                               stdout=out, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT),
-                                               start_new_session=True, preexec_fn=_die_with_parent))
-            out.close()
-        try:
-            self.chan = self._accept(listener, token)
-        finally:
-            listener.close()
+            with open(self.log_dir / f"launcher{i}.log", "ab") as out:
+                try:
+                    self.procs.append(subprocess.Popen(cmd, env={**base, **extra}, stdin=subprocess.DEVNULL,
+                                                       stdout=out, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT),
+                                                       start_new_session=True, preexec_fn=_die_with_parent))
+                except OSError as exc:  # a launcher that is not installed: the case fails, the session goes on
+                    raise CaseFailure(f"cannot start {cmd[0]!r}: {exc.strerror or exc}") from None
 
     def _accept(self, listener: socket.socket, token: str) -> Channel:
         """Rank 0's control channel and every rank's watch connection, or CaseFailure."""
