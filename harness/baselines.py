@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 from pathlib import Path
 
+from harness import files
 from reports.cells import ResultError, load
 
 ROOT = Path(__file__).resolve().parent.parent / "baselines"
@@ -33,12 +33,15 @@ def save(result: str, name: str, root: Path = ROOT) -> Path:
                           "a baseline must be a whole run")
     backends = sorted({c.info.get("backend") for c in run.cells.values()})
     target = root / platform_key(run.meta, backends) / name
-    if target.exists():
-        raise ResultError(f"baseline {target.relative_to(root)} exists: pick another name or remove it")
-    target.mkdir(parents=True)
-    shutil.copyfile(run.path, target / "results.json")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir()
+    except FileExistsError:
+        raise ResultError(f"baseline {target.relative_to(root)} exists: pick another name or remove it") from None
+    files.write_atomic(target / "results.json", Path(run.path).read_text())
     prov = run.meta.get("provenance", {})
-    (target / "meta.json").write_text(json.dumps({
+    # meta.json last: a baseline is listed only once its results are whole
+    files.write_atomic(target / "meta.json", json.dumps({
         "name": name, "saved": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": run.path, "cells": len(run.cells),
         "platform": target.parent.name, "cann": prov.get("cann", {}).get("cann"), "mpi_library": prov.get("mpi_library"),
         "torch": prov.get("packages", {}).get("torch"), "git": prov.get("git", {})}, indent=1))
