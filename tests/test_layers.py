@@ -115,6 +115,7 @@ EXPECTED_COUNTS = {  # per forward / backward of the MLP block at tp > 1
 }
 
 
+@pytest.mark.slow  # four real rank processes
 @pytest.mark.parametrize("impl, sp", list(EXPECTED_COUNTS))
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_tp_block_equals_nn_linear_and_counts_collectives(ranks4, impl, sp, tp):
@@ -127,6 +128,7 @@ def test_tp_block_equals_nn_linear_and_counts_collectives(ranks4, impl, sp, tp):
         assert (r["fwd"], r["bwd"]) == (fwd, bwd)
 
 
+@pytest.mark.slow  # four real rank processes
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved1f1b", "interleavedzb", "zbv"])
 @pytest.mark.parametrize("pp", [2, 4])
 def test_pipeline_gradients_equal_single_process(ranks4, schedule, pp):
@@ -139,6 +141,7 @@ def test_pipeline_gradients_equal_single_process(ranks4, schedule, pp):
         assert r.get("loss_err", 0.0) < 1e-6
 
 
+@pytest.mark.slow  # four real rank processes
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("pp, m", [(2, 4), (2, 8), (4, 4), (4, 8)])
 def test_sleep_timed_bubble_matches_theory(ranks4, schedule, pp, m):
