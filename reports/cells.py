@@ -4,6 +4,7 @@ per-op times. Reads hccl-bench results.json (and pytest-benchmark JSON written w
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -61,6 +62,8 @@ def _read(path: Path) -> tuple[dict, Path, list[str]]:
     cases = results.parent / "cases.jsonl"
     try:
         return json.loads(results.read_text()), results, []
+    except RecursionError:
+        raise ResultError(f"{results} nests too deeply to be a result file") from None
     except (OSError, ValueError) as exc:
         if results.name != "results.json" or not cases.is_file():
             raise ResultError(f"cannot read result file {results}: {exc}") from None
@@ -115,14 +118,15 @@ def rebuild(cases: Path) -> tuple[dict, list[str]]:
 def load(path: str | Path, side: str = "") -> Run:
     """One run; `side` picks the A or B half of an interleaved --ab-env run."""
     data, path, notes = _read(Path(path))
-    if not isinstance(data, dict) or "benchmarks" not in data:
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise ResultError(f"{path} is not an hccl-bench/pytest-benchmark result file (no 'benchmarks' list)")
+    if not isinstance(data.get("hccl_bench") or {}, dict):
+        raise ResultError(f"{path}: 'hccl_bench' must be an object")
     cells: dict[tuple, Cell] = {}
-    for bench in data["benchmarks"]:
-        info = bench.get("extra_info") or {}
+    for number, bench in enumerate(data["benchmarks"]):
+        info, times = _checked(bench, f"{path}: benchmark {number}")
         if info.get("side", "") != side:
             continue
-        times = (bench.get("stats") or {}).get("data") or []
         if "op" in info and "bytes" in info and "algo" in info:
             series, size = tuple(info.get(k) for k in COLLECTIVE_KEY), int(info["bytes"])
         elif info.get("bench") in ("linear", "pipeline"):
@@ -143,6 +147,39 @@ def load(path: str | Path, side: str = "") -> Run:
         run.notes.append(f"{path.parent} is an incomplete run ({run.meta.get('interrupted') or 'ended early'}): "
                          f"{len(cells)} cells")
     return run
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _checked(bench, where: str) -> tuple[dict, list]:
+    """(extra_info, per-op times) of one benchmark entry, or ResultError naming the entry and field:
+    times finite and > 0, sizes whole and >= 0, the fields a cell is keyed on plain values."""
+    if not isinstance(bench, dict):
+        raise ResultError(f"{where} is a JSON {type(bench).__name__}, not an object")
+    info, stats = bench.get("extra_info") or {}, bench.get("stats") or {}
+    where = f"{where} ({str(bench.get('name', 'unnamed'))[:80]})"
+    if not isinstance(info, dict) or not isinstance(stats, dict):
+        raise ResultError(f"{where}: extra_info and stats must be objects")
+    times = stats.get("data") or []
+    if not isinstance(times, list) or not all(_number(t) and t > 0 for t in times):
+        bad = next((t for t in times if not (_number(t) and t > 0)), times) if isinstance(times, list) else times
+        raise ResultError(f"{where}: stats.data must be a list of finite times > 0 s, found {str(bad)[:40]}")
+    for name in ("bytes", "count", "launch"):
+        value = info.get(name, 0)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            raise ResultError(f"{where}: extra_info.{name} must be a whole number >= 0, found {str(value)[:40]}")
+    nranks = info.get("nranks", 1)
+    if not (isinstance(nranks, int) and not isinstance(nranks, bool) and nranks >= 1):
+        raise ResultError(f"{where}: extra_info.nranks must be a whole number >= 1, found {str(nranks)[:40]}")
+    for name in ("time_us", "busbw_gbps", "algbw_gbps", "step_us"):
+        if info.get(name) is not None and not (_number(info[name]) and info[name] >= 0):
+            raise ResultError(f"{where}: extra_info.{name} must be a finite number >= 0, found {str(info[name])[:40]}")
+    for name in (*COLLECTIVE_KEY, *LAYER_KEY):
+        if isinstance(info.get(name), (list, dict)):
+            raise ResultError(f"{where}: extra_info.{name} must be a plain value, found a {type(info[name]).__name__}")
+    return info, times
 
 
 def setup_of(run: Run) -> dict:

@@ -296,15 +296,32 @@ def test_hostile_strings_reach_markdown_inert(tmp_path):
         _assert_inert(md.read_text())
 
 
-@pytest.mark.parametrize("content", ['{"benchmarks": 5}', "[1, 2, 3]", '{"benchmarks": [{"extra_info": [1]}]}',
-                                     "{" * 100_000, "not json"])
-def test_a_malformed_result_file_is_one_line_never_a_regression(tmp_path, content):
+def _entry(info=None, data=None):
+    info = {"op": "all_reduce", "algo": "default", "backend": "mpi", "bytes": 8, "nranks": 2, **(info or {})}
+    return json.dumps({"benchmarks": [{"name": "case", "extra_info": info, "stats": {"data": data or [1e-5, 2e-5]}}]})
+
+
+MALFORMED = {
+    "benchmarks-not-a-list": '{"benchmarks": 5}', "a-list": "[1, 2, 3]", "not-json": "not json",
+    "deep-nesting": "[" * 200_000, "extra_info-a-list": '{"benchmarks": [{"extra_info": [1]}]}',
+    "bytes-null": _entry({"bytes": None}), "data-null": _entry(data=[None]), "zero-time": _entry(data=[0.0, 0.0]),
+    "negative-time": _entry(data=[-2.6e-4]), "nan-time": _entry(data=[float("nan")]),
+    "nranks-zero": _entry({"nranks": 0}), "op-a-list": _entry({"op": ["all_reduce"]}),
+}
+
+
+@pytest.mark.parametrize("content", list(MALFORMED.values()), ids=list(MALFORMED))
+def test_a_malformed_result_file_is_one_line_never_a_regression(tmp_path, capsys, content):
+    """Each bad shape through each command that reads runs (in process: the CLI's own main)."""
+    from harness.cli import main
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     good = write_run(tmp_path / "good.json", 1)
-    for args in (("compare", good, bad), ("table", bad), ("history", good, bad, good), ("baseline", "save", bad, "--name", "x")):
-        proc = _cli(*args)
-        assert proc.returncode in (2, 3) and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+    for args in (("compare", good, bad), ("table", bad), ("history", good, bad, good),
+                 ("baseline", "save", bad, "--name", "x"), ("report", good, bad, "-o", tmp_path / "page")):
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in out + err, (args, err)
 
 
 def test_an_incomplete_run_is_marked_and_refused_as_a_baseline(tmp_path):
