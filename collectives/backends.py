@@ -63,7 +63,7 @@ class TorchBackend:
         self.name, self.rank, self.world = name, rank, world
         self.device = Device(local_device_kind(name), local_rank)
         store = os.environ.get("HCCL_BENCH_STORE")   # a local group: a file, no listening socket
-        dist.init_process_group(backend=name, init_method=f"file://{store}" if store else None, rank=rank,
+        dist.init_process_group(backend=name, init_method=f"file://{os.path.abspath(store)}" if store else None, rank=rank,
                                 world_size=world, timeout=datetime.timedelta(hours=6))
         # gloo's own group doubles as the side channel; device backends get a CPU gloo group
         self.side = None if name == "gloo" else dist.new_group(backend="gloo")

@@ -71,5 +71,5 @@ def local(backend: str, nproc: int, master_port: int, python: str = "", store: P
         return LaunchPlan([[find_mpiexec(python), "-n", str(nproc), "-bind-to", "core", *worker_cmd(python)]], [{}])
     envs = [{"RANK": str(r), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(nproc),
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
-             **({"HCCL_BENCH_STORE": str(store)} if store else {})} for r in range(nproc)]
+             **({"HCCL_BENCH_STORE": str(store.absolute())} if store else {})} for r in range(nproc)]  # a URL path: absolute
     return LaunchPlan([worker_cmd(python) for _ in range(nproc)], envs)

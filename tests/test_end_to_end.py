@@ -258,3 +258,14 @@ def test_history_option_judges_the_run_against_its_results_folder(bench_run, tmp
     assert again.returncode == 0 and "# history: 5 runs 2026-01-01 .. " in again.output, again.output[-2000:]
     assert "2 cells" in again.output and len(list(nightly.glob("*/history.md"))) == 1
     assert bench_run.leftovers() == []
+
+
+def test_the_default_relative_results_folder_works_from_any_directory(bench_run, tmp_path):
+    """README command 1 as written: --results is the relative default 'results', resolved against
+    the directory pytest runs in, for the driver and for every rank."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "benches" / "test_collectives.py"), "-p", "no:cacheprovider",
+                           "--backend", "gloo,mpi", "--ops", "all_reduce", "--sizes", "8", "--timeout", "60"],
+                          cwd=tmp_path, env=bench_run.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert len(list((tmp_path / "results").glob("*/results.json"))) == 1
+    assert bench_run.leftovers() == []
