@@ -126,13 +126,21 @@ def _history(args) -> int:
 
 
 def _import(args) -> int:
-    from reports.importers import import_file
-    data = import_file(args.file, args.op, args.nranks, args.dtype)
-    out = Path(args.output or Path(args.file).with_suffix(".hccl-bench.json"))
-    files.write_atomic(out, json.dumps(data, indent=1))
-    info = data["benchmarks"][0]["extra_info"]
-    print(f"# imported {len(data['benchmarks'])} cells ({data['hccl_bench']['format']}, {info['op']}, "
-          f"{info['nranks']} ranks) -> {out}")
+    """Every run of every file, in order: OUT.json, OUT.2.json, ...; what each log did not say is named."""
+    from reports.importers import import_runs
+    runs = [run for name in args.file for run in import_runs(name, args.op, args.nranks, args.dtype, args.label)]
+    first = Path(args.output or Path(args.file[0]).with_suffix(".hccl-bench.json"))
+    for i, data in enumerate(runs, 1):
+        out = first if i == 1 else first.with_name(f"{first.stem}.{i}{first.suffix or '.json'}")
+        files.write_atomic(out, json.dumps(data, indent=1))
+        meta, info = data["hccl_bench"], data["benchmarks"][0]["extra_info"]
+        lines = meta["imported_from"]["lines"]
+        print(f"# imported {len(data['benchmarks'])} cells ({meta['format']}, {info['op']}, {info['nranks']} ranks, "
+              f"{meta['imported_from']['file']} lines {lines[0]}-{lines[1]}) -> {out}")
+        for warning in meta["warnings"]:
+            print(f"#   warning: {warning}", file=sys.stderr)
+        if meta["failed"]:
+            print(f"#   marked failed: {meta['failed']}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -184,9 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("runs", nargs="+")
     rep.add_argument("-o", "--output", required=True)
     rep.add_argument("--ab", action="store_true", help="RUN is one --ab-env run: report side A against side B")
-    imp = sub.add_parser("import", help="nccl-tests (text or -J JSON) or hccl_test output -> result schema")
-    imp.add_argument("file")
-    imp.add_argument("-o", "--output")
+    imp = sub.add_parser("import", help="nccl-tests / rccl-tests (text or -J JSON) or hccl_test logs -> result files, "
+                                        "one per run found (OUT.json, OUT.2.json, ...)")
+    imp.add_argument("file", nargs="+")
+    imp.add_argument("-o", "--output", help="the first run's file (default FILE.hccl-bench.json); more runs get .2, .3, ...")
+    imp.add_argument("--label", help="what to call these runs in reports (default: the CANN version or folder)")
     imp.add_argument("--op", help="the collective, when the log does not name it")
     imp.add_argument("--nranks", type=int, help="rank count, when the log does not show it")
     imp.add_argument("--dtype", help="data type, when the log does not show it (hccl_test)")

@@ -146,6 +146,8 @@ def load(path: str | Path, side: str = "") -> Run:
     if not run.complete:
         run.notes.append(f"{path.parent} is an incomplete run ({run.meta.get('interrupted') or 'ended early'}): "
                          f"{len(cells)} cells")
+    if run.meta.get("failed"):
+        run.notes.append(f"{path} is marked failed: {run.meta['failed']}")
     return run
 
 
@@ -188,4 +190,4 @@ def setup_of(run: Run) -> dict:
     hosts = sorted({len(g.get("hosts", {})) for g in groups})
     return {"backends": sorted({c.series[0] if c.kind == "collective" else c.series[1] for c in run.cells.values()}),
             "nranks": sorted({c.info.get("nranks") for c in run.cells.values()}),
-            "hosts": hosts}
+            "hosts": hosts, "devices": sorted({str(d) for g in groups for d in g.get("devices", [])})}

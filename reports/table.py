@@ -23,10 +23,17 @@ def render(rows: list[dict]) -> str:
         for r in sorted(block, key=lambda r: (r["bytes"], r["redop"], r["inplace"])):
             out.append(f" {r['bytes']:>12} {r['count']:>12} {r['dtype']:>9} {r['redop']:>6} "
                        f"{'ip' if r['inplace'] else 'oop':>5} {r['time_us']:>10.2f} {r['algbw_gbps']:>12.3f} "
-                       f"{r['busbw_gbps']:>12.3f} {r['wrong']:>7}")
+                       f"{r['busbw_gbps']:>12.3f} {_wrong(r.get('wrong')):>7}")
         peak = max(block, key=lambda r: r["busbw_gbps"])
         out.append(f"# peak busbw: {peak['busbw_gbps']:.3f} GB/s at {format_size(peak['bytes'])}")
     return "\n".join(out)
+
+
+def _wrong(value) -> str:
+    """#wrong as nccl-tests prints it: a count, N/A when the tool did not check."""
+    if value is None:
+        return "N/A"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def render_overhead(rows: list[dict]) -> str:
