@@ -15,6 +15,7 @@ from pathlib import Path
 
 def write_atomic(path: str | Path, text: str) -> None:
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o644)   # mkstemp's 0600 would hide results from the rest of a team

@@ -127,9 +127,9 @@ def _nranks_from_ratio(op: str, samples: list[Sample]) -> tuple[int | None, str]
     if n == float("inf") or n > 1e6:
         return None, ""
     low, high = max(2, int(lo + 0.5)), int(hi + 0.5) if hi != float("inf") else None
-    span = f"{low}..{high}" if high else f">= {low}"
-    return int(round(n)), ("" if low == high else f"rank count {int(round(n))} inferred from busbw/algbw "
-                                                   f"(any of {span} fits the printed rounding); pass --nranks to be sure")
+    span = f"only {low}" if low == high else f"any of {low}..{high}" if high else f"any of {low} or more"
+    return int(round(n)), (f"rank count {int(round(n))} inferred from busbw/algbw on {alg} GB/s ({span} fits the "
+                           "printed rounding): the log names no ranks; pass --nranks to be sure")
 
 
 class NcclTextReader:
@@ -341,7 +341,10 @@ def nccl_json(path: Path, data: dict, op: str | None, nranks: int | None, label:
     said = config.get("nranks") or (len(devices) * per_process if devices else None)
     n = int(said or nranks or 0) or _need(None, "rank count", str(path), "--nranks")
     benches = []
-    for r in data.get("results") or []:
+    results = data.get("results") or []
+    if not isinstance(results, list):
+        raise ResultError(f"{path}: 'results' is not a list: not nccl-tests -J output")
+    for r in results:
         if not isinstance(r, dict) or int(r.get("size", 0)) == 0:
             continue
         for inplace, key in ((False, "out_of_place"), (True, "in_place")):
@@ -370,48 +373,83 @@ def nccl_json(path: Path, data: dict, op: str | None, nranks: int | None, label:
 
 def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: str | None,
               label: str | None = None) -> list[dict]:
-    """hccl_test prints its table on the root rank: a size seen again is a repeated run of it (its
-    times are samples), not another rank."""
-    lines = text.replace("\\\n", " ").splitlines()
-    cmd = " ".join(line for line in lines if "_test" in line and ("mpirun" in line or " -b " in line))
-    named = next((canonical_op(m.group(1)) for m in re.finditer(r"([a-z_]+?)_test\b", cmd) if canonical_op(m.group(1))), None)
-    run = LogRun(first_line=1, op=named or op)
-    if not nranks:
-        m = _LAUNCH_N.search(cmd) or re.search(r"\s-p\s+(\d+)", cmd)
-        nranks = int(m.group(1)) if m else None
-    m = re.search(r"\s-d\s+(\w+)", cmd)
-    dtype = (HCCL_TYPES.get(m.group(1)) if m else None) or dtype
-    header, rows = None, {}
-    for number, raw in enumerate(lines, 1):
-        line = _PREFIXES.sub("", raw)
+    """hccl_test prints its table on the root rank: a size seen again within one run is a repeat
+    (its times are samples), not another rank. Each command line (or a table header after rows)
+    starts another run, so concatenated outputs of several tests split into their runs."""
+    segments: list[dict] = []
+    current: dict | None = None
+    for number, line in _logical_lines(text):
+        if "_test" in line and ("mpirun" in line or " -b " in line):
+            if current is None or current["rows"]:
+                current = {"cmd": [], "header": None, "rows": {}, "run": LogRun(first_line=number)}
+                segments.append(current)
+            current["cmd"].append(line)
+            continue
         cols = [c.strip().rstrip(":") for c in line.split("|")]
         if "data_size(Bytes)" in cols:
-            header = cols
+            if current is None or current["rows"]:
+                inherited = current["cmd"] if current else []   # the same command, run again
+                current = {"cmd": inherited, "header": None, "rows": {}, "run": LogRun(first_line=number)}
+                segments.append(current)
+            current["header"] = cols
             continue
-        if header is None or not cols[0].strip().isdigit():
+        if current is None or current["header"] is None or not cols[0].isdigit():
             continue
-        if len(cols) < len(header):
-            run.cut = f"line {number}: row cut off ({len(cols)} of {len(header)} columns), ignored"
-            run.warnings.append(run.cut)
-            continue
-        row = dict(zip(header, cols))
-        time_col = "aveg_time(us)" if "aveg_time(us)" in row else "avg_time(us)"
-        t = _float(row.get(time_col, ""))
-        if t is None or t <= 0:
-            run.warnings.append(f"line {number}: no time in this row, ignored")
-            continue
-        check = row.get("check_result")
-        if check not in (None, "NULL", "success"):
-            run.failed = run.failed or f"line {number}: check_result {check} at {row['data_size(Bytes)']} B"
-        rows.setdefault(int(row["data_size(Bytes)"]), []).append((t, _float(row.get("alg_bandwidth(GB/s)", "")), check, time_col))
-        run.last_line = number
-    if header is None or not rows:
+        _hccl_row(current, number, cols)
+    found = [seg for seg in segments if seg["rows"]]
+    if not found:
         raise ResultError(f"{path}: no hccl_test result rows found (expected 'data_size(Bytes): | avg_time(us): | ...')")
-    _need(run.op, "collective", str(path), "--op")
-    nranks = _need(nranks, "rank count", str(path), "--nranks")
-    dtype = _need(dtype, "data type", str(path), "--dtype")
+    return [_hccl_result(path if len(found) == 1 else f"{path} (run {i + 1})", path, seg, op, nranks, dtype, label)
+            for i, seg in enumerate(found)]
+
+
+def _logical_lines(text: str):
+    """(first line number, line) with prefixes removed and backslash-continued lines joined."""
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = _PREFIXES.sub("", raw)
+        start = start or number
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        yield start, pending + line
+        pending, start = "", 0
+    if pending:
+        yield start, pending
+
+
+def _hccl_row(seg: dict, number: int, cols: list[str]) -> None:
+    run, header = seg["run"], seg["header"]
+    if len(cols) < len(header):
+        run.cut = f"line {number}: row cut off ({len(cols)} of {len(header)} columns), ignored"
+        run.warnings.append(run.cut)
+        return
+    row = dict(zip(header, cols))
+    time_col = "aveg_time(us)" if "aveg_time(us)" in row else "avg_time(us)"
+    t = _float(row.get(time_col, ""))
+    if t is None or t <= 0:
+        run.warnings.append(f"line {number}: no time in this row, ignored")
+        return
+    check = row.get("check_result")
+    if check not in (None, "NULL", "success"):
+        run.failed = run.failed or f"line {number}: check_result {check} at {row['data_size(Bytes)']} B"
+    seg["rows"].setdefault(int(row["data_size(Bytes)"]), []).append((t, _float(row.get("alg_bandwidth(GB/s)", "")), check, time_col))
+    run.last_line = number
+
+
+def _hccl_result(where, path: Path, seg: dict, op: str | None, nranks: int | None, dtype: str | None, label) -> dict:
+    run, cmd = seg["run"], " ".join(seg["cmd"])
+    named = next((canonical_op(m.group(1)) for m in re.finditer(r"([a-z_]+?)_test\b", cmd) if canonical_op(m.group(1))), None)
+    run.op = named or op
+    m = _LAUNCH_N.search(cmd) or re.search(r"\s-p\s+(\d+)", cmd)
+    nranks = (int(m.group(1)) if m else None) or nranks
+    m = re.search(r"\s-d\s+(\w+)", cmd)
+    dtype = (HCCL_TYPES.get(m.group(1)) if m else None) or dtype
+    _need(run.op, "collective", str(where), "--op")
+    nranks = _need(nranks, "rank count", str(where), "--nranks")
+    dtype = _need(dtype, "data type", str(where), "--dtype")
     benches = []
-    for size, samples in sorted(rows.items()):
+    for size, samples in sorted(seg["rows"].items()):
         checks = [c for _, _, c, _ in samples if c not in (None, "NULL")]
         benches.append(_entry("hccl_test", run.op, dtype, "sum" if OPS[run.op].reduces else "none", False, size,
                               size // ITEMSIZE.get(dtype, 1), nranks, [t for t, _, _, _ in samples],
@@ -420,7 +458,7 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
                                "repeats": len(samples),
                                "unit_note": "bandwidth recomputed as size/time in GB/s (1e9); hccl_test's printed "
                                             "alg_bandwidth kept as reported_algbw"}))
-    return [_result(path, "hccl_test", "hccl_test", run.op, nranks, benches, run, {}, [], label)]
+    return _result(path, "hccl_test", "hccl_test", run.op, nranks, benches, run, {}, [], label)
 
 
 def import_runs(path: str | Path, op: str | None = None, nranks: int | None = None, dtype: str | None = None,

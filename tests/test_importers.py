@@ -78,3 +78,168 @@ def test_an_imported_log_compared_with_itself_flags_nothing(tmp_path, name, flag
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " 0 regression, 0 improvement" in proc.stdout and "inconclusive" in proc.stdout
     assert json.loads(out.read_text())["benchmarks"]
+
+
+# ---- real logs with several runs, several ops, old headers, failures; and the faults real logs show,
+# made from those logs at run time (a cut, a prefix, a lost section) so every number stays a real one
+
+TWO_CASES = DATA / "nccl_tests_2x8_two_cases.txt"          # 2 runs x 16 ranks on 2 hosts, -npernode 8
+THREE_OPS = DATA / "nccl_tests_dgx2_three_ops_old_headers.txt"   # all_gather (FAILED), all_reduce, broadcast (root)
+
+
+def runs_of(path, **kw):
+    from reports.importers import import_runs
+    return import_runs(path, **kw)
+
+
+def derived(tmp_path, source, edit, name="derived.txt"):
+    path = tmp_path / name
+    path.write_text(edit(source.read_text()))
+    return path
+
+
+def test_several_runs_in_one_log_are_several_results():
+    runs = runs_of(TWO_CASES)
+    assert len(runs) == 2
+    for run in runs:
+        meta = run["hccl_bench"]
+        assert {b["extra_info"]["nranks"] for b in run["benchmarks"]} == {16}
+        assert meta["groups"]["imported"]["hosts"] == {"R6KD-CX8aaS-GPU-14": 8, "R6KD-CX8aaS-GPU-15": 8}
+        assert meta["groups"]["imported"]["devices"] == ["NVIDIA Graphics Device"] and meta["complete"] and not meta["failed"]
+    assert [r["hccl_bench"]["imported_from"]["lines"][0] for r in runs] == [22, 97]
+    first = cells(runs[0])[4194304]
+    assert first["time_us"] == 638.57 and first["printed_busbw"] == 12.32 and first["busbw_gbps"] == pytest.approx(12.32, abs=0.01)
+
+
+def test_several_ops_and_old_headers_in_one_log():
+    runs = runs_of(THREE_OPS)
+    assert [r["benchmarks"][0]["extra_info"]["op"] for r in runs] == ["all_gather", "all_reduce", "broadcast"]
+    assert all(b["extra_info"]["nranks"] == 12 for r in runs for b in r["benchmarks"])
+    gather, reduce_, bcast = runs
+    assert gather["hccl_bench"]["failed"] == "the log says: Out of bounds values : 4 FAILED"
+    assert reduce_["hccl_bench"]["failed"] is None and bcast["hccl_bench"]["failed"] is None
+    assert cells(bcast)[8589934592]["time_us"] == 70321 and cells(bcast)[8589934592]["redop"] == "none"
+    assert cells(gather)[48]["wrong"] is None     # the old `error` column is a max error, not a count
+
+
+def test_import_cli_writes_one_file_per_run_and_compare_reads_them(tmp_path):
+    out = tmp_path / "campaign.json"
+    cli = [sys.executable, "-m", "harness.cli"]
+    proc = subprocess.run([*cli, "import", str(THREE_OPS), str(TWO_CASES), "-o", str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["campaign.2.json", "campaign.3.json", "campaign.4.json", "campaign.5.json", "campaign.json"]
+    assert "marked failed: the log says: Out of bounds values : 4 FAILED" in proc.stderr
+    cmp = subprocess.run([*cli, "compare", str(tmp_path / "campaign.4.json"), str(tmp_path / "campaign.5.json")],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert cmp.returncode == 0 and "48 cells" in cmp.stdout, cmp.stdout + cmp.stderr
+    table = subprocess.run([*cli, "table", str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert table.returncode == 0 and " N/A" in table.stdout and "marked failed" in table.stderr
+
+
+def test_timestamp_prefixes_are_read_through(tmp_path):
+    stamped = derived(tmp_path, TWO_CASES, lambda t: "".join(f"2026-04-19T11:20:{i % 60:02d}.123456789Z {line}\n"
+                                                             for i, line in enumerate(t.splitlines())))
+    assert [len(r["benchmarks"]) for r in runs_of(stamped)] == [48, 48]
+
+
+def test_a_run_cut_off_mid_row_keeps_its_rows_and_says_where(tmp_path):
+    text = TWO_CASES.read_text()
+    cut = text.index("  3610.92")      # in the middle of the second run's 8th row
+    runs = runs_of(derived(tmp_path, TWO_CASES, lambda t: t[:cut]))
+    assert len(runs) == 2 and runs[0]["hccl_bench"]["complete"]
+    last = runs[1]["hccl_bench"]
+    assert not last["complete"] and last["interrupted"] == "line 128: row cut off (9 of 13 columns), ignored"
+    assert len(runs[1]["benchmarks"]) == 7 * 2 and 131072 not in cells(runs[1])
+
+
+def test_a_run_that_crashed_after_a_row_keeps_the_rows_before(tmp_path):
+    crashed = derived(tmp_path, TWO_CASES, lambda t: t[:t.index("# Out of bounds values : 0 OK")])
+    run = runs_of(crashed)[0]
+    assert len(run["benchmarks"]) == 48 and not run["hccl_bench"]["complete"]
+    assert "ended without its 'Out of bounds values' line" in run["hccl_bench"]["interrupted"]
+
+
+def test_wrong_elements_mark_the_run_failed(tmp_path):
+    row = "     1048576        262144     float     sum      -1   196.78    5.33    9.99       0"
+    bad = derived(tmp_path, TWO_CASES, lambda t: t.replace(row, row[:-1] + "1024", 1))
+    run = runs_of(bad)[0]
+    assert run["hccl_bench"]["failed"].endswith("#wrong 1024 at 1048576 B") and cells(run)[1048576]["wrong"] == 1024
+
+
+def test_rank_count_without_rank_lines_is_inferred_with_its_ambiguity_named(tmp_path):
+    bare = derived(tmp_path, TWO_CASES, lambda t: "\n".join(line for line in t.splitlines() if "Rank " not in line))
+    run = runs_of(bare)[0]
+    assert run["benchmarks"][0]["extra_info"]["nranks"] == 16
+    assert any(w.startswith("rank count 16 inferred from busbw/algbw on ") and "(only 16 fits" in w
+               for w in run["hccl_bench"]["warnings"])
+    with pytest.raises(ResultError, match=r"line 35: printed busbw 0.74 GB/s but 32768 B in 83.33 us gives 0.69 GB/s "
+                                          r"for all_reduce on 8 ranks"):
+        runs_of(bare, nranks=8)
+
+
+def test_the_log_wins_over_flags_that_contradict_it():
+    run = runs_of(TWO_CASES, nranks=8, op="all_gather")[0]
+    assert run["benchmarks"][0]["extra_info"]["nranks"] == 16 and run["benchmarks"][0]["extra_info"]["op"] == "all_reduce"
+    assert set(run["hccl_bench"]["warnings"]) == {"--nranks 8 ignored: the log says 16 ranks",
+                                                  "--op all_gather ignored: the log says all_reduce"}
+
+
+@pytest.mark.parametrize("name, op", [("all_reduce_perf_mpi", "all_reduce"), ("nccl_alltoall_perf", "all_to_all"),
+                                      ("rccl_reduce_scatter_perf", "reduce_scatter"), ("alltoall_perf_mpi", "all_to_all")])
+def test_binary_names_of_mpi_builds_and_forks(tmp_path, name, op):
+    renamed = derived(tmp_path, TWO_CASES, lambda t: t.replace("all_reduce_perf", name))
+    if op != "all_reduce":   # the rows are an all_reduce's: the cross-check must catch the wrong op
+        with pytest.raises(ResultError, match="rank count or the op is wrong|disagree"):
+            runs_of(renamed)
+    else:
+        assert runs_of(renamed)[0]["benchmarks"][0]["extra_info"]["op"] == op
+
+
+def test_a_log_of_other_devices_is_not_compared_without_force(tmp_path):
+    other = derived(tmp_path, TWO_CASES, lambda t: t.replace("NVIDIA Graphics Device", "NVIDIA H100 80GB HBM3"))
+    cli = [sys.executable, "-m", "harness.cli"]
+    for source, out in ((TWO_CASES, tmp_path / "a.json"), (other, tmp_path / "b.json")):
+        assert subprocess.run([*cli, "import", str(source), "-o", str(out)], cwd=ROOT, capture_output=True).returncode == 0
+    proc = subprocess.run([*cli, "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "devices: baseline ['NVIDIA Graphics Device'] vs candidate ['NVIDIA H100 80GB HBM3']" in proc.stderr
+
+
+def test_nccl_tests_json_counts_every_gpu_of_every_process(tmp_path):
+    data = json.loads((DATA / "nccl_tests_h100x16.json").read_text())
+    data["config"]["ngpus"] = 8
+    data["config"]["devices"] = data["config"]["devices"][:2]    # 2 processes with -g 8: 16 ranks
+    path = tmp_path / "g8.json"
+    path.write_text(json.dumps(data))
+    run = runs_of(path)[0]
+    assert run["benchmarks"][0]["extra_info"]["nranks"] == 16
+
+
+def test_hccl_test_failed_rows_and_counts(tmp_path):
+    failed = derived(tmp_path, DATA / "hccl_test_doc_avg_time.txt", lambda t: t.replace("success", "failed", 1))
+    run = runs_of(failed)[0]
+    assert run["hccl_bench"]["failed"].startswith("line ") and "check_result failed" in run["hccl_bench"]["failed"]
+    assert cells(run)[8192]["count"] == 8192 // 4
+
+
+@pytest.mark.parametrize("content", ["", "# nThread 1 nGpus 1\n#  size count type\n  12", "\x00\xff" * 100,
+                                     "{\"results\": 5}", "{" * 50_000, "data_size(Bytes): | aveg_time(us):\n8 | N"])
+def test_no_input_makes_import_print_a_traceback(tmp_path, content):
+    path = tmp_path / "junk.log"
+    path.write_text(content, errors="surrogateescape") if isinstance(content, str) else None
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "import", str(path), "--op", "all_reduce", "--nranks", "2",
+                           "--dtype", "float32"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_concatenated_hccl_test_outputs_split_into_their_runs(tmp_path):
+    """Two real hccl_test outputs one after the other (a campaign script's log): two runs, each with
+    its own op, rank count and rows."""
+    both = tmp_path / "campaign.log"
+    both.write_text((DATA / "hccl_test_doc_avg_time.txt").read_text()
+                    + (DATA / "hccl_test_aveg_time.txt").read_text().replace("all_reduce_test", "reduce_scatter_test"))
+    first, second = runs_of(both)
+    assert (first["benchmarks"][0]["extra_info"]["op"], first["benchmarks"][0]["extra_info"]["nranks"]) == ("all_reduce", 8)
+    assert (second["benchmarks"][0]["extra_info"]["op"], second["benchmarks"][0]["extra_info"]["nranks"]) == ("reduce_scatter", 16)
+    assert len(first["benchmarks"]) == 14 and len(second["benchmarks"]) == 1
