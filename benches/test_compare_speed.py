@@ -3,10 +3,13 @@ Target: under 10 s. pytest-benchmark's table prints the time; extra_info holds t
 import json
 
 import numpy as np
+import pytest
 
 from reports import summary
 from reports.cells import load
 from reports.compare import compare
+
+pytestmark = pytest.mark.harness_bench   # the harness's own speed: runs with --harness-benches
 
 CELLS = 10_000
 ROUNDS = 20

@@ -97,7 +97,7 @@ def _history(args) -> int:
         for note in run.notes:
             print(f"# note: {note}", file=sys.stderr)
     if too_few(runs):
-        print(too_few(runs))
+        print(too_few(runs) + ("; no history page written" if args.report else ""))
         return EXIT_OK
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     hist = analyse(runs, calibration=cal, min_effect=args.min_effect, window=args.window)
@@ -160,11 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hccl-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("provenance", help="print this machine's versions and relevant environment as JSON")
-    show = sub.add_parser("table", help="print the nccl-tests-style table of a results.json")
-    show.add_argument("result")
+    show = sub.add_parser("table", help="print the nccl-tests-style table of a run (every launch; sides A and B with --ab)")
+    show.add_argument("result", help="a results.json, its run folder, or an imported file")
+    show.add_argument("--ab", action="store_true", help="RESULT is one --ab-env/--ab-source run: both sides and B/A per pair")
     cmp = sub.add_parser("compare", help="baseline vs candidate: verdict per cell, regressions as size ranges")
-    cmp.add_argument("base")
-    cmp.add_argument("cand", nargs="?")
+    cmp.add_argument("base", help="the baseline run (results.json, run folder, stored baseline or imported file)")
+    cmp.add_argument("cand", nargs="?", help="the candidate run (omit with --ab)")
     cmp.add_argument("--ab", action="store_true", help="BASE is one run made with --ab-env: compare its side A with side B")
     cmp.add_argument("--calibration", help="A/A calibration JSON (hccl-bench calibrate) raising the minimum effect per size band")
     cmp.add_argument("--min-effect", type=float, default=0.05, help="smallest change worth a verdict (default 0.05 = 5%%)")
@@ -172,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--json", help="write the verdicts as JSON")
     cmp.add_argument("--markdown", help="write a Markdown summary (for CI comments)")
     cal = sub.add_parser("calibrate", help="A/A: noise per size band between two runs of the same stack")
-    cal.add_argument("a")
-    cal.add_argument("b", nargs="?")
+    cal.add_argument("a", help="the first A/A run")
+    cal.add_argument("b", nargs="?", help="the second A/A run (omit with --ab)")
     cal.add_argument("--ab", action="store_true", help="A is one run made with --ab-env setting a variable nothing "
                                                        "reads (e.g. HCCL_BENCH_AA=1): calibrate paired comparisons")
     cal.add_argument("-o", "--output", help="write the calibration JSON here")
@@ -189,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "confirms or clears the newest run's suspected changes")
     his.add_argument("--report", help="write DIR/history.html: each flagged size range run by run, its levels and change")
     rep = sub.add_parser("report", help="HTML page and Markdown summary for one or more runs (oldest first)")
-    rep.add_argument("runs", nargs="+")
-    rep.add_argument("-o", "--output", required=True)
+    rep.add_argument("runs", nargs="+", help="runs oldest first; each is compared with the first")
+    rep.add_argument("-o", "--output", required=True, help="folder for report.html and summary.md")
     rep.add_argument("--ab", action="store_true", help="RUN is one --ab-env run: report side A against side B")
     imp = sub.add_parser("import", help="nccl-tests / rccl-tests (text or -J JSON) or hccl_test logs -> result files, "
                                         "one per run found (OUT.json, OUT.2.json, ...)")
@@ -201,17 +202,20 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("--nranks", type=int, help="rank count, when the log does not show it")
     imp.add_argument("--dtype", help="data type, when the log does not show it (hccl_test)")
     base = sub.add_parser("baseline", help="stored reference results: save, list, show")
-    base.add_argument("action", choices=["save", "list", "show"])
-    base.add_argument("result", nargs="?")
-    base.add_argument("--name")
+    base.add_argument("action", choices=["save", "list", "show"], help="save RESULT --name NAME, list, show --name NAME")
+    base.add_argument("result", nargs="?", help="the run to store (save)")
+    base.add_argument("--name", help="the stack's name, e.g. cann-8.0.RC3 (required for save and show)")
     mem = sub.add_parser("memory", help="per-rank memory estimate for a model shape and tp/pp/dp")
     mem.add_argument("--params", type=float, required=True, help="parameter count, e.g. 100e9")
-    for name, default in (("tp", 1), ("pp", 1), ("dp", 1), ("zero", 0), ("layers", 0), ("hidden", 0), ("heads", 0),
-                          ("seq", 0), ("micro-batch", 1), ("microbatches", 1)):
-        mem.add_argument(f"--{name}", type=int, default=default)
-    mem.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
+    for name, default, what in (("tp", 1, "tensor-parallel degree"), ("pp", 1, "pipeline-parallel degree"),
+                                ("dp", 1, "data-parallel degree"), ("zero", 0, "ZeRO stage 0-3 over dp"),
+                                ("layers", 0, "transformer layers (for activations)"), ("hidden", 0, "hidden size"),
+                                ("heads", 0, "attention heads"), ("seq", 0, "sequence length"),
+                                ("micro-batch", 1, "micro-batch size"), ("microbatches", 1, "microbatches per step")):
+        mem.add_argument(f"--{name}", type=int, default=default, help=f"{what} (default {default})")
+    mem.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"], help="pipeline schedule (activations in flight)")
     mem.add_argument("--sp", action="store_true", help="sequence parallelism")
-    mem.add_argument("--recompute", default="none", choices=list(memory.RECOMPUTE))
+    mem.add_argument("--recompute", default="none", choices=list(memory.RECOMPUTE), help="activation recomputation")
     mem.add_argument("--hccl-buffsize", type=float, default=200.0, help="HCCL_BUFFSIZE in MB (default 200)")
     args = parser.parse_args(argv)
     try:
@@ -221,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "memory":
             return _memory(args)
         if args.command == "table":
-            run = _load(args.result)
-            print(table.render([c.info for c in run.cells.values() if c.kind == "collective"]))
+            runs = [_load(args.result, side="A"), load(args.result, side="B")] if args.ab else [_load(args.result)]
+            rows = [row for run in runs for row in table.rows_of(run)]
+            if not rows:
+                return _fail(f"{args.result} holds no collective cells (layer results are in its table.txt)")
+            print(table.render(rows))
             return EXIT_OK
         if args.command == "compare":
             return _compare(args)

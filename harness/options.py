@@ -95,6 +95,10 @@ def add_options(parser) -> None:
     g.addoption("--history", action="store_true", help="nightly guard at the end: judge this run against the earlier "
                                                        "runs in its --results folder; a new confirmed regression fails")
     g.addoption("--driver-host", default="127.0.0.1", help="address ranks use to reach the driver")
+    g.addoption("--benchmark-tables", action="store_true", default=False,
+                help="also print pytest-benchmark's own per-case tables (off: they are long and wide; the JSON is the same)")
+    g.addoption("--harness-benches", action="store_true", default=False,
+                help="also run the harness's own speed checks (benches marked harness_bench, e.g. comparing 10,000 cells)")
     g.addoption("--tp", default="1,2", help="tensor-parallel degrees for the layer benches (dp = nproc / (tp x pp))")
     g.addoption("--pp", default="1,2", help="pipeline-parallel degrees for the layer benches")
     g.addoption("--microbatches", default="4", help="microbatch counts for the pipeline benches")

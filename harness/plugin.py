@@ -58,6 +58,9 @@ def pytest_sessionstart(session):
         except ValueError:  # not the main thread
             return
     session.config.stash[_PREVIOUS_HANDLERS] = previous
+    bs = getattr(session.config, "_benchmarksession", None)
+    if bs is not None and not session.config.getoption("benchmark_tables"):
+        bs.quiet = True   # its per-case tables (hundreds of lines, 500 wide) hid the results; the JSON is unchanged
 
 
 _PREVIOUS_HANDLERS = pytest.StashKey[dict]()
@@ -124,6 +127,11 @@ def pytest_collection_modifyitems(session, config, items):
     """Run cases that share a worker group back to back: a group costs seconds to start. With
     --ab-env the two sides' groups count as one slot, keeping each A/B pair adjacent."""
     bench = config.stash[_SESSION]
+    if not config.getoption("harness_benches"):   # the harness's own speed checks stay out of a user's sweep
+        own = [item for item in items if item.get_closest_marker("harness_bench")]
+        if own:
+            config.hook.pytest_deselected(items=own)
+            items[:] = [item for item in items if not item.get_closest_marker("harness_bench")]
     if any("bench_session" in getattr(item, "fixturenames", ()) for item in items):
         if err := files.check_writable(bench.opts.results):  # before any rank starts, like every option
             pytest.exit(f"hccl-bench: {err}", returncode=pytest.ExitCode.USAGE_ERROR)
@@ -220,7 +228,7 @@ def _compare_with_baseline(bench: BenchSession) -> dict:
         return {"text": "# baseline refused, setups differ: " + "; ".join(cmp.mismatch), "fail": True}
     files.write_atomic(bench.run_dir / "compare.md", summary.markdown(cmp) + "\n")
     files.write_atomic(bench.run_dir / "compare.json", json.dumps(summary.as_json(cmp), indent=1))
-    return {"text": summary.text(cmp), "fail": cmp.regressed}
+    return {"text": summary.text(cmp), "fail": cmp.regressed, "headline": f"baseline {base}: {summary.headline(cmp)}"}
 
 
 def _judge_history(bench: BenchSession) -> dict:
@@ -239,9 +247,11 @@ def _judge_history(bench: BenchSession) -> dict:
     if hist.judged.mismatch:
         return {"text": "# history refused, setups differ: " + hist.judged.mismatch[0], "fail": True}
     files.write_atomic(bench.run_dir / "history.md", summary.history_markdown(hist) + "\n")
-    return {"text": summary.history_text(hist), "fail": hist.regressed}
+    return {"text": summary.history_text(hist), "fail": hist.regressed,
+            "headline": f"history: {summary.headline(hist.judged)}"}
 
 
+@pytest.hookimpl(trylast=True)   # after pytest-benchmark's: the user's results are the last thing on screen
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     bench = config.stash.get(_SESSION, None)
     if bench is None or not (bench.rows or bench.overhead or bench.layer_rows or bench.interrupted):
@@ -261,10 +271,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             tr.write_line(line)
     if bench.skipped:
         tr.write_line(f"\n# {len(bench.skipped)} cases skipped (reasons in results.json; -rs lists them)")
-    if "run_dir" in bench.__dict__:
-        tr.write_line(f"# results: {bench.run_dir / 'results.json'}"
-                      + (f" (incomplete: {bench.interrupted})" if bench.interrupted else ""))
     for verdict in bench.verdicts:
         tr.write_line("")
         for line in verdict["text"].splitlines():
             tr.write_line(line)
+    tr.write_line("")
+    for line in _closing_block(bench):
+        tr.write_line(line)
+
+
+def _closing_block(bench: BenchSession) -> list[str]:
+    """The lines a user reads last: where the results are, the peak per op and backend, what failed,
+    and the gate's verdict with its reason."""
+    out = ["# ---- hccl-bench summary"]
+    if "run_dir" in bench.__dict__:
+        state = f"incomplete: {bench.interrupted}" if bench.interrupted else "complete"
+        out.append(f"# results: {bench.run_dir / 'results.json'} ({state})")
+    out += table.peak_lines(bench.rows)
+    if bench.failures:
+        out.append(f"# failures: {len(bench.failures)} cases, first: {bench.failures[0]['what']}: "
+                   f"{bench.failures[0]['error']}"[:118])
+    for verdict in bench.verdicts:
+        out.append(f"# verdict: {verdict.get('headline') or verdict['text'].splitlines()[0].lstrip('# ')}"[:118])
+    return out

@@ -68,6 +68,17 @@ def settle_command(cmp: Comparison) -> str:
     return f"pytest benches/ --benchmark --repeat 3 --backend {pick(0)} --ops {pick(2)} --dtypes {pick(3)} --sizes {sizes}"
 
 
+def headline(cmp: Comparison) -> str:
+    """One line: the gate's verdict and its reason."""
+    counts = Counter(c.verdict for c in cmp.cells)
+    if cmp.regressed:
+        ranges = size_ranges(cmp, "regression")
+        return f"REGRESSION in {len(ranges)} size ranges, first: {range_text(ranges[0])}"
+    suspected = counts.get("suspected regression", 0)
+    return (f"no confirmed regression ({counts.get('no change', 0)} unchanged, {counts.get('inconclusive', 0)} inconclusive"
+            + (f", {suspected} suspected from one launch a side" if suspected else "") + f" of {len(cmp.cells)} cells)")
+
+
 def text(cmp: Comparison) -> str:
     counts = Counter(c.verdict for c in cmp.cells)
     kinds = Counter(c.samples for c in cmp.cells)
