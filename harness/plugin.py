@@ -228,7 +228,7 @@ def _compare_with_baseline(bench: BenchSession) -> dict:
         return {"text": "# baseline refused, setups differ: " + "; ".join(cmp.mismatch), "fail": True}
     files.write_atomic(bench.run_dir / "compare.md", summary.markdown(cmp) + "\n")
     files.write_atomic(bench.run_dir / "compare.json", json.dumps(summary.as_json(cmp), indent=1))
-    return {"text": summary.text(cmp), "fail": cmp.regressed, "headline": f"baseline {base}: {summary.headline(cmp)}"}
+    return {"text": summary.text(cmp), "fail": cmp.regressed, "headline": f"{summary.headline(cmp)} vs baseline {base}"}
 
 
 def _judge_history(bench: BenchSession) -> dict:
@@ -248,7 +248,7 @@ def _judge_history(bench: BenchSession) -> dict:
         return {"text": "# history refused, setups differ: " + hist.judged.mismatch[0], "fail": True}
     files.write_atomic(bench.run_dir / "history.md", summary.history_markdown(hist) + "\n")
     return {"text": summary.history_text(hist), "fail": hist.regressed,
-            "headline": f"history: {summary.headline(hist.judged)}"}
+            "headline": f"{summary.headline(hist.judged)} in the history of {bench.run_dir.parent}"}
 
 
 @pytest.hookimpl(trylast=True)   # after pytest-benchmark's: the user's results are the last thing on screen
@@ -290,7 +290,7 @@ def _closing_block(bench: BenchSession) -> list[str]:
     out += table.peak_lines(bench.rows)
     if bench.failures:
         out.append(f"# failures: {len(bench.failures)} cases, first: {bench.failures[0]['what']}: "
-                   f"{bench.failures[0]['error']}"[:118])
+                   f"{bench.failures[0]['error']}"[:120])
     for verdict in bench.verdicts:
-        out.append(f"# verdict: {verdict.get('headline') or verdict['text'].splitlines()[0].lstrip('# ')}"[:118])
+        out.append(f"# verdict: {verdict.get('headline') or verdict['text'].splitlines()[0].lstrip('# ')}"[:120])
     return out

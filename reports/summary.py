@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 import math
 import re
+import textwrap
 from collections import Counter
 
 import numpy as np
@@ -82,14 +83,15 @@ def headline(cmp: Comparison) -> str:
 def text(cmp: Comparison) -> str:
     counts = Counter(c.verdict for c in cmp.cells)
     kinds = Counter(c.samples for c in cmp.cells)
-    out = [f"# compare {cmp.base} -> {cmp.cand}",
+    out = [f"# compare {cmp.base}", f"#      -> {cmp.cand}",
            f"# {len(cmp.cells)} cells: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS),
-           "# samples: " + ", ".join(f"{n} cells by {k}" for k, n in sorted(kinds.items()))
-           + (" (one launch a side: rounds of one launch are not independent samples of a stack, so those cells "
-              "can be at most 'suspected' and never fail the job)" if kinds.get("rounds") else ""),
-           "# effect: time ratio with its 95% CI (paired launches: paired t on log launch medians; launches: Welch t; "
-           "rounds: Hodges-Lehmann); "
-           "BH-adjusted across the sweep"]
+           "# samples: " + ", ".join(f"{n} cells by {k}" for k, n in sorted(kinds.items()))]
+    if kinds.get("rounds"):
+        out.append("#   (one launch a side: its rounds are not independent samples of a stack, so those cells "
+                   "are at most")
+        out.append("#   'suspected' and never fail the job)")
+    out += ["# effect: time ratio, 95% CI (paired launches: paired t on log launch medians; launches: Welch t;",
+            "#   rounds: Hodges-Lehmann); Benjamini-Hochberg across the sweep"]
     if cmp.calibration:
         out.append(f"# {cmp.calibration}")
     for label, verdict in SECTIONS:
@@ -97,8 +99,10 @@ def text(cmp: Comparison) -> str:
         if lines:
             out += [f"{label}:"] + [f"  {line}" for line in lines]
     if settle := settle_command(cmp):
-        out.append(f"# to settle the suspected cells: run `{settle}` for both stacks and compare those runs, or "
-                   f"add --repeat 6 --ab-env VAR=VALUE / --ab-source OTHER/set_env.sh for one interleaved A/B")
+        wrapped = textwrap.wrap(settle, 100, break_long_words=False, break_on_hyphens=False)
+        out += ["# to settle the suspected cells, run for both stacks and compare those runs:"]
+        out += [f"#   {part}" + (" \\" if i < len(wrapped) - 1 else "") for i, part in enumerate(wrapped)]
+        out += ["#   (or add --repeat 6 --ab-env VAR=VALUE / --ab-source OTHER/set_env.sh: one interleaved A/B)"]
     isolated = [c for c in cmp.cells if c.note.startswith("isolated")]
     if isolated:
         out.append(f"# {len(isolated)} isolated cells left inconclusive (no neighbouring size agreed)")

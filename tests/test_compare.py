@@ -90,7 +90,8 @@ def test_one_launch_a_side_can_only_suspect(tmp_path):
     assert [(r["first"], r["last"]) for r in size_ranges(cmp, "suspected regression")] == [(64 << 10, 1 << 20)]
     out = summary.text(cmp)
     assert "suspected regressions" in out and "REGRESSIONS" not in out
-    assert "--repeat 3 --backend mpi --ops all_reduce --dtypes float32 --sizes 64KiB,256KiB,1MiB" in out
+    assert "--repeat 3 --backend mpi --ops all_reduce --dtypes float32 --sizes 64KiB,256KiB,1MiB" in summary.settle_command(cmp)
+    assert max(len(line) for line in out.splitlines()) <= 120
     assert summary.markdown(cmp).startswith("### hccl-bench: no confirmed regression")
 
 
