@@ -190,8 +190,8 @@ def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
         what.append(f"what changed from {runs[at - 1].label} to {runs[at].label}: "
                     + ("; ".join(f"{k}: {' -> '.join(v)}" for k, v in diff) if diff else
                        "nothing recorded (same versions and environment): the machine's state, or something not recorded"))
-    headline = (f"{len(runs)} runs {runs[0].started[:10]} .. {runs[-1].started[:10]}; a change needs "
-                f"{MIN_SEGMENT} runs at its new level and counts when it began within the last {hist.window} runs")
+    headline = (f"{len(runs)} runs {runs[0].started[:10]}..{runs[-1].started[:10]}; a change needs "
+                f"{MIN_SEGMENT} runs at its level, counts if it began in the last {hist.window}")
     return headline, sections, what
 
 
@@ -204,8 +204,8 @@ def history_text(hist) -> str:
                f"{counts.get(v, 0)} {v}" for v in ("regression", "improvement", "no change", "inconclusive",
                                                    "standing regression", "standing improvement"))
            + (f"; {hist.too_short} cells in fewer than {MIN_RUNS} runs not judged" if hist.too_short else ""),
-           "# change points: binary segmentation of log time (pooled t, Bonferroni over the splits tried); "
-           "effect: level after / level before with its 95% CI, BH-adjusted across the sweep"]
+           "# change points: binary segmentation of log time (pooled t, Bonferroni over the splits tried);",
+           "#   effect: level after / level before with its 95% CI, Benjamini-Hochberg across the sweep"]
     if hist.judged.calibration:
         out.append(f"# {hist.judged.calibration}")
     for label, lines in sections:
