@@ -1,5 +1,7 @@
-"""Render a report page in headless Chromium and save a PNG: proof that the page opens offline and
-its figures draw. ``python -m reports.screenshot report.html -o shot.png`` (needs Debian's chromium)."""
+"""Render a report page in headless Chromium and save a PNG of the whole page: proof that it opens
+offline and its figures draw. ``python -m reports.screenshot report.html -o shot.png`` (needs
+Debian's chromium). Chromium shoots one window, so the window is made taller than any page and
+the blank rows below the page's end are cropped away."""
 from __future__ import annotations
 
 import argparse
@@ -11,23 +13,50 @@ from pathlib import Path
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+MAX_HEIGHT = 16000
 
 
-def screenshot(page: Path, out: Path, width: int = 1200, height: int = 4000) -> Path:
+class ScreenshotError(RuntimeError):
+    pass
+
+
+def screenshot(page: Path, out: Path, width: int = 1200, height: int = MAX_HEIGHT) -> Path:
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
-        raise RuntimeError("no chromium on PATH (apt-get install chromium)")
+        raise ScreenshotError("no chromium on PATH (apt-get install chromium)")
+    if not page.is_file():
+        raise ScreenshotError(f"{page} is not a file")
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
-                        f"--screenshot={out.resolve()}", page.resolve().as_uri()],
-                       check=True, capture_output=True, timeout=120)
+        proc = subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
+                               f"--screenshot={out.resolve()}", page.resolve().as_uri()], capture_output=True, timeout=180)
+    if proc.returncode or not out.exists():
+        raise ScreenshotError(f"chromium failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace')[-200:]}")
+    _crop_blank_bottom(out)
     return out
 
 
-if __name__ == "__main__":
+def _crop_blank_bottom(png: Path, margin: int = 20) -> None:
+    from PIL import Image, ImageChops  # matplotlib's own dependency
+    with Image.open(png) as img:
+        rgb = img.convert("RGB")
+        box = ImageChops.difference(rgb, Image.new("RGB", rgb.size, (255, 255, 255))).getbbox()
+        if box:
+            rgb.crop((0, 0, rgb.width, min(rgb.height, box[3] + margin))).save(png)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("page")
-    parser.add_argument("-o", "--output", default="report.png")
-    args = parser.parse_args()
-    print(screenshot(Path(args.page), Path(args.output)))
-    sys.exit(0)
+    parser.add_argument("page", help="report.html or history.html")
+    parser.add_argument("-o", "--output", default="report.png", help="the PNG to write (default report.png)")
+    parser.add_argument("--width", type=int, default=1200, help="window width in pixels (default 1200)")
+    args = parser.parse_args(argv)
+    try:
+        print(screenshot(Path(args.page), Path(args.output), args.width))
+    except (ScreenshotError, OSError, subprocess.TimeoutExpired) as exc:
+        print(f"screenshot: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,13 +3,20 @@ and stored baselines."""
 import base64
 import io
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import matplotlib.image
+import pytest
 
 from harness import baselines
 from reports.cells import load
 from reports.render import render
+from tests.conftest import ROOT
 from tests.test_compare import write_run
 
 
@@ -57,3 +64,50 @@ def test_report_of_one_ab_run_puts_side_a_against_side_b(tmp_path):
     assert "**Regressions**" in (tmp_path / "rep" / "summary.md").read_text()
     proc = cli("report", ab, ab, "--ab", "-o", str(tmp_path / "rep2"))
     assert proc.returncode == 2 and "one interleaved" in proc.stderr
+
+
+def test_the_verdict_comes_first_with_badges_and_legends_name_what_differs(tmp_path):
+    from reports.render import RATIO_RANGE, names_by_difference
+    from tests.test_compare import write_ab
+    ab = write_ab(tmp_path / "ab.json", slow=1.3, drift_sd=0.3)
+    runs = [load(ab, side="A"), load(ab, side="B")]
+    assert names_by_difference(runs) == ["as is (side A)", "HCCL_BUFFSIZE=400 (side B)"]
+    out = render(runs, tmp_path / "page")
+    html = open(out["html"]).read()
+    top = html[:html.index("<h2>What changed")]
+    assert "Regression: 1" in top and 'class="badge b-regression">regression<' in top
+    assert "all_reduce float32 sum 2 ranks mpi/default" in top and "busbw -2" in top
+    assert "HCCL_BUFFSIZE=400 (side B)" in html and "<dt>busbw</dt>" in html
+    assert RATIO_RANGE == (0.25, 4.0)
+
+
+def test_a_wide_interval_is_clipped_not_drawn_to_scale(tmp_path):
+    """One launch of two rounds a side: intervals spanning orders of magnitude are clipped to the
+    panel's range and marked, and the figure still draws."""
+    from reports.compare import compare
+    from reports.render import _ratio_figure
+    a = load(write_run(tmp_path / "a.json", 1, rounds=2, noise=1.5))
+    b = load(write_run(tmp_path / "b.json", 2, rounds=2, noise=1.5))
+    cmp = compare(a, b)
+    assert max(c.high for c in cmp.cells) > 4      # the raw band would flatten the line
+    png = _ratio_figure([("b / a", cmp)], next(iter(a.cells.values())).series)
+    assert matplotlib.image.imread(io.BytesIO(base64.b64decode(png)), format="png").shape[0] > 100
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium (.ci/run installs it)")
+def test_the_page_renders_whole_in_chromium_with_the_verdict_on_top(tmp_path):
+    from reports.screenshot import screenshot
+    from tests.test_compare import write_ab
+    ab = write_ab(tmp_path / "ab.json", slow=1.3, drift_sd=0.3)
+    out = render([load(ab, side="A"), load(ab, side="B")], tmp_path / "page")
+    shot = screenshot(Path(out["html"]), tmp_path / "shot.png")
+    image = matplotlib.image.imread(str(shot))
+    height, width = image.shape[:2]
+    assert width == 1200 and 1000 < height < 16000      # the whole page, cropped below its end
+    assert (image[:1000].mean(axis=2) < 0.5).mean() > 0.005   # ink (the verdict and its table) in the first 1000 px
+
+
+def test_the_screenshot_helper_says_what_is_missing_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "reports.screenshot", str(tmp_path / "none.html"), "-o", str(tmp_path / "x.png")],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PATH": "/nonexistent"})
+    assert proc.returncode == 2 and proc.stderr.startswith("screenshot: no chromium") and "Traceback" not in proc.stderr
