@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from dataclasses import replace
+import time
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -19,6 +20,18 @@ _SESSION = pytest.StashKey[BenchSession]()
 _CASES = pytest.StashKey[list]()
 _LAYER_CASES = pytest.StashKey[list]()
 
+
+@dataclass
+class Progress:
+    """Which backend and op the sweep is on, how far it is, and about how long is left."""
+    where: dict[str, tuple]          # nodeid -> (backend, op or bench, side)
+    started: float = field(default_factory=time.monotonic)
+    done: int = 0
+    current: tuple = ()
+    reporter: object = None
+
+
+_RUNNING: dict[str, Progress] = {}   # pytest_runtest_logstart gets no config: the session's progress
 
 def pytest_addoption(parser):
     add_options(parser)
@@ -136,6 +149,9 @@ def pytest_collection_modifyitems(session, config, items):
         if err := files.check_writable(bench.opts.results):  # before any rank starts, like every option
             pytest.exit(f"hccl-bench: {err}", returncode=pytest.ExitCode.USAGE_ERROR)
     ab_vars = set(bench.opts.ab_env)
+    where = {item.nodeid: w for item in items if (w := _where(item)) is not None}
+    if where:
+        _RUNNING["progress"] = Progress(where, reporter=config.pluginmanager.get_plugin("terminalreporter"))
 
     def slot(item):
         key = _group_of(item)
@@ -154,6 +170,32 @@ def pytest_collection_modifyitems(session, config, items):
                 bench.skip(case.id, case.skip)
 
 
+def _where(item) -> tuple | None:
+    case = next((v for v in getattr(getattr(item, "callspec", None), "params", {}).values() if hasattr(v, "group")), None)
+    if case is None:
+        return None
+    what = {"tp_bench": "linear", "pp_bench": "pipeline"}.get(getattr(case, "task", ""), getattr(case, "op", ""))
+    return case.group.backend, what, getattr(case, "side", "") and f"side {case.side}"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logstart(nodeid, location):
+    """A progress line each time the sweep moves to another backend, op or bench, with an ETA
+    (outside the test's output capture, so it reaches the terminal)."""
+    progress = _RUNNING.get("progress")
+    where = progress.where.get(nodeid) if progress else None
+    if where is None:
+        return
+    if where != progress.current:
+        progress.current = where
+        total, elapsed = len(progress.where), time.monotonic() - progress.started
+        left = elapsed / progress.done * (total - progress.done) if progress.done else None
+        eta = f", about {left / 60:.0f} min left" if left and left >= 60 else f", about {left:.0f} s left" if left else ""
+        if progress.reporter is not None:
+            progress.reporter.write_line(f"# [{progress.done}/{total}{eta}] now: {' '.join(w for w in where if w)}")
+    progress.done += 1
+
+
 @pytest.fixture(scope="session")
 def bench_session(request):
     session = request.config.stash[_SESSION]
@@ -168,6 +210,7 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    _RUNNING.clear()
     bench = session.config.stash.get(_SESSION, None)
     if bench is None:
         return
