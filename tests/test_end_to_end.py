@@ -255,7 +255,7 @@ def test_history_option_judges_the_run_against_its_results_folder(bench_run, tmp
         (nightly / f"2026010{night}-020000" / "results.json").write_text(
             json.dumps({**data, "datetime": f"2026-01-0{night}T02:00:00"}))
     again = bench_run(*small, target="benches/test_collectives.py")
-    assert again.returncode == 0 and "# history: 5 runs 2026-01-01 .. " in again.output, again.output[-2000:]
+    assert again.returncode == 0 and "# history: 5 runs 2026-01-01.." in again.output, again.output[-2000:]
     assert "2 cells" in again.output and len(list(nightly.glob("*/history.md"))) == 1
     assert bench_run.leftovers() == []
 
