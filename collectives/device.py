@@ -92,8 +92,11 @@ class Device:
             out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
             out["cuda"] = str(torch.version.cuda)
         elif self.kind == "npu":
-            from harness.provenance import cann_version_from_torch_npu
-            out["cann"] = cann_version_from_torch_npu() or ""
+            import torch_npu  # this device's own API lives here and nowhere else
+            try:
+                out["cann"] = torch_npu.npu.utils.get_cann_version("CANN") or ""
+            except (AttributeError, RuntimeError):   # torch_npu before CANN 8.1.RC1 has no such call
+                out["cann"] = ""
         return out
 
 
@@ -130,8 +133,10 @@ def probe_backend(backend: str) -> None:
     if backend in ("gloo", "mpi"):
         if backend == "mpi":
             try:
-                import mpi4py  # noqa: F401
-            except ImportError as exc:
+                import mpi4py
+                mpi4py.rc.initialize = False   # load the library without initialising MPI in the driver
+                from mpi4py import MPI  # noqa: F401
+            except (ImportError, RuntimeError) as exc:
                 raise DeviceUnavailable("backend mpi needs mpi4py and an MPI library: pip install 'hccl-bench[mpi]' (mpi4py + the mpich wheel)") from exc
         return
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")

@@ -46,14 +46,12 @@ class Case:
 
 
 def mpi_family() -> str:
-    """'mpich' or 'openmpi', read without initialising MPI in the driver."""
-    try:
-        import mpi4py
-        mpi4py.rc.initialize = False
-        from mpi4py import MPI
-        return "openmpi" if "Open MPI" in MPI.Get_library_version() else "mpich"
-    except Exception:
-        return "mpich"
+    """'mpich' or 'openmpi', read without initialising MPI in the driver. The backend was probed
+    before this runs, so a failure here is a real error, not a reason to guess MPICH."""
+    import mpi4py
+    mpi4py.rc.initialize = False
+    from mpi4py import MPI
+    return "openmpi" if "Open MPI" in MPI.Get_library_version() else "mpich"
 
 
 def _inplace_choices(backend: str, op: str, modes: tuple[str, ...]) -> list[tuple[bool, str]]:

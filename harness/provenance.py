@@ -72,14 +72,6 @@ def cann_version_from_toolkit(home: str | None = None) -> dict[str, str]:
     return {}
 
 
-def cann_version_from_torch_npu() -> str | None:
-    try:
-        import torch_npu
-        return torch_npu.npu.utils.get_cann_version("CANN") or None
-    except Exception:
-        return None
-
-
 def _dist(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)

@@ -16,8 +16,7 @@ from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
 from layers import schedules
 from layers.mesh import ParallelDims, tp_placement
-
-SCHEMA = "hccl-bench/1"
+from reports.cells import SCHEMA
 
 
 class BenchSession:

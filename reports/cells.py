@@ -10,12 +10,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
 COLLECTIVE_KEY = ("backend", "algo", "op", "dtype", "redop", "inplace", "nranks")
 LAYER_KEY = ("bench", "backend", "tp", "pp", "dp", "layer", "sequence_parallel", "impl", "schedule", "microbatches")
 
 
 class ResultError(ValueError):
     """A result file that cannot be used; the message says which and why."""
+
+
+class NoCells(ResultError):
+    """A readable result file with nothing to compare (a night that failed whole, the other side's run)."""
 
 
 @dataclass
@@ -122,6 +127,10 @@ def load(path: str | Path, side: str = "") -> Run:
         raise ResultError(f"{path} is not an hccl-bench/pytest-benchmark result file (no 'benchmarks' list)")
     if not isinstance(data.get("hccl_bench") or {}, dict):
         raise ResultError(f"{path}: 'hccl_bench' must be an object")
+    schema = (data.get("hccl_bench") or {}).get("schema", SCHEMA)
+    if schema != SCHEMA:
+        raise ResultError(f"{path}: written in schema {str(schema)[:40]!r}; this hccl-bench reads {SCHEMA!r} "
+                          "(use the hccl-bench that wrote it)")
     cells: dict[tuple, Cell] = {}
     for number, bench in enumerate(data["benchmarks"]):
         info, times = _checked(bench, f"{path}: benchmark {number}")
@@ -140,7 +149,7 @@ def load(path: str | Path, side: str = "") -> Run:
         cell.launches[int(info.get("launch", 0))].extend(float(t) for t in times)
     if not cells:
         what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
-        raise ResultError(f"{path} holds no {what}")
+        raise NoCells(f"{path} holds no {what}")
     started = data.get("datetime") or datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat()
     run = Run(str(path), cells, data.get("hccl_bench") or {}, side, str(started), notes)
     if not run.complete:
