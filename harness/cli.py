@@ -59,23 +59,26 @@ def _pair(args, first: str, second: str | None, usage: str):
     raise ValueError(usage)
 
 
+def _write_outputs(args, judgement) -> None:
+    from reports.gate import dumps
+    if args.json:
+        files.write_atomic(args.json, dumps(judgement))
+    if args.markdown:
+        files.write_atomic(args.markdown, judgement.markdown + "\n")
+
+
 def _compare(args) -> int:
+    from reports.gate import judge_pair
     base, cand = _pair(args, args.base, args.cand, "compare takes BASE CAND, or one interleaved --ab-env run with --ab")
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     t0 = time.perf_counter()
-    from reports.compare import compare
-    cmp = compare(base, cand, calibration=cal, min_effect=args.min_effect)
-    if cmp.mismatch and not args.force:
-        return _fail("setups differ, refusing to compare (--force to compare anyway): " + "; ".join(cmp.mismatch))
-    if not cmp.cells:
-        return _fail("the two files share no cells (backend, algo, op, dtype, size, in-place, nranks)")
-    print(summary.text(cmp))
-    print(f"# compared {len(cmp.cells)} cells in {time.perf_counter() - t0:.2f} s")
-    if args.json:
-        files.write_atomic(args.json, json.dumps(summary.as_json(cmp), indent=1))
-    if args.markdown:
-        files.write_atomic(args.markdown, summary.markdown(cmp) + "\n")
-    return EXIT_REGRESSION if cmp.regressed else EXIT_OK
+    judgement = judge_pair(base, cand, calibration=cal, min_effect=args.min_effect, force=args.force)
+    if judgement.refused:
+        return _fail(judgement.refused)
+    print(judgement.text)
+    print(f"# compared {len(judgement.detail.cells)} cells in {time.perf_counter() - t0:.2f} s")
+    _write_outputs(args, judgement)
+    return EXIT_REGRESSION if judgement.regressed else EXIT_OK
 
 
 def _report(args) -> int:
@@ -89,7 +92,8 @@ def _report(args) -> int:
 
 
 def _history(args) -> int:
-    from reports.history import analyse, load_runs, too_few
+    from reports.gate import judge_history
+    from reports.history import load_runs, too_few
     runs, skipped = load_runs(args.runs)
     for line in skipped:
         print(f"# skipped: {line}")
@@ -100,29 +104,21 @@ def _history(args) -> int:
         print(too_few(runs) + ("; no history page written" if args.report else ""))
         return EXIT_OK
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
-    hist = analyse(runs, calibration=cal, min_effect=args.min_effect, window=args.window)
-    if hist.judged.mismatch and not args.force:
-        return _fail("setups differ across the history (--force to use them anyway): " + hist.judged.mismatch[0])
+    ab = None
     if args.ab:
         from reports.compare import compare
-        from reports.history import confirm_with_ab
         ab = compare(load(args.ab, side="B"), load(args.ab, side="A"), min_effect=args.min_effect)
-        suspected = sum(c.verdict.startswith("suspected") for c in hist.suspected.cells)
-        confirmed = confirm_with_ab(hist, ab)
-        print(f"# same-day A/B {args.ab} (side B the previous stack, side A the current one): "
-              f"confirmed {confirmed} of {suspected} suspected cells")
-    print(summary.history_text(hist))
-    if args.markdown:
-        files.write_atomic(args.markdown, summary.history_markdown(hist) + "\n")
+        print(f"# same-day A/B {args.ab}: side B the previous stack, side A the current one")
+    judgement = judge_history(runs, calibration=cal, min_effect=args.min_effect, window=args.window, force=args.force, ab=ab)
+    if judgement.refused:
+        return _fail(judgement.refused)
+    print(judgement.text)
+    _write_outputs(args, judgement)
     if args.report:
         from reports.history_page import render_history
-        out = render_history(hist, Path(args.report))
+        out = render_history(judgement.detail, Path(args.report))
         print(f"# history page: {out['html']} ({out['figures']} figures)")
-    if args.json:
-        files.write_atomic(args.json, json.dumps({**summary.as_json(hist.judged), "runs": [r.path for r in hist.runs],
-                                               "change_at": {str(k): hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
-                                               "suspected": summary.as_json(hist.suspected)["cells"]}, indent=1))
-    return EXIT_REGRESSION if hist.regressed else EXIT_OK
+    return EXIT_REGRESSION if judgement.regressed else EXIT_OK
 
 
 def _import(args) -> int:

@@ -256,42 +256,42 @@ def _write_results(session, bench: BenchSession) -> None:
 
 
 def _compare_with_baseline(bench: BenchSession) -> dict:
-    """--baseline: compare this run with a stored one; a confirmed regression fails the session."""
+    """--baseline: compare this run with a stored one; a confirmed regression, or a baseline of
+    another setup, fails the session."""
     from harness import baselines
-    from reports import summary
     from reports.cells import ResultError, load
-    from reports.compare import compare
+    from reports.gate import dumps, judge_pair
     result = str(bench.run_dir / "results.json")
     try:
         base = baselines.auto(result) if bench.opts.baseline == "auto" else bench.opts.baseline
-        cmp = compare(load(base), load(result))
+        judgement = judge_pair(load(base), load(result))
     except ResultError as exc:
         return {"text": f"# baseline comparison impossible: {exc}", "fail": True}
-    if cmp.mismatch:
-        return {"text": "# baseline refused, setups differ: " + "; ".join(cmp.mismatch), "fail": True}
-    files.write_atomic(bench.run_dir / "compare.md", summary.markdown(cmp) + "\n")
-    files.write_atomic(bench.run_dir / "compare.json", json.dumps(summary.as_json(cmp), indent=1))
-    return {"text": summary.text(cmp), "fail": cmp.regressed, "headline": f"{summary.headline(cmp)} vs baseline {base}"}
+    if judgement.refused:
+        return {"text": f"# baseline refused: {judgement.refused}", "fail": True}
+    files.write_atomic(bench.run_dir / "compare.md", judgement.markdown + "\n")
+    files.write_atomic(bench.run_dir / "compare.json", dumps(judgement))
+    return {"text": judgement.text, "fail": judgement.regressed, "headline": f"{judgement.headline} vs baseline {base}"}
 
 
 def _judge_history(bench: BenchSession) -> dict:
     """--history: this run against the earlier ones in its --results folder (the nightly guard);
     a new confirmed regression, or a folder mixing setups, fails the session."""
-    from reports import summary
     from reports.cells import ResultError
-    from reports.history import analyse, load_runs, too_few
+    from reports.gate import judge_history
+    from reports.history import load_runs, too_few
     try:
         runs, _ = load_runs([str(bench.run_dir.parent)])
     except ResultError as exc:
         return {"text": f"# history impossible: {exc}", "fail": True}
     if too_few(runs):
         return {"text": too_few(runs), "fail": False}
-    hist = analyse(runs)
-    if hist.judged.mismatch:
-        return {"text": "# history refused, setups differ: " + hist.judged.mismatch[0], "fail": True}
-    files.write_atomic(bench.run_dir / "history.md", summary.history_markdown(hist) + "\n")
-    return {"text": summary.history_text(hist), "fail": hist.regressed,
-            "headline": f"{summary.headline(hist.judged)} in the history of {bench.run_dir.parent}"}
+    judgement = judge_history(runs)
+    if judgement.refused:
+        return {"text": f"# history refused: {judgement.refused}", "fail": True}
+    files.write_atomic(bench.run_dir / "history.md", judgement.markdown + "\n")
+    return {"text": judgement.text, "fail": judgement.regressed,
+            "headline": f"{judgement.headline} in the history of {bench.run_dir.parent}"}
 
 
 @pytest.hookimpl(trylast=True)   # after pytest-benchmark's: the user's results are the last thing on screen

@@ -1,0 +1,58 @@
+"""The one judgement behind every gate: `hccl-bench compare`/`history` and pytest's `--baseline`/
+`--history` call these, so a verdict, its refusal rules and its texts cannot drift apart."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from reports import summary
+from reports.cells import Run
+from reports.compare import DEFAULT_MIN_EFFECT, Comparison, compare
+
+
+@dataclass
+class Judgement:
+    text: str = ""               # what the terminal shows
+    markdown: str = ""           # for CI comments
+    as_json: dict = field(default_factory=dict)
+    headline: str = ""           # one line: the verdict and its reason
+    regressed: bool = False      # a confirmed regression: fails the job
+    refused: str = ""            # why there is no verdict (setups differ, nothing shared, too few runs)
+    detail: object = None        # the Comparison or History behind it (pages draw from it)
+
+
+def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
+               force: bool = False) -> Judgement:
+    cmp = compare(base, cand, calibration=calibration, min_effect=min_effect)
+    if cmp.mismatch and not force:
+        return Judgement(refused="setups differ, refusing to compare (--force to compare anyway): " + "; ".join(cmp.mismatch),
+                         detail=cmp)
+    if not cmp.cells:
+        return Judgement(refused="the two runs share no cells (backend, algo, op, dtype, size, in-place, nranks)", detail=cmp)
+    return Judgement(summary.text(cmp), summary.markdown(cmp), summary.as_json(cmp), summary.headline(cmp),
+                     cmp.regressed, detail=cmp)
+
+
+def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
+                  window: int = 7, force: bool = False, ab: Comparison | None = None) -> Judgement:
+    """`ab`: a same-day interleaved A/B (base: the previous stack) that settles the newest run's suspicions."""
+    from reports.history import analyse, confirm_with_ab, too_few
+    if too_few(runs):
+        return Judgement(text=too_few(runs), refused=too_few(runs))
+    hist = analyse(runs, calibration=calibration, min_effect=min_effect, window=window)
+    if hist.judged.mismatch and not force:
+        return Judgement(refused="setups differ across the history (--force to use them anyway): " + hist.judged.mismatch[0],
+                         detail=hist)
+    prefix = ""
+    if ab is not None:
+        suspected = sum(c.verdict.startswith("suspected") for c in hist.suspected.cells)
+        prefix = f"# same-day A/B: confirmed {confirm_with_ab(hist, ab)} of {suspected} suspected cells\n"
+    as_json = {**summary.as_json(hist.judged), "runs": [r.path for r in hist.runs],
+               "change_at": {str(k): hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
+               "suspected": summary.as_json(hist.suspected)["cells"]}
+    return Judgement(prefix + summary.history_text(hist), summary.history_markdown(hist), as_json,
+                     summary.headline(hist.judged), hist.regressed, detail=hist)
+
+
+def dumps(judgement: Judgement) -> str:
+    return json.dumps(judgement.as_json, indent=1)
