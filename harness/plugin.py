@@ -172,7 +172,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 def _where(item) -> tuple | None:
     case = next((v for v in getattr(getattr(item, "callspec", None), "params", {}).values() if hasattr(v, "group")), None)
-    if case is None:
+    if case is None or case.group is None:   # a case skipped at collection has no group
         return None
     what = {"tp_bench": "linear", "pp_bench": "pipeline"}.get(getattr(case, "task", ""), getattr(case, "op", ""))
     return case.group.backend, what, getattr(case, "side", "") and f"side {case.side}"
