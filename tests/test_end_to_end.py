@@ -137,6 +137,13 @@ BAD_OPTIONS = [
     (["--ab-source", "/nonexistent/set_env.sh"], "--ab-source '/nonexistent/set_env.sh' is not a file"),
     (["--ab-env", "HCCL_BENCH_PYTHON=/nonexistent/python"], "HCCL_BENCH_PYTHON='/nonexistent/python' is not an executable"),
     (["--ab-env", "HCCL_BENCH_AA=1", "--history"], "--history judges single-stack nightly runs"),
+    (["--timeout", "nan"], "--timeout must be a finite positive number of seconds, got 'nan'"),
+    (["--timeout", "inf"], "--timeout must be a finite positive number of seconds, got 'inf'"),
+    (["--round-time", "nan"], "--round-time must be a finite positive number of seconds"),
+    (["--round-time", "inf"], "--round-time must be a finite positive number of seconds"),
+    (["--sizes="], "--sizes is empty"),
+    (["--ops="], "--ops is empty"),
+    (["--results", "/etc/hostname/results"], "cannot be created: /etc/hostname is not a folder"),
 ]
 
 
