@@ -119,7 +119,8 @@ def small_disk(tmp_path):
 
 def test_a_full_disk_is_one_line_and_keeps_what_was_written(bench_run, small_disk):
     results = small_disk / "results"
-    proc = bench_run("--backend", "gloo", "--ops", "all_reduce,all_gather,broadcast", "--sizes", "8:64K:4",
+    # 54 cases: far more than 24 KiB holds, while the session's first line (about 1 KiB) fits
+    proc = bench_run("--backend", "gloo", "--ops", "all_reduce,all_gather,broadcast", "--sizes", "8:1M:2",
                      "--results", str(results), target="benches/test_collectives.py", timeout=300)
     assert proc.returncode == 3, proc.output[-3000:]
     assert "No space left on device" in proc.output and "Traceback" not in proc.output
