@@ -175,6 +175,11 @@ class MpiBackend:
     """MPI through mpi4py on numpy buffers; started by the MPI library's own mpiexec."""
 
     def __init__(self, name: str, rank: int, world: int, local_rank: int):
+        import mpi4py
+        # mpi4py asks for MPI_THREAD_MULTIPLE unless told otherwise; a plain C MPI_Init gets SINGLE, and
+        # some libraries' small-message paths differ between the two (--mpi-thread-level)
+        if level := os.environ.get("HCCL_BENCH_MPI_THREAD_LEVEL"):
+            mpi4py.rc.thread_level = level
         from mpi4py import MPI
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD
@@ -264,7 +269,10 @@ class MpiBackend:
 
     def versions(self) -> dict[str, str]:
         import mpi4py
-        return {"mpi4py": mpi4py.__version__, "mpi_library": self.MPI.Get_library_version().strip().splitlines()[0]}
+        levels = {self.MPI.THREAD_SINGLE: "single", self.MPI.THREAD_FUNNELED: "funneled",
+                  self.MPI.THREAD_SERIALIZED: "serialized", self.MPI.THREAD_MULTIPLE: "multiple"}
+        return {"mpi4py": mpi4py.__version__, "mpi_library": self.MPI.Get_library_version().strip().splitlines()[0],
+                "mpi_thread_level": levels.get(self.MPI.Query_thread(), str(self.MPI.Query_thread()))}
 
     def close(self) -> None:
         pass

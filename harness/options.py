@@ -21,6 +21,7 @@ from harness.launchers import validate_template
 
 BENCH_SIZES = "8:32M:4"
 SMOKE_SIZES = "8,4K,64K"
+MPI_THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 INPLACE_MODES = {"auto": ("auto",), "0": ("out",), "out": ("out",), "1": ("in",), "in": ("in",), "both": ("out", "in")}
 
 
@@ -49,6 +50,7 @@ class Options:
     baseline: str = ""
     history: bool = False
     ab_env: dict = field(default_factory=dict)
+    mpi_thread_level: str = ""   # "" = mpi4py's default (multiple)
     results: str = "results"
     driver_host: str = "127.0.0.1"
     # layer benches
@@ -95,6 +97,9 @@ def add_options(parser) -> None:
     g.addoption("--history", action="store_true", help="nightly guard at the end: judge this run against the earlier "
                                                        "runs in its --results folder; a new confirmed regression fails")
     g.addoption("--driver-host", default="127.0.0.1", help="address ranks use to reach the driver")
+    g.addoption("--mpi-thread-level", default="", help="the MPI thread level the mpi backend asks for: "
+                                                       f"{', '.join(MPI_THREAD_LEVELS)} (default: mpi4py's, multiple); "
+                                                       "it changes results, and compare keeps levels apart")
     g.addoption("--benchmark-tables", action="store_true", default=False,
                 help="also print pytest-benchmark's own per-case tables (off: they are long and wide; the JSON is the same)")
     g.addoption("--harness-benches", action="store_true", default=False,
@@ -210,6 +215,11 @@ def parse(getoption) -> Options:
     if o.baseline not in ("", "auto") and not os.path.exists(o.baseline):
         raise OptionError(f"--baseline {o.baseline!r} does not exist: give a results.json (or its folder) or 'auto'")
     o.driver_host = str(getoption("driver_host"))
+    o.mpi_thread_level = str(getoption("mpi_thread_level") or "")
+    if o.mpi_thread_level:
+        if o.mpi_thread_level not in MPI_THREAD_LEVELS:
+            raise OptionError(f"--mpi-thread-level {o.mpi_thread_level!r}: allowed {', '.join(MPI_THREAD_LEVELS)}")
+        os.environ["HCCL_BENCH_MPI_THREAD_LEVEL"] = o.mpi_thread_level   # every rank inherits it, under any launcher
     _parse_layer_options(o, getoption)
     return o
 

@@ -59,10 +59,19 @@ def provenance_diff(provs: list[dict]) -> list[tuple[str, list[str]]]:
 
 
 def run_provenance(run) -> dict:
-    """The session's provenance plus what its ranks ran with (algorithm and --ab-env variables),
-    which is where the two sides of an --ab-env run differ."""
+    """The session's provenance plus what its ranks ran with (algorithm and --ab-env variables) and
+    the versions its own groups reported (interpreter, torch, MPI library, thread level): that is
+    where the two sides of an --ab-env/--ab-source run differ."""
     rank_env: dict[str, set] = {}
+    envs = set()
     for cell in run.cells.values():
+        envs.add(tuple(sorted((cell.info.get("group_env") or {}).items())))
         for k, v in (cell.info.get("group_env") or {}).items():
             rank_env.setdefault(k, set()).add(str(v))
-    return {**run.meta.get("provenance", {}), "rank_env": {k: " | ".join(sorted(v)) for k, v in rank_env.items()}}
+    versions: dict[str, set] = {}
+    for group in (run.meta.get("groups") or {}).values():
+        if isinstance(group, dict) and tuple(sorted((group.get("env") or {}).items())) in envs:
+            for k, v in (group.get("versions") or {}).items():
+                versions.setdefault(k, set()).add(str(v))
+    return {**run.meta.get("provenance", {}), "rank_env": {k: " | ".join(sorted(v)) for k, v in rank_env.items()},
+            "ranks": {k: " | ".join(sorted(v)) for k, v in versions.items()}}

@@ -199,4 +199,6 @@ def setup_of(run: Run) -> dict:
     hosts = sorted({len(g.get("hosts", {})) for g in groups})
     return {"backends": sorted({c.series[0] if c.kind == "collective" else c.series[1] for c in run.cells.values()}),
             "nranks": sorted({c.info.get("nranks") for c in run.cells.values()}),
-            "hosts": hosts, "devices": sorted({str(d) for g in groups for d in g.get("devices", [])})}
+            "hosts": hosts, "devices": sorted({str(d) for g in groups for d in g.get("devices", [])}),
+            "mpi_thread_level": sorted({str(g["versions"]["mpi_thread_level"]) for g in groups
+                                        if isinstance(g.get("versions"), dict) and "mpi_thread_level" in g["versions"]})}

@@ -133,9 +133,9 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
     out = Comparison(base.path, cand.path, [], sorted(set(base.cells) - set(cand.cells), key=str),
                      sorted(set(cand.cells) - set(base.cells), key=str))
     sb, sc = setup_of(base), setup_of(cand)
-    # devices count only where both sides name them (an imported log without # Rank lines names none)
+    # devices and thread levels count only where both sides name them (an imported log, an older file)
     out.mismatch = [f"{k}: baseline {sb[k]} vs candidate {sc[k]}" for k in sb
-                    if sb[k] != sc[k] and (k != "devices" or (sb[k] and sc[k]))]
+                    if sb[k] != sc[k] and (k not in ("devices", "mpi_thread_level") or (sb[k] and sc[k]))]
     grouped: dict[tuple[int, int, str], list] = defaultdict(list)
     for key in common:
         x, y, kind = _samples(base.cells[key], cand.cells[key], paired=bool(base.side and cand.side))

@@ -37,7 +37,7 @@ def names_by_difference(runs: list[Run]) -> list[str]:
     diff = analysis.provenance_diff([analysis.run_provenance(r) for r in runs])
     if not diff:
         return [r.label for r in runs]
-    priority = ("cann.", "mpi_library", "packages.", "nccl", "rank_env.", "env.")
+    priority = ("cann.", "ranks.", "mpi_library", "packages.", "nccl", "rank_env.", "env.")
     keys = sorted(diff, key=lambda kv: next((i for i, p in enumerate(priority) if kv[0].startswith(p)), len(priority)))
     names = []
     for i, run in enumerate(runs):

@@ -216,6 +216,13 @@ def test_ab_source_runs_side_b_under_another_stack(bench_run, tmp_path):
     assert b["env"]["PATH"].startswith("/opt/other-stack/bin:") and "SHLVL" not in b["env"]
     assert b["versions"]["python"].endswith(str(stack / "python3"))
     assert by_side[False]["versions"]["python"].endswith(sys.executable)
+    # the report's diff and legends name the interpreters each side's ranks reported
+    result = next(bench_run.results.glob("*/results.json"))
+    rep = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(result), "--ab", "-o", str(tmp_path / "rep")],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert rep.returncode == 0, rep.stderr
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "ranks.python" in html and f"<td class=l>{sys.version.split()[0]} {stack / 'python3'}" in html
 
 
 def test_ab_pair_fails_together_when_one_side_dies(bench_run):
@@ -293,3 +300,21 @@ def test_the_last_lines_say_where_the_results_are_the_peaks_and_the_verdict(benc
     ours = proc.stdout[proc.stdout.index("hccl-bench ="):].splitlines()
     assert [line for line in ours if len(line) > 120] == []
     assert "Legend:" not in proc.stdout          # pytest-benchmark's own tables are off by default
+
+
+def test_the_mpi_thread_level_is_asked_for_recorded_and_kept_apart(bench_run, tmp_path):
+    small = ("--backend", "mpi", "--ops", "all_reduce", "--sizes", "1K,64K", "--rounds", "3", "--round-time", "0.002")
+    levels = {}
+    for level in ("single", "multiple"):
+        proc = bench_run(*small, "--mpi-thread-level", level, "--results", str(tmp_path / level),
+                         target="benches/test_collectives.py")
+        assert proc.returncode == 0, proc.output[-2000:]
+        result = next((tmp_path / level).glob("*/results.json"))
+        groups = json.loads(result.read_text())["hccl_bench"]["groups"].values()
+        assert {g["versions"]["mpi_thread_level"] for g in groups} == {level}
+        levels[level] = result
+    cli = [sys.executable, "-m", "harness.cli", "compare", str(levels["single"]), str(levels["multiple"])]
+    refused = subprocess.run(cli, cwd=ROOT, capture_output=True, text=True)
+    assert refused.returncode == 2 and "mpi_thread_level: baseline ['single'] vs candidate ['multiple']" in refused.stderr
+    assert subprocess.run([*cli, "--force"], cwd=ROOT, capture_output=True, text=True).returncode in (0, 1)
+    assert bench_run.leftovers() == []
