@@ -197,7 +197,13 @@ class NcclTextReader:
                 run.cut = f"line {number}: row cut off ({len(tokens)} of {len(run.header)} columns), ignored"
                 run.warnings.append(run.cut)
             return
-        if len(tokens) > len(run.header) or not tokens[1].isdigit():
+        if not tokens[1].isdigit():
+            return
+        if len(tokens) > len(run.header) or any(_float(t.rstrip("*")) is None and t != "N/A"
+                                                for t in tokens[len(tokens) - 4:]):
+            # a row the tool abandoned: nccl-tests prints its error where the numbers would be
+            run.failed = run.failed or f"line {number}: the run failed mid-row: {' '.join(tokens[:12])[:120]}"
+            run.cut = run.cut or f"line {number}: the run stopped inside this row"
             return
         self._row(run, number, dict(zip(run.header, tokens)))
 
@@ -219,7 +225,9 @@ class NcclTextReader:
                 run.warnings.append(f"line {number}: time {time_us} us is not a measurement, ignored")
                 continue
             wrong_text = row.get("#wrong" + suffix, row.get("wrong" + suffix))
-            wrong = None if wrong_text in (None, "N/A") else _float(wrong_text)
+            wrong = None if wrong_text in (None, "N/A") else _float(wrong_text.rstrip("*"))
+            if wrong_text and wrong_text.endswith("*"):   # rccl-tests marks errors over its threshold
+                run.failed = run.failed or f"line {number}: #wrong {wrong_text} at {size} B"
             if wrong is not None and wrong > 0:
                 run.failed = run.failed or f"line {number}: #wrong {wrong_text} at {size} B"
             run.samples.append(Sample(size, count, dtype, redop, inplace, time_us, _float(row.get("algbw" + suffix, "")),
@@ -294,6 +302,9 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
         reader.feed(number, _PREFIXES.sub("", line))
     runs = [r for r in reader.runs if r.samples]
     if not runs:
+        crashed = next((r.failed for r in reader.runs if r.failed), "")
+        if crashed:
+            raise ResultError(f"{path}: the run failed before its first complete row ({crashed})")
         raise ResultError(f"{path}: no nccl-tests result rows found (expected a '# size count type ...' header "
                           "followed by rows)")
     out = []

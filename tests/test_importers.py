@@ -243,3 +243,16 @@ def test_concatenated_hccl_test_outputs_split_into_their_runs(tmp_path):
     assert (first["benchmarks"][0]["extra_info"]["op"], first["benchmarks"][0]["extra_info"]["nranks"]) == ("all_reduce", 8)
     assert (second["benchmarks"][0]["extra_info"]["op"], second["benchmarks"][0]["extra_info"]["nranks"]) == ("reduce_scatter", 16)
     assert len(first["benchmarks"]) == 14 and len(second["benchmarks"]) == 1
+
+
+def test_rccl_tests_runs_with_their_own_ranks_hosts_and_devices():
+    single, double = runs_of(DATA / "rccl_tests_mi300x_two_runs.txt")
+    assert single["hccl_bench"]["groups"]["imported"]["nranks"] == 8
+    assert double["hccl_bench"]["groups"]["imported"]["hosts"] == {"gpu-53": 8, "gpu-56": 8}
+    assert single["hccl_bench"]["groups"]["imported"]["devices"] == ["AMD Instinct MI300X"]
+    assert cells(double)[17179869184]["time_us"] == 90115 and not single["hccl_bench"]["warnings"]
+
+
+def test_a_run_that_died_inside_its_first_row_is_refused_with_the_tools_error():
+    with pytest.raises(ResultError, match=r"failed before its first complete row \(line 27: .*illegal"):
+        runs_of(DATA / "nccl_tests_alltoall_h800_crash.txt")
