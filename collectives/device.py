@@ -128,6 +128,17 @@ def local_device_kind(backend: str) -> str:
     return {"gloo": "cpu", "mpi": "cpu", "nccl": "cuda", "hccl": "npu"}[backend]
 
 
+def preload_mpi_library() -> None:
+    """Load the MPI library (without MPI_Init) if mpi4py is installed. MPICH's library replaces the
+    process's SIGHUP handler when it loads, so the driver loads it before installing its own."""
+    try:
+        import mpi4py
+        mpi4py.rc.initialize = False
+        from mpi4py import MPI  # noqa: F401
+    except (ImportError, RuntimeError):
+        return   # no MPI here: nothing to load; the mpi backend's probe says so if it is asked for
+
+
 def probe_backend(backend: str) -> None:
     """Raise DeviceUnavailable with one sentence when `backend` cannot run on this machine."""
     if backend in ("gloo", "mpi"):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+from collectives.device import preload_mpi_library
 from harness import cases as cases_mod
 from harness import files
 from harness.groups import GroupKey
@@ -32,6 +33,7 @@ class Progress:
 
 
 _RUNNING: dict[str, Progress] = {}   # pytest_runtest_logstart gets no config: the session's progress
+
 
 def pytest_addoption(parser):
     add_options(parser)
@@ -62,14 +64,16 @@ def pytest_sessionstart(session):
             raise KeyboardInterrupt
         # a second signal while the session writes what it has: finish writing
 
+    preload_mpi_library()   # it would replace our SIGHUP handler if it loaded later
     previous = {}
     for sig in _ENDING_SIGNALS:
+        current = signal.getsignal(sig)
+        if current is signal.SIG_IGN or (sig == signal.SIGINT and current is not signal.default_int_handler):
+            continue  # ignored on purpose (nohup, a background job): leave it so
         try:
-            if sig == signal.SIGINT and signal.getsignal(sig) is not signal.default_int_handler:
-                continue  # started with SIGINT ignored (a background job): leave it so
             previous[sig] = signal.signal(sig, on_signal)
-        except ValueError:  # not the main thread
-            return
+        except ValueError:  # not the main thread: pytest's own handling stays
+            break
     session.config.stash[_PREVIOUS_HANDLERS] = previous
     bs = getattr(session.config, "_benchmarksession", None)
     if bs is not None and not session.config.getoption("benchmark_tables"):

@@ -42,7 +42,7 @@ def _wait_for(predicate, timeout=90.0, what=""):
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)
 @pytest.mark.parametrize("launch", list(LAUNCHES))
 def test_a_signal_to_the_driver_keeps_what_finished_and_leaves_no_process(bench_run, launch, sig):
     """all_reduce finishes, broadcast hangs on rank 1, then the driver gets the signal: SIGINT and
@@ -330,3 +330,22 @@ def test_a_rank_exits_when_its_driver_connection_closes():
     out = child.communicate(timeout=30)[0]
     assert child.returncode == control.DRIVER_GONE_EXIT and "the driver's connection closed" in out
     listener.close()
+
+
+def test_a_session_under_nohup_ignores_sighup(bench_run):
+    """nohup (SIGHUP ignored) is how many nightly jobs start: a hangup mid-case must not end the
+    session. Rank 1 hangs in broadcast for --timeout 5 s while the hangup arrives."""
+    child = subprocess.Popen(bench_run.command("--backend", "gloo", "--ops", "all_reduce,broadcast", "--sizes", "8",
+                                               "--timeout", "5", target="benches/test_collectives.py"),
+                             cwd=ROOT, env=bench_run.env({"HCCL_BENCH_FAULT": "hang:1:broadcast"}),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    _wait_for(lambda: any('"op": "all_reduce"' in p.read_text() for p in bench_run.results.glob("*/cases.jsonl")),
+              what="the all_reduce case to finish")
+    time.sleep(1.0)
+    child.send_signal(signal.SIGHUP)
+    output = child.communicate(timeout=120)[0]
+    assert child.returncode == 1 and "1 failed, 1 passed" in output, output[-2000:]   # the hang, reported; no interrupt
+    meta = json.loads(next(bench_run.results.glob("*/results.json")).read_text())["hccl_bench"]
+    assert meta["complete"] is True and meta["interrupted"] is None
+    assert bench_run.leftovers() == []
