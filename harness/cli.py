@@ -41,12 +41,15 @@ def _memory(args) -> int:
     return EXIT_OK
 
 
-def _load(path: str, side: str = ""):
-    """A run, with what its reader must know (rebuilt from cases.jsonl, incomplete) said once on stderr."""
-    run = load(path, side=side)
+def _say_notes(run):
+    """What a run's reader must know (rebuilt from cases.jsonl, incomplete, failed), once on stderr."""
     for note in run.notes:
         print(f"# note: {note}", file=sys.stderr)
     return run
+
+
+def _load(path: str, side: str = ""):
+    return _say_notes(load(path, side=side))
 
 
 def _pair(args, first: str, second: str | None, usage: str):
@@ -98,8 +101,7 @@ def _history(args) -> int:
     for line in skipped:
         print(f"# skipped: {line}")
     for run in runs:
-        for note in run.notes:
-            print(f"# note: {note}", file=sys.stderr)
+        _say_notes(run)
     if too_few(runs):
         print(too_few(runs) + ("; no history page written" if args.report else ""))
         return EXIT_OK

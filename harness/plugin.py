@@ -20,6 +20,7 @@ from reports import table
 _SESSION = pytest.StashKey[BenchSession]()
 _CASES = pytest.StashKey[list]()
 _LAYER_CASES = pytest.StashKey[list]()
+_PREVIOUS_HANDLERS = pytest.StashKey[dict]()   # signal handlers to restore at unconfigure
 
 
 @dataclass
@@ -78,9 +79,6 @@ def pytest_sessionstart(session):
     bs = getattr(session.config, "_benchmarksession", None)
     if bs is not None and not session.config.getoption("benchmark_tables"):
         bs.quiet = True   # its per-case tables (hundreds of lines, 500 wide) hid the results; the JSON is unchanged
-
-
-_PREVIOUS_HANDLERS = pytest.StashKey[dict]()
 
 
 def pytest_unconfigure(config):

@@ -35,10 +35,9 @@ def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect
 
 def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
                   window: int = 7, force: bool = False, ab: Comparison | None = None) -> Judgement:
-    """`ab`: a same-day interleaved A/B (base: the previous stack) that settles the newest run's suspicions."""
-    from reports.history import analyse, confirm_with_ab, too_few
-    if too_few(runs):
-        return Judgement(text=too_few(runs), refused=too_few(runs))
+    """`runs`: enough for a history (callers say `history.too_few` themselves). `ab`: a same-day
+    interleaved A/B (base: the previous stack) that settles the newest run's suspicions."""
+    from reports.history import analyse, confirm_with_ab
     hist = analyse(runs, calibration=calibration, min_effect=min_effect, window=window)
     if hist.judged.mismatch and not force:
         return Judgement(refused="setups differ across the history (--force to use them anyway): " + hist.judged.mismatch[0],

@@ -134,8 +134,7 @@ def _nranks_from_ratio(op: str, samples: list[Sample]) -> tuple[int | None, str]
 class NcclTextReader:
     """nccl-tests / rccl-tests text: splits a log into runs at each banner or table header."""
 
-    def __init__(self, where: str):
-        self.where = where
+    def __init__(self):
         self.runs: list[LogRun] = []
         self.pending_op: str | None = None      # the op named since the last run ended
         self.pending_n: int | None = None
@@ -297,7 +296,7 @@ def _result(path: Path, fmt: str, tool: str, op: str, nranks: int, benches: list
 
 def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: str | None = None) -> list[dict]:
     where = str(path)
-    reader = NcclTextReader(where)
+    reader = NcclTextReader()
     for number, line in enumerate(text.splitlines(), 1):
         reader.feed(number, _PREFIXES.sub("", line))
     runs = [r for r in reader.runs if r.samples]

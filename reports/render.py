@@ -96,6 +96,14 @@ def _sweep_figure(runs: list[Run], series: tuple, names: list[str]) -> str:
     return figure_png(fig)
 
 
+def clipped_band(cells) -> tuple[list[float], list[float], list[float], list[tuple[int, float]]]:
+    """(ratio, low, high) held inside RATIO_RANGE, and the (size, edge) points whose CI went past it."""
+    lo_lim, hi_lim = RATIO_RANGE
+    clip = lambda v: min(max(v, lo_lim), hi_lim)  # noqa: E731
+    marks = [(c.size, hi_lim if c.high > hi_lim else lo_lim) for c in cells if c.high > hi_lim or c.low < lo_lim]
+    return [clip(c.ratio) for c in cells], [clip(c.low) for c in cells], [clip(c.high) for c in cells], marks
+
+
 def _ratio_figure(comparisons, series: tuple) -> str | None:
     """Time ratio per size on a log axis; a CI band beyond RATIO_RANGE is clipped there and the
     clipped points marked, so one wide interval cannot flatten the line that matters."""
@@ -107,11 +115,9 @@ def _ratio_figure(comparisons, series: tuple) -> str | None:
         if len(cells) < 1:
             continue
         x = [c.size for c in cells]
-        ratio = [min(max(c.ratio, lo_lim), hi_lim) for c in cells]
+        ratio, low, high, clipped = clipped_band(cells)
         line, = ax.plot(x, ratio, marker="o", ms=3, label=label)
-        ax.fill_between(x, [max(c.low, lo_lim) for c in cells], [min(c.high, hi_lim) for c in cells],
-                        alpha=0.2, color=line.get_color())
-        clipped = [(c.size, hi_lim if c.high > hi_lim else lo_lim) for c in cells if c.high > hi_lim or c.low < lo_lim]
+        ax.fill_between(x, low, high, alpha=0.2, color=line.get_color())
         if clipped:
             ax.scatter(*zip(*clipped), marker="x", s=18, color=line.get_color(), label=f"CI clipped at {lo_lim:g}/{hi_lim:g}")
         drawn = True

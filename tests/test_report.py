@@ -85,11 +85,14 @@ def test_a_wide_interval_is_clipped_not_drawn_to_scale(tmp_path):
     """One launch of two rounds a side: intervals spanning orders of magnitude are clipped to the
     panel's range and marked, and the figure still draws."""
     from reports.compare import compare
-    from reports.render import _ratio_figure
+    from reports.render import RATIO_RANGE, _ratio_figure, clipped_band
     a = load(write_run(tmp_path / "a.json", 1, rounds=2, noise=1.5))
     b = load(write_run(tmp_path / "b.json", 2, rounds=2, noise=1.5))
     cmp = compare(a, b)
     assert max(c.high for c in cmp.cells) > 4      # the raw band would flatten the line
+    ratio, low, high, marks = clipped_band(cmp.cells)
+    assert min(low) >= RATIO_RANGE[0] and max(high) <= RATIO_RANGE[1] and min(ratio) >= RATIO_RANGE[0]
+    assert {size for size, _ in marks} == {c.size for c in cmp.cells if c.high > 4 or c.low < 0.25} != set()
     png = _ratio_figure([("b / a", cmp)], next(iter(a.cells.values())).series)
     assert matplotlib.image.imread(io.BytesIO(base64.b64decode(png)), format="png").shape[0] > 100
 
