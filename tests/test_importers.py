@@ -256,3 +256,13 @@ def test_rccl_tests_runs_with_their_own_ranks_hosts_and_devices():
 def test_a_run_that_died_inside_its_first_row_is_refused_with_the_tools_error():
     with pytest.raises(ResultError, match=r"failed before its first complete row \(line 27: .*illegal"):
         runs_of(DATA / "nccl_tests_alltoall_h800_crash.txt")
+
+
+def test_without_rank_lines_the_launchers_own_count_is_used(tmp_path):
+    """The rccl-tests log with its `# Rank` lines removed: each run's `mpirun -np N` (8, then 16)
+    gives the rank count, with no ratio guess and no warning."""
+    bare = derived(tmp_path, DATA / "rccl_tests_mi300x_two_runs.txt",
+                   lambda t: "\n".join(line for line in t.splitlines() if "Rank " not in line))
+    runs = runs_of(bare)
+    assert [r["benchmarks"][0]["extra_info"]["nranks"] for r in runs] == [8, 16]
+    assert [r["hccl_bench"]["warnings"] for r in runs] == [[], []]
