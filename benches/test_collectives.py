@@ -6,7 +6,7 @@ ranks), and extra_info holds bandwidths, #wrong, per-rank times and the algorith
 import pytest
 
 from collectives.stats import per_op_seconds
-from harness.record import REPLAY_CLOCK, record
+from harness.replay_clock import REPLAY_CLOCK, record
 
 pytestmark = pytest.mark.benchmark(timer=REPLAY_CLOCK)
 

@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 
 from reports import summary
-from reports.cells import load
 from reports.compare import compare
+from reports.result_files import load
+from reports.results import CollectiveRow, bench_entry, result_file
 
 pytestmark = pytest.mark.harness_bench   # the harness's own speed: runs with --harness-benches
 
 CELLS = 10_000
 ROUNDS = 20
+OPS_CYCLE = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv")
 
 
 def _write(path, seed, sizes, series):
@@ -20,12 +22,11 @@ def _write(path, seed, sizes, series):
     benches = []
     for s in range(series):
         for size in sizes:
-            info = {"backend": "mpi", "algo": f"algo{s // 7}", "op": ["all_reduce", "all_gather", "reduce_scatter",
-                    "all_to_all", "broadcast", "reduce", "sendrecv"][s % 7], "dtype": "float32", "redop": "sum",
-                    "inplace": False, "nranks": 8, "bytes": int(size), "launch": 0}
+            row = CollectiveRow(backend="mpi", algo=f"algo{s // 7}", op=OPS_CYCLE[s % 7], redop="sum", nranks=8,
+                                bytes=int(size))
             data = ((5e-6 + size / 1e10) * np.exp(rng.normal(0, 0.03, ROUNDS))).tolist()
-            benches.append({"name": f"c{s}-{size}", "extra_info": info, "stats": {"data": data}})
-    path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": {"groups": {}}}))
+            benches.append(bench_entry(f"c{s}-{size}", row, data))
+    path.write_text(json.dumps(result_file(benches, {"groups": {}})))
 
 
 def test_compare_10000_cells(tmp_path, benchmark):

@@ -7,7 +7,7 @@ schedules, step time and measured bubble against theory.
 import pytest
 
 from collectives.stats import per_op_seconds
-from harness.record import REPLAY_CLOCK, record
+from harness.replay_clock import REPLAY_CLOCK, record
 
 pytestmark = pytest.mark.benchmark(timer=REPLAY_CLOCK)
 

@@ -3,7 +3,7 @@ same worker, rounds interleaved. Printed per size as a ratio and as added micros
 import pytest
 
 from harness.groups import GroupKey
-from harness.record import REPLAY_CLOCK, record
+from harness.replay_clock import REPLAY_CLOCK, record
 
 pytestmark = pytest.mark.benchmark(timer=REPLAY_CLOCK)
 

@@ -85,7 +85,8 @@ def validate(algo: str) -> str | None:
     if backend not in BACKENDS:
         return f"unknown backend {backend!r} in algorithm {algo!r}: backends are {', '.join(BACKENDS)}"
     known = {"hccl": HCCL_NATIVE, "nccl": NCCL_NATIVE, "gloo": (),
-             "mpi": sorted({v for vs in MPICH_VALUES.values() for v in vs} | {v for ids in OMPI_IDS.values() for v in ids})}[backend]
+             "mpi": sorted({v for vs in MPICH_VALUES.values() for v in vs}
+                           | {v for ids in OMPI_IDS.values() for v in ids})}[backend]
     if value not in known:
         allowed = ", ".join(known) if known else "none (gloo has no algorithm switch)"
         return f"unknown {backend} algorithm {value!r}: allowed {allowed}"

@@ -146,7 +146,8 @@ class TorchBackend:
         data = _encode(obj) if self.rank == 0 else b""
         size = torch.tensor([len(data)], dtype=torch.int64)
         self.dist.broadcast(size, 0, group=self.side)
-        buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if self.rank == 0 else torch.empty(int(size), dtype=torch.uint8)
+        buf = (torch.frombuffer(bytearray(data), dtype=torch.uint8) if self.rank == 0
+               else torch.empty(int(size), dtype=torch.uint8))
         self.dist.broadcast(buf, 0, group=self.side)
         return json.loads(bytes(buf.numpy()).decode())
 

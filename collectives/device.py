@@ -20,9 +20,11 @@ def import_torch_npu():
     try:
         import torch_npu  # noqa: F401
     except ModuleNotFoundError as exc:
-        raise DeviceUnavailable("backend hccl needs torch_npu: it is not installed (pip install 'hccl-bench[npu]' with the torch_npu matching your torch and CANN)") from exc
+        raise DeviceUnavailable("backend hccl needs torch_npu: it is not installed (pip install 'hccl-bench[npu]' "
+                                "with the torch_npu matching your torch and CANN)") from exc
     except (ImportError, OSError) as exc:
-        raise DeviceUnavailable(f"backend hccl: torch_npu cannot load CANN ({str(exc).splitlines()[0]}); source the toolkit's set_env.sh (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh)") from exc
+        raise DeviceUnavailable(f"backend hccl: torch_npu cannot load CANN ({str(exc).splitlines()[0]}); source the "
+                                "toolkit's set_env.sh (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh)") from exc
     return torch_npu
 
 
@@ -148,7 +150,8 @@ def probe_backend(backend: str) -> None:
                 mpi4py.rc.initialize = False   # load the library without initialising MPI in the driver
                 from mpi4py import MPI  # noqa: F401
             except (ImportError, RuntimeError) as exc:
-                raise DeviceUnavailable("backend mpi needs mpi4py and an MPI library: pip install 'hccl-bench[mpi]' (mpi4py + the mpich wheel)") from exc
+                raise DeviceUnavailable("backend mpi needs mpi4py and an MPI library: "
+                                        "pip install 'hccl-bench[mpi]' (mpi4py + the mpich wheel)") from exc
         return
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     try:

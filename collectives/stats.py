@@ -25,8 +25,11 @@ def per_rank_median_seconds(round_ns_by_rank: list[list[int]], iters: int) -> np
 
 
 def summarize(round_ns_by_rank: list[list[int]], iters: int, op: str | None = None, nbytes: int = 0, nranks: int = 1) -> dict:
-    """Median/min/max/mean/IQR/CV (p95, p99 with enough rounds); algbw/busbw when `op` is given."""
+    """Median/min/max/mean/IQR/CV (p95, p99 with enough rounds); algbw/busbw when `op` is given;
+    rank_spread = slowest rank's median / fastest rank's median - 1 (ranks that leave a collective
+    at different times: 0 when they all see the same time)."""
     t = per_op_seconds(round_ns_by_rank, iters)
+    per_rank = per_rank_median_seconds(round_ns_by_rank, iters)
     q1, median, q3 = np.percentile(t, [25, 50, 75])
     mean = float(t.mean())
     out = {
@@ -34,6 +37,7 @@ def summarize(round_ns_by_rank: list[list[int]], iters: int, op: str | None = No
         "mean_us": mean * 1e6, "iqr_us": float(q3 - q1) * 1e6,
         "cv": float(t.std(ddof=1) / mean) if t.size > 1 and mean > 0 else 0.0,
         "rounds": int(t.size),
+        "rank_spread": float(per_rank.max() / per_rank.min() - 1) if per_rank.min() > 0 else 0.0,
     }
     if t.size >= 20:
         out["p95_us"] = float(np.percentile(t, 95)) * 1e6

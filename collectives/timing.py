@@ -7,8 +7,8 @@ the max over ranks per round (DESIGN §4).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 MAX_ITERS = 1_000_000
 

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from harness import files
-from reports.cells import ResultError, load
+from reports.result_files import load
+from reports.results import ResultError
 
 ROOT = Path(__file__).resolve().parent.parent / "baselines"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -31,7 +32,7 @@ def save(result: str, name: str, root: Path = ROOT) -> Path:
     if not run.complete:
         raise ResultError(f"{result} is an incomplete run ({run.meta.get('interrupted') or 'ended early'}): "
                           "a baseline must be a whole run")
-    backends = sorted({c.info.get("backend") for c in run.cells.values()})
+    backends = run.backends()
     target = root / platform_key(run.meta, backends) / name
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -65,7 +66,7 @@ def find(name: str, root: Path = ROOT) -> dict:
 def auto(result: str, root: Path = ROOT) -> str:
     """The most recently saved baseline of the same platform as `result`."""
     run = load(result)
-    key = platform_key(run.meta, sorted({c.info.get("backend") for c in run.cells.values()}))
+    key = platform_key(run.meta, run.backends())
     same = [e for e in entries(root) if e["platform"] == key]
     if not same:
         raise ResultError(f"no stored baseline for platform {key} (save one: hccl-bench baseline save RESULT --name NAME)")

@@ -38,7 +38,8 @@ class Case:
     def id(self) -> str:
         place = "ip" if self.inplace else "oop"
         red = f"-{self.redop}" if OPS[self.op].reduces else ""
-        return f"{self.backend}-{self.algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}{launch_suffix(self.launch, self.side)}"
+        return (f"{self.backend}-{self.algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}"
+                f"{launch_suffix(self.launch, self.side)}")
 
     def spec(self, plan: dict) -> dict:
         return {"kind": "collective", "op": self.op, "dtype": self.dtype, "redop": self.redop,

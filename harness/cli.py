@@ -15,7 +15,8 @@ from pathlib import Path
 from harness import baselines, files, provenance
 from layers import memory
 from reports import summary, table
-from reports.cells import ResultError, load
+from reports.result_files import load
+from reports.results import ResultError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -85,7 +86,7 @@ def _compare(args) -> int:
 
 
 def _report(args) -> int:
-    from reports.render import render
+    from reports.report_page import render
     if args.ab and len(args.runs) != 1:
         return _fail("report --ab takes one interleaved --ab-env run")
     runs = [_load(args.runs[0], side="A"), load(args.runs[0], side="B")] if args.ab else [_load(r) for r in args.runs]
@@ -148,7 +149,8 @@ def _baseline(args) -> int:
         print(f"# saved baseline {args.name}: {path}")
     elif args.action == "list":
         for e in baselines.entries():
-            print(f"{e['platform']:40} {e['name']:24} {e['saved']}  cells={e['cells']}  cann={e.get('cann')}  mpi={e.get('mpi_library')}")
+            print(f"{e['platform']:40} {e['name']:24} {e['saved']}  cells={e['cells']}  cann={e.get('cann')}  "
+                  f"mpi={e.get('mpi_library')}")
     else:
         print(json.dumps(baselines.find(args.name), indent=1))
     return EXIT_OK
@@ -252,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ResultError, OSError, ValueError) as exc:
         return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except Exception as exc:  # a bug: one line, and never the exit status of a regression
-        print(f"hccl-bench: internal error in {args.command}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"hccl-bench: internal error in {args.command}: {type(exc).__name__}: {first}"
               " (please report it with the command line)", file=sys.stderr)
         return EXIT_INTERNAL
 

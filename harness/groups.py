@@ -179,7 +179,7 @@ class WorkerGroup:
         while msg is None:
             try:
                 msg = self.chan.recv(timeout=0.2)
-            except socket.timeout:
+            except TimeoutError:
                 pass
             except (ChannelClosed, OSError):
                 time.sleep(0.5)

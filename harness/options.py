@@ -71,19 +71,23 @@ def add_options(parser) -> None:
     g = parser.getgroup("hccl-bench", "collective and layer benchmarks")
     g.addoption("--benchmark", action="store_true", default=False,
                 help="run the full timed sweep (without it: a quick correctness smoke on a few small sizes)")
-    g.addoption("--backend", default="auto", help="gloo, mpi, nccl, hccl, comma list, or auto (hccl/nccl when their device exists, else gloo and mpi)")
+    g.addoption("--backend", default="auto",
+                help="gloo, mpi, nccl, hccl, comma list, or auto (hccl/nccl when their device exists, else gloo and mpi)")
     g.addoption("--nproc", default=None, help="ranks per group (default 2 on CPU, the device count on GPU/NPU)")
     g.addoption("--launcher", default="", help="cluster launcher template with {nproc}, e.g. 'mpirun -np {nproc} -hostfile h'")
     g.addoption("--ops", default=",".join(OPS), help=f"comma list of: {', '.join(OPS)}")
-    g.addoption("--sizes", default=None, help=f"min:max:factor or a list, K/M/G = 2^10/2^20/2^30 (default {BENCH_SIZES}; smoke {SMOKE_SIZES})")
+    g.addoption("--sizes", default=None,
+                help=f"min:max:factor or a list, K/M/G = 2^10/2^20/2^30 (default {BENCH_SIZES}; smoke {SMOKE_SIZES})")
     g.addoption("--dtypes", default="float32", help=f"comma list of: {', '.join(TORCH_BACKEND_DTYPES)}")
     g.addoption("--redops", default="sum", help=f"comma list of: {', '.join(REDOPS)}")
-    g.addoption("--algos", default="default", help="default, ring, tree, or BACKEND:NATIVE (mpi:recursive_doubling, hccl:NHR, nccl:CollnetDirect)")
+    g.addoption("--algos", default="default",
+                help="default, ring, tree, or BACKEND:NATIVE (mpi:recursive_doubling, hccl:NHR, nccl:CollnetDirect)")
     g.addoption("--inplace", default="auto", help="auto (out-of-place where the library has it), 0/out, 1/in, both")
     g.addoption("--iters", default="0", help="iterations per round (0: chosen so a round lasts --round-time)")
     g.addoption("--warmup", default=None, help="warm-up iterations (default 5; smoke 1)")
     g.addoption("--rounds", default=None, help="timed rounds per case (default 20; smoke 3)")
-    g.addoption("--round-time", default=None, help="target seconds per round when choosing iterations (default 0.02; smoke 0.002)")
+    g.addoption("--round-time", default=None,
+                help="target seconds per round when choosing iterations (default 0.02; smoke 0.002)")
     g.addoption("--timeout", default="300", help="seconds before a case counts as hung")
     g.addoption("--results", default="results", help="folder for results/<timestamp>/")
     g.addoption("--repeat", default="1", help="run the whole selection N times, each launch in fresh worker groups")

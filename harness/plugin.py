@@ -254,15 +254,17 @@ def _write_results(session, bench: BenchSession) -> None:
             commit_info=session.config.hook.pytest_benchmark_generate_commit_info(config=session.config))
     output["hccl_bench"] = bench.metadata()
     files.write_atomic(bench.run_dir / "results.json", json.dumps(output, indent=1, default=str))
-    files.write_atomic(bench.run_dir / "table.txt", table.render(bench.rows) + "\n\n" + table.render_layers(bench.layer_rows) + "\n")
+    text = table.render(bench.rows) + "\n\n" + table.render_layers(bench.layer_rows) + "\n"
+    files.write_atomic(bench.run_dir / "table.txt", text)
 
 
 def _compare_with_baseline(bench: BenchSession) -> dict:
     """--baseline: compare this run with a stored one; a confirmed regression, or a baseline of
     another setup, fails the session."""
     from harness import baselines
-    from reports.cells import ResultError, load
     from reports.gate import dumps, judge_pair
+    from reports.result_files import load
+    from reports.results import ResultError
     result = str(bench.run_dir / "results.json")
     try:
         base = baselines.auto(result) if bench.opts.baseline == "auto" else bench.opts.baseline
@@ -279,9 +281,9 @@ def _compare_with_baseline(bench: BenchSession) -> dict:
 def _judge_history(bench: BenchSession) -> dict:
     """--history: this run against the earlier ones in its --results folder (the nightly guard);
     a new confirmed regression, or a folder mixing setups, fails the session."""
-    from reports.cells import ResultError
     from reports.gate import judge_history
     from reports.history import load_runs, too_few
+    from reports.results import ResultError
     try:
         runs, _ = load_runs([str(bench.run_dir.parent)])
     except ResultError as exc:

@@ -61,7 +61,8 @@ def cann_version_from_toolkit(home: str | None = None) -> dict[str, str]:
         candidates = [(base / "version.cfg", parse_version_cfg)]
         candidates += [(p, parse_install_info) for p in sorted(base.glob("*/ascend_toolkit_install.info"))]
         candidates += [(base / "ascend_toolkit_install.info", parse_install_info)]
-        candidates += [(base / sub / "version.info", parse_version_info) for sub in ("hccl", "runtime", "toolkit", "compiler", "opp")]
+        candidates += [(base / sub / "version.info", parse_version_info)
+                       for sub in ("hccl", "runtime", "toolkit", "compiler", "opp")]
         for path, parser in candidates:
             try:
                 version = parser(path.read_text(errors="replace"))

@@ -14,9 +14,9 @@ from harness import files, provenance
 from harness.cases import Case, LayerCase
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
-from layers import schedules
+from layers import memory, schedules
 from layers.mesh import ParallelDims, tp_placement
-from reports.cells import SCHEMA
+from reports.results import SCHEMA, CollectiveRow, LayerRow
 
 
 class BenchSession:
@@ -25,9 +25,9 @@ class BenchSession:
         self.started = datetime.now(timezone.utc)
         self.interrupted: str | None = None   # the signal or reason the session ended early
         self.running = ""                      # the case in flight: named if a signal ends the session
-        self.rows: list[dict] = []          # extra_info of every measured case, for the tables
+        self.rows: list[CollectiveRow] = []   # every measured collective case, for the tables
         self.overhead: list[dict] = []
-        self.layer_rows: list[dict] = []
+        self.layer_rows: list[LayerRow] = []
         self.skipped: list[dict] = []
         self.failures: list[dict] = []
         self.groups: dict[str, dict] = {}   # hosts/devices/versions per group, from the ranks
@@ -98,15 +98,16 @@ class BenchSession:
     def _record_collective(self, case: Case, results: list[dict], info: dict) -> dict:
         k = results[0]["iters"]
         matrix = [r["round_ns"] for r in results]
-        extra = {"launch": case.launch, "side": case.side, "rounds_interleaved": case.partner is not None,
-                 "backend": case.backend, "algo": case.algo, "op": case.op, "dtype": case.dtype,
-                 "redop": case.redop, "inplace": case.inplace, "nranks": case.nranks, "size": case.size,
-                 "bytes": case.nbytes, "count": case.count,
-                 **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
-                 "wrong": sum(r["wrong"] for r in results), "wrong_per_rank": [r["wrong"] for r in results],
-                 "iters_per_round": k, "round_ns_per_rank": matrix,
-                 "algo_env": case.env, "group_env": dict(case.group.env), "hosts": info["hosts"]}
-        self.rows.append(extra)
+        row = CollectiveRow(
+            launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None,
+            backend=case.backend, algo=case.algo, op=case.op, dtype=case.dtype, redop=case.redop,
+            inplace=case.inplace, nranks=case.nranks, size=case.size, bytes=case.nbytes, count=case.count,
+            **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
+            wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
+            iters_per_round=k, round_ns_per_rank=matrix, algo_env=case.env, group_env=dict(case.group.env),
+            hosts=info["hosts"])
+        self.rows.append(row)
+        extra = row.to_json()
         self._append(extra)
         return extra
 
@@ -116,7 +117,8 @@ class BenchSession:
         if self.opts.benchmark:
             plan["rounds"] = max(plan["rounds"], 40)
         spec = {"kind": "overhead", "op": "all_reduce", "dtype": "float32", "count": count, "plan": plan}
-        results, _ = self._run(key, spec, {"id": f"overhead-{backend}-{size}", "what": f"overhead all_reduce {size}B backend={backend}"})
+        label = {"id": f"overhead-{backend}-{size}", "what": f"overhead all_reduce {size}B backend={backend}"}
+        results, _ = self._run(key, spec, label)
         k = results[0]["iters"]
         harness = stats.per_op_seconds([r["round_ns"] for r in results], k)
         h_med = stats.median_seconds([r["round_ns"] for r in results], k)
@@ -143,15 +145,16 @@ class BenchSession:
             results, info = self._paired(case, self._layer_label, {**spec, "kind": "layer_begin"}, spec["plan"]["rounds"])
         k = results[0]["iters"]
         step = [r["round_ns"] for r in results]
-        extra = {"launch": case.launch, "side": case.side, "rounds_interleaved": case.partner is not None,
-                 "backend": case.backend, "bench": "linear" if case.task == "tp_bench" else "pipeline",
-                 "tp": case.tp, "pp": case.pp, "dp": case.dp, "nranks": case.nranks,
-                 "hidden": o.hidden, "seq": o.seq, "batch": o.batch, **stats.summarize(step, k),
-                 "iters_per_round": k, "round_ns_per_rank": step, "hosts": info["hosts"], "wrong": 0,
-                 "peak_memory_bytes_per_rank": [r["peak_memory_bytes"] for r in results],
-                 "model_states_estimate_bytes": 16 * max(r["params_local"] for r in results)}
-        extra["placement_warnings"] = tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks),
-                                                   {r["rank"]: r["host"] for r in (self.pool.alive.get(case.group) or self.pool.current).ranks})
+        group = self.pool.alive.get(case.group) or self.pool.current
+        row = LayerRow(
+            launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, backend=case.backend,
+            bench="linear" if case.task == "tp_bench" else "pipeline", tp=case.tp, pp=case.pp, dp=case.dp,
+            nranks=case.nranks, hidden=o.hidden, seq=o.seq, batch=o.batch, **stats.summarize(step, k),
+            iters_per_round=k, round_ns_per_rank=step, hosts=info["hosts"], wrong=0,
+            peak_memory_bytes_per_rank=[r["peak_memory_bytes"] for r in results],
+            model_states_estimate_bytes=int(sum(memory.model_states(max(r["params_local"] for r in results), 1, 1))),
+            placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks),
+                                            {r["rank"]: r["host"] for r in group.ranks} if group else {}))
         step_s = stats.median_seconds(step, k)
         if case.task == "tp_bench":
             fwd_s = stats.median_seconds([r["fwd_ns"] for r in results], k)
@@ -159,24 +162,24 @@ class BenchSession:
             mm_s = stats.median_seconds([r["matmul_ns"] for r in results], k)
             flops = results[0]["flops_per_iter"]
             shares = [r["comm_share"] for r in results if r["comm_share"] is not None]
-            extra.update({
-                "layer": case.layer, "sequence_parallel": case.sp, "impl": case.impl,
-                "fwd_us": fwd_s * 1e6, "bwd_us": (fb_s - fwd_s) * 1e6, "step_us": step_s * 1e6,
-                "tokens_per_s": results[0]["tokens_per_iter"] / step_s,
-                "achieved_flops": flops / fb_s, "matmul_flops": flops / mm_s, "efficiency": mm_s / fb_s,
-                "comm_share": sum(shares) / len(shares) if shares else None})
+            row = replace(row, layer=case.layer, sequence_parallel=case.sp, impl=case.impl, fwd_us=fwd_s * 1e6,
+                          bwd_us=(fb_s - fwd_s) * 1e6, step_us=step_s * 1e6,
+                          tokens_per_s=results[0]["tokens_per_iter"] / step_s, achieved_flops=flops / fb_s,
+                          matmul_flops=flops / mm_s, efficiency=mm_s / fb_s,
+                          comm_share=sum(shares) / len(shares) if shares else None)
         else:
             m = case.microbatches
             # the step ends when its slowest rank does; each rank's own compute fills part of it
             compute = stats.per_rank_median_seconds([r["compute_ns"] for r in results], k)
             bubbles = [float(1 - m * c / step_s) for c in compute]
-            extra.update({
-                "schedule": case.schedule, "microbatches": m, "layers": o.layers, "step_us": step_s * 1e6,
-                "tokens_per_s": o.seq * o.batch / step_s, "stage_compute_us_per_microbatch": [float(c) * 1e6 for c in compute],
-                "bubble_measured": sum(bubbles) / len(bubbles), "bubble_per_rank": bubbles,
-                "bubble_theory": schedules.bubble_theory(case.schedule, case.pp, m),
-                "stages_per_rank": [r["stages"] for r in results]})
-        self.layer_rows.append(extra)
+            row = replace(row, schedule=case.schedule, microbatches=m, layers=o.layers, step_us=step_s * 1e6,
+                          tokens_per_s=o.seq * o.batch / step_s,
+                          stage_compute_us_per_microbatch=[float(c) * 1e6 for c in compute],
+                          bubble_measured=sum(bubbles) / len(bubbles), bubble_per_rank=bubbles,
+                          bubble_theory=schedules.bubble_theory(case.schedule, case.pp, m),
+                          stages_per_rank=[r["stages"] for r in results])
+        self.layer_rows.append(row)
+        extra = row.to_json()
         self._append(extra)
         return extra
 

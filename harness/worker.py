@@ -64,11 +64,11 @@ def run_case(backend, spec: dict) -> dict:
         from collectives import timing
         return {"round": timing.time_round, "end": timing.end}[spec["kind"]](backend)
     if spec["kind"].startswith("layer"):  # imports torch layers only when a layer case arrives
-        from layers import bench_runner
-        return {"layer": bench_runner.run, "layer_begin": bench_runner.begin}[spec["kind"]](backend, spec)
-    from collectives import runner
-    return {"collective": runner.run_collective, "overhead": runner.run_overhead,
-            "collective_begin": runner.begin_collective}[spec["kind"]](backend, spec)
+        from layers import rank_tasks
+        return {"layer": rank_tasks.run, "layer_begin": rank_tasks.begin}[spec["kind"]](backend, spec)
+    from collectives import rank_tasks
+    return {"collective": rank_tasks.run_collective, "overhead": rank_tasks.run_overhead,
+            "collective_begin": rank_tasks.begin_collective}[spec["kind"]](backend, spec)
 
 
 def serve(backend, chan) -> None:

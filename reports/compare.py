@@ -4,8 +4,9 @@ Per cell, with launches as samples (both sides run with --repeat >= 2): the rati
 means of the per-launch median times with a Welch t 95% CI and p-value, so launch-to-launch drift
 counts as noise. With one launch a side: the Hodges-Lehmann shift of log round times with its
 distribution-free CI (Mann-Whitney order statistics), whose strongest verdict is "suspected" (rounds
-of one launch are not independent samples of a software stack, so they never fail a job). Then Benjamini-Hochberg across the sweep, a minimum
-effect an A/A calibration can raise, and neighbouring sizes must agree before a regression counts.
+of one launch are not independent samples of a software stack, so they never fail a job). Then
+Benjamini-Hochberg across the sweep, a minimum effect an A/A calibration can raise, and
+neighbouring sizes must agree before a regression counts.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
-from reports.cells import Cell, Run, setup_of
+from reports.result_files import setup_of
+from reports.results import Cell, Run, Series, key_order, metrics
 
 ALPHA = 0.05
 DEFAULT_MIN_EFFECT = 0.05
@@ -27,16 +29,15 @@ def band_of(size: int) -> str:
     return next(name for name, top in BANDS if size <= top)
 
 
-def band_key(cell_series: tuple, size: int) -> str:
+def band_key(series: Series, size: int) -> str:
     """Calibration is per backend and size band: gloo's small-message noise says nothing about MPI's."""
-    backend = cell_series[1] if cell_series and cell_series[0] in ("linear", "pipeline") else cell_series[0]
-    return f"{backend} {band_of(size)}"
+    return f"{series.backend} {band_of(size)}"
 
 
 @dataclass
 class CellResult:
     key: tuple
-    series: tuple
+    series: Series
     size: int
     ratio: float                 # candidate time / baseline time
     low: float                   # 95% CI of the ratio
@@ -49,6 +50,7 @@ class CellResult:
     min_effect: float = DEFAULT_MIN_EFFECT
     verdict: str = "inconclusive"
     note: str = ""
+    metrics: dict = field(default_factory=dict)   # metric -> [baseline, candidate], pooled over launches
 
 
 @dataclass
@@ -129,9 +131,9 @@ def _shift_stats(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
 
 def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
             alpha: float = ALPHA) -> Comparison:
-    common = sorted(set(base.cells) & set(cand.cells), key=str)
-    out = Comparison(base.path, cand.path, [], sorted(set(base.cells) - set(cand.cells), key=str),
-                     sorted(set(cand.cells) - set(base.cells), key=str))
+    common = sorted(set(base.cells) & set(cand.cells), key=key_order)
+    out = Comparison(base.path, cand.path, [], sorted(set(base.cells) - set(cand.cells), key=key_order),
+                     sorted(set(cand.cells) - set(base.cells), key=key_order))
     sb, sc = setup_of(base), setup_of(cand)
     # devices and thread levels count only where both sides name them (an imported log, an older file)
     out.mismatch = [f"{k}: baseline {sb[k]} vs candidate {sc[k]}" for k in sb
@@ -151,8 +153,10 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
             cell = base.cells[key]
             band = bands.get(band_key(cell.series, cell.size), {}) if kind == cal_kind else {}
             effect = max(min_effect, band.get("min_effect", 0.0))
+            shown = {mt.name: [cell.pooled(mt.name), cand.cells[key].pooled(mt.name)]
+                     for mt in metrics(type(cell.row), "compare")}
             out.cells.append(CellResult(key, cell.series, cell.size, float(np.exp(s)), float(np.exp(lo)), float(np.exp(hi)),
-                                        float(pv), samples=kind, n_base=n, n_cand=m, min_effect=effect))
+                                        float(pv), samples=kind, n_base=n, n_cand=m, min_effect=effect, metrics=shown))
     if calibration:
         used = sum(c.samples == cal_kind for c in out.cells)
         out.calibration = (f"A/A calibration ({cal_kind}) applied to {used} of {len(out.cells)} cells"
@@ -162,7 +166,7 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
         for c, q in zip(out.cells, qs):
             c.q = float(q)
     assign_verdicts(out.cells, alpha)
-    out.cells.sort(key=lambda c: (str(c.series), c.size))
+    out.cells.sort(key=lambda c: key_order(c.key))
     return out
 
 
@@ -181,7 +185,7 @@ def assign_verdicts(cells: list[CellResult], alpha: float) -> None:
         else:
             c.verdict = "inconclusive"
     # neighbouring sizes must lean the same way, or a lone cell stays inconclusive
-    by_series: dict[tuple, list[CellResult]] = defaultdict(list)
+    by_series: dict[Series, list[CellResult]] = defaultdict(list)
     for c in cells:
         by_series[c.series].append(c)
     for series in by_series.values():
@@ -204,7 +208,7 @@ def assign_verdicts(cells: list[CellResult], alpha: float) -> None:
 def size_ranges(cmp: Comparison, verdict: str = "regression") -> list[dict]:
     """Consecutive sizes of one series with the same verdict, pooled: the lines people read."""
     ranges = []
-    by_series: dict[tuple, list[CellResult]] = defaultdict(list)
+    by_series: dict[Series, list[CellResult]] = defaultdict(list)
     for c in cmp.cells:
         by_series[c.series].append(c)
     for series, cells in by_series.items():

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass, field
 
 from reports import summary
-from reports.cells import Run
 from reports.compare import DEFAULT_MIN_EFFECT, Comparison, compare
+from reports.results import Run
 
 
 @dataclass

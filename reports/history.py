@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from reports.analysis import provenance_diff, run_provenance
-from reports.cells import NoCells, ResultError, Run, load, setup_of
 from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, assign_verdicts, band_key
+from reports.provenance_diff import provenance_diff, run_provenance
+from reports.result_files import load, setup_of
+from reports.results import NoCells, ResultError, Run, Series, key_order
 
 MIN_SEGMENT = 2          # runs on each side of a change: one night alone is a suspicion, not a level
 MIN_RUNS = 2 * MIN_SEGMENT
@@ -189,14 +190,15 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
         if sd > 0:
             shift, dof = y[-1] - level.mean(), level.size - 1
             half = sps.t.ppf(0.975, dof) * sd
-            hist.suspected.cells.append(CellResult(key, cell.series, cell.size, *np.exp([shift, shift - half, shift + half]).tolist(),
+            ratio, low, high = np.exp([shift, shift - half, shift + half]).tolist()
+            hist.suspected.cells.append(CellResult(key, cell.series, cell.size, ratio, low, high,
                                                    float(2 * sps.t.sf(abs(shift) / sd, dof)), samples="newest run",
                                                    min_effect=effect))
     for cmp in (hist.judged, hist.suspected):
         if cmp.cells:
             for c, q in zip(cmp.cells, sps.false_discovery_control([c.p for c in cmp.cells])):
                 c.q = float(q)
-        cmp.cells.sort(key=lambda c: (str(c.series), c.size))
+        cmp.cells.sort(key=lambda c: key_order(c.key))
     assign_verdicts(hist.judged.cells, alpha)
     for c in hist.judged.cells:
         if c.verdict not in ("regression", "improvement"):
@@ -235,7 +237,7 @@ def changed_between(hist: History, at: int) -> list[tuple[str, list[str]]]:
     return provenance_diff([run_provenance(hist.runs[at - 1]), run_provenance(hist.runs[at])]) if at > 0 else []
 
 
-def change_run(hist: History, series: tuple, first: int, last: int) -> int:
+def change_run(hist: History, series: Series, first: int, last: int) -> int:
     """The run where most cells of a size range changed."""
     return Counter(hist.change_at[c.key] for c in hist.judged.cells
                    if c.series == series and first <= c.size <= last).most_common(1)[0][0]

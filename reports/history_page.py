@@ -5,27 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jinja2
 import numpy as np
 
 from collectives.sizes import format_size
 from reports import summary
 from reports.compare import size_ranges
 from reports.history import History, change_run, night_values
-from reports.render import figure_png, plt
+from reports.report_page import TEMPLATES, figure_png, plt
 
 FLAGGED = ("regression", "improvement", "standing regression", "standing improvement")
 
-PAGE = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
-<html><head><meta charset="utf-8"><title>hccl-bench history</title>
-<style>body{font-family:sans-serif;margin:1.5em;max-width:1100px}img{max-width:100%}pre{white-space:pre-wrap}</style></head><body>
-<h1>hccl-bench history: {{ "regression" if regressed else "no new regression" }}</h1>
-<p>{{ runs|length }} runs, {{ runs[0].started[:16] }} to {{ runs[-1].started[:16] }}. Each point is one run's time for one
-cell (geometric mean of its launches' medians); lines are the levels before and after the newest change.</p>
-<pre>{{ text }}</pre>
-{% for f in figures %}<h3>{{ f.title }}</h3><img alt="{{ f.title }}" src="data:image/png;base64,{{ f.png }}">{% endfor %}
-{% if not figures %}<p>No change to show.</p>{% endif %}
-</body></html>""")
+PAGE = TEMPLATES.get_template("history.html.j2")
 
 
 def _figure(hist: History, r: dict) -> str:
@@ -48,7 +38,8 @@ def _figure(hist: History, r: dict) -> str:
     ax.set_yscale("log")
     ax.set_xlabel("run (oldest first)")
     ax.set_ylabel("time (us)")
-    ax.set_xticks(range(len(runs)), [run.started[5:16].replace("T", " ") or str(i) for i, run in enumerate(runs)], fontsize=6, rotation=90)
+    ticks = [run.started[5:16].replace("T", " ") or str(i) for i, run in enumerate(runs)]
+    ax.set_xticks(range(len(runs)), ticks, fontsize=6, rotation=90)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return figure_png(fig)

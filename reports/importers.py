@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectives.ops import OPS, bandwidths
-from reports.cells import SCHEMA, ResultError
+from reports.results import CollectiveRow, ResultError, bench_entry, result_file
 
 NCCL_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
             "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "sendrecv"}
@@ -270,28 +270,29 @@ def _cross_check(op: str, nranks: int, samples: list[Sample], where: str) -> Non
 
 
 def _entry(tool: str, op: str, dtype: str, redop: str, inplace: bool, nbytes: int, count: int, nranks: int,
-           times_us: list[float], wrong, extra: dict) -> dict:
+           times_us: list[float], wrong, imported: dict, where: str) -> dict:
+    """One imported cell as a result entry; a time that is not finite and > 0 refuses the log."""
+    bad = next((t for t in times_us if not (isinstance(t, (int, float)) and 0 < t < float("inf"))), None)
+    if bad is not None:
+        raise ResultError(f"{where}: {op} {nbytes} B has time {bad} us; a time must be a finite number > 0")
     t_us = float(statistics.median(times_us))
     algbw, busbw = bandwidths(op, nbytes, t_us * 1e-6, nranks)
-    info = {"backend": tool, "algo": "default", "op": op, "dtype": dtype, "redop": redop, "inplace": inplace,
-            "nranks": nranks, "bytes": nbytes, "count": count, "time_us": t_us, "algbw_gbps": algbw,
-            "busbw_gbps": busbw, "wrong": wrong, "launch": 0, **extra}
-    data = [x * 1e-6 for x in times_us]
+    row = CollectiveRow(backend=tool, algo="default", op=op, dtype=dtype, redop=redop, inplace=inplace, nranks=nranks,
+                        bytes=nbytes, count=count, time_us=t_us, algbw_gbps=algbw, busbw_gbps=busbw, wrong=wrong,
+                        imported={k: v for k, v in imported.items() if v is not None})
     name = f"import[{tool}-{op}-{dtype}-{nbytes}B-{'ip' if inplace else 'oop'}]"
-    return {"name": name, "fullname": name, "group": f"{tool} {op} {dtype}", "extra_info": info,
-            "stats": {"data": data, "median": t_us * 1e-6, "min": min(data), "max": max(data),
-                      "mean": sum(data) / len(data), "rounds": len(data)}}
+    return bench_entry(name, row, [x * 1e-6 for x in times_us], group=f"{tool} {op} {dtype}")
 
 
 def _result(path: Path, fmt: str, tool: str, op: str, nranks: int, benches: list[dict], run: LogRun,
             hosts: dict[str, int], devices: list[str], label: str | None) -> dict:
-    meta = {"schema": SCHEMA, "format": fmt, "label": label or None,
+    meta = {"format": fmt, "label": label or None,
             "imported_from": {"file": str(path), "lines": [run.first_line, run.last_line]},
             "complete": not run.cut, "interrupted": run.cut or None,
             "failed": run.failed or None, "warnings": run.warnings,
             "groups": {"imported": {"hosts": hosts, "devices": sorted(set(devices)), "nranks": nranks}},
             "provenance": {"imported": {"tool": tool, "op": op, **run.extra}}}
-    return {"benchmarks": benches, "hccl_bench": meta}
+    return result_file(benches, meta)
 
 
 def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: str | None = None) -> list[dict]:
@@ -328,7 +329,8 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
             benches.append(_entry("nccl-tests", run.op, dtype, redop, inplace, size, count, n, [s.time_us for s in samples],
                                   max(wrongs) if wrongs else None,
                                   {"printed_algbw": samples[0].algbw, "printed_busbw": samples[0].busbw,
-                                   "header": " ".join(run.header), "source_line": samples[0].line}))
+                                   "header": " ".join(run.header), "source_line": samples[0].line},
+                                  f"{where_run}: line {samples[0].line}"))
         hosts: dict[str, int] = {}
         for host, _ in run.ranks.values():
             hosts[host] = hosts.get(host, 0) + 1
@@ -370,7 +372,7 @@ def nccl_json(path: Path, data: dict, op: str | None, nranks: int | None, label:
             benches.append(_entry("nccl-tests", run.op, sample.dtype, sample.redop if OPS[run.op].reduces else "none",
                                   inplace, sample.size, sample.count, n, [time_us], wrong,
                                   {"nccl_version": data.get("nccl_version"), "printed_algbw": sample.algbw,
-                                   "printed_busbw": sample.busbw}))
+                                   "printed_busbw": sample.busbw}, str(path)))
     if not benches:
         raise ResultError(f"{path}: nccl-tests JSON without results")
     hosts: dict[str, int] = {}
@@ -442,7 +444,8 @@ def _hccl_row(seg: dict, number: int, cols: list[str]) -> None:
     check = row.get("check_result")
     if check not in (None, "NULL", "success"):
         run.failed = run.failed or f"line {number}: check_result {check} at {row['data_size(Bytes)']} B"
-    seg["rows"].setdefault(int(row["data_size(Bytes)"]), []).append((t, _float(row.get("alg_bandwidth(GB/s)", "")), check, time_col))
+    algbw = _float(row.get("alg_bandwidth(GB/s)", ""))
+    seg["rows"].setdefault(int(row["data_size(Bytes)"]), []).append((t, algbw, check, time_col))
     run.last_line = number
 
 
@@ -466,7 +469,7 @@ def _hccl_result(where, path: Path, seg: dict, op: str | None, nranks: int | Non
                               {"reported_algbw": samples[0][1], "check_result": samples[0][2], "time_column": samples[0][3],
                                "repeats": len(samples),
                                "unit_note": "bandwidth recomputed as size/time in GB/s (1e9); hccl_test's printed "
-                                            "alg_bandwidth kept as reported_algbw"}))
+                                            "alg_bandwidth kept as reported_algbw"}, str(where)))
     return _result(path, "hccl_test", "hccl_test", run.op, nranks, benches, run, {}, [], label)
 
 

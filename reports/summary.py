@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 
 from collectives.sizes import format_size
-from reports.cells import Run
 from reports.compare import Comparison, band_key, compare, size_ranges
+from reports.results import Run, Series
 
 MARKDOWN_LIMIT = 60_000   # GitHub comments stop at 65,536 characters
 VERDICTS = ("regression", "improvement", "suspected regression", "suspected improvement", "no change", "inconclusive")
@@ -25,19 +25,9 @@ def md(text) -> str:
     return _MD_SPECIAL.sub(r"\\\1", html.escape(one_line, quote=False))
 
 
-def series_label(series: tuple) -> str:
-    if series and series[0] in ("linear", "pipeline"):
-        bench, backend, tp, pp, dp, layer, sp, impl, schedule, m = series
-        what = f"{layer}{'+sp' if sp else ''} {impl}" if bench == "linear" else f"{schedule} m={m}"
-        return f"{bench} {backend} tp={tp} pp={pp} dp={dp} {what}"
-    backend, algo, op, dtype, redop, inplace, nranks = series
-    red = f" {redop}" if redop not in (None, "none") else ""
-    return f"{op} {dtype}{red} {nranks} ranks {backend}/{algo}{' in-place' if inplace else ''}"
-
-
-def effect_text(series: tuple, ratio: float, low: float, high: float) -> str:
+def effect_text(series: Series, ratio: float, low: float, high: float) -> str:
     """Collectives speak busbw (higher is better, busbw ~ 1/time); layers speak time."""
-    if series and series[0] in ("linear", "pipeline"):
+    if series.kind == "layer":
         return f"time {ratio - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}]"
     return f"busbw {1 / ratio - 1:+.1%} [{1 / high - 1:+.1%}, {1 / low - 1:+.1%}]"
 
@@ -46,7 +36,7 @@ def range_text(r: dict) -> str:
     """One size range of size_ranges() as people read it."""
     sizes = format_size(r["first"]) if r["first"] == r["last"] else f"{format_size(r['first'])}-{format_size(r['last'])}"
     sizes = "" if r["first"] == 0 else f" {sizes}"
-    return f"{series_label(r['series'])}{sizes}: {effect_text(r['series'], r['ratio'], r['low'], r['high'])}"
+    return f"{r['series'].label()}{sizes}: {effect_text(r['series'], r['ratio'], r['low'], r['high'])}"
 
 
 def range_lines(cmp: Comparison, verdict: str) -> list[str]:
@@ -61,12 +51,13 @@ SECTIONS = (("REGRESSIONS", "regression"), ("improvements", "improvement"),
 def settle_command(cmp: Comparison) -> str:
     """The sweep that would settle the suspected cells: only their backends, ops and sizes, with
     launches as the sample; run it for both stacks and compare again (or as one interleaved A/B)."""
-    cells = [c for c in cmp.cells if c.verdict.startswith("suspected") and c.series[0] not in ("linear", "pipeline")]
+    cells = [c for c in cmp.cells if c.verdict.startswith("suspected") and c.series.kind == "collective"]
     if not cells:
         return "pytest benches/ --benchmark --repeat 3" if any(c.verdict.startswith("suspected") for c in cmp.cells) else ""
-    pick = lambda i: ",".join(sorted({str(c.series[i]) for c in cells}))  # noqa: E731
+    pick = lambda name: ",".join(sorted({str(getattr(c.series, name)) for c in cells}))  # noqa: E731
     sizes = ",".join(format_size(s) for s in sorted({c.size for c in cells}))
-    return f"pytest benches/ --benchmark --repeat 3 --backend {pick(0)} --ops {pick(2)} --dtypes {pick(3)} --sizes {sizes}"
+    return (f"pytest benches/ --benchmark --repeat 3 --backend {pick('backend')} --ops {pick('op')} "
+            f"--dtypes {pick('dtype')} --sizes {sizes}")
 
 
 def headline(cmp: Comparison) -> str:
@@ -132,9 +123,9 @@ def as_json(cmp: Comparison) -> dict:
     return {"base": cmp.base, "cand": cmp.cand, "regressed": cmp.regressed, "mismatch": cmp.mismatch,
             "regressions": range_lines(cmp, "regression"), "improvements": range_lines(cmp, "improvement"),
             "suspected_regressions": range_lines(cmp, "suspected regression"),
-            "cells": [{"series": list(c.series), "size": c.size, "ratio": c.ratio, "low": c.low, "high": c.high,
+            "cells": [{"series": c.series.to_json(), "size": c.size, "ratio": c.ratio, "low": c.low, "high": c.high,
                        "p": c.p, "q": c.q, "samples": c.samples, "verdict": c.verdict, "note": c.note,
-                       "min_effect": c.min_effect} for c in cmp.cells]}
+                       "min_effect": c.min_effect, "metrics": c.metrics} for c in cmp.cells]}
 
 
 def calibrate(a: Run, b: Run) -> dict:

@@ -32,7 +32,8 @@ def test_mpich_sets_guards_so_nothing_falls_back():
     assert resolve("mpi", "ring", "all_reduce") == {**GUARDS, "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"}
     assert resolve("mpi", "tree", "broadcast") == {**GUARDS, "MPIR_CVAR_BCAST_INTRA_ALGORITHM": "tree"}
     assert resolve("mpi", "tree", "reduce") == {**GUARDS, "MPIR_CVAR_REDUCE_INTRA_ALGORITHM": "binomial"}
-    assert resolve("mpi", "mpi:pairwise", "reduce_scatter") == {**GUARDS, "MPIR_CVAR_REDUCE_SCATTER_BLOCK_INTRA_ALGORITHM": "pairwise"}
+    assert resolve("mpi", "mpi:pairwise", "reduce_scatter") == {
+        **GUARDS, "MPIR_CVAR_REDUCE_SCATTER_BLOCK_INTRA_ALGORITHM": "pairwise"}
     assert "MPICH has no tree" in resolve("mpi", "tree", "all_gather").reason
     assert isinstance(resolve("mpi", "ring", "all_to_all"), Unsupported)
 

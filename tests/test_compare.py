@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from reports import summary
-from reports.cells import load
 from reports.compare import compare, size_ranges
+from reports.result_files import load
+from reports.results import CollectiveRow, bench_entry, result_file
 
 SIZES = [4 << (2 * i) for i in range(11)]          # 4 B .. 4 MiB, like --sizes 4:4M:4
 
@@ -23,12 +24,11 @@ def write_run(path, seed, slowdown=lambda op, size: 1.0, launches=1, rounds=20, 
             for launch in range(launches):
                 shift = rng.normal(0, noise / 3 if drift is None else drift)   # launch-to-launch drift
                 data = list(base * slowdown(op, size) * np.exp(run_shift + shift + rng.normal(0, noise, rounds)))
-                info = {"backend": "mpi", "algo": "default", "op": op, "dtype": "float32", "redop": "sum",
-                        "inplace": False, "nranks": nranks, "bytes": size, "count": size // 4, "launch": launch,
-                        "time_us": float(np.median(data)) * 1e6}
-                benches.append({"name": f"{op}-{size}-L{launch}", "extra_info": info, "stats": {"data": data}})
+                row = CollectiveRow(backend="mpi", algo="default", op=op, redop="sum", nranks=nranks, bytes=size,
+                                    count=size // 4, launch=launch, time_us=float(np.median(data)) * 1e6)
+                benches.append(bench_entry(f"{op}-{size}-L{launch}", row, data))
     meta = {"groups": {"g": {"hosts": {"h": nranks}, "devices": ["cpu"]}}, "provenance": provenance or {}}
-    path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": meta, "datetime": when}))
+    path.write_text(json.dumps(result_file(benches, meta, when)))
     return str(path)
 
 
@@ -41,11 +41,11 @@ def write_ab(path, slow=1.0, launches=6, drift_sd=0.0, seed=7):
         for launch in range(launches):
             for size in SIZES:
                 data = list((5e-6 + size / 2e9) * factor * drift[launch] * np.exp(rng.normal(0, 0.01, 20)))
-                info = {"backend": "mpi", "algo": "default", "op": "all_reduce", "dtype": "float32", "redop": "sum",
-                        "inplace": False, "nranks": 2, "bytes": size, "count": size // 4, "launch": launch, "side": side,
-                        "time_us": float(np.median(data)) * 1e6, "group_env": {"HCCL_BUFFSIZE": "400"} if side == "B" else {}}
-                benches.append({"name": f"{side}{launch}{size}", "extra_info": info, "stats": {"data": data}})
-    path.write_text(json.dumps({"benchmarks": benches, "hccl_bench": {"groups": {}}}))
+                row = CollectiveRow(backend="mpi", algo="default", op="all_reduce", redop="sum", nranks=2, bytes=size,
+                                    count=size // 4, launch=launch, side=side, time_us=float(np.median(data)) * 1e6,
+                                    group_env={"HCCL_BUFFSIZE": "400"} if side == "B" else {})
+                benches.append(bench_entry(f"{side}{launch}{size}", row, data))
+    path.write_text(json.dumps(result_file(benches, {"groups": {}})))
     return str(path)
 
 
@@ -58,7 +58,7 @@ def test_slowdown_is_flagged_exactly_on_its_size_range(tmp_path):
     slow = lambda op, size: 1.25 if op == "all_reduce" and (64 << 10) <= size <= (1 << 20) else 1.0  # noqa: E731
     cmp = compare(load(write_run(tmp_path / "a.json", 1, launches=3)), load(write_run(tmp_path / "c.json", 2, slow, launches=3)))
     ranges = size_ranges(cmp)
-    assert [(r["series"][2], r["first"], r["last"]) for r in ranges] == [("all_reduce", 64 << 10, 1 << 20)]
+    assert [(r["series"].op, r["first"], r["last"]) for r in ranges] == [("all_reduce", 64 << 10, 1 << 20)]
     assert ranges[0]["low"] < 1.25 < ranges[0]["high"] * 1.05
     line = summary.range_lines(cmp, "regression")[0]
     assert line.startswith("all_reduce float32 sum 2 ranks mpi/default 64KiB-1MiB: busbw -") and 1.15 < ranges[0]["ratio"] < 1.35
@@ -68,7 +68,7 @@ def test_an_isolated_blip_stays_inconclusive(tmp_path):
     blip = lambda op, size: 1.3 if op == "broadcast" and size == (16 << 10) else 1.0  # noqa: E731
     cmp = compare(load(write_run(tmp_path / "a.json", 1)), load(write_run(tmp_path / "c.json", 2, blip)))
     assert not cmp.regressed
-    cell = next(c for c in cmp.cells if c.series[2] == "broadcast" and c.size == 16 << 10)
+    cell = next(c for c in cmp.cells if c.series.op == "broadcast" and c.size == 16 << 10)
     assert cell.verdict == "inconclusive" and cell.note.startswith("isolated regression")
 
 

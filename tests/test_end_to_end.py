@@ -132,7 +132,8 @@ BAD_OPTIONS = [
     (["--nproc", "4", "--tp", "3", "--pp", "1"], "no tp x pp x dp equals the world size 4: tp in [3], pp in [1]"),
     (["--nproc", "4", "--tp", "4", "--hidden", "10"], "--hidden 10 is not divisible by tp 4"),
     (["--nproc", "4", "--pp", "4", "--layers", "6"], "pp 4: 6 layers do not split into pp x stages-per-rank"),
-    (["--nproc", "4", "--pp", "4", "--microbatches", "2", "--schedules", "1f1b"], "1f1b needs at least pp = 4 microbatches, got 2"),
+    (["--nproc", "4", "--pp", "4", "--microbatches", "2", "--schedules", "1f1b"],
+     "1f1b needs at least pp = 4 microbatches, got 2"),
     (["--schedules", "pipedream"], "unknown schedule 'pipedream'"),
     (["--ab-source", "/nonexistent/set_env.sh"], "--ab-source '/nonexistent/set_env.sh' is not a file"),
     (["--ab-env", "HCCL_BENCH_PYTHON=/nonexistent/python"], "HCCL_BENCH_PYTHON='/nonexistent/python' is not an executable"),
@@ -277,8 +278,9 @@ def test_history_option_judges_the_run_against_its_results_folder(bench_run, tmp
 def test_the_default_relative_results_folder_works_from_any_directory(bench_run, tmp_path):
     """README command 1 as written: --results is the relative default 'results', resolved against
     the directory pytest runs in, for the driver and for every rank."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "benches" / "test_collectives.py"), "-p", "no:cacheprovider",
-                           "--backend", "gloo,mpi", "--ops", "all_reduce", "--sizes", "8", "--timeout", "60"],
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "benches" / "test_collectives.py"),
+                           "-p", "no:cacheprovider", "--backend", "gloo,mpi", "--ops", "all_reduce", "--sizes", "8",
+                           "--timeout", "60"],
                           cwd=tmp_path, env=bench_run.env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert len(list((tmp_path / "results").glob("*/results.json"))) == 1

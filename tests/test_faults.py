@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import control, files
-from reports.cells import load
+from reports.result_files import load
 from tests.conftest import ROOT, processes_with_tag
 from tests.test_compare import write_run
 

@@ -11,8 +11,8 @@ import matplotlib.image
 import numpy as np
 
 from reports import summary
-from reports.cells import load
 from reports.history import analyse, change_points
+from reports.result_files import load
 from tests.conftest import ROOT
 from tests.test_compare import write_run
 
@@ -57,7 +57,7 @@ def test_slowdown_is_flagged_from_its_night_over_its_size_range(tmp_path):
     hist = analyse(runs_of(folder))
     assert hist.regressed
     bad = hist.judged.by_verdict("regression")
-    assert {(c.series[2], c.size) for c in bad} == {("all_reduce", s) for s in (256 << 10, 1 << 20, 4 << 20)}
+    assert {(c.series.op, c.size) for c in bad} == {("all_reduce", s) for s in (256 << 10, 1 << 20, 4 << 20)}
     assert all(hist.change_at[c.key] == 9 for c in bad)
     text = summary.history_text(hist)
     line = next(x for x in text.splitlines() if "256KiB-4MiB: busbw" in x)
@@ -75,7 +75,7 @@ def test_one_bad_newest_night_is_suspected_not_failed(tmp_path):
     hist = analyse(runs_of(nightly(tmp_path, 10, slow_from=9, factor=1.6, drift=0.03)))
     assert not hist.regressed
     suspects = hist.suspected.by_verdict("suspected regression")
-    assert {c.size for c in suspects} >= {1 << 20, 4 << 20} and {c.series[2] for c in suspects} == {"all_reduce"}
+    assert {c.size for c in suspects} >= {1 << 20, 4 << 20} and {c.series.op for c in suspects} == {"all_reduce"}
     assert "suspected regressions in the newest run alone" in summary.history_text(hist)
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from reports.cells import ResultError
 from reports.importers import import_file
+from reports.results import ResultError
 from tests.conftest import ROOT
 
 DATA = Path(__file__).parent / "data" / "importers"
@@ -23,7 +23,8 @@ def test_nccl_tests_old_header_generation():
     oop, ip = cells(data), cells(data, True)
     assert len(oop) == len(ip) == 30 and min(oop) == 8 and max(oop) == 4294967296
     row = oop[1048576]
-    assert row["nranks"] == 16 and row["time_us"] == 127.9 and row["header"].endswith("busbw_2 error_2")  # 16 from busbw/algbw
+    assert row["nranks"] == 16 and row["time_us"] == 127.9   # 16 from busbw/algbw
+    assert row["imported"]["header"].endswith("busbw_2 error_2")
     assert row["algbw_gbps"] == pytest.approx(8.20, abs=0.01) and row["busbw_gbps"] == pytest.approx(15.38, abs=0.01)
     assert ip[4294967296]["time_us"] == 167543
 
@@ -50,15 +51,15 @@ def test_hccl_test_documented_avg_time_header():
     r = rows[8192]
     assert (r["op"], r["nranks"], r["dtype"], r["time_us"]) == ("all_reduce", 8, "float32", 764.55)
     # the documented sample prints GiB/s: 8192 B / 764.55 us = 0.00998 GiB/s = 0.01071 GB/s
-    assert r["reported_algbw"] == 0.00998 and r["algbw_gbps"] == pytest.approx(8192 / 764.55e-6 / 1e9)
+    assert r["imported"]["reported_algbw"] == 0.00998 and r["algbw_gbps"] == pytest.approx(8192 / 764.55e-6 / 1e9)
 
 
 def test_hccl_test_binary_aveg_time_header_and_per_rank_rows():
     one = cells(import_file(DATA / "hccl_test_aveg_time.txt"))[2097152]
-    assert one["time_column"] == "aveg_time(us)" and one["nranks"] == 16 and one["wrong"] == 0
+    assert one["imported"]["time_column"] == "aveg_time(us)" and one["nranks"] == 16 and one["wrong"] == 0
     both = cells(import_file(DATA / "hccl_test_aveg_time_per_rank_rows.txt", op="all_reduce", nranks=2, dtype="float32"))
     # hccl_test prints its table on the root rank only: a size seen twice is a repeated run, two samples
-    assert both[1073741824]["time_us"] == 5500.0 and both[1073741824]["repeats"] == 2
+    assert both[1073741824]["time_us"] == 5500.0 and both[1073741824]["imported"]["repeats"] == 2
 
 
 def test_missing_facts_ask_for_the_flag():
@@ -108,7 +109,8 @@ def test_several_runs_in_one_log_are_several_results():
         assert meta["groups"]["imported"]["devices"] == ["NVIDIA Graphics Device"] and meta["complete"] and not meta["failed"]
     assert [r["hccl_bench"]["imported_from"]["lines"][0] for r in runs] == [22, 97]
     first = cells(runs[0])[4194304]
-    assert first["time_us"] == 638.57 and first["printed_busbw"] == 12.32 and first["busbw_gbps"] == pytest.approx(12.32, abs=0.01)
+    assert first["time_us"] == 638.57 and first["imported"]["printed_busbw"] == 12.32
+    assert first["busbw_gbps"] == pytest.approx(12.32, abs=0.01)
 
 
 def test_several_ops_and_old_headers_in_one_log():
@@ -125,7 +127,8 @@ def test_several_ops_and_old_headers_in_one_log():
 def test_import_cli_writes_one_file_per_run_and_compare_reads_them(tmp_path):
     out = tmp_path / "campaign.json"
     cli = [sys.executable, "-m", "harness.cli"]
-    proc = subprocess.run([*cli, "import", str(THREE_OPS), str(TWO_CASES), "-o", str(out)], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([*cli, "import", str(THREE_OPS), str(TWO_CASES), "-o", str(out)],
+                          cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == ["campaign.2.json", "campaign.3.json", "campaign.4.json", "campaign.5.json", "campaign.json"]
@@ -203,7 +206,8 @@ def test_a_log_of_other_devices_is_not_compared_without_force(tmp_path):
         assert subprocess.run([*cli, "import", str(source), "-o", str(out)], cwd=ROOT, capture_output=True).returncode == 0
     proc = subprocess.run([*cli, "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")], cwd=ROOT,
                           capture_output=True, text=True)
-    assert proc.returncode == 2 and "devices: baseline ['NVIDIA Graphics Device'] vs candidate ['NVIDIA H100 80GB HBM3']" in proc.stderr
+    assert proc.returncode == 2
+    assert "devices: baseline ['NVIDIA Graphics Device'] vs candidate ['NVIDIA H100 80GB HBM3']" in proc.stderr
 
 
 def test_nccl_tests_json_counts_every_gpu_of_every_process(tmp_path):
@@ -241,7 +245,8 @@ def test_concatenated_hccl_test_outputs_split_into_their_runs(tmp_path):
                     + (DATA / "hccl_test_aveg_time.txt").read_text().replace("all_reduce_test", "reduce_scatter_test"))
     first, second = runs_of(both)
     assert (first["benchmarks"][0]["extra_info"]["op"], first["benchmarks"][0]["extra_info"]["nranks"]) == ("all_reduce", 8)
-    assert (second["benchmarks"][0]["extra_info"]["op"], second["benchmarks"][0]["extra_info"]["nranks"]) == ("reduce_scatter", 16)
+    info = second["benchmarks"][0]["extra_info"]
+    assert (info["op"], info["nranks"]) == ("reduce_scatter", 16)
     assert len(first["benchmarks"]) == 14 and len(second["benchmarks"]) == 1
 
 

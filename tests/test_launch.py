@@ -7,7 +7,8 @@ from harness.worker import launcher_rank
 
 def test_rank_from_each_launcher_family():
     assert launcher_rank({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}) == (3, 8, 1)
-    assert launcher_rank({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_LOCAL_RANK": "5"}) == (5, 16, 5)
+    ompi = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_LOCAL_RANK": "5"}
+    assert launcher_rank(ompi) == (5, 16, 5)
     assert launcher_rank({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0"}) == (2, 4, 0)
     assert launcher_rank({"SLURM_PROCID": "7", "SLURM_NTASKS": "8", "SLURM_LOCALID": "3"}) == (7, 8, 3)
     assert launcher_rank({}) == (0, 1, 0)

@@ -30,7 +30,8 @@ def test_parsers_return_none_on_unrelated_text():
 def test_toolkit_lookup_order(tmp_path):
     assert cann_version_from_toolkit(str(tmp_path)) == {}
     (tmp_path / "aarch64-linux").mkdir()
-    (tmp_path / "aarch64-linux" / "ascend_toolkit_install.info").write_text((DATA / "ascend_toolkit_install.info.8.1.RC1").read_text())
+    source = DATA / "ascend_toolkit_install.info.8.1.RC1"
+    (tmp_path / "aarch64-linux" / "ascend_toolkit_install.info").write_text(source.read_text())
     assert cann_version_from_toolkit(str(tmp_path))["cann"] == "8.1.RC1"
     (tmp_path / "version.cfg").write_text((DATA / "version.cfg.8.0.RC3").read_text())
     found = cann_version_from_toolkit(str(tmp_path))
@@ -38,5 +39,6 @@ def test_toolkit_lookup_order(tmp_path):
 
 
 def test_relevant_env_keeps_only_library_switches():
-    env = {"HCCL_ALGO": "x", "NCCL_ALGO": "Ring", "MPIR_CVAR_X": "1", "OMPI_MCA_y": "2", "GLOO_SOCKET_IFNAME": "lo", "HOME": "/root"}
+    env = {"HCCL_ALGO": "x", "NCCL_ALGO": "Ring", "MPIR_CVAR_X": "1", "OMPI_MCA_y": "2", "GLOO_SOCKET_IFNAME": "lo",
+           "HOME": "/root"}
     assert set(relevant_env(env)) == {"HCCL_ALGO", "NCCL_ALGO", "MPIR_CVAR_X", "OMPI_MCA_y", "GLOO_SOCKET_IFNAME"}

@@ -14,8 +14,8 @@ import matplotlib.image
 import pytest
 
 from harness import baselines
-from reports.cells import load
-from reports.render import render
+from reports.report_page import render
+from reports.result_files import load
 from tests.conftest import ROOT
 from tests.test_compare import write_run
 
@@ -67,7 +67,7 @@ def test_report_of_one_ab_run_puts_side_a_against_side_b(tmp_path):
 
 
 def test_the_verdict_comes_first_with_badges_and_legends_name_what_differs(tmp_path):
-    from reports.render import RATIO_RANGE, names_by_difference
+    from reports.report_page import RATIO_RANGE, names_by_difference
     from tests.test_compare import write_ab
     ab = write_ab(tmp_path / "ab.json", slow=1.3, drift_sd=0.3)
     runs = [load(ab, side="A"), load(ab, side="B")]
@@ -85,7 +85,7 @@ def test_a_wide_interval_is_clipped_not_drawn_to_scale(tmp_path):
     """One launch of two rounds a side: intervals spanning orders of magnitude are clipped to the
     panel's range and marked, and the figure still draws."""
     from reports.compare import compare
-    from reports.render import RATIO_RANGE, _ratio_figure, clipped_band
+    from reports.report_page import RATIO_RANGE, _ratio_figure, clipped_band
     a = load(write_run(tmp_path / "a.json", 1, rounds=2, noise=1.5))
     b = load(write_run(tmp_path / "b.json", 2, rounds=2, noise=1.5))
     cmp = compare(a, b)
@@ -111,6 +111,7 @@ def test_the_page_renders_whole_in_chromium_with_the_verdict_on_top(tmp_path):
 
 
 def test_the_screenshot_helper_says_what_is_missing_in_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "reports.screenshot", str(tmp_path / "none.html"), "-o", str(tmp_path / "x.png")],
+    proc = subprocess.run([sys.executable, "-m", "reports.screenshot", str(tmp_path / "none.html"),
+                           "-o", str(tmp_path / "x.png")],
                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PATH": "/nonexistent"})
     assert proc.returncode == 2 and proc.stderr.startswith("screenshot: no chromium") and "Traceback" not in proc.stderr

@@ -9,6 +9,7 @@ import base64
 import io
 import statistics
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import jinja2
@@ -20,10 +21,11 @@ from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from collectives.ops import bandwidths  # noqa: E402
 from collectives.sizes import format_size  # noqa: E402
-from reports import analysis, summary  # noqa: E402
-from reports.cells import Run  # noqa: E402
+from reports import provenance_diff, summary, sweep_fits  # noqa: E402
 from reports.compare import compare, size_ranges  # noqa: E402
+from reports.results import Cell, CollectiveRow, LayerRow, Metric, Run, Series, metrics  # noqa: E402
 
+TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"), autoescape=True)
 SIZE_TICKS = FuncFormatter(lambda x, _: format_size(int(x)) if x >= 1 else "")
 RATIO_RANGE = (0.25, 4.0)   # the ratio panel's y range: a CI band beyond it is clipped and marked
 VERDICT_ORDER = ("regression", "suspected regression", "improvement", "suspected improvement")
@@ -34,7 +36,7 @@ def names_by_difference(runs: list[Run]) -> list[str]:
     versions or variables that differ (CANN, MPI library, torch, the ranks' environment)."""
     if any(r.meta.get("label") for r in runs) or len(runs) < 2:
         return [r.label for r in runs]
-    diff = analysis.provenance_diff([analysis.run_provenance(r) for r in runs])
+    diff = provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs])
     if not diff:
         return [r.label for r in runs]
     priority = ("cann.", "ranks.", "mpi_library", "packages.", "nccl", "rank_env.", "env.")
@@ -68,15 +70,19 @@ def figure_png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _rows(run: Run, series: tuple) -> tuple[list[int], list[float], list[float]]:
-    cells = sorted((c for c in run.cells.values() if c.series == series), key=lambda c: c.size)
+def _cells(run: Run, series: Series) -> list[Cell]:
+    return sorted((c for c in run.cells.values() if c.series == series), key=lambda c: c.size)
+
+
+def _rows(run: Run, series: Series) -> tuple[list[int], list[float], list[float]]:
+    cells = _cells(run, series)
     # every launch pooled: the median of the per-launch medians (not the first launch's time)
     times = [statistics.median(statistics.median(v) for v in c.launches.values()) * 1e6 for c in cells]
-    busbw = [bandwidths(c.info["op"], c.size, t * 1e-6, c.info["nranks"])[1] for c, t in zip(cells, times)]
+    busbw = [bandwidths(str(series.op), c.size, t * 1e-6, c.row.nranks)[1] for c, t in zip(cells, times)]
     return [c.size for c in cells], times, busbw
 
 
-def _sweep_figure(runs: list[Run], series: tuple, names: list[str]) -> str:
+def _sweep_figure(runs: list[Run], series: Series, names: list[str]) -> str:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
     for run, name in zip(runs, names):
         sizes, times, busbw = _rows(run, series)
@@ -91,7 +97,7 @@ def _sweep_figure(runs: list[Run], series: tuple, names: list[str]) -> str:
         ax.grid(alpha=0.3, which="both")
     handles, labels = ax1.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)) or 1, fontsize=7, frameon=False)
-    fig.suptitle(summary.series_label(series), fontsize=9)
+    fig.suptitle(series.label(), fontsize=9)
     fig.tight_layout(rect=(0, 0.08 + 0.03 * (len(labels) // 3), 1, 1))
     return figure_png(fig)
 
@@ -104,7 +110,7 @@ def clipped_band(cells) -> tuple[list[float], list[float], list[float], list[tup
     return [clip(c.ratio) for c in cells], [clip(c.low) for c in cells], [clip(c.high) for c in cells], marks
 
 
-def _ratio_figure(comparisons, series: tuple) -> str | None:
+def _ratio_figure(comparisons, series: Series) -> str | None:
     """Time ratio per size on a log axis; a CI band beyond RATIO_RANGE is clipped there and the
     clipped points marked, so one wide interval cannot flatten the line that matters."""
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
@@ -137,25 +143,28 @@ def _ratio_figure(comparisons, series: tuple) -> str | None:
     return figure_png(fig)
 
 
+def _layer_label(row: LayerRow) -> str:
+    what = row.schedule if row.bench == "pipeline" else f"{row.layer}{'+sp' if row.sequence_parallel else ''} {row.impl}"
+    return f"{row.bench} tp={row.tp} pp={row.pp} {what}"
+
+
 def _layer_figure(runs: list[Run], names: list[str]) -> str | None:
     """Step time per layer configuration, and the pipelines' measured bubble against theory."""
-    rows = [(name, c.info) for run, name in zip(runs, names) for c in run.cells.values() if c.kind == "layer"]
+    rows = [(name, c.row) for run, name in zip(runs, names) for c in run.cells.values() if isinstance(c.row, LayerRow)]
     if not rows:
         return None
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 0.9 + 0.22 * max(4, len(rows))))
-    labels = [f"{i['bench']} tp={i['tp']} pp={i['pp']} "
-              f"{i.get('schedule') or (i.get('layer', '') + ('+sp' if i.get('sequence_parallel') else ''))} "
-              f"{i.get('impl') or ''} [{name}]" for name, i in rows]
-    ax1.barh(range(len(rows)), [i.get("step_us", i.get("time_us", 0)) for _, i in rows], color="#4c72b0")
+    labels = [f"{_layer_label(r)} [{name}]" for name, r in rows]
+    ax1.barh(range(len(rows)), [r.step_us or r.time_us or 0 for _, r in rows], color="#4c72b0")
     ax1.set_yticks(range(len(rows)), labels, fontsize=6)
     ax1.set_xscale("log")
     ax1.xaxis.set_minor_formatter(NullFormatter())
     ax1.set_xlabel("step time (us), log")
-    pipes = [(lab, i) for lab, (_, i) in zip(labels, rows) if i.get("bench") == "pipeline"]
+    pipes = [(lab, r) for lab, (_, r) in zip(labels, rows) if r.bench == "pipeline"]
     if pipes:
         y = range(len(pipes))
-        ax2.barh([v - 0.2 for v in y], [i.get("bubble_measured") or 0 for _, i in pipes], height=0.4, label="measured")
-        ax2.barh([v + 0.2 for v in y], [i.get("bubble_theory") or 0 for _, i in pipes], height=0.4, label="theory")
+        ax2.barh([v - 0.2 for v in y], [r.bubble_measured or 0 for _, r in pipes], height=0.4, label="measured")
+        ax2.barh([v + 0.2 for v in y], [r.bubble_theory or 0 for _, r in pipes], height=0.4, label="theory")
         ax2.set_yticks(list(y), [lab for lab, _ in pipes], fontsize=6)
         ax2.set_xlabel("pipeline bubble (share of the step)")
         ax2.legend(fontsize=7)
@@ -167,13 +176,12 @@ def _layer_figure(runs: list[Run], names: list[str]) -> str | None:
 
 def _algo_figures(run: Run) -> list[dict]:
     """Ring vs Tree (and the library default) per op in one run, crossover marked."""
-    by_op = defaultdict(dict)
+    by_op: dict[Series, dict[str, Series]] = defaultdict(dict)
     for c in run.cells.values():
         if c.kind == "collective":
-            backend, algo, op, dtype, redop, inplace, nranks = c.series
-            by_op[(backend, op, dtype, redop, inplace, nranks)][algo] = c.series
+            by_op[replace(c.series, algo=None)][str(c.series.algo)] = c.series
     out = []
-    for key, algos in sorted(by_op.items(), key=str):
+    for key, algos in sorted(by_op.items(), key=lambda kv: kv[0].sort_key()):
         if not {"ring", "tree"} <= set(algos):
             continue
         fig, ax = plt.subplots(figsize=(5.5, 3.2))
@@ -183,7 +191,7 @@ def _algo_figures(run: Run) -> list[dict]:
             data[algo] = dict(zip(sizes, times))
             ax.plot(sizes, times, marker="o", ms=3, label=algo)
         common = sorted(set(data["ring"]) & set(data["tree"]))
-        cross = analysis.crossover(common, [data["ring"][s] for s in common], [data["tree"][s] for s in common])
+        cross = sweep_fits.crossover(common, [data["ring"][s] for s in common], [data["tree"][s] for s in common])
         if cross:
             ax.axvline(cross, color="r", ls="--", lw=1)
             ax.annotate(f"crossover {format_size(cross)}", (cross, ax.get_ylim()[1]), fontsize=7, color="r",
@@ -194,50 +202,14 @@ def _algo_figures(run: Run) -> list[dict]:
         ax.set_ylabel("time (us)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-        backend, op, dtype = key[0], key[1], key[2]
+        backend, op, dtype = key.backend, key.op, key.dtype
         fig.suptitle(f"{run.label}: {op} {dtype} {backend} ring vs tree", fontsize=9)
         out.append({"title": f"{run.label}: {op} {dtype} {backend}", "png": figure_png(fig),
                     "crossover": format_size(cross) if cross else "none (one algorithm wins at every size)"})
     return out
 
 
-PAGE = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
-<html><head><meta charset="utf-8"><title>hccl-bench report</title>
-<style>body{font-family:sans-serif;margin:1.5em;max-width:1100px}table{border-collapse:collapse;font-size:12px;margin:.5em 0}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#f3f3f3}td.l,th.l{text-align:left}
-img{max-width:100%}.reg{color:#b00}.imp{color:#070}.badge{display:inline-block;padding:1px 7px;border-radius:8px;color:#fff;font-size:11px}
-.b-regression{background:#c62828}.b-improvement{background:#2e7d32}.b-suspected-regression{background:#ef8f00}
-.b-suspected-improvement{background:#7cb342}.verdict{font-size:18px;margin:.3em 0}.note{color:#555;font-size:12px}
-pre{white-space:pre-wrap;font-size:11px;background:#f7f7f7;padding:.5em}dt{font-weight:bold;font-size:12px}dd{font-size:12px;margin-bottom:.3em}</style></head><body>
-<h1>hccl-bench report</h1>
-{% if verdict %}<p class=verdict>{{ sentence }}</p>
-<p class=note>{{ names[0] }} &rarr; {{ names[-1] }}; {{ samples_note }}</p>
-{% if ranges %}<table><tr><th class=l>what</th><th class=l>sizes</th><th class=l>verdict</th><th>effect [95% CI]</th><th class=l>samples</th></tr>
-{% for r in ranges %}<tr><td class=l>{{ r.what }}</td><td class=l>{{ r.sizes }}</td><td class=l><span class="badge b-{{ r.verdict|replace(' ', '-') }}">{{ r.verdict }}</span></td><td>{{ r.effect }}</td><td class=l>{{ r.samples }}</td></tr>{% endfor %}</table>
-{% else %}<p>No size range was flagged.</p>{% endif %}
-{% if mismatch %}<p class=reg>Setups differ: {{ mismatch|join("; ") }}</p>{% endif %}
-{% else %}<p class=verdict>One run: no comparison.</p>{% endif %}
-<h2>What changed between the runs</h2>
-{% if prov_diff %}<table><tr><th class=l>key</th>{% for n in names %}<th class=l>{{ n }}</th>{% endfor %}</tr>
-{% for key, values in prov_diff %}<tr><td class=l>{{ key }}</td>{% for v in values %}<td class=l>{{ v }}</td>{% endfor %}</tr>{% endfor %}</table>
-{% else %}<p>No differences in recorded versions or environment.</p>{% endif %}
-<h2>Runs</h2><table><tr><th class=l>#</th><th class=l>name</th><th class=l>file</th><th>cells</th></tr>
-{% for r in runs %}<tr><td class=l>{{ loop.index }}</td><td class=l>{{ names[loop.index0] }}</td><td class=l>{{ r.path }}</td><td>{{ r.cells|length }}</td></tr>{% endfor %}</table>
-<details><summary>Terms</summary><dl>
-<dt>busbw</dt><dd>algbw (size / time, GB/s = 1e9 B/s) times nccl-tests' factor for the op: 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, all_to_all, 1 otherwise. Comparable across rank counts.</dd>
-<dt>latency floor, alpha, 1/beta</dt><dd>the smallest measured time; and the fit time = alpha + size x beta over the sweep: alpha is the fixed cost per call, 1/beta the bandwidth it approaches.</dd>
-<dt>half peak at</dt><dd>the smallest size reaching half the peak busbw: below it latency dominates.</dd>
-<dt>verdicts</dt><dd>regression / improvement: the 95% interval excludes no change, the effect exceeds the minimum, a neighbouring size agrees, launches (or interleaved pairs) were the samples. Suspected: the same seen in rounds of one launch a side, never a failure. No change: the interval lies within the minimum effect. Inconclusive: not enough evidence either way.</dd>
-</dl></details>
-{% if verdict %}<details><summary>Verdict as text</summary><pre>{{ verdict }}</pre></details>{% endif %}
-<h2>Sweeps</h2>{% for f in sweeps %}<div><img alt="{{ f.title }}" src="data:image/png;base64,{{ f.png }}">{% if f.ratio %}<img alt="ratio {{ f.title }}" src="data:image/png;base64,{{ f.ratio }}">{% endif %}</div>{% endfor %}
-<h2>Per op and algorithm</h2>
-<table><tr><th class=l>series</th><th class=l>run</th><th>latency floor (us)</th><th>peak busbw (GB/s)</th><th>at</th><th>half peak at</th><th>alpha (us)</th><th>1/beta (GB/s)</th><th>R&sup2;</th></tr>
-{% for s in stats %}<tr><td class=l>{{ s.series }}</td><td class=l>{{ s.run }}</td><td>{{ "%.2f"|format(s.latency_floor_us) }}</td><td>{{ "%.3f"|format(s.peak_busbw_gbps) }}</td><td>{{ s.peak_at }}</td><td>{{ s.half_peak }}</td><td>{{ s.alpha }}</td><td>{{ s.bw }}</td><td>{{ s.r2 }}</td></tr>{% endfor %}</table>
-{% if algos %}<h2>Ring vs Tree</h2>{% for f in algos %}<div><img alt="{{ f.title }}" src="data:image/png;base64,{{ f.png }}"><p>{{ f.title }}: crossover {{ f.crossover }}</p></div>{% endfor %}{% endif %}
-{% if layers %}<h2>Layers</h2>{% if layer_png %}<img alt="layers" src="data:image/png;base64,{{ layer_png }}">{% endif %}<table><tr><th class=l>run</th><th class=l>bench</th><th>tp</th><th>pp</th><th>dp</th><th class=l>what</th><th>step (us)</th><th>efficiency</th><th>comm share</th><th>bubble</th><th>theory</th></tr>
-{% for l in layers %}<tr><td class=l>{{ l.run }}</td><td class=l>{{ l.bench }}</td><td>{{ l.tp }}</td><td>{{ l.pp }}</td><td>{{ l.dp }}</td><td class=l>{{ l.what }}</td><td>{{ "%.1f"|format(l.step_us) }}</td><td>{{ l.efficiency }}</td><td>{{ l.comm }}</td><td>{{ l.bubble }}</td><td>{{ l.theory }}</td></tr>{% endfor %}</table>{% endif %}
-</body></html>""")
+PAGE = TEMPLATES.get_template("report.html.j2")
 
 
 def _verdict_rows(cmp) -> list[dict]:
@@ -246,7 +218,7 @@ def _verdict_rows(cmp) -> list[dict]:
     for verdict in VERDICT_ORDER:
         for r in size_ranges(cmp, verdict):
             sizes = format_size(r["first"]) if r["first"] == r["last"] else f"{format_size(r['first'])}-{format_size(r['last'])}"
-            rows.append({"what": summary.series_label(r["series"]), "sizes": sizes if r["first"] else "-",
+            rows.append({"what": r["series"].label(), "sizes": sizes if r["first"] else "-",
                          "verdict": verdict, "effect": summary.effect_text(r["series"], r["ratio"], r["low"], r["high"]),
                          "samples": f"{r['samples']} ({r['cells']} sizes)"})
     return rows
@@ -261,6 +233,15 @@ def _sentence(cmp) -> str:
                counts['suspected regression'] + counts['suspected improvement'] else "") + f" of {len(cmp.cells)} cells.")
 
 
+def _worst(cells: list[Cell], shown: list[Metric]) -> list[str]:
+    """Each shown metric's worst value over a series' sizes (each size pooled over its launches)."""
+    out = []
+    for m in shown:
+        values = [v for c in cells if (v := c.pooled(m.name)) is not None]
+        out.append(m.text((max if m.better == "lower" else min)(values) if values else None))
+    return out
+
+
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -270,40 +251,43 @@ def render(runs: list[Run], out_dir: Path) -> dict:
     first = runs[0]
     names = names_by_difference(runs)
     comparisons = [(f"{name} / {names[0]}", compare(first, run)) for run, name in zip(runs[1:], names[1:])]
-    series_all = sorted({c.series for r in runs for c in r.cells.values() if c.kind == "collective"}, key=str)
+    series_all = sorted({c.series for r in runs for c in r.cells.values() if c.kind == "collective"},
+                        key=Series.sort_key)
     sweeps, stats = [], []
+    shown = metrics(CollectiveRow, "report")
     for series in series_all:
-        sweeps.append({"title": summary.series_label(series), "png": _sweep_figure(runs, series, names),
+        sweeps.append({"title": series.label(), "png": _sweep_figure(runs, series, names),
                        "ratio": _ratio_figure(comparisons, series) if comparisons else None})
         for run, name in zip(runs, names):
             sizes, times, busbw = _rows(run, series)
             if not sizes:
                 continue
-            st = analysis.sweep_stats(sizes, times, busbw)
-            stats.append({"series": summary.series_label(series), "run": name, **st,
+            st = sweep_fits.sweep_stats(sizes, times, busbw)
+            stats.append({"series": series.label(), "run": name, **st, "metrics": _worst(_cells(run, series), shown),
                           "half_peak": format_size(st["half_peak_size"]) if st["half_peak_size"] else "-",
                           "peak_at": format_size(st["peak_at"]), "alpha": _fmt(st["alpha_us"], ".2f"),
                           "bw": _fmt(st["bandwidth_gbps"], ".3f"), "r2": _fmt(st["r2"], ".3f")})
     layers = []
     for run, name in zip(runs, names):
         for c in run.cells.values():
-            if c.kind != "layer":
+            if not isinstance(c.row, LayerRow):
                 continue
-            i = c.info
-            what = (f"{i.get('layer')}{'+sp' if i.get('sequence_parallel') else ''} {i.get('impl')}"
-                    if i["bench"] == "linear" else f"{i.get('schedule')} m={i.get('microbatches')}")
-            layers.append({"run": name, "bench": i["bench"], "tp": i["tp"], "pp": i["pp"], "dp": i["dp"], "what": what,
-                           "step_us": i.get("step_us", i.get("time_us", 0)), "efficiency": _fmt(i.get("efficiency"), ".2f"),
-                           "comm": _fmt(i.get("comm_share"), ".2f"), "bubble": _fmt(i.get("bubble_measured"), ".3f"),
-                           "theory": _fmt(i.get("bubble_theory"), ".3f")})
+            r = c.row
+            what = (f"{r.layer}{'+sp' if r.sequence_parallel else ''} {r.impl}"
+                    if r.bench == "linear" else f"{r.schedule} m={r.microbatches}")
+            layers.append({"run": name, "bench": r.bench, "tp": r.tp, "pp": r.pp, "dp": r.dp, "what": what,
+                           "step_us": r.step_us or r.time_us or 0, "efficiency": _fmt(r.efficiency, ".2f"),
+                           "comm": _fmt(r.comm_share, ".2f"), "bubble": _fmt(r.bubble_measured, ".3f"),
+                           "theory": _fmt(r.bubble_theory, ".3f")})
     last = comparisons[-1][1] if comparisons else None
     kinds = sorted({c.samples for c in last.cells}) if last else []
     html = PAGE.render(runs=runs, names=names, verdict=summary.text(last) if last else "",
                        sentence=_sentence(last) if last else "", ranges=_verdict_rows(last) if last else [],
                        samples_note="samples: " + ", ".join(kinds) if kinds else "",
                        layer_png=_layer_figure(runs, names), mismatch=last.mismatch if last else [],
-                       prov_diff=analysis.provenance_diff([analysis.run_provenance(r) for r in runs]),
-                       stats=stats, sweeps=sweeps, algos=[f for r in runs for f in _algo_figures(r)], layers=layers)
+                       prov_diff=provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs]),
+                       stats=stats, metric_heads=[f"worst {m.heading}" for m in shown], sweeps=sweeps,
+                       algos=[f for r in runs for f in _algo_figures(r)], layers=layers)
     (out_dir / "report.html").write_text(html)
     md = [f"## hccl-bench report: {summary.md(', '.join(r.label for r in runs))}", ""]
     md += [summary.markdown(last)] if last else ["(one run: no comparison)"]

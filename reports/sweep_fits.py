@@ -1,5 +1,5 @@
 """Numbers a report states about a size sweep: latency floor, peak busbw, n_1/2, alpha-beta fit,
-Ring-vs-Tree crossover, and what changed in provenance between runs."""
+Ring-vs-Tree crossover."""
 from __future__ import annotations
 
 import numpy as np
@@ -37,41 +37,3 @@ def crossover(sizes: list[int], first: list[float], second: list[float]) -> int 
         if sign[i] != 0 and sign[i - 1] != 0 and sign[i] != sign[i - 1]:
             return int(sizes[i])
     return None
-
-
-def flatten(d: dict, prefix: str = "") -> dict[str, str]:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = str(v)
-    return out
-
-
-def provenance_diff(provs: list[dict]) -> list[tuple[str, list[str]]]:
-    """Keys whose value differs between runs (versions, environment, commit...)."""
-    flat = [flatten(p) for p in provs]
-    keys = sorted(set().union(*flat)) if flat else []
-    return [(k, [f.get(k, "-") for f in flat]) for k in keys
-            if len({f.get(k, "-") for f in flat}) > 1 and not k.startswith(("command", "driver_host"))]
-
-
-def run_provenance(run) -> dict:
-    """The session's provenance plus what its ranks ran with (algorithm and --ab-env variables) and
-    the versions its own groups reported (interpreter, torch, MPI library, thread level): that is
-    where the two sides of an --ab-env/--ab-source run differ."""
-    rank_env: dict[str, set] = {}
-    envs = set()
-    for cell in run.cells.values():
-        envs.add(tuple(sorted((cell.info.get("group_env") or {}).items())))
-        for k, v in (cell.info.get("group_env") or {}).items():
-            rank_env.setdefault(k, set()).add(str(v))
-    versions: dict[str, set] = {}
-    for group in (run.meta.get("groups") or {}).values():
-        if isinstance(group, dict) and tuple(sorted((group.get("env") or {}).items())) in envs:
-            for k, v in (group.get("versions") or {}).items():
-                versions.setdefault(k, set()).add(str(v))
-    return {**run.meta.get("provenance", {}), "rank_env": {k: " | ".join(sorted(v)) for k, v in rank_env.items()},
-            "ranks": {k: " | ".join(sorted(v)) for k, v in versions.items()}}

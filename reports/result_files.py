@@ -1,0 +1,168 @@
+"""Result files on disk -> `Run`s of `Cell`s: results.json (or any pytest-benchmark JSON written
+with hccl-bench's rows), or a run rebuilt from the cases.jsonl beside it when results.json is
+missing or unreadable. Memory stays bounded: a file that is not a JSON object is refused from its
+first byte, and one larger than MAX_RESULT_BYTES before it is read."""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from reports.results import SCHEMA, Cell, NoCells, ResultError, Run, Series, row_from_json
+
+MAX_RESULT_BYTES = int(os.environ.get("HCCL_BENCH_MAX_RESULT_MB", "1024")) << 20
+
+
+def read_json_object(path: Path) -> dict:
+    """A file's JSON object, or ResultError in one line: too large, not an object, not JSON,
+    nested too deeply. Never reads more than MAX_RESULT_BYTES."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_RESULT_BYTES:
+            raise ResultError(f"{path} is {size >> 20} MiB, more than a result file may be "
+                              f"({MAX_RESULT_BYTES >> 20} MiB; HCCL_BENCH_MAX_RESULT_MB raises it)")
+        with open(path, "rb") as f:
+            head = f.read(4096).lstrip()
+            if head and not head.startswith(b"{"):
+                raise ResultError(f"{path} is not a JSON object (it starts with {head[:12]!r})")
+            raw = head + f.read()
+    except OSError as exc:
+        raise ResultError(f"cannot read result file {path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ResultError(f"{path} nests too deeply to be a result file") from None
+    except ValueError as exc:
+        raise ResultError(f"{path} is not JSON: {str(exc)[:80]}") from None
+
+
+def _read(path: Path) -> tuple[dict, Path, list[str]]:
+    """(data, the file it came from, notes): results.json, or the run rebuilt from the cases.jsonl
+    beside it when results.json is missing or unreadable (a session killed or out of disk)."""
+    results = path / "results.json" if path.is_dir() else path
+    cases = results.parent / "cases.jsonl"
+    try:
+        return read_json_object(results), results, []
+    except ResultError as exc:
+        if results.name != "results.json" or not cases.is_file():
+            raise
+        data, notes = rebuild(cases)
+        why = "is missing" if not results.exists() else f"is unreadable ({str(exc).removeprefix(str(results)).strip()})"
+        return data, cases, [f"{results} {why}: rebuilt from {cases.name} ({len(data['benchmarks'])} cases)"] + notes
+
+
+def rebuild(cases: Path) -> tuple[dict, list[str]]:
+    """A results.json-shaped run from cases.jsonl: the session line, each group, each finished case
+    (per-op round times from its rank x round matrix), failures; a torn last line is ignored."""
+    from collectives.stats import per_op_seconds
+    meta: dict = {"groups": {}, "failures": [], "overhead": [], "complete": False,
+                  "interrupted": "the session ended without writing results.json (killed, or the disk filled)"}
+    data: dict = {"benchmarks": [], "hccl_bench": meta}
+    notes = []
+    try:
+        if cases.stat().st_size > MAX_RESULT_BYTES:
+            raise ResultError(f"{cases} is larger than {MAX_RESULT_BYTES >> 20} MiB (HCCL_BENCH_MAX_RESULT_MB raises it)")
+        raw = cases.read_bytes()
+    except OSError as exc:
+        raise ResultError(f"cannot read {cases}: {exc.strerror or exc}") from None
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            if number == len(lines):  # no newline after it: the write was cut off
+                notes.append(f"{cases.name}: torn last line (line {number}, {len(line)} bytes) ignored")
+                continue
+            raise ResultError(f"{cases}: line {number} is not JSON") from None
+        if not isinstance(obj, dict):
+            raise ResultError(f"{cases}: line {number} is not a JSON object")
+        try:
+            if "session" in obj:
+                meta.update({k: v for k, v in obj["session"].items() if k != "datetime"})
+                data["datetime"] = obj["session"].get("datetime")
+            elif "group" in obj:
+                meta["groups"].update(obj["group"])
+            elif "failure" in obj:
+                meta["failures"].append({**obj["failure"], "error": str(obj.get("error", "")).split("\n", 1)[0]})
+            elif "overhead" in obj:
+                meta["overhead"].append(obj["overhead"])
+            elif "round_ns_per_rank" in obj:
+                times = per_op_seconds(obj["round_ns_per_rank"], obj["iters_per_round"]).tolist()
+                data["benchmarks"].append({"name": f"case{number}", "extra_info": obj, "stats": {"data": times}})
+        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+            raise ResultError(f"{cases}: line {number} is not a case record ({type(exc).__name__})") from None
+    return data, notes
+
+
+def load(path: str | Path, side: str = "") -> Run:
+    """One run; `side` picks the A or B half of an interleaved --ab-env run."""
+    data, path, notes = _read(Path(path))
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise ResultError(f"{path} is not an hccl-bench/pytest-benchmark result file (no 'benchmarks' list)")
+    if not isinstance(data.get("hccl_bench") or {}, dict):
+        raise ResultError(f"{path}: 'hccl_bench' must be an object")
+    groups = (data.get("hccl_bench") or {}).get("groups", {})
+    if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
+        raise ResultError(f"{path}: hccl_bench.groups must be an object of objects (group -> hosts, devices, versions)")
+    schema = (data.get("hccl_bench") or {}).get("schema", SCHEMA)
+    if schema != SCHEMA:
+        raise ResultError(f"{path}: written in schema {str(schema)[:40]!r}; this hccl-bench reads {SCHEMA!r} "
+                          "(use the hccl-bench that wrote it)")
+    cells: dict[tuple, Cell] = {}
+    for number, bench in enumerate(data["benchmarks"]):
+        where = f"{path}: benchmark {number}"
+        if not isinstance(bench, dict):
+            raise ResultError(f"{where} is a JSON {type(bench).__name__}, not an object")
+        where = f"{where} ({str(bench.get('name', 'unnamed'))[:80]})"
+        info, times = _entry_parts(bench, where)
+        row = row_from_json(info, where)
+        if row is None or row.side != side or not times:
+            continue  # overhead rows and foreign benchmarks are not comparison cells
+        if row.time_us is None:   # files from other writers
+            row.time_us = float(sorted(times)[len(times) // 2]) * 1e6
+        series = Series.of(row)
+        size = getattr(row, "bytes", 0)
+        cell = cells.setdefault((series, size), Cell(series, size, row))
+        cell.launches[row.launch].extend(float(t) for t in times)
+        cell.rows.setdefault(row.launch, row)
+    if not cells:
+        what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
+        raise NoCells(f"{path} holds no {what}")
+    started = data.get("datetime") or datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat()
+    run = Run(str(path), cells, data.get("hccl_bench") or {}, side, str(started), notes)
+    if not run.complete:
+        run.notes.append(f"{path.parent} is an incomplete run ({run.meta.get('interrupted') or 'ended early'}): "
+                         f"{len(cells)} cells")
+    if run.meta.get("failed"):
+        run.notes.append(f"{path} is marked failed: {run.meta['failed']}")
+    return run
+
+
+def _entry_parts(bench: dict, where: str) -> tuple[dict, list]:
+    """(extra_info, per-op times) of one entry: times must be a list of finite seconds > 0."""
+    info, stats = bench.get("extra_info") or {}, bench.get("stats") or {}
+    if not isinstance(info, dict) or not isinstance(stats, dict):
+        raise ResultError(f"{where}: extra_info and stats must be objects")
+    times = stats.get("data") or []
+    bad = [t for t in times if not _time(t)] if isinstance(times, list) else [times]
+    if bad:
+        raise ResultError(f"{where}: stats.data must be a list of finite times > 0 s, found {str(bad[0])[:40]}")
+    return info, times
+
+
+def _time(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+def setup_of(run: Run) -> dict:
+    """What must match between two runs for a comparison to mean anything."""
+    groups = run.meta.get("groups", {}).values()
+    hosts = sorted({len(g.get("hosts", {})) for g in groups})
+    return {"backends": run.backends(),
+            "nranks": sorted({c.row.nranks for c in run.cells.values()}),
+            "hosts": hosts, "devices": sorted({str(d) for g in groups for d in g.get("devices", [])}),
+            "mpi_thread_level": sorted({str(g["versions"]["mpi_thread_level"]) for g in groups
+                                        if isinstance(g.get("versions"), dict) and "mpi_thread_level" in g["versions"]})}

@@ -1,0 +1,346 @@
+"""The result schema, written once: what a case row, a series, a cell and a run hold.
+
+A case row is one measured (or imported) case: `CollectiveRow` or `LayerRow`. It travels as
+pytest-benchmark's `extra_info` and as a line of `cases.jsonl`. Every writer builds a row here and
+calls `to_json`. Every reader gets rows from `from_json`, which checks each field (finite numbers,
+times > 0, whole sizes >= 0, plain identity values) and names the entry and field it refuses.
+A metric is a row field declared with `metric(...)`: the table, the compare JSON and the report
+find it there, so adding one is a field here plus the code that measures it.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
+LAYER_BENCHES = ("linear", "pipeline")
+
+
+class ResultError(ValueError):
+    """A result file or log that cannot be used; the message says which, where and why."""
+
+
+class NoCells(ResultError):
+    """A readable result file with nothing to compare (a night that failed whole, the other side's run)."""
+
+
+# ---- fields: each carries the check that load applies to it ----
+
+CHECKS = {
+    "text": "a string",
+    "flag": "true or false",
+    "whole": "a whole number >= 0",
+    "count": "a whole number >= 1",
+    "amount": "a finite number >= 0",
+    "real": "a finite number",
+    "ratio": "a finite number or null",
+    "list": "a list",
+    "object": "an object",
+}
+
+
+def _field(check: str, default: Any = None, **meta):
+    """A row field with its load check ("whole", "amount", ...); required when it has no default."""
+    if default is MISSING:
+        return field(metadata={"check": check, **meta})
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(), metadata={"check": check, **meta})
+    return field(default=default, metadata={"check": check, **meta})
+
+
+def metric(heading: str, fmt: str, better: str, where: tuple[str, ...], check: str = "amount"):
+    """A measured quantity shown by name: `where` is any of "table", "compare", "report"."""
+    return _field(check, None, metric=Metric("", heading, fmt, better, where))
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str          # the row field
+    heading: str       # column heading in the table and the report
+    fmt: str           # format spec of one value
+    better: str        # "lower" or "higher": the worst value of a series is the one a reader needs
+    where: tuple[str, ...]
+
+    def text(self, value) -> str:
+        return "-" if value is None else format(value, self.fmt)
+
+
+def metrics(row_type: type, where: str) -> list[Metric]:
+    """The metrics of a row type shown in one place ("table", "compare", "report"), in field order."""
+    found = []
+    for f in fields(row_type):
+        m = f.metadata.get("metric")
+        if m is not None and where in m.where:
+            found.append(Metric(f.name, m.heading, m.fmt, m.better, m.where))
+    return found
+
+
+def _valid(check: str, value) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    return {
+        "text": isinstance(value, str),
+        "flag": isinstance(value, bool),
+        "whole": whole and value >= 0,
+        "count": whole and value >= 1,
+        "amount": number and math.isfinite(value) and value >= 0,
+        "real": number and math.isfinite(value),
+        "ratio": value is None or (number and math.isfinite(value)),
+        "list": isinstance(value, list),
+        "object": isinstance(value, dict),
+    }[check]
+
+
+class _Row:
+    """to_json / from_json for the row dataclasses below."""
+    KEY: ClassVar[tuple[str, ...]] = ()
+
+    def to_json(self) -> dict:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, data: dict, where: str):
+        """The row in `data`, every present field checked; unknown keys (newer writers, other
+        tools) are left out. ResultError names the entry and the field."""
+        values = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name not in data:
+                if f.default is MISSING and f.default_factory is MISSING:
+                    raise ResultError(f"{where}: extra_info.{f.name} is missing")
+                continue
+            if data[f.name] is None and f.default is None:   # optional: not measured, not checked (N/A)
+                continue
+            value, check = data[f.name], f.metadata["check"]
+            if not _valid(check, value):
+                raise ResultError(f"{where}: extra_info.{f.name} must be {CHECKS[check]}, found {str(value)[:40]}")
+            values[f.name] = value
+        return cls(**values)
+
+
+@dataclass(kw_only=True)
+class CollectiveRow(_Row):
+    """One collective case: what ran, how long it took, whether the result was right."""
+    KEY: ClassVar[tuple[str, ...]] = ("backend", "algo", "op", "dtype", "redop", "inplace", "nranks")
+    backend: str = _field("text", MISSING)
+    algo: str = _field("text", MISSING)
+    op: str = _field("text", MISSING)
+    dtype: str = _field("text", "float32")
+    redop: str = _field("text", "none")
+    inplace: bool = _field("flag", False)
+    nranks: int = _field("count", 1)
+    bytes: int = _field("whole", MISSING)
+    count: int = _field("whole", 0)
+    size: int | None = _field("whole")                 # the size asked for (bytes) before whole elements
+    launch: int = _field("whole", 0)                    # fresh worker group number (--repeat)
+    side: str = _field("text", "")                      # "A"/"B" of an interleaved A/B run
+    rounds_interleaved: bool = _field("flag", False)
+    time_us: float | None = metric("time(us)", ".2f", "lower", ("compare",))
+    algbw_gbps: float | None = metric("algbw(GB/s)", ".3f", "higher", ())
+    busbw_gbps: float | None = metric("busbw(GB/s)", ".3f", "higher", ())
+    min_us: float | None = _field("amount")
+    max_us: float | None = _field("amount")
+    mean_us: float | None = _field("amount")
+    iqr_us: float | None = _field("amount")
+    cv: float | None = _field("amount")
+    p95_us: float | None = _field("amount")
+    p99_us: float | None = _field("amount")
+    rank_spread: float | None = metric("rank spread", ".3f", "lower", ("table", "compare", "report"))
+    rounds: int | None = _field("whole")
+    wrong: int | float | None = _field("amount")         # None: the tool did not check (N/A)
+    wrong_per_rank: list = _field("list", [])
+    iters_per_round: int | None = _field("count")
+    round_ns_per_rank: list = _field("list", [])       # rank x round matrix of round times (ns)
+    algo_env: dict = _field("object", {})
+    group_env: dict = _field("object", {})
+    hosts: dict = _field("object", {})                  # host -> ranks on it
+    imported: dict = _field("object", {})               # an imported log's own columns (printed bandwidths, line)
+
+
+@dataclass(kw_only=True)
+class LayerRow(_Row):
+    """One layer case: a TP block (bench "linear") or a pipeline step (bench "pipeline")."""
+    KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "tp", "pp", "dp", "layer", "sequence_parallel", "impl",
+                                      "schedule", "microbatches")
+    bench: str = _field("text", MISSING)
+    backend: str = _field("text", MISSING)
+    tp: int = _field("count", 1)
+    pp: int = _field("count", 1)
+    dp: int = _field("count", 1)
+    nranks: int = _field("count", 1)
+    launch: int = _field("whole", 0)
+    side: str = _field("text", "")
+    rounds_interleaved: bool = _field("flag", False)
+    hidden: int | None = _field("count")
+    seq: int | None = _field("count")
+    batch: int | None = _field("count")
+    time_us: float | None = metric("time(us)", ".1f", "lower", ("compare",))
+    step_us: float | None = metric("step(us)", ".1f", "lower", ())
+    min_us: float | None = _field("amount")
+    max_us: float | None = _field("amount")
+    mean_us: float | None = _field("amount")
+    iqr_us: float | None = _field("amount")
+    cv: float | None = _field("amount")
+    p95_us: float | None = _field("amount")
+    p99_us: float | None = _field("amount")
+    rank_spread: float | None = metric("rank spread", ".3f", "lower", ("compare",))
+    rounds: int | None = _field("whole")
+    wrong: int | float | None = _field("amount")
+    iters_per_round: int | None = _field("count")
+    round_ns_per_rank: list = _field("list", [])
+    hosts: dict = _field("object", {})
+    tokens_per_s: float | None = _field("amount")
+    peak_memory_bytes_per_rank: list = _field("list", [])
+    model_states_estimate_bytes: int | None = _field("whole")
+    placement_warnings: list = _field("list", [])
+    # TP blocks
+    layer: str | None = _field("text")
+    sequence_parallel: bool | None = _field("flag")
+    impl: str | None = _field("text")
+    fwd_us: float | None = _field("amount")
+    bwd_us: float | None = _field("real")               # fwd+bwd minus fwd: noise can make it negative
+    achieved_flops: float | None = _field("amount")
+    matmul_flops: float | None = _field("amount")
+    efficiency: float | None = _field("amount")
+    comm_share: float | None = _field("ratio")
+    # pipeline steps
+    schedule: str | None = _field("text")
+    microbatches: int | None = _field("count")
+    layers: int | None = _field("count")
+    stage_compute_us_per_microbatch: list = _field("list", [])
+    bubble_measured: float | None = _field("real")     # 1 - m x compute / step: noise can push it below 0
+    bubble_per_rank: list = _field("list", [])
+    bubble_theory: float | None = _field("ratio")
+    stages_per_rank: list = _field("list", [])
+
+
+Row = CollectiveRow | LayerRow
+
+
+def row_from_json(info: dict, where: str) -> Row | None:
+    """The row an extra_info holds, or None for entries that are not cells (overhead rows,
+    foreign benchmarks)."""
+    if info.get("bench") in LAYER_BENCHES:
+        return LayerRow.from_json(info, where)
+    if "op" in info and "bytes" in info and "algo" in info:
+        return CollectiveRow.from_json(info, where)
+    return None
+
+
+@dataclass(frozen=True)
+class Series:
+    """Everything that names a curve but the size: cells of one series are neighbours."""
+    bench: str                      # "collective", "linear" or "pipeline"
+    backend: str
+    algo: str | None = None
+    op: str | None = None
+    dtype: str | None = None
+    redop: str | None = None
+    inplace: bool | None = None
+    nranks: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    layer: str | None = None
+    sequence_parallel: bool | None = None
+    impl: str | None = None
+    schedule: str | None = None
+    microbatches: int | None = None
+
+    @classmethod
+    def of(cls, row: Row) -> Series:
+        bench = row.bench if isinstance(row, LayerRow) else "collective"
+        return cls(**{"bench": bench, **{k: getattr(row, k) for k in row.KEY}})
+
+    @property
+    def kind(self) -> str:
+        return "layer" if self.bench in LAYER_BENCHES else "collective"
+
+    def sort_key(self) -> tuple[str, ...]:
+        return tuple(str(getattr(self, f.name)) for f in fields(self))
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def label(self) -> str:
+        if self.kind == "layer":
+            what = (f"{self.layer}{'+sp' if self.sequence_parallel else ''} {self.impl}" if self.bench == "linear"
+                    else f"{self.schedule} m={self.microbatches}")
+            return f"{self.bench} {self.backend} tp={self.tp} pp={self.pp} dp={self.dp} {what}"
+        red = f" {self.redop}" if self.redop not in (None, "none") else ""
+        return (f"{self.op} {self.dtype}{red} {self.nranks} ranks {self.backend}/{self.algo}"
+                f"{' in-place' if self.inplace else ''}")
+
+
+def key_order(key: tuple) -> tuple:
+    """Sort order of cell keys (series, size): by series fields, then by size as a number."""
+    series, size = key
+    return (series.sort_key(), size)
+
+
+@dataclass
+class Cell:
+    series: Series
+    size: int                   # bytes for collectives, 0 for layers
+    row: Row                    # the first launch's row: identity, hosts, environment
+    launches: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))  # launch -> per-op seconds
+    rows: dict[int, Row] = field(default_factory=dict)   # launch -> its row (metrics per launch)
+
+    @property
+    def key(self) -> tuple:
+        return (self.series, self.size)
+
+    @property
+    def kind(self) -> str:
+        return self.series.kind
+
+    def pooled(self, name: str) -> float | None:
+        """A metric over every launch: the median of the per-launch values (None if none has it)."""
+        values = sorted(v for r in self.rows.values() if (v := getattr(r, name, None)) is not None)
+        return None if not values else float(values[len(values) // 2] if len(values) % 2
+                                              else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2)
+
+
+@dataclass
+class Run:
+    path: str
+    cells: dict[tuple, Cell]
+    meta: dict
+    side: str = ""              # "A"/"B" of an interleaved --ab-env run: launches pair up across sides
+    started: str = ""           # ISO time (pytest-benchmark's `datetime`, else the file's): orders a history
+    notes: list[str] = field(default_factory=list)   # what a reader must be told: rebuilt, incomplete, torn line
+
+    @property
+    def complete(self) -> bool:
+        """False for a session that ended early (signal, -x, full disk) or was rebuilt from cases.jsonl."""
+        return self.meta.get("complete", True) is not False
+
+    @property
+    def label(self) -> str:
+        prov = self.meta.get("provenance", {})
+        name = self.meta.get("label") or prov.get("cann", {}).get("cann") or Path(self.path).parent.name or self.path
+        return f"{name} side {self.side}" if self.side else name
+
+    def backends(self) -> list[str]:
+        return sorted({c.series.backend for c in self.cells.values()})
+
+
+# ---- writing: the one shape every writer produces ----
+
+def bench_entry(name: str, row: Row, per_op_seconds: list[float], group: str = "") -> dict:
+    """A pytest-benchmark-shaped entry for a row measured or imported outside a pytest session."""
+    data = [float(t) for t in per_op_seconds]
+    ordered = sorted(data)
+    return {"name": name, "fullname": name, "group": group, "extra_info": row.to_json(),
+            "stats": {"data": data, "median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1],
+                      "mean": sum(data) / len(data), "rounds": len(data)}}
+
+
+def result_file(entries: list[dict], meta: dict, started: str | None = None) -> dict:
+    """A whole result file's content, with the schema written in."""
+    out: dict = {"benchmarks": entries, "hccl_bench": {"schema": SCHEMA, **meta}}
+    if started:
+        out["datetime"] = started
+    return out
