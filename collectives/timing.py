@@ -15,10 +15,14 @@ MAX_ITERS = 1_000_000
 
 @dataclass
 class Plan:
+    """How a case is measured. Defaults are --benchmark's; SMOKE is the quick check's."""
     warmup: int = 5
     rounds: int = 20
     iters: int = 0              # 0: choose K from the warm-up
     round_time_s: float = 0.02
+
+
+SMOKE = Plan(warmup=1, rounds=3, round_time_s=0.002)
 
 
 def choose_iters(per_iter_s: float, plan: Plan) -> int:

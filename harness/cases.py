@@ -87,10 +87,10 @@ def launches(opts: Options, build_one) -> list:
         for template in build_one(opts):
             groups = {}
             for side in sides:
-                env = dict(template.group.env) if template.group else {}
-                if side == "B":
-                    env.update(opts.ab_env)
-                groups[side] = template.group and replace(template.group, launch=launch, env=tuple(sorted(env.items())))
+                extra = {k: v for k, v in opts.ab_env.items() if k != "HCCL_BENCH_PYTHON"} if side == "B" else {}
+                python = opts.ab_env.get("HCCL_BENCH_PYTHON", "") if side == "B" else ""
+                groups[side] = template.group and replace(template.group, launch=launch, side=side, python=python,
+                                                          side_env=tuple(sorted(extra.items())))
             for side in order:
                 case = replace(template, launch=launch, side=side, group=groups[side])
                 if side and case.group is not None:

@@ -15,6 +15,8 @@ from pathlib import Path
 from harness import baselines, files, provenance
 from layers import memory
 from reports import summary, table
+from reports.compare import DEFAULT_MIN_EFFECT
+from reports.history import DEFAULT_WINDOW
 from reports.result_files import load
 from reports.results import ResultError
 
@@ -168,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("cand", nargs="?", help="the candidate run (omit with --ab)")
     cmp.add_argument("--ab", action="store_true", help="BASE is one run made with --ab-env: compare its side A with side B")
     cmp.add_argument("--calibration", help="A/A calibration JSON (hccl-bench calibrate) raising the minimum effect per size band")
-    cmp.add_argument("--min-effect", type=float, default=0.05, help="smallest change worth a verdict (default 0.05 = 5%%)")
+    cmp.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
+                     help=f"smallest change worth a verdict (default {DEFAULT_MIN_EFFECT:g})")
     cmp.add_argument("--force", action="store_true", help="compare even if rank counts, hosts or backends differ")
     cmp.add_argument("--json", help="write the verdicts as JSON")
     cmp.add_argument("--markdown", help="write a Markdown summary (for CI comments)")
@@ -180,9 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     cal.add_argument("-o", "--output", help="write the calibration JSON here")
     his = sub.add_parser("history", help="nightly guard: change points in each cell's history of runs")
     his.add_argument("runs", nargs="+", help="result files, run directories, or a --results directory of nightly runs")
-    his.add_argument("--window", type=int, default=7, help="fail only on changes that began within the last N runs (default 7)")
+    his.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                     help=f"fail only on changes that began within the last N runs (default {DEFAULT_WINDOW})")
     his.add_argument("--calibration", help="A/A calibration JSON of separate runs, raising the minimum effect per size band")
-    his.add_argument("--min-effect", type=float, default=0.05, help="smallest change worth a verdict (default 0.05 = 5%%)")
+    his.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
+                     help=f"smallest change worth a verdict (default {DEFAULT_MIN_EFFECT:g})")
     his.add_argument("--force", action="store_true", help="use runs whose rank counts or hosts differ")
     his.add_argument("--json", help="write the verdicts as JSON")
     his.add_argument("--markdown", help="write a Markdown summary (for CI comments)")

@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness import launchers
@@ -50,9 +50,21 @@ class RankDied(CaseFailure):
 class GroupKey:
     backend: str
     nproc: int
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()        # the algorithm's variables: the same on both A/B sides
     launcher: str = ""
     launch: int = 0              # --repeat: each launch gets fresh groups (the statistical sample)
+    side: str = ""               # --ab-env/--ab-source: "A" or "B"
+    side_env: tuple[tuple[str, str], ...] = ()   # side B's --ab-env variables (empty for A)
+    python: str = ""             # side B's interpreter (HCCL_BENCH_PYTHON in --ab-env); "" = this one
+
+    @property
+    def rank_env(self) -> dict[str, str]:
+        """Every variable the harness sets for this group's ranks on top of the driver's."""
+        return {**dict(self.env), **dict(self.side_env)}
+
+    def slot(self) -> GroupKey:
+        """The key with its A/B side taken out: both sides of a case share one slot in the run order."""
+        return replace(self, side="", side_env=(), python="")
 
 
 try:  # resolved here, not in the forked child: dlopen after fork can deadlock on a lock another
@@ -105,7 +117,7 @@ class WorkerGroup:
         token = secrets.token_hex(16)
         master_port = _free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        python = dict(self.key.env).get("HCCL_BENCH_PYTHON", "")
+        python = self.key.python
         try:
             if self.key.launcher:
                 plan = launchers.from_template(self.key.launcher, self.key.nproc, python)
@@ -114,7 +126,7 @@ class WorkerGroup:
                 # what the libraries allow on one machine: UCX's TCP transport and gloo's sockets on loopback
                 # (hydra's control port has no bind option); a user's setting wins
                 self.local_env = {k: v for k, v in (("UCX_NET_DEVICES", "lo"), ("GLOO_SOCKET_IFNAME", "lo"))
-                                  if k not in os.environ and k not in dict(self.key.env)}
+                                  if k not in os.environ and k not in self.key.rank_env}
         except launchers.LauncherError as exc:
             raise CaseFailure(str(exc)) from None
         listener = socket.socket()
@@ -130,7 +142,7 @@ class WorkerGroup:
     def _rank_env(self, token: str, port: int, master_port: int) -> dict[str, str]:
         base = dict(os.environ)
         base.update(self.local_env)
-        base.update(dict(self.key.env))
+        base.update(self.key.rank_env)
         base.setdefault("MASTER_ADDR", "127.0.0.1")
         base.setdefault("MASTER_PORT", str(master_port))
         base.update({"HCCL_BENCH_BACKEND": self.key.backend, "HCCL_BENCH_TOKEN": token,

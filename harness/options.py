@@ -16,6 +16,7 @@ from collectives.backends import TORCH_BACKEND_DTYPES
 from collectives.device import DeviceUnavailable, device_count, local_device_kind, probe_backend
 from collectives.ops import OPS, REDOPS
 from collectives.sizes import SizeError, parse_sizes
+from collectives.timing import SMOKE, Plan
 from harness import files
 from harness.launchers import validate_template
 
@@ -42,9 +43,9 @@ class Options:
     algos: list[str] = field(default_factory=lambda: ["default"])
     inplace: tuple[str, ...] = ("auto",)
     iters: int = 0
-    warmup: int = 5
-    rounds: int = 20
-    round_time_s: float = 0.02
+    warmup: int = Plan.warmup
+    rounds: int = Plan.rounds
+    round_time_s: float = Plan.round_time_s
     timeout_s: float = 300.0
     repeat: int = 1
     baseline: str = ""
@@ -84,10 +85,11 @@ def add_options(parser) -> None:
                 help="default, ring, tree, or BACKEND:NATIVE (mpi:recursive_doubling, hccl:NHR, nccl:CollnetDirect)")
     g.addoption("--inplace", default="auto", help="auto (out-of-place where the library has it), 0/out, 1/in, both")
     g.addoption("--iters", default="0", help="iterations per round (0: chosen so a round lasts --round-time)")
-    g.addoption("--warmup", default=None, help="warm-up iterations (default 5; smoke 1)")
-    g.addoption("--rounds", default=None, help="timed rounds per case (default 20; smoke 3)")
+    g.addoption("--warmup", default=None, help=f"warm-up iterations (default {Plan.warmup}; smoke {SMOKE.warmup})")
+    g.addoption("--rounds", default=None, help=f"timed rounds per case (default {Plan.rounds}; smoke {SMOKE.rounds})")
     g.addoption("--round-time", default=None,
-                help="target seconds per round when choosing iterations (default 0.02; smoke 0.002)")
+                help=f"target seconds per round when choosing iterations (default {Plan.round_time_s:g}; "
+                     f"smoke {SMOKE.round_time_s:g})")
     g.addoption("--timeout", default="300", help="seconds before a case counts as hung")
     g.addoption("--results", default="results", help="folder for results/<timestamp>/")
     g.addoption("--repeat", default="1", help="run the whole selection N times, each launch in fresh worker groups")
@@ -196,10 +198,11 @@ def parse(getoption) -> Options:
         raise OptionError(f"--inplace {inplace!r}: allowed auto, 0, 1, out, in, both")
     o.inplace = INPLACE_MODES[inplace]
     o.iters = _int(getoption("iters"), "iters", 0)
-    o.warmup = _int(getoption("warmup") if getoption("warmup") is not None else (5 if o.benchmark else 1), "warmup", 0)
-    o.rounds = _int(getoption("rounds") if getoption("rounds") is not None else (20 if o.benchmark else 3), "rounds", 1)
+    plan = Plan() if o.benchmark else SMOKE
+    o.warmup = _int(getoption("warmup") if getoption("warmup") is not None else plan.warmup, "warmup", 0)
+    o.rounds = _int(getoption("rounds") if getoption("rounds") is not None else plan.rounds, "rounds", 1)
     round_time = getoption("round_time")
-    o.round_time_s = _float(round_time if round_time is not None else (0.02 if o.benchmark else 0.002), "round-time")
+    o.round_time_s = _float(round_time if round_time is not None else plan.round_time_s, "round-time")
     o.timeout_s = _float(getoption("timeout"), "timeout")
     o.results = str(getoption("results"))
     if not o.results.strip():

@@ -5,7 +5,7 @@ import json
 import signal
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -150,14 +150,13 @@ def pytest_collection_modifyitems(session, config, items):
     if any("bench_session" in getattr(item, "fixturenames", ()) for item in items):
         if err := files.check_writable(bench.opts.results):  # before any rank starts, like every option
             pytest.exit(f"hccl-bench: {err}", returncode=pytest.ExitCode.USAGE_ERROR)
-    ab_vars = set(bench.opts.ab_env)
     where = {item.nodeid: w for item in items if (w := _where(item)) is not None}
     if where:
         _RUNNING["progress"] = Progress(where, reporter=config.pluginmanager.get_plugin("terminalreporter"))
 
     def slot(item):
         key = _group_of(item)
-        return key and replace(key, env=tuple(kv for kv in key.env if kv[0] not in ab_vars))
+        return key and key.slot()
 
     order: dict = {}
     for item in items:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from reports import summary
 from reports.compare import DEFAULT_MIN_EFFECT, Comparison, compare
+from reports.history import DEFAULT_WINDOW
 from reports.results import Run
 
 
@@ -34,7 +35,7 @@ def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect
 
 
 def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
-                  window: int = 7, force: bool = False, ab: Comparison | None = None) -> Judgement:
+                  window: int = DEFAULT_WINDOW, force: bool = False, ab: Comparison | None = None) -> Judgement:
     """`runs`: enough for a history (callers say `history.too_few` themselves). `ab`: a same-day
     interleaved A/B (base: the previous stack) that settles the newest run's suspicions."""
     from reports.history import analyse, confirm_with_ab

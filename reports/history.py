@@ -30,6 +30,7 @@ from reports.results import NoCells, ResultError, Run, Series, key_order
 
 MIN_SEGMENT = 2          # runs on each side of a change: one night alone is a suspicion, not a level
 MIN_RUNS = 2 * MIN_SEGMENT
+DEFAULT_WINDOW = 7       # a change fails the job only if it began within the last N runs
 
 
 @dataclass
@@ -42,7 +43,7 @@ class History:
     suspected: Comparison
     change_at: dict[tuple, int] = field(default_factory=dict)     # cell key -> run index where its newest change begins
     too_short: int = 0                                       # cells with fewer than MIN_RUNS runs: not judged
-    window: int = 7
+    window: int = DEFAULT_WINDOW
 
     @property
     def regressed(self) -> bool:
@@ -156,7 +157,7 @@ def _level_shift(before: np.ndarray, after: np.ndarray) -> tuple[float, float, f
 
 
 def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
-            window: int = 7, alpha: float = ALPHA) -> History:
+            window: int = DEFAULT_WINDOW, alpha: float = ALPHA) -> History:
     """`runs` in any order; they are put in time order. Setup mismatches are in judged.mismatch."""
     runs = sorted(runs, key=lambda r: r.started)
     newest = runs[-1]

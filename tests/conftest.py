@@ -58,3 +58,17 @@ class BenchRun:
 @pytest.fixture
 def bench_run(tmp_path):
     return BenchRun(tmp_path)
+
+
+def run_cli(*args) -> subprocess.CompletedProcess:
+    """`hccl-bench ARGS` in this process (harness.cli.main), its output captured: the same code as
+    the console script without an interpreter start per call. The entry point itself is tested in
+    tests/test_cli.py."""
+    import contextlib
+    import io
+
+    from harness.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return subprocess.CompletedProcess(["hccl-bench", *map(str, args)], code, out.getvalue(), err.getvalue())

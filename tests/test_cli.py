@@ -2,7 +2,7 @@
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 
 
 def cli(*args):
@@ -26,14 +26,14 @@ def test_bad_input_is_one_line_and_a_distinct_exit_code(tmp_path):
 def test_paired_calibration_from_one_a_a_run_feeds_a_paired_compare(tmp_path):
     from tests.test_compare import write_ab
     aa = write_ab(tmp_path / "aa.json", slow=1.0, drift_sd=0.3, seed=1)
-    proc = cli("calibrate", aa, "--ab", "-o", str(tmp_path / "cal.json"))
+    proc = run_cli("calibrate", aa, "--ab", "-o", str(tmp_path / "cal.json"))
     assert proc.returncode == 0 and "(paired launches)" in proc.stdout.splitlines()[0], proc.stdout + proc.stderr
     ab = write_ab(tmp_path / "ab.json", slow=1.3, drift_sd=0.3, seed=2)
-    proc = cli("compare", ab, "--ab", "--calibration", str(tmp_path / "cal.json"))
+    proc = run_cli("compare", ab, "--ab", "--calibration", str(tmp_path / "cal.json"))
     assert proc.returncode == 1 and "applied to 11 of 11 cells" in proc.stdout, proc.stdout + proc.stderr
-    proc = cli("calibrate", aa)
+    proc = run_cli("calibrate", aa)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--ab" in proc.stderr
     # --ab reads both sides from one file: a second file would be silently ignored, so it is refused
     for command in (("compare", ab, aa, "--ab"), ("calibrate", aa, ab, "--ab"), ("compare", ab)):
-        proc = cli(*command)
+        proc = run_cli(*command)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--ab" in proc.stderr, command

@@ -13,7 +13,7 @@ import numpy as np
 from reports import summary
 from reports.history import analyse, change_points
 from reports.result_files import load
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 from tests.test_compare import write_run
 
 SLOW_RANGE = lambda op, size: op == "all_reduce" and (256 << 10) <= size <= (4 << 20)  # noqa: E731
@@ -93,8 +93,7 @@ def test_an_old_change_stands_and_a_revert_is_not_a_regression(tmp_path):
 
 def test_history_cli_bad_and_short_input(tmp_path):
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "harness.cli", "history", *args], cwd=ROOT, capture_output=True,
-                              text=True, timeout=60)
+        return run_cli("history", *args)
     folder = nightly(tmp_path, 3)
     proc = cli(str(folder))
     assert proc.returncode == 0 and "nothing to judge yet" in proc.stdout
@@ -110,8 +109,7 @@ def test_history_cli_bad_and_short_input(tmp_path):
 
 def test_history_page_draws_each_flagged_range_and_escapes_text(tmp_path):
     folder = nightly(tmp_path, 12, slow_from=9, cann=lambda night: "<b>8.1</b>" if night >= 9 else "8.0.RC3")
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "history", str(folder), "--report", str(tmp_path / "page")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = run_cli("history", folder, "--report", tmp_path / "page")
     assert proc.returncode == 1 and "(1 figures)" in proc.stdout, proc.stdout + proc.stderr
     html = (tmp_path / "page" / "history.html").read_text()
     assert "<b>8.1</b>" not in html and "&lt;b&gt;8.1&lt;/b&gt;" in html

@@ -8,7 +8,7 @@ import pytest
 
 from reports.importers import import_file
 from reports.results import ResultError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 
 DATA = Path(__file__).parent / "data" / "importers"
 
@@ -232,8 +232,7 @@ def test_hccl_test_failed_rows_and_counts(tmp_path):
 def test_no_input_makes_import_print_a_traceback(tmp_path, content):
     path = tmp_path / "junk.log"
     path.write_text(content, errors="surrogateescape") if isinstance(content, str) else None
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "import", str(path), "--op", "all_reduce", "--nranks", "2",
-                           "--dtype", "float32"], cwd=ROOT, capture_output=True, text=True)
+    proc = run_cli("import", path, "--op", "all_reduce", "--nranks", "2", "--dtype", "float32")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 

@@ -1,0 +1,72 @@
+"""What the ranks returned for a case -> the case's row: the derived metrics (times, bandwidths,
+efficiency, bubble, memory) computed in one place, from the rank x round matrices."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from collectives import stats
+from harness.cases import Case, LayerCase
+from harness.options import Options
+from layers import memory, schedules
+from layers.mesh import ParallelDims, tp_placement
+from reports.results import CollectiveRow, LayerRow
+
+
+def collective_row(case: Case, results: list[dict], hosts: dict) -> CollectiveRow:
+    k = results[0]["iters"]
+    matrix = [r["round_ns"] for r in results]
+    assert case.group is not None
+    return CollectiveRow(
+        launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None,
+        backend=case.backend, algo=case.algo, op=case.op, dtype=case.dtype, redop=case.redop,
+        inplace=case.inplace, nranks=case.nranks, size=case.size, bytes=case.nbytes, count=case.count,
+        **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
+        wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
+        iters_per_round=k, round_ns_per_rank=matrix, algo_env=case.env, group_env=case.group.rank_env, hosts=hosts)
+
+
+def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, rank_hosts: dict[int, str]) -> LayerRow:
+    """A TP block's times, throughput and efficiency, or a pipeline step's time and bubble."""
+    k = results[0]["iters"]
+    step = [r["round_ns"] for r in results]
+    row = LayerRow(
+        launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, backend=case.backend,
+        bench="linear" if case.task == "tp_bench" else "pipeline", tp=case.tp, pp=case.pp, dp=case.dp,
+        nranks=case.nranks, hidden=o.hidden, seq=o.seq, batch=o.batch, **stats.summarize(step, k),
+        iters_per_round=k, round_ns_per_rank=step, hosts=hosts, wrong=0,
+        peak_memory_bytes_per_rank=[r["peak_memory_bytes"] for r in results],
+        model_states_estimate_bytes=int(sum(memory.model_states(max(r["params_local"] for r in results), 1, 1))),
+        placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks), rank_hosts))
+    step_s = stats.median_seconds(step, k)
+    if case.task == "tp_bench":
+        fwd_s = stats.median_seconds([r["fwd_ns"] for r in results], k)
+        fb_s = stats.median_seconds([r["fwd_bwd_ns"] for r in results], k)
+        mm_s = stats.median_seconds([r["matmul_ns"] for r in results], k)
+        flops = results[0]["flops_per_iter"]
+        shares = [r["comm_share"] for r in results if r["comm_share"] is not None]
+        return replace(row, layer=case.layer, sequence_parallel=case.sp, impl=case.impl, fwd_us=fwd_s * 1e6,
+                       bwd_us=(fb_s - fwd_s) * 1e6, step_us=step_s * 1e6,
+                       tokens_per_s=results[0]["tokens_per_iter"] / step_s, achieved_flops=flops / fb_s,
+                       matmul_flops=flops / mm_s, efficiency=mm_s / fb_s,
+                       comm_share=sum(shares) / len(shares) if shares else None)
+    m = case.microbatches
+    # the step ends when its slowest rank does; each rank's own compute fills part of it
+    compute = stats.per_rank_median_seconds([r["compute_ns"] for r in results], k)
+    bubbles = [float(1 - m * c / step_s) for c in compute]
+    return replace(row, schedule=case.schedule, microbatches=m, layers=o.layers, step_us=step_s * 1e6,
+                   tokens_per_s=o.seq * o.batch / step_s, stage_compute_us_per_microbatch=[float(c) * 1e6 for c in compute],
+                   bubble_measured=sum(bubbles) / len(bubbles), bubble_per_rank=bubbles,
+                   bubble_theory=schedules.bubble_theory(case.schedule, case.pp, m),
+                   stages_per_rank=[r["stages"] for r in results])
+
+
+def overhead_row(backend: str, nranks: int, count: int, results: list[dict]) -> dict:
+    """The harness loop against a bare loop of the same call: the harness's own cost per op."""
+    k = results[0]["iters"]
+    h_med = stats.median_seconds([r["round_ns"] for r in results], k)
+    p_med = stats.median_seconds([r["plain_round_ns"] for r in results], k)
+    return {"backend": backend, "op": "all_reduce", "dtype": "float32", "bytes": count * 4, "nranks": nranks,
+            "iters_per_round": k, "time_us": h_med * 1e6, "plain_us": p_med * 1e6,
+            "ratio": h_med / p_med if p_med > 0 else float("inf"), "added_us": (h_med - p_med) * 1e6,
+            "round_ns_per_rank": [r["round_ns"] for r in results],
+            "plain_round_ns_per_rank": [r["plain_round_ns"] for r in results]}

@@ -1,0 +1,72 @@
+"""Option parsing in process: every bad value is one OptionError line naming what is allowed.
+(tests/test_end_to_end.py runs three of them through a real pytest session: exit 4, no rank.)"""
+import argparse
+
+import pytest
+
+from harness.options import OptionError, add_options, parse
+
+
+class _Options:
+    """pytest's option groups take argparse's arguments: the same add_options, parsed by argparse."""
+    def __init__(self):
+        self.argparser = argparse.ArgumentParser()
+
+    def getgroup(self, *_):
+        return self
+
+    def addoption(self, *names, **kwargs):
+        self.argparser.add_argument(*names, **kwargs)
+
+
+def parsed(args: list[str]):
+    parser = _Options()
+    add_options(parser)
+    namespace = parser.argparser.parse_args(args)
+    return parse(lambda name: getattr(namespace, name))
+
+
+BAD_OPTIONS = [
+    (["--sizes", "1M:1K"], "bad --sizes '1M:1K': min 1048576 is larger than max 1024"),
+    (["--sizes", "8:1M:1"], "the factor must be an integer >= 2"),
+    (["--sizes", "12Q"], "bad size '12Q'"),
+    (["--ops", "allreduce"], "unknown op 'allreduce': allowed all_reduce, all_gather"),
+    (["--dtypes", "float8"], "unknown dtype 'float8': allowed float32"),
+    (["--algos", "star"], "unknown algorithm 'star'"),
+    (["--algos", "hccl:ringg"], "unknown hccl algorithm 'ringg'"),
+    (["--backend", "rccl"], "unknown backend 'rccl': allowed gloo, mpi, nccl, hccl"),
+    (["--backend", "nccl"], "backend nccl needs a CUDA GPU"),
+    (["--backend", "hccl"], "backend hccl needs torch_npu"),
+    (["--nproc", "0"], "--nproc must be >= 1, got 0"),
+    (["--launcher", "mpirun -np 4"], "must contain {nproc}"),
+    (["--nproc", "4", "--tp", "3", "--pp", "1"], "no tp x pp x dp equals the world size 4: tp in [3], pp in [1]"),
+    (["--nproc", "4", "--tp", "4", "--hidden", "10"], "--hidden 10 is not divisible by tp 4"),
+    (["--nproc", "4", "--pp", "4", "--layers", "6"], "pp 4: 6 layers do not split into pp x stages-per-rank"),
+    (["--nproc", "4", "--pp", "4", "--microbatches", "2", "--schedules", "1f1b"],
+     "1f1b needs at least pp = 4 microbatches, got 2"),
+    (["--schedules", "pipedream"], "unknown schedule 'pipedream'"),
+    (["--ab-source", "/nonexistent/set_env.sh"], "--ab-source '/nonexistent/set_env.sh' is not a file"),
+    (["--ab-env", "HCCL_BENCH_PYTHON=/nonexistent/python"], "HCCL_BENCH_PYTHON='/nonexistent/python' is not an executable"),
+    (["--ab-env", "HCCL_BENCH_AA=1", "--history"], "--history judges single-stack nightly runs"),
+    (["--timeout", "nan"], "--timeout must be a finite positive number of seconds, got 'nan'"),
+    (["--timeout", "inf"], "--timeout must be a finite positive number of seconds, got 'inf'"),
+    (["--round-time", "nan"], "--round-time must be a finite positive number of seconds"),
+    (["--round-time", "inf"], "--round-time must be a finite positive number of seconds"),
+    (["--sizes="], "--sizes is empty"),
+    (["--ops="], "--ops is empty"),
+    (["--results", "/etc/hostname/results"], "cannot be created: /etc/hostname is not a folder"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD_OPTIONS, ids=[" ".join(a) for a, _ in BAD_OPTIONS])
+def test_a_bad_option_is_one_line_naming_what_is_allowed(args, message):
+    with pytest.raises(OptionError) as raised:
+        parsed(args)
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_defaults_are_the_smoke_plan_and_benchmark_the_full_one():
+    from collectives.timing import SMOKE, Plan
+    smoke, full = parsed(["--backend", "gloo"]), parsed(["--backend", "gloo", "--benchmark"])
+    assert (smoke.warmup, smoke.rounds, smoke.round_time_s) == (SMOKE.warmup, SMOKE.rounds, SMOKE.round_time_s)
+    assert (full.warmup, full.rounds, full.round_time_s) == (Plan.warmup, Plan.rounds, Plan.round_time_s)
