@@ -208,7 +208,7 @@ class MpiBackend:
         return buf.astype(np.float64)
 
     def call(self, op: str, send, recv, redop: str, inplace: bool):
-        c, MPI, red = self.comm, self.MPI, self.redops.get(redop)
+        c, MPI, red = self.comm, self.MPI, self.redops.get(redop, self.MPI.OP_NULL)   # OP_NULL: ops that do not reduce
         src = MPI.IN_PLACE if inplace else send
         if op == "all_reduce":
             return functools.partial(c.Allreduce, src, recv, red)

@@ -51,8 +51,7 @@ class Device:
             return
         import torch
         if kind == "npu":
-            import_torch_npu()
-            self._mod = torch.npu
+            self._mod = _npu()
         elif kind == "cuda":
             self._mod = torch.cuda
         else:
@@ -162,14 +161,19 @@ def probe_backend(backend: str) -> None:
         if not torch.cuda.is_available():
             raise DeviceUnavailable("backend nccl needs a CUDA GPU; torch.cuda.is_available() is False here")
         return
-    import_torch_npu()
-    if not torch.npu.is_available():
+    if not _npu().is_available():
         raise DeviceUnavailable("backend hccl needs an Ascend NPU; torch.npu.is_available() is False here")
+
+
+def _npu():
+    """torch.npu, which torch_npu adds to torch when it is imported (torch's own stubs do not know it)."""
+    import torch
+    import_torch_npu()
+    return getattr(torch, "npu")  # noqa: B009
 
 
 def device_count(kind: str) -> int:
     import torch
     if kind == "npu":
-        import_torch_npu()
-        return torch.npu.device_count()
+        return _npu().device_count()
     return torch.cuda.device_count() if kind == "cuda" else 1

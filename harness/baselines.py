@@ -19,7 +19,7 @@ def platform_key(meta: dict, backends: list[str]) -> str:
     """e.g. 'amd-epyc-1x2-gloo+mpi': what a baseline is only comparable within."""
     groups = list(meta.get("groups", {}).values())
     device = next((d for g in groups for d in g.get("devices", [])), "unknown-device")
-    hosts = max((g.get("hosts", {}) for g in groups), key=len, default={})
+    hosts: dict = max((g.get("hosts", {}) for g in groups), key=len, default={})
     per_host = max(hosts.values(), default=0)
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")[:40] or "device"
     return f"{slug}-{len(hosts)}x{per_host}-{'+'.join(sorted(backends))}"

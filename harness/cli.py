@@ -82,7 +82,8 @@ def _compare(args) -> int:
     if judgement.refused:
         return _fail(judgement.refused)
     print(judgement.text)
-    print(f"# compared {len(judgement.detail.cells)} cells in {time.perf_counter() - t0:.2f} s")
+    print(f"# compared {len(judgement.comparison.cells) if judgement.comparison else 0} cells "
+          f"in {time.perf_counter() - t0:.2f} s")
     _write_outputs(args, judgement)
     return EXIT_REGRESSION if judgement.regressed else EXIT_OK
 
@@ -119,9 +120,9 @@ def _history(args) -> int:
         return _fail(judgement.refused)
     print(judgement.text)
     _write_outputs(args, judgement)
-    if args.report:
+    if args.report and judgement.history is not None:
         from reports.history_page import render_history
-        out = render_history(judgement.detail, Path(args.report))
+        out = render_history(judgement.history, Path(args.report))
         print(f"# history page: {out['html']} ({out['figures']} figures)")
     return EXIT_REGRESSION if judgement.regressed else EXIT_OK
 

@@ -119,18 +119,18 @@ def accept_group(listener: socket.socket, token: str, deadline: float, check: Ca
 
     try:
         while True:
-            world = control[1]["world"] if control else expected_watches
-            if control and len(watches) >= world:
+            if control and len(watches) >= control[1]["world"]:
                 return control[0], control[1], list(watches.values())
             now = time.monotonic()
             if now > deadline:
-                raise TimeoutError(f"{'rank 0 did not connect' if not control else f'{len(watches)} of {world} ranks connected'}")
+                raise TimeoutError(f"{len(watches)} of {control[1]['world']} ranks connected" if control
+                                   else "rank 0 did not connect")
             check()
             for key, _ in sel.select(timeout=min(0.2, max(0.0, deadline - now))):
                 if key.fileobj is listener:
                     _accept_all(listener, sel, pending, drop)
                     continue
-                item = pending[key.fileobj]
+                item = pending[key.fileobj]  # type: ignore[index]  # every other registered object is a pending socket
                 hello = _read_hello(item, prefix)
                 if hello is None:
                     continue

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -68,7 +69,7 @@ class GroupKey:
 
 
 try:  # resolved here, not in the forked child: dlopen after fork can deadlock on a lock another
-    _PRCTL = ctypes.CDLL("libc.so.6").prctl  # driver thread held, and the driver then waited forever
+    _PRCTL: Callable | None = ctypes.CDLL("libc.so.6").prctl  # driver thread held, and the driver then waited forever
 except (OSError, AttributeError):
     _PRCTL = None
 
@@ -181,6 +182,7 @@ class WorkerGroup:
     def run(self, spec: dict, timeout_s: float) -> list[dict]:
         """Send one case; return every rank's result or raise RankHang / RankDied / CaseFailure."""
         spec = {**spec, "timeout_s": timeout_s}
+        assert self.chan is not None, "run() before start()"
         try:
             self.chan.send(spec)
         except OSError:

@@ -245,7 +245,7 @@ def pytest_sessionfinish(session, exitstatus):
 def _write_results(session, bench: BenchSession) -> None:
     """results.json (pytest-benchmark's JSON with the hccl_bench section) and table.txt, each whole or not at all."""
     bs = getattr(session.config, "_benchmarksession", None)
-    output = {"benchmarks": [], "hccl_bench": None}
+    output: dict = {"benchmarks": [], "hccl_bench": None}
     if bs is not None:
         output = session.config.hook.pytest_benchmark_generate_json(
             config=session.config, benchmarks=bs.benchmarks, include_data=True,

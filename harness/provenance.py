@@ -123,7 +123,7 @@ def collect(argv: list[str] | None = None) -> dict:
 def group_info(ranks: list[dict]) -> dict:
     """Hosts, ranks per host, devices and versions as reported by the ranks themselves."""
     per_host = Counter(r["host"] for r in ranks)
-    versions = {}
+    versions: dict[str, set] = {}
     for r in ranks:
         for k, v in r.get("versions", {}).items():
             versions.setdefault(k, set()).add(v)

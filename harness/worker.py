@@ -64,11 +64,11 @@ def run_case(backend, spec: dict) -> dict:
         from collectives import timing
         return {"round": timing.time_round, "end": timing.end}[spec["kind"]](backend)
     if spec["kind"].startswith("layer"):  # imports torch layers only when a layer case arrives
-        from layers import rank_tasks
-        return {"layer": rank_tasks.run, "layer_begin": rank_tasks.begin}[spec["kind"]](backend, spec)
-    from collectives import rank_tasks
-    return {"collective": rank_tasks.run_collective, "overhead": rank_tasks.run_overhead,
-            "collective_begin": rank_tasks.begin_collective}[spec["kind"]](backend, spec)
+        from layers import rank_tasks as layer_tasks
+        return {"layer": layer_tasks.run, "layer_begin": layer_tasks.begin}[spec["kind"]](backend, spec)
+    from collectives import rank_tasks as collective_tasks
+    return {"collective": collective_tasks.run_collective, "overhead": collective_tasks.run_overhead,
+            "collective_begin": collective_tasks.begin_collective}[spec["kind"]](backend, spec)
 
 
 def serve(backend, chan) -> None:

@@ -5,6 +5,8 @@ parallel result can be compared with the single-process one on the same rank.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -17,7 +19,7 @@ from layers.schedules import SCHEDULES, stage_indices
 from layers.tp import MLP, ColumnParallelLinear, CommTimer, ParallelMLP, dtensor_mlp
 
 _GROUPS: dict[ParallelDims, dict] = {}
-_MESHES: dict[ParallelDims, object] = {}
+_MESHES: dict[ParallelDims, Any] = {}   # torch DeviceMesh
 
 
 def groups_for(dims: ParallelDims, rank: int) -> dict:
@@ -89,8 +91,9 @@ def tp_check(backend, spec) -> dict:
         (y * shard(w)).sum().backward()
     with torch.no_grad():
         ref_out = shard(full(x))
-    ref = {"fc1.weight": full.fc1.weight.grad.chunk(tp, 0)[tp_rank], "fc1.bias": full.fc1.bias.grad.chunk(tp, 0)[tp_rank],
-           "fc2.weight": full.fc2.weight.grad.chunk(tp, 1)[tp_rank], "fc2.bias": full.fc2.bias.grad}
+    grads = {name: p.grad for name, p in full.named_parameters() if p.grad is not None}
+    ref = {"fc1.weight": grads["fc1.weight"].chunk(tp, 0)[tp_rank], "fc1.bias": grads["fc1.bias"].chunk(tp, 0)[tp_rank],
+           "fc2.weight": grads["fc2.weight"].chunk(tp, 1)[tp_rank], "fc2.bias": grads["fc2.bias"]}
     got = dict(block.named_parameters())
     errors = {name: float((_local(got[name].grad) - want).abs().max()) for name, want in ref.items()}
     return {"out_err": float((y - ref_out).abs().max()), "input_grad_err": float((par_in.grad - shard(ref_in.grad)).abs().max()),

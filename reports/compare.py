@@ -214,9 +214,10 @@ def size_ranges(cmp: Comparison, verdict: str = "regression") -> list[dict]:
     for series, cells in by_series.items():
         cells.sort(key=lambda c: c.size)
         run: list[CellResult] = []
-        for c in cells + [None]:
-            if c is not None and c.verdict == verdict:
-                run.append(c)
+        ended: list[CellResult | None] = [*cells, None]   # None closes the last range
+        for entry in ended:
+            if entry is not None and entry.verdict == verdict:
+                run.append(entry)
                 continue
             if run:
                 logs = np.log([[r.ratio, r.low, r.high] for r in run]).mean(axis=0)

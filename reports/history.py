@@ -183,7 +183,8 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
         start = cps[-2][0] if len(cps) > 1 else 0
         at, p = cps[-1] if cps else (len(y) - MIN_SEGMENT, 1.0)   # no change: the latest runs against the rest
         shift, low, high = _level_shift(y[start:at], y[at:])
-        hist.judged.cells.append(CellResult(key, cell.series, cell.size, *np.exp([shift, low, high]).tolist(), p,
+        ratio, low, high = np.exp([shift, low, high]).tolist()
+        hist.judged.cells.append(CellResult(key, cell.series, cell.size, ratio, low, high, p,
                                             samples="runs", n_base=at - start, n_cand=len(y) - at, min_effect=effect))
         hist.change_at[key] = idx[at] if cps else -1
         level = y[cps[-1][0] if cps else 0:-1]   # the newest run against the level it should be on

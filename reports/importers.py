@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectives.ops import OPS, bandwidths
+from reports.result_files import size_limit
 from reports.results import CollectiveRow, ResultError, bench_entry, result_file
 
 NCCL_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
@@ -48,6 +49,7 @@ _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
 # nccl-tests prints 2 decimals: a bandwidth must match what size/time gives within that and the
 # rounding of the printed time (4-5 significant digits)
 _ABS_TOL, _REL_TOL = 0.011, 0.02
+LOG_LIMIT_MIB = 64   # a campaign's log is a few MiB; HCCL_BENCH_MAX_LOG_MB raises it
 
 
 def canonical_op(name: str) -> str | None:
@@ -244,7 +246,7 @@ def _nranks(run: LogRun, given: int | None, where: str) -> int:
         return said
     if given:
         return given
-    n, warning = _nranks_from_ratio(run.op, run.samples)
+    n, warning = _nranks_from_ratio(str(run.op), run.samples)
     if warning:
         run.warnings.append(warning)
     if n is None and run.nthread_ngpus and run.nthread_ngpus > 1:   # one process driving its GPUs, most likely
@@ -310,23 +312,23 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
     out = []
     for index, run in enumerate(runs):
         where_run = f"{path} (run {index + 1}, line {run.first_line})" if len(runs) > 1 else where
-        run.op = run.op or op
-        _need(run.op, "collective", where_run, "--op")
-        if op and run.op != op:
-            run.warnings.append(f"--op {op} ignored: the log says {run.op}")
+        run_op: str = _need(run.op or op, "collective", where_run, "--op")
+        if op and run_op != op:
+            run.warnings.append(f"--op {op} ignored: the log says {run_op}")
+        run.op = run_op
         n = _nranks(run, nranks, where_run)
         if not run.summary:
             run.cut = run.cut or (f"line {run.last_line}: the run ended without its 'Out of bounds values' line "
                                   f"(crashed or cut off); the {len(run.samples)} samples before it are kept")
             run.warnings.append(run.cut)
-        _cross_check(run.op, n, run.samples, where_run)
+        _cross_check(run_op, n, run.samples, where_run)
         cells: dict[tuple, list[Sample]] = {}
         for s in run.samples:
-            cells.setdefault((s.size, s.count, s.dtype, s.redop if OPS[run.op].reduces else "none", s.inplace), []).append(s)
+            cells.setdefault((s.size, s.count, s.dtype, s.redop if OPS[run_op].reduces else "none", s.inplace), []).append(s)
         benches = []
         for (size, count, dtype, redop, inplace), samples in cells.items():
             wrongs = [s.wrong for s in samples if s.wrong is not None]
-            benches.append(_entry("nccl-tests", run.op, dtype, redop, inplace, size, count, n, [s.time_us for s in samples],
+            benches.append(_entry("nccl-tests", run_op, dtype, redop, inplace, size, count, n, [s.time_us for s in samples],
                                   max(wrongs) if wrongs else None,
                                   {"printed_algbw": samples[0].algbw, "printed_busbw": samples[0].busbw,
                                    "header": " ".join(run.header), "source_line": samples[0].line},
@@ -334,7 +336,7 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
         hosts: dict[str, int] = {}
         for host, _ in run.ranks.values():
             hosts[host] = hosts.get(host, 0) + 1
-        out.append(_result(path, "nccl-tests-text", "nccl-tests", run.op, n, benches, run, hosts,
+        out.append(_result(path, "nccl-tests-text", "nccl-tests", run_op, n, benches, run, hosts,
                            [d for _, d in run.ranks.values()], label))
     return out
 
@@ -344,8 +346,8 @@ def nccl_json(path: Path, data: dict, op: str | None, nranks: int | None, label:
         raise ResultError(f"{path}: JSON that is not an nccl-tests -J object")
     args = [str(a) for a in data.get("args") or []]
     named = next((canonical_op(m.group(1)) for a in args[:1] for m in [_PERF.search(a)] if m), None)
-    run = LogRun(first_line=1, op=named or op)
-    _need(run.op, "collective", str(path), "--op")
+    json_op: str = _need(named or op, "collective", str(path), "--op")
+    run = LogRun(first_line=1, op=json_op)
     config = data.get("config") or {}
     devices = [d for d in config.get("devices") or [] if isinstance(d, dict)]
     per_process = int(config.get("nthreads") or 1) * int(config.get("ngpus") or 1)
@@ -365,11 +367,11 @@ def nccl_json(path: Path, data: dict, op: str | None, nranks: int | None, label:
             wrong = body.get("nwrong")
             if isinstance(wrong, (int, float)) and wrong > 0:
                 run.failed = run.failed or f"nwrong {wrong} at {r.get('size')} B"
-            time_us = float(body.get("time") or body.get("cpu_time"))
-            sample = Sample(int(r["size"]), int(r.get("count", 0)), NCCL_TYPES.get(r.get("type"), str(r.get("type"))),
+            time_us = float(body.get("time") or body.get("cpu_time") or 0)
+            sample = Sample(int(r["size"]), int(r.get("count", 0)), NCCL_TYPES.get(str(r.get("type")), str(r.get("type"))),
                             str(r.get("redop", "none")), inplace, time_us, body.get("algbw"), body.get("busbw"), wrong, 0)
-            _cross_check(run.op, n, [sample], str(path))
-            benches.append(_entry("nccl-tests", run.op, sample.dtype, sample.redop if OPS[run.op].reduces else "none",
+            _cross_check(json_op, n, [sample], str(path))
+            benches.append(_entry("nccl-tests", json_op, sample.dtype, sample.redop if OPS[json_op].reduces else "none",
                                   inplace, sample.size, sample.count, n, [time_us], wrong,
                                   {"nccl_version": data.get("nccl_version"), "printed_algbw": sample.algbw,
                                    "printed_busbw": sample.busbw}, str(path)))
@@ -378,7 +380,7 @@ def nccl_json(path: Path, data: dict, op: str | None, nranks: int | None, label:
     hosts: dict[str, int] = {}
     for d in devices:
         hosts[str(d.get("hostname"))] = hosts.get(str(d.get("hostname")), 0) + per_process
-    return [_result(path, "nccl-tests-json", "nccl-tests", run.op, n, benches, run, hosts,
+    return [_result(path, "nccl-tests-json", "nccl-tests", json_op, n, benches, run, hosts,
                     [str(d.get("name") or d.get("device_name") or "") for d in devices], label)]
 
 
@@ -481,17 +483,25 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
         raise ResultError(f"--op {op!r}: allowed {', '.join(OPS)}")
     if nranks is not None and nranks < 1:
         raise ResultError(f"--nranks {nranks}: give a rank count >= 1")
+    limit = size_limit("HCCL_BENCH_MAX_LOG_MB", LOG_LIMIT_MIB)
     try:
-        text = path.read_text(errors="replace")
+        size = path.stat().st_size
+        if size > limit:
+            raise ResultError(f"{path} is {size >> 20} MiB; logs above {limit >> 20} MiB are refused "
+                              "(HCCL_BENCH_MAX_LOG_MB raises it)")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ResultError(f"cannot read {path}: {exc.strerror or exc}") from None
-    stripped = text.lstrip()
-    if stripped.startswith("{"):
+    if b"\0" in raw[:4096]:
+        raise ResultError(f"{path} is binary (NUL bytes), not a text log of nccl-tests, rccl-tests or hccl_test")
+    if raw.lstrip().startswith(b"{"):
         try:
-            data = json.loads(stripped)
+            data = json.loads(raw)
         except (ValueError, RecursionError) as exc:
             raise ResultError(f"{path}: looks like JSON but does not parse: {str(exc)[:80]}") from None
         return nccl_json(path, data, op, nranks, label)
+    text = raw.decode(errors="replace")
+    del raw
     if "data_size(Bytes)" in text:
         return hccl_test(path, text, op, nranks, dtype, label)
     return nccl_text(path, text, op, nranks, label)

@@ -125,7 +125,8 @@ def _ratio_figure(comparisons, series: Series) -> str | None:
         line, = ax.plot(x, ratio, marker="o", ms=3, label=label)
         ax.fill_between(x, low, high, alpha=0.2, color=line.get_color())
         if clipped:
-            ax.scatter(*zip(*clipped), marker="x", s=18, color=line.get_color(), label=f"CI clipped at {lo_lim:g}/{hi_lim:g}")
+            xs, ys = zip(*clipped)
+            ax.scatter(xs, ys, marker="x", s=18, color=line.get_color(), label=f"CI clipped at {lo_lim:g}/{hi_lim:g}")
         drawn = True
     if not drawn:
         plt.close(fig)

@@ -1,7 +1,7 @@
 """Result files on disk -> `Run`s of `Cell`s: results.json (or any pytest-benchmark JSON written
 with hccl-bench's rows), or a run rebuilt from the cases.jsonl beside it when results.json is
 missing or unreadable. Memory stays bounded: a file that is not a JSON object is refused from its
-first byte, and one larger than MAX_RESULT_BYTES before it is read."""
+first bytes, and one larger than the limit (512 MiB; HCCL_BENCH_MAX_RESULT_MB) before it is read."""
 from __future__ import annotations
 
 import json
@@ -11,17 +11,24 @@ from pathlib import Path
 
 from reports.results import SCHEMA, Cell, NoCells, ResultError, Run, Series, row_from_json
 
-MAX_RESULT_BYTES = int(os.environ.get("HCCL_BENCH_MAX_RESULT_MB", "1024")) << 20
+
+def size_limit(variable: str, default_mib: int) -> int:
+    """A size limit in bytes from an environment variable holding MiB (or the default)."""
+    text = os.environ.get(variable, str(default_mib))
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ResultError(f"{variable}={text!r}: give a whole number of MiB >= 1")
+    return int(text) << 20
 
 
 def read_json_object(path: Path) -> dict:
     """A file's JSON object, or ResultError in one line: too large, not an object, not JSON,
     nested too deeply. Never reads more than MAX_RESULT_BYTES."""
+    limit = size_limit("HCCL_BENCH_MAX_RESULT_MB", 512)
     try:
         size = path.stat().st_size
-        if size > MAX_RESULT_BYTES:
+        if size > limit:
             raise ResultError(f"{path} is {size >> 20} MiB, more than a result file may be "
-                              f"({MAX_RESULT_BYTES >> 20} MiB; HCCL_BENCH_MAX_RESULT_MB raises it)")
+                              f"({limit >> 20} MiB; HCCL_BENCH_MAX_RESULT_MB raises it)")
         with open(path, "rb") as f:
             head = f.read(4096).lstrip()
             if head and not head.startswith(b"{"):
@@ -60,9 +67,10 @@ def rebuild(cases: Path) -> tuple[dict, list[str]]:
                   "interrupted": "the session ended without writing results.json (killed, or the disk filled)"}
     data: dict = {"benchmarks": [], "hccl_bench": meta}
     notes = []
+    limit = size_limit("HCCL_BENCH_MAX_RESULT_MB", 512)
     try:
-        if cases.stat().st_size > MAX_RESULT_BYTES:
-            raise ResultError(f"{cases} is larger than {MAX_RESULT_BYTES >> 20} MiB (HCCL_BENCH_MAX_RESULT_MB raises it)")
+        if cases.stat().st_size > limit:
+            raise ResultError(f"{cases} is larger than {limit >> 20} MiB (HCCL_BENCH_MAX_RESULT_MB raises it)")
         raw = cases.read_bytes()
     except OSError as exc:
         raise ResultError(f"cannot read {cases}: {exc.strerror or exc}") from None

@@ -147,7 +147,7 @@ class CollectiveRow(_Row):
     cv: float | None = _field("amount")
     p95_us: float | None = _field("amount")
     p99_us: float | None = _field("amount")
-    rank_spread: float | None = metric("rank spread", ".3f", "lower", ("table", "compare", "report"))
+    rank_spread: float | None = metric("spread", ".3f", "lower", ("table", "compare", "report"))
     rounds: int | None = _field("whole")
     wrong: int | float | None = _field("amount")         # None: the tool did not check (N/A)
     wrong_per_rank: list = _field("list", [])
@@ -185,7 +185,7 @@ class LayerRow(_Row):
     cv: float | None = _field("amount")
     p95_us: float | None = _field("amount")
     p99_us: float | None = _field("amount")
-    rank_spread: float | None = metric("rank spread", ".3f", "lower", ("compare",))
+    rank_spread: float | None = metric("spread", ".3f", "lower", ("compare",))
     rounds: int | None = _field("whole")
     wrong: int | float | None = _field("amount")
     iters_per_round: int | None = _field("count")
@@ -224,7 +224,7 @@ def row_from_json(info: dict, where: str) -> Row | None:
     foreign benchmarks)."""
     if info.get("bench") in LAYER_BENCHES:
         return LayerRow.from_json(info, where)
-    if "op" in info and "bytes" in info and "algo" in info:
+    if "op" in info and "algo" in info:   # overhead rows carry no algo: they are not cells
         return CollectiveRow.from_json(info, where)
     return None
 

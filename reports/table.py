@@ -61,7 +61,7 @@ def _ab_ratios(rows: list[CollectiveRow]) -> list[str]:
         if r.side in ("A", "B"):
             key = (r.backend, r.algo, r.op, r.dtype, r.redop, r.inplace, r.bytes)
             pairs.setdefault(key, {}).setdefault(r.launch, {})[r.side] = r.time_us
-    out = []
+    out: list[str] = []
     for key, by_launch in sorted(pairs.items(), key=lambda kv: (str(kv[0][:-1]), kv[0][-1])):
         ratios = [p["B"] / p["A"] for p in by_launch.values() if p.get("A") and p.get("B")]
         if ratios:

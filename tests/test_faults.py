@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import control, files
+from harness import baselines, control, files
 from reports.result_files import load
-from tests.conftest import ROOT, processes_with_tag
+from tests.conftest import ROOT, processes_with_tag, run_cli
 from tests.test_compare import write_run
 
 pytestmark = pytest.mark.slow
@@ -284,25 +284,62 @@ def _entry(info=None, data=None):
 
 MALFORMED = {
     "benchmarks-not-a-list": '{"benchmarks": 5}', "a-list": "[1, 2, 3]", "not-json": "not json",
-    "deep-nesting": "[" * 200_000, "extra_info-a-list": '{"benchmarks": [{"extra_info": [1]}]}',
-    "bytes-null": _entry({"bytes": None}), "data-null": _entry(data=[None]), "zero-time": _entry(data=[0.0, 0.0]),
+    "deep-nesting": "[" * 200_000, "deep-objects": '{"a":' * 100_000, "empty": "",
+    "extra_info-a-list": '{"benchmarks": [{"extra_info": [1]}]}', "entry-a-number": '{"benchmarks": [7]}',
+    "bytes-null": _entry({"bytes": None}), "bytes-missing": _entry({"bytes": None}).replace('"bytes": null, ', ""),
+    "data-null": _entry(data=[None]), "zero-time": _entry(data=[0.0, 0.0]),
     "negative-time": _entry(data=[-2.6e-4]), "nan-time": _entry(data=[float("nan")]),
+    "infinite-time": _entry(data=[float("inf")]), "data-a-string": _entry(data="fast"),
     "nranks-zero": _entry({"nranks": 0}), "op-a-list": _entry({"op": ["all_reduce"]}),
+    "time_us-nan": _entry({"time_us": float("nan")}), "busbw-negative": _entry({"busbw_gbps": -1.0}),
+    "launch-negative": _entry({"launch": -1}), "inplace-a-string": _entry({"inplace": "yes"}),
+    "groups-a-list": json.dumps({"benchmarks": [], "hccl_bench": {"groups": [1]}}),
+    "other-schema": json.dumps({"benchmarks": [], "hccl_bench": {"schema": "hccl-bench/0"}}),
 }
 
 
 @pytest.mark.parametrize("content", list(MALFORMED.values()), ids=list(MALFORMED))
-def test_a_malformed_result_file_is_one_line_never_a_regression(tmp_path, capsys, content):
-    """Each bad shape through each command that reads runs (in process: the CLI's own main)."""
-    from harness.cli import main
+def test_a_malformed_result_file_is_one_line_never_a_regression(tmp_path, content):
+    """Each bad shape through each command that reads a file (in process: the CLI's own main):
+    exit 2, one line naming the file, no traceback; `baseline save` stores nothing."""
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     good = write_run(tmp_path / "good.json", 1)
     for args in (("compare", good, bad), ("table", bad), ("history", good, bad, good),
-                 ("baseline", "save", bad, "--name", "x"), ("report", good, bad, "-o", tmp_path / "page")):
-        code = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in out + err, (args, err)
+                 ("baseline", "save", bad, "--name", "x"), ("report", good, bad, "-o", tmp_path / "page"),
+                 ("import", bad, "-o", tmp_path / "imported.json")):
+        proc = run_cli(*args)
+        err = proc.stderr.strip()
+        assert proc.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in proc.stdout + err, (args, err)
+        assert str(bad) in err or "HCCL_BENCH" in err, (args, err)
+    assert not list(baselines.ROOT.glob("*/x")) and not (tmp_path / "imported.json").exists()
+
+
+@pytest.mark.slow   # writes 400 MB
+def test_huge_or_junk_files_are_refused_in_bounded_memory(tmp_path):
+    """200 MB of junk text, a 200 MB JSON array and a 200 MB log: each command refuses them from
+    their first bytes or their size. Peak memory of the process that ran them all is printed."""
+    junk, array = tmp_path / "junk.json", tmp_path / "array.json"
+    with open(junk, "wb") as f:
+        f.write(b"x" * (200 << 20))
+    with open(array, "wb") as f:
+        f.write(b"[" + b"1," * (100 << 20) + b"1]")
+    script = f"""
+import resource, sys
+from tests.conftest import run_cli
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for path in ({str(junk)!r}, {str(array)!r}):
+    for args in (("compare", path, path), ("table", path), ("baseline", "save", path, "--name", "x"),
+                 ("import", path, "-o", {str(tmp_path / "o.json")!r})):
+        proc = run_cli(*args)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10
+print(f"peak memory grew by {{grown}} MiB over 8 refusals of 200 MiB files")
+sys.exit(0 if grown < 64 else 1)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_an_incomplete_run_is_marked_and_refused_as_a_baseline(tmp_path):
