@@ -61,20 +61,24 @@ def new_run_dir(root: str | Path, stamp: str | None = None) -> Path:
     raise FileExistsError(f"{root}: no free run folder name for {stamp}")
 
 
-def check_creatable(root: str | Path) -> str:
-    """'' when a results folder exists or could be made here (checked without making anything), else why not."""
+class ResultsFolderError(ValueError):
+    """A --results folder that cannot be created or written; the message says why."""
+
+
+def check_creatable(root: str | Path) -> None:
+    """Raise ResultsFolderError unless a results folder exists or could be made here (checked
+    without making anything)."""
     path = Path(root).absolute()
     while not path.exists():
         path = path.parent
     if not path.is_dir():
-        return f"--results {str(root)!r} cannot be created: {path} is not a folder"
+        raise ResultsFolderError(f"--results {str(root)!r} cannot be created: {path} is not a folder")
     if not os.access(path, os.W_OK | os.X_OK):
-        return f"--results {str(root)!r} cannot be created or written: no write permission in {path}"
-    return ""
+        raise ResultsFolderError(f"--results {str(root)!r} cannot be created or written: no write permission in {path}")
 
 
-def check_writable(root: str | Path) -> str:
-    """'' when a results folder can be created and written, else what is wrong (for an option error)."""
+def check_writable(root: str | Path) -> None:
+    """Raise ResultsFolderError unless a results folder can be created and written (a probe file)."""
     root = Path(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -82,8 +86,7 @@ def check_writable(root: str | Path) -> str:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        return f"--results {str(root)!r} cannot be created or written: {exc.strerror or exc}"
-    return ""
+        raise ResultsFolderError(f"--results {str(root)!r} cannot be created or written: {exc.strerror or exc}") from None
 
 
 def append_line(path: str | Path, obj: dict) -> None:

@@ -207,8 +207,10 @@ def parse(getoption) -> Options:
     o.results = str(getoption("results"))
     if not o.results.strip():
         raise OptionError("--results is empty: give a folder for results/<timestamp>/")
-    if err := files.check_creatable(o.results):
-        raise OptionError(err)
+    try:
+        files.check_creatable(o.results)
+    except files.ResultsFolderError as exc:
+        raise OptionError(str(exc)) from None
     o.repeat = _int(getoption("repeat"), "repeat", 1)
     o.baseline = str(getoption("baseline") or "")
     o.history = bool(getoption("history"))

@@ -148,8 +148,10 @@ def pytest_collection_modifyitems(session, config, items):
             config.hook.pytest_deselected(items=own)
             items[:] = [item for item in items if not item.get_closest_marker("harness_bench")]
     if any("bench_session" in getattr(item, "fixturenames", ()) for item in items):
-        if err := files.check_writable(bench.opts.results):  # before any rank starts, like every option
-            pytest.exit(f"hccl-bench: {err}", returncode=pytest.ExitCode.USAGE_ERROR)
+        try:
+            files.check_writable(bench.opts.results)   # before any rank starts, like every option
+        except files.ResultsFolderError as exc:
+            pytest.exit(f"hccl-bench: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
     where = {item.nodeid: w for item in items if (w := _where(item)) is not None}
     if where:
         _RUNNING["progress"] = Progress(where, reporter=config.pluginmanager.get_plugin("terminalreporter"))
@@ -330,7 +332,7 @@ def _closing_block(bench: BenchSession) -> list[str]:
     """The lines a user reads last: where the results are, the peak per op and backend, what failed,
     and the gate's verdict with its reason."""
     out = ["# ---- hccl-bench summary"]
-    if "run_dir" in bench.__dict__:
+    if bench.store.made:
         state = f"incomplete: {bench.interrupted}" if bench.interrupted else "complete"
         out.append(f"# results: {bench.run_dir / 'results.json'} ({state})")
     out += table.peak_lines(bench.rows)
