@@ -121,25 +121,15 @@ class _Row:
 
 
 @dataclass(kw_only=True)
-class CollectiveRow(_Row):
-    """One collective case: what ran, how long it took, whether the result was right."""
-    KEY: ClassVar[tuple[str, ...]] = ("backend", "algo", "op", "dtype", "redop", "inplace", "nranks")
+class _Measured(_Row):
+    """What every measured case has: where it ran, its launch and side, and the round statistics
+    of collectives/stats.summarize (from the rank x round matrix, which is kept too)."""
     backend: str = _field("text", MISSING)
-    algo: str = _field("text", MISSING)
-    op: str = _field("text", MISSING)
-    dtype: str = _field("text", "float32")
-    redop: str = _field("text", "none")
-    inplace: bool = _field("flag", False)
     nranks: int = _field("count", 1)
-    bytes: int = _field("whole", MISSING)
-    count: int = _field("whole", 0)
-    size: int | None = _field("whole")                 # the size asked for (bytes) before whole elements
     launch: int = _field("whole", 0)                    # fresh worker group number (--repeat)
     side: str = _field("text", "")                      # "A"/"B" of an interleaved A/B run
     rounds_interleaved: bool = _field("flag", False)
     time_us: float | None = metric("time(us)", ".2f", "lower", ("compare",))
-    algbw_gbps: float | None = metric("algbw(GB/s)", ".3f", "higher", ())
-    busbw_gbps: float | None = metric("busbw(GB/s)", ".3f", "higher", ())
     min_us: float | None = _field("amount")
     max_us: float | None = _field("amount")
     mean_us: float | None = _field("amount")
@@ -150,47 +140,44 @@ class CollectiveRow(_Row):
     rank_spread: float | None = metric("spread", ".3f", "lower", ("table", "compare", "report"))
     rounds: int | None = _field("whole")
     wrong: int | float | None = _field("amount")         # None: the tool did not check (N/A)
-    wrong_per_rank: list = _field("list", [])
     iters_per_round: int | None = _field("count")
     round_ns_per_rank: list = _field("list", [])       # rank x round matrix of round times (ns)
+    hosts: dict = _field("object", {})                  # host -> ranks on it
+
+
+@dataclass(kw_only=True)
+class CollectiveRow(_Measured):
+    """One collective case: what ran, how long it took, whether the result was right."""
+    KEY: ClassVar[tuple[str, ...]] = ("backend", "algo", "op", "dtype", "redop", "inplace", "nranks")
+    algo: str = _field("text", MISSING)
+    op: str = _field("text", MISSING)
+    dtype: str = _field("text", "float32")
+    redop: str = _field("text", "none")
+    inplace: bool = _field("flag", False)
+    bytes: int = _field("whole", MISSING)
+    count: int = _field("whole", 0)
+    size: int | None = _field("whole")                 # the size asked for (bytes) before whole elements
+    algbw_gbps: float | None = metric("algbw(GB/s)", ".3f", "higher", ())
+    busbw_gbps: float | None = metric("busbw(GB/s)", ".3f", "higher", ())
+    wrong_per_rank: list = _field("list", [])
     algo_env: dict = _field("object", {})
     group_env: dict = _field("object", {})
-    hosts: dict = _field("object", {})                  # host -> ranks on it
     imported: dict = _field("object", {})               # an imported log's own columns (printed bandwidths, line)
 
 
 @dataclass(kw_only=True)
-class LayerRow(_Row):
+class LayerRow(_Measured):
     """One layer case: a TP block (bench "linear") or a pipeline step (bench "pipeline")."""
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "tp", "pp", "dp", "layer", "sequence_parallel", "impl",
                                       "schedule", "microbatches")
     bench: str = _field("text", MISSING)
-    backend: str = _field("text", MISSING)
     tp: int = _field("count", 1)
     pp: int = _field("count", 1)
     dp: int = _field("count", 1)
-    nranks: int = _field("count", 1)
-    launch: int = _field("whole", 0)
-    side: str = _field("text", "")
-    rounds_interleaved: bool = _field("flag", False)
     hidden: int | None = _field("count")
     seq: int | None = _field("count")
     batch: int | None = _field("count")
-    time_us: float | None = metric("time(us)", ".1f", "lower", ("compare",))
     step_us: float | None = metric("step(us)", ".1f", "lower", ())
-    min_us: float | None = _field("amount")
-    max_us: float | None = _field("amount")
-    mean_us: float | None = _field("amount")
-    iqr_us: float | None = _field("amount")
-    cv: float | None = _field("amount")
-    p95_us: float | None = _field("amount")
-    p99_us: float | None = _field("amount")
-    rank_spread: float | None = metric("spread", ".3f", "lower", ("compare",))
-    rounds: int | None = _field("whole")
-    wrong: int | float | None = _field("amount")
-    iters_per_round: int | None = _field("count")
-    round_ns_per_rank: list = _field("list", [])
-    hosts: dict = _field("object", {})
     tokens_per_s: float | None = _field("amount")
     peak_memory_bytes_per_rank: list = _field("list", [])
     model_states_estimate_bytes: int | None = _field("whole")
