@@ -62,9 +62,16 @@ class TorchBackend:
         self.torch, self.dist = torch, dist
         self.name, self.rank, self.world = name, rank, world
         self.device = Device(local_device_kind(name), local_rank)
-        store = os.environ.get("HCCL_BENCH_STORE")   # a local group: a file, no listening socket
-        dist.init_process_group(backend=name, init_method=f"file://{os.path.abspath(store)}" if store else None, rank=rank,
-                                world_size=world, timeout=datetime.timedelta(hours=6))
+        timeout = datetime.timedelta(hours=6)
+        store = os.environ.get("HCCL_BENCH_STORE")          # a local group: a file, no listening socket
+        served = os.environ.get("HCCL_BENCH_TCP_STORE")     # a launcher's group: the driver serves the store
+        if served:
+            host, port = served.rsplit(":", 1)
+            tcp = dist.TCPStore(host, int(port), world, is_master=False, timeout=datetime.timedelta(minutes=5))
+            dist.init_process_group(backend=name, store=tcp, rank=rank, world_size=world, timeout=timeout)
+        else:
+            dist.init_process_group(backend=name, init_method=f"file://{os.path.abspath(store)}" if store else None,
+                                    rank=rank, world_size=world, timeout=timeout)
         # gloo's own group doubles as the side channel; device backends get a CPU gloo group
         self.side = None if name == "gloo" else dist.new_group(backend="gloo")
         self.redops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,

@@ -223,7 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     mem.add_argument("--sp", action="store_true", help="sequence parallelism")
     mem.add_argument("--recompute", default="none", choices=list(memory.RECOMPUTE), help="activation recomputation")
     mem.add_argument("--hccl-buffsize", type=float, default=200.0, help="HCCL_BUFFSIZE in MB (default 200)")
+    clu = sub.add_parser("cluster", add_help=False,
+                         help="an emulated cluster on this machine: up --hosts N, status, exec HOST -- CMD, down (root)")
+    clu.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if args.command == "cluster":
+        from harness import cluster
+        return cluster.main(args.rest)
     try:
         if args.command == "provenance":
             print(json.dumps(provenance.collect(), indent=1))

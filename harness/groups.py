@@ -102,6 +102,16 @@ def _exit_text(code: int) -> str:
     return f"exit status {code}"
 
 
+def _serve_store(host: str):
+    """A torch.distributed TCPStore served by the driver on `host` (the address every rank already
+    reaches) for a group started by a cluster launcher: mpiexec and srun set no MASTER_ADDR, and
+    rank 0's host is not known before the ranks start."""
+    import datetime
+
+    import torch.distributed as dist
+    return dist.TCPStore(host, 0, None, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(minutes=5))
+
+
 @dataclass
 class WorkerGroup:
     key: GroupKey
@@ -112,6 +122,7 @@ class WorkerGroup:
     chan: Channel | None = None
     watches: list[socket.socket] = field(default_factory=list)   # one per rank: closing them ends the ranks
     local_env: dict[str, str] = field(default_factory=dict)      # what the harness set to keep a local group on loopback
+    store: object = None          # a launcher's torch group: the TCPStore the driver serves (ranks may be anywhere)
     log_offsets: dict[str, int] = field(default_factory=dict)   # where each log ended when this case began
 
     def start(self) -> None:
@@ -122,6 +133,8 @@ class WorkerGroup:
         try:
             if self.key.launcher:
                 plan = launchers.from_template(self.key.launcher, self.key.nproc, python)
+                if self.key.backend != "mpi":
+                    self.store = _serve_store(self.driver_host)
             else:
                 plan = launchers.local(self.key.backend, self.key.nproc, master_port, python, self.log_dir / "store")
                 # what the libraries allow on one machine: UCX's TCP transport and gloo's sockets on loopback
@@ -146,6 +159,8 @@ class WorkerGroup:
         base.update(self.key.rank_env)
         base.setdefault("MASTER_ADDR", "127.0.0.1")
         base.setdefault("MASTER_PORT", str(master_port))
+        if self.store is not None:   # rank 0 of a launcher may be on any host: none of them serves the store
+            base["HCCL_BENCH_TCP_STORE"] = f"{self.driver_host}:{self.store.port}"  # type: ignore[attr-defined]
         base.update({"HCCL_BENCH_BACKEND": self.key.backend, "HCCL_BENCH_TOKEN": token,
                      "HCCL_BENCH_DRIVER_HOST": self.driver_host, "HCCL_BENCH_DRIVER_PORT": str(port),
                      "HCCL_BENCH_LOG_DIR": str(self.log_dir),
@@ -289,6 +304,7 @@ class WorkerGroup:
         for sock in self.watches:
             sock.close()
         self.watches = []
+        self.store = None
         for p in self.procs:
             if p.poll() is None:
                 try:

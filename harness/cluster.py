@@ -1,0 +1,406 @@
+"""An emulated cluster on one machine, to rehearse multi-host runs: `hccl-bench cluster up|status|exec|down`.
+
+Each host is a Linux network namespace with its own address on a bridge, and a UTS namespace with
+its own hostname, so `socket.gethostname()` differs per host and every library sees separate
+nodes. Ranks on one host talk over that host's loopback; traffic between hosts crosses the host's
+veth, shaped with tc (tbf for the rate, netem when a delay is asked for). The launchers are the
+real ones: MPICH's hydra (its proxies start on each host through `nsenter`), one torchrun per host
+with c10d rendezvous, and Slurm (`--slurm`: slurmctld, one slurmd per host, munge). Everything
+`up` creates is recorded in the state folder before it is made, and `down` removes exactly that.
+Needs root.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+STATE_DIR = Path(os.environ.get("HCCL_BENCH_CLUSTER_DIR", "/run/hccl-bench-cluster"))
+SUBNET = "10.213.0"            # /24 on the bridge; the driver side is .1, host i is .(10+i)
+BRIDGE = "hbcbr0"
+DRIVER_NAME = "hbc-driver"     # the bridge address's name in /etc/hosts: where ranks reach the driver
+HOSTS_FILE = Path("/etc/hosts")
+HOSTS_MARK = "# hccl-bench-cluster"
+RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
+DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$")
+MAX_HOSTS = 64
+SLURM_PORTS = (6817, 6818)     # slurmctld on the bridge address, slurmd in each host's namespace
+
+
+class ClusterError(Exception):
+    """What stops a cluster command, in one line."""
+
+
+@dataclass
+class Host:
+    name: str          # its hostname (node1, node2, ...)
+    address: str
+    netns: str
+    uts: str           # the file holding its UTS namespace
+    veth: str          # the bridge side of its link
+    link: str = ""     # RATE[,DELAY] of its link, "" for unshaped
+
+
+@dataclass
+class Cluster:
+    hosts: list[Host] = field(default_factory=list)
+    driver_host: str = f"{SUBNET}.1"
+    state_dir: str = str(STATE_DIR)
+    python: str = sys.executable
+    created: list[list[str]] = field(default_factory=list)   # [kind, name] in creation order
+    daemons: list[dict] = field(default_factory=list)        # {"what", "pid", "exe"}
+    slurm_conf: str = ""
+
+    def save(self) -> None:
+        Path(self.state_dir, "state.json").write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls) -> Cluster | None:
+        path = STATE_DIR / "state.json"
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(**{**data, "hosts": [Host(**h) for h in data["hosts"]]})
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if name in (h.name, h.address, h.netns):
+                return h
+        raise ClusterError(f"no host {name!r} in this cluster (hosts: {', '.join(h.name for h in self.hosts)})")
+
+    def enter(self, host: Host) -> list[str]:
+        """The prefix that runs a command on `host`: its network and its hostname."""
+        return ["nsenter", f"--net=/run/netns/{host.netns}", f"--uts={host.uts}", "--"]
+
+    def launchers(self) -> dict[str, str]:
+        """--launcher templates: ranks spread evenly over the hosts, blocks of consecutive ranks per host."""
+        wrapper = f"{shlex.quote(self.python)} -m harness.cluster launch"
+        out = {"mpi": f"{wrapper} -n {{nproc}} mpi --", "torchrun": f"{wrapper} -n {{nproc}} torchrun --"}
+        if self.slurm_conf:
+            out["srun"] = (f"env SLURM_CONF={shlex.quote(self.slurm_conf)} srun --nodes {len(self.hosts)} "
+                           f"--ntasks {{nproc}} --distribution block --kill-on-bad-exit=1")
+        return out
+
+    def describe(self) -> dict:
+        return {"hosts": [{"name": h.name, "address": h.address, "link": h.link or "unshaped"} for h in self.hosts],
+                "driver_host": self.driver_host, "launchers": self.launchers(), "state_dir": self.state_dir,
+                "slurm_conf": self.slurm_conf or None}
+
+
+def _run(cmd: list[str], what: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise ClusterError(f"{what}: {' '.join(cmd)}: {detail[-1] if detail else f'exit status {proc.returncode}'}")
+    return proc
+
+
+def _link_spec(text: str, what: str) -> tuple[str, str]:
+    rate, _, delay = text.partition(",")
+    if not RATE.match(rate) or (delay and not DELAY.match(delay)):
+        raise ClusterError(f"{what} {text!r}: give RATE[,DELAY] as tc writes them, e.g. 1gbit or 1gbit,200us")
+    return rate, delay
+
+
+def _shape(cluster: Cluster, host: Host, link: str) -> None:
+    """The host's link both ways: egress of its eth0 (uplink) and of the bridge's veth (downlink)."""
+    rate, delay = _link_spec(link, "--link")
+    bits = _rate_bits(rate)
+    burst = max(int(bits / 8 * 0.004), 32 * 1024)      # 4 ms at the rate, at least 32 KiB
+    if delay:
+        qdisc = ["netem", "delay", delay, "rate", rate, "limit", "10000"]
+    else:
+        qdisc = ["tbf", "rate", rate, "burst", str(burst), "latency", "200ms"]
+    for prefix, dev in ((["ip", "netns", "exec", host.netns], "eth0"), ([], host.veth)):
+        proc = _run([*prefix, "tc", "qdisc", "replace", "dev", dev, "root", *qdisc], "shaping", check=False)
+        if proc.returncode != 0:
+            if delay and "unknown" in proc.stderr.lower():
+                raise ClusterError(f"--link {link}: a delay needs the kernel's netem qdisc (sch_netem), which this "
+                                   "kernel does not have; shape the rate only (e.g. --link 1gbit)")
+            raise ClusterError(f"shaping {host.name}: tc: {proc.stderr.strip() or proc.returncode}")
+    host.link = link
+
+
+def _rate_bits(rate: str) -> float:
+    number, unit = re.match(r"^([\d.]+)(\w+)$", rate).groups()  # type: ignore[union-attr]
+    scale = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+             "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}[unit]
+    return float(number) * scale
+
+
+def _record(cluster: Cluster, kind: str, name: str) -> None:
+    """Written down before it is made: a failed `up` leaves nothing `down` does not know about."""
+    cluster.created.append([kind, name])
+    cluster.save()
+
+
+def _preflight(hosts: int) -> None:
+    if os.geteuid() != 0:
+        raise ClusterError("the emulated cluster needs root (network namespaces, a bridge, tc): run it as root")
+    missing = [tool for tool in ("ip", "tc", "nsenter", "unshare") if shutil.which(tool) is None]
+    if missing:
+        raise ClusterError(f"the emulated cluster needs {', '.join(missing)} (Debian: iproute2, util-linux)")
+    if not 1 <= hosts <= MAX_HOSTS:
+        raise ClusterError(f"--hosts {hosts}: give 1 to {MAX_HOSTS}")
+    if (STATE_DIR / "state.json").exists():
+        raise ClusterError(f"a cluster is already up ({STATE_DIR}): hccl-bench cluster down first")
+    taken = _run(["ip", "-o", "link", "show"], "listing links").stdout
+    if re.search(rf"\b{BRIDGE}\b", taken):
+        raise ClusterError(f"a link named {BRIDGE} exists and this cluster did not make it: remove it or run down")
+    netns = _run(["ip", "netns", "list"], "listing namespaces").stdout
+    if re.search(r"^hbc-h\d+\b", netns, re.M):
+        raise ClusterError("network namespaces named hbc-h* exist and no cluster state records them: remove them first")
+
+
+def up(hosts: int, link: str = "", slow: dict[str, str] | None = None, slurm: bool = False) -> Cluster:
+    """Make the cluster; on any failure remove what was made and say why."""
+    _preflight(hosts)
+    for name, spec in (slow or {}).items():
+        _link_spec(spec, f"--slow {name}=")
+    if link:
+        _link_spec(link, "--link")
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(state_dir=str(STATE_DIR))
+    try:
+        _make(cluster, hosts, link, slow or {})
+        if slurm:
+            from harness import cluster_slurm
+            cluster_slurm.start(cluster)
+    except BaseException:
+        down()
+        raise
+    return cluster
+
+
+def _make(cluster: Cluster, count: int, link: str, slow: dict[str, str]) -> None:
+    uts_dir = Path(cluster.state_dir, "uts")
+    uts_dir.mkdir(exist_ok=True)
+    _record(cluster, "link", BRIDGE)
+    _run(["ip", "link", "add", BRIDGE, "type", "bridge"], "making the bridge")
+    _run(["ip", "addr", "add", f"{cluster.driver_host}/24", "dev", BRIDGE], "addressing the bridge")
+    _run(["ip", "link", "set", BRIDGE, "up"], "starting the bridge")
+    names = [f"node{i}" for i in range(1, count + 1)]
+    unknown = set(slow) - set(names)
+    if unknown:
+        raise ClusterError(f"--slow {', '.join(sorted(unknown))}: no such host (hosts: {', '.join(names)})")
+    for i, name in enumerate(names, 1):
+        host = Host(name, f"{SUBNET}.{10 + i}", f"hbc-h{i}", str(uts_dir / name), f"hbc{i}")
+        cluster.hosts.append(host)
+        _record(cluster, "netns", host.netns)
+        _run(["ip", "netns", "add", host.netns], f"making {name}")
+        _run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", f"{host.veth}p"], f"linking {name}")
+        _run(["ip", "link", "set", f"{host.veth}p", "netns", host.netns], f"linking {name}")
+        _run(["ip", "link", "set", host.veth, "master", BRIDGE, "up"], f"linking {name}")
+        inside = ["ip", "-n", host.netns]
+        _run([*inside, "link", "set", f"{host.veth}p", "name", "eth0"], f"linking {name}")
+        _run([*inside, "addr", "add", f"{host.address}/24", "dev", "eth0"], f"addressing {name}")
+        _run([*inside, "link", "set", "eth0", "up"], f"starting {name}")
+        _run([*inside, "link", "set", "lo", "up"], f"starting {name}")
+        _run([*inside, "route", "add", "default", "via", cluster.driver_host], f"routing {name}")
+        _record(cluster, "uts", host.uts)
+        Path(host.uts).touch()
+        _run(["unshare", f"--uts={host.uts}", "hostname", name], f"naming {name}")
+        if slow.get(name) or link:
+            _shape(cluster, host, slow.get(name) or link)
+        cluster.save()
+    _record(cluster, "hosts-file", str(HOSTS_FILE))
+    lines = [f"{cluster.driver_host} {DRIVER_NAME} {HOSTS_MARK}"] + [f"{h.address} {h.name} {HOSTS_MARK}"
+                                                                    for h in cluster.hosts]
+    text = HOSTS_FILE.read_text()
+    with open(HOSTS_FILE, "a") as f:   # in place: /etc/hosts is often a bind mount that cannot be replaced
+        f.write(("" if text.endswith("\n") or not text else "\n") + "\n".join(lines) + "\n")
+    _write_enter_script(cluster)
+    cluster.save()
+
+
+def _write_enter_script(cluster: Cluster) -> None:
+    """What hydra's ssh launcher calls (`-launcher-exec`): HOST COMMAND... run on that host."""
+    cases = "\n".join(f"  {h.name}|{h.address}) exec {' '.join(cluster.enter(h))} sh -c \"$*\" ;;" for h in cluster.hosts)
+    script = Path(cluster.state_dir, "enter")
+    script.write_text("#!/bin/sh\n# hydra calls: enter [ssh options] HOST COMMAND...\n"
+                      "while [ $# -gt 0 ]; do case \"$1\" in -*) shift;; *) break;; esac; done\n"
+                      f"host=\"$1\"; shift\ncase \"$host\" in\n{cases}\n"
+                      "  *) echo \"hccl-bench cluster: no host $host\" >&2; exit 255 ;;\nesac\n")
+    script.chmod(0o755)
+
+
+def _alive(daemon: dict) -> bool:
+    try:
+        return os.readlink(f"/proc/{daemon['pid']}/exe") == daemon["exe"]
+    except OSError:
+        return False
+
+
+def down() -> list[str]:
+    """Remove what `up` recorded, newest first; what is already gone is skipped. Idempotent."""
+    cluster = Cluster.load()
+    if cluster is None:
+        if STATE_DIR.exists() and not any(STATE_DIR.iterdir()):
+            STATE_DIR.rmdir()
+        return []
+    removed = []
+    for daemon in reversed(cluster.daemons):
+        if _alive(daemon):
+            os.kill(daemon["pid"], signal.SIGTERM)
+            removed.append(f"daemon {daemon['what']} (pid {daemon['pid']})")
+    deadline = time.monotonic() + 10
+    while any(_alive(d) for d in cluster.daemons) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for daemon in cluster.daemons:
+        if _alive(daemon):
+            os.kill(daemon["pid"], signal.SIGKILL)
+    for kind, name in reversed(cluster.created):
+        if kind == "netns" and Path("/run/netns", name).exists():
+            _run(["ip", "netns", "delete", name], f"removing {name}", check=False)   # its veth goes with it
+            removed.append(f"namespace {name}")
+        elif kind == "link" and _run(["ip", "link", "show", name], "", check=False).returncode == 0:
+            _run(["ip", "link", "delete", name], f"removing {name}", check=False)
+            removed.append(f"link {name}")
+        elif kind == "uts" and Path(name).exists():
+            subprocess.run(["umount", name], capture_output=True)
+            Path(name).unlink(missing_ok=True)
+        elif kind == "hosts-file":
+            lines = HOSTS_FILE.read_text().splitlines(keepends=True)
+            kept = [line for line in lines if not line.rstrip().endswith(HOSTS_MARK)]
+            if kept != lines:
+                with open(HOSTS_FILE, "r+") as f:
+                    f.write("".join(kept))
+                    f.truncate()
+                removed.append(f"{len(lines) - len(kept)} lines of {HOSTS_FILE}")
+    shutil.rmtree(cluster.state_dir, ignore_errors=True)
+    return removed
+
+
+# ---- launching across the hosts: the wrappers the templates call ----
+
+def _split(nproc: int, cluster: Cluster) -> int:
+    hosts = len(cluster.hosts)
+    if nproc % hosts:
+        raise ClusterError(f"{nproc} ranks do not spread evenly over {hosts} hosts: give a multiple of {hosts}")
+    return nproc // hosts
+
+
+def launch(kind: str, nproc: int, command: list[str]) -> int:
+    """Start `command` as nproc ranks, nproc / hosts per host, with the real launcher `kind`."""
+    cluster = Cluster.load()
+    if cluster is None:
+        raise ClusterError("no emulated cluster is up (hccl-bench cluster up --hosts N)")
+    if not command:
+        raise ClusterError("launch needs the rank command after --")
+    per_host = _split(nproc, cluster)
+    if kind == "mpi":
+        from harness.launchers import find_mpiexec
+        mpiexec = find_mpiexec(command[0] if command[0].endswith(("python", "python3")) else "")
+        os.execvp(mpiexec, [mpiexec, "-localhost", DRIVER_NAME, "-launcher", "ssh", "-launcher-exec",
+                            str(Path(cluster.state_dir, "enter")), "-hosts", ",".join(h.name for h in cluster.hosts),
+                            "-ppn", str(per_host), "-n", str(nproc), *command])
+    if kind == "torchrun":
+        return _torchrun(cluster, per_host, command)
+    raise ClusterError(f"launch {kind!r}: allowed mpi, torchrun (Slurm's srun is a template of its own)")
+
+
+def _torchrun(cluster: Cluster, per_host: int, command: list[str]) -> int:
+    """One torchrun per host, rendezvous (c10d) on the first host; the first to fail ends them all."""
+    first = cluster.hosts[0]
+    with socket.socket() as probe:     # a port free on the first host: its namespace is otherwise empty
+        probe.bind(("", 0))
+        port = 20000 + probe.getsockname()[1] % 20000
+    run_id = uuid.uuid4().hex[:12]
+    procs = []
+    for rank, host in enumerate(cluster.hosts):
+        cmd = [*cluster.enter(host), cluster.python, "-m", "torch.distributed.run", "--nnodes", str(len(cluster.hosts)),
+               "--node-rank", str(rank), "--nproc-per-node", str(per_host), "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", f"{first.address}:{port}", "--rdzv-id", run_id, "--max-restarts", "0",
+               "--no-python", *command]
+        procs.append(subprocess.Popen(cmd))
+
+    def stop(signum, _frame):
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = next((c for c in codes if c not in (None, 0)), None)
+        if failed is not None:
+            stop(signal.SIGTERM, None)
+            for p in procs:
+                p.wait()
+            return failed
+        if all(c == 0 for c in codes):
+            return 0
+        time.sleep(0.1)
+
+
+def _parse_slow(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, spec = item.partition("=")
+        if not sep:
+            raise ClusterError(f"--slow {item!r}: give HOST=RATE[,DELAY], e.g. node2=100mbit")
+        out[name] = spec
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hccl-bench cluster", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    u = sub.add_parser("up", help="make N emulated hosts (needs root)")
+    u.add_argument("--hosts", type=int, required=True)
+    u.add_argument("--link", default="", help="every host's link: RATE[,DELAY] as tc writes them (1gbit, 1gbit,200us)")
+    u.add_argument("--slow", action="append", default=[], help="one host's link: HOST=RATE[,DELAY] (repeatable)")
+    u.add_argument("--slurm", action="store_true", help="also start Slurm: slurmctld, one slurmd per host, munge")
+    u.add_argument("--json", action="store_true", help="print hosts, driver host and launcher templates as JSON")
+    sub.add_parser("status", help="the cluster that is up, as JSON")
+    e = sub.add_parser("exec", help="run a command on one host: exec HOST -- CMD...")
+    e.add_argument("host")
+    e.add_argument("command", nargs=argparse.REMAINDER)
+    sub.add_parser("down", help="remove everything up made (idempotent)")
+    la = sub.add_parser("launch", help="(what the templates call) start ranks across the hosts")
+    la.add_argument("kind", choices=["mpi", "torchrun"])
+    la.add_argument("-n", "--nproc", type=int, required=True)
+    la.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "up":
+            cluster = up(args.hosts, args.link, _parse_slow(args.slow), args.slurm)
+            print(json.dumps(cluster.describe(), indent=1) if args.json else
+                  f"# cluster up: {', '.join(f'{h.name} {h.address}' for h in cluster.hosts)}; "
+                  f"driver host {cluster.driver_host}; down: hccl-bench cluster down")
+            return 0
+        if args.action == "down":
+            removed = down()
+            print(f"# removed: {', '.join(removed)}" if removed else "# nothing to remove: no cluster is up")
+            return 0
+        cluster = Cluster.load()
+        if cluster is None:
+            raise ClusterError("no emulated cluster is up (hccl-bench cluster up --hosts N)")
+        if args.action == "status":
+            print(json.dumps({**cluster.describe(), "daemons": [{**d, "alive": _alive(d)} for d in cluster.daemons]},
+                             indent=1))
+            return 0
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        if args.action == "exec":
+            if not command:
+                raise ClusterError("exec HOST -- COMMAND...")
+            os.execvp("nsenter", [*cluster.enter(cluster.host(args.host)), *command])
+        return launch(args.kind, args.nproc, command)
+    except ClusterError as exc:
+        print(f"hccl-bench cluster: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
