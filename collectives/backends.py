@@ -192,6 +192,10 @@ class MpiBackend:
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD
         self.name, self.rank, self.world = name, self.comm.Get_rank(), self.comm.Get_size()
+        if self.world != world:   # e.g. srun without --mpi=pmi2: every rank alone in a world of 1
+            raise RuntimeError(f"MPI sees a world of {self.world} ranks but the launcher started {world}: the launcher "
+                               "and the MPI library do not share a process manager (srun needs --mpi=pmi2 for "
+                               "MPICH; or use the library's own mpiexec)")
         self.device = Device("cpu")
         self.redops = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 

@@ -9,7 +9,7 @@ from harness.cases import Case, LayerCase
 from harness.options import Options
 from layers import memory, schedules
 from layers.mesh import ParallelDims, tp_placement
-from reports.results import CollectiveRow, LayerRow
+from reports.results import CollectiveRow, LayerRow, link_class
 
 
 def collective_row(case: Case, results: list[dict], hosts: dict) -> CollectiveRow:
@@ -22,7 +22,8 @@ def collective_row(case: Case, results: list[dict], hosts: dict) -> CollectiveRo
         inplace=case.inplace, nranks=case.nranks, size=case.size, bytes=case.nbytes, count=case.count,
         **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
         wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
-        iters_per_round=k, round_ns_per_rank=matrix, algo_env=case.env, group_env=case.group.rank_env, hosts=hosts)
+        iters_per_round=k, round_ns_per_rank=matrix, algo_env=case.env, group_env=case.group.rank_env, hosts=hosts,
+        link_class=link_class(hosts))
 
 
 def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, rank_hosts: dict[int, str]) -> LayerRow:

@@ -88,7 +88,7 @@ class Cluster:
         wrapper = f"{shlex.quote(self.python)} -m harness.cluster launch"
         out = {"mpi": f"{wrapper} -n {{nproc}} mpi --", "torchrun": f"{wrapper} -n {{nproc}} torchrun --"}
         if self.slurm_conf:
-            out["srun"] = (f"env SLURM_CONF={shlex.quote(self.slurm_conf)} srun --nodes {len(self.hosts)} "
+            out["srun"] = (f"env SLURM_CONF={shlex.quote(self.slurm_conf)} srun --mpi=pmi2 --nodes {len(self.hosts)} "
                            f"--ntasks {{nproc}} --distribution block --kill-on-bad-exit=1")
         return out
 
@@ -384,18 +384,18 @@ def main(argv: list[str] | None = None) -> int:
             removed = down()
             print(f"# removed: {', '.join(removed)}" if removed else "# nothing to remove: no cluster is up")
             return 0
-        cluster = Cluster.load()
-        if cluster is None:
+        current = Cluster.load()
+        if current is None:
             raise ClusterError("no emulated cluster is up (hccl-bench cluster up --hosts N)")
         if args.action == "status":
-            print(json.dumps({**cluster.describe(), "daemons": [{**d, "alive": _alive(d)} for d in cluster.daemons]},
+            print(json.dumps({**current.describe(), "daemons": [{**d, "alive": _alive(d)} for d in current.daemons]},
                              indent=1))
             return 0
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if args.action == "exec":
             if not command:
                 raise ClusterError("exec HOST -- COMMAND...")
-            os.execvp("nsenter", [*cluster.enter(cluster.host(args.host)), *command])
+            os.execvp("nsenter", [*current.enter(current.host(args.host)), *command])
         return launch(args.kind, args.nproc, command)
     except ClusterError as exc:
         print(f"hccl-bench cluster: {exc}", file=sys.stderr)

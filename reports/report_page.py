@@ -23,7 +23,7 @@ from collectives.ops import bandwidths  # noqa: E402
 from collectives.sizes import format_size  # noqa: E402
 from reports import provenance_diff, summary, sweep_fits  # noqa: E402
 from reports.compare import compare, size_ranges  # noqa: E402
-from reports.results import Cell, CollectiveRow, LayerRow, Metric, Run, Series, metrics  # noqa: E402
+from reports.results import Cell, CollectiveRow, LayerRow, Metric, Run, Series, layout, metrics  # noqa: E402
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"), autoescape=True)
 SIZE_TICKS = FuncFormatter(lambda x, _: format_size(int(x)) if x >= 1 else "")
@@ -282,7 +282,8 @@ def render(runs: list[Run], out_dir: Path) -> dict:
                            "theory": _fmt(r.bubble_theory, ".3f")})
     last = comparisons[-1][1] if comparisons else None
     kinds = sorted({c.samples for c in last.cells}) if last else []
-    html = PAGE.render(runs=runs, names=names, verdict=summary.text(last) if last else "",
+    layouts = [", ".join(sorted({layout(c.row.hosts) for c in r.cells.values()})) for r in runs]
+    html = PAGE.render(runs=runs, names=names, layouts=layouts, verdict=summary.text(last) if last else "",
                        sentence=_sentence(last) if last else "", ranges=_verdict_rows(last) if last else [],
                        samples_note="samples: " + ", ".join(kinds) if kinds else "",
                        layer_png=_layer_figure(runs, names), mismatch=last.mismatch if last else [],

@@ -163,6 +163,7 @@ class CollectiveRow(_Measured):
     algo_env: dict = _field("object", {})
     group_env: dict = _field("object", {})
     imported: dict = _field("object", {})               # an imported log's own columns (printed bandwidths, line)
+    link_class: str | None = _field("text")            # intra-host, inter-host or mixed (from hosts)
 
 
 @dataclass(kw_only=True)
@@ -204,6 +205,22 @@ class LayerRow(_Measured):
 
 
 Row = CollectiveRow | LayerRow
+
+
+def layout(hosts: dict[str, int]) -> str:
+    """Hosts x ranks per host as people say it: "2 hosts x 4", "1 host x 8", "2 hosts (3+1)"."""
+    if not hosts:
+        return "hosts unknown"
+    counts = sorted(hosts.values(), reverse=True)
+    per = f" x {counts[0]}" if len(set(counts)) == 1 else f" ({'+'.join(map(str, counts))})"
+    return f"{len(counts)} host{'s' if len(counts) > 1 else ''}{per}"
+
+
+def link_class(hosts: dict[str, int]) -> str:
+    """Which links a collective over all ranks crosses: one host, one rank per host, or both kinds."""
+    if len(hosts) <= 1:
+        return "intra-host"
+    return "inter-host" if max(hosts.values()) == 1 else "mixed"
 
 
 def row_from_json(info: dict, where: str) -> Row | None:

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from collectives.ops import OPS, bandwidths
 from collectives.sizes import format_size
-from reports.results import CollectiveRow, LayerRow, Run, metrics
+from reports.results import CollectiveRow, LayerRow, Run, layout, link_class, metrics
 
 HEADER = (f"#{'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'place':>5} "
           f"{'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}")
@@ -18,14 +18,15 @@ def render(rows: list[CollectiveRow]) -> str:
     block per side, a launch column, and B/A ratios per size."""
     blocks: dict[tuple, list[CollectiveRow]] = {}
     for r in rows:
-        blocks.setdefault((r.backend, r.algo, r.op, r.dtype, r.nranks, r.side), []).append(r)
+        blocks.setdefault((r.backend, r.algo, r.op, r.dtype, r.nranks, r.side, layout(r.hosts)), []).append(r)
     launches = len({r.launch for r in rows}) > 1
     extra_head = "".join(f" {m.heading:>{max(8, len(m.heading))}}" for m in EXTRA)
     out = ["# hccl-bench results. time(us): median over rounds of the slowest rank's per-op time;",
            "# algbw = size/time, busbw = algbw x factor (nccl-tests); GB/s = 1e9 bytes/s"]
-    for (backend, algo, op, dtype, nranks, side), block in blocks.items():
+    for (backend, algo, op, dtype, nranks, side, hosts), block in blocks.items():
         out.append("")
-        out.append(f"# {op}  backend={backend}  algo={algo}  dtype={dtype}  nranks={nranks}  "
+        where = f" ({hosts}, {link_class(block[0].hosts)})" if block[0].hosts else ""
+        out.append(f"# {op}  backend={backend}  algo={algo}  dtype={dtype}  nranks={nranks}{where}  "
                    f"busbw factor={OPS[op].bus_factor(nranks):.3f}" + (f"  side {side}" if side else ""))
         out.append(HEADER + extra_head + (f" {'launch':>6}" if launches else ""))
         for r in sorted(block, key=lambda r: (r.bytes, r.redop, r.inplace, r.launch)):
@@ -122,6 +123,8 @@ def render_layers(rows: list[LayerRow]) -> str:
             out.append(f" {r.backend:>8} {r.tp:>3} {r.dp:>3} {block:>7} {r.impl:>8} {r.fwd_us or 0:>10.1f} "
                        f"{r.bwd_us or 0:>10.1f} {r.step_us or 0:>10.1f} {r.tokens_per_s or 0:>10.0f} "
                        f"{(r.achieved_flops or 0) / 1e9:>8.2f} {r.efficiency or 0:>6.2f} {comm:>6}")
+        warned = dict.fromkeys(w for r in tp_rows for w in r.placement_warnings)
+        out += [f"# WARNING: {w}" for w in warned]
     if pp_rows:
         out += ["", "# pipeline steps (bubble measured = 1 - microbatches x stage compute alone / step time;",
                 "# theory (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble n/a)",
