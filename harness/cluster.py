@@ -5,7 +5,9 @@ its own hostname, so `socket.gethostname()` differs per host and every library s
 nodes. Ranks on one host talk over that host's loopback; traffic between hosts crosses the host's
 veth, shaped with tc (tbf for the rate, netem when a delay is asked for). The launchers are the
 real ones: MPICH's hydra (its proxies start on each host through `nsenter`), one torchrun per host
-with c10d rendezvous, and Slurm (`--slurm`: slurmctld, one slurmd per host, munge). Everything
+with c10d rendezvous, and Slurm (`--slurm`: slurmctld, one slurmd per host, munge). The hosts
+share one kernel, so UCX's shared-memory transports would join ranks of different hosts past the
+shaped links: the templates give MPI ranks UCX_TLS=tcp,self (a user's setting wins). Everything
 `up` creates is recorded in the state folder before it is made, and `down` removes exactly that.
 Needs root.
 """
@@ -36,6 +38,7 @@ RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
 DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$")
 MAX_HOSTS = 64
 SLURM_PORTS = (6817, 6818)     # slurmctld on the bridge address, slurmd in each host's namespace
+UCX_TLS = "tcp,self"           # no shared memory between emulated hosts (they share one kernel)
 
 
 class ClusterError(Exception):
@@ -88,8 +91,9 @@ class Cluster:
         wrapper = f"{shlex.quote(self.python)} -m harness.cluster launch"
         out = {"mpi": f"{wrapper} -n {{nproc}} mpi --", "torchrun": f"{wrapper} -n {{nproc}} torchrun --"}
         if self.slurm_conf:
-            out["srun"] = (f"env SLURM_CONF={shlex.quote(self.slurm_conf)} srun --mpi=pmi2 --nodes {len(self.hosts)} "
-                           f"--ntasks {{nproc}} --distribution block --kill-on-bad-exit=1")
+            ucx = os.environ.get("UCX_TLS", UCX_TLS)
+            out["srun"] = (f"env SLURM_CONF={shlex.quote(self.slurm_conf)} UCX_TLS={ucx} srun --mpi=pmi2 "
+                           f"--nodes {len(self.hosts)} --ntasks {{nproc}} --distribution block --kill-on-bad-exit=1")
         return out
 
     def describe(self) -> dict:
@@ -301,6 +305,7 @@ def launch(kind: str, nproc: int, command: list[str]) -> int:
     per_host = _split(nproc, cluster)
     if kind == "mpi":
         from harness.launchers import find_mpiexec
+        os.environ.setdefault("UCX_TLS", UCX_TLS)
         mpiexec = find_mpiexec(command[0] if command[0].endswith(("python", "python3")) else "")
         os.execvp(mpiexec, [mpiexec, "-localhost", DRIVER_NAME, "-launcher", "ssh", "-launcher-exec",
                             str(Path(cluster.state_dir, "enter")), "-hosts", ",".join(h.name for h in cluster.hosts),

@@ -1,0 +1,162 @@
+"""Multi-host runs on the emulated cluster (hccl-bench cluster): real namespaces, a tc-shaped
+bridge, hydra's proxies on each host, one torchrun per host, and a real Slurm. Needs root and
+network namespaces (CI has both); skips with the reason where they are not allowed."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+SWEEP = ("--ops", "all_reduce,all_gather,broadcast", "--sizes", "8,64K", "--timeout", "120")
+
+
+def _namespaces_allowed() -> str:
+    if os.geteuid() != 0:
+        return "the emulated cluster needs root"
+    missing = [t for t in ("ip", "tc", "nsenter", "unshare") if shutil.which(t) is None]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    probe = subprocess.run(["unshare", "--net", "--uts", "true"], capture_output=True, text=True)
+    return "" if probe.returncode == 0 else f"namespaces not allowed here: {probe.stderr.strip()}"
+
+
+SKIP = _namespaces_allowed()
+SLURM = shutil.which("slurmctld") and shutil.which("munged")
+
+
+def cluster(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "harness.cluster", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=180)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def leftovers() -> list[str]:
+    """What a cluster leaves on the machine: namespaces, the bridge, daemons, /etc/hosts lines, state."""
+    found = [line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                        text=True).stdout.splitlines() if line.startswith("hbc-")]
+    if subprocess.run(["ip", "link", "show", "hbcbr0"], capture_output=True).returncode == 0:
+        found.append("bridge hbcbr0")
+    daemons = subprocess.run(["pgrep", "-a", "-f", "slurmctld|slurmd|munged"], capture_output=True, text=True).stdout
+    found += [f"daemon {line}" for line in daemons.splitlines() if "hccl-bench-cluster" in line]
+    found += [f"/etc/hosts: {line}" for line in Path("/etc/hosts").read_text().splitlines()
+              if line.endswith("# hccl-bench-cluster")]
+    if Path("/run/hccl-bench-cluster").exists():
+        found.append("/run/hccl-bench-cluster")
+    return found
+
+
+@pytest.fixture(scope="module")
+def two_hosts():
+    if SKIP:
+        pytest.skip(SKIP)
+    cluster("down")
+    up = cluster("up", "--hosts", "2", "--link", "1gbit", *(["--slurm"] if SLURM else []), "--json")
+    yield json.loads(up.stdout)
+    cluster("down")
+    assert leftovers() == []
+
+
+def bench(bench_run, tmp_path, name, launcher, driver, *args):
+    results = tmp_path / name
+    proc = bench_run("--launcher", launcher, "--driver-host", driver, "--results", str(results), *args,
+                     target="benches/test_collectives.py")
+    assert proc.returncode == 0, proc.output[-3000:]
+    data = json.loads(next(results.glob("*/results.json")).read_text())
+    return proc, data
+
+
+@pytest.mark.parametrize("launcher, backends", [("mpi", "mpi,gloo"), ("torchrun", "gloo"), ("srun", "mpi,gloo")])
+def test_a_sweep_crosses_two_hosts_through_each_launcher(two_hosts, bench_run, tmp_path, launcher, backends):
+    """2 hosts x 2 ranks under hydra, torchrun (one per host) and Slurm's srun: every case records
+    both hosts with 2 ranks each and passes its exact check."""
+    if launcher not in two_hosts["launchers"]:
+        pytest.skip("Slurm (slurm-wlm, munge) is not installed: apt-get install slurm-wlm munge")
+    proc, data = bench(bench_run, tmp_path, launcher, two_hosts["launchers"][launcher], two_hosts["driver_host"],
+                       "--backend", backends, "--nproc", "4", *SWEEP)
+    rows = [b["extra_info"] for b in data["benchmarks"]]
+    assert len(rows) == 3 * 2 * len(backends.split(","))
+    assert all(r["hosts"] == {"node1": 2, "node2": 2} and r["wrong"] == 0 and r["link_class"] == "mixed" for r in rows)
+    assert "(2 hosts x 2, mixed)" in proc.stdout
+    assert bench_run.leftovers() == []
+
+
+def test_the_shaped_link_makes_inter_host_slower_than_intra_host(two_hosts, bench_run, tmp_path):
+    """Two ranks on node1's loopback against one rank on each host across the 1 Gbit links."""
+    from harness.launchers import find_mpiexec
+    inside = f"{sys.executable} -m harness.cluster exec node1 -- {find_mpiexec()} -n {{nproc}}"
+    args = ("--backend", "mpi", "--nproc", "2", "--ops", "all_reduce", "--sizes", "1M", "--benchmark",
+            "--rounds", "10")
+    _, intra = bench(bench_run, tmp_path, "intra", inside, two_hosts["driver_host"], *args)
+    _, inter = bench(bench_run, tmp_path, "inter", two_hosts["launchers"]["mpi"], two_hosts["driver_host"], *args)
+    (a,), (b,) = intra["benchmarks"], inter["benchmarks"]
+    assert a["extra_info"]["link_class"] == "intra-host" and b["extra_info"]["link_class"] == "inter-host"
+    # a 2-rank ring all_reduce moves 1 MiB each way: at least 8.4 ms on 1 Gbit, well under 1 ms on loopback
+    print(f"1 MiB all_reduce: intra-host {a['extra_info']['time_us']:.0f} us, inter-host {b['extra_info']['time_us']:.0f} us")
+    assert b["extra_info"]["time_us"] > 8000 and b["extra_info"]["time_us"] > 3 * a["extra_info"]["time_us"]
+
+
+def test_a_tp_group_across_hosts_is_warned(two_hosts, bench_run, tmp_path):
+    proc = bench_run("--launcher", two_hosts["launchers"]["mpi"], "--driver-host", two_hosts["driver_host"],
+                     "--backend", "gloo", "--nproc", "4", "--tp", "4", "--pp", "1",
+                     "--results", str(tmp_path / "tp"), "-k", "test_linear", target="benches/test_layers.py")
+    assert proc.returncode == 0, proc.output[-3000:]
+    assert "# WARNING: tp group [0, 1, 2, 3] spans 2 hosts (node1, node2)" in proc.stdout
+
+
+def test_the_nightly_sbatch_runs_twice_against_slurm(two_hosts, tmp_path):
+    if "srun" not in two_hosts["launchers"]:
+        pytest.skip("Slurm (slurm-wlm, munge) is not installed")
+    env = {**os.environ, "SLURM_CONF": two_hosts["slurm_conf"], "HCCL_BENCH_RESULTS": str(tmp_path / "nightly"),
+           "HCCL_BENCH_PYTHON_EXE": sys.executable, "HCCL_BENCH_BACKENDS": "mpi", "HCCL_BENCH_REPO": str(ROOT),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    outputs = []
+    for night in (1, 2):
+        job = subprocess.run(["sbatch", "--wait", f"--output={tmp_path}/night{night}.out", "examples/nightly.sbatch",
+                              "--ops", "all_reduce", "--sizes", "8,1K", "--rounds", "5", "--round-time", "0.002"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        outputs.append((tmp_path / f"night{night}.out").read_text())
+        assert job.returncode == 0, job.stdout + job.stderr + outputs[-1][-3000:]
+    assert len(list((tmp_path / "nightly").glob("*/results.json"))) == 2
+    assert "nothing to judge yet" in outputs[1] or "# verdict: history" in outputs[1], outputs[1][-2000:]
+
+
+@pytest.mark.skipif(bool(SKIP) or not SLURM, reason=SKIP or "Slurm is not installed")
+def test_four_hosts_one_rank_each_full_sweep_through_srun(bench_run, tmp_path):
+    """Every op on 4 hosts x 1 rank through srun; the time it took is printed for the record."""
+    cluster("down")
+    up = json.loads(cluster("up", "--hosts", "4", "--slurm", "--json").stdout)
+    try:
+        start = time.monotonic()
+        proc, data = bench(bench_run, tmp_path, "four", up["launchers"]["srun"], up["driver_host"],
+                           "--backend", "mpi", "--nproc", "4")
+        print(f"4 hosts x 1 rank, every op, smoke sizes, through srun: {time.monotonic() - start:.1f} s, "
+              f"{len(data['benchmarks'])} cases")
+        assert {b["extra_info"]["op"] for b in data["benchmarks"]} >= {"all_reduce", "all_gather", "reduce_scatter",
+                                                                      "all_to_all", "broadcast", "reduce", "sendrecv"}
+        assert all(b["extra_info"]["link_class"] == "inter-host" for b in data["benchmarks"])
+    finally:
+        cluster("down")
+    assert leftovers() == []
+
+
+def test_down_is_idempotent_and_up_without_root_is_one_line():
+    if SKIP:
+        pytest.skip(SKIP)
+    assert "nothing to remove" in cluster("down").stdout
+    as_nobody = ("import os, sys; from harness.cluster import main; "   # imported first: nobody cannot read /root
+                 "os.setgroups([]); os.setegid(65534); os.seteuid(65534); sys.exit(main(['up', '--hosts', '2']))")
+    nobody = subprocess.run([sys.executable, "-c", as_nobody], cwd=ROOT, capture_output=True, text=True)
+    assert nobody.returncode == 2 and nobody.stderr.strip() == ("hccl-bench cluster: the emulated cluster needs root "
+                                                                "(network namespaces, a bridge, tc): run it as root")
+    bad = cluster("up", "--hosts", "2", "--link", "1gigabit", check=False)
+    assert bad.returncode == 2 and "--link '1gigabit'" in bad.stderr and leftovers() == []
