@@ -130,6 +130,21 @@ class TorchBackend:
             return sendrecv
         raise KeyError(op)
 
+    # -- point to point (the doctor's link measurements)
+    def wrap_bytes(self, host: np.ndarray):
+        """A uint8 buffer on this backend's device (on the CPU: the same memory)."""
+        return self.torch.from_numpy(host).to(self.device.torch_device)
+
+    def read_bytes(self, buf, host: np.ndarray) -> None:
+        host[:] = buf.cpu().numpy()
+
+    def exchange(self, peer: int, send, recv) -> None:
+        """Send to and receive from `peer` at once; both sides call it."""
+        d = self.dist
+        for req in d.batch_isend_irecv([d.P2POp(d.isend, send, peer), d.P2POp(d.irecv, recv, peer)]):
+            req.wait()
+        self.device.synchronize()
+
     def plain_all_reduce_loop(self, buf, redop: str):
         """The same library call written as a bare loop: the overhead bench's reference."""
         all_reduce, red = self.dist.all_reduce, self.redops[redop]
@@ -237,6 +252,16 @@ class MpiBackend:
             return functools.partial(c.Sendrecv, send, (self.rank + 1) % self.world, 0,
                                      recv, (self.rank - 1) % self.world, 0)
         raise KeyError(op)
+
+    def wrap_bytes(self, host: np.ndarray):
+        return host
+
+    def read_bytes(self, buf, host: np.ndarray) -> None:
+        if buf is not host:
+            host[:] = buf
+
+    def exchange(self, peer: int, send, recv) -> None:
+        self.comm.Sendrecv(send, peer, 7, recv, peer, 7)
 
     def plain_all_reduce_loop(self, buf, redop: str):
         allreduce, in_place, red = self.comm.Allreduce, self.MPI.IN_PLACE, self.redops[redop]

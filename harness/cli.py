@@ -226,10 +226,17 @@ def main(argv: list[str] | None = None) -> int:
     clu = sub.add_parser("cluster", add_help=False,
                          help="an emulated cluster on this machine: up --hosts N, status, exec HOST -- CMD, down (root)")
     clu.add_argument("rest", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    if args.command == "cluster":
+    doc = sub.add_parser("doctor", add_help=False,
+                         help="which host, link or rank is bad: --launcher TEMPLATE --nproc N [--json FILE] [-o DIR]")
+    doc.add_argument("rest", nargs=argparse.REMAINDER)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["cluster"]:   # commands with their own options (argparse cannot pass "--x" through)
         from harness import cluster
-        return cluster.main(args.rest)
+        return cluster.main(argv[1:])
+    if argv[:1] == ["doctor"]:
+        from harness import doctor
+        return doctor.main(argv[1:])
+    args = parser.parse_args(argv)
     try:
         if args.command == "provenance":
             print(json.dumps(provenance.collect(), indent=1))

@@ -63,6 +63,9 @@ def run_case(backend, spec: dict) -> dict:
     if spec["kind"] in ("round", "end"):  # an A/B pair's next round, or its result (collectives.timing.begin)
         from collectives import timing
         return {"round": timing.time_round, "end": timing.end}[spec["kind"]](backend)
+    if spec["kind"].startswith("doctor"):
+        from collectives import doctor_tasks
+        return {"doctor_links": doctor_tasks.links, "doctor_skew": doctor_tasks.skew}[spec["kind"]](backend, spec)
     if spec["kind"].startswith("layer"):  # imports torch layers only when a layer case arrives
         from layers import rank_tasks as layer_tasks
         return {"layer": layer_tasks.run, "layer_begin": layer_tasks.begin}[spec["kind"]](backend, spec)

@@ -1,0 +1,100 @@
+"""What each rank does for `hccl-bench doctor`: point-to-point exchanges between chosen pairs (link
+bandwidth and latency, many pairs at the same time), its clock offset to rank 0, and when it
+arrives at a collective after a fixed piece of work (who is late, who waits).
+
+Times are this rank's own clocks; the driver turns them into judgements (harness/doctor.py).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from collectives.backends import page_aligned
+
+
+def _pairs_in_round(pairs: list[list[int]], rank: int) -> int | None:
+    return next((b if a == rank else a for a, b in pairs if rank in (a, b)), None)
+
+
+def links(backend, spec: dict) -> dict:
+    """For each round of disjoint pairs: every pair exchanges `bytes` both ways `reps` times, and
+    8 bytes `reps` times (latency), all pairs of a round at once. Per round: (peer, big ns, small ns)."""
+    big_send, big_recv = page_aligned(spec["bytes"]), page_aligned(spec["bytes"])
+    small_send, small_recv = page_aligned(8), page_aligned(8)
+    big = [backend.wrap_bytes(big_send), backend.wrap_bytes(big_recv)]
+    small = [backend.wrap_bytes(small_send), backend.wrap_bytes(small_recv)]
+    out: list[dict | None] = []
+    for pairs in spec["rounds"]:
+        peer = _pairs_in_round(pairs, backend.rank)
+        backend.barrier()
+        if peer is None:
+            out.append(None)
+            backend.barrier()
+            continue
+        timings = {}
+        for name, (send, recv) in (("small_ns", small), ("big_ns", big)):
+            for _ in range(2):
+                backend.exchange(peer, send, recv)
+            samples = []
+            for _ in range(spec["reps"]):
+                t0 = time.perf_counter_ns()
+                backend.exchange(peer, send, recv)
+                samples.append(time.perf_counter_ns() - t0)
+            timings[name] = samples
+        out.append({"peer": peer, **timings})
+        backend.barrier()
+    return {"rounds": out}
+
+
+def clock_offset(backend, reps: int = 16) -> int:
+    """This rank's wall clock minus rank 0's (ns), each rank in turn against rank 0: the exchange
+    with the smallest round trip gives NTP's estimate (the rank's clock against the midpoint of
+    rank 0's send and receive); rank 0 then sends each rank its offset."""
+    send, recv = page_aligned(8), page_aligned(8)
+    clock_out, clock_in = send.view(np.int64), recv.view(np.int64)
+    out, into = backend.wrap_bytes(send), backend.wrap_bytes(recv)
+    mine = 0
+    for other in range(1, backend.world):
+        backend.barrier()
+        if backend.rank not in (0, other):
+            continue
+        peer = other if backend.rank == 0 else 0
+        best_rtt, best_offset = None, 0
+        for _ in range(reps):
+            t0 = time.time_ns()
+            clock_out[0] = t0
+            backend.exchange(peer, backend.wrap_bytes(send) if out is not send else out, into)
+            t3 = time.time_ns()
+            backend.read_bytes(into, recv)
+            if backend.rank == 0 and (best_rtt is None or t3 - t0 < best_rtt):
+                best_rtt, best_offset = t3 - t0, int(clock_in[0]) - (t0 + t3) // 2
+        clock_out[0] = best_offset
+        backend.exchange(peer, backend.wrap_bytes(send) if out is not send else out, into)   # rank 0 tells the offset
+        backend.read_bytes(into, recv)
+        if backend.rank == other:
+            mine = int(clock_in[0])
+    backend.barrier()
+    return mine
+
+
+def skew(backend, spec: dict) -> dict:
+    """`rounds` times: the same fixed work on every rank (a matmul), then an 8-byte all_reduce.
+    Per round this rank's entry and exit times on rank 0's clock (ns): a rank that arrives late
+    is the culprit; the ones that wait for it spend long inside the collective but arrive on time."""
+    offset = clock_offset(backend)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((spec["matrix"], spec["matrix"]))
+    call = backend.call("all_reduce", *([backend.from_numpy(np.ones(2), "float32")] * 2), "sum", True)
+    entries, exits, work = [], [], []
+    for _ in range(spec["rounds"]):
+        backend.barrier()
+        start = time.perf_counter_ns()
+        for _ in range(spec["work"]):
+            a = a @ a
+            a /= np.abs(a).max()
+        work.append(time.perf_counter_ns() - start)
+        entries.append(time.time_ns() - offset)
+        call()
+        exits.append(time.time_ns() - offset)
+    return {"offset_ns": offset, "entry_ns": entries, "exit_ns": exits, "work_ns": work}

@@ -1,0 +1,315 @@
+"""`hccl-bench doctor`: which host, link or rank is bad, judged against its peers.
+
+Through any launcher, one worker group of every rank measures:
+- links: one rank per host exchanges with one rank of another host, all host pairs of a round at
+  once and no host in two pairs (the circle method: N-1 rounds for N hosts, N for odd N), a large
+  message for bandwidth and 8 bytes for latency; plus a round of pairs inside each host;
+- arrival: every rank does the same fixed work, then joins an 8-byte all_reduce; with clocks
+  aligned to rank 0 (ping-pong, smallest round trip), a rank whose work takes longer arrives late.
+  Its peers then wait inside the collective: they are its victims, not suspects, because they
+  arrive on time.
+
+Each host, link and rank is compared with the median of its peers over `repeat` independent
+measurements: a suspect must be worse than `1 + min_effect` times the median in most of them.
+Exit 0 healthy, 1 suspect found, 2 unusable (bad options, the group did not start).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from collectives.sizes import SizeError, format_size, parse_sizes
+from harness import files
+from harness.groups import CaseFailure, GroupKey, GroupPool
+
+EXIT_HEALTHY, EXIT_SUSPECT, EXIT_UNUSABLE = 0, 1, 2
+
+
+def pair_rounds(n: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs that together cover every pair of n items (round-robin tournament)."""
+    items: list[int | None] = list(range(n)) + ([None] if n % 2 else [])
+    m, rounds = len(items), []
+    for _ in range(m - 1):
+        pairs = [(items[i], items[m - 1 - i]) for i in range(m // 2)]
+        rounds.append([(a, b) for a, b in pairs if a is not None and b is not None])
+        items = [items[0], items[-1], *items[1:-1]]
+    return [r for r in rounds if r]
+
+
+@dataclass
+class Suspect:
+    host: str
+    peer: str | None
+    kind: str          # "link" (a host's links or one pair), "node" (inside a host), "rank"
+    ratio: float       # how many times worse than the median of its peers
+    evidence: str
+
+
+@dataclass
+class Diagnosis:
+    hosts: list[str]
+    ranks_per_host: dict[str, int]
+    rounds: int                                  # rounds of disjoint pairs per link sweep
+    bandwidth_gbps: dict[str, dict[str, float]] = field(default_factory=dict)   # host -> peer -> GB/s
+    latency_us: dict[str, dict[str, float]] = field(default_factory=dict)
+    intra_gbps: dict[str, float] = field(default_factory=dict)
+    arrival: dict[int, dict] = field(default_factory=dict)                      # rank -> work, lateness, wait
+    suspects: list[Suspect] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"suspects": [asdict(s) for s in self.suspects], "rounds": self.rounds, "hosts": self.hosts,
+                "ranks_per_host": self.ranks_per_host, "bandwidth_gbps": self.bandwidth_gbps,
+                "latency_us": self.latency_us, "intra_gbps": self.intra_gbps,
+                "arrival": {str(k): v for k, v in self.arrival.items()}}
+
+
+def _median(values):
+    return float(statistics.median(values))
+
+
+def _worse(values: dict, higher_is_better: bool) -> dict:
+    """Each key's ratio to the median of the others: > 1 means worse than its peers."""
+    out = {}
+    for key, value in values.items():
+        others = [v for k, v in values.items() if k != key]
+        if not others or value <= 0:
+            continue
+        ref = _median(others)
+        out[key] = ref / value if higher_is_better else value / ref
+    return out
+
+
+def _flagged(per_repeat: list[dict], threshold: float) -> dict:
+    """Keys worse than `threshold` in a majority of the independent repeats, with their median ratio."""
+    keys = set().union(*per_repeat) if per_repeat else set()
+    out = {}
+    for key in keys:
+        ratios = [r[key] for r in per_repeat if key in r]
+        if sum(x > threshold for x in ratios) * 2 > len(per_repeat):
+            out[key] = _median(ratios)
+    return out
+
+
+def judge(diag: Diagnosis, link_repeats: list[dict], arrival_repeats: list[dict], min_effect: float) -> None:
+    """Suspects from the repeats: hosts whose links are slow, single slow pairs, slow hosts inside,
+    ranks that arrive late."""
+    threshold = 1 + min_effect
+    bw_host = _flagged([_worse(r["host_bw"], True) for r in link_repeats], threshold)
+    lat_host = _flagged([_worse(r["host_lat"], False) for r in link_repeats], threshold)
+    for host, ratio in sorted(bw_host.items(), key=lambda kv: -kv[1]):
+        peers = diag.bandwidth_gbps.get(host, {})
+        diag.suspects.append(Suspect(host, None, "link", round(ratio, 2),
+                                     f"its links to every other host run at {ratio:.1f}x below the others' "
+                                     f"(median {_median(peers.values()):.3f} GB/s)" if peers else "slow links"))
+    for host, ratio in sorted(lat_host.items(), key=lambda kv: -kv[1]):
+        if host not in bw_host:
+            diag.suspects.append(Suspect(host, None, "link", round(ratio, 2),
+                                         f"its links' latency is {ratio:.1f}x the others' "
+                                         f"(median {_median(diag.latency_us[host].values()):.1f} us one way)"))
+    named = set(bw_host) | set(lat_host)
+    pairs = _flagged([_worse(r["pair_bw"], True) for r in link_repeats], threshold)
+    for (a, b), ratio in sorted(pairs.items(), key=lambda kv: -kv[1]):
+        if a not in named and b not in named and len(diag.hosts) > 2:
+            diag.suspects.append(Suspect(a, b, "link", round(ratio, 2),
+                                         f"the {a}-{b} link runs {ratio:.1f}x below the median pair"))
+    intra = _flagged([_worse(r["intra_bw"], True) for r in link_repeats if r["intra_bw"]], threshold)
+    for host, ratio in intra.items():
+        diag.suspects.append(Suspect(host, None, "node", round(ratio, 2),
+                                     f"ranks inside {host} exchange {ratio:.1f}x slower than inside other hosts"))
+    late = _flagged([_worse(r["work"], False) for r in arrival_repeats], threshold)
+    for rank, ratio in sorted(late.items(), key=lambda kv: -kv[1]):
+        a = diag.arrival[rank]
+        victims = sorted(r for r, v in diag.arrival.items() if r != rank and v["wait_us"] > a["wait_us"])
+        diag.suspects.append(Suspect(a["host"], None, "rank", round(ratio, 2),
+                                     f"rank {rank} arrives {a['late_us']:.0f} us after the median rank (its work takes "
+                                     f"{ratio:.1f}x the median); ranks {victims} wait for it inside the collective"))
+
+
+def _link_repeat(results: list[dict], schedule: list[list[tuple[int, int]]], hosts: list[str], rep_rank: dict,
+                 intra_pairs: list[tuple[int, int]], nbytes: int, host_of: dict[int, str]) -> dict:
+    """One repeat's medians: GB/s and one-way latency per host pair, per host, and inside hosts
+    (`results` in rank order, as the group returns them)."""
+    by_rank = dict(enumerate(results))
+    pair_bw, pair_lat, intra_bw = {}, {}, {}
+    for index, round_pairs in enumerate(schedule):
+        for a, b in round_pairs:
+            got = by_rank[rep_rank[hosts[a]]]["rounds"][index]
+            pair_bw[(hosts[a], hosts[b])] = nbytes / _median(got["big_ns"])      # bytes/ns = GB/s
+            pair_lat[(hosts[a], hosts[b])] = _median(got["small_ns"]) / 2 / 1e3
+    if intra_pairs:
+        index = len(schedule)
+        for a, _ in intra_pairs:
+            got = by_rank[a]["rounds"][index]
+            intra_bw[host_of[a]] = nbytes / _median(got["big_ns"])
+    host_bw = {h: _median([v for (a, b), v in pair_bw.items() if h in (a, b)]) for h in hosts if len(hosts) > 1}
+    host_lat = {h: _median([v for (a, b), v in pair_lat.items() if h in (a, b)]) for h in hosts if len(hosts) > 1}
+    return {"pair_bw": pair_bw, "pair_lat": pair_lat, "intra_bw": intra_bw, "host_bw": host_bw, "host_lat": host_lat}
+
+
+def _arrival_repeat(results: list[dict]) -> dict:
+    """Per rank: median work time, lateness after the median rank's entry, wait inside the collective (us)."""
+    rounds = len(results[0]["entry_ns"])
+    late: dict[int, list[float]] = {rank: [] for rank in range(len(results))}
+    for i in range(rounds):
+        median_entry = _median([r["entry_ns"][i] for r in results])
+        for rank, r in enumerate(results):
+            late[rank].append((r["entry_ns"][i] - median_entry) / 1e3)
+    return {"work": {rank: _median(r["work_ns"]) / 1e3 for rank, r in enumerate(results)},
+            "late": {k: _median(v) for k, v in late.items()},
+            "wait": {rank: _median([x - e for x, e in zip(r["exit_ns"], r["entry_ns"])]) / 1e3
+                     for rank, r in enumerate(results)}}
+
+
+def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str = "127.0.0.1",
+             log_dir: Path = Path("doctor-logs"), repeat: int = 5, nbytes: int = 1 << 20, min_effect: float = 0.5,
+             timeout_s: float = 300.0) -> Diagnosis:
+    pool = GroupPool(log_dir, driver_host)
+    key = GroupKey(backend, nproc, launcher=launcher)
+    try:
+        group = pool.get(key)
+        ranks = sorted(group.ranks, key=lambda r: r["rank"])
+        host_of = {r["rank"]: r["host"] for r in ranks}
+        hosts = list(dict.fromkeys(r["host"] for r in ranks))
+        per_host = {h: [r["rank"] for r in ranks if r["host"] == h] for h in hosts}
+        rep_rank = {h: members[0] for h, members in per_host.items()}
+        schedule = pair_rounds(len(hosts))
+        intra_pairs = [(m[0], m[1]) for m in per_host.values() if len(m) >= 2]
+        rounds = [[[rep_rank[hosts[a]], rep_rank[hosts[b]]] for a, b in r] for r in schedule]
+        if intra_pairs:
+            rounds.append([list(p) for p in intra_pairs])
+        diag = Diagnosis(hosts, {h: len(m) for h, m in per_host.items()}, len(schedule))
+        link_repeats, arrival_repeats = [], []
+        for _ in range(repeat):
+            if rounds:
+                results, _ = pool.run(key, {"kind": "doctor_links", "rounds": rounds, "bytes": nbytes, "reps": 5},
+                                      timeout_s)
+                link_repeats.append(_link_repeat(results, schedule, hosts, rep_rank, intra_pairs, nbytes, host_of))
+            results, _ = pool.run(key, {"kind": "doctor_skew", "rounds": 9, "work": 4, "matrix": 160}, timeout_s)
+            arrival_repeats.append(_arrival_repeat(results))
+    finally:
+        pool.close_all()
+    for (a, b) in (link_repeats[0]["pair_bw"] if link_repeats else {}):
+        for x, y in ((a, b), (b, a)):
+            diag.bandwidth_gbps.setdefault(x, {})[y] = _median([r["pair_bw"][(a, b)] for r in link_repeats])
+            diag.latency_us.setdefault(x, {})[y] = _median([r["pair_lat"][(a, b)] for r in link_repeats])
+    for host in (link_repeats[0]["intra_bw"] if link_repeats else {}):
+        diag.intra_gbps[host] = _median([r["intra_bw"][host] for r in link_repeats])
+    for rank in host_of:
+        diag.arrival[rank] = {"host": host_of[rank], "work_us": _median([r["work"][rank] for r in arrival_repeats]),
+                              "late_us": _median([r["late"][rank] for r in arrival_repeats]),
+                              "wait_us": _median([r["wait"][rank] for r in arrival_repeats])}
+    judge(diag, link_repeats, arrival_repeats, min_effect)
+    return diag
+
+
+# ---- what people read ----
+
+def text(diag: Diagnosis) -> str:
+    out = [f"# doctor: {len(diag.hosts)} hosts x ranks {diag.ranks_per_host}; link sweep in {diag.rounds} rounds of "
+           f"disjoint host pairs"]
+    if diag.bandwidth_gbps:
+        out.append("# inter-host GB/s (rows: host, columns: peer)")
+        out.append(f"#{'':>12} " + " ".join(f"{h[:10]:>10}" for h in diag.hosts))
+        for h in diag.hosts:
+            out.append(f" {h[:12]:>12} " + " ".join(f"{diag.bandwidth_gbps.get(h, {}).get(p, float('nan')):>10.3f}"
+                                                    if p != h else f"{'-':>10}" for p in diag.hosts))
+    if diag.intra_gbps:
+        out.append("# inside each host GB/s: " + ", ".join(f"{h} {v:.3f}" for h, v in diag.intra_gbps.items()))
+    out.append("# arrival at the collective after the same work (us): "
+               + ", ".join(f"rank {r} {a['work_us']:.0f} work / {a['late_us']:+.0f} late / {a['wait_us']:.0f} wait"
+                           for r, a in sorted(diag.arrival.items())))
+    if diag.suspects:
+        out.append(f"SUSPECTS ({len(diag.suspects)}):")
+        out += [f"  {s.kind} {s.host}{' - ' + s.peer if s.peer else ''}: {s.evidence}" for s in diag.suspects]
+    else:
+        out.append("healthy: no host, link or rank stands out from its peers")
+    return "\n".join(out)
+
+
+def markdown(diag: Diagnosis) -> str:
+    from reports.summary import md
+    head = [f"### hccl-bench doctor: {'suspects found' if diag.suspects else 'healthy'}", "",
+            f"{len(diag.hosts)} hosts, {diag.rounds} rounds of disjoint pairs", ""]
+    if diag.suspects:
+        head += ["| kind | host | peer | x worse | evidence |", "|---|---|---|---|---|"]
+        head += [f"| {s.kind} | {md(s.host)} | {md(s.peer or '-')} | {s.ratio:.2f} | {md(s.evidence)} |"
+                 for s in diag.suspects]
+    return "\n".join(head)
+
+
+def heatmap_png(diag: Diagnosis) -> str:
+    from reports.report_page import figure_png, plt
+    n = len(diag.hosts)
+    grid = [[diag.bandwidth_gbps.get(a, {}).get(b, float("nan")) for b in diag.hosts] for a in diag.hosts]
+    fig, ax = plt.subplots(figsize=(1.2 + 0.6 * n, 1.0 + 0.5 * n))
+    image = ax.imshow(grid, cmap="viridis")
+    ax.set_xticks(range(n), diag.hosts, rotation=45, fontsize=7)
+    ax.set_yticks(range(n), diag.hosts, fontsize=7)
+    for i in range(n):
+        for j in range(n):
+            if i != j and grid[i][j] == grid[i][j]:
+                ax.text(j, i, f"{grid[i][j]:.2f}", ha="center", va="center", fontsize=6, color="w")
+    fig.colorbar(image, ax=ax, label="GB/s host to host")
+    return figure_png(fig)
+
+
+def write_outputs(diag: Diagnosis, out_dir: Path | None, json_path: str | None) -> None:
+    if json_path:
+        files.write_atomic(json_path, json.dumps(diag.to_json(), indent=1))
+    if out_dir is None:
+        return
+    from reports.report_page import TEMPLATES
+    out_dir.mkdir(parents=True, exist_ok=True)
+    html = TEMPLATES.get_template("doctor.html.j2").render(
+        diag=diag, text=text(diag), png=heatmap_png(diag) if len(diag.hosts) > 1 else None)
+    files.write_atomic(out_dir / "doctor.html", html)
+    files.write_atomic(out_dir / "doctor.md", markdown(diag) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hccl-bench doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--launcher", required=True, help="launcher template with {nproc} (as for the benches)")
+    parser.add_argument("--nproc", type=int, required=True, help="ranks in all; each host needs at least one")
+    parser.add_argument("--backend", default="mpi", choices=["mpi", "gloo", "nccl", "hccl"])
+    parser.add_argument("--driver-host", default="127.0.0.1", help="the address every rank reaches the driver at")
+    parser.add_argument("-o", "--output", help="folder for doctor.html (heatmap), doctor.md and the ranks' logs")
+    parser.add_argument("--json", help="write the suspects and measurements as JSON")
+    parser.add_argument("--repeat", type=int, default=5, help="independent measurements each judgement rests on (>= 3)")
+    parser.add_argument("--bytes", default="1M", help="message size of the bandwidth exchanges (default 1M)")
+    parser.add_argument("--min-effect", type=float, default=0.5,
+                        help="how much worse than its peers a suspect must be (default 0.5: 1.5x)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a measurement counts as hung")
+    args = parser.parse_args(argv)
+    try:
+        if args.repeat < 3:
+            raise ValueError(f"--repeat {args.repeat}: give at least 3 (a suspect needs a majority of repeats)")
+        if args.nproc < 2:
+            raise ValueError(f"--nproc {args.nproc}: the doctor compares ranks, give at least 2")
+        if not args.min_effect > 0:
+            raise ValueError(f"--min-effect {args.min_effect}: give a number > 0")
+        (nbytes,) = parse_sizes(args.bytes)
+        out = Path(args.output) if args.output else None
+        diag = diagnose(args.launcher, args.nproc, args.backend, args.driver_host,
+                        (out or Path(".")) / "doctor-logs", args.repeat, nbytes, args.min_effect, args.timeout)
+    except (ValueError, SizeError) as exc:
+        print(f"hccl-bench doctor: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    except CaseFailure as exc:
+        print(f"hccl-bench doctor: the ranks failed: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    except Exception as exc:  # a bug: one line, and never the exit status of a suspect
+        print(f"hccl-bench doctor: internal error: {type(exc).__name__}: {exc} (please report it)", file=sys.stderr)
+        return 3
+    print(text(diag))
+    print(f"# rounds: {diag.rounds} ({len(diag.hosts)} hosts); message {format_size(nbytes)}; "
+          f"{args.repeat} repeats")
+    write_outputs(diag, Path(args.output) if args.output else None, args.json)
+    return EXIT_SUSPECT if diag.suspects else EXIT_HEALTHY
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Trials of `hccl-bench doctor` on the emulated cluster (root): how often it names the culprit and
+nobody else. Prints one line per run and a tally.
+
+  slow:    4 hosts x 1 rank, node3's link shaped to a tenth of the others' rate -> node3 named
+  healthy: 4 hosts x 1 rank, every link the same rate                          -> nobody named
+  hog:     2 hosts x 1 rank, a busy loop pinned to node2's rank's core          -> node2's rank named, node1 not
+           (2 hosts: this machine has 2 cores; each rank gets a core of its own, the hog shares node2's)
+
+  python scripts/doctor_trials.py [--runs 20] [--only slow,healthy,hog]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def cluster(*args: str) -> dict:
+    proc = subprocess.run([PY, "-m", "harness.cluster", *args], cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout) if "--json" in args else {}
+
+
+def doctor(up: dict, nproc: int, out: Path) -> tuple[int, dict, float]:
+    start = time.monotonic()
+    proc = subprocess.run([PY, "-m", "harness.doctor", "--launcher", up["launchers"]["mpi"], "--nproc", str(nproc),
+                           "--driver-host", up["driver_host"], "--json", str(out), "-o", str(out.parent / "page")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    took = time.monotonic() - start
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(proc.stderr.strip() or proc.stdout[-500:])
+    return proc.returncode, json.loads(out.read_text()), took
+
+
+def ranks_in(netns: str) -> list[int]:
+    """PIDs of hccl-bench ranks whose network namespace is `netns`."""
+    target = os.stat(f"/run/netns/{netns}").st_ino
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.stat(entry / "ns" / "net").st_ino == target and b"harness.worker" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def pin_and_hog(stop: threading.Event, hogs: list) -> None:
+    """As soon as the ranks exist: node1's rank on core 1, node2's rank and a busy loop on core 0."""
+    while not stop.is_set():
+        one, two = ranks_in("hbc-h1"), ranks_in("hbc-h2")
+        if one and two:
+            for pid in one:
+                subprocess.run(["taskset", "-a", "-p", "-c", "1", str(pid)], capture_output=True)
+            for pid in two:
+                subprocess.run(["taskset", "-a", "-p", "-c", "0", str(pid)], capture_output=True)
+            hogs.append(subprocess.Popen(["taskset", "-c", "0", PY, "-c", "while True: pass"]))
+            return
+        time.sleep(0.05)
+
+
+def named(result: dict) -> list[str]:
+    return [f"{s['kind']}:{s['host']}" + (f"-{s['peer']}" if s["peer"] else "") for s in result["suspects"]]
+
+
+def trial(kind: str, runs: int, work: Path) -> tuple[int, int]:
+    hosts, nproc = (2, 2) if kind == "hog" else (4, 4)
+    args = ["up", "--hosts", str(hosts), "--link", "1gbit", "--json"]
+    if kind == "slow":
+        args += ["--slow", "node3=100mbit"]
+    cluster("down")
+    up = cluster(*args)
+    good = 0
+    try:
+        for i in range(runs):
+            stop, hogs = threading.Event(), []
+            watcher = threading.Thread(target=pin_and_hog, args=(stop, hogs)) if kind == "hog" else None
+            if watcher:
+                watcher.start()
+            try:
+                code, result, took = doctor(up, nproc, work / f"{kind}{i}" / "doctor.json")
+            finally:
+                stop.set()
+                if watcher:
+                    watcher.join()
+                for h in hogs:
+                    h.kill()
+            names = named(result)
+            ok = {"slow": code == 1 and names != [] and all(n.split(":")[1].startswith("node3") for n in names),
+                  "healthy": code == 0 and names == [],
+                  "hog": code == 1 and names == ["rank:node2"]}[kind]
+            good += ok
+            print(f"{kind:8} run {i + 1:>2}: exit {code}, named {names or 'nobody'}, {took:.1f} s "
+                  f"({result['rounds']} rounds) {'ok' if ok else 'WRONG'}", flush=True)
+    finally:
+        cluster("down")
+    return good, runs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--only", default="slow,healthy,hog")
+    args = parser.parse_args()
+    tally = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in args.only.split(","):
+            tally[kind] = trial(kind, args.runs, Path(tmp))
+    print("# tally: " + ", ".join(f"{k} {g}/{n} right" for k, (g, n) in tally.items()))
+    return 0 if all(g == n for g, n in tally.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
