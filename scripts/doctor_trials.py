@@ -56,7 +56,9 @@ def ranks_in(netns: str) -> list[int]:
 
 
 def pin_and_hog(stop: threading.Event, hogs: list) -> None:
-    """As soon as the ranks exist: node1's rank on core 1, node2's rank and a busy loop on core 0."""
+    """A busy loop on core 0 from the start; as soon as the ranks exist, node2's rank joins it on
+    core 0 and node1's rank gets core 1 to itself."""
+    hogs.append(subprocess.Popen(["taskset", "-c", "0", PY, "-c", "while True: pass"]))
     while not stop.is_set():
         one, two = ranks_in("hbc-h1"), ranks_in("hbc-h2")
         if one and two:
@@ -64,9 +66,8 @@ def pin_and_hog(stop: threading.Event, hogs: list) -> None:
                 subprocess.run(["taskset", "-a", "-p", "-c", "1", str(pid)], capture_output=True)
             for pid in two:
                 subprocess.run(["taskset", "-a", "-p", "-c", "0", str(pid)], capture_output=True)
-            hogs.append(subprocess.Popen(["taskset", "-c", "0", PY, "-c", "while True: pass"]))
             return
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
 def named(result: dict) -> list[str]:
