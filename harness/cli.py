@@ -146,6 +146,26 @@ def _import(args) -> int:
     return EXIT_OK
 
 
+def _predict(args) -> int:
+    from collectives.sizes import parse_sizes
+    from reports import predict
+    if args.hosts < 1 or args.ranks_per_host < 1:
+        return _fail(f"--hosts {args.hosts} --ranks-per-host {args.ranks_per_host}: give whole numbers >= 1")
+    runs = [_load(path) for path in args.runs]
+    fits = predict.fit(runs)
+    sizes = parse_sizes(args.sizes) if args.sizes else sorted({c.size for r in runs for c in r.cells.values() if c.size})
+    rows = predict.predict(fits, args.hosts, args.ranks_per_host, sizes)
+    if not rows:
+        link = "inter-host" if args.hosts > 1 else "intra-host"
+        return _fail(f"the runs hold no {link} cells to fit; measure that link class first")
+    errors = predict.against(rows, _load(args.compare)) if args.compare else {}
+    print(predict.text(fits, rows, errors, args.hosts, args.ranks_per_host))
+    if args.json:
+        files.write_atomic(args.json, json.dumps({"fits": [vars(f) for f in fits.values()], "predicted": rows,
+                                                  "median_abs_error": errors}, indent=1))
+    return EXIT_OK
+
+
 def _baseline(args) -> int:
     if args.action == "save":
         path = baselines.save(args.result, args.name)
@@ -223,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     mem.add_argument("--sp", action="store_true", help="sequence parallelism")
     mem.add_argument("--recompute", default="none", choices=list(memory.RECOMPUTE), help="activation recomputation")
     mem.add_argument("--hccl-buffsize", type=float, default=200.0, help="HCCL_BUFFSIZE in MB (default 200)")
+    pre = sub.add_parser("predict", help="collective times at another scale from alpha-beta fits per link class")
+    pre.add_argument("runs", nargs="+", help="measured runs (their hosts say intra- or inter-host)")
+    pre.add_argument("--hosts", type=int, required=True, help="hosts at the scale to predict")
+    pre.add_argument("--ranks-per-host", type=int, required=True, help="ranks per host at that scale")
+    pre.add_argument("--sizes", help="sizes to predict (default: the runs' own)")
+    pre.add_argument("--compare", help="a measured run at that scale: print each prediction's error")
+    pre.add_argument("--json", help="write fits, predictions and errors as JSON")
     clu = sub.add_parser("cluster", add_help=False,
                          help="an emulated cluster on this machine: up --hosts N, status, exec HOST -- CMD, down (root)")
     clu.add_argument("rest", nargs=argparse.REMAINDER)
@@ -261,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "report":
             return _report(args)
+        if args.command == "predict":
+            return _predict(args)
         if args.command == "history":
             if args.window < 1:
                 return _fail(f"--window {args.window}: give a number of runs, 1 or more")

@@ -1,0 +1,134 @@
+"""`hccl-bench predict RUN... --hosts H --ranks-per-host R`: collective times at another scale from
+alpha-beta fits per link class and the algorithms' step counts.
+
+Model (Hockney; Thakur, Rabenseifner and Gropp 2005): an algorithm of `steps` rounds moving
+`share x S` bytes in all costs `steps x alpha + share x S x beta`, where alpha and beta belong to
+the slowest link the rounds cross: inter-host as soon as the ranks span hosts, else intra-host.
+
+| op | ring (steps, share) | tree (steps, share) |
+|---|---|---|
+| all_reduce | 2(p-1), 2(p-1)/p | 2 log2 p, 2 log2 p (binary tree: reduce then broadcast of S) |
+| all_gather, reduce_scatter | p-1, (p-1)/p | log2 p, (p-1)/p (recursive doubling / halving) |
+| all_to_all | p-1, (p-1)/p (pairwise) | log2 p, log2(p)/2 (Bruck) |
+
+alpha and beta are fitted per op and link class from every measured cell of that class, with the
+ring model's coefficients for the measured rank count (the libraries' large-message algorithms
+move the ring's volume), least squares weighted by 1/t so every size counts alike.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from reports.results import CollectiveRow, ResultError, Run, link_class
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def cost(op: str, algo: str, p: int) -> tuple[float, float]:
+    """(steps, share): t = steps x alpha + share x S x beta."""
+    if p <= 1:
+        return 0.0, 0.0
+    lg = math.ceil(math.log2(p))
+    if op == "all_reduce":
+        return (2 * (p - 1), 2 * (p - 1) / p) if algo == "ring" else (2 * lg, 2 * lg)
+    if op in ("all_gather", "reduce_scatter"):
+        return (p - 1, (p - 1) / p) if algo == "ring" else (lg, (p - 1) / p)
+    if op == "all_to_all":
+        return (p - 1, (p - 1) / p) if algo == "ring" else (lg, lg / 2)
+    raise KeyError(op)
+
+
+@dataclass
+class Fit:
+    op: str
+    link: str              # "intra-host" or "inter-host"
+    alpha_s: float
+    beta_s_per_byte: float
+    cells: int
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        return 1 / self.beta_s_per_byte / 1e9 if self.beta_s_per_byte > 0 else float("inf")
+
+
+def _link(row: CollectiveRow) -> str:
+    return "intra-host" if link_class(row.hosts) == "intra-host" else "inter-host"   # mixed: the ring crosses hosts
+
+
+def _time_s(cell) -> float:
+    return float(statistics.median(statistics.median(v) for v in cell.launches.values()))
+
+
+def fit(runs: list[Run]) -> dict[tuple[str, str], Fit]:
+    """alpha-beta per (op, link class) from the runs' default-algorithm cells."""
+    points: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for run in runs:
+        for cell in run.cells.values():
+            row = cell.row
+            if not isinstance(row, CollectiveRow) or row.op not in OPS or not row.hosts or cell.size == 0:
+                continue
+            steps, share = cost(row.op, "ring", row.nranks)
+            points.setdefault((row.op, _link(row)), []).append((steps, share * cell.size, _time_s(cell)))
+    fits = {}
+    for (op, link), pts in points.items():
+        a = np.array(pts)
+        if len(pts) < 3:
+            continue
+        w = 1 / a[:, 2]
+        (alpha, beta), *_ = np.linalg.lstsq(a[:, :2] * w[:, None], a[:, 2] * w, rcond=None)
+        fits[(op, link)] = Fit(op, link, max(float(alpha), 0.0), max(float(beta), 0.0), len(pts))
+    if not fits:
+        raise ResultError("no all_reduce, all_gather, reduce_scatter or all_to_all cells with hosts recorded "
+                          "(3 sizes or more per op) to fit")
+    return fits
+
+
+def predict(fits: dict[tuple[str, str], Fit], hosts: int, per_host: int, sizes: list[int]) -> list[dict]:
+    """Ring and tree times (us) per op and size at hosts x per_host ranks."""
+    p = hosts * per_host
+    link = "inter-host" if hosts > 1 else "intra-host"
+    out = []
+    for op in OPS:
+        f = fits.get((op, link))
+        if f is None:
+            continue
+        for size in sizes:
+            ring, tree = ((steps * f.alpha_s + share * size * f.beta_s_per_byte) * 1e6
+                          for steps, share in (cost(op, "ring", p), cost(op, "tree", p)))
+            out.append({"op": op, "size": size, "link": link, "nranks": p, "ring_us": ring, "tree_us": tree})
+    return out
+
+
+def against(predicted: list[dict], measured: Run) -> dict[str, float]:
+    """Median absolute relative error per op of the ring prediction (the model the fit used for the
+    library's default algorithm) against a measured run of the default algorithm."""
+    times = {(c.row.op, c.size): _time_s(c) * 1e6 for c in measured.cells.values()
+             if isinstance(c.row, CollectiveRow) and c.row.algo == "default"}
+    errors: dict[str, list[float]] = {}
+    for row in predicted:
+        t = times.get((row["op"], row["size"]))
+        if t:
+            row["measured_us"] = t
+            row["error"] = row["ring_us"] / t - 1
+            errors.setdefault(row["op"], []).append(abs(row["error"]))
+    return {op: float(statistics.median(e)) for op, e in errors.items()}
+
+
+def text(fits: dict, predicted: list[dict], errors: dict[str, float], hosts: int, per_host: int) -> str:
+    out = ["# alpha-beta fits (ring model, per op and link class)",
+           f"#{'op':>15} {'link':>11} {'alpha(us)':>10} {'GB/s':>9} {'cells':>6}"]
+    out += [f" {f.op:>15} {f.link:>11} {f.alpha_s * 1e6:>10.2f} {f.bandwidth_gbps:>9.3f} {f.cells:>6}"
+            for f in sorted(fits.values(), key=lambda f: (f.op, f.link))]
+    out += ["", f"# predicted at {hosts} hosts x {per_host} ranks (times in us)",
+            f"#{'op':>15} {'size':>11} {'ring':>11} {'tree':>11} {'measured':>11} {'error':>7}"]
+    for r in predicted:
+        measured = f"{r['measured_us']:>11.1f} {r['error']:>+7.0%}" if "measured_us" in r else f"{'-':>11} {'':>7}"
+        out.append(f" {r['op']:>15} {r['size']:>11} {r['ring_us']:>11.1f} {r['tree_us']:>11.1f} {measured}")
+    if errors:
+        out.append("# median absolute error of the ring prediction: "
+                   + ", ".join(f"{op} {e:.0%}" for op, e in sorted(errors.items())))
+    return "\n".join(out)
