@@ -33,11 +33,12 @@ def links(backend, spec: dict) -> dict:
             backend.barrier()
             continue
         timings = {}
-        for name, (send, recv) in (("small_ns", small), ("big_ns", big)):
+        for name, (send, recv), reps in (("small_ns", small, spec.get("small_reps", spec["reps"])),
+                                         ("big_ns", big, spec["reps"])):
             for _ in range(2):
                 backend.exchange(peer, send, recv)
             samples = []
-            for _ in range(spec["reps"]):
+            for _ in range(reps):
                 t0 = time.perf_counter_ns()
                 backend.exchange(peer, send, recv)
                 samples.append(time.perf_counter_ns() - t0)

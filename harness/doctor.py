@@ -10,7 +10,8 @@ Through any launcher, one worker group of every rank measures:
   arrive on time.
 
 Each host, link and rank is compared with the median of its peers over `repeat` independent
-measurements: a suspect must be worse than `1 + min_effect` times the median in most of them.
+measurements: a host or link must be worse than `1 + min_effect` times the median in most of them,
+a rank's work `1 + rank_effect` times in three of four.
 Exit 0 healthy, 1 suspect found, 2 unusable (bad options, the group did not start).
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from harness import files
 from harness.groups import CaseFailure, GroupKey, GroupPool
 
 EXIT_HEALTHY, EXIT_SUSPECT, EXIT_UNUSABLE = 0, 1, 2
+LATENCY_RESOLUTION_US = 10.0   # one-way latency floors 2-7 us apart between healthy pairs here (2 shared cores)
 
 
 def pair_rounds(n: int) -> list[list[tuple[int, int]]]:
@@ -59,27 +61,32 @@ class Diagnosis:
     intra_gbps: dict[str, float] = field(default_factory=dict)
     arrival: dict[int, dict] = field(default_factory=dict)                      # rank -> work, lateness, wait
     suspects: list[Suspect] = field(default_factory=list)
+    repeats: list[dict] = field(default_factory=list)   # each repeat's per-host and per-rank medians: the evidence
 
     def to_json(self) -> dict:
         return {"suspects": [asdict(s) for s in self.suspects], "rounds": self.rounds, "hosts": self.hosts,
                 "ranks_per_host": self.ranks_per_host, "bandwidth_gbps": self.bandwidth_gbps,
                 "latency_us": self.latency_us, "intra_gbps": self.intra_gbps,
-                "arrival": {str(k): v for k, v in self.arrival.items()}}
+                "arrival": {str(k): v for k, v in self.arrival.items()}, "repeats": self.repeats}
 
 
 def _median(values):
     return float(statistics.median(values))
 
 
-def _worse(values: dict, higher_is_better: bool) -> dict:
-    """Each key's ratio to the median of the others: > 1 means worse than its peers."""
+def _worse(values: dict, higher_is_better: bool, resolution: float = 0.0) -> dict:
+    """Each key's ratio to the median of the others: > 1 means worse than its peers. A difference
+    below `resolution` (in the values' unit) counts as none."""
     out = {}
     for key, value in values.items():
         others = [v for k, v in values.items() if k != key]
         if not others or value <= 0:
             continue
         ref = _median(others)
-        out[key] = ref / value if higher_is_better else value / ref
+        if abs(value - ref) <= resolution:
+            out[key] = 1.0
+        else:
+            out[key] = ref / value if higher_is_better else value / ref
     return out
 
 
@@ -94,24 +101,26 @@ def _flagged(per_repeat: list[dict], threshold: float, share: float = 0.5) -> di
     return out
 
 
-def judge(diag: Diagnosis, link_repeats: list[dict], arrival_repeats: list[dict], min_effect: float) -> None:
+def judge(diag: Diagnosis, link_repeats: list[dict], arrival_repeats: list[dict], min_effect: float,
+          rank_effect: float) -> None:
     """Suspects from the repeats: hosts whose links are slow, single slow pairs, slow hosts inside,
     ranks that arrive late."""
     threshold = 1 + min_effect
     bw_host = _flagged([_worse(r["host_bw"], True) for r in link_repeats], threshold)
-    lat_host = _flagged([_worse(r["host_lat"], False) for r in link_repeats], threshold)
+    # a few microseconds between pairs is scheduling on shared cores, not a link: below LATENCY_RESOLUTION_US
+    lat_host = _flagged([_worse(r["host_lat"], False, LATENCY_RESOLUTION_US) for r in link_repeats], threshold, share=0.75)
     for host, ratio in sorted(bw_host.items(), key=lambda kv: -kv[1]):
         peers = diag.bandwidth_gbps.get(host, {})
         diag.suspects.append(Suspect(host, None, "link", round(ratio, 2),
-                                     f"its links to every other host run at {ratio:.1f}x below the others' "
-                                     f"(median {_median(peers.values()):.3f} GB/s)" if peers else "slow links"))
+                                     f"even its best link runs {ratio:.1f}x below the other hosts' best "
+                                     f"(its links: median {_median(peers.values()):.3f} GB/s)" if peers else "slow links"))
     for host, ratio in sorted(lat_host.items(), key=lambda kv: -kv[1]):
         if host not in bw_host:
             diag.suspects.append(Suspect(host, None, "link", round(ratio, 2),
-                                         f"its links' latency is {ratio:.1f}x the others' "
+                                         f"even its fastest link's latency is {ratio:.1f}x the other hosts' "
                                          f"(median {_median(diag.latency_us[host].values()):.1f} us one way)"))
     named = set(bw_host) | set(lat_host)
-    pairs = _flagged([_worse(r["pair_bw"], True) for r in link_repeats], threshold)
+    pairs = _flagged([_worse(r["pair_bw"], True) for r in link_repeats], threshold, share=0.75)
     for (a, b), ratio in sorted(pairs.items(), key=lambda kv: -kv[1]):
         if a not in named and b not in named and len(diag.hosts) > 2:
             diag.suspects.append(Suspect(a, b, "link", round(ratio, 2),
@@ -120,8 +129,9 @@ def judge(diag: Diagnosis, link_repeats: list[dict], arrival_repeats: list[dict]
     for host, ratio in intra.items():
         diag.suspects.append(Suspect(host, None, "node", round(ratio, 2),
                                      f"ranks inside {host} exchange {ratio:.1f}x slower than inside other hosts"))
-    # ranks share cores with whatever else runs: a culprit must be slow in nearly every repeat
-    late = _flagged([_worse(r["work"], False) for r in arrival_repeats], threshold, share=0.75)
+    # the same work on every rank varies little, so a smaller effect counts; but ranks share cores
+    # with whatever else runs, so a culprit must be slow in nearly every repeat
+    late = _flagged([_worse(r["work"], False) for r in arrival_repeats], 1 + rank_effect, share=0.75)
     for rank, ratio in sorted(late.items(), key=lambda kv: -kv[1]):
         a = diag.arrival[rank]
         victims = sorted(r for r, v in diag.arrival.items() if r != rank and v["wait_us"] > a["wait_us"])
@@ -140,14 +150,17 @@ def _link_repeat(results: list[dict], schedule: list[list[tuple[int, int]]], hos
         for a, b in round_pairs:
             got = by_rank[rep_rank[hosts[a]]]["rounds"][index]
             pair_bw[(hosts[a], hosts[b])] = nbytes / _median(got["big_ns"])      # bytes/ns = GB/s
-            pair_lat[(hosts[a], hosts[b])] = _median(got["small_ns"]) / 2 / 1e3
+            # latency by its floor: scheduling noise only ever adds to a round trip, a slow link adds to all
+            pair_lat[(hosts[a], hosts[b])] = min(got["small_ns"]) / 2 / 1e3
     if intra_pairs:
         index = len(schedule)
         for a, _ in intra_pairs:
             got = by_rank[a]["rounds"][index]
             intra_bw[host_of[a]] = nbytes / _median(got["big_ns"])
-    host_bw = {h: _median([v for (a, b), v in pair_bw.items() if h in (a, b)]) for h in hosts if len(hosts) > 1}
-    host_lat = {h: _median([v for (a, b), v in pair_lat.items() if h in (a, b)]) for h in hosts if len(hosts) > 1}
+    # a host is judged by its best link: a bad NIC, cable or port slows every link of the host, while a
+    # healthy host keeps at least one good peer even when a slow pair beside it takes the CPUs or switch
+    host_bw = {h: max(v for (a, b), v in pair_bw.items() if h in (a, b)) for h in hosts if len(hosts) > 1}
+    host_lat = {h: min(v for (a, b), v in pair_lat.items() if h in (a, b)) for h in hosts if len(hosts) > 1}
     return {"pair_bw": pair_bw, "pair_lat": pair_lat, "intra_bw": intra_bw, "host_bw": host_bw, "host_lat": host_lat}
 
 
@@ -167,7 +180,7 @@ def _arrival_repeat(results: list[dict]) -> dict:
 
 def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str = "127.0.0.1",
              log_dir: Path = Path("doctor-logs"), repeat: int = 5, nbytes: int = 1 << 20, min_effect: float = 0.5,
-             timeout_s: float = 300.0) -> Diagnosis:
+             rank_effect: float = 0.25, timeout_s: float = 300.0) -> Diagnosis:
     pool = GroupPool(log_dir, driver_host)
     key = GroupKey(backend, nproc, launcher=launcher)
     try:
@@ -186,8 +199,8 @@ def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str =
         link_repeats, arrival_repeats = [], []
         for _ in range(repeat):
             if rounds:
-                results, _ = pool.run(key, {"kind": "doctor_links", "rounds": rounds, "bytes": nbytes, "reps": 5},
-                                      timeout_s)
+                results, _ = pool.run(key, {"kind": "doctor_links", "rounds": rounds, "bytes": nbytes, "reps": 5,
+                                            "small_reps": 20}, timeout_s)
                 link_repeats.append(_link_repeat(results, schedule, hosts, rep_rank, intra_pairs, nbytes, host_of))
             # ~15 ms of work a round: long against the scheduler's time slices, so a rank that shares
             # its core with something else shows it in every round, not only when a slice lands inside
@@ -205,7 +218,11 @@ def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str =
         diag.arrival[rank] = {"host": host_of[rank], "work_us": _median([r["work"][rank] for r in arrival_repeats]),
                               "late_us": _median([r["late"][rank] for r in arrival_repeats]),
                               "wait_us": _median([r["wait"][rank] for r in arrival_repeats])}
-    judge(diag, link_repeats, arrival_repeats, min_effect)
+    for i, arrival in enumerate(arrival_repeats):
+        links = link_repeats[i] if i < len(link_repeats) else {}
+        diag.repeats.append({"host_gbps": links.get("host_bw", {}), "host_latency_us": links.get("host_lat", {}),
+                             "intra_gbps": links.get("intra_bw", {}), "work_us": arrival["work"]})
+    judge(diag, link_repeats, arrival_repeats, min_effect, rank_effect)
     return diag
 
 
@@ -284,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="independent measurements each judgement rests on (>= 3)")
     parser.add_argument("--bytes", default="1M", help="message size of the bandwidth exchanges (default 1M)")
     parser.add_argument("--min-effect", type=float, default=0.5,
-                        help="how much worse than its peers a suspect must be (default 0.5: 1.5x)")
+                        help="how much worse than its peers a host or link must be (default 0.5: 1.5x)")
+    parser.add_argument("--rank-effect", type=float, default=0.25,
+                        help="how much longer a rank's fixed work must take than its peers' (default 0.25: 1.25x)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a measurement counts as hung")
     args = parser.parse_args(argv)
     try:
@@ -292,12 +311,13 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--repeat {args.repeat}: give at least 3 (a suspect needs a majority of repeats)")
         if args.nproc < 2:
             raise ValueError(f"--nproc {args.nproc}: the doctor compares ranks, give at least 2")
-        if not args.min_effect > 0:
-            raise ValueError(f"--min-effect {args.min_effect}: give a number > 0")
+        if not (args.min_effect > 0 and args.rank_effect > 0):
+            raise ValueError(f"--min-effect {args.min_effect} --rank-effect {args.rank_effect}: give numbers > 0")
         (nbytes,) = parse_sizes(args.bytes)
         out = Path(args.output) if args.output else None
         diag = diagnose(args.launcher, args.nproc, args.backend, args.driver_host,
-                        (out or Path(".")) / "doctor-logs", args.repeat, nbytes, args.min_effect, args.timeout)
+                        (out or Path(".")) / "doctor-logs", args.repeat, nbytes, args.min_effect, args.rank_effect,
+                        args.timeout)
     except (ValueError, SizeError) as exc:
         print(f"hccl-bench doctor: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE

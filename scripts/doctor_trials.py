@@ -74,7 +74,7 @@ def named(result: dict) -> list[str]:
     return [f"{s['kind']}:{s['host']}" + (f"-{s['peer']}" if s["peer"] else "") for s in result["suspects"]]
 
 
-def trial(kind: str, runs: int, work: Path) -> tuple[int, int]:
+def trial(kind: str, runs: int, work: Path, keep: Path | None = None) -> tuple[int, int]:
     hosts, nproc = (2, 2) if kind == "hog" else (4, 4)
     args = ["up", "--hosts", str(hosts), "--link", "1gbit", "--json"]
     if kind == "slow":
@@ -101,6 +101,9 @@ def trial(kind: str, runs: int, work: Path) -> tuple[int, int]:
                   "healthy": code == 0 and names == [],
                   "hog": code == 1 and names == ["rank:node2"]}[kind]
             good += ok
+            if not ok and keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                (keep / f"{kind}{i}.json").write_text(json.dumps(result, indent=1))
             print(f"{kind:8} run {i + 1:>2}: exit {code}, named {names or 'nobody'}, {took:.1f} s "
                   f"({result['rounds']} rounds) {'ok' if ok else 'WRONG'}", flush=True)
     finally:
@@ -112,11 +115,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--only", default="slow,healthy,hog")
+    parser.add_argument("--keep", help="write the doctor's JSON of every wrong run into this folder")
     args = parser.parse_args()
     tally = {}
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.only.split(","):
-            tally[kind] = trial(kind, args.runs, Path(tmp))
+            tally[kind] = trial(kind, args.runs, Path(tmp), Path(args.keep) if args.keep else None)
     print("# tally: " + ", ".join(f"{k} {g}/{n} right" for k, (g, n) in tally.items()))
     return 0 if all(g == n for g, n in tally.values()) else 1
 
