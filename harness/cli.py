@@ -93,7 +93,7 @@ def _report(args) -> int:
     if args.ab and len(args.runs) != 1:
         return _fail("report --ab takes one interleaved --ab-env run")
     runs = [_load(args.runs[0], side="A"), load(args.runs[0], side="B")] if args.ab else [_load(r) for r in args.runs]
-    out = render(runs, Path(args.output))
+    out = render(runs, Path(args.output), [_load(p) for p in args.predict_from] if args.predict_from else None)
     print(f"# report: {out['html']} ({out['figures']} figures), summary: {out['markdown']}")
     return EXIT_OK
 
@@ -219,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("runs", nargs="+", help="runs oldest first; each is compared with the first")
     rep.add_argument("-o", "--output", required=True, help="folder for report.html and summary.md")
     rep.add_argument("--ab", action="store_true", help="RUN is one --ab-env run: report side A against side B")
+    rep.add_argument("--predict-from", nargs="+", help="runs at another scale: draw the times their alpha-beta fits "
+                                                       "predict for each sweep's hosts x ranks (hccl-bench predict)")
     imp = sub.add_parser("import", help="nccl-tests / rccl-tests (text or -J JSON) or hccl_test logs -> result files, "
                                         "one per run found (OUT.json, OUT.2.json, ...)")
     imp.add_argument("file", nargs="+")

@@ -82,13 +82,16 @@ def _rows(run: Run, series: Series) -> tuple[list[int], list[float], list[float]
     return [c.size for c in cells], times, busbw
 
 
-def _sweep_figure(runs: list[Run], series: Series, names: list[str]) -> str:
+def _sweep_figure(runs: list[Run], series: Series, names: list[str],
+                  predicted: tuple[list[int], list[float]] | None = None) -> str:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
     for run, name in zip(runs, names):
         sizes, times, busbw = _rows(run, series)
         if sizes:
             ax1.plot(sizes, busbw, marker="o", ms=3, label=name)
             ax2.plot(sizes, times, marker="o", ms=3, label=name)
+    if predicted:
+        ax2.plot(*predicted, ls="--", color="k", lw=1, label="predicted (ring, alpha-beta)")
     for ax, ylabel in ((ax1, "busbw (GB/s, 1e9), log"), (ax2, "time (us), log")):
         _size_axis(ax)
         ax.set_yscale("log")
@@ -247,7 +250,23 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def render(runs: list[Run], out_dir: Path) -> dict:
+def _predictions(fits, runs: list[Run], series: Series) -> tuple[list[int], list[float]] | None:
+    """The ring prediction for this series' layout (hosts x ranks) at its sizes, if fits cover it."""
+    from reports import predict
+    cells = [c for r in runs for c in r.cells.values() if c.series == series]
+    if not fits or not cells or series.op not in predict.OPS or not cells[0].row.hosts:
+        return None
+    hosts = cells[0].row.hosts
+    sizes = sorted({c.size for c in cells})
+    rows = [r for r in predict.predict(fits, len(hosts), max(hosts.values()), sizes) if r["op"] == series.op]
+    return ([r["size"] for r in rows], [r["ring_us"] for r in rows]) if rows else None
+
+
+def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None) -> dict:
+    """The page for `runs`; with `predict_from`, each sweep also shows the time predicted for its
+    layout from those runs' alpha-beta fits (reports/predict.py)."""
+    from reports import predict
+    fits = predict.fit(predict_from) if predict_from else {}
     out_dir.mkdir(parents=True, exist_ok=True)
     first = runs[0]
     names = names_by_difference(runs)
@@ -257,7 +276,7 @@ def render(runs: list[Run], out_dir: Path) -> dict:
     sweeps, stats = [], []
     shown = metrics(CollectiveRow, "report")
     for series in series_all:
-        sweeps.append({"title": series.label(), "png": _sweep_figure(runs, series, names),
+        sweeps.append({"title": series.label(), "png": _sweep_figure(runs, series, names, _predictions(fits, runs, series)),
                        "ratio": _ratio_figure(comparisons, series) if comparisons else None})
         for run, name in zip(runs, names):
             sizes, times, busbw = _rows(run, series)

@@ -50,6 +50,15 @@ def test_a_fit_recovers_alpha_and_beta_and_predicts_another_scale(tmp_path):
                                                                  for e in errors.split(": ")[1].split(", "))
     rows = predict(fits, 4, 1, [1 << 20])
     assert {r["op"] for r in rows} == {"all_reduce", "all_gather"} and all(r["ring_us"] > 0 for r in rows)
+    # the report draws the prediction beside the measured 4-host sweep
+    from reports.report_page import _predictions
+    series = next(c.series for c in four.cells.values() if c.series.op == "all_reduce")
+    sizes, times = _predictions(fits, [four], series)
+    measured = sorted((c.size, c.launches[0]) for c in four.cells.values() if c.series == series)
+    assert sizes == [s for s, _ in measured] and all(math.isclose(t, np.median(m) * 1e6, rel_tol=0.05)
+                                                      for t, (_, m) in zip(times, measured))
+    page = run_cli("report", four.path, "-o", tmp_path / "page", "--predict-from", two.path)
+    assert page.returncode == 0, page.stderr
 
 
 def test_predict_refuses_a_link_class_it_has_not_seen(tmp_path):
