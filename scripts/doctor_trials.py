@@ -55,10 +55,10 @@ def ranks_in(netns: str) -> list[int]:
     return found
 
 
-def pin_and_hog(stop: threading.Event, hogs: list) -> None:
-    """A busy loop on core 0 from the start; as soon as the ranks exist, node2's rank joins it on
-    core 0 and node1's rank gets core 1 to itself."""
-    hogs.append(subprocess.Popen(["taskset", "-c", "0", PY, "-c", "while True: pass"]))
+def pin_and_hog(stop: threading.Event, hogs: list, count: int = 1) -> None:
+    """`count` busy loops on core 0 from the start; as soon as the ranks exist, node2's rank joins
+    them on core 0 and node1's rank gets core 1 to itself."""
+    hogs += [subprocess.Popen(["taskset", "-c", "0", PY, "-c", "while True: pass"]) for _ in range(count)]
     while not stop.is_set():
         one, two = ranks_in("hbc-h1"), ranks_in("hbc-h2")
         if one and two:

@@ -277,7 +277,7 @@ def test_the_last_lines_say_where_the_results_are_the_peaks_and_the_verdict(benc
     assert any(line.startswith("# peak busbw all_reduce: gloo ") and ", mpi " in line for line in last), last
     assert any(line.startswith("# verdict: no confirmed regression (") for line in last), last
     ours = proc.stdout[proc.stdout.index("hccl-bench ="):].splitlines()
-    assert [line for line in ours if len(line) > 120] == []
+    assert [line for line in ours if len(line) > 120 and not line.startswith("# results: ")] == []   # a path is a path
     assert "Legend:" not in proc.stdout          # pytest-benchmark's own tables are off by default
 
 
