@@ -131,13 +131,6 @@ class TorchBackend:
         raise KeyError(op)
 
     # -- point to point (the doctor's link measurements)
-    def wrap_bytes(self, host: np.ndarray):
-        """A uint8 buffer on this backend's device (on the CPU: the same memory)."""
-        return self.torch.from_numpy(host).to(self.device.torch_device)
-
-    def read_bytes(self, buf, host: np.ndarray) -> None:
-        host[:] = buf.cpu().numpy()
-
     def exchange(self, peer: int, send, recv) -> None:
         """Send to and receive from `peer` at once; both sides call it."""
         d = self.dist
@@ -252,13 +245,6 @@ class MpiBackend:
             return functools.partial(c.Sendrecv, send, (self.rank + 1) % self.world, 0,
                                      recv, (self.rank - 1) % self.world, 0)
         raise KeyError(op)
-
-    def wrap_bytes(self, host: np.ndarray):
-        return host
-
-    def read_bytes(self, buf, host: np.ndarray) -> None:
-        if buf is not host:
-            host[:] = buf
 
     def exchange(self, peer: int, send, recv) -> None:
         self.comm.Sendrecv(send, peer, 7, recv, peer, 7)

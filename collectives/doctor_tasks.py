@@ -10,8 +10,6 @@ import time
 
 import numpy as np
 
-from collectives.backends import page_aligned
-
 
 def _pairs_in_round(pairs: list[list[int]], rank: int) -> int | None:
     return next((b if a == rank else a for a, b in pairs if rank in (a, b)), None)
@@ -19,11 +17,9 @@ def _pairs_in_round(pairs: list[list[int]], rank: int) -> int | None:
 
 def links(backend, spec: dict) -> dict:
     """For each round of disjoint pairs: every pair exchanges `bytes` both ways `reps` times, and
-    8 bytes `reps` times (latency), all pairs of a round at once. Per round: (peer, big ns, small ns)."""
-    big_send, big_recv = page_aligned(spec["bytes"]), page_aligned(spec["bytes"])
-    small_send, small_recv = page_aligned(8), page_aligned(8)
-    big = [backend.wrap_bytes(big_send), backend.wrap_bytes(big_recv)]
-    small = [backend.wrap_bytes(small_send), backend.wrap_bytes(small_recv)]
+    8 bytes `small_reps` times (latency), all pairs of a round at once. Per round: (peer, big ns, small ns)."""
+    big = [backend.full(spec["bytes"], 0, "uint8") for _ in range(2)]
+    small = [backend.full(8, 0, "uint8") for _ in range(2)]
     out: list[dict | None] = []
     for pairs in spec["rounds"]:
         peer = _pairs_in_round(pairs, backend.rank)
@@ -51,10 +47,9 @@ def links(backend, spec: dict) -> dict:
 def clock_offset(backend, reps: int = 16) -> int:
     """This rank's wall clock minus rank 0's (ns), each rank in turn against rank 0: the exchange
     with the smallest round trip gives NTP's estimate (the rank's clock against the midpoint of
-    rank 0's send and receive); rank 0 then sends each rank its offset."""
-    send, recv = page_aligned(8), page_aligned(8)
-    clock_out, clock_in = send.view(np.int64), recv.view(np.int64)
-    out, into = backend.wrap_bytes(send), backend.wrap_bytes(recv)
+    rank 0's send and receive); rank 0 then sends each rank its offset. (Clocks travel through the
+    backend's float64 view: 256 ns resolution at today's epoch, far below a round trip.)"""
+    send, recv = (backend.from_numpy(np.zeros(1, np.int64), "int64") for _ in range(2))
     mine = 0
     for other in range(1, backend.world):
         backend.barrier()
@@ -64,17 +59,15 @@ def clock_offset(backend, reps: int = 16) -> int:
         best_rtt, best_offset = None, 0
         for _ in range(reps):
             t0 = time.time_ns()
-            clock_out[0] = t0
-            backend.exchange(peer, backend.wrap_bytes(send) if out is not send else out, into)
+            backend.write(send, np.array([t0], np.int64))
+            backend.exchange(peer, send, recv)
             t3 = time.time_ns()
-            backend.read_bytes(into, recv)
             if backend.rank == 0 and (best_rtt is None or t3 - t0 < best_rtt):
-                best_rtt, best_offset = t3 - t0, int(clock_in[0]) - (t0 + t3) // 2
-        clock_out[0] = best_offset
-        backend.exchange(peer, backend.wrap_bytes(send) if out is not send else out, into)   # rank 0 tells the offset
-        backend.read_bytes(into, recv)
+                best_rtt, best_offset = t3 - t0, int(backend.to_numpy(recv)[0]) - (t0 + t3) // 2
+        backend.write(send, np.array([best_offset], np.int64))
+        backend.exchange(peer, send, recv)       # rank 0 tells the rank its offset
         if backend.rank == other:
-            mine = int(clock_in[0])
+            mine = int(backend.to_numpy(recv)[0])
     backend.barrier()
     return mine
 

@@ -117,7 +117,7 @@ def _link_spec(text: str, what: str) -> tuple[str, str]:
     return rate, delay
 
 
-def _shape(cluster: Cluster, host: Host, link: str) -> None:
+def _shape(host: Host, link: str) -> None:
     """The host's link both ways: egress of its eth0 (uplink) and of the bridge's veth (downlink)."""
     rate, delay = _link_spec(link, "--link")
     bits = _rate_bits(rate)
@@ -216,7 +216,7 @@ def _make(cluster: Cluster, count: int, link: str, slow: dict[str, str]) -> None
         Path(host.uts).touch()
         _run(["unshare", f"--uts={host.uts}", "hostname", name], f"naming {name}")
         if slow.get(name) or link:
-            _shape(cluster, host, slow.get(name) or link)
+            _shape(host, slow.get(name) or link)
         cluster.save()
     _record(cluster, "hosts-file", str(HOSTS_FILE))
     lines = [f"{cluster.driver_host} {DRIVER_NAME} {HOSTS_MARK}"] + [f"{h.address} {h.name} {HOSTS_MARK}"
@@ -306,7 +306,7 @@ def launch(kind: str, nproc: int, command: list[str]) -> int:
     if kind == "mpi":
         from harness.launchers import find_mpiexec
         os.environ.setdefault("UCX_TLS", UCX_TLS)
-        mpiexec = find_mpiexec(command[0] if command[0].endswith(("python", "python3")) else "")
+        mpiexec = find_mpiexec(command[0])   # the MPI library beside the ranks' interpreter
         os.execvp(mpiexec, [mpiexec, "-localhost", DRIVER_NAME, "-launcher", "ssh", "-launcher-exec",
                             str(Path(cluster.state_dir, "enter")), "-hosts", ",".join(h.name for h in cluster.hosts),
                             "-ppn", str(per_host), "-n", str(nproc), *command])

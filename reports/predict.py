@@ -59,10 +59,6 @@ def _link(row: CollectiveRow) -> str:
     return "intra-host" if link_class(row.hosts) == "intra-host" else "inter-host"   # mixed: the ring crosses hosts
 
 
-def _time_s(cell) -> float:
-    return float(statistics.median(statistics.median(v) for v in cell.launches.values()))
-
-
 def fit(runs: list[Run]) -> dict[tuple[str, str], Fit]:
     """alpha-beta per (op, link class) from the runs' default-algorithm cells."""
     points: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
@@ -72,7 +68,7 @@ def fit(runs: list[Run]) -> dict[tuple[str, str], Fit]:
             if not isinstance(row, CollectiveRow) or row.op not in OPS or not row.hosts or cell.size == 0:
                 continue
             steps, share = cost(row.op, "ring", row.nranks)
-            points.setdefault((row.op, _link(row)), []).append((steps, share * cell.size, _time_s(cell)))
+            points.setdefault((row.op, _link(row)), []).append((steps, share * cell.size, cell.pooled_s))
     fits = {}
     for (op, link), pts in points.items():
         a = np.array(pts)
@@ -106,7 +102,7 @@ def predict(fits: dict[tuple[str, str], Fit], hosts: int, per_host: int, sizes: 
 def against(predicted: list[dict], measured: Run) -> dict[str, float]:
     """Median absolute relative error per op of the ring prediction (the model the fit used for the
     library's default algorithm) against a measured run of the default algorithm."""
-    times = {(c.row.op, c.size): _time_s(c) * 1e6 for c in measured.cells.values()
+    times = {(c.row.op, c.size): c.pooled_s * 1e6 for c in measured.cells.values()
              if isinstance(c.row, CollectiveRow) and c.row.algo == "default"}
     errors: dict[str, list[float]] = {}
     for row in predicted:

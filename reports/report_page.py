@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import io
-import statistics
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -77,7 +76,7 @@ def _cells(run: Run, series: Series) -> list[Cell]:
 def _rows(run: Run, series: Series) -> tuple[list[int], list[float], list[float]]:
     cells = _cells(run, series)
     # every launch pooled: the median of the per-launch medians (not the first launch's time)
-    times = [statistics.median(statistics.median(v) for v in c.launches.values()) * 1e6 for c in cells]
+    times = [c.pooled_s * 1e6 for c in cells]
     busbw = [bandwidths(str(series.op), c.size, t * 1e-6, c.row.nranks)[1] for c, t in zip(cells, times)]
     return [c.size for c in cells], times, busbw
 

@@ -10,6 +10,7 @@ find it there, so adding one is a field here plus the code that measures it.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -302,9 +303,13 @@ class Cell:
 
     def pooled(self, name: str) -> float | None:
         """A metric over every launch: the median of the per-launch values (None if none has it)."""
-        values = sorted(v for r in self.rows.values() if (v := getattr(r, name, None)) is not None)
-        return None if not values else float(values[len(values) // 2] if len(values) % 2
-                                              else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2)
+        values = [v for r in self.rows.values() if (v := getattr(r, name, None)) is not None]
+        return float(statistics.median(values)) if values else None
+
+    @property
+    def pooled_s(self) -> float:
+        """Per-op time over every launch: the median of the per-launch medians (s)."""
+        return float(statistics.median(statistics.median(v) for v in self.launches.values()))
 
 
 @dataclass
