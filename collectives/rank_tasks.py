@@ -37,8 +37,8 @@ def _checked_call(backend, spec: dict):
 def run_collective(backend, spec: dict) -> dict:
     """Check once on fresh data (#wrong), then time; returns this rank's share of the result."""
     call, wrong = _checked_call(backend, spec)
-    k, (times,) = measure([repeat(call)], backend, Plan(**spec["plan"]))
-    return {"wrong": wrong, "iters": k, "round_ns": times}
+    cal, (times,) = measure([repeat(call)], backend, Plan(**spec["plan"]))
+    return {"wrong": wrong, "iters": cal.k, "round_ns": times, "calibration": cal.record()}
 
 
 def begin_collective(backend, spec: dict) -> dict:
@@ -53,5 +53,5 @@ def run_overhead(backend, spec: dict) -> dict:
     """Harness loop vs a bare loop of the same library call on the same buffer, interleaved."""
     call, recv, _ = prepare(backend, "all_reduce", spec["dtype"], "sum", spec["count"], True)
     plain = backend.plain_all_reduce_loop(recv, "sum")
-    k, (harness, bare) = measure([repeat(call), plain], backend, Plan(**spec["plan"]))
-    return {"wrong": 0, "iters": k, "round_ns": harness, "plain_round_ns": bare}
+    cal, (harness, bare) = measure([repeat(call), plain], backend, Plan(**spec["plan"]))
+    return {"wrong": 0, "iters": cal.k, "round_ns": harness, "plain_round_ns": bare}

@@ -1,16 +1,19 @@
 """Warm-up, then R rounds of K back-to-back iterations, each round timed on the device's clock.
 
-K is agreed by every rank (the max of their warm-up estimates) so a round lasts about
-``round_time_s``; all ranks run the same K. Returns this rank's round times; the driver takes
-the max over ranks per round (DESIGN §4).
+K comes from a calibration after the warm-up: runs of 1, then more iterations, until one run
+lasts at least half of ``round_time_s`` (a 5-iteration warm-up estimate carried first-call costs
+and gave rounds of 3 ms against a 20 ms target). Every rank takes the slowest rank's time, so
+all ranks agree on K. Returns this rank's round times; the driver takes the max over ranks per
+round (DESIGN §4).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 MAX_ITERS = 1_000_000
+CALIBRATION_SHARE = 0.5     # a calibration run must last this share of the round time
 
 
 @dataclass
@@ -25,6 +28,19 @@ class Plan:
 SMOKE = Plan(warmup=1, rounds=3, round_time_s=0.002)
 
 
+@dataclass(frozen=True)
+class Calibrated:
+    """K and what it rests on: the iterations of the last calibration run and how long they took
+    (the slowest rank's); recorded with every case. iters 0: K was given (--iters)."""
+    k: int
+    iters: int = 0
+    seconds: float = 0.0
+    round_time_s: float = 0.0
+
+    def record(self) -> dict:
+        return asdict(self)
+
+
 def choose_iters(per_iter_s: float, plan: Plan) -> int:
     if plan.iters > 0:
         return plan.iters
@@ -33,16 +49,32 @@ def choose_iters(per_iter_s: float, plan: Plan) -> int:
     return max(1, min(MAX_ITERS, math.ceil(plan.round_time_s / per_iter_s)))
 
 
-def warm_up(loops: list[Callable[[int], None]], backend, plan: Plan) -> int:
-    """Run every loop's warm-up; return K, agreed by all ranks from the first loop's estimate."""
+def calibrate(loop: Callable[[int], None], backend, plan: Plan) -> Calibrated:
+    """Runs of n iterations, n growing, until one lasts CALIBRATION_SHARE of the round time: K
+    from that run's time per iteration. Every rank takes the max, so all make the same choices."""
+    if plan.iters > 0:
+        return Calibrated(plan.iters)
     timer = backend.device.timer()
+    target = plan.round_time_s * CALIBRATION_SHARE
+    n = 1
+    while True:
+        timer.start()
+        loop(n)
+        elapsed = backend.max_float(timer.stop() / 1e9)
+        if elapsed >= target or n >= MAX_ITERS:
+            break
+        # aim past the target from what this run took, at most 16x more (a fast first run misleads)
+        wanted = n * 16 if elapsed <= 0 else math.ceil(n * target / elapsed * 1.2)
+        n = min(MAX_ITERS, max(n + 1, min(wanted, n * 16)))
+    return Calibrated(choose_iters(elapsed / n, plan), n, elapsed, plan.round_time_s)
+
+
+def warm_up(loops: list[Callable[[int], None]], backend, plan: Plan) -> Calibrated:
+    """Run every loop's warm-up, then calibrate K on the first loop (the one being measured)."""
     warm = max(1, plan.warmup)
-    timer.start()
-    loops[0](warm)
-    per_iter = timer.stop() / warm / 1e9
-    for loop in loops[1:]:
+    for loop in loops:
         loop(warm)
-    return choose_iters(backend.max_float(per_iter), plan)
+    return calibrate(loops[0], backend, plan)
 
 
 def one_round(loop: Callable[[int], None], k: int, backend, timer) -> int:
@@ -54,38 +86,38 @@ def one_round(loop: Callable[[int], None], k: int, backend, timer) -> int:
     return timer.stop()
 
 
-def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[int, list[list[int]]]:
+def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Calibrated, list[list[int]]]:
     """Time each loop in `loops` (interleaved round by round) with one shared K.
 
-    Each loop(k) runs k iterations. Returns (K, [round ns per loop])."""
-    k = warm_up(loops, backend, plan)
+    Each loop(k) runs k iterations. Returns (K's calibration, [round ns per loop])."""
+    cal = warm_up(loops, backend, plan)
     timer = backend.device.timer()
     times: list[list[int]] = [[] for _ in loops]
     for _ in range(plan.rounds):
         for loop, out in zip(loops, times):
-            out.append(one_round(loop, k, backend, timer))
-    return k, times
+            out.append(one_round(loop, cal.k, backend, timer))
+    return cal, times
 
 
 def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> None:
     """Round-interleaved A/B: warm up now and keep the loops on this rank, so the driver can
     alternate single rounds of two worker groups (two stacks) milliseconds apart; `end` then
-    returns finish(K, round ns per loop), what `measure` gives in one go."""
+    returns finish(K, round ns per loop) and the calibration, what `measure` gives in one go."""
     backend.prepared = (loops, warm_up(loops, backend, plan), backend.device.timer(), [[] for _ in loops], finish)
 
 
 def time_round(backend) -> dict:
     """One round of every prepared loop, in `measure`'s order; the times stay here until `end`."""
-    loops, k, timer, times, _ = backend.prepared
+    loops, cal, timer, times, _ = backend.prepared
     for loop, out in zip(loops, times):
-        out.append(one_round(loop, k, backend, timer))
+        out.append(one_round(loop, cal.k, backend, timer))
     return {}
 
 
 def end(backend) -> dict:
-    _, k, _, times, finish = backend.prepared
+    _, cal, _, times, finish = backend.prepared
     backend.prepared = None
-    return finish(k, times)
+    return {**finish(cal.k, times), "calibration": cal.record()}
 
 
 def repeat(call: Callable[[], object]) -> Callable[[int], None]:

@@ -9,7 +9,19 @@ from harness.cases import Case, LayerCase
 from harness.options import Options
 from layers import memory, schedules
 from layers.mesh import ParallelDims, tp_placement
-from reports.results import CollectiveRow, LayerRow, link_class
+from reports.results import CollectiveRow, LayerRow, Series, link_class
+
+
+def cell_key(case: Case | LayerCase) -> tuple[Series, int]:
+    """The (series, size) the case's rows will have: Series.of(row) for the row built below."""
+    if isinstance(case, Case):
+        return Series("collective", case.backend, case.algo, case.op, case.dtype, case.redop, case.inplace,
+                      case.nranks), case.nbytes
+    if case.task == "tp_bench":
+        return Series("linear", case.backend, tp=case.tp, pp=case.pp, dp=case.dp, layer=case.layer,
+                      sequence_parallel=case.sp, impl=case.impl), 0
+    return Series("pipeline", case.backend, tp=case.tp, pp=case.pp, dp=case.dp, schedule=case.schedule,
+                  microbatches=case.microbatches), 0
 
 
 def collective_row(case: Case, results: list[dict], hosts: dict) -> CollectiveRow:
@@ -22,7 +34,7 @@ def collective_row(case: Case, results: list[dict], hosts: dict) -> CollectiveRo
         inplace=case.inplace, nranks=case.nranks, size=case.size, bytes=case.nbytes, count=case.count,
         **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
         wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
-        iters_per_round=k, round_ns_per_rank=matrix, algo_env=case.env, group_env=case.group.rank_env, hosts=hosts,
+        iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=matrix, algo_env=case.env, group_env=case.group.rank_env, hosts=hosts,
         link_class=link_class(hosts))
 
 
@@ -34,7 +46,7 @@ def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, ran
         launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, backend=case.backend,
         bench="linear" if case.task == "tp_bench" else "pipeline", tp=case.tp, pp=case.pp, dp=case.dp,
         nranks=case.nranks, hidden=o.hidden, seq=o.seq, batch=o.batch, **stats.summarize(step, k),
-        iters_per_round=k, round_ns_per_rank=step, hosts=hosts, wrong=0,
+        iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=step, hosts=hosts, wrong=0,
         peak_memory_bytes_per_rank=[r["peak_memory_bytes"] for r in results],
         model_states_estimate_bytes=int(sum(memory.model_states(max(r["params_local"] for r in results), 1, 1))),
         placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks), rank_hosts))

@@ -1,8 +1,10 @@
 """``hccl-bench``: everything around result files (the sweeps themselves run under pytest).
 
-Exit status: 0 ok (compare: no confirmed regression; history: none that began within the window),
-1 compare or history found a confirmed regression, 2 unusable input (unreadable file, mismatched
-setups without --force, bad arguments), 3 internal error (a bug: it never reads as a regression).
+Exit status: 0 ok (compare: no regression and every cell decided; history: none that began within
+the window), 1 compare or history found a confirmed regression, 2 unusable input (unreadable file,
+mismatched setups without --force, bad arguments), 3 internal error (a bug: it never reads as a
+regression), 6 compare: no confirmed regression but inconclusive cells (--inconclusive pass: 0).
+Sides: A is the baseline (the stack as started), B the candidate (--ab-env/--ab-source), everywhere.
 """
 from __future__ import annotations
 
@@ -55,13 +57,28 @@ def _load(path: str, side: str = ""):
     return _say_notes(load(path, side=side))
 
 
+def _named(runs: list, labels: list[str] | None) -> list:
+    """--label A=NAME / B=NAME: the first run (side A, the baseline) and the second (side B)."""
+    from harness.options import OptionError, parse_labels
+    try:
+        given = parse_labels(labels or [])
+    except OptionError as exc:
+        raise ValueError(str(exc)) from None
+    for run, side in zip(runs, "AB"):
+        if side in given:
+            run.meta["labels"] = {**(run.meta.get("labels") or {}), (run.side or ""): given[side]}
+            if not run.side:
+                run.meta["label"] = given[side]
+    return runs
+
+
 def _pair(args, first: str, second: str | None, usage: str):
     """(base, cand) from two runs, or from sides A and B of one interleaved --ab-env run;
     a ValueError with `usage` when the arguments fit neither."""
     if args.ab and not second:
-        return _load(first, side="A"), load(first, side="B")
+        return tuple(_named([_load(first, side="A"), load(first, side="B")], getattr(args, "label", None)))
     if second and not args.ab:
-        return _load(first), _load(second)
+        return tuple(_named([_load(first), _load(second)], getattr(args, "label", None)))
     raise ValueError(usage)
 
 
@@ -85,7 +102,7 @@ def _compare(args) -> int:
     print(f"# compared {len(judgement.comparison.cells) if judgement.comparison else 0} cells "
           f"in {time.perf_counter() - t0:.2f} s")
     _write_outputs(args, judgement)
-    return EXIT_REGRESSION if judgement.regressed else EXIT_OK
+    return judgement.exit_status(args.inconclusive)
 
 
 def _report(args) -> int:
@@ -93,6 +110,7 @@ def _report(args) -> int:
     if args.ab and len(args.runs) != 1:
         return _fail("report --ab takes one interleaved --ab-env run")
     runs = [_load(args.runs[0], side="A"), load(args.runs[0], side="B")] if args.ab else [_load(r) for r in args.runs]
+    _named(runs, args.label)
     out = render(runs, Path(args.output), [_load(p) for p in args.predict_from] if args.predict_from else None)
     print(f"# report: {out['html']} ({out['figures']} figures), summary: {out['markdown']}")
     return EXIT_OK
@@ -113,8 +131,8 @@ def _history(args) -> int:
     ab = None
     if args.ab:
         from reports.compare import compare
-        ab = compare(load(args.ab, side="B"), load(args.ab, side="A"), min_effect=args.min_effect)
-        print(f"# same-day A/B {args.ab}: side B the previous stack, side A the current one")
+        ab = compare(load(args.ab, side="A"), load(args.ab, side="B"), min_effect=args.min_effect)
+        print(f"# same-day A/B {args.ab}: side A (baseline) the previous stack, side B (candidate) the newest one")
     judgement = judge_history(runs, calibration=cal, min_effect=args.min_effect, window=args.window, force=args.force, ab=ab)
     if judgement.refused:
         return _fail(judgement.refused)
@@ -189,11 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     cmp = sub.add_parser("compare", help="baseline vs candidate: verdict per cell, regressions as size ranges")
     cmp.add_argument("base", help="the baseline run (results.json, run folder, stored baseline or imported file)")
     cmp.add_argument("cand", nargs="?", help="the candidate run (omit with --ab)")
-    cmp.add_argument("--ab", action="store_true", help="BASE is one run made with --ab-env: compare its side A with side B")
+    cmp.add_argument("--ab", action="store_true", help="BASE is one run made with --ab-env: side B (candidate) against "
+                                                       "side A (baseline); an --ab-until-decided run replays its looks")
     cmp.add_argument("--calibration", help="A/A calibration JSON (hccl-bench calibrate) raising the minimum effect per size band")
     cmp.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
                      help=f"smallest change worth a verdict (default {DEFAULT_MIN_EFFECT:g})")
     cmp.add_argument("--force", action="store_true", help="compare even if rank counts, hosts or backends differ")
+    cmp.add_argument("--inconclusive", choices=["fail", "pass"], default="fail",
+                     help="cells without the evidence to say no change: fail (exit 6, the default) or pass (exit 0)")
+    cmp.add_argument("--label", action="append", help="A=NAME or B=NAME: what to call the baseline (A) or candidate (B)")
     cmp.add_argument("--json", help="write the verdicts as JSON")
     cmp.add_argument("--markdown", help="write a Markdown summary (for CI comments)")
     cal = sub.add_parser("calibrate", help="A/A: noise per size band between two runs of the same stack")
@@ -212,13 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     his.add_argument("--force", action="store_true", help="use runs whose rank counts or hosts differ")
     his.add_argument("--json", help="write the verdicts as JSON")
     his.add_argument("--markdown", help="write a Markdown summary (for CI comments)")
-    his.add_argument("--ab", help="a same-day --ab-env/--ab-source run whose side B is the previous stack: "
-                                  "confirms or clears the newest run's suspected changes")
+    his.add_argument("--ab", help="a same-day --ab-env/--ab-source run, side A (baseline) the previous stack and side B "
+                                  "the newest: confirms or clears the newest run's suspected changes")
     his.add_argument("--report", help="write DIR/history.html: each flagged size range run by run, its levels and change")
     rep = sub.add_parser("report", help="HTML page and Markdown summary for one or more runs (oldest first)")
     rep.add_argument("runs", nargs="+", help="runs oldest first; each is compared with the first")
     rep.add_argument("-o", "--output", required=True, help="folder for report.html and summary.md")
-    rep.add_argument("--ab", action="store_true", help="RUN is one --ab-env run: report side A against side B")
+    rep.add_argument("--ab", action="store_true", help="RUN is one --ab-env run: side B (candidate) against side A (baseline)")
+    rep.add_argument("--label", action="append", help="A=NAME or B=NAME: what to call the first run or side A, the second or B")
     rep.add_argument("--predict-from", nargs="+", help="runs at another scale: draw the times their alpha-beta fits "
                                                        "predict for each sweep's hosts x ranks (hccl-bench predict)")
     imp = sub.add_parser("import", help="nccl-tests / rccl-tests (text or -J JSON) or hccl_test logs -> result files, "

@@ -51,6 +51,9 @@ class Options:
     baseline: str = ""
     history: bool = False
     ab_env: dict = field(default_factory=dict)
+    ab_until_decided: bool = False   # sequential A/B: --repeat is the budget (--max-repeat), undecided cells rerun
+    inconclusive: str = "fail"       # the gate on cells without enough evidence: "fail" (exit 6) or "pass"
+    labels: dict = field(default_factory=dict)   # side -> what to call it ("A": "mpich 4.2.3")
     mpi_thread_level: str = ""   # "" = mpi4py's default (multiple)
     results: str = "results"
     driver_host: str = "127.0.0.1"
@@ -98,6 +101,15 @@ def add_options(parser) -> None:
     g.addoption("--ab-source", default="", help="interleaved A/B against another installed stack: side B gets the "
                                                 "environment a shell has after sourcing this file (e.g. another CANN's "
                                                 "set_env.sh); HCCL_BENCH_PYTHON=PATH in it or --ab-env picks B's interpreter")
+    g.addoption("--ab-until-decided", action="store_true", default=False,
+                help="sequential A/B: add interleaved launches, only for the cells still undecided, until every cell "
+                     "is a regression, an improvement or no change, or --max-repeat launches are spent")
+    g.addoption("--max-repeat", default="12", help="the launch budget of --ab-until-decided (default 12)")
+    g.addoption("--inconclusive", default="fail", help="the gate on cells without enough evidence to say 'no change' "
+                                                       "(--baseline, --ab-until-decided): fail (exit 6) or pass")
+    g.addoption("--label", action="append", default=[],
+                help="SIDE=NAME, repeatable: what to call side A (the baseline: the stack as started) and side B "
+                     "(the candidate: with --ab-env/--ab-source) in tables, reports and verdicts")
     g.addoption("--baseline", default="", help="compare with a stored result at the end: PATH or 'auto' "
                                                "(the latest baseline saved for this platform)")
     g.addoption("--history", action="store_true", help="nightly guard at the end: judge this run against the earlier "
@@ -218,6 +230,18 @@ def parse(getoption) -> Options:
     python = o.ab_env.get("HCCL_BENCH_PYTHON")
     if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
         raise OptionError(f"HCCL_BENCH_PYTHON={python!r} is not an executable file: give side B's python interpreter")
+    o.ab_until_decided = bool(getoption("ab_until_decided"))
+    if o.ab_until_decided:
+        if not o.ab_env:
+            raise OptionError("--ab-until-decided needs two sides: add --ab-env VAR=VALUE or --ab-source FILE")
+        if o.repeat > 1:
+            raise OptionError("--ab-until-decided chooses the launches itself: give its budget as --max-repeat, "
+                              "not --repeat")
+        o.repeat = _int(getoption("max_repeat"), "max-repeat", 3)
+    o.inconclusive = str(getoption("inconclusive")).strip()
+    if o.inconclusive not in ("fail", "pass"):
+        raise OptionError(f"--inconclusive {o.inconclusive!r}: allowed fail, pass")
+    o.labels = parse_labels(getoption("label") or [])
     if o.history and o.ab_env:
         raise OptionError("--history judges single-stack nightly runs; an --ab-env/--ab-source run has two sides "
                           "(compare them with hccl-bench compare RUN --ab, or give it to hccl-bench history --ab)")
@@ -231,6 +255,17 @@ def parse(getoption) -> Options:
         os.environ["HCCL_BENCH_MPI_THREAD_LEVEL"] = o.mpi_thread_level   # every rank inherits it, under any launcher
     _parse_layer_options(o, getoption)
     return o
+
+
+def parse_labels(items: list[str]) -> dict[str, str]:
+    """['A=mpich 4.2.3', 'B=mpich 5.0'] -> {"A": ..., "B": ...}; OptionError on anything else."""
+    labels = {}
+    for item in items:
+        side, sep, name = str(item).partition("=")
+        if not sep or side.strip() not in ("A", "B") or not name.strip():
+            raise OptionError(f"--label {item!r}: use A=NAME or B=NAME (A the baseline, B the candidate)")
+        labels[side.strip()] = name.strip()
+    return labels
 
 
 def sourced_env(path: str) -> dict[str, str]:

@@ -27,6 +27,8 @@ _PREVIOUS_HANDLERS = pytest.StashKey[dict]()   # signal handlers to restore at u
 class Progress:
     """Which backend and op the sweep is on, how far it is, and about how long is left."""
     where: dict[str, tuple]          # nodeid -> (backend, op or bench, side)
+    launch: dict[str, int] = field(default_factory=dict)   # nodeid -> launch
+    bench: BenchSession | None = None
     started: float = field(default_factory=time.monotonic)
     done: int = 0
     current: tuple = ()
@@ -154,7 +156,8 @@ def pytest_collection_modifyitems(session, config, items):
             pytest.exit(f"hccl-bench: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
     where = {item.nodeid: w for item in items if (w := _where(item)) is not None}
     if where:
-        _RUNNING["progress"] = Progress(where, reporter=config.pluginmanager.get_plugin("terminalreporter"))
+        _RUNNING["progress"] = Progress(where, {item.nodeid: _launch_of(item) for item in items}, bench,
+                                        reporter=config.pluginmanager.get_plugin("terminalreporter"))
 
     def slot(item):
         key = _group_of(item)
@@ -165,12 +168,18 @@ def pytest_collection_modifyitems(session, config, items):
         key = slot(item)
         if key is not None and key not in order:
             order[key] = len(order)
-    items.sort(key=lambda it: order.get(slot(it), len(order)))
+    # launch after launch (a sequential A/B looks between them), groups kept together inside one
+    items.sort(key=lambda it: (_launch_of(it), order.get(slot(it), len(order))))
     for item in items:  # skipped cases and their reasons go into results.json too
         params = getattr(getattr(item, "callspec", None), "params", {})
         for case in params.values():
             if getattr(case, "skip", ""):
                 bench.skip(case.id, case.skip)
+
+
+def _launch_of(item) -> int:
+    key = _group_of(item)
+    return key.launch if key is not None else 0
 
 
 def _where(item) -> tuple | None:
@@ -189,6 +198,11 @@ def pytest_runtest_logstart(nodeid, location):
     where = progress.where.get(nodeid) if progress else None
     if where is None:
         return
+    bench = progress.bench
+    if bench is not None and bench.opts.ab_until_decided and progress.launch.get(nodeid, 0) > bench.looked:
+        for line in bench.look(progress.launch[nodeid]):   # before a new launch: which cells it still needs
+            if progress.reporter is not None:
+                progress.reporter.write_line(line)
     if where != progress.current:
         progress.current = where
         total, elapsed = len(progress.where), time.monotonic() - progress.started
@@ -223,6 +237,8 @@ def pytest_sessionfinish(session, exitstatus):
     bench.close()
     if not (bench.rows or bench.overhead or bench.layer_rows or bench.failures):
         return
+    if bench.opts.ab_until_decided and bench.interrupted is None:
+        bench.look(bench.opts.repeat)   # the last look, on every launch run: recorded with the results
     try:
         _write_results(session, bench)
     except OSError as exc:
@@ -236,12 +252,15 @@ def pytest_sessionfinish(session, exitstatus):
             bench.verdicts.append({"text": f"# no baseline or history verdict: the session ended early ({bench.interrupted})",
                                    "fail": False})
         return
+    if bench.opts.ab_until_decided:
+        bench.verdicts.append(_judge_sequential_ab(bench))
     if bench.opts.baseline:
         bench.verdicts.append(_compare_with_baseline(bench))
     if bench.opts.history:
         bench.verdicts.append(_judge_history(bench))
-    if any(v["fail"] for v in bench.verdicts):
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    codes = [v.get("exit", 1) for v in bench.verdicts if v["fail"]]
+    if codes:   # a regression (1) outranks inconclusive cells (6)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED if 1 in codes else codes[0]
 
 
 def _write_results(session, bench: BenchSession) -> None:
@@ -276,7 +295,29 @@ def _compare_with_baseline(bench: BenchSession) -> dict:
         return {"text": f"# baseline refused: {judgement.refused}", "fail": True}
     files.write_atomic(bench.run_dir / "compare.md", judgement.markdown + "\n")
     files.write_atomic(bench.run_dir / "compare.json", dumps(judgement))
-    return {"text": judgement.text, "fail": judgement.regressed, "headline": f"{judgement.headline} vs baseline {base}"}
+    code = judgement.exit_status(bench.opts.inconclusive)
+    return {"text": judgement.text, "fail": code != 0, "exit": code, "headline": f"{judgement.headline} vs baseline {base}"}
+
+
+def _judge_sequential_ab(bench: BenchSession) -> dict:
+    """--ab-until-decided: side B (candidate) against side A (baseline), the looks replayed from
+    the results just written (what `hccl-bench compare RUN --ab` prints); its verdict is the gate."""
+    from reports.gate import dumps, judge_pair
+    from reports.result_files import load
+    from reports.results import ResultError
+    result = bench.run_dir / "results.json"
+    try:
+        judgement = judge_pair(load(result, side="A"), load(result, side="B"))
+    except ResultError as exc:
+        return {"text": f"# A/B verdict impossible: {exc}", "fail": True, "exit": 1}
+    if judgement.refused:
+        return {"text": f"# A/B refused: {judgement.refused}", "fail": True, "exit": 1}
+    files.write_atomic(bench.run_dir / "ab.md", judgement.markdown + "\n")
+    files.write_atomic(bench.run_dir / "ab.json", dumps(judgement))
+    code = judgement.exit_status(bench.opts.inconclusive)
+    used = bench.sequential.launches_used if bench.sequential else 0
+    return {"text": judgement.text, "fail": code != 0, "exit": code,
+            "headline": f"{judgement.headline}; A/B launches used {used} of {bench.opts.repeat}"}
 
 
 def _judge_history(bench: BenchSession) -> dict:

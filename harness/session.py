@@ -14,7 +14,7 @@ from collectives import stats
 from collectives.sizes import format_size
 from harness import provenance
 from harness.ab_pairing import ABPairing, PartnerFailed
-from harness.case_rows import collective_row, layer_row, overhead_row
+from harness.case_rows import cell_key, collective_row, layer_row, overhead_row
 from harness.cases import Case, LayerCase
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
@@ -35,6 +35,8 @@ class BenchSession:
         self.failures: list[dict] = []
         self.groups: dict[str, dict] = {}   # hosts/devices/versions per group, from the ranks
         self.verdicts: list[dict] = []      # --baseline comparison, --history guard: filled at session end
+        self.sequential = None               # --ab-until-decided: the latest look (reports.sequential.Sequential)
+        self.looked = 0                      # launches that look rested on
         self.store = RunStore(opts.results, self.started.astimezone().strftime("%Y%m%d-%H%M%S"), self._session_line)
         self.pairing = ABPairing(self._call, self._run)
 
@@ -72,9 +74,39 @@ class BenchSession:
             self.store.append({"group": {group.log_dir.name: self.groups[group.log_dir.name]}})
         return results, info
 
+    def look(self, launches: int) -> list[str]:
+        """--ab-until-decided: judge the launches so far (side A against side B) before launch
+        `launches` starts; returns the progress line. Cells decided here are not measured again."""
+        from reports.result_files import run_from_rows
+        from reports.sequential import FIRST_LOOK, run_looks
+        self.looked = launches
+        if launches < FIRST_LOOK:
+            return []
+        rows = [*self.rows, *self.layer_rows]
+        meta = {"options": asdict(self.opts)}
+        base, cand = (run_from_rows(rows, side, str(self.run_dir), meta) for side in "AB")
+        if not (set(base.cells) & set(cand.cells)):
+            return []
+        self.sequential = run_looks(base, cand, self.opts.repeat)
+        self.store.append({"look": vars(self.sequential.looks[-1])} if self.sequential.looks else {"look": None})
+        return self.sequential.progress()[-1:]
+
+    def decided(self, case) -> str:
+        """Why a sequential A/B needs no more launches of this case ('' while it is undecided)."""
+        if self.sequential is None:
+            return ""
+        key = cell_key(case)
+        at = self.sequential.decided_at.get(key)
+        if at is None:
+            return ""
+        verdict = next(c.verdict for c in self.sequential.comparison.cells if c.key == key)
+        return f"decided after {at} launches: {verdict}"
+
     def _measure(self, case, label, spec: dict, begin_kind: str) -> tuple[list[dict], dict]:
         """A case measured alone, or with its A/B partner (rounds interleaved)."""
         assert case.group is not None, "a skipped case is never run"
+        if why := self.decided(case):
+            pytest.skip(why)
         if case.partner is None:
             return self._run(case.group, spec, label(case))
         try:
@@ -136,6 +168,7 @@ class BenchSession:
 
     def metadata(self) -> dict:
         return {"schema": SCHEMA, "options": asdict(self.opts), "provenance": self.provenance,
+                "sequential": self.sequential.record() if self.sequential else None,
                 "groups": self.groups, "skipped": self.skipped, "failures": self.failures,
                 "overhead": self.overhead, "complete": self.interrupted is None,
                 "interrupted": self.interrupted}

@@ -263,8 +263,8 @@ def run(backend, spec: dict) -> dict:
         _need_torch(backend)
         return CHECKS[spec["task"]](backend, spec)
     loops, finish = _loops(backend, spec)
-    k, times = measure(loops, backend, Plan(**spec["plan"]))
-    return finish(k, times)
+    cal, times = measure(loops, backend, Plan(**spec["plan"]))
+    return {**finish(cal.k, times), "calibration": cal.record()}
 
 
 def begin(backend, spec: dict) -> dict:

@@ -22,6 +22,8 @@ from reports.results import Cell, Run, Series, key_order, metrics
 ALPHA = 0.05
 DEFAULT_MIN_EFFECT = 0.05
 MIN_LAUNCHES = 2   # launches (fresh worker groups) are the sample whenever both sides have several
+POWER_Z = 0.8416   # z of 80% power: what "could have seen" means in the minimum detectable effect
+DECIDED = ("regression", "improvement", "no change")
 BANDS = (("small (<= 8 KiB)", 8 << 10), ("medium (<= 1 MiB)", 1 << 20), ("large (> 1 MiB)", float("inf")))
 
 
@@ -48,6 +50,7 @@ class CellResult:
     n_base: int = 0
     n_cand: int = 0
     min_effect: float = DEFAULT_MIN_EFFECT
+    detectable: float = float("inf")   # the change this cell's sample could have seen (80% power)
     verdict: str = "inconclusive"
     note: str = ""
     metrics: dict = field(default_factory=dict)   # metric -> [baseline, candidate], pooled over launches
@@ -58,6 +61,8 @@ class Comparison:
     base: str
     cand: str
     cells: list[CellResult]
+    base_label: str = ""         # what the runs are called (--label, a version, the folder; the side's role)
+    cand_label: str = ""
     only_base: list[tuple] = field(default_factory=list)
     only_cand: list[tuple] = field(default_factory=list)
     mismatch: list[str] = field(default_factory=list)
@@ -69,6 +74,11 @@ class Comparison:
     @property
     def regressed(self) -> bool:
         return bool(self.by_verdict("regression"))
+
+    @property
+    def inconclusive(self) -> int:
+        """Cells without the evidence to say regression, improvement or no change."""
+        return len(self.by_verdict("inconclusive"))
 
 
 def _samples(base: Cell, cand: Cell, paired: bool) -> tuple[np.ndarray, np.ndarray, str]:
@@ -83,7 +93,16 @@ def _samples(base: Cell, cand: Cell, paired: bool) -> tuple[np.ndarray, np.ndarr
             np.concatenate([np.asarray(v) for v in cand.launches.values()]), "rounds")
 
 
-def _paired_stats(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def detectable(low: float, high: float, alpha: float) -> float:
+    """The change a cell's sample could have seen: with the interval's half-width h (log scale) at
+    level 1 - alpha, a true effect of h x (z_alpha/2 + z_0.8) / z_alpha/2 is flagged about 80% of
+    the time (normal approximation)."""
+    z = float(sps.norm.ppf(1 - alpha / 2))
+    half = (np.log(high) - np.log(low)) / 2
+    return float(np.exp(half * (z + POWER_Z) / z) - 1) if np.isfinite(half) else float("inf")
+
+
+def _paired_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Interleaved A/B: launch i of A and of B ran back to back, so their log ratio cancels the
     machine's drift; t interval on those differences."""
     d = y - x
@@ -92,11 +111,11 @@ def _paired_stats(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     se = d.std(axis=1, ddof=1) / np.sqrt(n)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(se > 0, shift / se, 0.0)
-    half = sps.t.ppf(0.975, n - 1) * se
+    half = sps.t.ppf(1 - alpha / 2, n - 1) * se
     return shift, shift - half, shift + half, 2 * sps.t.sf(np.abs(t), n - 1)
 
 
-def _welch_stats(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _welch_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised Welch t on log launch medians: (shift, CI low, CI high, p). With a handful of
     launches a rank test cannot reach 95%; the t interval can, and it charges launch-to-launch drift."""
     n, m = x.shape[1], y.shape[1]
@@ -107,11 +126,11 @@ def _welch_stats(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
         df = (vx + vy) ** 2 / (vx ** 2 / (n - 1) + vy ** 2 / (m - 1))
         df = np.where(np.isfinite(df), df, n + m - 2)
         t = np.where(se > 0, shift / se, 0.0)
-    half = sps.t.ppf(0.975, df) * se
+    half = sps.t.ppf(1 - alpha / 2, df) * se
     return shift, shift - half, shift + half, 2 * sps.t.sf(np.abs(t), df)
 
 
-def _shift_stats(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _shift_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised over cells: x (k, n) base log times, y (k, m) candidate log times.
     Returns HL shift, CI low, CI high, two-sided Mann-Whitney p (normal approximation)."""
     k, n = x.shape
@@ -123,16 +142,19 @@ def _shift_stats(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     u = (diffs > 0).sum(axis=1) + 0.5 * (diffs == 0).sum(axis=1)
     z = (u - nm / 2.0) / sd if sd > 0 else np.zeros(k)
     p = 2 * sps.norm.sf(np.abs(z))
-    c = int(np.floor(nm / 2.0 - 1.959964 * sd))
+    c = int(np.floor(nm / 2.0 - sps.norm.ppf(1 - alpha / 2) * sd))
     if c < 0 or nm < 2:  # too few samples for a 95% interval: it spans everything observed
         return shift, diffs[:, 0], diffs[:, -1], np.ones(k) if nm < 2 else p
     return shift, diffs[:, c], diffs[:, nm - 1 - c], p
 
 
 def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
-            alpha: float = ALPHA) -> Comparison:
+            alpha: float = ALPHA, settled: list[CellResult] | None = None) -> Comparison:
+    """Every shared cell judged at level `alpha` (intervals at 1 - alpha). `settled`: cells a
+    sequential A/B decided at earlier looks; they count as neighbours but are not judged again."""
     common = sorted(set(base.cells) & set(cand.cells), key=key_order)
-    out = Comparison(base.path, cand.path, [], sorted(set(base.cells) - set(cand.cells), key=key_order),
+    out = Comparison(base.path, cand.path, [], base.label, cand.label,
+                     sorted(set(base.cells) - set(cand.cells), key=key_order),
                      sorted(set(cand.cells) - set(base.cells), key=key_order))
     sb, sc = setup_of(base), setup_of(cand)
     # devices and thread levels count only where both sides name them (an imported log, an older file)
@@ -148,7 +170,7 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
     bands = (calibration or {}).get("bands", {})
     stats = {"paired launches": _paired_stats, "launches": _welch_stats, "rounds": _shift_stats}
     for (n, m, kind), items in grouped.items():
-        shift, low, high, p = stats[kind](np.stack([i[1] for i in items]), np.stack([i[2] for i in items]))
+        shift, low, high, p = stats[kind](np.stack([i[1] for i in items]), np.stack([i[2] for i in items]), alpha)
         for (key, _, _), s, lo, hi, pv in zip(items, shift, low, high, p):
             cell = base.cells[key]
             band = bands.get(band_key(cell.series, cell.size), {}) if kind == cal_kind else {}
@@ -156,7 +178,8 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
             shown = {mt.name: [cell.pooled(mt.name), cand.cells[key].pooled(mt.name)]
                      for mt in metrics(type(cell.row), "compare")}
             out.cells.append(CellResult(key, cell.series, cell.size, float(np.exp(s)), float(np.exp(lo)), float(np.exp(hi)),
-                                        float(pv), samples=kind, n_base=n, n_cand=m, min_effect=effect, metrics=shown))
+                                        float(pv), samples=kind, n_base=n, n_cand=m, min_effect=effect, metrics=shown,
+                                        detectable=max(effect, detectable(float(np.exp(lo)), float(np.exp(hi)), alpha))))
     if calibration:
         used = sum(c.samples == cal_kind for c in out.cells)
         out.calibration = (f"A/A calibration ({cal_kind}) applied to {used} of {len(out.cells)} cells"
@@ -165,12 +188,12 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
         qs = sps.false_discovery_control([c.p for c in out.cells])
         for c, q in zip(out.cells, qs):
             c.q = float(q)
-    assign_verdicts(out.cells, alpha)
+    assign_verdicts(out.cells, alpha, settled or [])
     out.cells.sort(key=lambda c: key_order(c.key))
     return out
 
 
-def assign_verdicts(cells: list[CellResult], alpha: float) -> None:
+def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellResult] | None = None) -> None:
     for c in cells:
         band = 1 + c.min_effect
         if c.n_base < 2 or c.n_cand < 2:
@@ -186,12 +209,13 @@ def assign_verdicts(cells: list[CellResult], alpha: float) -> None:
             c.verdict = "inconclusive"
     # neighbouring sizes must lean the same way, or a lone cell stays inconclusive
     by_series: dict[Series, list[CellResult]] = defaultdict(list)
-    for c in cells:
+    for c in [*cells, *(settled or [])]:
         by_series[c.series].append(c)
+    judged = {id(c) for c in cells}
     for series in by_series.values():
         series.sort(key=lambda c: c.size)
         for i, c in enumerate(series):
-            if c.verdict not in ("regression", "improvement") or len(series) == 1:
+            if id(c) not in judged or c.verdict not in ("regression", "improvement") or len(series) == 1:
                 continue
             worse = c.verdict == "regression"
             neighbours = series[max(0, i - 1):i] + series[i + 1:i + 2]
@@ -226,3 +250,14 @@ def size_ranges(cmp: Comparison, verdict: str = "regression") -> list[dict]:
                                "samples": run[0].samples})
             run = []
     return ranges
+
+
+def detectable_bands(cmp: Comparison) -> list[dict]:
+    """Per backend and size band: the sizes it covers and the median change its cells could have
+    seen (80% power) with the samples actually taken: what "no regression found" is worth."""
+    groups: dict[str, list[CellResult]] = defaultdict(list)
+    for c in cmp.cells:
+        groups[band_key(c.series, c.size) if c.series.kind == "collective" else f"{c.series.backend} layers"].append(c)
+    return [{"band": key, "first": min(c.size for c in cells), "last": max(c.size for c in cells), "cells": len(cells),
+             "detectable": float(np.median([c.detectable for c in cells])), "kind": cells[0].series.kind}
+            for key, cells in groups.items()]

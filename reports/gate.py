@@ -11,6 +11,8 @@ from reports.compare import DEFAULT_MIN_EFFECT, Comparison, compare
 from reports.history import DEFAULT_WINDOW
 from reports.results import Run
 
+EXIT_INCONCLUSIVE = 6   # no confirmed regression, but cells without the evidence to say "no change"
+
 if TYPE_CHECKING:
     from reports.history import History
 
@@ -22,21 +24,46 @@ class Judgement:
     as_json: dict = field(default_factory=dict)
     headline: str = ""           # one line: the verdict and its reason
     regressed: bool = False      # a confirmed regression: fails the job
+    inconclusive: int = 0        # cells without enough evidence: fail the job under --inconclusive fail
     refused: str = ""            # why there is no verdict (setups differ, nothing shared, too few runs)
     comparison: Comparison | None = None   # what a pair's verdict rests on
     history: History | None = None         # what a history's verdict rests on (its page draws from it)
 
+    def exit_status(self, inconclusive: str = "fail") -> int:
+        """1 a confirmed regression; 6 inconclusive cells (unless the gate passes them); else 0."""
+        if self.regressed:
+            return 1
+        return EXIT_INCONCLUSIVE if self.inconclusive and inconclusive == "fail" else 0
+
+
+def sequential_budget(base: Run, cand: Run) -> int:
+    """The launch budget when these are the two sides of one --ab-until-decided run, else 0."""
+    options = base.meta.get("options")
+    if base.side and cand.side and base.path == cand.path and isinstance(options, dict) and options.get("ab_until_decided"):
+        return int(options.get("repeat") or 0)
+    return 0
+
 
 def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
                force: bool = False) -> Judgement:
-    cmp = compare(base, cand, calibration=calibration, min_effect=min_effect)
+    """Base (side A) against candidate (side B). The two sides of an --ab-until-decided run are
+    judged by replaying its looks (reports/sequential.py), as the session did."""
+    prefix = ""
+    if budget := sequential_budget(base, cand):
+        from reports.sequential import run_looks
+        seq = run_looks(base, cand, budget, min_effect=min_effect, calibration=calibration)
+        cmp = seq.comparison
+        prefix = "\n".join([*seq.progress(), f"# sequential A/B: {seq.launches_used} launches used of {budget}; "
+                             f"{len(seq.undecided)} cells undecided"]) + "\n"
+    else:
+        cmp = compare(base, cand, calibration=calibration, min_effect=min_effect)
     if cmp.mismatch and not force:
         return Judgement(refused="setups differ, refusing to compare (--force to compare anyway): " + "; ".join(cmp.mismatch),
                          comparison=cmp)
     if not cmp.cells:
         return Judgement(refused="the two runs share no cells (backend, algo, op, dtype, size, in-place, nranks)", comparison=cmp)
-    return Judgement(summary.text(cmp), summary.markdown(cmp), summary.as_json(cmp), summary.headline(cmp),
-                     cmp.regressed, comparison=cmp)
+    return Judgement(prefix + summary.text(cmp), summary.markdown(cmp), summary.as_json(cmp), summary.headline(cmp),
+                     cmp.regressed, cmp.inconclusive, comparison=cmp)
 
 
 def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,

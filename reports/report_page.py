@@ -22,7 +22,7 @@ from collectives.ops import bandwidths  # noqa: E402
 from collectives.sizes import format_size  # noqa: E402
 from reports import provenance_diff, summary, sweep_fits  # noqa: E402
 from reports.compare import compare, size_ranges  # noqa: E402
-from reports.results import Cell, CollectiveRow, LayerRow, Metric, Run, Series, layout, metrics  # noqa: E402
+from reports.results import Cell, CollectiveRow, LayerRow, Metric, Run, Series, layout, metrics, side_role  # noqa: E402
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"), autoescape=True)
 SIZE_TICKS = FuncFormatter(lambda x, _: format_size(int(x)) if x >= 1 else "")
@@ -33,7 +33,7 @@ VERDICT_ORDER = ("regression", "suspected regression", "improvement", "suspected
 def names_by_difference(runs: list[Run]) -> list[str]:
     """Legend names that say what differs between the runs: a --label, else the first recorded
     versions or variables that differ (CANN, MPI library, torch, the ranks' environment)."""
-    if any(r.meta.get("label") for r in runs) or len(runs) < 2:
+    if any(r.given_name for r in runs) or len(runs) < 2:
         return [r.label for r in runs]
     diff = provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs])
     if not diff:
@@ -50,7 +50,7 @@ def names_by_difference(runs: list[Run]) -> list[str]:
                 name += "; ..." if name else part[:70]
                 break
             name = f"{name}; {part}" if name else part
-        names.append((name or "as is") + (f" (side {run.side})" if run.side else ""))
+        names.append((name or "as is") + (f" ({side_role(run.side)})" if run.side else ""))
     return names if len(set(names)) == len(names) else [f"{n} [{r.label}]" for n, r in zip(names, runs)]
 
 
@@ -74,8 +74,9 @@ def _cells(run: Run, series: Series) -> list[Cell]:
 
 
 def _rows(run: Run, series: Series) -> tuple[list[int], list[float], list[float]]:
+    """(sizes, pooled time us, busbw): every launch pooled, the median of the per-launch medians
+    (not the first launch's time)."""
     cells = _cells(run, series)
-    # every launch pooled: the median of the per-launch medians (not the first launch's time)
     times = [c.pooled_s * 1e6 for c in cells]
     busbw = [bandwidths(str(series.op), c.size, t * 1e-6, c.row.nranks)[1] for c, t in zip(cells, times)]
     return [c.size for c in cells], times, busbw
@@ -88,7 +89,11 @@ def _sweep_figure(runs: list[Run], series: Series, names: list[str],
         sizes, times, busbw = _rows(run, series)
         if sizes:
             ax1.plot(sizes, busbw, marker="o", ms=3, label=name)
-            ax2.plot(sizes, times, marker="o", ms=3, label=name)
+            line, = ax2.plot(sizes, times, marker="o", ms=3, label=name)
+            spans = [(min(m) * 1e6, max(m) * 1e6) for m in (c.launch_medians for c in _cells(run, series))]
+            if any(hi > lo for lo, hi in spans):   # the spread across launches: fastest to slowest launch
+                ax2.fill_between(sizes, [lo for lo, _ in spans], [hi for _, hi in spans], alpha=0.2,
+                                 color=line.get_color(), lw=0)
     if predicted:
         ax2.plot(*predicted, ls="--", color="k", lw=1, label="predicted (ring, alpha-beta)")
     for ax, ylabel in ((ax1, "busbw (GB/s, 1e9), log"), (ax2, "time (us), log")):
@@ -229,7 +234,7 @@ def _verdict_rows(cmp) -> list[dict]:
 
 def _sentence(cmp) -> str:
     counts = {v: sum(c.verdict == v for c in cmp.cells) for v in summary.VERDICTS}
-    head = "Regression" if cmp.regressed else "No confirmed regression"
+    head = "Regression" if cmp.regressed else "Inconclusive (not a pass)" if cmp.inconclusive else "No regression"
     return (f"{head}: {counts['regression']} regressions, {counts['improvement']} improvements, "
             f"{counts['no change']} unchanged, {counts['inconclusive']} inconclusive"
             + (f", {counts['suspected regression'] + counts['suspected improvement']} suspected" if
@@ -282,7 +287,10 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
             if not sizes:
                 continue
             st = sweep_fits.sweep_stats(sizes, times, busbw)
-            stats.append({"series": series.label(), "run": name, **st, "metrics": _worst(_cells(run, series), shown),
+            cells = _cells(run, series)
+            stats.append({"series": series.label(), "run": name, **st, "metrics": _worst(cells, shown),
+                          "launches": max(len(c.launches) for c in cells),
+                          "spread": f"{max(c.launch_spread for c in cells):.2f}",
                           "half_peak": format_size(st["half_peak_size"]) if st["half_peak_size"] else "-",
                           "peak_at": format_size(st["peak_at"]), "alpha": _fmt(st["alpha_us"], ".2f"),
                           "bw": _fmt(st["bandwidth_gbps"], ".3f"), "r2": _fmt(st["r2"], ".3f")})
@@ -303,6 +311,7 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
     layouts = [", ".join(sorted({layout(c.row.hosts) for c in r.cells.values()})) for r in runs]
     html = PAGE.render(runs=runs, names=names, layouts=layouts, verdict=summary.text(last) if last else "",
                        sentence=_sentence(last) if last else "", ranges=_verdict_rows(last) if last else [],
+                       detectable=summary.detectable_lines(last) if last else [],
                        samples_note="samples: " + ", ".join(kinds) if kinds else "",
                        layer_png=_layer_figure(runs, names), mismatch=last.mismatch if last else [],
                        prov_diff=provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs]),

@@ -9,7 +9,7 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from reports.results import SCHEMA, Cell, NoCells, ResultError, Run, Series, row_from_json
+from reports.results import SCHEMA, Cell, NoCells, ResultError, Row, Run, Series, row_from_json
 
 
 def size_limit(variable: str, default_mib: int) -> int:
@@ -129,13 +129,7 @@ def load(path: str | Path, side: str = "") -> Run:
         row = row_from_json(info, where)
         if row is None or row.side != side or not times:
             continue  # overhead rows and foreign benchmarks are not comparison cells
-        if row.time_us is None:   # files from other writers
-            row.time_us = float(sorted(times)[len(times) // 2]) * 1e6
-        series = Series.of(row)
-        size = getattr(row, "bytes", 0)
-        cell = cells.setdefault((series, size), Cell(series, size, row))
-        cell.launches[row.launch].extend(float(t) for t in times)
-        cell.rows.setdefault(row.launch, row)
+        add_row(cells, row, times)
     if not cells:
         what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
         raise NoCells(f"{path} holds no {what}")
@@ -147,6 +141,27 @@ def load(path: str | Path, side: str = "") -> Run:
     if run.meta.get("failed"):
         run.notes.append(f"{path} is marked failed: {run.meta['failed']}")
     return run
+
+
+def add_row(cells: dict[tuple, Cell], row: Row, times: list[float]) -> None:
+    """One launch of a cell: its per-op times and its row."""
+    if row.time_us is None:   # files from other writers
+        row.time_us = float(sorted(times)[len(times) // 2]) * 1e6
+    series = Series.of(row)
+    size = getattr(row, "bytes", 0)
+    cell = cells.setdefault((series, size), Cell(series, size, row))
+    cell.launches[row.launch].extend(float(t) for t in times)
+    cell.rows.setdefault(row.launch, row)
+
+
+def run_from_rows(rows: list[Row], side: str, path: str, meta: dict) -> Run:
+    """A run from rows still in memory (a session looking at its own launches)."""
+    from collectives.stats import per_op_seconds
+    cells: dict[tuple, Cell] = {}
+    for row in rows:
+        if row.side == side and row.iters_per_round:
+            add_row(cells, row, per_op_seconds(row.round_ns_per_rank, row.iters_per_round).tolist())
+    return Run(path, cells, meta, side)
 
 
 def _entry_parts(bench: dict, where: str) -> tuple[dict, list]:

@@ -142,6 +142,7 @@ class _Measured(_Row):
     rounds: int | None = _field("whole")
     wrong: int | float | None = _field("amount")         # None: the tool did not check (N/A)
     iters_per_round: int | None = _field("count")
+    calibration: dict = _field("object", {})            # how K was chosen (collectives.timing.Calibrated)
     round_ns_per_rank: list = _field("list", [])       # rank x round matrix of round times (ns)
     hosts: dict = _field("object", {})                  # host -> ranks on it
 
@@ -206,6 +207,15 @@ class LayerRow(_Measured):
 
 
 Row = CollectiveRow | LayerRow
+
+
+SIDE_ROLES = {"A": "side A, baseline", "B": "side B, candidate"}
+
+
+def side_role(side: str) -> str:
+    """One convention everywhere: side A is the baseline (the stack as started), side B the
+    candidate (with --ab-env/--ab-source); every compare, history and report reads B against A."""
+    return SIDE_ROLES.get(side, f"side {side}")
 
 
 def layout(hosts: dict[str, int]) -> str:
@@ -307,9 +317,20 @@ class Cell:
         return float(statistics.median(values)) if values else None
 
     @property
+    def launch_medians(self) -> list[float]:
+        """Each launch's median per-op time (s), in launch order."""
+        return [float(statistics.median(self.launches[i])) for i in sorted(self.launches)]
+
+    @property
     def pooled_s(self) -> float:
         """Per-op time over every launch: the median of the per-launch medians (s)."""
-        return float(statistics.median(statistics.median(v) for v in self.launches.values()))
+        return float(statistics.median(self.launch_medians))
+
+    @property
+    def launch_spread(self) -> float:
+        """How far launches disagree: slowest / fastest per-launch median (1.0 for one launch)."""
+        medians = self.launch_medians
+        return max(medians) / min(medians)
 
 
 @dataclass
@@ -327,10 +348,18 @@ class Run:
         return self.meta.get("complete", True) is not False
 
     @property
+    def given_name(self) -> str:
+        """The name a user gave: `--label SIDE=NAME` (pytest or the CLI) for a side, `import --label` for a run."""
+        options = self.meta.get("options")
+        labels = {**(options.get("labels") or {} if isinstance(options, dict) else {}), **(self.meta.get("labels") or {})}
+        return str(labels.get(self.side) or ("" if self.side else self.meta.get("label") or ""))
+
+    @property
     def label(self) -> str:
+        """The given name, else the CANN version or the run folder; a side says its role."""
         prov = self.meta.get("provenance", {})
-        name = self.meta.get("label") or prov.get("cann", {}).get("cann") or Path(self.path).parent.name or self.path
-        return f"{name} side {self.side}" if self.side else name
+        name = self.given_name or prov.get("cann", {}).get("cann") or Path(self.path).parent.name or self.path
+        return f"{name} ({side_role(self.side)})" if self.side else name
 
     def backends(self) -> list[str]:
         return sorted({c.series.backend for c in self.cells.values()})

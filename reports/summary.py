@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 
 from collectives.sizes import format_size
-from reports.compare import Comparison, band_key, compare, size_ranges
+from reports.compare import Comparison, band_key, compare, detectable_bands, size_ranges
 from reports.results import Run, Series
 
 MARKDOWN_LIMIT = 60_000   # GitHub comments stop at 65,536 characters
@@ -61,20 +61,43 @@ def settle_command(cmp: Comparison) -> str:
 
 
 def headline(cmp: Comparison) -> str:
-    """One line: the gate's verdict and its reason."""
+    """One line: the gate's verdict and its reason. "No change" (every cell confirmed within the
+    minimum effect) and "inconclusive" (not enough evidence) never read alike."""
     counts = Counter(c.verdict for c in cmp.cells)
     if cmp.regressed:
         ranges = size_ranges(cmp, "regression")
         return f"REGRESSION in {len(ranges)} size ranges, first: {range_text(ranges[0])}"
     suspected = counts.get("suspected regression", 0)
-    return (f"no confirmed regression ({counts.get('no change', 0)} unchanged, {counts.get('inconclusive', 0)} inconclusive"
-            + (f", {suspected} suspected from one launch a side" if suspected else "") + f" of {len(cmp.cells)} cells)")
+    tail = (f"{counts.get('no change', 0)} no change, {counts.get('improvement', 0)} improved"
+            + (f", {suspected} suspected from one launch a side" if suspected else "") + f" of {len(cmp.cells)} cells")
+    if cmp.inconclusive:
+        return (f"INCONCLUSIVE: no confirmed regression, but {cmp.inconclusive} of {len(cmp.cells)} cells lack the "
+                f"evidence to say no change ({tail})")
+    return f"no regression: every cell decided ({tail})"
+
+
+def detectable_lines(cmp: Comparison) -> list[str]:
+    """What the samples taken could have seen, per backend and size band (80% power)."""
+    out = []
+    for b in detectable_bands(cmp):
+        span = format_size(b["first"]) + ("" if b["first"] == b["last"] else f"-{format_size(b['last'])}")
+        sizes = f" {span}" if b["kind"] == "collective" else ""
+        seen = "nothing (one sample a side)" if not math.isfinite(b["detectable"]) else f"a {b['detectable']:.0%} change"
+        out.append(f"{b['band'].split(' (')[0]}{sizes}: could have seen {seen} ({b['cells']} cells)")
+    return out
+
+
+def sides_lines(cmp: Comparison) -> list[str]:
+    """Which run is which, where their names say more than the paths above."""
+    if not cmp.base_label or cmp.base_label == cmp.cand_label:
+        return []
+    return [f"# baseline:  {cmp.base_label}", f"# candidate: {cmp.cand_label}  (effects: candidate against baseline)"]
 
 
 def text(cmp: Comparison) -> str:
     counts = Counter(c.verdict for c in cmp.cells)
     kinds = Counter(c.samples for c in cmp.cells)
-    out = [f"# compare {cmp.base}", f"#      -> {cmp.cand}",
+    out = [f"# compare {cmp.base}", f"#      -> {cmp.cand}", *sides_lines(cmp),
            f"# {len(cmp.cells)} cells: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS),
            "# samples: " + ", ".join(f"{n} cells by {k}" for k, n in sorted(kinds.items()))]
     if kinds.get("rounds"):
@@ -85,10 +108,14 @@ def text(cmp: Comparison) -> str:
             "#   rounds: Hodges-Lehmann); Benjamini-Hochberg across the sweep"]
     if cmp.calibration:
         out.append(f"# {cmp.calibration}")
+    out += [f"# {line}" for line in detectable_lines(cmp)]
     for label, verdict in SECTIONS:
         lines = range_lines(cmp, verdict)
         if lines:
             out += [f"{label}:"] + [f"  {line}" for line in lines]
+    if cmp.inconclusive:
+        out += [f"# INCONCLUSIVE: {cmp.inconclusive} cells lack the evidence to say no change. Not a pass: add launches",
+                "#   (--repeat, --ab-until-decided), or accept them with --inconclusive pass"]
     if settle := settle_command(cmp):
         wrapped = textwrap.wrap(settle, 100, break_long_words=False, break_on_hyphens=False)
         out += ["# to settle the suspected cells, run for both stacks and compare those runs:"]
@@ -104,8 +131,12 @@ def text(cmp: Comparison) -> str:
 
 def markdown(cmp: Comparison) -> str:
     counts = Counter(c.verdict for c in cmp.cells)
-    head = [f"### hccl-bench: {'regression' if cmp.regressed else 'no confirmed regression'}", "",
+    title = "regression" if cmp.regressed else "inconclusive" if cmp.inconclusive else "no regression"
+    head = [f"### hccl-bench: {title}", "", md(headline(cmp)), "",
+            f"Baseline: {md(cmp.base_label or cmp.base)}; candidate: {md(cmp.cand_label or cmp.cand)}", "",
             "| verdict | cells |", "|---|---|"] + [f"| {v} | {counts.get(v, 0)} |" for v in VERDICTS]
+    head += ["", "Could have seen (80% power, the samples taken): "
+             + "; ".join(md(line) for line in detectable_lines(cmp))]
     body = []
     for label, verdict in SECTIONS:
         lines = range_lines(cmp, verdict)
@@ -120,12 +151,21 @@ def markdown(cmp: Comparison) -> str:
 
 
 def as_json(cmp: Comparison) -> dict:
-    return {"base": cmp.base, "cand": cmp.cand, "regressed": cmp.regressed, "mismatch": cmp.mismatch,
+    return {"base": cmp.base, "cand": cmp.cand, "base_label": cmp.base_label, "cand_label": cmp.cand_label,
+            "regressed": cmp.regressed, "inconclusive": cmp.inconclusive, "headline": headline(cmp),
+            "detectable": [{**b, "detectable": _finite(b["detectable"])} for b in detectable_bands(cmp)],
+            "mismatch": cmp.mismatch,
             "regressions": range_lines(cmp, "regression"), "improvements": range_lines(cmp, "improvement"),
             "suspected_regressions": range_lines(cmp, "suspected regression"),
             "cells": [{"series": c.series.to_json(), "size": c.size, "ratio": c.ratio, "low": c.low, "high": c.high,
                        "p": c.p, "q": c.q, "samples": c.samples, "verdict": c.verdict, "note": c.note,
-                       "min_effect": c.min_effect, "metrics": c.metrics} for c in cmp.cells]}
+                       "min_effect": c.min_effect, "detectable": _finite(c.detectable), "metrics": c.metrics}
+                      for c in cmp.cells]}
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no infinity: a change nothing could have seen is null."""
+    return value if math.isfinite(value) else None
 
 
 def calibrate(a: Run, b: Run) -> dict:

@@ -135,8 +135,8 @@ def test_a_same_day_ab_confirms_or_clears_the_newest_suspicion(tmp_path):
     def cli(ab):
         return subprocess.run([sys.executable, "-m", "harness.cli", "history", str(folder), "--ab", ab],
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
-    # side B is the previous stack: here it is 1.6x faster than the current side A
-    proc = cli(write_ab(tmp_path / "ab.json", slow=1 / 1.6))
+    # side A (the baseline) is the previous stack; the newest, side B, is 1.6x slower
+    proc = cli(write_ab(tmp_path / "ab.json", slow=1.6))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     confirmed, suspected = map(int, re.search(r"confirmed (\d+) of (\d+) suspected", proc.stdout).groups())
     assert 2 <= confirmed <= suspected

@@ -71,13 +71,13 @@ def test_the_verdict_comes_first_with_badges_and_legends_name_what_differs(tmp_p
     from tests.test_compare import write_ab
     ab = write_ab(tmp_path / "ab.json", slow=1.3, drift_sd=0.3)
     runs = [load(ab, side="A"), load(ab, side="B")]
-    assert names_by_difference(runs) == ["as is (side A)", "HCCL_BUFFSIZE=400 (side B)"]
+    assert names_by_difference(runs) == ["as is (side A, baseline)", "HCCL_BUFFSIZE=400 (side B, candidate)"]
     out = render(runs, tmp_path / "page")
     html = open(out["html"]).read()
     top = html[:html.index("<h2>What changed")]
     assert "Regression: 1" in top and 'class="badge b-regression">regression<' in top
     assert "all_reduce float32 sum 2 ranks mpi/default" in top and "busbw -2" in top
-    assert "HCCL_BUFFSIZE=400 (side B)" in html and "<dt>busbw</dt>" in html
+    assert "HCCL_BUFFSIZE=400 (side B, candidate)" in html and "<dt>busbw</dt>" in html
     assert RATIO_RANGE == (0.25, 4.0)
 
 

@@ -1,0 +1,126 @@
+"""Sequential A/B (--ab-until-decided): look after every launch, stop measuring a cell once it is
+decided, keep the false-positive rate at any stopping time.
+
+Looks come after launch 2, 3, ..., N (N = --max-repeat). The error budget alpha is spent over
+them in proportion to the launches each adds (alpha x 2/N at the first look, alpha/N at each
+later one), and a look judges its undecided cells exactly like `compare` at that level: paired t
+intervals at 1 - alpha_look (repeated confidence intervals), Benjamini-Hochberg at alpha_look,
+the minimum effect, neighbouring sizes. The looks' levels add up to alpha, so by the union bound
+an A/A (no true change anywhere) flags a regression at any look with probability <= alpha, however
+early it stops; a cell's "no change" means its repeated interval sits inside the minimum effect.
+A cell decided at a look keeps that verdict and is not measured again.
+
+The procedure is a pure function of the launches recorded, so the live session and a later
+`hccl-bench compare RUN --ab` replay the same looks and reach the same verdicts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from reports.compare import ALPHA, DECIDED, DEFAULT_MIN_EFFECT, CellResult, Comparison, compare
+from reports.results import Cell, Run, key_order
+
+FIRST_LOOK = 2   # a paired interval needs two launches
+
+
+def look_alpha(launches: int, max_launches: int, alpha: float = ALPHA) -> float:
+    """The share of alpha spent at the look after `launches` launches (linear spending)."""
+    if launches < FIRST_LOOK or launches > max_launches:
+        return 0.0
+    before = 0 if launches == FIRST_LOOK else launches - 1
+    return alpha * (launches - before) / max_launches
+
+
+@dataclass
+class Look:
+    launches: int                 # launches the look rests on
+    alpha: float                  # the level it judged at
+    decided: dict[str, int]       # verdict -> cells decided at this look
+    remaining: int                # cells still undecided after it
+
+    def text(self, total: int, spent: float) -> str:
+        newly = ", ".join(f"{n} {v}" for v, n in self.decided.items() if n) or "none"
+        return (f"# A/B look after {self.launches} launches (alpha {self.alpha:.4f}, spent {spent:.4f}): "
+                f"decided {total - self.remaining} of {total} cells (new: {newly}), {self.remaining} remaining")
+
+
+@dataclass
+class Sequential:
+    comparison: Comparison        # every cell, with the verdict of the look that decided it or of the last look
+    looks: list[Look] = field(default_factory=list)
+    decided_at: dict[tuple, int] = field(default_factory=dict)   # cell key -> launches when decided
+    max_launches: int = 0
+    alpha: float = ALPHA
+
+    @property
+    def undecided(self) -> list[tuple]:
+        return [c.key for c in self.comparison.cells if c.key not in self.decided_at]
+
+    @property
+    def launches_used(self) -> int:
+        return max((look.launches for look in self.looks), default=0)
+
+    def progress(self) -> list[str]:
+        total, spent, out = len(self.comparison.cells), 0.0, []
+        for look in self.looks:
+            spent += look.alpha
+            out.append(look.text(total, spent))
+        return out
+
+    def record(self) -> dict:
+        """What the result file keeps of the procedure (the verdicts are replayed from the data)."""
+        return {"max_launches": self.max_launches, "alpha": self.alpha, "launches_used": self.launches_used,
+                "looks": [vars(look) for look in self.looks],
+                "decided_at": {f"{k[0].label()} {k[1]} B": n for k, n in self.decided_at.items()}}
+
+
+def _upto(run: Run, launches: int, keys: set[tuple]) -> Run:
+    """The run as it stood after `launches` launches, only `keys`' cells."""
+    cells = {}
+    for key, cell in run.cells.items():
+        if key not in keys:
+            continue
+        kept = {i: v for i, v in cell.launches.items() if i < launches}
+        if kept:
+            rows = {i: r for i, r in cell.rows.items() if i < launches}
+            cells[key] = Cell(cell.series, cell.size, rows[min(rows)], kept, rows)
+    return replace(run, cells=cells)
+
+
+def launches_in(run: Run) -> int:
+    return 1 + max((i for c in run.cells.values() for i in c.launches), default=-1)
+
+
+def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAULT_MIN_EFFECT,
+              alpha: float = ALPHA, calibration: dict | None = None) -> Sequential:
+    """Replay every look the recorded launches allow (base = side A, cand = side B)."""
+    keys = set(base.cells) & set(cand.cells)
+    done = min(launches_in(base), launches_in(cand), max_launches)
+    settled: dict[tuple, CellResult] = {}
+    out = Sequential(Comparison(base.path, cand.path, []), max_launches=max_launches, alpha=alpha)
+    last: Comparison | None = None
+    for n in range(FIRST_LOOK, done + 1):
+        active = keys - set(settled)
+        if not active:
+            break
+        a_look = look_alpha(n, max_launches, alpha)
+        last = compare(_upto(base, n, active), _upto(cand, n, active), calibration=calibration, min_effect=min_effect,
+                       alpha=a_look, settled=list(settled.values()))
+        decided = {v: 0 for v in DECIDED}
+        for c in last.cells:
+            if c.verdict in DECIDED:
+                settled[c.key] = c
+                out.decided_at[c.key] = n
+                decided[c.verdict] += 1
+        out.looks.append(Look(n, a_look, decided, len(keys) - len(settled)))
+    if last is None:   # fewer than two launches: no look yet, every cell open
+        last = compare(_upto(base, done, keys), _upto(cand, done, keys), calibration=calibration, min_effect=min_effect)
+        for c in last.cells:
+            c.verdict, c.note = "inconclusive", "fewer than two launches: not looked at yet"
+    cells = {c.key: c for c in last.cells if c.key not in settled}
+    cells.update(settled)
+    out.comparison = replace(last, base=base.path, cand=cand.path,
+                             cells=sorted(cells.values(), key=lambda c: key_order(c.key)))
+    out.comparison.only_base = sorted(set(base.cells) - keys, key=key_order)
+    out.comparison.only_cand = sorted(set(cand.cells) - keys, key=key_order)
+    return out
