@@ -34,7 +34,8 @@ def collective_row(case: Case, results: list[dict], hosts: dict) -> CollectiveRo
         inplace=case.inplace, nranks=case.nranks, size=case.size, bytes=case.nbytes, count=case.count,
         **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
         wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
-        iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=matrix, algo_env=case.env, group_env=case.group.rank_env, hosts=hosts,
+        iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=matrix,
+        algo_env=case.env, group_env=case.group.rank_env, hosts=hosts,
         link_class=link_class(hosts))
 
 
