@@ -7,6 +7,7 @@ import functools
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,7 +20,10 @@ from harness.cases import Case, LayerCase
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
 from harness.run_store import RunStore
-from reports.results import SCHEMA, CollectiveRow, LayerRow
+from reports.results import SCHEMA, CollectiveRow, LayerRow, Row
+
+if TYPE_CHECKING:
+    from reports.sequential import Sequential
 
 
 class BenchSession:
@@ -35,7 +39,7 @@ class BenchSession:
         self.failures: list[dict] = []
         self.groups: dict[str, dict] = {}   # hosts/devices/versions per group, from the ranks
         self.verdicts: list[dict] = []      # --baseline comparison, --history guard: filled at session end
-        self.sequential = None               # --ab-until-decided: the latest look (reports.sequential.Sequential)
+        self.sequential: Sequential | None = None   # --ab-until-decided: the latest look
         self.looked = 0                      # launches that look rested on
         self.store = RunStore(opts.results, self.started.astimezone().strftime("%Y%m%d-%H%M%S"), self._session_line)
         self.pairing = ABPairing(self._call, self._run)
@@ -78,11 +82,11 @@ class BenchSession:
         """--ab-until-decided: judge the launches so far (side A against side B) before launch
         `launches` starts; returns the progress line. Cells decided here are not measured again."""
         from reports.result_files import run_from_rows
-        from reports.sequential import FIRST_LOOK, run_looks
+        from reports.sequential import FIRST_LOOK, run_looks   # scipy: loaded only when a look is due
         self.looked = launches
         if launches < FIRST_LOOK:
             return []
-        rows = [*self.rows, *self.layer_rows]
+        rows: list[Row] = [*self.rows, *self.layer_rows]
         meta = {"options": asdict(self.opts)}
         base, cand = (run_from_rows(rows, side, str(self.run_dir), meta) for side in "AB")
         if not (set(base.cells) & set(cand.cells)):
