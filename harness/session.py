@@ -82,7 +82,7 @@ class BenchSession:
         """--ab-until-decided: judge the launches so far (side A against side B) before launch
         `launches` starts; returns the progress line. Cells decided here are not measured again."""
         from reports.result_files import run_from_rows
-        from reports.sequential import FIRST_LOOK, run_looks   # scipy: loaded only when a look is due
+        from reports.sequential import FIRST_LOOK, run_looks  # scipy: loaded only when a look is due
         self.looked = launches
         if launches < FIRST_LOOK:
             return []
