@@ -104,8 +104,8 @@ def text(cmp: Comparison) -> str:
         out.append("#   (one launch a side: its rounds are not independent samples of a stack, so those cells "
                    "are at most")
         out.append("#   'suspected' and never fail the job)")
-    out += ["# effect: time ratio, 95% CI (paired launches: paired t on log launch medians; launches: Welch t;",
-            "#   rounds: Hodges-Lehmann); Benjamini-Hochberg across the sweep"]
+    out += ["# effect: time ratio, 95% CI (paired launches: 20%-trimmed paired t on log launch medians; launches:",
+            "#   Welch t; rounds: Hodges-Lehmann); Benjamini-Hochberg across the sweep"]
     if cmp.calibration:
         out.append(f"# {cmp.calibration}")
     out += [f"# {line}" for line in detectable_lines(cmp)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, processes_with_tag
+from tests.conftest import ROOT, processes_with_tag, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -156,14 +156,15 @@ def test_repeat_ab_env_and_baseline_end_to_end(bench_run, tmp_path):
         and (a["side"], b["side"]) == (("A", "B") if a["launch"] == 0 else ("B", "A")) for a, b in pairs)
     cmp = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(result), "--ab"], cwd=ROOT,
                          capture_output=True, text=True)
-    assert cmp.returncode in (0, 1) and "6 cells by paired launches" in cmp.stdout, cmp.stdout + cmp.stderr
+    assert cmp.returncode in (0, 1, 6) and "6 cells by paired launches" in cmp.stdout, cmp.stdout + cmp.stderr
     base = bench_run(*small, "--repeat", "2", "--results", str(tmp_path / "base"), target="benches/test_collectives.py")
     assert base.returncode == 0
     base_file = next((tmp_path / "base").glob("*/results.json"))
     again = bench_run(*small, "--repeat", "2", "--results", str(tmp_path / "again"), "--baseline", str(base_file),
                       target="benches/test_collectives.py")
     assert f"# compare {base_file}" in again.output and "# 6 cells" in again.output
-    assert again.returncode in (0, 1) and (again.returncode == 1) == ("REGRESSIONS:" in again.output)
+    assert again.returncode in (0, 1, 6) and (again.returncode == 1) == ("REGRESSIONS:" in again.output)
+    assert (again.returncode == 6) == ("# verdict: INCONCLUSIVE" in again.output)   # undecided cells: not a pass
     assert (next((tmp_path / "again").glob("*/compare.md"))).read_text().startswith("### hccl-bench")
     assert bench_run.leftovers() == []
 
@@ -295,5 +296,37 @@ def test_the_mpi_thread_level_is_asked_for_recorded_and_kept_apart(bench_run, tm
     cli = [sys.executable, "-m", "harness.cli", "compare", str(levels["single"]), str(levels["multiple"])]
     refused = subprocess.run(cli, cwd=ROOT, capture_output=True, text=True)
     assert refused.returncode == 2 and "mpi_thread_level: baseline ['single'] vs candidate ['multiple']" in refused.stderr
-    assert subprocess.run([*cli, "--force"], cwd=ROOT, capture_output=True, text=True).returncode in (0, 1)
+    assert subprocess.run([*cli, "--force"], cwd=ROOT, capture_output=True, text=True).returncode in (0, 1, 6)
+    assert bench_run.leftovers() == []
+
+
+def test_ab_until_decided_stops_each_cell_at_its_decision(bench_run, tmp_path):
+    """A real, huge slowdown on side B (MPICH's progress thread on shared cores): every cell is
+    decided a regression before the budget, later launches skip it, the session fails with exit 1,
+    and `compare --ab` replays the same looks to the same verdicts."""
+    proc = bench_run("--backend", "mpi", "--ops", "all_reduce", "--sizes", "4,64,1K", "--benchmark", "--rounds", "5",
+                     "--round-time", "0.005", "--ab-env", "MPIR_CVAR_ASYNC_PROGRESS=1", "--ab-until-decided",
+                     "--max-repeat", "8", "--label", "A=as is", "--label", "B=async progress",
+                     target="benches/test_collectives.py")
+    assert proc.returncode == 1, proc.output[-3000:]
+    assert "# A/B look after 2 launches (alpha 0.0125" in proc.output and "# verdict: REGRESSION" in proc.output
+    result = next(bench_run.results.glob("*/results.json"))
+    data = json.loads(result.read_text())
+    seq = data["hccl_bench"]["sequential"]
+    assert seq["max_launches"] == 8 and len(seq["decided_at"]) == 3 and seq["launches_used"] < 8, seq
+    launches: dict = {}
+    for b in data["benchmarks"]:
+        launches.setdefault((b["extra_info"]["side"], b["extra_info"]["bytes"]), []).append(b["extra_info"]["launch"])
+    for name, at in seq["decided_at"].items():
+        size = int(name.split()[-2])
+        assert sorted(launches[("A", size)]) == sorted(launches[("B", size)]) == list(range(at)), (name, launches)
+    skipped = int(re.search(r"(\d+) skipped", proc.output).group(1))
+    assert skipped == 2 * sum(8 - at for at in seq["decided_at"].values())   # both sides of every later launch
+    replay = run_cli("compare", result, "--ab", "--json", tmp_path / "replay.json")
+    assert replay.returncode == 1 and "# sequential A/B:" in replay.stdout, replay.stdout + replay.stderr
+    verdicts = lambda path: [(c["size"], c["verdict"]) for c in json.loads(Path(path).read_text())["cells"]]  # noqa: E731
+    assert verdicts(tmp_path / "replay.json") == verdicts(result.parent / "ab.json") == [(4, "regression"),
+                                                                                        (64, "regression"),
+                                                                                        (1024, "regression")]
+    assert "# baseline:  as is (side A, baseline)" in replay.stdout
     assert bench_run.leftovers() == []
