@@ -79,12 +79,13 @@ class BenchSession:
         return results, info
 
     def look(self, launches: int) -> list[str]:
-        """--ab-until-decided: judge the launches so far (side A against side B) before launch
-        `launches` starts; returns the progress line. Cells decided here are not measured again."""
+        """--ab-until-decided: before launch `launches` starts, replay the looks the launches so far
+        allow (side B against side A); a new look's progress line is returned. Cells decided are
+        not measured again."""
         from reports.result_files import run_from_rows
-        from reports.sequential import FIRST_LOOK, run_looks  # scipy: loaded only when a look is due
+        from reports.sequential import planned_looks, run_looks   # scipy: loaded only when a look is due
         self.looked = launches
-        if launches < FIRST_LOOK:
+        if launches not in planned_looks(self.opts.repeat):
             return []
         rows: list[Row] = [*self.rows, *self.layer_rows]
         meta = {"options": asdict(self.opts)}
@@ -92,7 +93,9 @@ class BenchSession:
         if not (set(base.cells) & set(cand.cells)):
             return []
         self.sequential = run_looks(base, cand, self.opts.repeat)
-        self.store.append({"look": vars(self.sequential.looks[-1])} if self.sequential.looks else {"look": None})
+        if not self.sequential.looks or self.sequential.looks[-1].launches != launches:
+            return []   # every cell was decided at an earlier look
+        self.store.append({"look": vars(self.sequential.looks[-1])})
         return self.sequential.progress()[-1:]
 
     def decided(self, case) -> str:

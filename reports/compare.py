@@ -82,11 +82,20 @@ class Comparison:
         return len(self.by_verdict("inconclusive"))
 
 
+def _pair_shift(a: list[float], b: list[float]) -> float:
+    """One interleaved launch's log ratio B/A: the median over its round pairs (round r of each
+    side ran milliseconds apart, so a pair sees one machine state), or the ratio of the sides'
+    medians when the rounds do not pair up."""
+    if len(a) == len(b):
+        return float(np.median(np.log(b) - np.log(a)))
+    return float(np.log(np.median(b)) - np.log(np.median(a)))
+
+
 def _samples(base: Cell, cand: Cell, paired: bool) -> tuple[np.ndarray, np.ndarray, str]:
     common = sorted(set(base.launches) & set(cand.launches))
     if paired and len(common) >= MIN_LAUNCHES:
-        return (np.array([np.median(base.launches[i]) for i in common]),
-                np.array([np.median(cand.launches[i]) for i in common]), "paired launches")
+        x = np.array([np.median(base.launches[i]) for i in common])
+        return x, x * np.exp([_pair_shift(base.launches[i], cand.launches[i]) for i in common]), "paired launches"
     if len(base.launches) >= MIN_LAUNCHES and len(cand.launches) >= MIN_LAUNCHES:
         return (np.array([np.median(v) for v in base.launches.values()]),
                 np.array([np.median(v) for v in cand.launches.values()]), "launches")

@@ -1,14 +1,16 @@
-"""Sequential A/B (--ab-until-decided): look after every launch, stop measuring a cell once it is
+"""Sequential A/B (--ab-until-decided): look at planned points, stop measuring a cell once it is
 decided, keep the false-positive rate at any stopping time.
 
-Looks come after launch 2, 3, ..., N (N = --max-repeat). The error budget alpha is spent over
-them in proportion to the launches each adds (alpha x 2/N at the first look, alpha/N at each
-later one), and a look judges its undecided cells exactly like `compare` at that level: paired t
-intervals at 1 - alpha_look (repeated confidence intervals), Benjamini-Hochberg at alpha_look,
-the minimum effect, neighbouring sizes. The looks' levels add up to alpha, so by the union bound
-an A/A (no true change anywhere) flags a regression at any look with probability <= alpha, however
-early it stops; a cell's "no change" means its repeated interval sits inside the minimum effect.
-A cell decided at a look keeps that verdict and is not measured again.
+Looks are planned after launch 4, 6, 8, 12, 16, 24, ... and at the budget N (--max-repeat). The
+error budget alpha is spent over them in proportion to the launches each adds (alpha x 4/N at the
+first look), and a look judges its undecided cells exactly like `compare` at that level: trimmed
+paired t intervals at 1 - alpha_look (repeated confidence intervals), Benjamini-Hochberg at
+alpha_look, the minimum effect, neighbouring sizes. The looks' levels add up to alpha, so by the
+union bound an A/A (no true change anywhere) flags a regression at any look with probability
+<= alpha, however early it stops; a cell's "no change" means its repeated interval sits inside
+the minimum effect. A cell decided at a look keeps that verdict and is not measured again. Sparse
+looks are the price of the union bound: a look after every launch left each one alpha/N, too
+little for a busy machine's launch-to-launch noise.
 
 The procedure is a pure function of the launches recorded, so the live session and a later
 `hccl-bench compare RUN --ab` replay the same looks and reach the same verdicts.
@@ -20,15 +22,22 @@ from dataclasses import dataclass, field, replace
 from reports.compare import ALPHA, DECIDED, DEFAULT_MIN_EFFECT, CellResult, Comparison, compare
 from reports.results import Cell, Run, key_order
 
-FIRST_LOOK = 2   # a paired interval needs two launches
+LOOK_POINTS = (4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)   # launches after which a look is planned
+
+
+def planned_looks(max_launches: int) -> list[int]:
+    """The launch counts a look comes after: the planned points below the budget, then the budget."""
+    return [n for n in LOOK_POINTS if n < max_launches] + [max_launches]
 
 
 def look_alpha(launches: int, max_launches: int, alpha: float = ALPHA) -> float:
-    """The share of alpha spent at the look after `launches` launches (linear spending)."""
-    if launches < FIRST_LOOK or launches > max_launches:
+    """The share of alpha spent at the look after `launches` launches (0 where none is planned):
+    linear in the launches since the previous look."""
+    looks = planned_looks(max_launches)
+    if launches not in looks:
         return 0.0
-    before = 0 if launches == FIRST_LOOK else launches - 1
-    return alpha * (launches - before) / max_launches
+    i = looks.index(launches)
+    return alpha * (launches - (looks[i - 1] if i else 0)) / max_launches
 
 
 @dataclass
@@ -99,7 +108,7 @@ def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAU
     settled: dict[tuple, CellResult] = {}
     out = Sequential(Comparison(base.path, cand.path, []), max_launches=max_launches, alpha=alpha)
     last: Comparison | None = None
-    for n in range(FIRST_LOOK, done + 1):
+    for n in (n for n in planned_looks(max_launches) if n <= done):
         active = keys - set(settled)
         if not active:
             break
@@ -113,10 +122,10 @@ def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAU
                 out.decided_at[c.key] = n
                 decided[c.verdict] += 1
         out.looks.append(Look(n, a_look, decided, len(keys) - len(settled)))
-    if last is None:   # fewer than two launches: no look yet, every cell open
+    if last is None:   # before the first planned look: every cell open
         last = compare(_upto(base, done, keys), _upto(cand, done, keys), calibration=calibration, min_effect=min_effect)
         for c in last.cells:
-            c.verdict, c.note = "inconclusive", "fewer than two launches: not looked at yet"
+            c.verdict, c.note = "inconclusive", f"{done} launches: before the first look"
     cells = {c.key: c for c in last.cells if c.key not in settled}
     cells.update(settled)
     out.comparison = replace(last, base=base.path, cand=cand.path,

@@ -309,7 +309,7 @@ def test_ab_until_decided_stops_each_cell_at_its_decision(bench_run, tmp_path):
                      "--max-repeat", "8", "--label", "A=as is", "--label", "B=async progress",
                      target="benches/test_collectives.py")
     assert proc.returncode == 1, proc.output[-3000:]
-    assert "# A/B look after 2 launches (alpha 0.0125" in proc.output and "# verdict: REGRESSION" in proc.output
+    assert "# A/B look after 4 launches (alpha 0.0250" in proc.output and "# verdict: REGRESSION" in proc.output
     result = next(bench_run.results.glob("*/results.json"))
     data = json.loads(result.read_text())
     seq = data["hccl_bench"]["sequential"]

@@ -115,3 +115,27 @@ def test_the_screenshot_helper_says_what_is_missing_in_one_line(tmp_path):
                            "-o", str(tmp_path / "x.png")],
                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PATH": "/nonexistent"})
     assert proc.returncode == 2 and proc.stderr.startswith("screenshot: no chromium") and "Traceback" not in proc.stderr
+
+
+def test_the_per_op_table_equals_pooled_figures_computed_from_the_file(tmp_path):
+    """Latency floor, peak busbw and launch spread per series, recomputed here from the result
+    file's raw per-round times (median per launch, median over launches) without the report's code."""
+    import statistics
+    path = write_run(tmp_path / "r.json", 5, launches=3, drift=0.2)
+    out = render([load(path)], tmp_path / "page")
+    html = open(out["html"]).read()
+    table = html[html.index("<h2>Per op and algorithm</h2>"):]
+    factor = {"all_reduce": 2 * (2 - 1) / 2, "all_gather": (2 - 1) / 2, "broadcast": 1.0}
+    per_launch: dict = {}
+    for b in json.loads(open(path).read())["benchmarks"]:
+        info = b["extra_info"]
+        per_launch.setdefault(info["op"], {}).setdefault(info["bytes"], []).append(statistics.median(b["stats"]["data"]))
+    for op, sizes in per_launch.items():
+        pooled = {size: statistics.median(m) for size, m in sizes.items()}
+        floor = pooled[min(pooled)] * 1e6
+        peak = max(size / t * factor[op] / 1e9 for size, t in pooled.items())
+        spread = max(max(m) / min(m) for m in sizes.values())
+        row = re.search(rf"<tr><td class=l>{op} float32[^<]*</td><td class=l>[^<]*</td>(.*?)</tr>", table).group(1)
+        cells = re.findall(r"<td>([^<]*)</td>", row)
+        assert cells[0] == f"{floor:.2f}" and cells[1] == f"{peak:.3f}", (op, cells, floor, peak)
+        assert cells[7] == "3" and cells[8] == f"{spread:.2f}", (op, cells, spread)
