@@ -130,6 +130,21 @@ class TorchBackend:
             return sendrecv
         raise KeyError(op)
 
+    def call_async(self, op: str, send, recv, redop: str, inplace: bool):
+        """start() -> a handle whose wait() ends the collective (the overlap bench): async_op=True."""
+        d, red = self.dist, self.redops.get(redop)
+        if op == "all_reduce":
+            return functools.partial(d.all_reduce, recv, op=red, async_op=True)
+        if op == "all_gather":
+            return functools.partial(d.all_gather_into_tensor, recv, send, async_op=True)
+        if op == "reduce_scatter":
+            return functools.partial(d.reduce_scatter_tensor, recv, send, op=red, async_op=True)
+        raise KeyError(op)
+
+    def copy(self, dst, src) -> None:
+        """dst[:] = src, both 1-D buffers of this backend (gradient bucket copies)."""
+        dst.copy_(src)
+
     # -- point to point (the doctor's link measurements)
     def exchange(self, peer: int, send, recv) -> None:
         """Send to and receive from `peer` at once; both sides call it."""
@@ -245,6 +260,21 @@ class MpiBackend:
             return functools.partial(c.Sendrecv, send, (self.rank + 1) % self.world, 0,
                                      recv, (self.rank - 1) % self.world, 0)
         raise KeyError(op)
+
+    def call_async(self, op: str, send, recv, redop: str, inplace: bool):
+        """start() -> an MPI request whose wait() ends the collective (MPI's non-blocking calls)."""
+        c, MPI, red = self.comm, self.MPI, self.redops.get(redop, self.MPI.OP_NULL)
+        src = MPI.IN_PLACE if inplace else send
+        if op == "all_reduce":
+            return functools.partial(c.Iallreduce, src, recv, red)
+        if op == "all_gather":
+            return functools.partial(c.Iallgather, src, recv)
+        if op == "reduce_scatter":
+            return functools.partial(c.Ireduce_scatter_block, send, recv, red)
+        raise KeyError(op)
+
+    def copy(self, dst, src) -> None:
+        dst[:] = src
 
     def exchange(self, peer: int, send, recv) -> None:
         self.comm.Sendrecv(send, peer, 7, recv, peer, 7)

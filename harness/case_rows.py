@@ -5,23 +5,29 @@ from __future__ import annotations
 from dataclasses import replace
 
 from collectives import stats
-from harness.cases import Case, LayerCase
+from harness.cases import Case, LayerCase, TuningCase
 from harness.options import Options
 from layers import memory, schedules
 from layers.mesh import ParallelDims, tp_placement
-from reports.results import CollectiveRow, LayerRow, Series, link_class
+from reports.results import CollectiveRow, LayerRow, Series, TuningRow, knob_text, link_class
 
 
-def cell_key(case: Case | LayerCase) -> tuple[Series, int]:
+def cell_key(case: Case | LayerCase | TuningCase) -> tuple[Series, int]:
     """The (series, size) the case's rows will have: Series.of(row) for the row built below."""
+    knobs = knob_text(case.knobs)
     if isinstance(case, Case):
         return Series("collective", case.backend, case.algo, case.op, case.dtype, case.redop, case.inplace,
-                      case.nranks), case.nbytes
+                      case.nranks, knobs=knobs), case.nbytes
+    if isinstance(case, TuningCase):
+        overlap = case.bench == "overlap"
+        return Series(case.bench, case.backend, op=case.op if overlap else None, dtype=case.dtype if overlap else None,
+                      nranks=case.nranks, comm_dtype=case.comm_dtype or None, knobs=knobs), \
+            (case.nbytes if overlap else case.size)
     if case.task == "tp_bench":
         return Series("linear", case.backend, tp=case.tp, pp=case.pp, dp=case.dp, layer=case.layer,
-                      sequence_parallel=case.sp, impl=case.impl), 0
+                      sequence_parallel=case.sp, impl=case.impl, knobs=knobs), 0
     return Series("pipeline", case.backend, tp=case.tp, pp=case.pp, dp=case.dp, schedule=case.schedule,
-                  microbatches=case.microbatches), 0
+                  microbatches=case.microbatches, knobs=knobs), 0
 
 
 def collective_row(case: Case, results: list[dict], hosts: dict) -> CollectiveRow:
@@ -35,7 +41,7 @@ def collective_row(case: Case, results: list[dict], hosts: dict) -> CollectiveRo
         **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
         wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
         iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=matrix,
-        algo_env=case.env, group_env=case.group.rank_env, hosts=hosts,
+        algo_env=case.env, group_env=case.group.rank_env, hosts=hosts, knobs=case.knobs,
         link_class=link_class(hosts))
 
 
@@ -48,6 +54,7 @@ def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, ran
         bench="linear" if case.task == "tp_bench" else "pipeline", tp=case.tp, pp=case.pp, dp=case.dp,
         nranks=case.nranks, hidden=o.hidden, seq=o.seq, batch=o.batch, **stats.summarize(step, k),
         iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=step, hosts=hosts, wrong=0,
+        knobs=case.knobs,
         peak_memory_bytes_per_rank=[r["peak_memory_bytes"] for r in results],
         model_states_estimate_bytes=int(sum(memory.model_states(max(r["params_local"] for r in results), 1, 1))),
         placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks), rank_hosts))
@@ -72,6 +79,35 @@ def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, ran
                    bubble_measured=sum(bubbles) / len(bubbles), bubble_per_rank=bubbles,
                    bubble_theory=schedules.bubble_theory(case.schedule, case.pp, m),
                    stages_per_rank=[r["stages"] for r in results])
+
+
+def tuning_row(case: TuningCase, results: list[dict], hosts: dict) -> TuningRow:
+    """Overlap: each loop's median per-iteration time (slowest rank per round) and the efficiency
+    (t_comm + t_comp - t_both) / min(t_comm, t_comp), clipped to [0, 1] with the raw value kept.
+    Bucketing and compression: the step time, calls per step and, for compression, the error."""
+    k = results[0]["iters"]
+    step = [r["round_ns"] for r in results]
+    first = results[0]
+    row = TuningRow(
+        launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, backend=case.backend,
+        bench=case.bench, nranks=case.nranks, **stats.summarize(step, k), iters_per_round=k,
+        calibration=first.get("calibration", {}), round_ns_per_rank=step, hosts=hosts, knobs=case.knobs,
+        wrong=sum(r["wrong"] for r in results))
+    if case.bench == "overlap":
+        both = stats.median_seconds(step, k)
+        comm = stats.median_seconds([r["comm_round_ns"] for r in results], k)
+        comp = stats.median_seconds([r["comp_round_ns"] for r in results], k)
+        raw = (comm + comp - both) / min(comm, comp)
+        return replace(row, op=case.op, dtype=case.dtype, bytes=case.nbytes, count=case.count, t_comm_us=comm * 1e6,
+                       t_comp_us=comp * 1e6, t_both_us=both * 1e6, overlap_efficiency=min(1.0, max(0.0, raw)),
+                       overlap_efficiency_raw=raw, matmul_n=first["matmul_n"])
+    common = {"bytes": case.size, "step_us": stats.median_seconds(step, k) * 1e6, "calls": first["calls"],
+              "tensors": first["tensors"], "model_bytes": first["model_bytes"]}
+    if case.bench == "bucket":
+        return replace(row, **common, bucket_bytes=case.size)
+    return replace(row, **common, bucket_bytes=first["bucket_bytes"], comm_dtype=case.comm_dtype,
+                   max_rel_error=first["max_rel_error"], mean_rel_error=first["mean_rel_error"],
+                   error_bound=first["error_bound"])
 
 
 def overhead_row(backend: str, nranks: int, count: int, results: list[dict]) -> dict:

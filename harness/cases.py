@@ -2,6 +2,7 @@
 either a runnable spec and its worker-group key, or the reason it is skipped."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 
 from collectives import algorithms
@@ -33,13 +34,14 @@ class Case:
     launch: int = 0
     side: str = ""                  # --ab-env: "A" or "B"
     partner: GroupKey | None = None  # --ab-env: the other side's group (rounds alternate between them)
+    knobs: dict = field(default_factory=dict)       # --knobs: this case's values (set in its group)
 
     @property
     def id(self) -> str:
         place = "ip" if self.inplace else "oop"
         red = f"-{self.redop}" if OPS[self.op].reduces else ""
         return (f"{self.backend}-{self.algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}"
-                f"{launch_suffix(self.launch, self.side)}")
+                f"{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
 
     def spec(self, plan: dict) -> dict:
         return {"kind": "collective", "op": self.op, "dtype": self.dtype, "redop": self.redop,
@@ -74,6 +76,24 @@ def launch_suffix(launch: int, side: str = "") -> str:
     return (f"-L{launch}" if launch else "") + (f"-{side}" if side else "")
 
 
+def knob_suffix(knobs: dict) -> str:
+    return "".join(f"-{k}={v}" for k, v in sorted(knobs.items()))
+
+
+def with_knobs(templates: list, knobs: dict[str, list[str]]) -> list:
+    """--knobs: every template once per combination of values, its group's environment extended
+    by them (a worker group of its own, so the library reads them at start), as its own series."""
+    if not knobs:
+        return templates
+    combos = [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())]
+    out = []
+    for template in templates:
+        for combo in combos:
+            group = template.group and replace(template.group, env=tuple(sorted({**dict(template.group.env), **combo}.items())))
+            out.append(replace(template, knobs=combo, group=group))
+    return out
+
+
 def launches(opts: Options, build_one) -> list:
     """Every launch repeats the whole selection in fresh groups, one launch after the other. With
     --ab-env both sides' groups stay alive and each case has an A item (the environment as it is)
@@ -84,7 +104,7 @@ def launches(opts: Options, build_one) -> list:
     cases = []
     for launch in range(opts.repeat):
         order = sides if launch % 2 == 0 else sides[::-1]
-        for template in build_one(opts):
+        for template in with_knobs(build_one(opts), opts.knobs):
             groups = {}
             for side in sides:
                 extra = {k: v for k, v in opts.ab_env.items() if k != "HCCL_BENCH_PYTHON"} if side == "B" else {}
@@ -158,6 +178,7 @@ class LayerCase:
     launch: int = 0
     side: str = ""                  # --ab-env: "A" or "B"
     partner: GroupKey | None = None  # --ab-env: the other side's group (rounds alternate between them)
+    knobs: dict = field(default_factory=dict)
 
     @property
     def dp(self) -> int:
@@ -169,7 +190,7 @@ class LayerCase:
             name = f"{self.backend}-linear-tp{self.tp}-{self.layer}{'-sp' if self.sp else ''}-{self.impl}"
         else:
             name = f"{self.backend}-pipeline-tp{self.tp}-pp{self.pp}-{self.schedule}-m{self.microbatches}"
-        return name + launch_suffix(self.launch, self.side)
+        return name + knob_suffix(self.knobs) + launch_suffix(self.launch, self.side)
 
     def spec(self, opts: Options) -> dict:
         plan = {**opts.plan(), "warmup": max(1, min(opts.warmup, 2))}
@@ -210,4 +231,82 @@ def _build_layer_launch(opts: Options) -> list[LayerCase]:
                         elif pp == 1:
                             case.skip = f"pp=1 has no pipeline: tp={tp} is measured by the linear benches"
                         out.append(case)
+    return out
+
+
+OVERLAP_OPS = ("all_reduce", "all_gather", "reduce_scatter")   # the ones with an asynchronous form everywhere
+
+
+@dataclass
+class TuningCase:
+    """A tuning bench case: overlap at a message size, bucketing at a bucket size, or one
+    communication dtype of the gradients (benches/test_tuning.py)."""
+    backend: str
+    bench: str                      # "overlap", "bucket" or "compress"
+    nranks: int
+    size: int = 0                   # overlap: message bytes; bucket: bucket bytes (0: per tensor); compress: gradients
+    op: str = ""
+    dtype: str = "float32"
+    redop: str = "sum"
+    inplace: bool = False
+    count: int = 0
+    nbytes: int = 0
+    comm_dtype: str = ""
+    group: GroupKey | None = None
+    skip: str = ""
+    launch: int = 0
+    side: str = ""
+    partner: GroupKey | None = None
+    knobs: dict = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        what = {"overlap": f"{self.op}-{self.dtype}-{format_size(self.size)}",
+                "bucket": f"{format_size(self.size) if self.size else 'per-tensor'}",
+                "compress": self.comm_dtype}[self.bench]
+        return f"{self.backend}-{self.bench}-{what}{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}"
+
+    def spec(self, opts: Options) -> dict:
+        common = {"kind": "tuning", "bench": self.bench, "hidden": opts.hidden, "layers": opts.layers, "plan": opts.plan()}
+        if self.bench == "overlap":
+            return {**common, "op": self.op, "dtype": self.dtype, "redop": self.redop, "count": self.count,
+                    "inplace": self.inplace}
+        return {**common, "bucket_bytes": self.size, "comm_dtype": self.comm_dtype}
+
+
+def build_tuning(opts: Options) -> list[TuningCase]:
+    return launches(opts, _build_tuning_launch)
+
+
+def _build_tuning_launch(opts: Options) -> list[TuningCase]:
+    from layers.memory import bucket_plan, mlp_gradient_sizes
+    sizes = mlp_gradient_sizes(opts.hidden, opts.layers)
+    model = 4 * sum(sizes)
+    out: list[TuningCase] = []
+    for backend in opts.backends:
+        key = GroupKey(backend, opts.nproc, (), opts.launcher)
+        for op in (op for op in opts.ops if op in OVERLAP_OPS):
+            for dtype in opts.dtypes:
+                inplace, inplace_skip = _inplace_choices(backend, op, ("auto",))[0]
+                for size in opts.sizes:
+                    case = TuningCase(backend, "overlap", opts.nproc, size, op, dtype, inplace=inplace, group=key)
+                    case.count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
+                    case.nbytes = case.count * ITEMSIZE[dtype]
+                    if dtype not in backend_dtypes(backend):
+                        case.skip = f"{backend} has no {dtype} datatype (has {', '.join(backend_dtypes(backend))})"
+                    out.append(case)
+        seen: dict[int, int] = {}
+        for cap in opts.buckets:
+            case = TuningCase(backend, "bucket", opts.nproc, cap, group=key)
+            n = len(bucket_plan([4 * s for s in sizes], cap))
+            if cap and n in seen:
+                case.skip = (f"the same {n} bucket{'s' if n > 1 else ''} as {format_size(seen[n])} for the "
+                             f"{format_size(model)} of gradients")
+            seen.setdefault(n, cap)
+            out.append(case)
+        for comm_dtype in opts.comm_dtypes:
+            case = TuningCase(backend, "compress", opts.nproc, model, comm_dtype=comm_dtype, group=key)
+            if backend == "mpi" and comm_dtype in ("float16", "bfloat16"):
+                case.skip = f"MPI has no {comm_dtype} datatype to sum in (mpi4py: {', '.join(backend_dtypes(backend))})"
+            out.append(case)
     return out

@@ -15,7 +15,7 @@ from collectives import algorithms
 from collectives.backends import TORCH_BACKEND_DTYPES
 from collectives.device import DeviceUnavailable, device_count, local_device_kind, probe_backend
 from collectives.ops import OPS, REDOPS
-from collectives.sizes import SizeError, parse_sizes
+from collectives.sizes import SizeError, parse_size, parse_sizes
 from collectives.timing import SMOKE, Plan
 from harness import files
 from harness.launchers import validate_template
@@ -23,6 +23,7 @@ from harness.launchers import validate_template
 BENCH_SIZES = "8:32M:4"
 SMOKE_SIZES = "8,4K,64K"
 MPI_THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
+COMM_DTYPES = ("float32", "bfloat16", "float16", "int8")
 INPLACE_MODES = {"auto": ("auto",), "0": ("out",), "out": ("out",), "1": ("in",), "in": ("in",), "both": ("out", "in")}
 
 
@@ -54,6 +55,9 @@ class Options:
     ab_until_decided: bool = False   # sequential A/B: --repeat is the budget (--max-repeat), undecided cells rerun
     inconclusive: str = "fail"       # the gate on cells without enough evidence: "fail" (exit 6) or "pass"
     labels: dict = field(default_factory=dict)   # side -> what to call it ("A": "mpich 4.2.3")
+    knobs: dict = field(default_factory=dict)    # --knobs: variable -> values, each value a series in its own group
+    buckets: list[int] = field(default_factory=lambda: [0, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20])
+    comm_dtypes: list[str] = field(default_factory=lambda: list(COMM_DTYPES))
     mpi_thread_level: str = ""   # "" = mpi4py's default (multiple)
     results: str = "results"
     driver_host: str = "127.0.0.1"
@@ -122,6 +126,13 @@ def add_options(parser) -> None:
                 help="also print pytest-benchmark's own per-case tables (off: they are long and wide; the JSON is the same)")
     g.addoption("--harness-benches", action="store_true", default=False,
                 help="also run the harness's own speed checks (benches marked harness_bench, e.g. comparing 10,000 cells)")
+    g.addoption("--knobs", action="append", default=[],
+                help="NAME=v1,v2,... (repeatable): run each selected case once per value, in its own worker group with "
+                     "the variable set, as its own series (HCCL_BUFFSIZE=100,200,400, NCCL_PROTO=LL,Simple, MPIR_CVAR_*)")
+    g.addoption("--buckets", default="0,1M,4M,16M,64M,256M",
+                help="gradient bucket sizes of the bucketing bench (0: one all_reduce per tensor)")
+    g.addoption("--comm-dtypes", default=",".join(COMM_DTYPES),
+                help=f"gradient communication types of the compression bench: {', '.join(COMM_DTYPES)}")
     g.addoption("--tp", default="1,2", help="tensor-parallel degrees for the layer benches (dp = nproc / (tp x pp))")
     g.addoption("--pp", default="1,2", help="pipeline-parallel degrees for the layer benches")
     g.addoption("--microbatches", default="4", help="microbatch counts for the pipeline benches")
@@ -242,6 +253,15 @@ def parse(getoption) -> Options:
     if o.inconclusive not in ("fail", "pass"):
         raise OptionError(f"--inconclusive {o.inconclusive!r}: allowed fail, pass")
     o.labels = parse_labels(getoption("label") or [])
+    o.knobs = parse_knobs(getoption("knobs") or [])
+    o.comm_dtypes = _list(getoption("comm_dtypes"), COMM_DTYPES, "comm-dtypes")
+    buckets = str(getoption("buckets")).split(",")
+    try:
+        o.buckets = sorted({0 if b.strip() == "0" else parse_size(b.strip()) for b in buckets if b.strip()})
+    except SizeError as exc:
+        raise OptionError(f"--buckets: {exc}") from None
+    if not o.buckets:
+        raise OptionError("--buckets is empty: give sizes like 0,1M,4M,16M (0: one all_reduce per tensor)")
     if o.history and o.ab_env:
         raise OptionError("--history judges single-stack nightly runs; an --ab-env/--ab-source run has two sides "
                           "(compare them with hccl-bench compare RUN --ab, or give it to hccl-bench history --ab)")
@@ -255,6 +275,21 @@ def parse(getoption) -> Options:
         os.environ["HCCL_BENCH_MPI_THREAD_LEVEL"] = o.mpi_thread_level   # every rank inherits it, under any launcher
     _parse_layer_options(o, getoption)
     return o
+
+
+def parse_knobs(items: list[str]) -> dict[str, list[str]]:
+    """['HCCL_BUFFSIZE=100,200'] -> {"HCCL_BUFFSIZE": ["100", "200"]}; OptionError on anything else."""
+    knobs: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, values = str(item).partition("=")
+        name = name.strip()
+        chosen = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not name or not name.replace("_", "").isalnum() or not chosen:
+            raise OptionError(f"--knobs {item!r}: use NAME=value1,value2,... (an environment variable and its values)")
+        if name in knobs:
+            raise OptionError(f"--knobs {name} is given twice: put every value in one list")
+        knobs[name] = list(dict.fromkeys(chosen))
+    return knobs
 
 
 def parse_labels(items: list[str]) -> dict[str, str]:

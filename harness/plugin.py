@@ -20,6 +20,7 @@ from reports import table
 _SESSION = pytest.StashKey[BenchSession]()
 _CASES = pytest.StashKey[list]()
 _LAYER_CASES = pytest.StashKey[list]()
+_TUNING_CASES = pytest.StashKey[list]()
 _PREVIOUS_HANDLERS = pytest.StashKey[dict]()   # signal handlers to restore at unconfigure
 
 
@@ -118,6 +119,11 @@ def pytest_generate_tests(metafunc):
             if _LAYER_CASES not in stash:
                 stash[_LAYER_CASES] = cases_mod.build_layers(session.opts)
             metafunc.parametrize(fixture, _params(c for c in stash[_LAYER_CASES] if c.task == task))
+    if "tuning_case" in metafunc.fixturenames:   # test_overlap, test_bucket, test_compress: their bench's cases
+        if _TUNING_CASES not in stash:
+            stash[_TUNING_CASES] = cases_mod.build_tuning(session.opts)
+        bench = metafunc.function.__name__.removeprefix("test_")
+        metafunc.parametrize("tuning_case", _params(c for c in stash[_TUNING_CASES] if c.bench == bench))
     if "overhead_case" in metafunc.fixturenames:
         opts = session.opts
         params = [pytest.param((b, s), id=f"{b}-{s}B") for b in opts.backends for s in (8, 1 << 10, 64 << 10, 1 << 20, 4 << 20)]
@@ -128,7 +134,7 @@ def _group_of(item):
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return None
-    for name in ("collective_case", "linear_case", "pipeline_case"):
+    for name in ("collective_case", "linear_case", "pipeline_case", "tuning_case"):
         case = callspec.params.get(name)
         if case is not None:
             return case.group
@@ -186,7 +192,8 @@ def _where(item) -> tuple | None:
     case = next((v for v in getattr(getattr(item, "callspec", None), "params", {}).values() if hasattr(v, "group")), None)
     if case is None or case.group is None:   # a case skipped at collection has no group
         return None
-    what = {"tp_bench": "linear", "pp_bench": "pipeline"}.get(getattr(case, "task", ""), getattr(case, "op", ""))
+    what = {"tp_bench": "linear", "pp_bench": "pipeline"}.get(getattr(case, "task", ""), getattr(case, "bench", "")
+                                                             or getattr(case, "op", ""))
     return case.group.backend, what, getattr(case, "side", "") and f"side {case.side}"
 
 
@@ -235,7 +242,7 @@ def pytest_sessionfinish(session, exitstatus):
     if bench.interrupted is None and (ended_early or session.shouldstop or session.shouldfail):
         bench.interrupted = str(session.shouldstop or session.shouldfail or f"pytest exit status {int(exitstatus)}")
     bench.close()
-    if not (bench.rows or bench.overhead or bench.layer_rows or bench.failures):
+    if not (bench.rows or bench.overhead or bench.layer_rows or bench.tuning_rows or bench.failures):
         return
     if bench.opts.ab_until_decided and bench.interrupted is None:
         bench.look(bench.opts.repeat)   # the last look, on every launch run: recorded with the results
@@ -274,7 +281,8 @@ def _write_results(session, bench: BenchSession) -> None:
             commit_info=session.config.hook.pytest_benchmark_generate_commit_info(config=session.config))
     output["hccl_bench"] = bench.metadata()
     files.write_atomic(bench.run_dir / "results.json", json.dumps(output, indent=1, default=str))
-    text = table.render(bench.rows) + "\n\n" + table.render_layers(bench.layer_rows) + "\n"
+    text = "\n\n".join([table.render(bench.rows), table.render_layers(bench.layer_rows),
+                        table.render_tuning(bench.tuning_rows)]) + "\n"
     files.write_atomic(bench.run_dir / "table.txt", text)
 
 
@@ -343,7 +351,7 @@ def _judge_history(bench: BenchSession) -> dict:
 @pytest.hookimpl(trylast=True)   # after pytest-benchmark's: the user's results are the last thing on screen
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     bench = config.stash.get(_SESSION, None)
-    if bench is None or not (bench.rows or bench.overhead or bench.layer_rows or bench.interrupted):
+    if bench is None or not (bench.rows or bench.overhead or bench.layer_rows or bench.tuning_rows or bench.interrupted):
         return
     tr = terminalreporter
     tr.section("hccl-bench")
@@ -357,6 +365,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if bench.layer_rows:
         tr.write_line("")
         for line in table.render_layers(bench.layer_rows).splitlines():
+            tr.write_line(line)
+    if bench.tuning_rows:
+        tr.write_line("")
+        for line in table.render_tuning(bench.tuning_rows).splitlines():
             tr.write_line(line)
     if bench.skipped:
         tr.write_line(f"\n# {len(bench.skipped)} cases skipped (reasons in results.json; -rs lists them)")

@@ -15,12 +15,12 @@ from collectives import stats
 from collectives.sizes import format_size
 from harness import provenance
 from harness.ab_pairing import ABPairing, PartnerFailed
-from harness.case_rows import cell_key, collective_row, layer_row, overhead_row
-from harness.cases import Case, LayerCase
+from harness.case_rows import cell_key, collective_row, layer_row, overhead_row, tuning_row
+from harness.cases import Case, LayerCase, TuningCase
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
 from harness.run_store import RunStore
-from reports.results import SCHEMA, CollectiveRow, LayerRow, Row
+from reports.results import SCHEMA, CollectiveRow, LayerRow, Row, TuningRow
 
 if TYPE_CHECKING:
     from reports.sequential import Sequential
@@ -35,6 +35,7 @@ class BenchSession:
         self.rows: list[CollectiveRow] = []   # every measured collective case, for the tables
         self.overhead: list[dict] = []
         self.layer_rows: list[LayerRow] = []
+        self.tuning_rows: list[TuningRow] = []
         self.skipped: list[dict] = []
         self.failures: list[dict] = []
         self.groups: dict[str, dict] = {}   # hosts/devices/versions per group, from the ranks
@@ -83,11 +84,11 @@ class BenchSession:
         allow (side B against side A); a new look's progress line is returned. Cells decided are
         not measured again."""
         from reports.result_files import run_from_rows
-        from reports.sequential import planned_looks, run_looks   # scipy: loaded only when a look is due
+        from reports.sequential import planned_looks, run_looks  # scipy: loaded only when a look is due
         self.looked = launches
         if launches not in planned_looks(self.opts.repeat):
             return []
-        rows: list[Row] = [*self.rows, *self.layer_rows]
+        rows: list[Row] = [*self.rows, *self.layer_rows, *self.tuning_rows]
         meta = {"options": asdict(self.opts)}
         base, cand = (run_from_rows(rows, side, str(self.run_dir), meta) for side in "AB")
         if not (set(base.cells) & set(cand.cells)):
@@ -129,6 +130,11 @@ class BenchSession:
                                        f"backend={case.backend} nranks={case.nranks}{side}"}
 
     @staticmethod
+    def _tuning_label(case: TuningCase) -> dict:
+        side = f" side {case.side}" if case.side else ""
+        return {"id": case.id, "what": f"{case.bench} {case.id} backend={case.backend} nranks={case.nranks}{side}"}
+
+    @staticmethod
     def _layer_label(case: LayerCase) -> dict:
         return {"id": case.id, "what": f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"}
 
@@ -141,6 +147,10 @@ class BenchSession:
         group = (self.pool.alive.get(case.group) if case.group else None) or self.pool.current
         rank_hosts = {r["rank"]: r["host"] for r in group.ranks} if group else {}
         return self._keep(layer_row(case, self.opts, results, info["hosts"], rank_hosts), self.layer_rows)
+
+    def run_tuning(self, case: TuningCase) -> dict:
+        results, info = self._measure(case, self._tuning_label, case.spec(self.opts), "tuning_begin")
+        return self._keep(tuning_row(case, results, info["hosts"]), self.tuning_rows)
 
     def _keep(self, row, rows: list) -> dict:
         rows.append(row)

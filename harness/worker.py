@@ -69,6 +69,9 @@ def run_case(backend, spec: dict) -> dict:
     if spec["kind"].startswith("layer"):  # imports torch layers only when a layer case arrives
         from layers import rank_tasks as layer_tasks
         return {"layer": layer_tasks.run, "layer_begin": layer_tasks.begin}[spec["kind"]](backend, spec)
+    if spec["kind"].startswith("tuning"):
+        from collectives import tuning_tasks
+        return {"tuning": tuning_tasks.run, "tuning_begin": tuning_tasks.begin}[spec["kind"]](backend, spec)
     from collectives import rank_tasks as collective_tasks
     return {"collective": collective_tasks.run_collective, "overhead": collective_tasks.run_overhead,
             "collective_begin": collective_tasks.begin_collective}[spec["kind"]](backend, spec)

@@ -81,3 +81,25 @@ def estimate(params: float, tp: int, pp: int, dp: int = 1, zero: int = 0, layers
     if not communicators:  # world, tp, dp and pp groups this rank belongs to
         communicators = 1 + sum(1 for d in (tp, dp, pp) if d > 1)
     return Estimate(weights, grads, optimizer, acts, comm_buffers(communicators, hccl_buffsize_mb))
+
+
+def mlp_gradient_sizes(hidden: int, layers: int) -> list[int]:
+    """Elements of each parameter's gradient in the layer benches' MLP block stack, in parameter
+    order: per block fc1.weight (4h x h), fc1.bias (4h), fc2.weight (h x 4h), fc2.bias (h)."""
+    return [4 * hidden * hidden, 4 * hidden, 4 * hidden * hidden, hidden] * layers
+
+
+def bucket_plan(sizes_bytes: list[int], cap_bytes: int) -> list[list[int]]:
+    """Tensor indices per bucket, the way DDP fills them: parameters in reverse order (gradients
+    are ready back to front), a bucket closed once it reaches the cap; 0 means one per tensor."""
+    if cap_bytes <= 0:
+        return [[i] for i in reversed(range(len(sizes_bytes)))]
+    plan: list[list[int]] = [[]]
+    filled = 0
+    for i in reversed(range(len(sizes_bytes))):
+        if plan[-1] and filled >= cap_bytes:
+            plan.append([])
+            filled = 0
+        plan[-1].append(i)
+        filled += sizes_bytes[i]
+    return plan

@@ -83,11 +83,14 @@ class Comparison:
 
 
 def _pair_shift(a: list[float], b: list[float]) -> float:
-    """One interleaved launch's log ratio B/A: the median over its round pairs (round r of each
-    side ran milliseconds apart, so a pair sees one machine state), or the ratio of the sides'
-    medians when the rounds do not pair up."""
-    if len(a) == len(b):
-        return float(np.median(np.log(b) - np.log(a)))
+    """One interleaved launch's log ratio B/A. Its rounds ran AB, BA, AB, ... milliseconds apart,
+    so each AB round pair with the BA pair after it sees one machine state and cancels the position
+    (on a busy machine the round run second was 1.5x faster or slower); the median over those
+    quads. Rounds that do not pair up: the ratio of the sides' medians."""
+    if len(a) == len(b) and len(a) >= 2:
+        d = np.log(b) - np.log(a)
+        even = len(d) - len(d) % 2
+        return float(np.median((d[0:even:2] + d[1:even:2]) / 2))
     return float(np.log(np.median(b)) - np.log(np.median(a)))
 
 
@@ -274,7 +277,7 @@ def detectable_bands(cmp: Comparison) -> list[dict]:
     seen (80% power) with the samples actually taken: what "no regression found" is worth."""
     groups: dict[str, list[CellResult]] = defaultdict(list)
     for c in cmp.cells:
-        groups[band_key(c.series, c.size) if c.series.kind == "collective" else f"{c.series.backend} layers"].append(c)
+        groups[band_key(c.series, c.size) if c.series.kind == "collective" else f"{c.series.backend} {c.series.kind}"].append(c)
     return [{"band": key, "first": min(c.size for c in cells), "last": max(c.size for c in cells), "cells": len(cells),
              "detectable": float(np.median([c.detectable for c in cells])), "kind": cells[0].series.kind}
             for key, cells in groups.items()]

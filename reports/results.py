@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
 LAYER_BENCHES = ("linear", "pipeline")
+TUNING_BENCHES = ("overlap", "bucket", "compress")
 
 
 class ResultError(ValueError):
@@ -145,6 +146,7 @@ class _Measured(_Row):
     calibration: dict = _field("object", {})            # how K was chosen (collectives.timing.Calibrated)
     round_ns_per_rank: list = _field("list", [])       # rank x round matrix of round times (ns)
     hosts: dict = _field("object", {})                  # host -> ranks on it
+    knobs: dict = _field("object", {})                  # --knobs: the variables this case's group ran with
 
 
 @dataclass(kw_only=True)
@@ -206,7 +208,38 @@ class LayerRow(_Measured):
     stages_per_rank: list = _field("list", [])
 
 
-Row = CollectiveRow | LayerRow
+@dataclass(kw_only=True)
+class TuningRow(_Measured):
+    """One tuning case (benches/test_tuning.py): compute/communication overlap at one message size,
+    a DDP-style gradient all_reduce at one bucket size, or one communication dtype of the gradients.
+    time_us is a step: overlap's collective started, the matmul, the wait; bucket's and compress's
+    whole gradient all_reduce (copies in and out included)."""
+    KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "op", "dtype", "nranks", "comm_dtype")
+    bench: str = _field("text", MISSING)
+    bytes: int = _field("whole", 0)                    # the size axis: message, bucket (0: per tensor), gradients
+    op: str | None = _field("text")                    # overlap: the collective started asynchronously
+    dtype: str | None = _field("text")
+    count: int | None = _field("whole")
+    # overlap
+    t_comm_us: float | None = metric("comm(us)", ".1f", "lower", ("table",))
+    t_comp_us: float | None = metric("comp(us)", ".1f", "lower", ("table",))
+    t_both_us: float | None = metric("both(us)", ".1f", "lower", ("table",))
+    overlap_efficiency: float | None = metric("overlap", ".2f", "higher", ("table", "compare", "report"))
+    overlap_efficiency_raw: float | None = _field("real")   # before clipping to [0, 1]
+    matmul_n: int | None = _field("count")                   # the square matmul sized to the collective
+    # gradient bucketing and compression
+    bucket_bytes: int | None = _field("whole")              # 0: one all_reduce per tensor
+    calls: int | None = metric("calls", "d", "lower", ("table",), check="whole")
+    step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "report"))
+    tensors: int | None = _field("whole")
+    model_bytes: int | None = _field("whole")
+    comm_dtype: str | None = _field("text")
+    max_rel_error: float | None = metric("max rel err", ".2e", "lower", ("table", "compare", "report"))
+    mean_rel_error: float | None = _field("amount")
+    error_bound: float | None = _field("amount")             # the stated bound, relative to max |exact|
+
+
+Row = CollectiveRow | LayerRow | TuningRow
 
 
 SIDE_ROLES = {"A": "side A, baseline", "B": "side B, candidate"}
@@ -239,9 +272,16 @@ def row_from_json(info: dict, where: str) -> Row | None:
     foreign benchmarks)."""
     if info.get("bench") in LAYER_BENCHES:
         return LayerRow.from_json(info, where)
+    if info.get("bench") in TUNING_BENCHES:
+        return TuningRow.from_json(info, where)
     if "op" in info and "algo" in info:   # overhead rows carry no algo: they are not cells
         return CollectiveRow.from_json(info, where)
     return None
+
+
+def knob_text(knobs: dict) -> str | None:
+    """A case's --knobs values as a series names them: "NAME=value ..." (None without knobs)."""
+    return " ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or None
 
 
 @dataclass(frozen=True)
@@ -263,15 +303,20 @@ class Series:
     impl: str | None = None
     schedule: str | None = None
     microbatches: int | None = None
+    comm_dtype: str | None = None
+    knobs: str | None = None        # --knobs: "NAME=value ..." of the case's group, a series of its own
 
     @classmethod
     def of(cls, row: Row) -> Series:
-        bench = row.bench if isinstance(row, LayerRow) else "collective"
-        return cls(**{"bench": bench, **{k: getattr(row, k) for k in row.KEY}})
+        bench = "collective" if isinstance(row, CollectiveRow) else row.bench
+        return cls(**{"bench": bench, **{k: getattr(row, k) for k in row.KEY}, "knobs": knob_text(row.knobs)})
 
     @property
     def kind(self) -> str:
-        return "layer" if self.bench in LAYER_BENCHES else "collective"
+        return "layer" if self.bench in LAYER_BENCHES else "tuning" if self.bench in TUNING_BENCHES else "collective"
+
+    def without_knobs(self) -> Series:
+        return replace(self, knobs=None)
 
     def sort_key(self) -> tuple[str, ...]:
         return tuple(str(getattr(self, f.name)) for f in fields(self))
@@ -280,13 +325,17 @@ class Series:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
     def label(self) -> str:
+        knobs = f" [{self.knobs}]" if self.knobs else ""
         if self.kind == "layer":
             what = (f"{self.layer}{'+sp' if self.sequence_parallel else ''} {self.impl}" if self.bench == "linear"
                     else f"{self.schedule} m={self.microbatches}")
-            return f"{self.bench} {self.backend} tp={self.tp} pp={self.pp} dp={self.dp} {what}"
+            return f"{self.bench} {self.backend} tp={self.tp} pp={self.pp} dp={self.dp} {what}{knobs}"
+        if self.kind == "tuning":
+            what = {"overlap": f" {self.op} {self.dtype}", "compress": f" {self.comm_dtype}"}.get(self.bench, "")
+            return f"{self.bench}{what} {self.nranks} ranks {self.backend}{knobs}"
         red = f" {self.redop}" if self.redop not in (None, "none") else ""
         return (f"{self.op} {self.dtype}{red} {self.nranks} ranks {self.backend}/{self.algo}"
-                f"{' in-place' if self.inplace else ''}")
+                f"{' in-place' if self.inplace else ''}{knobs}")
 
 
 def key_order(key: tuple) -> tuple:

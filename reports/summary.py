@@ -26,8 +26,8 @@ def md(text) -> str:
 
 
 def effect_text(series: Series, ratio: float, low: float, high: float) -> str:
-    """Collectives speak busbw (higher is better, busbw ~ 1/time); layers speak time."""
-    if series.kind == "layer":
+    """Collectives speak busbw (higher is better, busbw ~ 1/time); layers and tuning steps speak time."""
+    if series.kind != "collective":
         return f"time {ratio - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}]"
     return f"busbw {1 / ratio - 1:+.1%} [{1 / high - 1:+.1%}, {1 / low - 1:+.1%}]"
 

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from collectives.ops import OPS, bandwidths
 from collectives.sizes import format_size
-from reports.results import CollectiveRow, LayerRow, Run, layout, link_class, metrics
+from layers.memory import comm_buffers
+from reports.results import CollectiveRow, LayerRow, Run, TuningRow, knob_text, layout, link_class, metrics
 
 HEADER = (f"#{'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'place':>5} "
           f"{'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}")
@@ -18,16 +19,19 @@ def render(rows: list[CollectiveRow]) -> str:
     block per side, a launch column, and B/A ratios per size."""
     blocks: dict[tuple, list[CollectiveRow]] = {}
     for r in rows:
-        blocks.setdefault((r.backend, r.algo, r.op, r.dtype, r.nranks, r.side, layout(r.hosts)), []).append(r)
+        blocks.setdefault((r.backend, r.algo, r.op, r.dtype, r.nranks, r.side, layout(r.hosts), knob_text(r.knobs)),
+                          []).append(r)
     launches = len({r.launch for r in rows}) > 1
     extra_head = "".join(f" {m.heading:>{max(8, len(m.heading))}}" for m in EXTRA)
     out = ["# hccl-bench results. time(us): median over rounds of the slowest rank's per-op time;",
            "# algbw = size/time, busbw = algbw x factor (nccl-tests); GB/s = 1e9 bytes/s"]
-    for (backend, algo, op, dtype, nranks, side, hosts), block in blocks.items():
+    for (backend, algo, op, dtype, nranks, side, hosts, knobs), block in blocks.items():
         out.append("")
         where = f" ({hosts}, {link_class(block[0].hosts)})" if block[0].hosts else ""
         out.append(f"# {op}  backend={backend}  algo={algo}  dtype={dtype}  nranks={nranks}{where}  "
                    f"busbw factor={OPS[op].bus_factor(nranks):.3f}" + (f"  side {side}" if side else ""))
+        if knobs:
+            out.append(f"# knobs: {knobs}" + hbm_text(block[0].knobs, communicators=1))
         out.append(HEADER + extra_head + (f" {'launch':>6}" if launches else ""))
         for r in sorted(block, key=lambda r: (r.bytes, r.redop, r.inplace, r.launch)):
             extra = "".join(f" {m.text(getattr(r, m.name)):>{max(8, len(m.heading))}}" for m in EXTRA)
@@ -87,6 +91,82 @@ def peak_lines(rows: list[CollectiveRow]) -> list[str]:
     return [f"# peak busbw {op}: " + ", ".join(f"{who} {r.busbw_gbps or 0:.3f} GB/s at {format_size(r.bytes)}"
                                                for who, r in sorted(by.items()))
             for op, by in best.items()]
+
+
+def hbm_text(knobs: dict, communicators: int) -> str:
+    """HCCL_BUFFSIZE is not free: HCCL allocates it twice (in and out) per communicator, in HBM."""
+    value = knobs.get("HCCL_BUFFSIZE")
+    try:
+        mb = float(value) if value is not None else None
+    except ValueError:
+        return f"  (HCCL_BUFFSIZE={value!r} is not a number of MB)"
+    if mb is None:
+        return ""
+    total = comm_buffers(communicators, mb) / 1e6
+    return (f"  HBM for HCCL buffers: 2 x {mb:g} MB x {communicators} communicator{'s' if communicators > 1 else ''}"
+            f" = {total:g} MB per rank")
+
+
+def render_tuning(rows: list[TuningRow]) -> str:
+    """Overlap per message size; bucketing per bucket size with the best and its gain over one
+    all_reduce per tensor; compression per dtype with its speed-up over float32 and its error."""
+    if not rows:
+        return ""
+    out: list[str] = []
+    groups: dict[tuple, list[TuningRow]] = {}
+    for r in rows:
+        groups.setdefault((r.bench, r.backend, r.op, r.dtype, r.nranks, r.side, knob_text(r.knobs)), []).append(r)
+    for (bench, backend, op, dtype, nranks, side, knobs), block in groups.items():
+        where = f"backend={backend}  nranks={nranks}" + (f"  side {side}" if side else "") + (f"  [{knobs}]" if knobs else "")
+        out.append("")
+        if bench == "overlap":
+            out += [f"# overlap: {op} {dtype} started async, a matmul sized to match, then wait  {where}",
+                    "#   efficiency = (comm + comp - both) / min(comm, comp), clipped to [0, 1] (raw in brackets)",
+                    f"#{'size':>12} {'comm(us)':>10} {'comp(us)':>10} {'both(us)':>10} {'matmul n':>9} "
+                    f"{'overlap':>8} {'(raw)':>8} {'#wrong':>7} {'launch':>6}"]
+            for r in sorted(block, key=lambda r: (r.bytes, r.launch)):
+                out.append(f" {r.bytes:>12} {r.t_comm_us or 0:>10.1f} {r.t_comp_us or 0:>10.1f} {r.t_both_us or 0:>10.1f} "
+                           f"{r.matmul_n or 0:>9} {r.overlap_efficiency or 0:>8.2f} {f'({r.overlap_efficiency_raw:.2f})':>8} "
+                           f"{_wrong(r.wrong):>7} {r.launch:>6}")
+        elif bench == "bucket":
+            model = block[0].model_bytes or 0
+            out += [f"# gradient bucketing: {block[0].tensors} gradient tensors, {format_size(model)} float32, "
+                    f"DDP-style flatten, all_reduce, x 1/world, unflatten  {where}",
+                    f"#{'bucket':>12} {'calls':>6} {'step(us)':>10} {'#wrong':>7} {'launch':>6}"]
+            for r in sorted(block, key=lambda r: (r.bytes, r.launch)):
+                out.append(f" {format_size(r.bytes) if r.bytes else 'per-tensor':>12} {r.calls or 0:>6} "
+                           f"{r.step_us or 0:>10.1f} {_wrong(r.wrong):>7} {r.launch:>6}")
+            out.append(_best_bucket(block))
+        else:
+            base = _pooled_step(block, "float32")
+            out += [f"# compressed gradients: {format_size(block[0].model_bytes or 0)} float32 in "
+                    f"{format_size(block[0].bucket_bytes or 0)} buckets  {where}",
+                    "#   error relative to max |exact mean|; bound = what the dtype's rounding allows (stated in "
+                    "collectives/tuning_tasks.py)",
+                    f"#{'comm dtype':>12} {'calls':>6} {'step(us)':>10} {'speed-up':>9} {'max rel err':>12} "
+                    f"{'mean rel err':>13} {'bound':>10} {'#wrong':>7} {'launch':>6}"]
+            for r in sorted(block, key=lambda r: (str(r.comm_dtype), r.launch)):
+                speedup = f"{base / r.step_us:.2f}x" if base and r.step_us else "-"
+                out.append(f" {r.comm_dtype:>12} {r.calls or 0:>6} {r.step_us or 0:>10.1f} {speedup:>9} "
+                           f"{r.max_rel_error or 0:>12.2e} {r.mean_rel_error or 0:>13.2e} {r.error_bound or 0:>10.2e} "
+                           f"{_wrong(r.wrong):>7} {r.launch:>6}")
+    return "\n".join(out)
+
+
+def _pooled_step(rows: list[TuningRow], comm_dtype: str | None = None, size: int | None = None) -> float | None:
+    """The median step time over launches of the rows with this dtype or size."""
+    steps = [r.step_us for r in rows if r.step_us and (comm_dtype is None or r.comm_dtype == comm_dtype)
+             and (size is None or r.bytes == size)]
+    return float(statistics.median(steps)) if steps else None
+
+
+def _best_bucket(rows: list[TuningRow]) -> str:
+    sizes = sorted({r.bytes for r in rows})
+    steps = {s: _pooled_step(rows, size=s) for s in sizes}
+    best = min((s for s in sizes if steps[s]), key=lambda s: steps[s] or 0.0)
+    best_step, per_tensor = steps[best] or 0.0, steps.get(0)
+    gain = f", {per_tensor / best_step:.2f}x faster than one all_reduce per tensor" if per_tensor and best else ""
+    return f"# best: {format_size(best) if best else 'per-tensor'} buckets ({best_step:.1f} us per step){gain}"
 
 
 def _wrong(value) -> str:
