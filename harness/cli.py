@@ -73,8 +73,15 @@ def _named(runs: list, labels: list[str] | None) -> list:
 
 
 def _pair(args, first: str, second: str | None, usage: str):
-    """(base, cand) from two runs, or from sides A and B of one interleaved --ab-env run;
-    a ValueError with `usage` when the arguments fit neither."""
+    """(base, cand) from two runs, from sides A and B of one interleaved --ab-env run, or from two
+    values of one --knobs variable (--knob NAME=BASE,CAND); a ValueError with `usage` otherwise."""
+    if getattr(args, "knob", None):
+        from reports.result_files import knob_sides
+        name, sep, values = args.knob.partition("=")
+        chosen = values.split(",")
+        if second or args.ab or not sep or len(chosen) != 2 or not all(chosen):
+            raise ValueError("--knob NAME=BASE,CAND compares two values of one --knobs variable within one run")
+        return tuple(_named(list(knob_sides(_load(first), name, *chosen)), getattr(args, "label", None)))
     if args.ab and not second:
         return tuple(_named([_load(first, side="A"), load(first, side="B")], getattr(args, "label", None)))
     if second and not args.ab:
@@ -209,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("cand", nargs="?", help="the candidate run (omit with --ab)")
     cmp.add_argument("--ab", action="store_true", help="BASE is one run made with --ab-env: side B (candidate) against "
                                                        "side A (baseline); an --ab-until-decided run replays its looks")
+    cmp.add_argument("--knob", help="NAME=BASE,CAND: compare two values of one --knobs variable within the run BASE "
+                                    "(e.g. HCCL_BUFFSIZE=200,400)")
     cmp.add_argument("--calibration", help="A/A calibration JSON (hccl-bench calibrate) raising the minimum effect per size band")
     cmp.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
                      help=f"smallest change worth a verdict (default {DEFAULT_MIN_EFFECT:g})")

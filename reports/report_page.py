@@ -20,7 +20,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from collectives.ops import bandwidths  # noqa: E402
 from collectives.sizes import format_size  # noqa: E402
-from reports import provenance_diff, summary, sweep_fits  # noqa: E402
+from reports import provenance_diff, summary, sweep_fits, table  # noqa: E402
 from reports.compare import compare, size_ranges  # noqa: E402
 from reports.results import Cell, CollectiveRow, LayerRow, Metric, Run, Series, layout, metrics, side_role  # noqa: E402
 
@@ -82,11 +82,13 @@ def _rows(run: Run, series: Series) -> tuple[list[int], list[float], list[float]
     return [c.size for c in cells], times, busbw
 
 
-def _sweep_figure(runs: list[Run], series: Series, names: list[str],
+def _sweep_figure(runs: list[Run], members: list[Series], names: list[str],
                   predicted: tuple[list[int], list[float]] | None = None) -> str:
+    """busbw and time against size: a line per run and per --knobs value of the series."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
-    for run, name in zip(runs, names):
+    for (run, run_name), series in ((r, s) for r in zip(runs, names) for s in members):
         sizes, times, busbw = _rows(run, series)
+        name = f"{run_name} [{series.knobs}]" if series.knobs else run_name
         if sizes:
             ax1.plot(sizes, busbw, marker="o", ms=3, label=name)
             line, = ax2.plot(sizes, times, marker="o", ms=3, label=name)
@@ -104,7 +106,7 @@ def _sweep_figure(runs: list[Run], series: Series, names: list[str],
         ax.grid(alpha=0.3, which="both")
     handles, labels = ax1.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)) or 1, fontsize=7, frameon=False)
-    fig.suptitle(series.label(), fontsize=9)
+    fig.suptitle(members[0].without_knobs().label(), fontsize=9)
     fig.tight_layout(rect=(0, 0.08 + 0.03 * (len(labels) // 3), 1, 1))
     return figure_png(fig)
 
@@ -117,13 +119,14 @@ def clipped_band(cells) -> tuple[list[float], list[float], list[float], list[tup
     return [clip(c.ratio) for c in cells], [clip(c.low) for c in cells], [clip(c.high) for c in cells], marks
 
 
-def _ratio_figure(comparisons, series: Series) -> str | None:
+def _ratio_figure(comparisons, members: list[Series]) -> str | None:
     """Time ratio per size on a log axis; a CI band beyond RATIO_RANGE is clipped there and the
     clipped points marked, so one wide interval cannot flatten the line that matters."""
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     lo_lim, hi_lim = RATIO_RANGE
     drawn = False
-    for label, cmp in comparisons:
+    for (name, cmp), series in ((c, s) for c in comparisons for s in members):
+        label = f"{name} [{series.knobs}]" if series.knobs else name
         cells = sorted((c for c in cmp.cells if c.series == series), key=lambda c: c.size)
         if len(cells) < 1:
             continue
@@ -279,9 +282,13 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                         key=Series.sort_key)
     sweeps, stats = [], []
     shown = metrics(CollectiveRow, "report")
+    knob_groups: dict[Series, list[Series]] = {}   # --knobs values of one series share its figure
     for series in series_all:
-        sweeps.append({"title": series.label(), "png": _sweep_figure(runs, series, names, _predictions(fits, runs, series)),
-                       "ratio": _ratio_figure(comparisons, series) if comparisons else None})
+        knob_groups.setdefault(series.without_knobs(), []).append(series)
+    for base, members in knob_groups.items():
+        sweeps.append({"title": base.label(), "png": _sweep_figure(runs, members, names, _predictions(fits, runs, base)),
+                       "ratio": _ratio_figure(comparisons, members) if comparisons else None})
+    for series in series_all:
         for run, name in zip(runs, names):
             sizes, times, busbw = _rows(run, series)
             if not sizes:
@@ -306,6 +313,8 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                            "step_us": r.step_us or r.time_us or 0, "efficiency": _fmt(r.efficiency, ".2f"),
                            "comm": _fmt(r.comm_share, ".2f"), "bubble": _fmt(r.bubble_measured, ".3f"),
                            "theory": _fmt(r.bubble_theory, ".3f")})
+    tuning = [{"run": name, "text": table.render_tuning(rows)} for run, name in zip(runs, names)
+              if (rows := table.tuning_rows_of(run))]
     last = comparisons[-1][1] if comparisons else None
     kinds = sorted({c.samples for c in last.cells}) if last else []
     layouts = [", ".join(sorted({layout(c.row.hosts) for c in r.cells.values()})) for r in runs]
@@ -316,7 +325,7 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                        layer_png=_layer_figure(runs, names), mismatch=last.mismatch if last else [],
                        prov_diff=provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs]),
                        stats=stats, metric_heads=[f"worst {m.heading}" for m in shown], sweeps=sweeps,
-                       algos=[f for r in runs for f in _algo_figures(r)], layers=layers)
+                       algos=[f for r in runs for f in _algo_figures(r)], layers=layers, tuning=tuning)
     (out_dir / "report.html").write_text(html)
     md = [f"## hccl-bench report: {summary.md(', '.join(r.label for r in runs))}", ""]
     md += [summary.markdown(last)] if last else ["(one run: no comparison)"]

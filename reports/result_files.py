@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -178,6 +179,24 @@ def _entry_parts(bench: dict, where: str) -> tuple[dict, list]:
 
 def _time(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+def knob_sides(run: Run, name: str, base: str, cand: str) -> tuple[Run, Run]:
+    """Two values of one --knobs variable in one run as two runs to compare: each keeps the cells
+    measured with its value, their series named without that variable so the cells pair up."""
+    def side(value: str) -> Run:
+        cells = {}
+        for (series, size), cell in run.cells.items():
+            knobs = dict(kv.split("=", 1) for kv in (series.knobs or "").split())
+            if knobs.pop(name, None) != value:
+                continue
+            renamed = replace(series, knobs=" ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or None)
+            cells[(renamed, size)] = replace(cell, series=renamed)
+        if not cells:
+            found = sorted({kv for s, _ in run.cells for kv in (s.knobs or "").split() if kv.startswith(f"{name}=")})
+            raise NoCells(f"{run.path} holds no cells with {name}={value} (it has: {', '.join(found) or 'no such knob'})")
+        return replace(run, cells=cells, meta={**run.meta, "label": f"{name}={value}"})
+    return side(base), side(cand)
 
 
 def setup_of(run: Run) -> dict:

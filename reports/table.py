@@ -59,6 +59,12 @@ def rows_of(run: Run) -> list[CollectiveRow]:
     return rows
 
 
+def tuning_rows_of(run: Run) -> list[TuningRow]:
+    """A loaded run's tuning cells, one row per launch, for render_tuning."""
+    return [replace(row, side=run.side) for cell in run.cells.values() for _, row in sorted(cell.rows.items())
+            if isinstance(row, TuningRow)]
+
+
 def _ab_ratios(rows: list[CollectiveRow]) -> list[str]:
     """Per size, time B / time A of each interleaved pair (same launch), and their median."""
     pairs: dict[tuple, dict] = {}
@@ -141,8 +147,8 @@ def render_tuning(rows: list[TuningRow]) -> str:
             base = _pooled_step(block, "float32")
             out += [f"# compressed gradients: {format_size(block[0].model_bytes or 0)} float32 in "
                     f"{format_size(block[0].bucket_bytes or 0)} buckets  {where}",
-                    "#   error relative to max |exact mean|; bound = what the dtype's rounding allows (stated in "
-                    "collectives/tuning_tasks.py)",
+                    "#   against the exact mean: max |err| / max |exact|, mean |err| / mean |exact|; bound: what the",
+                    "#   type's rounding allows, relative to max |exact| (collectives/tuning_tasks.error_bound)",
                     f"#{'comm dtype':>12} {'calls':>6} {'step(us)':>10} {'speed-up':>9} {'max rel err':>12} "
                     f"{'mean rel err':>13} {'bound':>10} {'#wrong':>7} {'launch':>6}"]
             for r in sorted(block, key=lambda r: (str(r.comm_dtype), r.launch)):
@@ -166,7 +172,8 @@ def _best_bucket(rows: list[TuningRow]) -> str:
     best = min((s for s in sizes if steps[s]), key=lambda s: steps[s] or 0.0)
     best_step, per_tensor = steps[best] or 0.0, steps.get(0)
     gain = f", {per_tensor / best_step:.2f}x faster than one all_reduce per tensor" if per_tensor and best else ""
-    return f"# best: {format_size(best) if best else 'per-tensor'} buckets ({best_step:.1f} us per step){gain}"
+    what = f"{format_size(best)} buckets" if best else "one all_reduce per tensor"
+    return f"# best: {what} ({best_step:.1f} us per step){gain}"
 
 
 def _wrong(value) -> str:

@@ -60,7 +60,7 @@ def main() -> int:
     print(f"# {args.run}: {cells} cells, {len(launches)} launches recorded, budget {budget}")
     print(f"# A/A false-positive rate: {flagged} of {args.trials} side-swapped draws confirmed a regression or an "
           f"improvement ({flagged / args.trials:.1%}; the procedure promises <= {ALPHA:.0%})")
-    print(f"# cells decided per draw (no change): median {np.median(decided):.0f} of {cells}")
+    print(f"# cells decided per draw: median {np.median(decided):.0f} of {cells}")
     return 0
 
 

@@ -55,6 +55,15 @@ BAD_OPTIONS = [
     (["--sizes="], "--sizes is empty"),
     (["--ops="], "--ops is empty"),
     (["--results", "/etc/hostname/results"], "cannot be created: /etc/hostname is not a folder"),
+    (["--ab-until-decided"], "--ab-until-decided needs two sides"),
+    (["--ab-env", "X=1", "--ab-until-decided", "--repeat", "3"], "give its budget as --max-repeat"),
+    (["--ab-env", "X=1", "--ab-until-decided", "--max-repeat", "2"], "--max-repeat must be >= 3"),
+    (["--inconclusive", "maybe"], "--inconclusive 'maybe': allowed fail, pass"),
+    (["--label", "C=x"], "use A=NAME or B=NAME"),
+    (["--knobs", "HCCL_BUFFSIZE"], "use NAME=value1,value2"),
+    (["--knobs", "HCCL_BUFFSIZE=1", "--knobs", "HCCL_BUFFSIZE=2"], "--knobs HCCL_BUFFSIZE is given twice"),
+    (["--buckets", "1Q"], "--buckets: bad size '1Q'"),
+    (["--comm-dtypes", "float8"], "unknown comm-dtype 'float8'"),
 ]
 
 
