@@ -54,7 +54,7 @@ def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, ran
         bench="linear" if case.task == "tp_bench" else "pipeline", tp=case.tp, pp=case.pp, dp=case.dp,
         nranks=case.nranks, hidden=o.hidden, seq=o.seq, batch=o.batch, **stats.summarize(step, k),
         iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=step, hosts=hosts, wrong=0,
-        knobs=case.knobs,
+        knobs=case.knobs, group_env=case.group.rank_env if case.group else {},
         peak_memory_bytes_per_rank=[r["peak_memory_bytes"] for r in results],
         model_states_estimate_bytes=int(sum(memory.model_states(max(r["params_local"] for r in results), 1, 1))),
         placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks), rank_hosts))
@@ -92,6 +92,7 @@ def tuning_row(case: TuningCase, results: list[dict], hosts: dict) -> TuningRow:
         launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, backend=case.backend,
         bench=case.bench, nranks=case.nranks, **stats.summarize(step, k), iters_per_round=k,
         calibration=first.get("calibration", {}), round_ns_per_rank=step, hosts=hosts, knobs=case.knobs,
+        group_env=case.group.rank_env if case.group else {},
         wrong=sum(r["wrong"] for r in results))
     if case.bench == "overlap":
         both = stats.median_seconds(step, k)

@@ -307,9 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "table":
             runs = [_load(args.result, side="A"), load(args.result, side="B")] if args.ab else [_load(args.result)]
             rows = [row for run in runs for row in table.rows_of(run)]
-            if not rows:
-                return _fail(f"{args.result} holds no collective cells (layer results are in its table.txt)")
-            print(table.render(rows))
+            tuning = [row for run in runs for row in table.tuning_rows_of(run)]
+            if not rows and not tuning:
+                return _fail(f"{args.result} holds no collective or tuning cells (layer results are in its table.txt)")
+            texts = (table.render(rows) if rows else "", table.render_tuning(tuning).strip("\n"))
+            print("\n\n".join(text for text in texts if text))
             return EXIT_OK
         if args.command == "compare":
             return _compare(args)

@@ -185,6 +185,41 @@ def _layer_figure(runs: list[Run], names: list[str]) -> str | None:
     return figure_png(fig)
 
 
+def _tuning_figure(runs: list[Run], names: list[str]) -> str | None:
+    """Overlap efficiency against message size, and the gradient step against bucket size (one
+    all_reduce per tensor drawn as a dashed level): a line per run, backend, op and knob value."""
+    cells = [(name, c) for run, name in zip(runs, names) for c in run.cells.values() if c.kind == "tuning"]
+    overlap = [(n, c) for n, c in cells if c.series.bench == "overlap"]
+    bucket = [(n, c) for n, c in cells if c.series.bench == "bucket"]
+    if not overlap and not bucket:
+        return None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, chosen, value, ylabel in ((ax1, overlap, "overlap_efficiency", "overlap efficiency (pooled)"),
+                                      (ax2, bucket, "step_us", "gradient step (us, pooled), log")):
+        lines: dict[str, list] = defaultdict(list)
+        for name, c in chosen:
+            lines[f"{c.series.label()} [{name}]"].append((c.size, c.pooled(value)))
+        for label, points in lines.items():
+            points = sorted(p for p in points if p[1] is not None)
+            sized = [p for p in points if p[0] > 0]
+            if sized:
+                line, = ax.plot(*zip(*sized), marker="o", ms=3, label=label)
+                for _, level in (p for p in points if p[0] == 0):
+                    ax.axhline(level, ls="--", lw=1, color=line.get_color())
+        if not lines:
+            ax.axis("off")
+            continue
+        _size_axis(ax)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6, frameon=False)
+    if bucket:
+        ax2.set_yscale("log")
+        ax2.set_xlabel("bucket size (dashed: one all_reduce per tensor)")
+    fig.tight_layout()
+    return figure_png(fig)
+
+
 def _algo_figures(run: Run) -> list[dict]:
     """Ring vs Tree (and the library default) per op in one run, crossover marked."""
     by_op: dict[Series, dict[str, Series]] = defaultdict(dict)
@@ -313,7 +348,7 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                            "step_us": r.step_us or r.time_us or 0, "efficiency": _fmt(r.efficiency, ".2f"),
                            "comm": _fmt(r.comm_share, ".2f"), "bubble": _fmt(r.bubble_measured, ".3f"),
                            "theory": _fmt(r.bubble_theory, ".3f")})
-    tuning = [{"run": name, "text": table.render_tuning(rows)} for run, name in zip(runs, names)
+    tuning = [{"run": name, "text": table.render_tuning(rows).strip("\n")} for run, name in zip(runs, names)
               if (rows := table.tuning_rows_of(run))]
     last = comparisons[-1][1] if comparisons else None
     kinds = sorted({c.samples for c in last.cells}) if last else []
@@ -325,7 +360,8 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                        layer_png=_layer_figure(runs, names), mismatch=last.mismatch if last else [],
                        prov_diff=provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs]),
                        stats=stats, metric_heads=[f"worst {m.heading}" for m in shown], sweeps=sweeps,
-                       algos=[f for r in runs for f in _algo_figures(r)], layers=layers, tuning=tuning)
+                       algos=[f for r in runs for f in _algo_figures(r)], layers=layers, tuning=tuning,
+                       tuning_png=_tuning_figure(runs, names))
     (out_dir / "report.html").write_text(html)
     md = [f"## hccl-bench report: {summary.md(', '.join(r.label for r in runs))}", ""]
     md += [summary.markdown(last)] if last else ["(one run: no comparison)"]

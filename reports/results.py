@@ -147,6 +147,7 @@ class _Measured(_Row):
     round_ns_per_rank: list = _field("list", [])       # rank x round matrix of round times (ns)
     hosts: dict = _field("object", {})                  # host -> ranks on it
     knobs: dict = _field("object", {})                  # --knobs: the variables this case's group ran with
+    group_env: dict = _field("object", {})              # what the group's ranks ran with beyond the session's
 
 
 @dataclass(kw_only=True)
@@ -165,7 +166,6 @@ class CollectiveRow(_Measured):
     busbw_gbps: float | None = metric("busbw(GB/s)", ".3f", "higher", ())
     wrong_per_rank: list = _field("list", [])
     algo_env: dict = _field("object", {})
-    group_env: dict = _field("object", {})
     imported: dict = _field("object", {})               # an imported log's own columns (printed bandwidths, line)
     link_class: str | None = _field("text")            # intra-host, inter-host or mixed (from hosts)
 
