@@ -106,14 +106,17 @@ class TorchBackend:
         return buf.to("cpu", self.torch.float64).numpy()
 
     # -- collectives
-    def call(self, op: str, send, recv, redop: str, inplace: bool):
+    def call(self, op: str, send, recv, redop: str, inplace: bool, asynchronous: bool = False):
+        """asynchronous: async_op=True, the call returning a handle to wait() on."""
         d, red = self.dist, self.redops.get(redop)
+        if asynchronous and op not in ("all_reduce", "all_gather", "reduce_scatter"):
+            raise KeyError(f"{op} has no asynchronous form here")
         if op == "all_reduce":
-            return functools.partial(d.all_reduce, recv, op=red)
+            return functools.partial(d.all_reduce, recv, op=red, async_op=asynchronous)
         if op == "all_gather":
-            return functools.partial(d.all_gather_into_tensor, recv, send)
+            return functools.partial(d.all_gather_into_tensor, recv, send, async_op=asynchronous)
         if op == "reduce_scatter":
-            return functools.partial(d.reduce_scatter_tensor, recv, send, op=red)
+            return functools.partial(d.reduce_scatter_tensor, recv, send, op=red, async_op=asynchronous)
         if op == "all_to_all":
             return functools.partial(d.all_to_all_single, recv, send)
         if op == "broadcast":
@@ -128,17 +131,6 @@ class TorchBackend:
                 for req in batch(ops):
                     req.wait()
             return sendrecv
-        raise KeyError(op)
-
-    def call_async(self, op: str, send, recv, redop: str, inplace: bool):
-        """start() -> a handle whose wait() ends the collective (the overlap bench): async_op=True."""
-        d, red = self.dist, self.redops.get(redop)
-        if op == "all_reduce":
-            return functools.partial(d.all_reduce, recv, op=red, async_op=True)
-        if op == "all_gather":
-            return functools.partial(d.all_gather_into_tensor, recv, send, async_op=True)
-        if op == "reduce_scatter":
-            return functools.partial(d.reduce_scatter_tensor, recv, send, op=red, async_op=True)
         raise KeyError(op)
 
     def copy(self, dst, src) -> None:
@@ -241,15 +233,19 @@ class MpiBackend:
     def to_numpy(self, buf) -> np.ndarray:
         return buf.astype(np.float64)
 
-    def call(self, op: str, send, recv, redop: str, inplace: bool):
+    def call(self, op: str, send, recv, redop: str, inplace: bool, asynchronous: bool = False):
+        """asynchronous: MPI's non-blocking form (Iallreduce, ...), returning a request to wait() on."""
         c, MPI, red = self.comm, self.MPI, self.redops.get(redop, self.MPI.OP_NULL)   # OP_NULL: ops that do not reduce
         src = MPI.IN_PLACE if inplace else send
+        if asynchronous and op not in ("all_reduce", "all_gather", "reduce_scatter"):
+            raise KeyError(f"{op} has no non-blocking form here")
+        mpi = (lambda name: getattr(c, "I" + name.lower())) if asynchronous else (lambda name: getattr(c, name))
         if op == "all_reduce":
-            return functools.partial(c.Allreduce, src, recv, red)
+            return functools.partial(mpi("Allreduce"), src, recv, red)
         if op == "all_gather":
-            return functools.partial(c.Allgather, src, recv)
+            return functools.partial(mpi("Allgather"), src, recv)
         if op == "reduce_scatter":
-            return functools.partial(c.Reduce_scatter_block, send, recv, red)
+            return functools.partial(mpi("Reduce_scatter_block"), send, recv, red)
         if op == "all_to_all":
             return functools.partial(c.Alltoall, src, recv)
         if op == "broadcast":
@@ -259,18 +255,6 @@ class MpiBackend:
         if op == "sendrecv":
             return functools.partial(c.Sendrecv, send, (self.rank + 1) % self.world, 0,
                                      recv, (self.rank - 1) % self.world, 0)
-        raise KeyError(op)
-
-    def call_async(self, op: str, send, recv, redop: str, inplace: bool):
-        """start() -> an MPI request whose wait() ends the collective (MPI's non-blocking calls)."""
-        c, MPI, red = self.comm, self.MPI, self.redops.get(redop, self.MPI.OP_NULL)
-        src = MPI.IN_PLACE if inplace else send
-        if op == "all_reduce":
-            return functools.partial(c.Iallreduce, src, recv, red)
-        if op == "all_gather":
-            return functools.partial(c.Iallgather, src, recv)
-        if op == "reduce_scatter":
-            return functools.partial(c.Ireduce_scatter_block, send, recv, red)
         raise KeyError(op)
 
     def copy(self, dst, src) -> None:

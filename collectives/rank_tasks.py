@@ -7,7 +7,7 @@ from collectives.timing import Plan, begin, measure, repeat
 
 def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool, asynchronous: bool = False):
     """Allocate and fill this rank's buffers; return (call, recv buffer, pattern). asynchronous:
-    the call starts the collective and returns a handle to wait() on (backend.call_async)."""
+    the call starts the collective and returns a handle to wait() on."""
     n, me = backend.world, backend.rank
     pattern = Pattern(op, dtype, redop, count, n)
     send_n, recv_n = OPS[op].buffer_counts(count, n)
@@ -24,8 +24,7 @@ def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool,
         recv = backend.view(send, me * recv_n, (me + 1) * recv_n)
     else:                             # all_reduce, broadcast, reduce, all_to_all: one buffer
         recv = send = backend.from_numpy(x, dtype)
-    make = backend.call_async if asynchronous else backend.call
-    return make(op, send, recv, redop, inplace), recv, pattern
+    return backend.call(op, send, recv, redop, inplace, asynchronous), recv, pattern
 
 
 def _checked_call(backend, spec: dict):

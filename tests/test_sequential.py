@@ -37,7 +37,7 @@ def sides(path):
 
 
 def test_the_looks_spend_alpha_and_no_more():
-    assert planned_looks(12) == [4, 6, 8, 12] and planned_looks(3) == [3] and planned_looks(20) == [4, 6, 8, 12, 16, 20]
+    assert planned_looks(12) == [6, 8, 12] and planned_looks(3) == [3] and planned_looks(20) == [6, 8, 12, 16, 20]
     for budget in (3, 6, 12, 20):
         spent = [look_alpha(n, budget) for n in range(0, budget + 3)]
         assert abs(sum(spent) - ALPHA) < 1e-12 and spent[budget + 1] == 0
