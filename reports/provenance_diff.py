@@ -34,7 +34,9 @@ def run_provenance(run) -> dict:
             rank_env.setdefault(k, set()).add(str(v))
     versions: dict[str, set] = {}
     for group in (run.meta.get("groups") or {}).values():
-        if isinstance(group, dict) and tuple(sorted((group.get("env") or {}).items())) in envs:
+        if not isinstance(group, dict) or group.get("side", "") != run.side:
+            continue   # the other side's groups: both sides' env can be empty (another interpreter only)
+        if tuple(sorted((group.get("env") or {}).items())) in envs:
             for k, v in (group.get("versions") or {}).items():
                 versions.setdefault(k, set()).add(str(v))
     return {**run.meta.get("provenance", {}), "rank_env": {k: " | ".join(sorted(v)) for k, v in rank_env.items()},

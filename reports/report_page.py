@@ -43,7 +43,7 @@ def names_by_difference(runs: list[Run]) -> list[str]:
     names = []
     for i, run in enumerate(runs):
         parts = [f"{k.split('.')[-1].removeprefix('MPIR_CVAR_')}={v[i]}" if k.startswith(("rank_env.", "env."))
-                 else str(v[i]) for k, v in keys if v[i] not in ("-", "")]
+                 else " ".join(str(v[i]).replace("Version:", "").split()) for k, v in keys if v[i] not in ("-", "")]
         name = ""
         for part in parts:   # whole parts only, up to about 70 characters
             if len(name) + len(part) > 70:

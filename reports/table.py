@@ -7,7 +7,7 @@ from dataclasses import replace
 from collectives.ops import OPS, bandwidths
 from collectives.sizes import format_size
 from layers.memory import comm_buffers
-from reports.results import CollectiveRow, LayerRow, Run, TuningRow, knob_text, layout, link_class, metrics
+from reports.results import CollectiveRow, LayerRow, Run, TuningRow, knob_text, layout, link_class, metrics, side_role
 
 HEADER = (f"#{'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'place':>5} "
           f"{'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}")
@@ -29,7 +29,7 @@ def render(rows: list[CollectiveRow]) -> str:
         out.append("")
         where = f" ({hosts}, {link_class(block[0].hosts)})" if block[0].hosts else ""
         out.append(f"# {op}  backend={backend}  algo={algo}  dtype={dtype}  nranks={nranks}{where}  "
-                   f"busbw factor={OPS[op].bus_factor(nranks):.3f}" + (f"  side {side}" if side else ""))
+                   f"busbw factor={OPS[op].bus_factor(nranks):.3f}" + (f"  {side_role(side)}" if side else ""))
         if knobs:
             out.append(f"# knobs: {knobs}" + hbm_text(block[0].knobs, communicators=1))
         out.append(HEADER + extra_head + (f" {'launch':>6}" if launches else ""))
@@ -77,7 +77,7 @@ def _ab_ratios(rows: list[CollectiveRow]) -> list[str]:
         ratios = [p["B"] / p["A"] for p in by_launch.values() if p.get("A") and p.get("B")]
         if ratios:
             if not out:
-                out = ["", "# A/B: time B / time A per interleaved pair (launch), median; > 1 means B is slower",
+                out = ["", "# A/B: time B (candidate) / time A (baseline) per interleaved pair (launch), median; > 1: B slower",
                        f"#{'op':>14} {'backend':>8} {'algo':>8} {'size':>10} {'place':>5} {'median':>7}  per pair"]
             backend, algo, op, _, _, inplace, size = key
             each = " ".join(f"{x:.2f}" for x in ratios[:8]) + (" ..." if len(ratios) > 8 else "")
@@ -123,7 +123,8 @@ def render_tuning(rows: list[TuningRow]) -> str:
     for r in rows:
         groups.setdefault((r.bench, r.backend, r.op, r.dtype, r.nranks, r.side, knob_text(r.knobs)), []).append(r)
     for (bench, backend, op, dtype, nranks, side, knobs), block in groups.items():
-        where = f"backend={backend}  nranks={nranks}" + (f"  side {side}" if side else "") + (f"  [{knobs}]" if knobs else "")
+        where = (f"backend={backend}  nranks={nranks}" + (f"  {side_role(side)}" if side else "")
+                 + (f"  [{knobs}]" if knobs else ""))
         out.append("")
         if bench == "overlap":
             out += [f"# overlap: {op} {dtype} started async, a matmul sized to match, then wait  {where}",

@@ -139,3 +139,24 @@ def test_the_per_op_table_equals_pooled_figures_computed_from_the_file(tmp_path)
         cells = re.findall(r"<td>([^<]*)</td>", row)
         assert cells[0] == f"{floor:.2f}" and cells[1] == f"{peak:.3f}", (op, cells, floor, peak)
         assert cells[7] == "3" and cells[8] == f"{spread:.2f}", (op, cells, spread)
+
+
+def test_sides_that_differ_only_in_interpreter_are_named_by_their_versions(tmp_path):
+    """Side B under another interpreter with no variables of its own: both sides' cells have an
+    empty group env, so each side's versions come from its own groups (their side), not both."""
+    from reports.report_page import names_by_difference
+    from tests.test_compare import write_ab
+    ab = write_ab(tmp_path / "ab.json", slow=1.3)
+    data = json.loads(open(ab).read())
+    for b in data["benchmarks"]:
+        b["extra_info"]["group_env"] = {}
+    data["hccl_bench"]["groups"] = {
+        f"g{side}": {"side": side, "env": {}, "versions": {"mpi_library": f"MPICH Version:      {v}",
+                                                           "python": f"3.11.7 /opt/{v}/bin/python"}}
+        for side, v in (("A", "4.2.3"), ("B", "5.0.2"))}
+    open(ab, "w").write(json.dumps(data))
+    runs = [load(ab, side="A"), load(ab, side="B")]
+    assert names_by_difference(runs) == ["MPICH 4.2.3; 3.11.7 /opt/4.2.3/bin/python (side A, baseline)",
+                                         "MPICH 5.0.2; 3.11.7 /opt/5.0.2/bin/python (side B, candidate)"]
+    html = open(render(runs, tmp_path / "page")["html"]).read()
+    assert "ranks.mpi_library" in html and "MPICH Version:      5.0.2" in html
