@@ -271,12 +271,13 @@ def test_the_last_lines_say_where_the_results_are_the_peaks_and_the_verdict(benc
     base = bench_run(*small, "--results", str(tmp_path / "base"), target="benches/test_collectives.py")
     assert base.returncode == 0, base.output[-2000:]
     proc = bench_run(*small, "--baseline", str(next((tmp_path / "base").glob("*/results.json"))),
-                     target="benches/test_collectives.py")
-    assert proc.returncode == 0, proc.output[-3000:]
+                     "--inconclusive", "pass", target="benches/test_collectives.py")
+    assert proc.returncode == 0, proc.output[-3000:]   # one launch a side: never a confirmed regression
     last = proc.stdout.splitlines()[-15:]
     assert any(line.startswith("# results: ") and line.endswith("(complete)") for line in last), last
     assert any(line.startswith("# peak busbw all_reduce: gloo ") and ", mpi " in line for line in last), last
-    assert any(line.startswith("# verdict: no confirmed regression (") for line in last), last
+    assert any(line.startswith(("# verdict: INCONCLUSIVE: no confirmed regression", "# verdict: no regression: every"))
+               for line in last), last
     ours = proc.stdout[proc.stdout.index("hccl-bench ="):].splitlines()
     assert [line for line in ours if len(line) > 120 and not line.startswith("# results: ")] == []   # a path is a path
     assert "Legend:" not in proc.stdout          # pytest-benchmark's own tables are off by default
@@ -309,7 +310,7 @@ def test_ab_until_decided_stops_each_cell_at_its_decision(bench_run, tmp_path):
                      "--max-repeat", "10", "--label", "A=as is", "--label", "B=async progress",
                      target="benches/test_collectives.py")
     assert proc.returncode == 1, proc.output[-3000:]
-    assert "# A/B look after 6 launches (alpha 0.0375" in proc.output and "# verdict: REGRESSION" in proc.output
+    assert "# A/B look after 6 launches (alpha 0.0300" in proc.output and "# verdict: REGRESSION" in proc.output
     result = next(bench_run.results.glob("*/results.json"))
     data = json.loads(result.read_text())
     seq = data["hccl_bench"]["sequential"]

@@ -93,7 +93,7 @@ def test_a_wide_interval_is_clipped_not_drawn_to_scale(tmp_path):
     ratio, low, high, marks = clipped_band(cmp.cells)
     assert min(low) >= RATIO_RANGE[0] and max(high) <= RATIO_RANGE[1] and min(ratio) >= RATIO_RANGE[0]
     assert {size for size, _ in marks} == {c.size for c in cmp.cells if c.high > 4 or c.low < 0.25} != set()
-    png = _ratio_figure([("b / a", cmp)], next(iter(a.cells.values())).series)
+    png = _ratio_figure([("b / a", cmp)], [next(iter(a.cells.values())).series])
     assert matplotlib.image.imread(io.BytesIO(base64.b64decode(png)), format="png").shape[0] > 100
 
 
