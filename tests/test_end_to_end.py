@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from reports.result_files import load
 from tests.conftest import ROOT, processes_with_tag, run_cli
 
 pytestmark = pytest.mark.slow
@@ -202,6 +203,11 @@ def test_ab_source_runs_side_b_under_another_stack(bench_run, tmp_path):
     assert rep.returncode == 0, rep.stderr
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "ranks.python" in html and f"<td class=l>{sys.version.split()[0]} {stack / 'python3'}" in html
+    from reports.report_page import names_by_difference
+    names = names_by_difference([load(result, side="A"), load(result, side="B")])
+    version = sys.version.split()[0]   # each legend leads with its side's interpreter (long paths cut at 70)
+    assert names[1].startswith(f"{version} {str(stack)[:40]}") and names[1].endswith("(side B, candidate)"), names
+    assert names[0].startswith(f"{version} {sys.executable[:40]}") and names[0].endswith("(side A, baseline)"), names
 
 
 def test_ab_pair_fails_together_when_one_side_dies(bench_run):
