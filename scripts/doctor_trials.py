@@ -55,9 +55,11 @@ def ranks_in(netns: str) -> list[int]:
     return found
 
 
-def pin_and_hog(stop: threading.Event, hogs: list, count: int = 1) -> None:
+def pin_and_hog(stop: threading.Event, hogs: list, count: int = 1, yield_rank: bool = False) -> None:
     """`count` busy loops on core 0 from the start; as soon as the ranks exist, node2's rank joins
-    them on core 0 and node1's rank gets core 1 to itself."""
+    them on core 0 and node1's rank gets core 1 to itself. yield_rank: node2's rank also gets nice
+    19, its threads and its autogroup (the kernel shares a core between sessions first, so a rank
+    started in another session kept half the core and ran only 1.25x slower in one CI run)."""
     hogs += [subprocess.Popen(["taskset", "-c", "0", PY, "-c", "while True: pass"]) for _ in range(count)]
     while not stop.is_set():
         one, two = ranks_in("hbc-h1"), ranks_in("hbc-h2")
@@ -66,8 +68,20 @@ def pin_and_hog(stop: threading.Event, hogs: list, count: int = 1) -> None:
                 subprocess.run(["taskset", "-a", "-p", "-c", "1", str(pid)], capture_output=True)
             for pid in two:
                 subprocess.run(["taskset", "-a", "-p", "-c", "0", str(pid)], capture_output=True)
+                if yield_rank:
+                    _yield(pid)
             return
         time.sleep(0.02)
+
+
+def _yield(pid: int) -> None:
+    """nice 19 for every thread of `pid` (later threads inherit it) and for its autogroup."""
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            os.setpriority(os.PRIO_PROCESS, int(task.name), 19)
+        Path(f"/proc/{pid}/autogroup").write_text("19")
+    except OSError:
+        pass   # the rank ended, or autogroups are off: the pinning alone stays
 
 
 def named(result: dict) -> list[str]:

@@ -56,9 +56,9 @@ def test_doctor_on_the_emulated_cluster(tmp_path):
         cluster("down")
         up = json.loads(cluster("up", "--hosts", "2", "--link", "1gbit", "--json").stdout)
         stop, hogs = threading.Event(), []
-        # two busy loops (the rank gets a third of its core): CI runs this once, beside other work,
-        # so the fault is made plain; the 20-run trials use one
-        watcher = threading.Thread(target=doctor_trials.pin_and_hog, args=(stop, hogs, 2))
+        # two busy loops and the rank yielding to them: CI runs this once, beside other work, so the
+        # fault is made plain; the 20-run trials use one loop and no yielding
+        watcher = threading.Thread(target=doctor_trials.pin_and_hog, args=(stop, hogs, 2, True))
         watcher.start()
         try:
             assert run(up, 2, "hog") == (1, ["rank:node2"])
