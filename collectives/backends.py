@@ -137,6 +137,10 @@ class TorchBackend:
         """dst[:] = src, both 1-D buffers of this backend (gradient bucket copies)."""
         dst.copy_(src)
 
+    def scale(self, buf, factor: float) -> None:
+        """buf *= float32(factor): the same rounding as the mpi backend's numpy."""
+        buf.mul_(float(np.float32(factor)))
+
     # -- point to point (the doctor's link measurements)
     def exchange(self, peer: int, send, recv) -> None:
         """Send to and receive from `peer` at once; both sides call it."""
@@ -259,6 +263,9 @@ class MpiBackend:
 
     def copy(self, dst, src) -> None:
         dst[:] = src
+
+    def scale(self, buf, factor: float) -> None:
+        buf *= np.float32(factor)
 
     def exchange(self, peer: int, send, recv) -> None:
         self.comm.Sendrecv(send, peer, 7, recv, peer, 7)

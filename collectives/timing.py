@@ -99,6 +99,12 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Ca
     return cal, times
 
 
+def run(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> dict:
+    """`measure`, then finish(K, round ns per loop) with the calibration added: a bench's result."""
+    cal, times = measure(loops, backend, plan)
+    return {**finish(cal.k, times), "calibration": cal.record()}
+
+
 def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> None:
     """Round-interleaved A/B: warm up now and keep the loops on this rank, so the driver can
     alternate single rounds of two worker groups (two stacks) milliseconds apart; `end` then

@@ -12,7 +12,7 @@ import numpy as np
 from collectives import timing
 from collectives.ops import count_wrong
 from collectives.rank_tasks import prepare
-from collectives.timing import Plan, measure
+from collectives.timing import Plan, repeat
 from layers.memory import bucket_plan, mlp_gradient_sizes
 
 SEED = 20261201
@@ -44,17 +44,10 @@ def _sized_matmul(backend, target_s: float) -> tuple[Callable[[], object], int]:
     lo, hi = MATMUL_N
     n = 64
     for _ in range(2):
-        t = _per_iter_s(_repeat(_matmul(backend, n)), backend)
+        t = _per_iter_s(repeat(_matmul(backend, n)), backend)
         n = int(min(hi, max(lo, round(n * (target_s / t) ** (1 / 3)))))
     n = int(backend.max_float(float(n)))
     return _matmul(backend, n), n
-
-
-def _repeat(call):
-    def loop(k: int) -> None:
-        for _ in range(k):
-            call()
-    return loop
 
 
 def overlap(backend, spec: dict):
@@ -80,7 +73,7 @@ def overlap(backend, spec: dict):
     def finish(k, times):
         return {"wrong": wrong, "iters": k, "round_ns": times[0], "comm_round_ns": times[1],
                 "comp_round_ns": times[2], "matmul_n": n}
-    return [both, comm, _repeat(mm)], finish
+    return [both, comm, repeat(mm)], finish
 
 
 def seeded_gradients(sizes: list[int], rank: int, integers: bool) -> list[np.ndarray]:
@@ -89,14 +82,6 @@ def seeded_gradients(sizes: list[int], rank: int, integers: bool) -> list[np.nda
     if integers:
         return [rng.integers(-3, 4, n).astype(np.float32) for n in sizes]
     return [rng.standard_normal(n).astype(np.float32) for n in sizes]
-
-
-def _scale(backend, buf, factor: float) -> None:
-    """buf *= float32(factor), the same rounding in numpy and torch."""
-    if backend.name == "mpi":
-        buf *= np.float32(factor)
-    else:
-        buf.mul_(float(np.float32(factor)))
 
 
 def bucket(backend, spec: dict):
@@ -112,12 +97,13 @@ def bucket(backend, spec: dict):
         def step() -> None:
             for g, call in zip(grads, calls):
                 call()
-                _scale(backend, g, 1 / world)
+                backend.scale(g, 1 / world)
     else:
         flats = [backend.full(sum(sizes[i] for i in members), 0.0, "float32") for members in plan]
-        ends = [np.cumsum([sizes[i] for i in members]) for members in plan]
-        views = [[(backend.view(flat, int(end) - sizes[i], int(end)), grads[i]) for i, end in zip(members, last)]
-                 for flat, members, last in zip(flats, plan, ends)]
+        views = []   # per bucket: (its slice of the flat buffer, the gradient it holds)
+        for flat, members in zip(flats, plan):
+            offsets = np.cumsum([0] + [sizes[i] for i in members])
+            views.append([(backend.view(flat, int(o), int(o) + sizes[i]), grads[i]) for i, o in zip(members, offsets)])
         calls = [backend.call("all_reduce", flat, flat, "sum", True) for flat in flats]
 
         def step() -> None:
@@ -125,7 +111,7 @@ def bucket(backend, spec: dict):
                 for view, g in pairs:
                     backend.copy(view, g)
                 call()
-                _scale(backend, flat, 1 / world)
+                backend.scale(flat, 1 / world)
                 for view, g in pairs:
                     backend.copy(g, view)
     step()
@@ -139,7 +125,7 @@ def bucket(backend, spec: dict):
     def finish(k, times):
         return {"wrong": wrong, "iters": k, "round_ns": times[0], "calls": len(plan), "tensors": len(sizes),
                 "model_bytes": 4 * sum(sizes)}
-    return [_repeat(step)], finish
+    return [repeat(step)], finish
 
 
 def error_bound(comm_dtype: str, world: int, inputs: list[np.ndarray], scale: np.ndarray) -> np.ndarray:
@@ -173,7 +159,7 @@ def compress(backend, spec: dict):
         def step() -> None:
             for v, call in zip(views, calls):
                 call()
-                _scale(backend, v, 1 / world)
+                backend.scale(v, 1 / world)
     elif kind in ("bfloat16", "float16"):
         halves = [backend.full(b - a, 0.0, kind) for a, b in bounds]
         calls = [backend.call("all_reduce", h, h, "sum", True) for h in halves]
@@ -181,7 +167,7 @@ def compress(backend, spec: dict):
         def step() -> None:
             for v, h, call in zip(views, halves, calls):
                 backend.copy(h, v)
-                _scale(backend, h, 1 / world)
+                backend.scale(h, 1 / world)
                 call()
                 backend.copy(v, h)
     else:
@@ -203,7 +189,7 @@ def compress(backend, spec: dict):
 
     def finish(k, times):
         return {**checked, "iters": k, "round_ns": times[0]}
-    return [_repeat(step)], finish
+    return [repeat(step)], finish
 
 
 def _int8_step(backend, views, bounds):
@@ -244,8 +230,7 @@ BENCHES = {"overlap": overlap, "bucket": bucket, "compress": compress}
 
 def run(backend, spec: dict) -> dict:
     loops, finish = BENCHES[spec["bench"]](backend, spec)
-    cal, times = measure(loops, backend, Plan(**spec["plan"]))
-    return {**finish(cal.k, times), "calibration": cal.record()}
+    return timing.run(loops, finish, backend, Plan(**spec["plan"]))
 
 
 def begin(backend, spec: dict) -> dict:

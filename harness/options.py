@@ -24,6 +24,7 @@ BENCH_SIZES = "8:32M:4"
 SMOKE_SIZES = "8,4K,64K"
 MPI_THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 COMM_DTYPES = ("float32", "bfloat16", "float16", "int8")
+BUCKETS = "0,1M,4M,16M,64M,256M"   # the bucketing bench's default bucket sizes (0: one all_reduce per tensor)
 INPLACE_MODES = {"auto": ("auto",), "0": ("out",), "out": ("out",), "1": ("in",), "in": ("in",), "both": ("out", "in")}
 
 
@@ -56,7 +57,7 @@ class Options:
     inconclusive: str = "fail"       # the gate on cells without enough evidence: "fail" (exit 6) or "pass"
     labels: dict = field(default_factory=dict)   # side -> what to call it ("A": "mpich 4.2.3")
     knobs: dict = field(default_factory=dict)    # --knobs: variable -> values, each value a series in its own group
-    buckets: list[int] = field(default_factory=lambda: [0, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20])
+    buckets: list[int] = field(default_factory=lambda: [0 if b == "0" else parse_size(b) for b in BUCKETS.split(",")])
     comm_dtypes: list[str] = field(default_factory=lambda: list(COMM_DTYPES))
     mpi_thread_level: str = ""   # "" = mpi4py's default (multiple)
     results: str = "results"
@@ -129,7 +130,7 @@ def add_options(parser) -> None:
     g.addoption("--knobs", action="append", default=[],
                 help="NAME=v1,v2,... (repeatable): run each selected case once per value, in its own worker group with "
                      "the variable set, as its own series (HCCL_BUFFSIZE=100,200,400, NCCL_PROTO=LL,Simple, MPIR_CVAR_*)")
-    g.addoption("--buckets", default="0,1M,4M,16M,64M,256M",
+    g.addoption("--buckets", default=BUCKETS,
                 help="gradient bucket sizes of the bucketing bench (0: one all_reduce per tensor)")
     g.addoption("--comm-dtypes", default=",".join(COMM_DTYPES),
                 help=f"gradient communication types of the compression bench: {', '.join(COMM_DTYPES)}")

@@ -290,7 +290,7 @@ def _compare_with_baseline(bench: BenchSession) -> dict:
     """--baseline: compare this run with a stored one; a confirmed regression, or a baseline of
     another setup, fails the session."""
     from harness import baselines
-    from reports.gate import dumps, judge_pair
+    from reports.gate import judge_pair
     from reports.result_files import load
     from reports.results import ResultError
     result = str(bench.run_dir / "results.json")
@@ -301,16 +301,23 @@ def _compare_with_baseline(bench: BenchSession) -> dict:
         return {"text": f"# baseline comparison impossible: {exc}", "fail": True}
     if judgement.refused:
         return {"text": f"# baseline refused: {judgement.refused}", "fail": True}
-    files.write_atomic(bench.run_dir / "compare.md", judgement.markdown + "\n")
-    files.write_atomic(bench.run_dir / "compare.json", dumps(judgement))
+    return _gate(bench, judgement, "compare", f"{judgement.headline} vs baseline {base}")
+
+
+def _gate(bench: BenchSession, judgement, stem: str, headline: str) -> dict:
+    """A pair's verdict as the session's: STEM.md and STEM.json in the run folder, and its exit
+    status (1 regression, 6 inconclusive cells unless --inconclusive pass)."""
+    from reports.gate import dumps
+    files.write_atomic(bench.run_dir / f"{stem}.md", judgement.markdown + "\n")
+    files.write_atomic(bench.run_dir / f"{stem}.json", dumps(judgement))
     code = judgement.exit_status(bench.opts.inconclusive)
-    return {"text": judgement.text, "fail": code != 0, "exit": code, "headline": f"{judgement.headline} vs baseline {base}"}
+    return {"text": judgement.text, "fail": code != 0, "exit": code, "headline": headline}
 
 
 def _judge_sequential_ab(bench: BenchSession) -> dict:
     """--ab-until-decided: side B (candidate) against side A (baseline), the looks replayed from
     the results just written (what `hccl-bench compare RUN --ab` prints); its verdict is the gate."""
-    from reports.gate import dumps, judge_pair
+    from reports.gate import judge_pair
     from reports.result_files import load
     from reports.results import ResultError
     result = bench.run_dir / "results.json"
@@ -320,12 +327,8 @@ def _judge_sequential_ab(bench: BenchSession) -> dict:
         return {"text": f"# A/B verdict impossible: {exc}", "fail": True, "exit": 1}
     if judgement.refused:
         return {"text": f"# A/B refused: {judgement.refused}", "fail": True, "exit": 1}
-    files.write_atomic(bench.run_dir / "ab.md", judgement.markdown + "\n")
-    files.write_atomic(bench.run_dir / "ab.json", dumps(judgement))
-    code = judgement.exit_status(bench.opts.inconclusive)
     used = bench.sequential.launches_used if bench.sequential else 0
-    return {"text": judgement.text, "fail": code != 0, "exit": code,
-            "headline": f"{judgement.headline}; A/B launches used {used} of {bench.opts.repeat}"}
+    return _gate(bench, judgement, "ab", f"{judgement.headline}; A/B launches used {used} of {bench.opts.repeat}")
 
 
 def _judge_history(bench: BenchSession) -> dict:

@@ -42,6 +42,7 @@ class BenchSession:
         self.verdicts: list[dict] = []      # --baseline comparison, --history guard: filled at session end
         self.sequential: Sequential | None = None   # --ab-until-decided: the latest look
         self.looked = 0                      # launches that look rested on
+        self._decided: dict[tuple, str] = {}   # cell key -> why it is not measured again
         self.store = RunStore(opts.results, self.started.astimezone().strftime("%Y%m%d-%H%M%S"), self._session_line)
         self.pairing = ABPairing(self._call, self._run)
 
@@ -94,6 +95,8 @@ class BenchSession:
         if not (set(base.cells) & set(cand.cells)):
             return []
         self.sequential = run_looks(base, cand, self.opts.repeat)
+        self._decided = {c.key: f"decided after {self.sequential.decided_at[c.key]} launches: {c.verdict}"
+                         for c in self.sequential.comparison.cells if c.key in self.sequential.decided_at}
         if not self.sequential.looks or self.sequential.looks[-1].launches != launches:
             return []   # every cell was decided at an earlier look
         self.store.append({"look": vars(self.sequential.looks[-1])})
@@ -101,14 +104,7 @@ class BenchSession:
 
     def decided(self, case) -> str:
         """Why a sequential A/B needs no more launches of this case ('' while it is undecided)."""
-        if self.sequential is None:
-            return ""
-        key = cell_key(case)
-        at = self.sequential.decided_at.get(key)
-        if at is None:
-            return ""
-        verdict = next(c.verdict for c in self.sequential.comparison.cells if c.key == key)
-        return f"decided after {at} launches: {verdict}"
+        return self._decided.get(cell_key(case), "") if self._decided else ""
 
     def _measure(self, case, label, spec: dict, begin_kind: str) -> tuple[list[dict], dict]:
         """A case measured alone, or with its A/B partner (rounds interleaved)."""
@@ -131,8 +127,7 @@ class BenchSession:
 
     @staticmethod
     def _tuning_label(case: TuningCase) -> dict:
-        side = f" side {case.side}" if case.side else ""
-        return {"id": case.id, "what": f"{case.bench} {case.id} backend={case.backend} nranks={case.nranks}{side}"}
+        return {"id": case.id, "what": f"{case.id} nranks={case.nranks}"}
 
     @staticmethod
     def _layer_label(case: LayerCase) -> dict:

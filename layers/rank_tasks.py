@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from collectives import timing
-from collectives.timing import Plan, measure
+from collectives.timing import Plan
 from layers import pipeline
 from layers.mesh import Axis, ParallelDims
 from layers.mesh import create_groups as _create_groups
@@ -263,8 +263,7 @@ def run(backend, spec: dict) -> dict:
         _need_torch(backend)
         return CHECKS[spec["task"]](backend, spec)
     loops, finish = _loops(backend, spec)
-    cal, times = measure(loops, backend, Plan(**spec["plan"]))
-    return {**finish(cal.k, times), "calibration": cal.record()}
+    return timing.run(loops, finish, backend, Plan(**spec["plan"]))
 
 
 def begin(backend, spec: dict) -> dict:

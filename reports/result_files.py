@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from reports.results import SCHEMA, Cell, NoCells, ResultError, Row, Run, Series, row_from_json
+from reports.results import SCHEMA, Cell, NoCells, ResultError, Row, Run, Series, knob_text, row_from_json
 
 
 def size_limit(variable: str, default_mib: int) -> int:
@@ -187,13 +187,13 @@ def knob_sides(run: Run, name: str, base: str, cand: str) -> tuple[Run, Run]:
     def side(value: str) -> Run:
         cells = {}
         for (series, size), cell in run.cells.items():
-            knobs = dict(kv.split("=", 1) for kv in (series.knobs or "").split())
+            knobs = dict(cell.row.knobs)
             if knobs.pop(name, None) != value:
                 continue
-            renamed = replace(series, knobs=" ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or None)
+            renamed = replace(series, knobs=knob_text(knobs))
             cells[(renamed, size)] = replace(cell, series=renamed)
         if not cells:
-            found = sorted({kv for s, _ in run.cells for kv in (s.knobs or "").split() if kv.startswith(f"{name}=")})
+            found = sorted({f"{name}={c.row.knobs[name]}" for c in run.cells.values() if name in c.row.knobs})
             raise NoCells(f"{run.path} holds no cells with {name}={value} (it has: {', '.join(found) or 'no such knob'})")
         return replace(run, cells=cells, meta={**run.meta, "label": f"{name}={value}"})
     return side(base), side(cand)

@@ -23,7 +23,7 @@ from reports.compare import ALPHA, DECIDED, DEFAULT_MIN_EFFECT, CellResult, Comp
 from reports.results import Cell, Run, key_order
 
 # launches after which a look is planned; none before 6: four launches whose ratios happened to be
-# alike in size gave a t of 19 on 3 degrees of freedom in one draw of eight from a real A/A
+# alike in size gave a t of 17 on 3 degrees of freedom in one draw of eight from a real A/A
 LOOK_POINTS = (6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
