@@ -20,6 +20,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -179,7 +180,7 @@ def _arrival_repeat(results: list[dict]) -> dict:
 
 
 def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str = "127.0.0.1",
-             log_dir: Path = Path("doctor-logs"), repeat: int = 5, nbytes: int = 1 << 20, min_effect: float = 0.5,
+             log_dir: Path = Path("results/doctor/logs"), repeat: int = 5, nbytes: int = 1 << 20, min_effect: float = 0.5,
              rank_effect: float = 0.25, timeout_s: float = 300.0) -> Diagnosis:
     pool = GroupPool(log_dir, driver_host)
     key = GroupKey(backend, nproc, launcher=launcher)
@@ -296,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nproc", type=int, required=True, help="ranks in all; each host needs at least one")
     parser.add_argument("--backend", default="mpi", choices=["mpi", "gloo", "nccl", "hccl"])
     parser.add_argument("--driver-host", default="127.0.0.1", help="the address every rank reaches the driver at")
-    parser.add_argument("-o", "--output", help="folder for doctor.html (heatmap), doctor.md and the ranks' logs")
+    parser.add_argument("-o", "--output", help="folder for doctor.html (heatmap), doctor.md and the ranks' logs "
+                        "(default: a new results/doctor-<timestamp>/)")
     parser.add_argument("--json", help="write the suspects and measurements as JSON")
     parser.add_argument("--repeat", type=int, default=5, help="independent measurements each judgement rests on (>= 3)")
     parser.add_argument("--bytes", default="1M", help="message size of the bandwidth exchanges (default 1M)")
@@ -314,9 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.min_effect > 0 and args.rank_effect > 0):
             raise ValueError(f"--min-effect {args.min_effect} --rank-effect {args.rank_effect}: give numbers > 0")
         (nbytes,) = parse_sizes(args.bytes)
-        out = Path(args.output) if args.output else None
-        diag = diagnose(args.launcher, args.nproc, args.backend, args.driver_host,
-                        (out or Path(".")) / "doctor-logs", args.repeat, nbytes, args.min_effect, args.rank_effect,
+        out = Path(args.output) if args.output else files.new_run_dir("results", time.strftime("doctor-%Y%m%d-%H%M%S"))
+        diag = diagnose(args.launcher, args.nproc, args.backend, args.driver_host, out / "logs", args.repeat, nbytes, args.min_effect, args.rank_effect,
                         args.timeout)
     except (ValueError, SizeError) as exc:
         print(f"hccl-bench doctor: {exc}", file=sys.stderr)
@@ -330,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text(diag))
     print(f"# rounds: {diag.rounds} ({len(diag.hosts)} hosts); message {format_size(nbytes)}; "
           f"{args.repeat} repeats")
-    write_outputs(diag, Path(args.output) if args.output else None, args.json)
+    write_outputs(diag, out, args.json)
+    print(f"# doctor.html, doctor.md and the ranks' logs: {out}")
     return EXIT_SUSPECT if diag.suspects else EXIT_HEALTHY
 
 

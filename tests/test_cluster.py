@@ -55,14 +55,33 @@ def leftovers() -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def two_hosts():
+def test_down_is_idempotent_and_up_without_root_is_one_line():
+    """First in this file, before any fixture's cluster is up; `down` twice: the second finds nothing."""
     if SKIP:
         pytest.skip(SKIP)
     cluster("down")
-    up = cluster("up", "--hosts", "2", "--link", "1gbit", *(["--slurm"] if SLURM else []), "--json")
-    yield json.loads(up.stdout)
+    assert "nothing to remove" in cluster("down").stdout
+    as_nobody = ("import os, sys; from harness.cluster import main; "   # imported first: nobody cannot read /root
+                 "os.setgroups([]); os.setegid(65534); os.seteuid(65534); sys.exit(main(['up', '--hosts', '2']))")
+    nobody = subprocess.run([sys.executable, "-c", as_nobody], cwd=ROOT, capture_output=True, text=True)
+    assert nobody.returncode == 2 and nobody.stderr.strip() == ("hccl-bench cluster: the emulated cluster needs root "
+                                                                "(network namespaces, a bridge, tc): run it as root")
+    bad = cluster("up", "--hosts", "2", "--link", "1gigabit", check=False)
+    assert bad.returncode == 2 and "--link '1gigabit'" in bad.stderr and leftovers() == []
+
+
+@pytest.fixture(scope="module")
+def two_hosts():
+    """Two hosts for this module; `down` runs on every path after `up` was tried (a failed or
+    skipped test included), and the machine is checked to hold nothing of it afterwards."""
+    if SKIP:
+        pytest.skip(SKIP)
     cluster("down")
+    try:
+        up = cluster("up", "--hosts", "2", "--link", "1gbit", *(["--slurm"] if SLURM else []), "--json")
+        yield json.loads(up.stdout)
+    finally:
+        cluster("down")
     assert leftovers() == []
 
 
@@ -147,16 +166,3 @@ def test_four_hosts_one_rank_each_full_sweep_through_srun(bench_run, tmp_path):
     finally:
         cluster("down")
     assert leftovers() == []
-
-
-def test_down_is_idempotent_and_up_without_root_is_one_line():
-    if SKIP:
-        pytest.skip(SKIP)
-    assert "nothing to remove" in cluster("down").stdout
-    as_nobody = ("import os, sys; from harness.cluster import main; "   # imported first: nobody cannot read /root
-                 "os.setgroups([]); os.setegid(65534); os.seteuid(65534); sys.exit(main(['up', '--hosts', '2']))")
-    nobody = subprocess.run([sys.executable, "-c", as_nobody], cwd=ROOT, capture_output=True, text=True)
-    assert nobody.returncode == 2 and nobody.stderr.strip() == ("hccl-bench cluster: the emulated cluster needs root "
-                                                                "(network namespaces, a bridge, tc): run it as root")
-    bad = cluster("up", "--hosts", "2", "--link", "1gigabit", check=False)
-    assert bad.returncode == 2 and "--link '1gigabit'" in bad.stderr and leftovers() == []
