@@ -163,7 +163,7 @@ class WorkerGroup:
             base["HCCL_BENCH_TCP_STORE"] = f"{self.driver_host}:{self.store.port}"  # type: ignore[attr-defined]
         base.update({"HCCL_BENCH_BACKEND": self.key.backend, "HCCL_BENCH_TOKEN": token,
                      "HCCL_BENCH_DRIVER_HOST": self.driver_host, "HCCL_BENCH_DRIVER_PORT": str(port),
-                     "HCCL_BENCH_LOG_DIR": str(self.log_dir),
+                     "HCCL_BENCH_LOG_DIR": str(self.log_dir.absolute()),  # ranks start in the repository
                      "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))})
         for var, value in RANK_ENV_DEFAULTS.items():
             base.setdefault(var, value)

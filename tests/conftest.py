@@ -72,3 +72,26 @@ def run_cli(*args) -> subprocess.CompletedProcess:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main([str(a) for a in args])
     return subprocess.CompletedProcess(["hccl-bench", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+def _untracked() -> set[str] | None:
+    """Ignored paths in the checkout (what tools write: results/, logs), or None outside a git checkout.
+    Untracked source files are left out: an editor may make one while the suite runs."""
+    proc = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    paths = {line[3:] for line in proc.stdout.splitlines() if line[:2] == "!!"}
+    return {p for p in paths if "__pycache__" not in p and ".egg-info" not in p}
+
+
+_BEFORE = _untracked()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A test leaves nothing in the checkout: whatever the suite added there fails the session."""
+    after = _untracked()
+    if _BEFORE is None or after is None or not (new := sorted(after - _BEFORE)):
+        return
+    print(f"\nhccl-bench tests: the suite left {len(new)} new files in the checkout: {', '.join(new[:10])}")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -268,6 +268,8 @@ def test_the_default_relative_results_folder_works_from_any_directory(bench_run,
                           cwd=tmp_path, env=bench_run.env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert len(list((tmp_path / "results").glob("*/results.json"))) == 1
+    # the ranks start in the repository: their logs must still land in this run's folder
+    assert len(list((tmp_path / "results").glob("*/logs/*/rank0.log"))) == 2
     assert bench_run.leftovers() == []
 
 
