@@ -1,4 +1,4 @@
-"""Portable algorithm names -> each library's own switch (DESIGN §5).
+"""Portable algorithm names -> each library's own switch (ARCHITECTURE.md, Algorithm switches).
 
 ``resolve(backend, algo, op, mpi_family)`` returns the environment a worker group needs before
 its communicator exists, or an ``Unsupported`` reason. An algorithm a backend or op lacks is never
@@ -7,6 +7,9 @@ run as the default under another name.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from collectives import capabilities
+from collectives.capabilities import Target
 
 PORTABLE = ("default", "ring", "tree")
 BACKENDS = ("gloo", "mpi", "nccl", "hccl")
@@ -17,16 +20,18 @@ class Unsupported:
     reason: str
 
 
-# --- HCCL: HCCL_ALGO="<op>=level0:NA;level1:<algo>/..." (CANN env var reference, HCCL_ALGO)
+# --- HCCL: HCCL_ALGO="<op>=level0:NA;level1:<algo>/..." (CANN env var reference, HCCL_ALGO). Which
+# op has which algorithm on which product: collectives.capabilities.HCCL_ALGO_SUPPORT.
 HCCL_OP = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter",
            "broadcast": "broadcast", "reduce": "reduce", "all_to_all": "alltoall"}
 HCCL_NATIVE = ("ring", "H-D_R", "NHR", "NHR_V1", "NB", "pipeline", "pairwise", "AHC")
 HCCL_PORTABLE = {"ring": "ring", "tree": "H-D_R"}  # HCCL has no tree; RHD is its logarithmic one
 
-# --- NCCL: NCCL_ALGO applies to collectives; alltoall and send/recv are point-to-point.
-NCCL_NATIVE = ("Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")
+# --- NCCL: NCCL_ALGO applies to collectives; alltoall and send/recv are point-to-point. Which op
+# has which algorithm: collectives.capabilities.NCCL_ALGO_OPS.
+NCCL_NATIVE = tuple(capabilities.NCCL_ALGO_OPS)
 NCCL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
-NCCL_PORTABLE = {"ring": ("Ring", NCCL_COLLECTIVES), "tree": ("Tree", ("all_reduce",))}
+NCCL_PORTABLE = {"ring": "Ring", "tree": "Tree"}
 
 # --- MPICH: MPIR_CVAR_<OP>_INTRA_ALGORITHM; values as listed by `mpivars` of MPICH 4.x/5.0.
 MPICH_CVAR = {"all_reduce": "ALLREDUCE", "all_gather": "ALLGATHER", "reduce_scatter": "REDUCE_SCATTER_BLOCK",
@@ -75,6 +80,16 @@ def split(algo: str) -> tuple[str | None, str]:
     return None, algo
 
 
+def native_name(backend: str, algo: str) -> str:
+    """The library's own name for `algo` on `backend` ('' for default or another backend's)."""
+    owner, value = split(algo)
+    if value == "default" or owner not in (None, backend):
+        return ""
+    if owner is None:
+        return {"hccl": HCCL_PORTABLE, "nccl": NCCL_PORTABLE}.get(backend, {}).get(value, "")
+    return value
+
+
 def validate(algo: str) -> str | None:
     """An error message for a malformed or unknown --algos entry, else None."""
     backend, value = split(algo)
@@ -93,36 +108,34 @@ def validate(algo: str) -> str | None:
     return None
 
 
-def resolve(backend: str, algo: str, op: str, mpi_family: str = "mpich") -> dict[str, str] | Unsupported:
-    """Environment that forces `algo` for `op` on `backend`; {} for the library's own choice."""
-    target, value = split(algo)
-    if target is not None and target != backend:
-        return Unsupported(f"{algo} is a {target} algorithm, not {backend}'s")
+def resolve(backend: str, algo: str, op: str, mpi_family: str = "mpich",
+            target: Target | None = None) -> dict[str, str] | Unsupported:
+    """Environment that forces `algo` for `op` on `backend`; {} for the library's own choice.
+    With a `target` (the device facts and rank layout) nccl and hccl are checked against the
+    capability table for that device; without one, only what the library lacks everywhere."""
+    owner, value = split(algo)
+    if owner is not None and owner != backend:
+        return Unsupported(f"{algo} is a {owner} algorithm, not {backend}'s")
     if value == "default":
         return {}
     if op == "sendrecv":
         return Unsupported("sendrecv is point-to-point: no collective algorithm applies")
-    portable = target is None
+    portable = owner is None
     if backend == "gloo":
         return Unsupported("gloo has no algorithm switch (it runs its own ring/halving-doubling internally)")
     if backend == "hccl":
         native = HCCL_PORTABLE[value] if portable else value
         if op not in HCCL_OP:
             return Unsupported(f"HCCL_ALGO has no setting for {op}")
-        if native == "pairwise" and op != "all_to_all":
-            return Unsupported("HCCL's pairwise is for alltoall only")
-        if op == "all_to_all" and native not in ("pairwise",) and portable:
-            return Unsupported(f"HCCL has no {value} algorithm for alltoall (only pairwise)")
+        if why := capabilities.hccl_algo_reason(native, op, target):
+            return Unsupported(why)
         return {"HCCL_ALGO": f"{HCCL_OP[op]}=level0:NA;level1:{native}"}
     if backend == "nccl":
-        if portable:
-            native, ops = NCCL_PORTABLE[value]
-            if op not in ops:
-                return Unsupported(f"NCCL has no {value} algorithm for {op}")
-        else:
-            native = value
-            if op not in NCCL_COLLECTIVES:
-                return Unsupported(f"NCCL_ALGO does not apply to {op} (point-to-point)")
+        native = NCCL_PORTABLE[value] if portable else value
+        if op not in NCCL_COLLECTIVES:
+            return Unsupported(f"NCCL_ALGO does not apply to {op} (point-to-point)")
+        if why := capabilities.nccl_algo_reason(native, op, target, asked=value):
+            return Unsupported(why)
         return {"NCCL_ALGO": native}
     if backend == "mpi" and mpi_family == "openmpi":
         name = OMPI_PORTABLE[value].get(op) if portable else value

@@ -1,14 +1,21 @@
 """The one place that touches accelerator APIs: allocate, synchronise, time, memory, names.
 
-cpu times with perf_counter_ns; cuda and npu time with their own events (DESIGN §4). No
+cpu times with perf_counter_ns; cuda and npu time with their own events (ARCHITECTURE.md, Measurement method). No
 ``torch.cuda.*`` / ``torch.npu.*`` call lives anywhere else.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
+import re
 import resource
 import time
+from collections.abc import Callable
+
+GRAPHS = {"cuda": "CUDAGraph", "npu": "NPUGraph"}   # the graph class each device module has where it can capture
+NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"
+GRAPH_NEEDS_DEVICE = "graph capture needs a device backend: nccl or hccl"
 
 
 class DeviceUnavailable(RuntimeError):
@@ -16,7 +23,7 @@ class DeviceUnavailable(RuntimeError):
 
 
 def import_torch_npu():
-    """Import torch_npu, turning its CANN-less failures into one clear sentence (DESIGN §6)."""
+    """Import torch_npu, turning its CANN-less failures into one clear sentence (ARCHITECTURE.md, Device and library facts)."""
     try:
         import torch_npu  # noqa: F401
     except ModuleNotFoundError as exc:
@@ -66,6 +73,27 @@ class Device:
         if self._mod is not None:
             self._mod.synchronize()
 
+    def capture(self, loop: Callable[[int], None], k: int) -> Callable[[], None]:
+        """Capture loop(k) once into a device graph and return its replay: k iterations launched by
+        one host call (nccl-tests -G). One iteration runs first on a side stream, as torch asks
+        before capturing collectives; the replay runs on the current stream, where the timer's
+        events are recorded."""
+        mod, reason = self._mod, graph_unsupported_on(self.kind, self._mod)
+        if mod is None or reason:
+            raise DeviceUnavailable(reason)
+        side = mod.Stream()
+        side.wait_stream(mod.current_stream())
+        with mod.stream(side):
+            loop(1)
+        mod.current_stream().wait_stream(side)
+        mod.synchronize()
+        graph = getattr(mod, GRAPHS[self.kind])()
+        # thread_local: the process group's watchdog thread may query its events while this thread captures
+        with (mod.graph(graph, capture_error_mode="thread_local") if self.kind == "cuda" else mod.graph(graph)):
+            loop(k)
+        mod.synchronize()
+        return graph.replay
+
     def name(self) -> str:
         if self._mod is None:
             return cpu_name()
@@ -92,12 +120,15 @@ class Device:
             v = torch.cuda.nccl.version()
             out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
             out["cuda"] = str(torch.version.cuda)
+            out.update({k: v for k, v in (("cuda_driver", cuda_driver_version()),
+                                          ("nvidia_driver", nvidia_driver_version())) if v})
         elif self.kind == "npu":
             import torch_npu  # this device's own API lives here and nowhere else
-            try:
-                out["cann"] = torch_npu.npu.utils.get_cann_version("CANN") or ""
-            except (AttributeError, RuntimeError):   # torch_npu before CANN 8.1.RC1 has no such call
-                out["cann"] = ""
+            for key, module in (("cann", "CANN"), ("hccl", "HCCL"), ("npu_driver", "DRIVER")):
+                try:   # "" for a module it does not know; before CANN 8.1.RC1 "" or no such call
+                    out[key] = torch_npu.npu.utils.get_cann_version(module) or ""
+                except (AttributeError, RuntimeError, TypeError):
+                    out[key] = ""
         return out
 
 
@@ -123,6 +154,50 @@ class Timer:
             self._events[1].synchronize()
             return int(self._events[0].elapsed_time(self._events[1]) * 1e6)
         return time.perf_counter_ns() - self._t0
+
+
+def nvidia_driver_version(path: str = NVIDIA_DRIVER_FILE) -> str | None:
+    """The NVIDIA kernel module's version ("550.54.15") from /proc, None without the driver."""
+    try:
+        with open(path) as fh:
+            head = fh.readline()
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)?)\s", head)
+    return m.group(1) if m else None
+
+
+def cuda_driver_version() -> str | None:
+    """The CUDA version the installed driver supports (cuDriverGetVersion: 12040 -> "12.4"); None
+    where libcuda cannot be loaded (no NVIDIA driver)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    version = ctypes.c_int(0)
+    if lib.cuDriverGetVersion(ctypes.byref(version)) != 0 or version.value <= 0:
+        return None
+    return f"{version.value // 1000}.{version.value % 1000 // 10}"
+
+
+def graph_unsupported_on(kind: str, mod) -> str:
+    """'' where this device module can capture and replay a graph, else why not."""
+    if kind not in GRAPHS or mod is None:
+        return GRAPH_NEEDS_DEVICE
+    if not (hasattr(mod, GRAPHS[kind]) and hasattr(mod, "graph")):
+        where = "torch_npu (NPUGraph needs torch_npu >= 7.0.0)" if kind == "npu" else "torch"
+        return f"this {where} has no torch.{kind}.{GRAPHS[kind]}: graph capture is not available"
+    return ""
+
+
+def graph_unsupported(backend: str) -> str:
+    """Driver side, at collection: '' where `backend`'s device can replay captured graphs, else
+    the skip reason. Device backends were probed first, so their module imports here."""
+    kind = local_device_kind(backend)
+    if kind == "cpu":
+        return GRAPH_NEEDS_DEVICE
+    import torch
+    return graph_unsupported_on(kind, _npu() if kind == "npu" else torch.cuda)
 
 
 def local_device_kind(backend: str) -> str:
@@ -177,3 +252,32 @@ def device_count(kind: str) -> int:
     if kind == "npu":
         return _npu().device_count()
     return torch.cuda.device_count() if kind == "cuda" else 1
+
+
+def accelerator_facts(kind: str) -> dict:
+    """What the driver reads about this node's accelerators for the capability table, without
+    opening a context on a GPU (a driver context would take GPU 0 from rank 0 in exclusive-process
+    mode): the first visible device's name (and CUDA capability), the count, NCCL's version."""
+    if kind == "npu":
+        npu = _npu()
+        return {"name": str(npu.get_device_name(0)), "devices": int(npu.device_count())}
+    if kind != "cuda":
+        return {}
+    import subprocess
+
+    import torch
+    v = torch.cuda.nccl.version()   # ncclGetVersion: no CUDA context
+    version = tuple(v) if isinstance(v, tuple) else (v // 10000, v % 10000 // 100, v % 100) if v >= 10000 \
+        else (v // 1000, v % 1000 // 100, v % 100)
+    first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
+    name, capability = "", (0, 0)
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader",
+                              "-i", first if first.isdigit() else "0"], capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and "," in out.stdout:
+            name, cap = (s.strip() for s in out.stdout.splitlines()[0].rsplit(",", 1))
+            major, _, minor = cap.partition(".")
+            capability = (int(major), int(minor or 0)) if major.isdigit() else (0, 0)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        pass   # name and capability unknown: the checks that need them are not made
+    return {"name": name, "devices": int(torch.cuda.device_count()), "version": version, "capability": capability}

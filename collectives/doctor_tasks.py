@@ -75,7 +75,9 @@ def clock_offset(backend, reps: int = 16) -> int:
 def skew(backend, spec: dict) -> dict:
     """`rounds` times: the same fixed work on every rank (a matmul), then an 8-byte all_reduce.
     Per round this rank's entry and exit times on rank 0's clock (ns): a rank that arrives late
-    is the culprit; the ones that wait for it spend long inside the collective but arrive on time."""
+    is the culprit; the ones that wait for it spend long inside the collective but arrive on time.
+    The exit is read after the device has finished the collective (a device backend's call only
+    enqueues it), and the entry with nothing left on the device (the work is host-side)."""
     offset = clock_offset(backend)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((spec["matrix"], spec["matrix"]))
@@ -90,5 +92,49 @@ def skew(backend, spec: dict) -> dict:
         work.append(time.perf_counter_ns() - start)
         entries.append(time.time_ns() - offset)
         call()
+        backend.device.synchronize()   # nccl/hccl return once the collective is enqueued: exit is when it ended
         exits.append(time.time_ns() - offset)
     return {"offset_ns": offset, "entry_ns": entries, "exit_ns": exits, "work_ns": work}
+
+
+def ring_steps(ring: list[int], rank: int) -> list[int]:
+    """This rank's ring neighbours in the order of a proper edge colouring (edge i joins ring[i] and
+    ring[i+1]: colours alternate, an odd ring's closing edge gets a third): every rank takes its
+    exchanges in colour order, so blocking exchanges never wait in a cycle. A ring of 2 is one edge."""
+    k = len(ring)
+    edges = [(ring[i], ring[(i + 1) % k], i % 2 if (k % 2 == 0 or i < k - 1) else 2) for i in range(k if k > 2 else 1)]
+    return [b if a == rank else a for a, b, _ in sorted((e for e in edges if rank in e[:2]), key=lambda e: e[2])]
+
+
+def rings(backend, spec: dict) -> dict:
+    """For each round of disjoint rings (groups of ranks): every rank of a ring exchanges `bytes` with
+    both ring neighbours `reps` times, and 8 bytes `small_reps` times, all rings of a round at once
+    and no barrier inside a ring, so a ring runs at its slowest member's pace (as a ring collective
+    does). Per round: (ring, neighbours, ns per pass over the neighbours, big and small)."""
+    big = [backend.full(spec["bytes"], 0, "uint8") for _ in range(2)]
+    small = [backend.full(8, 0, "uint8") for _ in range(2)]
+    out: list[dict | None] = []
+    for groups in spec["rounds"]:
+        ring = next((g for g in groups if backend.rank in g), None)
+        backend.barrier()
+        if ring is None or len(ring) < 2:
+            out.append(None)
+            backend.barrier()
+            continue
+        steps = ring_steps(ring, backend.rank)
+        timings = {}
+        for name, (send, recv), reps in (("small_ns", small, spec.get("small_reps", spec["reps"])),
+                                         ("big_ns", big, spec["reps"])):
+            for _ in range(2):
+                for peer in steps:
+                    backend.exchange(peer, send, recv)
+            samples = []
+            for _ in range(reps):
+                t0 = time.perf_counter_ns()
+                for peer in steps:
+                    backend.exchange(peer, send, recv)
+                samples.append(time.perf_counter_ns() - t0)
+            timings[name] = samples
+        out.append({"ring": ring, "steps": steps, **timings})
+        backend.barrier()
+    return {"rounds": out}

@@ -1,8 +1,22 @@
 """Runs one collective case on one rank: buffers, one checked call, then the timed rounds."""
 from __future__ import annotations
 
+import numpy as np
+
 from collectives.ops import OPS, Pattern, count_wrong
 from collectives.timing import Plan, begin, measure, repeat
+
+
+def corrupt_one(a: np.ndarray) -> np.ndarray:
+    """HCCL_BENCH_FAULT=corrupt (harness/worker.py sets spec["corrupt"] on the faulting rank): a
+    copy of a result with its first element changed, floats by 1 + 2 max|a| (past any tolerance
+    a check allows), integers by 1 (wrapping), so the check that follows must count it."""
+    out = np.array(a, copy=True, order="C")
+    flat = out.reshape(-1)
+    with np.errstate(over="ignore"):   # float16 may go to inf: still not the expected value
+        if flat.size:
+            flat[:1] += (1 + 2 * float(np.abs(flat).max())) if np.issubdtype(out.dtype, np.floating) else 1
+    return out
 
 
 def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool, asynchronous: bool = False):
@@ -32,7 +46,8 @@ def _checked_call(backend, spec: dict):
     call, recv, pattern = prepare(backend, spec["op"], spec["dtype"], spec["redop"], spec["count"], spec["inplace"])
     call()
     backend.device.synchronize()
-    return call, count_wrong(backend.to_numpy(recv), pattern.expected(backend.rank))
+    got = backend.to_numpy(recv)
+    return call, count_wrong(corrupt_one(got) if spec.get("corrupt") else got, pattern.expected(backend.rank))
 
 
 def run_collective(backend, spec: dict) -> dict:

@@ -1,4 +1,4 @@
-"""Everything derived from the rank x round matrix lives here (DESIGN §4).
+"""Everything derived from the rank x round matrix lives here (ARCHITECTURE.md, Measurement method).
 
 The time of a round is the slowest rank's (a collective finishes when its last rank does);
 per-op time = round time / K. time_us is the median over rounds.

@@ -4,7 +4,11 @@ K comes from a calibration after the warm-up: runs of 1, then more iterations, u
 lasts at least half of ``round_time_s`` (a 5-iteration warm-up estimate carried first-call costs
 and gave rounds of 3 ms against a 20 ms target). Every rank takes the slowest rank's time, so
 all ranks agree on K. Returns this rank's round times; the driver takes the max over ranks per
-round (DESIGN §4).
+round (ARCHITECTURE.md, Measurement method).
+
+With ``Plan.graph`` (--graph, device backends) a round is one replay of a device graph holding its
+K iterations, captured once before any timed span: the library's time without Python's launch
+cost per call, which at small sizes is most of an eager round.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 MAX_ITERS = 1_000_000
+MAX_GRAPH_ITERS = 10_000    # a captured round holds K kernels: capture time and graph memory grow with it
 CALIBRATION_SHARE = 0.5     # a calibration run must last this share of the round time
 
 
@@ -23,6 +28,7 @@ class Plan:
     rounds: int = 20
     iters: int = 0              # 0: choose K from the warm-up
     round_time_s: float = 0.02
+    graph: bool = False         # time replays of the round captured as a device graph (--graph)
 
 
 SMOKE = Plan(warmup=1, rounds=3, round_time_s=0.002)
@@ -41,12 +47,47 @@ class Calibrated:
         return asdict(self)
 
 
-def choose_iters(per_iter_s: float, plan: Plan) -> int:
+class Captured:
+    """loop(k) as a device graph: the k iterations captured once (`prime`, outside any timed span),
+    each call replays them. A new k replaces the graph (one alive at a time)."""
+    max_iters = MAX_GRAPH_ITERS
+
+    def __init__(self, loop: Callable[[int], None], device):
+        self.loop, self.device = loop, device
+        self.k, self.replay = 0, None
+
+    def prime(self, k: int) -> None:
+        if k != self.k or self.replay is None:
+            self.replay = None
+            self.replay, self.k = self.device.capture(self.loop, k), k
+
+    def __call__(self, k: int) -> None:
+        self.prime(k)
+        assert self.replay is not None
+        self.replay()
+
+
+def _prime(loop: Callable[[int], None], k: int) -> None:
+    """Capture a graph loop's k iterations before its timed span (eager loops have nothing to do)."""
+    if isinstance(loop, Captured):
+        loop.prime(k)
+
+
+def _limit(loop: Callable[[int], None]) -> int:
+    return getattr(loop, "max_iters", MAX_ITERS)
+
+
+def prepared(loops: list[Callable[[int], None]], backend, plan: Plan) -> list[Callable[[int], None]]:
+    """The loops as timed: each captured as a graph with plan.graph, else as given."""
+    return [Captured(loop, backend.device) for loop in loops] if plan.graph else loops
+
+
+def choose_iters(per_iter_s: float, plan: Plan, limit: int = MAX_ITERS) -> int:
     if plan.iters > 0:
         return plan.iters
     if per_iter_s <= 0:
-        return MAX_ITERS
-    return max(1, min(MAX_ITERS, math.ceil(plan.round_time_s / per_iter_s)))
+        return limit
+    return max(1, min(limit, math.ceil(plan.round_time_s / per_iter_s)))
 
 
 def calibrate(loop: Callable[[int], None], backend, plan: Plan) -> Calibrated:
@@ -56,17 +97,19 @@ def calibrate(loop: Callable[[int], None], backend, plan: Plan) -> Calibrated:
         return Calibrated(plan.iters)
     timer = backend.device.timer()
     target = plan.round_time_s * CALIBRATION_SHARE
+    limit = _limit(loop)
     n = 1
     while True:
+        _prime(loop, n)
         timer.start()
         loop(n)
         elapsed = backend.max_float(timer.stop() / 1e9)
-        if elapsed >= target or n >= MAX_ITERS:
+        if elapsed >= target or n >= limit:
             break
         # aim past the target from what this run took, at most 16x more (a fast first run misleads)
         wanted = n * 16 if elapsed <= 0 else math.ceil(n * target / elapsed * 1.2)
-        n = min(MAX_ITERS, max(n + 1, min(wanted, n * 16)))
-    return Calibrated(choose_iters(elapsed / n, plan), n, elapsed, plan.round_time_s)
+        n = min(limit, max(n + 1, min(wanted, n * 16)))
+    return Calibrated(choose_iters(elapsed / n, plan, limit), n, elapsed, plan.round_time_s)
 
 
 def warm_up(loops: list[Callable[[int], None]], backend, plan: Plan) -> Calibrated:
@@ -79,6 +122,7 @@ def warm_up(loops: list[Callable[[int], None]], backend, plan: Plan) -> Calibrat
 
 def one_round(loop: Callable[[int], None], k: int, backend, timer) -> int:
     """All ranks start together, then k back-to-back iterations on the device's clock (ns)."""
+    _prime(loop, k)
     backend.barrier()
     backend.device.synchronize()
     timer.start()
@@ -90,6 +134,7 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Ca
     """Time each loop in `loops` (interleaved round by round) with one shared K.
 
     Each loop(k) runs k iterations. Returns (K's calibration, [round ns per loop])."""
+    loops = prepared(loops, backend, plan)
     cal = warm_up(loops, backend, plan)
     timer = backend.device.timer()
     times: list[list[int]] = [[] for _ in loops]
@@ -109,6 +154,7 @@ def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: P
     """Round-interleaved A/B: warm up now and keep the loops on this rank, so the driver can
     alternate single rounds of two worker groups (two stacks) milliseconds apart; `end` then
     returns finish(K, round ns per loop) and the calibration, what `measure` gives in one go."""
+    loops = prepared(loops, backend, plan)
     backend.prepared = (loops, warm_up(loops, backend, plan), backend.device.timer(), [[] for _ in loops], finish)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from collectives import timing
 from collectives.ops import count_wrong
-from collectives.rank_tasks import prepare
+from collectives.rank_tasks import corrupt_one, prepare
 from collectives.timing import Plan, repeat
 from layers.memory import bucket_plan, mlp_gradient_sizes
 
@@ -56,7 +56,8 @@ def overlap(backend, spec: dict):
                                    asynchronous=True)
     start().wait()
     backend.device.synchronize()
-    wrong = count_wrong(backend.to_numpy(recv), pattern.expected(backend.rank))
+    got = backend.to_numpy(recv)
+    wrong = count_wrong(corrupt_one(got) if spec.get("corrupt") else got, pattern.expected(backend.rank))
 
     def comm(k: int) -> None:
         for _ in range(k):
@@ -120,7 +121,8 @@ def bucket(backend, spec: dict):
     wrong = 0
     for i, g in enumerate(grads):
         expected = np.sum([e[i] for e in everyone], axis=0, dtype=np.float32) * np.float32(1 / world)
-        wrong += count_wrong(backend.to_numpy(g), expected.astype(np.float64))
+        got = backend.to_numpy(g)
+        wrong += count_wrong(corrupt_one(got) if i == 0 and spec.get("corrupt") else got, expected.astype(np.float64))
 
     def finish(k, times):
         return {"wrong": wrong, "iters": k, "round_ns": times[0], "calls": len(plan), "tensors": len(sizes),
@@ -175,6 +177,8 @@ def compress(backend, spec: dict):
     step()
     backend.device.synchronize()
     got = backend.to_numpy(flat)
+    if spec.get("corrupt"):
+        got = corrupt_one(got)
     inputs = [np.concatenate(seeded_gradients(sizes, r, integers=False)) for r in range(world)]
     exact = np.sum([x.astype(np.float64) for x in inputs], axis=0) / world
     absmax = np.max([np.abs(x) for x in inputs], axis=0).astype(np.float64)

@@ -17,7 +17,7 @@ def cell_key(case: Case | LayerCase | TuningCase) -> tuple[Series, int]:
     knobs = knob_text(case.knobs)
     if isinstance(case, Case):
         return Series("collective", case.backend, case.algo, case.op, case.dtype, case.redop, case.inplace,
-                      case.nranks, knobs=knobs), case.nbytes
+                      case.nranks, knobs=knobs, graph=case.graph or None), case.nbytes
     if isinstance(case, TuningCase):
         overlap = case.bench == "overlap"
         return Series(case.bench, case.backend, op=case.op if overlap else None, dtype=case.dtype if overlap else None,
@@ -42,18 +42,21 @@ def collective_row(case: Case, results: list[dict], hosts: dict) -> CollectiveRo
         wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
         iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=matrix,
         algo_env=case.env, group_env=case.group.rank_env, hosts=hosts, knobs=case.knobs,
-        link_class=link_class(hosts))
+        link_class=link_class(hosts), graph=case.graph)
 
 
 def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, rank_hosts: dict[int, str]) -> LayerRow:
-    """A TP block's times, throughput and efficiency, or a pipeline step's time and bubble."""
+    """A TP block's times, throughput and efficiency, or a pipeline step's time and bubble; wrong:
+    the elements past the tolerance in the check against the single-rank reference (layers.check)."""
     k = results[0]["iters"]
     step = [r["round_ns"] for r in results]
     row = LayerRow(
         launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, backend=case.backend,
         bench="linear" if case.task == "tp_bench" else "pipeline", tp=case.tp, pp=case.pp, dp=case.dp,
         nranks=case.nranks, hidden=o.hidden, seq=o.seq, batch=o.batch, **stats.summarize(step, k),
-        iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=step, hosts=hosts, wrong=0,
+        iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=step, hosts=hosts,
+        wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
+        checked=sum(r["checked"] for r in results), err_to_tol=max(r["err_to_tol"] for r in results),
         knobs=case.knobs, group_env=case.group.rank_env if case.group else {},
         peak_memory_bytes_per_rank=[r["peak_memory_bytes"] for r in results],
         model_states_estimate_bytes=int(sum(memory.model_states(max(r["params_local"] for r in results), 1, 1))),

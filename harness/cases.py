@@ -3,11 +3,13 @@ either a runnable spec and its worker-group key, or the reason it is skipped."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from collectives import algorithms
+from collectives import algorithms, capabilities
 from collectives.backends import dtypes as backend_dtypes
 from collectives.backends import forms
+from collectives.capabilities import DeviceFacts
 from collectives.ops import OPS
 from collectives.sizes import format_size
 from harness.groups import GroupKey
@@ -35,17 +37,33 @@ class Case:
     side: str = ""                  # --ab-env: "A" or "B"
     partner: GroupKey | None = None  # --ab-env: the other side's group (rounds alternate between them)
     knobs: dict = field(default_factory=dict)       # --knobs: this case's values (set in its group)
+    graph: bool = False             # --graph: rounds replayed from a captured device graph
 
     @property
     def id(self) -> str:
         place = "ip" if self.inplace else "oop"
         red = f"-{self.redop}" if OPS[self.op].reduces else ""
         return (f"{self.backend}-{self.algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}"
-                f"{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
+                f"{'-graph' if self.graph else ''}{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
 
     def spec(self, plan: dict) -> dict:
         return {"kind": "collective", "op": self.op, "dtype": self.dtype, "redop": self.redop,
-                "inplace": self.inplace, "count": self.count, "plan": plan}
+                "inplace": self.inplace, "count": self.count, "plan": {**plan, "graph": True} if self.graph else plan}
+
+
+def with_graph(cases: list[Case], modes: tuple[bool, ...]) -> list[Case]:
+    """--graph: each case once per mode (eager, captured), side by side; a captured case where the
+    backend cannot replay graphs is skipped with the reason (collectives.device.graph_unsupported)."""
+    if modes == (False,):
+        return cases
+    from collectives.device import graph_unsupported
+    reasons = {b: graph_unsupported(b) for b in {c.backend for c in cases}}
+    out = []
+    for case in cases:
+        for graph in modes:
+            skip = case.skip or (reasons[case.backend] if graph else "")
+            out.append(replace(case, graph=graph, skip=skip, group=None if skip else case.group))
+    return out
 
 
 def mpi_family() -> str:
@@ -119,16 +137,36 @@ def launches(opts: Options, build_one) -> list:
     return cases
 
 
-def build(opts: Options) -> list[Case]:
-    return launches(opts, _build_launch)
+def build(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[Case]:
+    """The collective cases. `facts` stand in for devices this machine lacks (unit tests); every
+    backend without them is read from the device here (collectives.capabilities.read_facts)."""
+    given = {f.backend: f for f in facts}
+    known = {b: given.get(b) or capabilities.read_facts(b) for b in opts.backends}
+    return launches(opts, lambda o: _build_launch(o, known))
 
 
-def _build_launch(opts: Options) -> list[Case]:
+def _capability_skip(target: capabilities.Target, algo: str, op: str, dtype: str, redop: str) -> str:
+    """Why the capability table says this (op, dtype, redop) under `algo` cannot run here ('' if it can)."""
+    backend = target.facts.backend
+    if why := capabilities.dtype_reason(target, op, dtype, redop):
+        return why
+    native = algorithms.native_name(backend, algo)
+    if backend == "hccl" and native:
+        return capabilities.hccl_algo_reason(native, op, target, dtype)
+    if backend == "nccl" and native:
+        return capabilities.nccl_algo_reason(native, op, target, dtype, redop)
+    return ""
+
+
+def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) -> list[Case]:
     family = mpi_family() if "mpi" in opts.backends else "mpich"
     cases: list[Case] = []
     for backend in opts.backends:
+        device = (facts or {}).get(backend) or capabilities.read_facts(backend)
+        target = capabilities.Target.of(device, opts.nproc, opts.launcher)
+        crowded = capabilities.oversubscribed(backend, opts.nproc, device.devices, opts.launcher)
         for algo in opts.algos:
-            resolved = {op: algorithms.resolve(backend, algo, op, family) for op in opts.ops}
+            resolved = {op: algorithms.resolve(backend, algo, op, family, target) for op in opts.ops}
             group_env = algorithms.merge_group_env([e for e in resolved.values() if isinstance(e, dict)])
             key = GroupKey(backend, opts.nproc, tuple(sorted(group_env.items())), opts.launcher)
             for op in opts.ops:
@@ -141,10 +179,14 @@ def _build_launch(opts: Options) -> list[Case]:
                                 case = Case(backend, algo, op, dtype, redop, inplace, size, opts.nproc)
                                 case.count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
                                 case.nbytes = case.count * ITEMSIZE[dtype]
-                                if isinstance(env, algorithms.Unsupported):
+                                if crowded:
+                                    case.skip = crowded
+                                elif isinstance(env, algorithms.Unsupported):
                                     case.skip = env.reason
                                 elif dtype not in backend_dtypes(backend):
                                     case.skip = f"{backend} has no {dtype} datatype (has {', '.join(backend_dtypes(backend))})"
+                                elif why := _capability_skip(target, algo, op, dtype, redop):
+                                    case.skip = why
                                 elif inplace_skip:
                                     case.skip = inplace_skip
                                 elif op == "sendrecv" and opts.nproc < 2:
@@ -152,7 +194,7 @@ def _build_launch(opts: Options) -> list[Case]:
                                 else:
                                     case.env, case.group = env, key
                                 cases.append(case)
-    return cases
+    return with_graph(cases, opts.graph)
 
 
 
@@ -208,6 +250,7 @@ def build_layers(opts: Options) -> list[LayerCase]:
 
 
 def _build_layer_launch(opts: Options) -> list[LayerCase]:
+    from layers import support  # what the installed torch lacks (imports torch: only when layer benches are collected)
     out: list[LayerCase] = []
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
@@ -218,6 +261,7 @@ def _build_layer_launch(opts: Options) -> list[LayerCase]:
                     case = LayerCase(backend, "tp_bench", tp, 1, opts.nproc, layer=layer, sp=sp, impl=impl, group=key)
                     case.skip = not_torch or ("" if opts.nproc % tp == 0 else
                                               f"tp {tp} does not divide the world size {opts.nproc}")
+                    case.skip = case.skip or support.missing("tp_bench", impl=impl)
                     out.append(case)
         for tp in opts.tp:
             for pp in opts.pp:
@@ -230,6 +274,8 @@ def _build_layer_launch(opts: Options) -> list[LayerCase]:
                             case.skip = f"tp x pp = {tp} x {pp} = {tp * pp} does not divide the world size {opts.nproc}"
                         elif pp == 1:
                             case.skip = f"pp=1 has no pipeline: tp={tp} is measured by the linear benches"
+                        else:
+                            case.skip = support.missing("pp_bench", schedule=schedule)
                         out.append(case)
     return out
 

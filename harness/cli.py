@@ -154,8 +154,10 @@ def _history(args) -> int:
 
 def _import(args) -> int:
     """Every run of every file, in order: OUT.json, OUT.2.json, ...; what each log did not say is named."""
-    from reports.importers import import_runs
-    runs = [run for name in args.file for run in import_runs(name, args.op, args.nranks, args.dtype, args.label)]
+    from reports.importers import import_all
+    if args.nranks is not None and args.nranks < 1:
+        return _fail(f"--nranks {args.nranks}: give a rank count >= 1")
+    runs = import_all(args.file, args.op, args.nranks, args.dtype, args.label)
     first = Path(args.output or Path(args.file[0]).with_suffix(".hccl-bench.json"))
     for i, data in enumerate(runs, 1):
         out = first if i == 1 else first.with_name(f"{first.stem}.{i}{first.suffix or '.json'}")
@@ -253,13 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--label", action="append", help="A=NAME or B=NAME: what to call the first run or side A, the second or B")
     rep.add_argument("--predict-from", nargs="+", help="runs at another scale: draw the times their alpha-beta fits "
                                                        "predict for each sweep's hosts x ranks (hccl-bench predict)")
-    imp = sub.add_parser("import", help="nccl-tests / rccl-tests (text or -J JSON) or hccl_test logs -> result files, "
-                                        "one per run found (OUT.json, OUT.2.json, ...)")
+    imp = sub.add_parser("import", help="nccl-tests / rccl-tests (text, -J JSON, rccl -Z json|csv), hccl_test logs or NCCL "
+                                        "Inspector logs (field data) -> result files, one per run (OUT.json, OUT.2.json, ...)")
     imp.add_argument("file", nargs="+")
     imp.add_argument("-o", "--output", help="the first run's file (default FILE.hccl-bench.json); more runs get .2, .3, ...")
     imp.add_argument("--label", help="what to call these runs in reports (default: the CANN version or folder)")
     imp.add_argument("--op", help="the collective, when the log does not name it")
-    imp.add_argument("--nranks", type=int, help="rank count, when the log does not show it")
+    imp.add_argument("--nranks", type=int, help="rank count, when the log does not show it and busbw/algbw cannot pin "
+                                               "it down (the refusal names the counts that fit)")
     imp.add_argument("--dtype", help="data type, when the log does not show it (hccl_test)")
     base = sub.add_parser("baseline", help="stored reference results: save, list, show")
     base.add_argument("action", choices=["save", "list", "show"], help="save RESULT --name NAME, list, show --name NAME")

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 from collectives import algorithms
 from collectives.backends import TORCH_BACKEND_DTYPES
+from collectives.capabilities import oversubscribed
 from collectives.device import DeviceUnavailable, device_count, local_device_kind, probe_backend
 from collectives.ops import OPS, REDOPS
 from collectives.sizes import SizeError, parse_size, parse_sizes
-from collectives.timing import SMOKE, Plan
+from collectives.timing import MAX_GRAPH_ITERS, SMOKE, Plan
 from harness import files
 from harness.launchers import validate_template
 
@@ -25,6 +26,7 @@ SMOKE_SIZES = "8,4K,64K"
 MPI_THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 COMM_DTYPES = ("float32", "bfloat16", "float16", "int8")
 BUCKETS = "0,1M,4M,16M,64M,256M"   # the bucketing bench's default bucket sizes (0: one all_reduce per tensor)
+GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True)}   # --graph: eager and/or captured rounds
 INPLACE_MODES = {"auto": ("auto",), "0": ("out",), "out": ("out",), "1": ("in",), "in": ("in",), "both": ("out", "in")}
 
 
@@ -44,6 +46,7 @@ class Options:
     redops: list[str] = field(default_factory=lambda: ["sum"])
     algos: list[str] = field(default_factory=lambda: ["default"])
     inplace: tuple[str, ...] = ("auto",)
+    graph: tuple[bool, ...] = (False,)   # --graph: which of eager (False) and graph-captured (True) rounds to time
     iters: int = 0
     warmup: int = Plan.warmup
     rounds: int = Plan.rounds
@@ -92,6 +95,9 @@ def add_options(parser) -> None:
     g.addoption("--algos", default="default",
                 help="default, ring, tree, or BACKEND:NATIVE (mpi:recursive_doubling, hccl:NHR, nccl:CollnetDirect)")
     g.addoption("--inplace", default="auto", help="auto (out-of-place where the library has it), 0/out, 1/in, both")
+    g.addoption("--graph", default="off",
+                help="device backends: time each round as one replay of its K iterations captured in a CUDA graph "
+                     "(nccl) or NPUGraph (hccl): off, on, or both (eager and captured as separate series)")
     g.addoption("--iters", default="0", help="iterations per round (0: chosen so a round lasts --round-time)")
     g.addoption("--warmup", default=None, help=f"warm-up iterations (default {Plan.warmup}; smoke {SMOKE.warmup})")
     g.addoption("--rounds", default=None, help=f"timed rounds per case (default {Plan.rounds}; smoke {SMOKE.rounds})")
@@ -200,6 +206,9 @@ def parse(getoption) -> Options:
         raise OptionError(err)
     nproc = getoption("nproc")
     o.nproc = _int(nproc, "nproc", 1) if nproc is not None else _default_nproc(o.backends)
+    for name in (b for b in o.backends if b in ("nccl", "hccl")):   # one line here, not NCCL's duplicate-GPU error
+        if crowded := oversubscribed(name, o.nproc, device_count(local_device_kind(name)), o.launcher):
+            raise OptionError(crowded)
     o.ops = _list(getoption("ops"), list(OPS), "ops")
     sizes = getoption("sizes")
     if sizes is not None and not str(sizes).strip():
@@ -221,7 +230,13 @@ def parse(getoption) -> Options:
     if inplace not in INPLACE_MODES:
         raise OptionError(f"--inplace {inplace!r}: allowed auto, 0, 1, out, in, both")
     o.inplace = INPLACE_MODES[inplace]
+    graph = str(getoption("graph")).strip()
+    if graph not in GRAPH_MODES:
+        raise OptionError(f"--graph {graph!r}: allowed off, on, both")
+    o.graph = GRAPH_MODES[graph]
     o.iters = _int(getoption("iters"), "iters", 0)
+    if True in o.graph and o.iters > MAX_GRAPH_ITERS:
+        raise OptionError(f"--iters {o.iters} with --graph: a captured round holds at most {MAX_GRAPH_ITERS} iterations")
     plan = Plan() if o.benchmark else SMOKE
     o.warmup = _int(getoption("warmup") if getoption("warmup") is not None else plan.warmup, "warmup", 0)
     o.rounds = _int(getoption("rounds") if getoption("rounds") is not None else plan.rounds, "rounds", 1)

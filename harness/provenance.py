@@ -3,6 +3,9 @@
 CANN's version comes from torch_npu (``get_cann_version``, empty before 8.1.RC1) or, failing
 that, from the toolkit's own files: ``version.cfg`` (``runtime_running_version=[7.5.0.1.129:8.0.RC3]``),
 ``ascend_toolkit_install.info`` (``version=8.1.RC1``) and ``*/version.info`` (``version_dir=8.2.RC1``).
+The host's device drivers and topology (``nvidia-smi topo -m``, ``npu-smi info``) are recorded where
+they exist and left out or None where they do not; each rank reports its device-side versions (NCCL,
+CUDA driver; CANN, HCCL, driver through torch_npu) and the adapter variables it sees, per group.
 """
 from __future__ import annotations
 
@@ -10,14 +13,24 @@ import importlib.metadata
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
+from collectives.device import cuda_driver_version, nvidia_driver_version
+
+# what torch_npu and torch's NCCL process group read besides the libraries' own HCCL_*/NCCL_*: every rank reports them
+ADAPTER_ENV = ("TASK_QUEUE_ENABLE", "P2P_HCCL_BUFFSIZE", "TORCH_NCCL_", "TORCH_HCCL_", "PYTORCH_NPU_ALLOC_CONF",
+               "CPU_AFFINITY_CONF", "HCCL_OP_EXPANSION_MODE")
 ENV_PREFIXES = ("HCCL_", "NCCL_", "MPIR_CVAR_", "OMPI_MCA_", "GLOO_", "ASCEND_", "TORCH_DISTRIBUTED_", "CUDA_VISIBLE_DEVICES",
-                "ASCEND_RT_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+                "ASCEND_RT_VISIBLE_DEVICES", "OMP_NUM_THREADS", *ADAPTER_ENV)
+TOPOLOGY_COMMANDS = {"nvidia-smi topo -m": ["nvidia-smi", "topo", "-m"], "npu-smi info": ["npu-smi", "info"]}
+TOPOLOGY_MAX_CHARS = 16_384   # an 8-GPU topo matrix is about 2 KB; npu-smi info for 16 NPUs about 6 KB
+TOPOLOGY_TIMEOUT_S = 10
+ASCEND_DRIVER_INFO = "/usr/local/Ascend/driver/version.info"
 TOOLKIT_HOMES = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
 DEFAULT_TOOLKIT = "/usr/local/Ascend/ascend-toolkit/latest"
 
@@ -105,6 +118,41 @@ def relevant_env(env=os.environ) -> dict[str, str]:
     return {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)}
 
 
+def adapter_env(env=os.environ) -> dict[str, str]:
+    """The torch_npu / ProcessGroupNCCL variables as a rank sees them (a launcher may not pass the driver's on)."""
+    return {k: v for k, v in sorted(env.items()) if k.startswith(ADAPTER_ENV)}
+
+
+def topology(commands: dict[str, list[str]] = TOPOLOGY_COMMANDS, timeout_s: float = TOPOLOGY_TIMEOUT_S) -> dict[str, str]:
+    """The device topology tools' output on this host, for those installed (none on a CPU host):
+    at most TOPOLOGY_MAX_CHARS each, TOPOLOGY_TIMEOUT_S each; a failure is recorded as such."""
+    out = {}
+    for name, argv in commands.items():
+        if shutil.which(argv[0]) is None:
+            continue
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            out[name] = f"(no answer within {timeout_s:g} s)"
+            continue
+        except OSError as exc:
+            out[name] = f"(could not run: {exc.strerror})"
+            continue
+        text = proc.stdout.strip() if proc.returncode == 0 else f"(exit {proc.returncode}) {proc.stderr.strip()}"
+        out[name] = text[:TOPOLOGY_MAX_CHARS] + (" ... (cut)" if len(text) > TOPOLOGY_MAX_CHARS else "")
+    return out
+
+
+def driver_versions() -> dict[str, str | None]:
+    """This host's device drivers: NVIDIA's kernel module and the CUDA version it supports, Ascend's
+    driver package (the file torch_npu's get_cann_version("DRIVER") reads). None where absent."""
+    try:
+        ascend = parse_version_info(Path(ASCEND_DRIVER_INFO).read_text(errors="replace"))
+    except OSError:
+        ascend = None
+    return {"nvidia": nvidia_driver_version(), "cuda_driver": cuda_driver_version(), "ascend": ascend}
+
+
 def collect(argv: list[str] | None = None) -> dict:
     """The driver's view; ranks' hosts, devices and device-side versions are added per group."""
     return {
@@ -114,6 +162,8 @@ def collect(argv: list[str] | None = None) -> dict:
         "packages": {name: _dist(name) for name in ("torch", "torch_npu", "mpi4py", "mpich", "numpy", "pytest-benchmark")},
         "mpi_library": mpi_library_version(),
         "cann": cann_version_from_toolkit(),
+        "drivers": driver_versions(),
+        "topology": topology(),
         "env": relevant_env(),
         "git": git_commit(),
         "command": " ".join(argv if argv is not None else sys.argv),
@@ -121,12 +171,13 @@ def collect(argv: list[str] | None = None) -> dict:
 
 
 def group_info(ranks: list[dict]) -> dict:
-    """Hosts, ranks per host, devices and versions as reported by the ranks themselves."""
+    """Hosts, ranks per host, devices, versions and adapter variables as reported by the ranks themselves."""
     per_host = Counter(r["host"] for r in ranks)
-    versions: dict[str, set] = {}
+    seen: dict[str, dict[str, set]] = {"versions": {}, "env": {}}
     for r in ranks:
-        for k, v in r.get("versions", {}).items():
-            versions.setdefault(k, set()).add(v)
-    return {"hosts": dict(per_host), "nranks": len(ranks),
-            "devices": sorted({r["device"] for r in ranks}),
-            "versions": {k: sorted(v) if len(v) > 1 else next(iter(v)) for k, v in versions.items()}}
+        for what, values in seen.items():
+            for k, v in (r.get(what) or {}).items():
+                values.setdefault(k, set()).add(v)
+    one = {what: {k: sorted(v) if len(v) > 1 else next(iter(v)) for k, v in values.items()} for what, values in seen.items()}
+    return {"hosts": dict(per_host), "nranks": len(ranks), "devices": sorted({r["device"] for r in ranks}),
+            "versions": one["versions"], "adapter_env": one["env"]}

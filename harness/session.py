@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from collectives import stats
+from collectives.capabilities import nccl_algo_ran
 from collectives.sizes import format_size
 from harness import provenance
 from harness.ab_pairing import ABPairing, PartnerFailed
@@ -135,7 +136,11 @@ class BenchSession:
 
     def run_collective(self, case: Case) -> dict:
         results, info = self._measure(case, self._label, case.spec(self.opts.plan()), "collective_begin")
-        return self._keep(collective_row(case, results, info["hosts"]), self.rows)
+        row = collective_row(case, results, info["hosts"])
+        group = self.pool.alive.get(case.group) if case.backend == "nccl" and case.group else None
+        if group is not None and (log := group.log_dir / "rank0.log").exists():   # NCCL_DEBUG_SUBSYS=TUNING lines, if asked
+            row.algo_ran = nccl_algo_ran(group._since_last_case(log), case.op, case.nbytes, case.nranks)
+        return self._keep(row, self.rows)
 
     def run_layer(self, case: LayerCase) -> dict:
         results, info = self._measure(case, self._layer_label, case.spec(self.opts), "layer_begin")

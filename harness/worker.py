@@ -43,20 +43,38 @@ def _redirect_output(log_dir: str, rank: int) -> None:
     os.close(fd)
 
 
-def _inject_fault(spec: dict, rank: int) -> None:
-    """Test hook: HCCL_BENCH_FAULT='hang:RANK:OP' or 'die:RANK:OP' makes a real rank misbehave."""
+FAULT_MODES = ("hang", "die", "corrupt")
+BENCH_OF_TASK = {"tp_bench": "linear", "pp_bench": "pipeline"}   # layer specs' bench names (reports.results)
+
+
+def fault_names(spec: dict) -> set[str]:
+    """What NAME in HCCL_BENCH_FAULT may call a case: its op (all_reduce, ...), its bench (linear,
+    pipeline, overlap, bucket, compress) or its TP block (linear, mlp)."""
+    return {n for n in (spec.get("op"), spec.get("bench"), BENCH_OF_TASK.get(spec.get("task", "")), spec.get("layer")) if n}
+
+
+def _inject_fault(spec: dict, rank: int) -> dict:
+    """Test hook, the only reader of HCCL_BENCH_FAULT='MODE:RANK:NAME': on that rank, for a case
+    NAME names (fault_names), hang makes it hang, die makes it exit, corrupt returns the spec with
+    "corrupt": True, which makes the case's check change one element of this rank's result
+    (collectives.rank_tasks.corrupt_one) so that it must report #wrong > 0. Other cases: the spec."""
     fault = os.environ.get("HCCL_BENCH_FAULT", "")
     if not fault:
-        return
-    mode, fault_rank, op = fault.split(":")
-    if int(fault_rank) != rank or spec.get("op") != op:
-        return
+        return spec
+    parts = fault.split(":")
+    if len(parts) != 3 or parts[0] not in FAULT_MODES or not parts[1].isdigit():
+        raise ValueError(f"HCCL_BENCH_FAULT={fault!r}: want MODE:RANK:NAME with MODE one of {', '.join(FAULT_MODES)}")
+    mode, fault_rank, name = parts
+    if int(fault_rank) != rank or name not in fault_names(spec):
+        return spec
     if mode == "hang":
         while True:
             time.sleep(1)
     if mode == "die":
         print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank to die", flush=True)
         os._exit(3)
+    print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank to corrupt one element of its {name} result", flush=True)
+    return {**spec, "corrupt": True}
 
 
 def run_case(backend, spec: dict) -> dict:
@@ -65,7 +83,8 @@ def run_case(backend, spec: dict) -> dict:
         return {"round": timing.time_round, "end": timing.end}[spec["kind"]](backend)
     if spec["kind"].startswith("doctor"):
         from collectives import doctor_tasks
-        return {"doctor_links": doctor_tasks.links, "doctor_skew": doctor_tasks.skew}[spec["kind"]](backend, spec)
+        return {"doctor_links": doctor_tasks.links, "doctor_rings": doctor_tasks.rings,
+                "doctor_skew": doctor_tasks.skew}[spec["kind"]](backend, spec)
     if spec["kind"].startswith("layer"):  # imports torch layers only when a layer case arrives
         from layers import rank_tasks as layer_tasks
         return {"layer": layer_tasks.run, "layer_begin": layer_tasks.begin}[spec["kind"]](backend, spec)
@@ -85,8 +104,7 @@ def serve(backend, chan) -> None:
             return
         faulthandler.dump_traceback_later(spec["timeout_s"], exit=False)
         try:
-            _inject_fault(spec, backend.rank)
-            local = run_case(backend, spec)
+            local = run_case(backend, _inject_fault(spec, backend.rank))
         except Exception as exc:  # reported to the driver, which fails the case with it
             local = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
             # also in the log: if other ranks now wait forever, the hang report can still say why
@@ -105,10 +123,12 @@ def main() -> int:
     faulthandler.enable()
     backend_name = os.environ["HCCL_BENCH_BACKEND"]
     from collectives import backends
+    from harness.provenance import adapter_env
     backend = backends.create(backend_name, rank, world, local_rank)
     info = {"rank": backend.rank, "host": socket.gethostname(), "pid": os.getpid(),
             "local_rank": local_rank, "device": backend.device.name(),
-            "versions": {**backend.versions(), "python": f"{sys.version.split()[0]} {sys.executable}"}}
+            "versions": {**backend.versions(), "python": f"{sys.version.split()[0]} {sys.executable}"},
+            "env": adapter_env()}
     # every rank's watch connection is up before rank 0 says hello (the gather orders them)
     from harness.control import connect, watch_driver
     driver = (os.environ["HCCL_BENCH_DRIVER_HOST"], int(os.environ["HCCL_BENCH_DRIVER_PORT"]), os.environ["HCCL_BENCH_TOKEN"])

@@ -1,10 +1,11 @@
 """Pipeline steps with torch.distributed.pipelining: stages built by hand, schedules chosen by name.
 
 Losses are summed and ``scale_grads=False``, so a pipelined step's gradients equal the
-single-process gradients of the summed loss (DESIGN §6).
+single-process gradients of the summed loss (ARCHITECTURE.md, Device and library facts).
 """
 from __future__ import annotations
 
+import inspect
 import time
 
 import torch
@@ -40,7 +41,9 @@ def build_schedule(schedule: str, modules: dict[int, nn.Module], pp: int, microb
     stages = [pipelining.PipelineStage(mod, idx, pp * v, device, group=group) for idx, mod in modules.items()]
     cls = getattr(pipelining.schedules, cls_name)
     stage_arg = stages[0] if v == 1 else stages
-    return cls(stage_arg, n_microbatches=microbatches, loss_fn=summed_mse, scale_grads=False)
+    # scale_grads came with torch 2.7 (pytorch#144352); before it schedules never scaled, the same as False
+    unscaled = {"scale_grads": False} if "scale_grads" in inspect.signature(cls.__init__).parameters else {}
+    return cls(stage_arg, n_microbatches=microbatches, loss_fn=summed_mse, **unscaled)
 
 
 class _Sleep(torch.autograd.Function):

@@ -1,10 +1,12 @@
 """Runs layer specs on one rank (spec kind "layer"): TP/pipeline correctness checks and benches.
 
 Every rank builds the same full model from the same seed, then takes its shard or stage, so the
-parallel result can be compared with the single-process one on the same rank.
+parallel result can be compared with the single-process one on the same rank: each bench does
+so once before timing (layers.check: elements past the tolerance are its #wrong).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -13,10 +15,11 @@ from torch import nn
 from collectives import timing
 from collectives.timing import Plan
 from layers import pipeline
+from layers.check import Check, dtype_name
 from layers.mesh import Axis, ParallelDims
 from layers.mesh import create_groups as _create_groups
 from layers.schedules import SCHEDULES, stage_indices
-from layers.tp import MLP, ColumnParallelLinear, CommTimer, ParallelMLP, dtensor_mlp
+from layers.tp import MLP, ColumnParallelLinear, CommTimer, ParallelMLP, dtensor_linear, dtensor_mlp
 
 _GROUPS: dict[ParallelDims, dict] = {}
 _MESHES: dict[ParallelDims, Any] = {}   # torch DeviceMesh
@@ -60,44 +63,76 @@ def _setup(backend, spec):
 
 
 def _parallel_block(spec, full, group, dims, device_type, timer):
+    sp = spec.get("sp", False)
     if spec["impl"] == "dtensor":
-        return dtensor_mlp(full, tp_mesh(dims, device_type), spec.get("sp", False))
+        mesh = tp_mesh(dims, device_type)
+        return dtensor_linear(full.fc1, mesh, sp) if spec.get("layer") == "linear" else dtensor_mlp(full, mesh, sp)
     if spec.get("layer") == "linear":
-        return ColumnParallelLinear(full.fc1, group, spec.get("sp", False), timer)
-    return ParallelMLP(full, group, spec.get("sp", False), timer)
+        return ColumnParallelLinear(full.fc1, group, sp, timer)
+    return ParallelMLP(full, group, sp, timer)
 
 
 def _local(t):
     return t.to_local() if hasattr(t, "to_local") else t
 
 
+def _shard_like(full: torch.Tensor, local: torch.Tensor, tp: int, tp_rank: int) -> torch.Tensor:
+    """This tp rank's part of a full-model tensor, cut where the local one is tp times smaller
+    (column-parallel weights by rows, row-parallel by columns); replicated ones whole."""
+    for dim, (n_full, n_local) in enumerate(zip(full.shape, local.shape)):
+        if n_full != n_local and n_local * tp == n_full:
+            return full.chunk(tp, dim)[tp_rank]
+    return full
+
+
+def _reduce_length(modules: nn.Module, tokens: int, extra: int = 0) -> int:
+    """n_reduce of layers.check for a block's outputs and gradients: every linear's in + out
+    features (forward and input-gradient dot products), the tokens (weight-gradient sums), and
+    `extra` (tp all-reduce terms, microbatches)."""
+    return tokens + extra + sum(m.in_features + m.out_features for m in modules.modules() if isinstance(m, nn.Linear))
+
+
+def _tp_compare(spec, full, block, tp: int, tp_rank: int, check: Check, watch=None) -> None:
+    """One forward and backward of the parallel block and of its reference (the same seeded
+    weights on one rank) on the same input and output gradient; the output, the input gradient
+    and every weight gradient of this rank's shard go into `check`. watch: contexts around the
+    parallel forward and backward (tp_check counts their collectives)."""
+    linear, sp = spec.get("layer") == "linear", spec.get("sp", False)
+    ref_block = full.fc1 if linear else full
+    x = torch.randn(spec["seq"], spec["batch"], spec["hidden"], device=full.fc1.weight.device, dtype=full.fc1.weight.dtype)
+    ref_in = x.clone().requires_grad_()
+    ref_out = ref_block(ref_in)
+    w = torch.randn_like(ref_out)
+    (ref_out * w).sum().backward()
+
+    def seq_shard(t):   # SP: activations between blocks are split along the sequence
+        return t.chunk(tp, 0)[tp_rank] if sp else t
+    out_shard = (lambda t: t.chunk(tp, -1)[tp_rank]) if linear else seq_shard   # a column-parallel output: by columns
+    par_in = seq_shard(x).clone().requires_grad_()
+    watch = watch or (nullcontext(), nullcontext())
+    with watch[0]:
+        y = _local(block(par_in))
+    with watch[1]:
+        (y * out_shard(w)).sum().backward()
+    n = _reduce_length(ref_block, spec["seq"] * spec["batch"], tp)
+    check.compare(y, out_shard(ref_out), n)
+    check.compare(par_in.grad, seq_shard(ref_in.grad), n)
+    ref_grads = dict(ref_block.named_parameters())
+    for name, p in block.named_parameters():
+        g = _local(p.grad)
+        check.compare(g, _shard_like(ref_grads[name].grad, g, tp, tp_rank), n)
+
+
 def tp_check(backend, spec) -> dict:
-    """Forward/backward of the parallel block vs nn.Linear on the full weight, with collective counts."""
+    """The TP block against its single-rank reference (layers.check), with collective counts."""
     from torch.distributed.tensor.debug import CommDebugMode
     dims, groups, dtype, device = _setup(backend, spec)
-    tp, tp_rank = dims.tp, dims.coords(backend.rank)[Axis.TP]
-    h, sp = spec["hidden"], spec.get("sp", False)
-    full = MLP(h).to(device=device, dtype=dtype)
-    x = torch.randn(spec["seq"], spec["batch"], h, device=device, dtype=dtype)
-    w = torch.randn_like(x)
-    ref_in = x.clone().requires_grad_()
-    (full(ref_in) * w).sum().backward()
+    full = MLP(spec["hidden"]).to(device=device, dtype=dtype)
     block = _parallel_block(spec, full, groups[Axis.TP], dims, backend.device.kind, CommTimer())
-    shard = (lambda t: t.chunk(tp, 0)[tp_rank]) if sp else (lambda t: t)
-    par_in = shard(x).clone().requires_grad_()
-    with CommDebugMode() as fwd:
-        y = _local(block(par_in))
-    with CommDebugMode() as bwd:
-        (y * shard(w)).sum().backward()
-    with torch.no_grad():
-        ref_out = shard(full(x))
-    grads = {name: p.grad for name, p in full.named_parameters() if p.grad is not None}
-    ref = {"fc1.weight": grads["fc1.weight"].chunk(tp, 0)[tp_rank], "fc1.bias": grads["fc1.bias"].chunk(tp, 0)[tp_rank],
-           "fc2.weight": grads["fc2.weight"].chunk(tp, 1)[tp_rank], "fc2.bias": grads["fc2.bias"]}
-    got = dict(block.named_parameters())
-    errors = {name: float((_local(got[name].grad) - want).abs().max()) for name, want in ref.items()}
-    return {"out_err": float((y - ref_out).abs().max()), "input_grad_err": float((par_in.grad - shard(ref_in.grad)).abs().max()),
-            "grad_err": errors, "fwd": comm_counts(fwd), "bwd": comm_counts(bwd), "scale": float(ref_out.abs().max())}
+    check = Check(dtype_name(dtype), corrupt=spec.get("corrupt", False))
+    fwd, bwd = CommDebugMode(), CommDebugMode()
+    _tp_compare(spec, full, block, dims.tp, dims.coords(backend.rank)[Axis.TP], check, (fwd, bwd))
+    return {**check.record(), "fwd": comm_counts(fwd), "bwd": comm_counts(bwd)}
 
 
 def tp_loops(backend, spec):
@@ -109,6 +144,10 @@ def tp_loops(backend, spec):
     full = MLP(h).to(device=device, dtype=dtype)
     timer = CommTimer(backend.device.synchronize)
     block = _parallel_block(spec, full, groups[Axis.TP], dims, backend.device.kind, timer)
+    check = Check(dtype_name(dtype), corrupt=spec.get("corrupt", False))   # once, before any timing
+    _tp_compare(spec, full, block, tp, dims.coords(backend.rank)[Axis.TP], check)
+    block.zero_grad(set_to_none=True)
+    del full
     seq_local = spec["seq"] // tp if sp else spec["seq"]
     x = torch.randn(seq_local, spec["batch"], h, device=device, dtype=dtype, requires_grad=True)
     opt = torch.optim.SGD(block.parameters(), lr=1e-6)
@@ -153,7 +192,7 @@ def tp_loops(backend, spec):
         comm_share = timer.seconds / elapsed if spec["impl"] == "manual" and elapsed > 0 else None
         return {"iters": k, "round_ns": t_step, "fwd_ns": t_fwd, "fwd_bwd_ns": t_fb, "matmul_ns": t_mm,
                 "flops_per_iter": flops, "tokens_per_iter": tokens, "comm_share": comm_share,
-                "peak_memory_bytes": backend.device.peak_memory_bytes(), "wrong": 0,
+                "peak_memory_bytes": backend.device.peak_memory_bytes(), **check.record(),
                 "params_local": sum(p.numel() for p in block.parameters())}
     return [fwd, fwd_bwd, step, matmul], finish
 
@@ -194,30 +233,42 @@ def _pipeline(backend, spec):
     return dims, local, reference[0], x, target, step, first, last
 
 
-def pp_check(backend, spec) -> dict:
-    """One pipelined step's gradients and loss vs the single-process model on the whole batch."""
-    dims, local, model, x, target, step, first, last = _pipeline(backend, spec)
+def _pp_compare(spec, dims, tp_rank, local, model, x, target, step, last, check: Check) -> None:
+    """One pipelined step against the same model run without a pipeline on the whole batch (the
+    losses summed over microbatches, gradients accumulated, scale_grads off): the loss on the rank
+    holding the last stage and every local stage's weight gradients go into `check`."""
     losses = step()
-    pipeline.summed_mse(model(x), target).backward()
+    ref_loss = pipeline.summed_mse(model(x), target)
+    ref_loss.backward()
+    m, tokens = spec["microbatches"], spec["batch"] * spec["seq"]
+    n = _reduce_length(model, tokens, dims.tp + m)
+    if last:   # the loss also sums every output element
+        check.compare(torch.stack([loss.detach() for loss in losses]).sum(), ref_loss.detach(), n + x.numel())
     per = len(model) // (dims.pp * SCHEDULES[spec["schedule"]][1])
-    err, scale = 0.0, 0.0
     for idx, stage in local.items():
         for mine, ref in zip(stage, model[idx * per:(idx + 1) * per]):
-            for p, q in zip(mine.parameters(), ref.parameters()):
-                err = max(err, float((p.grad - q.grad).abs().max()))
-                scale = max(scale, float(q.grad.abs().max()))
-    out = {"grad_err": err, "grad_scale": scale, "stages": sorted(local)}
-    if last:
-        with torch.no_grad():
-            ref_loss = float(pipeline.summed_mse(model(x), target))
-        out["loss_err"] = abs(float(sum(loss.item() for loss in losses)) - ref_loss) / max(1.0, abs(ref_loss))
-    return out
+            ref_grads = dict(ref.named_parameters())
+            for name, p in mine.named_parameters():
+                check.compare(p.grad, _shard_like(ref_grads[name].grad, p.grad, dims.tp, tp_rank), n)
+
+
+def pp_check(backend, spec) -> dict:
+    """One pipelined step against the model without a pipeline (layers.check), and the stages held."""
+    dims, local, model, x, target, step, _, last = _pipeline(backend, spec)
+    check = Check(dtype_name(x.dtype), corrupt=spec.get("corrupt", False))
+    _pp_compare(spec, dims, dims.coords(backend.rank)[Axis.TP], local, model, x, target, step, last, check)
+    return {**check.record(), "stages": sorted(local)}
 
 
 def pp_loops(backend, spec):
     """Step time of the schedule, and this rank's compute for one microbatch measured alone:
     bubble = 1 - m x compute / step."""
-    dims, local, _, x, target, step, first, last = _pipeline(backend, spec)
+    dims, local, model, x, target, step, _, last = _pipeline(backend, spec)
+    check = Check(dtype_name(x.dtype), corrupt=spec.get("corrupt", False))   # once, before any timing
+    _pp_compare(spec, dims, dims.coords(backend.rank)[Axis.TP], local, model, x, target, step, last, check)
+    for stage in local.values():
+        stage.zero_grad(set_to_none=True)
+    del model
     m = spec["microbatches"]
     mb = x.chunk(m, 0)[0]
     gy = torch.randn_like(mb)
@@ -236,7 +287,7 @@ def pp_loops(backend, spec):
 
     def finish(k, times):
         t_step, t_compute = times
-        return {"iters": k, "round_ns": t_step, "compute_ns": t_compute, "wrong": 0, "stages": sorted(local),
+        return {"iters": k, "round_ns": t_step, "compute_ns": t_compute, **check.record(), "stages": sorted(local),
                 "peak_memory_bytes": backend.device.peak_memory_bytes(),
                 "params_local": sum(p.numel() for s in local.values() for p in s.parameters())}
     return [pipeline_loop, compute_loop], finish

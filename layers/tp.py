@@ -161,6 +161,17 @@ class ParallelMLP(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
+def dtensor_linear(full: nn.Linear, mesh, sequence_parallel: bool = False) -> nn.Module:
+    """ColumnParallelLinear through DTensor (a deep copy is parallelised): its output stays sharded
+    by columns, and with SP its input is the sequence shard, all-gathered."""
+    import copy
+
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+    style = ColwiseParallel(input_layouts=Shard(0)) if sequence_parallel else ColwiseParallel()
+    return parallelize_module(copy.deepcopy(full), mesh, style)
+
+
 def dtensor_mlp(full: MLP, mesh, sequence_parallel: bool = False) -> nn.Module:
     """The same block through PyTorch's own DTensor tensor parallelism (a deep copy is parallelised)."""
     import copy

@@ -1,4 +1,4 @@
-"""Baseline vs candidate, cell by cell, with statistics that survive a noisy sweep (DESIGN §7).
+"""Baseline vs candidate, cell by cell, with statistics that survive a noisy sweep (ARCHITECTURE.md, Comparing runs).
 
 Per cell, with launches as samples (both sides run with --repeat >= 2): the ratio of geometric
 means of the per-launch median times with a Welch t 95% CI and p-value, so launch-to-launch drift
@@ -180,6 +180,10 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
     # devices and thread levels count only where both sides name them (an imported log, an older file)
     out.mismatch = [f"{k}: baseline {sb[k]} vs candidate {sc[k]}" for k in sb
                     if sb[k] != sc[k] and (k not in ("devices", "mpi_thread_level") or (sb[k] and sc[k]))]
+    kinds = [sorted({getattr(c.row, "source", "benchmark") for c in r.cells.values()}) for r in (base, cand)]
+    if kinds[0] != kinds[1]:   # production field data (NCCL Inspector) against a controlled benchmark
+        out.mismatch.append(f"source: baseline {kinds[0]} vs candidate {kinds[1]} (field data is what a production job "
+                            "saw, not a controlled benchmark)")
     grouped: dict[tuple[int, int, str], list] = defaultdict(list)
     for key in common:
         x, y, kind = _samples(base.cells[key], cand.cells[key], paired=bool(base.side and cand.side))

@@ -1,4 +1,4 @@
-"""Nightly guard: each cell's history across runs and the newest change point in it (DESIGN §7).
+"""Nightly guard: each cell's history across runs and the newest change point in it (ARCHITECTURE.md, Comparing runs).
 
 A run (a night) is one point per cell: the mean log of its per-launch median times. Change points
 come from binary segmentation, as in E-divisive / Otava (Hunter's t-test form): the split of a

@@ -3,22 +3,24 @@ as baselines and be compared. A log is read for what it says, or refused in one 
 silently.
 
 Formats: nccl-tests / rccl-tests text output (every header generation: with or without `redop`,
-`root`, `error` or `#wrong`, `N/A`; the `*_perf_mpi` builds), nccl-tests `-J` JSON (src/util.cu,
-version 2), and hccl_test output (`avg_time(us)` in the documentation, `aveg_time(us)` in the binary).
-A file may hold several runs and several ops (a campaign's log, a README with two runs): each run
-becomes its own result, in file order. Lines may carry Open MPI's `[1,0]<stdout>:` or an ISO
-timestamp (`kubectl logs --timestamps`) in front.
+`root`, `error` or `#wrong`, `N/A`; the `*_perf_mpi` builds) and hccl_test output (`avg_time(us)`
+in the documentation, `aveg_time(us)` in the binary) here; nccl-tests / rccl-tests `-J` JSON in
+import_nccl_json, rccl-tests' `-Z json|csv` reporter in import_rccl_reporter, NCCL Inspector logs
+(field data) in import_inspector. A file may hold several runs and several ops (a campaign's log, a
+README with two runs): each run becomes its own result, in file order. Lines may carry Open MPI's
+`[1,0]<stdout>:` or an ISO timestamp (`kubectl logs --timestamps`) in front.
 
 Per run: the op from the run's own command or banner (`--op` only where the log does not say);
-the rank count from `# Rank` lines, else nThread x nGpus x the launcher's `-n`, else (with a
-warning naming the ambiguity) from busbw/algbw. Printed algbw/busbw are kept and cross-checked
-against size/time; a mismatch beyond rounding refuses the file. `#wrong`, `Out of bounds values
-... FAILED` and hccl_test `failed` mark the run failed; a run cut off mid-table keeps its rows and
-says where. Times are microseconds in all three formats; bandwidths are recomputed in GB/s (1e9 B/s).
+the rank count from `# Rank` lines, else nThread x nGpus x the launcher's `-n`, else from
+busbw/algbw when every row's printed precision allows one count only (or the count the title's
+prose names, "128 GPU all reduce", is one of those allowed); otherwise refused, the counts that fit
+named, --nranks asked for. Printed algbw/busbw are kept and cross-checked against size/time; a
+mismatch beyond rounding refuses the file. `#wrong`, `Out of bounds values ... FAILED` and
+hccl_test `failed` mark the run failed; a run cut off mid-table keeps its rows and says where.
+Times are microseconds in every format; bandwidths are recomputed in GB/s (1e9 B/s).
 """
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -42,9 +44,11 @@ ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, 
 
 _PREFIXES = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? )+")
 _PERF = re.compile(r"\b(?:nccl_|rccl_)?([a-z_]+?)_perf(?:_mpi)?\b")
+PERF = _PERF
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
 _NTHREAD = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _LAUNCH_N = re.compile(r"\b(?:mpirun|mpiexec|srun|orterun|prterun)\b.*?\s(?:-n|-np|--np|--ntasks)[\s=]+(\d+)")
+_TITLE = re.compile(r"\b(\d{1,6})[ -]?(?:x ?)?(?:GPUs?|gpus?|ranks?|NPUs?|devices)\b")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
 # nccl-tests prints 2 decimals: a bandwidth must match what size/time gives within that and the
 # rounding of the printed time (4-5 significant digits)
@@ -109,28 +113,6 @@ def _dedupe(header: list[str]) -> list[str]:
         out.append(name + "_2" if name in seen else name)
         seen.add(name)
     return out
-
-
-def _nranks_from_ratio(op: str, samples: list[Sample]) -> tuple[int | None, str]:
-    """busbw/algbw = factor(n), inverted on the row with the most precise (largest) algbw; the
-    2-decimal rounding allows a range of n, which is named."""
-    rows = [(s.algbw, s.busbw) for s in samples if s.algbw and s.busbw and s.algbw > 0]
-    if op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all") or not rows:
-        return None, ""
-    alg, bus = max(rows)
-
-    def n_of(r: float) -> float:
-        if op == "all_reduce":
-            return 2 / (2 - r) if r < 2 else float("inf")
-        return 1 / (1 - r) if r < 1 else float("inf")
-    lo, hi = n_of((bus - 0.005) / (alg + 0.005)), n_of((bus + 0.005) / max(alg - 0.005, 1e-9))
-    n = n_of(bus / alg)
-    if n == float("inf") or n > 1e6:
-        return None, ""
-    low, high = max(2, int(lo + 0.5)), int(hi + 0.5) if hi != float("inf") else None
-    span = f"only {low}" if low == high else f"any of {low}..{high}" if high else f"any of {low} or more"
-    return int(round(n)), (f"rank count {int(round(n))} inferred from busbw/algbw on {alg} GB/s ({span} fits the "
-                           "printed rounding): the log names no ranks; pass --nranks to be sure")
 
 
 class NcclTextReader:
@@ -237,8 +219,10 @@ class NcclTextReader:
             run.extra["wrong_is_max_error"] = True   # the old `error` column is a max error, not a count
 
 
-def _nranks(run: LogRun, given: int | None, where: str) -> int:
-    """From the log's own words first; --nranks only where it says nothing."""
+def _nranks(run: LogRun, given: int | None, where: str, hint: tuple[int, str] | None = None) -> int:
+    """From the log's own words first; --nranks only where it says nothing; else what busbw/algbw
+    allows at its printed precision, when that is one count (or the title's count is one of them)."""
+    from reports.import_nccl_json import fits, ratio_candidates, span_text
     said = len(run.ranks) or ((run.nthread_ngpus or 1) * run.launch_n if run.launch_n else None)
     if said:
         if given and given != said:
@@ -246,14 +230,26 @@ def _nranks(run: LogRun, given: int | None, where: str) -> int:
         return said
     if given:
         return given
-    n, warning = _nranks_from_ratio(str(run.op), run.samples)
-    if warning:
-        run.warnings.append(warning)
-    if n is None and run.nthread_ngpus and run.nthread_ngpus > 1:   # one process driving its GPUs, most likely
-        n = run.nthread_ngpus
-        run.warnings.append(f"rank count {n} taken from nThread x nGpus alone (no # Rank lines, no launcher -n); "
-                            "pass --nranks if more processes ran")
-    return _need(n, "rank count", where, "--nranks")
+    pairs = [(s.algbw, s.busbw) for s in run.samples if s.algbw and s.busbw]
+    cands = ratio_candidates(str(run.op), pairs)
+    if cands:
+        top = max(alg for alg, _ in pairs)
+        if cands[0] == cands[1]:
+            run.warnings.append(f"rank count {cands[0]} inferred from busbw/algbw on {top} GB/s (only {cands[0]} fits the "
+                                "printed rounding): the log names no ranks; pass --nranks to be sure")
+            return cands[0]
+        if hint and fits(cands, hint[0]):
+            run.warnings.append(f"rank count {hint[0]} from the log's words ({hint[1][:60]!r}), which busbw/algbw confirms "
+                                f"(it allows {span_text(cands)}): the log has no # Rank lines")
+            return hint[0]
+        said_hint = f"; its words say {hint[0]}, which does not fit" if hint else ""
+        raise ResultError(f"{where}: the log names no ranks and busbw/algbw fits {span_text(cands)} ranks at its printed "
+                          f"precision{said_hint}; pass --nranks N")
+    if run.nthread_ngpus and run.nthread_ngpus > 1:   # one process driving its GPUs, most likely
+        run.warnings.append(f"rank count {run.nthread_ngpus} taken from nThread x nGpus alone (no # Rank lines, no "
+                            "launcher -n); pass --nranks if more processes ran")
+        return run.nthread_ngpus
+    return _need(None, "rank count", where, "--nranks")
 
 
 def _cross_check(op: str, nranks: int, samples: list[Sample], where: str) -> None:
@@ -272,17 +268,27 @@ def _cross_check(op: str, nranks: int, samples: list[Sample], where: str) -> Non
 
 
 def _entry(tool: str, op: str, dtype: str, redop: str, inplace: bool, nbytes: int, count: int, nranks: int,
-           times_us: list[float], wrong, imported: dict, where: str) -> dict:
-    """One imported cell as a result entry; a time that is not finite and > 0 refuses the log."""
+           times_us: list[float], wrong, imported: dict, where: str, matrix_ns: list[list[int]] | None = None,
+           source: str = "benchmark", backend: str | None = None) -> dict:
+    """One imported cell as a result entry; a time that is not finite and > 0 refuses the log.
+    `matrix_ns`: a process (or rank) x round matrix of per-op times, summarised as a native case's
+    (collectives.stats), its rounds the samples."""
     bad = next((t for t in times_us if not (isinstance(t, (int, float)) and 0 < t < float("inf"))), None)
     if bad is not None:
         raise ResultError(f"{where}: {op} {nbytes} B has time {bad} us; a time must be a finite number > 0")
-    t_us = float(statistics.median(times_us))
+    stats: dict = {}
+    if matrix_ns:
+        from collectives.stats import per_op_seconds, summarize
+        stats = {**summarize(matrix_ns, 1, op, nbytes, nranks), "round_ns_per_rank": matrix_ns, "iters_per_round": 1}
+        times_us = [t * 1e6 for t in per_op_seconds(matrix_ns, 1).tolist()]
+    t_us = float(stats.get("time_us") or statistics.median(times_us))
     algbw, busbw = bandwidths(op, nbytes, t_us * 1e-6, nranks)
-    row = CollectiveRow(backend=tool, algo="default", op=op, dtype=dtype, redop=redop, inplace=inplace, nranks=nranks,
-                        bytes=nbytes, count=count, time_us=t_us, algbw_gbps=algbw, busbw_gbps=busbw, wrong=wrong,
-                        imported={k: v for k, v in imported.items() if v is not None})
-    name = f"import[{tool}-{op}-{dtype}-{nbytes}B-{'ip' if inplace else 'oop'}]"
+    stats.update(time_us=t_us, algbw_gbps=algbw, busbw_gbps=busbw)
+    row = CollectiveRow(backend=backend or tool, algo="default", op=op, dtype=dtype, redop=redop, inplace=inplace,
+                        nranks=nranks, bytes=nbytes, count=count, wrong=wrong, source=source,
+                        imported={k: v for k, v in imported.items() if v is not None}, **stats)
+    red = f"-{redop}" if redop not in ("none", "sum") else ""
+    name = f"import[{tool}-{op}-{dtype}{red}-{nbytes}B-{'ip' if inplace else 'oop'}]"
     return bench_entry(name, row, [x * 1e-6 for x in times_us], group=f"{tool} {op} {dtype}")
 
 
@@ -300,8 +306,12 @@ def _result(path: Path, fmt: str, tool: str, op: str, nranks: int, benches: list
 def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: str | None = None) -> list[dict]:
     where = str(path)
     reader = NcclTextReader()
+    hints: list[tuple[int, int, str]] = []   # (line, count, prose): "128 GPU all reduce ...", a hint only
     for number, line in enumerate(text.splitlines(), 1):
-        reader.feed(number, _PREFIXES.sub("", line))
+        clean = _PREFIXES.sub("", line)
+        if (m := _TITLE.search(clean)) and not clean.lstrip().startswith("#"):
+            hints.append((number, int(m.group(1)), clean.strip()))
+        reader.feed(number, clean)
     runs = [r for r in reader.runs if r.samples]
     if not runs:
         crashed = next((r.failed for r in reader.runs if r.failed), "")
@@ -316,12 +326,19 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
         if op and run_op != op:
             run.warnings.append(f"--op {op} ignored: the log says {run_op}")
         run.op = run_op
-        n = _nranks(run, nranks, where_run)
+        before = [h for h in hints if h[0] < run.first_line and (index == 0 or h[0] > runs[index - 1].last_line)]
+        n = _nranks(run, nranks, where_run, (before[-1][1], before[-1][2]) if before else None)
         if not run.summary:
             run.cut = run.cut or (f"line {run.last_line}: the run ended without its 'Out of bounds values' line "
                                   f"(crashed or cut off); the {len(run.samples)} samples before it are kept")
             run.warnings.append(run.cut)
         _cross_check(run_op, n, run.samples, where_run)
+        if n == nranks and not (run.ranks or run.launch_n):   # a given count must fit the printed precision too
+            from reports.import_nccl_json import fits, ratio_candidates, span_text
+            cands = ratio_candidates(run_op, [(s.algbw, s.busbw) for s in run.samples if s.algbw and s.busbw])
+            if not fits(cands, n):
+                raise ResultError(f"{where_run}: --nranks {n} does not fit the printed busbw/algbw (it fits "
+                                  f"{span_text(cands)} ranks)")
         cells: dict[tuple, list[Sample]] = {}
         for s in run.samples:
             cells.setdefault((s.size, s.count, s.dtype, s.redop if OPS[run_op].reduces else "none", s.inplace), []).append(s)
@@ -339,49 +356,6 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
         out.append(_result(path, "nccl-tests-text", "nccl-tests", run_op, n, benches, run, hosts,
                            [d for _, d in run.ranks.values()], label))
     return out
-
-
-def nccl_json(path: Path, data: dict, op: str | None, nranks: int | None, label: str | None = None) -> list[dict]:
-    if not isinstance(data, dict):
-        raise ResultError(f"{path}: JSON that is not an nccl-tests -J object")
-    args = [str(a) for a in data.get("args") or []]
-    named = next((canonical_op(m.group(1)) for a in args[:1] for m in [_PERF.search(a)] if m), None)
-    json_op: str = _need(named or op, "collective", str(path), "--op")
-    run = LogRun(first_line=1, op=json_op)
-    config = data.get("config") or {}
-    devices = [d for d in config.get("devices") or [] if isinstance(d, dict)]
-    per_process = int(config.get("nthreads") or 1) * int(config.get("ngpus") or 1)
-    said = config.get("nranks") or (len(devices) * per_process if devices else None)
-    n = int(said or nranks or 0) or _need(None, "rank count", str(path), "--nranks")
-    benches = []
-    results = data.get("results") or []
-    if not isinstance(results, list):
-        raise ResultError(f"{path}: 'results' is not a list: not nccl-tests -J output")
-    for r in results:
-        if not isinstance(r, dict) or int(r.get("size", 0)) == 0:
-            continue
-        for inplace, key in ((False, "out_of_place"), (True, "in_place")):
-            body = r.get(key)
-            if not isinstance(body, dict) or (body.get("time") or body.get("cpu_time")) in (None, 0):
-                continue
-            wrong = body.get("nwrong")
-            if isinstance(wrong, (int, float)) and wrong > 0:
-                run.failed = run.failed or f"nwrong {wrong} at {r.get('size')} B"
-            time_us = float(body.get("time") or body.get("cpu_time") or 0)
-            sample = Sample(int(r["size"]), int(r.get("count", 0)), NCCL_TYPES.get(str(r.get("type")), str(r.get("type"))),
-                            str(r.get("redop", "none")), inplace, time_us, body.get("algbw"), body.get("busbw"), wrong, 0)
-            _cross_check(json_op, n, [sample], str(path))
-            benches.append(_entry("nccl-tests", json_op, sample.dtype, sample.redop if OPS[json_op].reduces else "none",
-                                  inplace, sample.size, sample.count, n, [time_us], wrong,
-                                  {"nccl_version": data.get("nccl_version"), "printed_algbw": sample.algbw,
-                                   "printed_busbw": sample.busbw}, str(path)))
-    if not benches:
-        raise ResultError(f"{path}: nccl-tests JSON without results")
-    hosts: dict[str, int] = {}
-    for d in devices:
-        hosts[str(d.get("hostname"))] = hosts.get(str(d.get("hostname")), 0) + per_process
-    return [_result(path, "nccl-tests-json", "nccl-tests", json_op, n, benches, run, hosts,
-                    [str(d.get("name") or d.get("device_name") or "") for d in devices], label)]
 
 
 def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: str | None,
@@ -483,6 +457,9 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
         raise ResultError(f"--op {op!r}: allowed {', '.join(OPS)}")
     if nranks is not None and nranks < 1:
         raise ResultError(f"--nranks {nranks}: give a rank count >= 1")
+    if path.is_dir():    # an NCCL Inspector dump directory: its per-process logs together
+        from reports import import_inspector
+        return import_inspector.read([path], label)
     limit = size_limit("HCCL_BENCH_MAX_LOG_MB", LOG_LIMIT_MIB)
     try:
         size = path.stat().st_size
@@ -494,17 +471,48 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
         raise ResultError(f"cannot read {path}: {exc.strerror or exc}") from None
     if b"\0" in raw[:4096]:
         raise ResultError(f"{path} is binary (NUL bytes), not a text log of nccl-tests, rccl-tests or hccl_test")
-    if raw.lstrip().startswith(b"{"):
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise ResultError(f"{path}: looks like JSON but does not parse: {str(exc)[:80]}") from None
-        return nccl_json(path, data, op, nranks, label)
     text = raw.decode(errors="replace")
     del raw
+    head = text.lstrip()[:4096]
+    if head.startswith("{\"header\"") or head.startswith("{\n  \"header\""):
+        from reports import import_inspector
+        return import_inspector.read([path], label)
+    if re.match(r"\[\s*(?:\{|\])", head) or head.startswith(("{\"numCycle\"", "numCycle,")):
+        from reports import import_rccl_reporter
+        return import_rccl_reporter.read(path, text, op, nranks, label)
+    if head.startswith("{"):
+        from reports import import_nccl_json
+        return import_nccl_json.read(path, text, op, nranks, label)
+    if not head:
+        raise ResultError(f"{path} is empty (rccl-tests leaves its -x output empty when the run crashed)")
     if "data_size(Bytes)" in text:
         return hccl_test(path, text, op, nranks, dtype, label)
     return nccl_text(path, text, op, nranks, label)
+
+
+def _is_inspector(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).lstrip().startswith(b'{"header"')
+    except OSError:
+        return False
+
+
+def import_all(names: list[str], op: str | None = None, nranks: int | None = None, dtype: str | None = None,
+               label: str | None = None) -> list[dict]:
+    """Every run of every file, in order; NCCL Inspector logs (one per process) are read together
+    as one job's field data, where the first of them stands."""
+    paths = [Path(n) for n in names]
+    inspector = [p for p in paths if p.is_file() and _is_inspector(p)]
+    out: list[dict] = []
+    for p in paths:
+        if p in inspector:
+            if p == inspector[0]:
+                from reports import import_inspector
+                out += import_inspector.read(inspector, label)
+            continue
+        out += import_runs(p, op, nranks, dtype, label)
+    return out
 
 
 def import_file(path: str | Path, op: str | None = None, nranks: int | None = None, dtype: str | None = None) -> dict:

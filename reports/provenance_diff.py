@@ -2,6 +2,8 @@
 ranks reported, so a report and a history can say which versions or variables changed."""
 from __future__ import annotations
 
+import hashlib
+
 
 def flatten(d: dict, prefix: str = "") -> dict[str, str]:
     out = {}
@@ -9,9 +11,17 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
         key = f"{prefix}{k}"
         if isinstance(v, dict):
             out.update(flatten(v, key + "."))
-        else:
-            out[key] = str(v)
+        elif v is not None:   # None means "not on this machine": the same as a run that never recorded the key
+            out[key] = brief(str(v))
     return out
+
+
+def brief(text: str) -> str:
+    """A value as a diff shows it: a multi-line one (a topology matrix) as its size and a digest, so
+    two runs' topologies compare in one short line."""
+    if "\n" not in text:
+        return text
+    return f"{len(text.splitlines())} lines, sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 def provenance_diff(provs: list[dict]) -> list[tuple[str, list[str]]]:
@@ -23,21 +33,24 @@ def provenance_diff(provs: list[dict]) -> list[tuple[str, list[str]]]:
 
 
 def run_provenance(run) -> dict:
-    """The session's provenance plus what its ranks ran with (algorithm and --ab-env variables) and
-    the versions its own groups reported (interpreter, torch, MPI library, thread level): that is
-    where the two sides of an --ab-env/--ab-source run differ."""
+    """The session's provenance plus what its ranks ran with (algorithm and --ab-env variables), the
+    versions its own groups reported (interpreter, torch, MPI library, thread level; NCCL and the CUDA
+    driver; CANN, HCCL and the NPU driver) and the adapter variables its ranks saw (`rank_vars`:
+    TASK_QUEUE_ENABLE, TORCH_NCCL_*, ...): that is where the two sides of an --ab-env/--ab-source run differ."""
     rank_env: dict[str, set] = {}
     envs = set()
     for cell in run.cells.values():
         envs.add(tuple(sorted(cell.row.group_env.items())))
         for k, v in cell.row.group_env.items():
             rank_env.setdefault(k, set()).add(str(v))
-    versions: dict[str, set] = {}
+    seen: dict[str, dict[str, set]] = {"versions": {}, "adapter_env": {}}
     for group in (run.meta.get("groups") or {}).values():
         if not isinstance(group, dict) or group.get("side", "") != run.side:
             continue   # the other side's groups: both sides' env can be empty (another interpreter only)
         if tuple(sorted((group.get("env") or {}).items())) in envs:
-            for k, v in (group.get("versions") or {}).items():
-                versions.setdefault(k, set()).add(str(v))
+            for what, values in seen.items():
+                for k, v in (group.get(what) or {}).items():
+                    values.setdefault(k, set()).add(str(v))
+    joined = {what: {k: " | ".join(sorted(v)) for k, v in values.items()} for what, values in seen.items()}
     return {**run.meta.get("provenance", {}), "rank_env": {k: " | ".join(sorted(v)) for k, v in rank_env.items()},
-            "ranks": {k: " | ".join(sorted(v)) for k, v in versions.items()}}
+            "ranks": joined["versions"], "rank_vars": joined["adapter_env"]}

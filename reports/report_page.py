@@ -82,10 +82,30 @@ def _rows(run: Run, series: Series) -> tuple[list[int], list[float], list[float]
     return [c.size for c in cells], times, busbw
 
 
+def _field_points(ax1, ax2, field: list[tuple[str, Cell]]) -> int:
+    """Field data (NCCL Inspector) beside the curve: what production saw at these sizes, as points
+    (how many are drawn)."""
+    by_name: dict[str, list[Cell]] = defaultdict(list)
+    for name, cell in field:
+        by_name[name].append(cell)
+    for name, cells in by_name.items():
+        cells.sort(key=lambda c: c.size)
+        times = [c.pooled_s * 1e6 for c in cells]
+        busbw = [bandwidths(str(c.series.op), c.size, t * 1e-6, c.row.nranks)[1] for c, t in zip(cells, times)]
+        label = f"field: {name} (what production saw at these sizes)"
+        ax1.scatter([c.size for c in cells], busbw, marker="x", s=22, color="k", label=label, zorder=3)
+        ax2.scatter([c.size for c in cells], times, marker="x", s=22, color="k", zorder=3)
+    return len(field)
+
+
 def _sweep_figure(runs: list[Run], members: list[Series], names: list[str],
-                  predicted: tuple[list[int], list[float]] | None = None) -> str:
-    """busbw and time against size: a line per run and per --knobs value of the series."""
+                  predicted: tuple[list[int], list[float]] | None = None, field: list | None = None,
+                  drawn: list[int] | None = None) -> str:
+    """busbw and time against size: a line per run and per --knobs value of the series; field
+    data of the same op and rank count as points beside it."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+    if field and drawn is not None:
+        drawn.append(_field_points(ax1, ax2, field))
     for (run, run_name), series in ((r, s) for r in zip(runs, names) for s in members):
         sizes, times, busbw = _rows(run, series)
         name = f"{run_name} [{series.knobs}]" if series.knobs else run_name
@@ -313,15 +333,22 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
     first = runs[0]
     names = names_by_difference(runs)
     comparisons = [(f"{name} / {names[0]}", compare(first, run)) for run, name in zip(runs[1:], names[1:])]
-    series_all = sorted({c.series for r in runs for c in r.cells.values() if c.kind == "collective"},
+    field = [(name, c) for r, name in zip(runs, names) for c in r.cells.values() if getattr(c.row, "source", "") == "field"]
+    bench_series = {c.series for r in runs for c in r.cells.values()
+                    if c.kind == "collective" and getattr(c.row, "source", "") != "field"}
+    beside = {(s.op, s.nranks) for s in bench_series}   # field data drawn beside a benchmark curve, not alone
+    series_all = sorted(bench_series | {c.series for _, c in field if (c.series.op, c.series.nranks) not in beside},
                         key=Series.sort_key)
     sweeps, stats = [], []
+    drawn: list[int] = []     # field points drawn beside benchmark curves
     shown = metrics(CollectiveRow, "report")
     knob_groups: dict[Series, list[Series]] = {}   # --knobs values of one series share its figure
     for series in series_all:
         knob_groups.setdefault(series.without_knobs(), []).append(series)
     for base, members in knob_groups.items():
-        sweeps.append({"title": base.label(), "png": _sweep_figure(runs, members, names, _predictions(fits, runs, base)),
+        near = [(n, c) for n, c in field if (c.series.op, c.series.nranks) == (base.op, base.nranks) and c.series not in members]
+        sweeps.append({"title": base.label(),
+                       "png": _sweep_figure(runs, members, names, _predictions(fits, runs, base), near, drawn),
                        "ratio": _ratio_figure(comparisons, members) if comparisons else None})
     for series in series_all:
         for run, name in zip(runs, names):
@@ -361,7 +388,8 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                        prov_diff=provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs]),
                        stats=stats, metric_heads=[f"worst {m.heading}" for m in shown], sweeps=sweeps,
                        algos=[f for r in runs for f in _algo_figures(r)], layers=layers, tuning=tuning,
-                       tuning_png=_tuning_figure(runs, names))
+                       tuning_png=_tuning_figure(runs, names),
+                       field_note=sorted({str(r.meta.get("field_limits")) for r in runs if r.meta.get("field_limits")}))
     (out_dir / "report.html").write_text(html)
     md = [f"## hccl-bench report: {summary.md(', '.join(r.label for r in runs))}", ""]
     md += [summary.markdown(last)] if last else ["(one run: no comparison)"]
@@ -369,4 +397,4 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
     (out_dir / "summary.md").write_text(md_text + "\n")
     return {"html": str(out_dir / "report.html"), "markdown": str(out_dir / "summary.md"),
             "figures": html.count("data:image/png"),
-            "regressed": bool(last and last.regressed)}
+            "regressed": bool(last and last.regressed), "field_points": sum(drawn)}

@@ -16,6 +16,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from collectives.capabilities import algo_label  # hccl: "ring (requested)", HCCL cannot say what ran
+
 SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
 LAYER_BENCHES = ("linear", "pipeline")
 TUNING_BENCHES = ("overlap", "bucket", "compress")
@@ -167,7 +169,10 @@ class CollectiveRow(_Measured):
     wrong_per_rank: list = _field("list", [])
     algo_env: dict = _field("object", {})
     imported: dict = _field("object", {})               # an imported log's own columns (printed bandwidths, line)
+    source: str = _field("text", "benchmark")           # "field": production data (NCCL Inspector), never a benchmark
     link_class: str | None = _field("text")            # intra-host, inter-host or mixed (from hosts)
+    algo_ran: str | None = _field("text")              # nccl: what NCCL_DEBUG_SUBSYS=TUNING says ran ("Ring/LL128")
+    graph: bool = _field("flag", False)                # --graph: rounds replayed from a captured device graph
 
 
 @dataclass(kw_only=True)
@@ -187,6 +192,9 @@ class LayerRow(_Measured):
     peak_memory_bytes_per_rank: list = _field("list", [])
     model_states_estimate_bytes: int | None = _field("whole")
     placement_warnings: list = _field("list", [])
+    wrong_per_rank: list = _field("list", [])
+    checked: int | None = _field("whole")               # elements compared with the single-rank reference (all ranks)
+    err_to_tol: float | None = _field("amount")         # the largest |parallel - reference| / tolerance (<= 1 passes)
     # TP blocks
     layer: str | None = _field("text")
     sequence_parallel: bool | None = _field("flag")
@@ -305,11 +313,13 @@ class Series:
     microbatches: int | None = None
     comm_dtype: str | None = None
     knobs: str | None = None        # --knobs: "NAME=value ..." of the case's group, a series of its own
+    graph: bool | None = None       # --graph: True for graph-captured rounds (eager series and old files: None)
 
     @classmethod
     def of(cls, row: Row) -> Series:
         bench = "collective" if isinstance(row, CollectiveRow) else row.bench
-        return cls(**{"bench": bench, **{k: getattr(row, k) for k in row.KEY}, "knobs": knob_text(row.knobs)})
+        return cls(**{"bench": bench, **{k: getattr(row, k) for k in row.KEY}, "knobs": knob_text(row.knobs),
+                      "graph": True if getattr(row, "graph", False) else None})
 
     @property
     def kind(self) -> str:
@@ -334,8 +344,8 @@ class Series:
             what = {"overlap": f" {self.op} {self.dtype}", "compress": f" {self.comm_dtype}"}.get(self.bench, "")
             return f"{self.bench}{what} {self.nranks} ranks {self.backend}{knobs}"
         red = f" {self.redop}" if self.redop not in (None, "none") else ""
-        return (f"{self.op} {self.dtype}{red} {self.nranks} ranks {self.backend}/{self.algo}"
-                f"{' in-place' if self.inplace else ''}{knobs}")
+        return (f"{self.op} {self.dtype}{red} {self.nranks} ranks {self.backend}/{algo_label(self.backend, self.algo or '')}"
+                f"{' in-place' if self.inplace else ''}{' graph' if self.graph else ''}{knobs}")
 
 
 def key_order(key: tuple) -> tuple:

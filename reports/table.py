@@ -4,6 +4,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
+from collectives.capabilities import HCCL_FALLBACK_NOTE, algo_label
 from collectives.ops import OPS, bandwidths
 from collectives.sizes import format_size
 from layers.memory import comm_buffers
@@ -19,17 +20,20 @@ def render(rows: list[CollectiveRow]) -> str:
     block per side, a launch column, and B/A ratios per size."""
     blocks: dict[tuple, list[CollectiveRow]] = {}
     for r in rows:
-        blocks.setdefault((r.backend, r.algo, r.op, r.dtype, r.nranks, r.side, layout(r.hosts), knob_text(r.knobs)),
-                          []).append(r)
+        blocks.setdefault((r.backend, r.algo, r.op, r.dtype, r.nranks, r.side, layout(r.hosts), knob_text(r.knobs),
+                           r.graph), []).append(r)
     launches = len({r.launch for r in rows}) > 1
     extra_head = "".join(f" {m.heading:>{max(8, len(m.heading))}}" for m in EXTRA)
     out = ["# hccl-bench results. time(us): median over rounds of the slowest rank's per-op time;",
            "# algbw = size/time, busbw = algbw x factor (nccl-tests); GB/s = 1e9 bytes/s"]
-    for (backend, algo, op, dtype, nranks, side, hosts, knobs), block in blocks.items():
+    for (backend, algo, op, dtype, nranks, side, hosts, knobs, graph), block in blocks.items():
         out.append("")
         where = f" ({hosts}, {link_class(block[0].hosts)})" if block[0].hosts else ""
-        out.append(f"# {op}  backend={backend}  algo={algo}  dtype={dtype}  nranks={nranks}{where}  "
-                   f"busbw factor={OPS[op].bus_factor(nranks):.3f}" + (f"  {side_role(side)}" if side else ""))
+        out.append(f"# {op}  backend={backend}  algo={algo_label(backend, algo)}  dtype={dtype}  nranks={nranks}{where}  "
+                   f"busbw factor={OPS[op].bus_factor(nranks):.3f}" + ("  graph-captured" if graph else "")
+                   + (f"  {side_role(side)}" if side else ""))
+        if algo_label(backend, algo) != algo:
+            out.append(f"# note: {HCCL_FALLBACK_NOTE}")
         if knobs:
             out.append(f"# knobs: {knobs}" + hbm_text(block[0].knobs, communicators=1))
         out.append(HEADER + extra_head + (f" {'launch':>6}" if launches else ""))
@@ -41,7 +45,34 @@ def render(rows: list[CollectiveRow]) -> str:
         peak = max(block, key=lambda r: r.busbw_gbps or 0)
         out.append(f"# peak busbw: {peak.busbw_gbps or 0:.3f} GB/s at {format_size(peak.bytes)}")
     out += _ab_ratios(rows)
+    out += host_cost_lines(rows)
     return "\n".join(out)
+
+
+HOST_COST_MAX_BYTES = 1 << 20   # "small sizes": where a call's host launch cost can be most of an eager round
+
+
+def host_cost_lines(rows: list[CollectiveRow]) -> list[str]:
+    """--graph both: per small size, the eager and the graph-captured per-call time (medians over
+    launches) and their difference, the host's cost of launching one call."""
+    times: dict[tuple, dict[bool, list[float]]] = {}
+    for r in rows:
+        if r.time_us is not None and r.bytes <= HOST_COST_MAX_BYTES:
+            key = (r.backend, r.algo, r.op, r.dtype, r.redop, r.inplace, r.nranks, r.side, knob_text(r.knobs), r.bytes)
+            times.setdefault(key, {}).setdefault(r.graph, []).append(r.time_us)
+    out: list[str] = []
+    for key, by_mode in sorted(times.items(), key=lambda kv: (str(kv[0][:-1]), kv[0][-1])):
+        if not (by_mode.get(False) and by_mode.get(True)):
+            continue
+        if not out:
+            out = ["", "# host cost per call: eager time - graph-captured time (the same call replayed from a device graph)",
+                   f"#{'op':>14} {'backend':>8} {'dtype':>9} {'size':>10} {'place':>5} {'eager(us)':>10} "
+                   f"{'graph(us)':>10} {'host(us)':>9}"]
+        backend, _, op, dtype, _, inplace, _, side, _, size = key
+        eager, graph = statistics.median(by_mode[False]), statistics.median(by_mode[True])
+        out.append(f" {op:>14} {backend:>8} {dtype:>9} {format_size(size):>10} {'ip' if inplace else 'oop':>5} "
+                   f"{eager:>10.2f} {graph:>10.2f} {eager - graph:>9.2f}" + (f"  {side_role(side)}" if side else ""))
+    return out
 
 
 def rows_of(run: Run) -> list[CollectiveRow]:
@@ -70,7 +101,7 @@ def _ab_ratios(rows: list[CollectiveRow]) -> list[str]:
     pairs: dict[tuple, dict] = {}
     for r in rows:
         if r.side in ("A", "B"):
-            key = (r.backend, r.algo, r.op, r.dtype, r.redop, r.inplace, r.bytes)
+            key = (r.backend, r.algo, r.op, r.dtype, r.redop, r.inplace, r.graph, r.bytes)
             pairs.setdefault(key, {}).setdefault(r.launch, {})[r.side] = r.time_us
     out: list[str] = []
     for key, by_launch in sorted(pairs.items(), key=lambda kv: (str(kv[0][:-1]), kv[0][-1])):
@@ -79,7 +110,8 @@ def _ab_ratios(rows: list[CollectiveRow]) -> list[str]:
             if not out:
                 out = ["", "# A/B: time B (candidate) / time A (baseline) per interleaved pair (launch), median; > 1: B slower",
                        f"#{'op':>14} {'backend':>8} {'algo':>8} {'size':>10} {'place':>5} {'median':>7}  per pair"]
-            backend, algo, op, _, _, inplace, size = key
+            backend, algo, op, _, _, inplace, graph, size = key
+            algo = f"{algo[:6]}+g" if graph else algo
             each = " ".join(f"{x:.2f}" for x in ratios[:8]) + (" ..." if len(ratios) > 8 else "")
             out.append(f" {op:>14} {backend:>8} {algo[:8]:>8} {format_size(size):>10} {'ip' if inplace else 'oop':>5} "
                        f"{sorted(ratios)[len(ratios) // 2]:>7.3f}  {each}")
@@ -90,7 +122,8 @@ def peak_lines(rows: list[CollectiveRow]) -> list[str]:
     """One line per op: the peak busbw of each backend (and side), for the closing summary."""
     best: dict[str, dict[str, CollectiveRow]] = {}
     for r in rows:
-        who = r.backend + (f"/{r.algo}" if r.algo != "default" else "") + (f" {r.side}" if r.side else "")
+        who = (r.backend + (f"/{r.algo}" if r.algo != "default" else "") + (" graph" if r.graph else "")
+               + (f" {r.side}" if r.side else ""))
         held = best.setdefault(r.op, {}).get(who)
         if held is None or (r.busbw_gbps or 0) > (held.busbw_gbps or 0):
             best[r.op][who] = r

@@ -1,4 +1,4 @@
-"""Portable and native algorithm names mapped to all five switch families (DESIGN §5)."""
+"""Portable and native algorithm names mapped to all five switch families (ARCHITECTURE.md, Algorithm switches)."""
 from collectives.algorithms import Unsupported, merge_group_env, resolve, validate
 
 GUARDS = {"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "MPIR_CVAR_COLLECTIVE_FALLBACK": "error"}

@@ -1,12 +1,14 @@
 """Rank mesh, memory model and pipeline arithmetic (pure), then TP layers and pipeline steps in real ranks."""
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from harness.groups import GroupKey, GroupPool
-from layers import memory, schedules
+from layers import check, memory, schedules, support
 from layers.mesh import Axis, MeshError, ParallelDims, tp_placement
+from reports.results import LayerRow
 
 
 # ---- mesh -----------------------------------------------------------------------------------
@@ -94,6 +96,68 @@ def test_schedule_constraints_name_the_values():
     assert schedules.stage_indices("interleaved1f1b", 1, 4) == [1, 5] and schedules.stage_indices("zbv", 1, 4) == [1, 6]
 
 
+# ---- the check's tolerance (layers/check.py) ----------------------------------------------------
+def test_tolerance_grows_with_reduction_length_dtype_and_scale():
+    assert check.tolerance("float32", 100, 3.0) == 2 * 100 * 2.0 ** -24 * 3.0 + 2.0 ** -126
+    assert check.tolerance(torch.float32, 200, 3.0) == pytest.approx(2 * check.tolerance("float32", 100, 3.0))
+    assert check.tolerance("bfloat16", 100, 1.0) / check.tolerance("float32", 100, 1.0) == pytest.approx(2.0 ** 16)
+    assert check.tolerance("float32", 10, 0.0) == 2.0 ** -126        # an all-zero reference: exact but for underflow
+    with pytest.raises(ValueError, match="n_reduce must be >= 1"):
+        check.tolerance("float32", 0, 1.0)
+
+
+def test_tf32_matmuls_widen_the_float32_tolerance():
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert check.unit_roundoff("float32") == 2.0 ** -11
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert check.unit_roundoff("float32") == 2.0 ** -24
+
+
+def test_a_split_reduction_passes_and_one_wrong_element_does_not():
+    """A row-parallel matmul in float32 (4 partial sums, then summed) against float64: rounding
+    stays inside the tolerance; an element off by 1% of the scale, a NaN or a wrong shard count."""
+    gen = torch.Generator().manual_seed(7)
+    a, b = torch.randn(64, 1024, generator=gen), torch.randn(1024, 32, generator=gen)
+    exact = a.double() @ b.double()
+    split = sum(x @ y for x, y in zip(a.chunk(4, 1), b.chunk(4, 0)))
+    c = check.Check("float32")
+    c.compare(split, exact, n_reduce=1024 + 4)
+    assert (c.wrong, c.checked) == (0, 64 * 32) and 0 < c.worst <= 1
+    off = split.clone()
+    off[3, 5] += 0.01 * float(exact.abs().max())
+    off[0, 0] = float("nan")
+    c.compare(off, exact, n_reduce=1024 + 4)
+    c.compare(split[:32], exact, n_reduce=1024 + 4)
+    assert c.wrong == 2 + 64 * 32 and c.checked == 3 * 64 * 32
+    assert c.record()["err_to_tol"] > 1e300                         # infinite, kept finite for the row
+
+
+def test_corrupt_changes_exactly_the_first_result_compared():
+    ref = torch.randn(8, 8, dtype=torch.float64)
+    c = check.Check("float32", corrupt=True)
+    c.compare(ref.float(), ref, 8)
+    c.compare(ref.float(), ref, 8)
+    assert (c.wrong, c.checked, c.corrupt) == (1, 128, False)
+
+
+def test_a_missing_torch_api_skips_the_layer_case_with_its_reason(monkeypatch):
+    from harness.cases import build_layers
+    from harness.options import Options
+    assert support.missing("tp_bench", impl="dtensor") == "" and support.missing("pp_bench", schedule="zbv") == ""
+    monkeypatch.setattr(support, "_has", lambda module, name: name not in ("ScheduleZBVZeroBubble", "parallelize_module"))
+    opts = Options(backends=["gloo"], nproc=2, tp=[1], pp=[2], schedules=["1f1b", "zbv"], microbatches=[2], layers=4)
+    skips = {c.id: c.skip for c in build_layers(opts)}
+    version = torch.__version__
+    assert skips["gloo-pipeline-tp1-pp2-zbv-m2"] == f"torch {version} has no torch.distributed.pipelining.schedules." \
+                                                    "ScheduleZBVZeroBubble (torch >= 2.6)"
+    assert skips["gloo-pipeline-tp1-pp2-1f1b-m2"] == ""
+    assert skips["gloo-linear-tp1-mlp-dtensor"].endswith("parallelize_module (torch >= 2.5)")
+    assert skips["gloo-linear-tp1-mlp-manual"] == ""
+
+
 # ---- real ranks (one gloo group of 4, shared by every test below) ------------------------------
 @pytest.fixture(scope="module")
 def ranks4(tmp_path_factory):
@@ -120,10 +184,13 @@ EXPECTED_COUNTS = {  # per forward / backward of the MLP block at tp > 1
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_tp_block_equals_nn_linear_and_counts_collectives(ranks4, impl, sp, tp):
     results = ranks4({"task": "tp_check", "tp": tp, "impl": impl, "sp": sp, "hidden": 16, "seq": 8, "batch": 2})
+    h, tokens = 16, 16
+    # output, input gradient and the four weight gradients of this rank's shard
+    shard = (2 * h * 4 * h + 4 * h) // tp + h
+    seq_shard = tokens // tp if sp else tokens
     for r in results:
-        tol = 1e-5 * max(1.0, r["scale"])
-        assert r["out_err"] < tol and r["input_grad_err"] < tol
-        assert max(r["grad_err"].values()) < tol, r["grad_err"]
+        assert r["wrong"] == 0 and r["err_to_tol"] <= 1, r
+        assert r["checked"] == 2 * seq_shard * h + shard
         fwd, bwd = EXPECTED_COUNTS[(impl, sp)] if tp > 1 else ({}, {})
         assert (r["fwd"], r["bwd"]) == (fwd, bwd)
 
@@ -136,9 +203,11 @@ def test_pipeline_gradients_equal_single_process(ranks4, schedule, pp):
                       "hidden": 8, "seq": 4, "batch": 8})
     v = schedules.SCHEDULES[schedule][1]
     assert sorted(s for r in results for s in r["stages"]) == sorted(list(range(pp * v)) * (4 // pp))
+    per_block = 2 * 8 * 32 + 32 + 8          # an MLP(8) block's weight and bias gradients
     for r in results:
-        assert r["grad_err"] <= 1e-5 * max(1.0, r["grad_scale"])
-        assert r.get("loss_err", 0.0) < 1e-6
+        holds_last = pp * v - 1 in r["stages"]
+        assert r["wrong"] == 0 and r["err_to_tol"] <= 1, r
+        assert r["checked"] == len(r["stages"]) * per_block + holds_last   # + the summed loss
 
 
 @pytest.mark.slow  # four real rank processes
@@ -154,3 +223,51 @@ def test_sleep_timed_bubble_matches_theory(ranks4, schedule, pp, m):
     compute = per_rank_median_seconds([r["compute_ns"] for r in results], 1)
     measured = float((1 - m * compute / step).mean())
     assert measured == pytest.approx(schedules.bubble_theory(schedule, pp, m), abs=0.03)
+
+
+@pytest.mark.slow  # four real rank processes
+@pytest.mark.parametrize("impl", ["manual", "dtensor"])
+@pytest.mark.parametrize("sp", [False, True])
+def test_column_parallel_linear_equals_its_slice_of_nn_linear(ranks4, impl, sp):
+    results = ranks4({"task": "tp_check", "tp": 2, "layer": "linear", "impl": impl, "sp": sp, "hidden": 16, "seq": 8,
+                      "batch": 2})
+    tokens, h = 16, 16
+    for r in results:   # output (all tokens, half the columns), input gradient, weight and bias shards
+        assert r["wrong"] == 0 and r["err_to_tol"] <= 1, r
+        assert r["checked"] == tokens * 2 * h + (tokens // 2 if sp else tokens) * h + 2 * h * h + 2 * h
+
+
+@pytest.mark.slow  # four real rank processes
+@pytest.mark.parametrize("spec", [{"task": "tp_check", "tp": 2, "impl": "dtensor", "sp": True},
+                                  {"task": "pp_check", "tp": 2, "pp": 2, "schedule": "1f1b", "microbatches": 2}],
+                         ids=["tp", "pp"])
+def test_the_checks_count_one_changed_element_per_rank(ranks4, spec):
+    """With "corrupt" (what HCCL_BENCH_FAULT=corrupt sets on its rank) each rank changes one element."""
+    results = ranks4({**spec, "hidden": 16, "seq": 8, "batch": 2, "corrupt": True})
+    assert [r["wrong"] for r in results] == [1, 1, 1, 1]
+    assert all(r["err_to_tol"] > 1000 and r["checked"] > 100 for r in results)
+
+
+@pytest.mark.slow  # a child pytest with two gloo ranks
+def test_every_layer_case_is_checked_against_its_single_rank_reference(bench_run):
+    h, seq, batch, layers = 64, 16, 2, 4
+    proc = bench_run("--backend", "gloo", "--nproc", "2", "--hidden", str(h), "--seq", str(seq), "--batch", str(batch),
+                     "--layers", str(layers), "--tp", "1,2", "--pp", "2", "--microbatches", "2",
+                     "--schedules", "gpipe,1f1b,interleaved1f1b,zbv", target="benches/test_layers.py")
+    assert proc.returncode == 0, proc.output[-3000:]
+    lines = [json.loads(line) for line in next(bench_run.results.glob("*/cases.jsonl")).read_text().splitlines()]
+    rows = [LayerRow.from_json(d, "cases.jsonl") for d in lines if d.get("bench") in ("linear", "pipeline")]
+    assert len(rows) == 12 + 4
+    tokens, block = seq * batch, 8 * h * h + 5 * h     # an MLP block's weights and biases
+    for r in rows:
+        assert r.wrong == 0 and r.wrong_per_rank == [0, 0] and r.err_to_tol is not None and r.err_to_tol <= 1
+        if r.bench == "pipeline":   # every weight gradient once over the two stages, and the loss
+            want = layers * block + 1
+        else:                       # per rank: output, input gradient, this rank's weight shard
+            seq_local = tokens // r.tp if r.sequence_parallel else tokens
+            if r.layer == "linear":
+                want = 2 * (tokens * 4 * h // r.tp + seq_local * h + (4 * h * h + 4 * h) // r.tp)
+            else:
+                want = 2 * (2 * seq_local * h + (8 * h * h + 4 * h) // r.tp + h)
+        assert r.checked == want, (r.layer, r.tp, r.schedule)
+    assert bench_run.leftovers() == []

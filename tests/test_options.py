@@ -1,6 +1,7 @@
 """Option parsing in process: every bad value is one OptionError line naming what is allowed.
 (tests/test_end_to_end.py runs three of them through a real pytest session: exit 4, no rank.)"""
 import argparse
+import importlib.util
 
 import pytest
 
@@ -35,8 +36,6 @@ BAD_OPTIONS = [
     (["--algos", "star"], "unknown algorithm 'star'"),
     (["--algos", "hccl:ringg"], "unknown hccl algorithm 'ringg'"),
     (["--backend", "rccl"], "unknown backend 'rccl': allowed gloo, mpi, nccl, hccl"),
-    (["--backend", "nccl"], "backend nccl needs a CUDA GPU"),
-    (["--backend", "hccl"], "backend hccl needs torch_npu"),
     (["--nproc", "0"], "--nproc must be >= 1, got 0"),
     (["--launcher", "mpirun -np 4"], "must contain {nproc}"),
     (["--nproc", "4", "--tp", "3", "--pp", "1"], "no tp x pp x dp equals the world size 4: tp in [3], pp in [1]"),
@@ -79,3 +78,23 @@ def test_defaults_are_the_smoke_plan_and_benchmark_the_full_one():
     smoke, full = parsed(["--backend", "gloo"]), parsed(["--backend", "gloo", "--benchmark"])
     assert (smoke.warmup, smoke.rounds, smoke.round_time_s) == (SMOKE.warmup, SMOKE.rounds, SMOKE.round_time_s)
     assert (full.warmup, full.rounds, full.round_time_s) == (Plan.warmup, Plan.rounds, Plan.round_time_s)
+
+
+def test_nccl_without_a_cuda_gpu_is_one_line_and_with_one_it_parses():
+    """The expectation reads the device: on a GPU host (CUDA torch) nccl must parse, one rank per GPU."""
+    import torch
+    if torch.cuda.is_available():
+        opts = parsed(["--backend", "nccl"])
+        assert opts.backends == ["nccl"] and opts.nproc == torch.cuda.device_count()
+        return
+    with pytest.raises(OptionError) as raised:
+        parsed(["--backend", "nccl"])
+    assert "backend nccl needs a CUDA GPU" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_hccl_without_torch_npu_is_one_line():
+    if importlib.util.find_spec("torch_npu") is not None:
+        pytest.skip("torch_npu is installed here: what hccl says depends on CANN and the NPU, not on torch_npu's absence")
+    with pytest.raises(OptionError) as raised:
+        parsed(["--backend", "hccl"])
+    assert "backend hccl needs torch_npu" in str(raised.value) and "\n" not in str(raised.value)

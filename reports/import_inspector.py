@@ -1,0 +1,128 @@
+"""NCCL Inspector logs (NCCL_INSPECTOR_ENABLE=1, plugins/profiler/inspector in NVIDIA/nccl): field
+data, what a production job's collectives took, never a controlled benchmark.
+
+Each process writes `<host>-pid<pid>.log`, one JSON object a line per collective per rank:
+`header` (communicator id, comm_name, rank, n_ranks, nnodes), `metadata` (format version, host,
+pid) and `coll_perf` (coll, coll_sn, coll_msg_size_bytes, coll_exec_time_us, coll_timing_source,
+bandwidths) or `p2p_perf`. A collective is (communicator, op, sequence number); its time is the
+slowest rank's (a collective ends when its last rank does), and every collective seen at one size
+is a sample of that cell. Rows carry source "field": compare refuses to judge them against a
+benchmark without --force, the report draws them beside the benchmark's curve.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from collectives.ops import OPS
+from reports.results import ResultError
+
+LIMITS = ("field data (NCCL Inspector): kernel execution time only (no launch or queueing), 1 us resolution, "
+          "messages under NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES (8 KiB by default) not recorded, data type and "
+          "reduction not recorded, sizes and repeats are whatever the job ran")
+OPS_OF = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
+          "Broadcast": "broadcast", "Reduce": "reduce", "All2All": "all_to_all", "AllToAll": "all_to_all"}
+PER_RANK_SIZE = ("all_gather", "reduce_scatter")   # coll_msg_size_bytes is one rank's share
+
+
+def files_of(paths: list[Path]) -> list[Path]:
+    """The logs named, a dump directory standing for its *.log files."""
+    out = []
+    for p in paths:
+        out += sorted(p.glob("*.log")) if p.is_dir() else [p]
+    return out
+
+
+def read(paths: list[Path], label: str | None) -> list[dict]:
+    from reports.importers import LOG_LIMIT_MIB, LogRun, _entry, _result
+    from reports.result_files import size_limit
+    logs = files_of(paths)
+    where = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
+    if not logs:
+        raise ResultError(f"{where}: no NCCL Inspector *.log files")
+    limit = size_limit("HCCL_BENCH_MAX_LOG_MB", LOG_LIMIT_MIB)
+    seen: dict[tuple, dict[int, float]] = {}      # (comm, op, sn) -> rank -> us
+    sizes: dict[tuple, tuple[int, int]] = {}      # (comm, op, sn) -> (bytes, n_ranks)
+    hosts: dict[str, set] = {}
+    run = LogRun(first_line=1)
+    p2p = sources = bad = 0
+    for log in logs:
+        try:
+            if log.stat().st_size > limit:
+                raise ResultError(f"{log} is {log.stat().st_size >> 20} MiB; logs above {limit >> 20} MiB are refused "
+                                  "(HCCL_BENCH_MAX_LOG_MB raises it)")
+            text = log.read_text(errors="replace")
+        except OSError as exc:
+            raise ResultError(f"cannot read {log}: {exc.strerror or exc}") from None
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                head, meta = obj["header"], obj.get("metadata") or {}
+            except (ValueError, RecursionError, KeyError, TypeError):
+                bad += 1
+                run.cut = run.cut or f"{log.name} line {number}: not a whole Inspector record (cut off?), skipped"
+                continue
+            if "p2p_perf" in obj:
+                p2p += 1
+                continue
+            perf = obj.get("coll_perf")
+            op = OPS_OF.get(str((perf or {}).get("coll")))
+            if not isinstance(perf, dict) or op is None:
+                bad += 1
+                continue
+            try:
+                n, rank, t = int(head["n_ranks"]), int(head["rank"]), float(perf["coll_exec_time_us"])
+                size = int(perf["coll_msg_size_bytes"]) * (n if op in PER_RANK_SIZE else 1)
+                key = (str(head.get("id")), op, int(perf["coll_sn"]))
+            except (KeyError, TypeError, ValueError):
+                bad += 1
+                continue
+            if perf.get("coll_timing_source", "kernel_gpu") != "kernel_gpu":
+                sources += 1
+            if t <= 0:
+                continue
+            seen.setdefault(key, {})[rank] = t
+            sizes[key] = (size, n)
+            hosts.setdefault(str(meta.get("hostname", "unknown")), set()).add((key[0], rank))
+            run.last_line = max(run.last_line, number)
+    if not seen:
+        raise ResultError(f"{where}: no NCCL Inspector coll_perf record (expected JSON lines with header and coll_perf)")
+    cells: dict[tuple, list[dict[int, float]]] = {}
+    for key, by_rank in seen.items():
+        size, n = sizes[key]
+        cells.setdefault((key[1], size, n), []).append(by_rank)
+    partial = sum(len(r) < sizes[k][1] for k, r in seen.items())
+    run.warnings.append(LIMITS)
+    for count, what in ((partial, "collectives were logged by fewer ranks than their communicator has (a process's "
+                                  "file missing?): their time is the slowest rank logged"),
+                        (sources, "records timed on the CPU, not the GPU kernels (NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING=0)"),
+                        (p2p, "p2p records (Send/Recv) not imported"), (bad, "lines that are not Inspector records skipped")):
+        if count:
+            run.warnings.append(f"{count} {what}")
+    ops = sorted({op for op, _, _ in cells})
+    out = []
+    for run_op in ops:
+        benches = []
+        for (op, size, n), collectives in sorted(cells.items()):
+            if op != run_op:
+                continue
+            times = [max(r.values()) for r in collectives]
+            full = [r for r in collectives if len(r) == n]
+            matrix = ([[int(round(r[k] * 1000)) for r in full] for k in sorted(full[0])]
+                      if len(full) == len(collectives) and len(full) >= 2 else None)
+            benches.append(_entry("nccl-inspector", op, "unknown", "unknown" if OPS[op].reduces else "none", False, size,
+                                  0, n, times, None, {"collectives": len(times), "resolution_us": 1,
+                                                      "what": "slowest rank's kernel time per collective"},
+                                  where, matrix_ns=matrix, source="field", backend="nccl"))
+        nranks = sorted({n for op, _, n in cells if op == run_op})
+        ranks_per_host = {h: len({r for _, r in ranks}) for h, ranks in hosts.items()}
+        one = LogRun(first_line=1, op=run_op, cut=run.cut, warnings=list(run.warnings), last_line=run.last_line)
+        one.extra.update({"field": True, "limits": LIMITS, "files": [str(p) for p in logs]})
+        result = _result(logs[0] if len(logs) == 1 else paths[0], "nccl-inspector", "nccl-inspector", run_op, nranks[0],
+                         benches, one, ranks_per_host, [], label)
+        result["hccl_bench"]["source"] = "field"
+        result["hccl_bench"]["field_limits"] = LIMITS
+        out.append(result)
+    return out

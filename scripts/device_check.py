@@ -1,0 +1,176 @@
+"""The two pieces of scripts/device_check.sh that are Python: the doctor's skew step on one device
+rank (`skew`), and the one summary of everything the check recorded (`summary`).
+
+    python3 scripts/device_check.py skew BACKEND OUT.json
+    python3 scripts/device_check.py summary OUT_DIR      # exit 0: every check passed, 1: one did not
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+SIDE_BY_SIDE = (8, 1 << 10, 64 << 10, 1 << 20)   # the sizes whose eager and captured times the summary shows
+
+
+def skew(backend_name: str, out: str) -> int:
+    """The doctor's arrival step on a world of one: the time from entering the collective to its
+    exit, read after the device synchronised (what the doctor does), and when the call returned
+    (enqueue only: what it measured before)."""
+    import numpy as np
+
+    from collectives import doctor_tasks
+    from collectives.backends import TorchBackend
+    os.environ.setdefault("HCCL_BENCH_STORE", out + ".store")
+    backend = TorchBackend(backend_name, 0, 1, 0)
+    try:
+        got = doctor_tasks.skew(backend, {"rounds": 20, "matrix": 128, "work": 2})
+        inside = [b - a for a, b in zip(got["entry_ns"], got["exit_ns"])]
+        call = backend.call("all_reduce", *([backend.from_numpy(np.ones(2), "float32")] * 2), "sum", True)
+        enqueue = []
+        for _ in range(20):
+            backend.device.synchronize()
+            t0 = time.time_ns()
+            call()
+            enqueue.append(time.time_ns() - t0)
+        backend.device.synchronize()
+        record = {"backend": backend_name, "device": backend.device.name(), "synchronised_us": statistics.median(inside) / 1e3,
+                  "enqueue_us": statistics.median(enqueue) / 1e3, "rounds": len(inside)}
+    finally:
+        backend.close()
+        Path(out + ".store").unlink(missing_ok=True)
+    Path(out).write_text(json.dumps(record))
+    return 0
+
+
+def _load(folder: Path):
+    """The run under folder/<timestamp>/, or (None, why not)."""
+    from reports.result_files import load
+    from reports.results import ResultError
+    runs = sorted(p for p in folder.glob("*/") if (p / "results.json").exists() or (p / "cases.jsonl").exists())
+    if not runs:
+        return None, f"no run recorded under {folder}"
+    try:
+        return load(runs[-1]), ""
+    except ResultError as exc:
+        return None, str(exc)
+
+
+def _problems(run) -> list[str]:
+    """Failures and wrong results of a run, one line each."""
+    out = [f"FAILED {f.get('what', f.get('id', '?'))}: {f.get('error', '')}" for f in run.meta.get("failures", [])]
+    for cell in run.cells.values():
+        for row in cell.rows.values():
+            if row.wrong:
+                out.append(f"WRONG {cell.series.label()} at {cell.size} B: #wrong {row.wrong}")
+    return out
+
+
+def _skips(run) -> list[str]:
+    reasons: dict[str, int] = {}
+    for s in run.meta.get("skipped", []):
+        reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
+    return [f"  skipped {n}: {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+
+
+def _sweep(run) -> list[str]:
+    from collectives.sizes import format_size
+    from reports.results import CollectiveRow
+    from reports.table import host_cost_lines, rows_of
+    rows = rows_of(run)
+    out = [f"  {len(rows)} cases measured, {sum(r.graph for r in rows)} of them graph-captured"]
+    peaks: dict[tuple, CollectiveRow] = {}
+    for r in rows:
+        key = (r.op, r.graph)
+        if key not in peaks or (r.busbw_gbps or 0) > (peaks[key].busbw_gbps or 0):
+            peaks[key] = r
+    for (op, graph), r in sorted(peaks.items()):
+        out.append(f"  peak busbw {op:>14} {'captured' if graph else 'eager':>8}: {r.busbw_gbps or 0:9.2f} GB/s "
+                   f"at {format_size(r.bytes)} (algbw {r.algbw_gbps or 0:.2f} GB/s)")
+    cost = host_cost_lines([r for r in rows if r.bytes in SIDE_BY_SIDE])
+    return out + ["  " + line for line in cost[1:]] if cost else out + ["  no eager/captured pair at 8B, 1KiB, 64KiB, 1MiB"]
+
+
+def _dtypes(run) -> list[str]:
+    by: dict[str, list] = {}
+    for cell in run.cells.values():
+        by.setdefault(cell.series.dtype or "?", []).extend(cell.rows.values())
+    return [f"  {dtype:>9}: {len(rows)} cases checked, #wrong {sum(r.wrong or 0 for r in rows)}"
+            for dtype, rows in sorted(by.items())]
+
+
+def _layers(run) -> list[str]:
+    out = []
+    for cell in sorted(run.cells.values(), key=lambda c: c.series.sort_key()):
+        r = cell.row
+        out.append(f"  {cell.series.label():<70} step {r.step_us or 0:10.1f} us  #wrong {r.wrong}")
+    return out
+
+
+def _provenance(run) -> list[str]:
+    prov = run.meta.get("provenance", {})
+    out = [f"  drivers: {json.dumps(prov.get('drivers'))}"]
+    for name, text in (prov.get("topology") or {}).items():
+        lines = str(text).splitlines()
+        out.append(f"  {name}: {len(lines)} lines")
+        out += [f"    {line}" for line in lines[:12]] + (["    ..."] if len(lines) > 12 else [])
+    for name, group in (run.meta.get("groups") or {}).items():
+        out.append(f"  group {name}: devices {group.get('devices')} versions {json.dumps(group.get('versions'))}")
+        out.append(f"    adapter variables the ranks saw: {json.dumps(group.get('adapter_env') or {})}")
+    out.append(f"  variables recorded by the driver: {json.dumps(prov.get('env') or {})}")
+    return out
+
+
+def summary(folder: str) -> int:
+    base = Path(folder)
+    notes = (base / "notes.txt").read_text().splitlines() if (base / "notes.txt").exists() else []
+    status = dict(line.split(" ", 1) for line in (base / "steps.txt").read_text().splitlines()) \
+        if (base / "steps.txt").exists() else {}
+    bad: list[str] = []
+    out = ["", "==== device check summary ====", *notes]
+    for step, title, show in (("sweep", "collective sweep, eager and graph-captured", _sweep),
+                              ("dtypes", "every dtype and reduction, smoke sizes", _dtypes),
+                              ("layers", "layer benches", _layers)):
+        out.append(f"-- {title} ({step}: {status.get(step, 'not run')})")
+        if status.get(step, "").split(" ")[0] not in ("0",):
+            bad.append(f"{step}: {status.get(step, 'not run')}")
+        run, why = _load(base / step)
+        if run is None:
+            out.append(f"  {why}")
+            continue
+        problems = _problems(run)
+        bad += problems
+        out += ["  " + p for p in problems[:20]] + (["  ..."] if len(problems) > 20 else [])
+        if show is not None:
+            out += show(run)
+        out += _skips(run)
+        if step == "sweep":
+            out += ["-- provenance recorded", *_provenance(run)]
+    out.append(f"-- doctor ({status.get('doctor', 'not run')})")
+    doctor_log = base / "doctor.log"
+    if doctor_log.exists():
+        out += ["  " + line for line in doctor_log.read_text().splitlines()
+                if line.startswith(("# arrival", "healthy", "SUSPECTS", "  rank", "  node", "  link", "hccl-bench doctor"))]
+    if (base / "skew.json").exists():
+        s = json.loads((base / "skew.json").read_text())
+        out.append(f"  skew step, one rank on {s['device']}: entry to exit {s['synchronised_us']:.1f} us after the device "
+                   f"synchronised; the call alone returns in {s['enqueue_us']:.1f} us (enqueue)")
+    if status.get("skew", "0").split(" ")[0] != "0":
+        bad.append(f"skew: {status['skew']}")
+    if status.get("doctor", "0").split(" ")[0] not in ("0", "skipped"):
+        bad.append(f"doctor: {status['doctor']}")
+    out.append("==== " + ("every check passed" if not bad else f"{len(bad)} problem(s): " + "; ".join(bad[:5])) + " ====")
+    print("\n".join(out))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "skew":
+        sys.exit(skew(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) == 3 and sys.argv[1] == "summary":
+        sys.exit(summary(sys.argv[2]))
+    print(__doc__.strip(), file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The GPU path on an NVIDIA machine, in one command and at most 8 minutes, with one summary:
+#   1. the NCCL sweep: every op, 8 B to 1 GiB (x2), eager and graph-captured (--graph both);
+#   2. every dtype and reduction at 1 KiB and 1 MiB (each case checked, #wrong);
+#   3. the layer benches on the GPU with their checks;
+#   4. the doctor's arrival skew on nccl (the doctor itself needs 2 GPUs; its skew step runs on one);
+#   5. the provenance the sweep recorded (drivers, topology, versions, adapter variables).
+# NCCL refuses two ranks on one GPU: ranks = GPUs (a one-GPU machine runs world 1 and says so).
+# Runs from a copy of the repository without installing anything (PYTHONPATH; needs torch with CUDA,
+# pytest, pytest-benchmark, numpy, scipy, matplotlib, jinja2). Writes only under $OUT/device_check
+# (or a new temp folder), never into the checkout. Without an NVIDIA GPU it says so and exits 0.
+# Exit: 0 every check passed (or no GPU), 1 a check failed, 2 this machine cannot run the check.
+#   scripts/device_check.sh                     PYTHON=/path/python3 OUT=/somewhere scripts/device_check.sh
+#   scripts/device_check.sh --rehearse-on-cpu   the same steps on gloo (checks this script, not a GPU)
+set -u
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+py=${PYTHON:-python3}
+budget=${DEVICE_CHECK_BUDGET_S:-480}
+started=$SECONDS
+rehearse=0
+[ "${1:-}" = "--rehearse-on-cpu" ] && rehearse=1
+
+if [ $rehearse = 0 ] && [ ! -e /proc/driver/nvidia/version ] && ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "device_check: no NVIDIA GPU on this machine (no /proc/driver/nvidia/version, no nvidia-smi): nothing to check"
+    exit 0
+fi
+if ! command -v "$py" >/dev/null 2>&1; then
+    echo "device_check: no python interpreter '$py' (set PYTHON=/path/to/python3)"; exit 2
+fi
+missing=$("$py" -c 'import importlib.util as u; print(" ".join(m for m in ("torch", "pytest", "pytest_benchmark", "numpy",
+    "scipy", "matplotlib", "jinja2") if u.find_spec(m) is None))' 2>&1) || missing="(the interpreter failed: $missing)"
+if [ -n "$missing" ]; then
+    echo "device_check: $py lacks $missing (nothing can be installed from here: use an interpreter that has them)"; exit 2
+fi
+
+if [ -n "${OUT:-}" ]; then out="$OUT/device_check"; else out=$(mktemp -d "${TMPDIR:-/tmp}/device_check.XXXXXX"); fi
+mkdir -p "$out" || exit 2
+out=$(cd "$out" && pwd)
+case "$out/" in "$repo"/*) echo "device_check: $out is inside the checkout: set OUT to a folder outside it"; exit 2;; esac
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
+cd "$repo" || exit 2
+: > "$out/notes.txt"
+: > "$out/steps.txt"
+note() { echo "$*" | tee -a "$out/notes.txt"; }
+
+if [ $rehearse = 1 ]; then
+    backend=gloo; nproc=2
+    sweep_sizes=8:64K:8; dtype_sizes=1K; layer_args=(--tp 1,2 --pp 1,2)
+    note "REHEARSAL on gloo with 2 CPU ranks: this checks the script, not a GPU (captured cases skip on gloo)"
+else
+    backend=nccl
+    nproc=$("$py" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null) || nproc=0
+    if [ "${nproc:-0}" -lt 1 ]; then
+        echo "device_check: an NVIDIA driver is here but $py's torch sees no CUDA GPU (a CPU-only torch build?)"; exit 2
+    fi
+    sweep_sizes=8:1G:2; dtype_sizes=1K,1M; layer_args=()
+    [ "$nproc" = 1 ] && layer_args=(--tp 1 --pp 1)
+    name=$("$py" -c 'import torch; print(torch.cuda.get_device_name(0))' 2>/dev/null)
+    note "device: $nproc x $name; one rank per GPU (NCCL refuses two ranks on one GPU): --nproc $nproc"
+    [ "$nproc" = 1 ] && note "one GPU: world 1 everywhere (launch path, events, graph replay, dtypes, layers at tp=pp=1);" \
+                             "busbw is 0 at world 1 (no peer), algbw and per-call times are what it measured; sendrecv skips"
+fi
+note "results: $out"
+
+left() { echo $(( budget - (SECONDS - started) )); }
+# step NAME CAP COMMAND...: runs it within min(CAP, what is left of the budget less 30 s: a step's
+# last 15 s after SIGINT and the summary)
+step() {
+    local name=$1 cap=$2 limit rc; shift 2
+    limit=$(left); limit=$(( limit - 30 < cap ? limit - 30 : cap ))
+    if [ "$limit" -lt 10 ]; then echo "$name skipped (budget spent)" >> "$out/steps.txt"; echo "[$name] skipped: budget spent"; return; fi
+    echo "[$name] up to ${limit}s: $*"
+    local t0=$SECONDS
+    timeout -s INT -k 15 "$limit" "$@" > "$out/$name.log" 2>&1
+    rc=$?
+    if [ $rc = 124 ]; then echo "$name timed out after ${limit}s" >> "$out/steps.txt"
+    else echo "$name $rc (exit status, $((SECONDS - t0))s)" >> "$out/steps.txt"; fi
+    echo "[$name] exit $rc in $((SECONDS - t0))s (log $out/$name.log)"
+}
+
+bench=("$py" -m pytest -q -p no:randomly -p no:timeout --backend "$backend" --nproc "$nproc" --timeout 60)
+step sweep 240 "${bench[@]}" benches/test_collectives.py --benchmark --sizes "$sweep_sizes" --graph both \
+    --rounds 10 --round-time 0.01 --results "$out/sweep"
+step dtypes 75 "${bench[@]}" benches/test_collectives.py --sizes "$dtype_sizes" \
+    --dtypes float32,float16,bfloat16,float64,int32,int64,int8,uint8 --redops sum,prod,max,min --results "$out/dtypes"
+step layers 90 "${bench[@]}" benches/test_layers.py "${layer_args[@]}" --results "$out/layers"
+step skew 30 "$py" scripts/device_check.py skew "$backend" "$out/skew.json"
+if [ "$nproc" -ge 2 ]; then
+    step doctor 60 "$py" -m harness.cli doctor --backend "$backend" --nproc "$nproc" --repeat 3 -o "$out/doctor" \
+        --launcher "$py -m torch.distributed.run --standalone --nproc-per-node {nproc} --no-python {cmd}" --timeout 45
+else
+    echo "doctor skipped (the doctor compares ranks: one GPU gives one rank; its skew step ran on it above)" >> "$out/steps.txt"
+fi
+"$py" scripts/device_check.py summary "$out" | tee "$out/summary.txt"
+rc=${PIPESTATUS[0]}
+echo "device_check: $((SECONDS - started))s in all; summary in $out/summary.txt"
+exit "$rc"

@@ -1,0 +1,198 @@
+"""The capability table, through the real case builder: what HCCL (A2, A3, Ascend 950) and NCCL
+(per version, GPU and GPUs per node) lack is skipped at collection with the reason, and what they
+have is offered. Device facts are given, as a device would report them; no device is needed."""
+import pytest
+
+from collectives import capabilities
+from collectives.capabilities import DeviceFacts, algo_label, hccl_product, nccl_algo_ran, parse_nccl_tuning
+from collectives.ops import OPS
+from harness.cases import build
+from harness.options import Options
+
+A2 = DeviceFacts("hccl", name="Ascend910B3", devices=8)
+A3 = DeviceFacts("hccl", name="Ascend910_9391", devices=16)
+A950 = DeviceFacts("hccl", name="Ascend950PR", devices=8)
+H200_221 = DeviceFacts("nccl", name="NVIDIA H200", devices=8, version=(2, 21, 5), capability=(9, 0))
+H200_223 = DeviceFacts("nccl", name="NVIDIA H200", devices=8, version=(2, 23, 4), capability=(9, 0))
+A100 = DeviceFacts("nccl", name="NVIDIA A100-SXM4-80GB", devices=8, version=(2, 21, 5), capability=(8, 0))
+
+
+def cases(facts: DeviceFacts, nproc: int = 8, launcher: str = "", algos=("default",), ops=tuple(OPS),
+          dtypes=capabilities.ALL, redops=("sum", "prod", "max", "min")) -> dict:
+    opts = Options(backends=[facts.backend], nproc=nproc, launcher=launcher, sizes=[1 << 20], ops=list(ops),
+                   dtypes=list(dtypes), redops=list(redops), algos=list(algos))
+    return {(c.algo, c.op, c.dtype, c.redop): c for c in build(opts, [facts])}
+
+
+def skip(table: dict, algo: str, op: str, dtype: str = "float32", redop: str = "sum") -> str:
+    case = table[algo, op, dtype, redop if OPS[op].reduces else "none"]
+    assert case.skip or case.group is not None, "a case either runs in a group or says why not"
+    return case.skip
+
+
+def test_soc_names_name_the_product():
+    assert [hccl_product(s) for s in ("Ascend910B1", "Ascend910B2C", "Ascend910_9391", "Ascend910_9581", "Ascend950DT",
+                                      "Ascend910ProB", "Ascend310P3", "")] == \
+        ["A2", "A2", "A3", "Ascend950", "Ascend950", "910", "", ""]
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "reduce", "reduce_scatter"])
+def test_hccl_float64_reductions_only_on_ascend950(op):
+    why = skip(cases(A2), "default", op, "float64")
+    assert "no float64" in why and "Ascend 950 only" in why
+    assert "Atlas A3" in skip(cases(A3), "default", op, "float64")
+    assert skip(cases(A950), "default", op, "float64") == ""
+
+
+def test_hccl_moves_take_float64_and_uint8():
+    table = cases(A2)
+    for op in ("all_gather", "broadcast", "all_to_all"):
+        assert skip(table, "default", op, "float64") == "" and skip(table, "default", op, "uint8") == ""
+
+
+def test_hccl_uint8_reductions_are_skipped_not_relabelled():
+    table = cases(A2)
+    assert "has no uint8 reduce_scatter (and torch_npu does not cast it" in skip(table, "default", "reduce_scatter", "uint8")
+    for op in ("all_reduce", "reduce"):
+        why = skip(table, "default", op, "uint8")
+        assert "torch_npu casts it to int32" in why and "--dtypes int32" in why
+    assert "torch_npu casts" in skip(cases(DeviceFacts("hccl", name="Ascend310P3", devices=8)), "default", "all_reduce", "uint8")
+
+
+def test_hccl_bfloat16_prod_is_skipped_sum_is_not():
+    table = cases(A2)
+    assert "no bfloat16 prod" in skip(table, "default", "all_reduce", "bfloat16", "prod")
+    assert "no bfloat16 prod" in skip(table, "default", "reduce_scatter", "bfloat16", "prod")
+    assert skip(table, "default", "all_reduce", "bfloat16", "sum") == ""
+    assert skip(table, "default", "all_reduce", "float32", "prod") == ""
+
+
+def test_hccl_algorithms_per_product():
+    algos = ("ring", "hccl:NHR", "hccl:NB", "hccl:NHR_V1", "hccl:pipeline", "hccl:AHC", "hccl:pairwise")
+    a2 = cases(A2, algos=algos, dtypes=("float32", "int64"), redops=("sum",))
+    assert "ring has no broadcast" in skip(a2, "ring", "broadcast")
+    assert skip(a2, "ring", "all_reduce") == "" and skip(a2, "ring", "reduce") == ""
+    assert a2["ring", "all_reduce", "float32", "sum"].env == {"HCCL_ALGO": "allreduce=level0:NA;level1:ring"}
+    for native in ("NHR", "NB", "NHR_V1"):
+        assert f"{native} has no reduce" in skip(a2, f"hccl:{native}", "reduce")
+        assert skip(a2, f"hccl:{native}", "broadcast") == ""
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        assert skip(a2, "hccl:pipeline", op) == ""
+    for op in ("broadcast", "reduce"):
+        assert "pipeline has no" in skip(a2, "hccl:pipeline", op)
+    assert "pipeline all_reduce has no int64" in skip(a2, "hccl:pipeline", "all_reduce", "int64")
+    assert "no AHC algorithm" in skip(a2, "hccl:AHC", "all_reduce")
+    assert "pairwise has no all_reduce" in skip(a2, "hccl:pairwise", "all_reduce")
+    assert skip(a2, "hccl:pairwise", "all_to_all") == ""
+    a3 = cases(A3, algos=algos, dtypes=("float32",), redops=("sum",))
+    assert skip(a3, "hccl:AHC", "all_reduce") == "" and "AHC has no broadcast" in skip(a3, "hccl:AHC", "broadcast")
+    assert "ring has no broadcast" in skip(a3, "ring", "broadcast")
+    a950 = cases(A950, algos=("ring", "hccl:NHR"), dtypes=("float32",), redops=("sum",))
+    assert "no ring algorithm" in skip(a950, "ring", "all_reduce") and skip(a950, "hccl:NHR", "reduce") == ""
+
+
+def test_hccl_unknown_soc_refuses_algorithms_but_not_default():
+    table = cases(DeviceFacts("hccl", name="Ascend999X", devices=8), algos=("default", "ring"), dtypes=("float32",))
+    assert "SoC Ascend999X is not in collectives/capabilities.py" in skip(table, "ring", "all_reduce")
+    assert skip(table, "default", "all_reduce") == ""
+
+
+def test_nccl_algorithm_per_op():
+    algos = ("ring", "tree", "nccl:Tree", "nccl:Ring", "nccl:NVLS", "nccl:NVLSTree", "nccl:CollnetDirect",
+             "nccl:CollnetChain", "nccl:PAT")
+    table = cases(H200_221, algos=algos, dtypes=("float32",), redops=("sum",))
+    assert "NCCL has no tree algorithm for all_gather" in skip(table, "tree", "all_gather")
+    assert skip(table, "tree", "all_reduce") == "" and table["tree", "all_reduce", "float32", "sum"].env == {"NCCL_ALGO": "Tree"}
+    for op in ("broadcast", "reduce"):
+        assert skip(table, "nccl:Ring", op) == "" and "Tree covers all_reduce" in skip(table, "nccl:Tree", op)
+        assert "NVLS covers" in skip(table, "nccl:NVLS", op)
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        assert skip(table, "nccl:NVLS", op) == ""
+        assert "CollNet network plugin" in skip(table, "nccl:CollnetDirect", op)
+    assert "NCCL 2.21.5 has no PAT" in skip(table, "nccl:PAT", "all_gather")
+    assert "PAT covers all_gather, reduce_scatter" in skip(table, "nccl:PAT", "all_reduce")
+    assert "spans nodes" in skip(table, "nccl:NVLSTree", "all_reduce")
+    assert "point-to-point" in skip(table, "ring", "all_to_all")
+
+
+def test_nccl_pat_needs_one_gpu_per_node_and_223():
+    one_node = cases(H200_223, algos=("nccl:PAT",), dtypes=("float32",), redops=("sum",))
+    assert "one GPU per node only; this group has 8 per node" in skip(one_node, "nccl:PAT", "reduce_scatter")
+    single = DeviceFacts("nccl", name="NVIDIA H200", devices=1, version=(2, 23, 4), capability=(9, 0))
+    spread = cases(single, nproc=4, launcher="srun -n {nproc}", algos=("nccl:PAT",), dtypes=("float32",), redops=("sum",))
+    assert skip(spread, "nccl:PAT", "all_gather") == "" and skip(spread, "nccl:PAT", "reduce_scatter") == ""
+    assert "NVLS needs several GPUs" in skip(cases(single, nproc=4, launcher="srun -n {nproc}", algos=("nccl:NVLS",),
+                                                   dtypes=("float32",), redops=("sum",)), "nccl:NVLS", "all_reduce")
+
+
+def test_nccl_nvls_needs_hopper_and_its_reductions():
+    table = cases(H200_221, algos=("nccl:NVLS",), dtypes=("float32", "int8", "bfloat16"), redops=("sum", "max", "prod"))
+    assert skip(table, "nccl:NVLS", "all_reduce", "float32", "sum") == ""
+    assert "no float32 max" in skip(table, "nccl:NVLS", "all_reduce", "float32", "max")
+    assert "no int8 sum" in skip(table, "nccl:NVLS", "reduce_scatter", "int8", "sum")
+    assert skip(table, "nccl:NVLS", "all_reduce", "bfloat16", "max") == ""
+    assert "no bfloat16 prod" in skip(table, "nccl:NVLS", "all_reduce", "bfloat16", "prod")
+    assert skip(table, "nccl:NVLS", "all_gather", "int8") == ""   # a move: no reduction to support
+    assert "needs sm_90" in skip(cases(A100, algos=("nccl:NVLS",), dtypes=("float32",)), "nccl:NVLS", "all_reduce")
+
+
+def test_nccl_collnet_runs_where_enabled():
+    enabled = DeviceFacts("nccl", name="NVIDIA H200", devices=8, version=(2, 21, 5), capability=(9, 0), collnet=True)
+    table = cases(enabled, algos=("nccl:CollnetDirect", "nccl:CollnetChain"), dtypes=("float32",), redops=("sum",))
+    assert skip(table, "nccl:CollnetDirect", "all_gather") == "" and skip(table, "nccl:CollnetChain", "all_reduce") == ""
+    assert "CollnetChain covers all_reduce" in skip(table, "nccl:CollnetChain", "all_gather")
+
+
+def test_nccl_offers_every_dtype_and_redop():
+    table = cases(H200_221)
+    assert not [k for k, c in table.items() if c.skip and k[1] != "sendrecv"]
+
+
+@pytest.mark.parametrize("facts,what", [(DeviceFacts("nccl", name="NVIDIA H200", devices=1), "1 GPU"), (A2, "8 NPUs")])
+def test_oversubscription_is_refused_with_one_line(facts, what):
+    table = cases(facts, nproc=16, ops=("all_reduce",), dtypes=("float32",), redops=("sum",))
+    assert f"--nproc 16 > {what} on this node" in skip(table, "default", "all_reduce")
+    assert skip(cases(facts, nproc=16, launcher="mpirun -np {nproc}", ops=("all_reduce",), dtypes=("float32",),
+                      redops=("sum",)), "default", "all_reduce") == ""
+    assert capabilities.oversubscribed("gloo", 64, 0) == ""
+
+
+def test_cpu_backends_read_nothing_and_skip_nothing_new():
+    opts = Options(backends=["gloo"], nproc=2, sizes=[1024], ops=["all_reduce"], dtypes=["float64", "uint8"],
+                   redops=["prod"])
+    assert [c.skip for c in build(opts)] == ["", ""]
+
+
+def test_hccl_series_are_labelled_as_requested():
+    assert algo_label("hccl", "ring") == "ring (requested)" and algo_label("hccl", "default") == "default"
+    assert algo_label("nccl", "ring") == "ring" and algo_label("mpi", "mpi:ring") == "mpi:ring"
+    assert "may ignore it" in capabilities.HCCL_FALLBACK_NOTE and "without saying so" in capabilities.HCCL_FALLBACK_NOTE
+
+
+# Lines in the formats NCCL prints (NVIDIA/nccl src/enqueue.cc; logs quoted in NVIDIA/nccl issues).
+NCCL_LOG = """\
+gpu01:1234:1290 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x7fc9c4000000 recvbuff 0x7fc9bc000000 count 262144 \
+datatype 7 op 0 root 0 comm 0x5631f0816b40 [nranks=8] stream 0x5631f0021140
+gpu01:1234:1290 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..15}
+gpu01:1234:1290 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..15}
+gpu01:1234:1290 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo TREE proto SIMPLE channel{Lo..Hi}={0..31}
+gpu01:1234:1290 [0] NCCL INFO AllGather: 131072 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..0} comm 0x55a7a339db50
+gpu01:1234:1290 [0] NCCL INFO ReduceScatter: 131072 Bytes -> Algo COLLNET_DIRECT proto SIMPLE channel{Lo..Hi}={0..3}
+n122-230-208:1214:1263 [0] NCCL INFO 4194304 Bytes -> Algo 1 proto 2 time 17.375999
+"""
+
+
+def test_nccl_tuning_lines_parse_in_both_formats():
+    calls = parse_nccl_tuning(NCCL_LOG)
+    assert [(c.op, c.nbytes, c.algo, c.proto) for c in calls] == [
+        ("AllReduce", 1048576, "Ring", "LL128"), ("AllReduce", 1048576, "Ring", "LL128"),
+        ("AllReduce", 1048576, "Tree", "Simple"), ("AllGather", 131072, "NVLS", "Simple"),
+        ("ReduceScatter", 131072, "CollnetDirect", "Simple"), ("", 4194304, "Ring", "Simple")]
+
+
+def test_nccl_algo_ran_names_what_ran_for_the_case():
+    assert nccl_algo_ran(NCCL_LOG, "all_reduce", 1048576, 8) == "Ring/LL128 66%, Tree/Simple 33%"
+    assert nccl_algo_ran(NCCL_LOG, "all_gather", 131072 * 8, 8) == "NVLS/Simple"      # NCCL counts one rank's part
+    assert nccl_algo_ran(NCCL_LOG, "broadcast", 4194304, 8) == "Ring/Simple"          # a 2.20 line names no op
+    assert nccl_algo_ran(NCCL_LOG, "reduce", 1 << 30, 8) is None                        # NCCL said nothing of it
+    assert nccl_algo_ran("", "all_reduce", 1048576, 8) is None and nccl_algo_ran(NCCL_LOG, "all_to_all", 8, 8) is None
