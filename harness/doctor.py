@@ -1,9 +1,12 @@
 """`hccl-bench doctor`: which host, link or rank is bad, judged against its peers.
 
 Through any launcher, one worker group of every rank measures:
-- links: one rank per host exchanges with one rank of another host, all host pairs of a round at
-  once and no host in two pairs (the circle method: N-1 rounds for N hosts, N for odd N), a large
-  message for bandwidth and 8 bytes for latency; plus a round of pairs inside each host;
+- links, one rank per host, a large message for bandwidth and 8 bytes for latency: by default
+  adaptive group testing (harness/doctor_schedule.py: rings of hosts measured at once, the slow
+  ones halved, suspects confirmed against a known-good host; about log2(N) rounds); with --full,
+  every host pair, all pairs of a round at once and no host in two pairs (the circle method: N-1
+  rounds for N hosts, N for odd N; also the default under 4 hosts); plus a round of pairs inside
+  each host;
 - arrival: every rank does the same fixed work, then joins an 8-byte all_reduce; with clocks
   aligned to rank 0 (ping-pong, smallest round trip), a rank whose work takes longer arrives late.
   Its peers then wait inside the collective: they are its victims, not suspects, because they
@@ -18,18 +21,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from collectives.sizes import SizeError, format_size, parse_sizes
+from harness import doctor_schedule as schedule
 from harness import files
+from harness.doctor_schedule import LATENCY_RESOLUTION_US
+from harness.doctor_schedule import flagged as _flagged
+from harness.doctor_schedule import median as _median
+from harness.doctor_schedule import worse as _worse
 from harness.groups import CaseFailure, GroupKey, GroupPool
 
 EXIT_HEALTHY, EXIT_SUSPECT, EXIT_UNUSABLE = 0, 1, 2
-LATENCY_RESOLUTION_US = 10.0   # one-way latency floors 2-7 us apart between healthy pairs here (2 shared cores)
+HEATMAP_HOSTS = 64     # a bigger host x host heatmap is unreadable
 
 
 def pair_rounds(n: int) -> list[list[tuple[int, int]]]:
@@ -56,50 +63,27 @@ class Suspect:
 class Diagnosis:
     hosts: list[str]
     ranks_per_host: dict[str, int]
-    rounds: int                                  # rounds of disjoint pairs per link sweep
+    rounds: int                                  # rounds of the link sweep or search
+    schedule: str = "groups"                     # "groups" (adaptive group testing) or "pairs" (--full)
     bandwidth_gbps: dict[str, dict[str, float]] = field(default_factory=dict)   # host -> peer -> GB/s
     latency_us: dict[str, dict[str, float]] = field(default_factory=dict)
     intra_gbps: dict[str, float] = field(default_factory=dict)
     arrival: dict[int, dict] = field(default_factory=dict)                      # rank -> work, lateness, wait
     suspects: list[Suspect] = field(default_factory=list)
     repeats: list[dict] = field(default_factory=list)   # each repeat's per-host and per-rank medians: the evidence
+    search: list[dict] = field(default_factory=list)    # groups: each round's tests, measurements and verdicts
+
+    @property
+    def schedule_words(self) -> str:
+        return ("rounds of disjoint host pairs" if self.schedule == "pairs"
+                else "rounds of adaptive group tests (disjoint rings of hosts)")
 
     def to_json(self) -> dict:
-        return {"suspects": [asdict(s) for s in self.suspects], "rounds": self.rounds, "hosts": self.hosts,
+        return {"suspects": [asdict(s) for s in self.suspects], "rounds": self.rounds, "schedule": self.schedule,
+                "search": self.search, "hosts": self.hosts,
                 "ranks_per_host": self.ranks_per_host, "bandwidth_gbps": self.bandwidth_gbps,
                 "latency_us": self.latency_us, "intra_gbps": self.intra_gbps,
                 "arrival": {str(k): v for k, v in self.arrival.items()}, "repeats": self.repeats}
-
-
-def _median(values):
-    return float(statistics.median(values))
-
-
-def _worse(values: dict, higher_is_better: bool, resolution: float = 0.0) -> dict:
-    """Each key's ratio to the median of the others: > 1 means worse than its peers. A difference
-    below `resolution` (in the values' unit) counts as none."""
-    out = {}
-    for key, value in values.items():
-        others = [v for k, v in values.items() if k != key]
-        if not others or value <= 0:
-            continue
-        ref = _median(others)
-        if abs(value - ref) <= resolution:
-            out[key] = 1.0
-        else:
-            out[key] = ref / value if higher_is_better else value / ref
-    return out
-
-
-def _flagged(per_repeat: list[dict], threshold: float, share: float = 0.5) -> dict:
-    """Keys worse than `threshold` in more than `share` of the independent repeats, with their median ratio."""
-    keys = set().union(*per_repeat) if per_repeat else set()
-    out = {}
-    for key in keys:
-        ratios = [r[key] for r in per_repeat if key in r]
-        if sum(x > threshold for x in ratios) > share * len(per_repeat):
-            out[key] = _median(ratios)
-    return out
 
 
 def judge(diag: Diagnosis, link_repeats: list[dict], arrival_repeats: list[dict], min_effect: float,
@@ -179,9 +163,68 @@ def _arrival_repeat(results: list[dict]) -> dict:
                      for rank, r in enumerate(results)}}
 
 
+def _ring_repeats(results: list[dict], rings: list[list[int]], repeat: int, nbytes: int) -> list[list[tuple[float, float]]]:
+    """Per repeat, per ring: (GB/s of its slowest member, one-way latency us of its slowest member).
+    A member's figure is per exchange with one neighbour: bytes / (median pass / neighbours), and
+    the floor of the 8-byte passes (scheduling noise only adds to a round trip, a slow link adds to all)."""
+    out = []
+    for index in range(repeat):
+        row = []
+        for ring in rings:
+            got = [results[r]["rounds"][index] for r in ring]
+            row.append((min(nbytes * len(m["steps"]) / _median(m["big_ns"]) for m in got),
+                        max(min(m["small_ns"]) / len(m["steps"]) / 2 / 1e3 for m in got)))
+        out.append(row)
+    return out
+
+
+def _search_links(pool, key, diag: Diagnosis, rep_rank: dict, repeat: int, nbytes: int, min_effect: float,
+                  timeout_s: float, groups: int) -> None:
+    """Adaptive group testing (harness/doctor_schedule.py), each round's rings measured `repeat` times
+    in one call; the suspects, the pairs measured on the way (heatmap) and each round's record into diag."""
+    hosts = diag.hosts
+    measured: list[list[list[tuple[float, float]]]] = []
+
+    def measure(tests: list[schedule.Test]) -> list[list[tuple[float, float]]]:
+        rings = [[rep_rank[hosts[h]] for h in t.hosts] for t in tests]
+        results, _ = pool.run(key, {"kind": "doctor_rings", "rounds": [rings] * repeat, "bytes": nbytes, "reps": 5,
+                                    "small_reps": 20}, timeout_s)
+        measured.append(_ring_repeats(results, rings, repeat, nbytes))
+        return measured[-1]
+
+    found = schedule.search(len(hosts), measure, min_effect, groups)
+    diag.rounds = len(found.rounds)
+    for r, (rnd, reps) in enumerate(zip(found.rounds, measured)):
+        tests = []
+        for i, test in enumerate(rnd.tests):
+            gbps, lat = [rep[i][0] for rep in reps], [rep[i][1] for rep in reps]
+            verdict = rnd.slow.get(i)
+            tests.append({"hosts": [hosts[h] for h in test.hosts], "role": test.role, "gbps": gbps, "latency_us": lat,
+                          "slow": asdict(verdict) if verdict else None})
+            if len(test.hosts) == 2:   # a pair: its link goes into the host x host matrix (the latest measurement)
+                a, b = (hosts[h] for h in test.hosts)
+                for x, y in ((a, b), (b, a)):
+                    diag.bandwidth_gbps.setdefault(x, {})[y] = _median(gbps)
+                    diag.latency_us.setdefault(x, {})[y] = _median(lat)
+        diag.search.append({"round": r + 1, "tests": tests})
+    for host, (verdict, _) in sorted(found.named.items(), key=lambda kv: -kv[1][0].ratio):
+        slow = [(i, t) for i, t, v in schedule.groups_of(found, host) if v]
+        helpers = " and ".join(f"{hosts[t.hosts[1]]} (round {i + 1})" for i, t in slow if t.role == "confirm")
+        how = "below the median ring's bandwidth" if verdict.by == "bandwidth" else "above the median ring's latency"
+        diag.suspects.append(Suspect(hosts[host], None, "link", verdict.ratio,
+                                     f"paired with known-good {helpers} it ran {verdict.ratio:.1f}x {how}; the rings it "
+                                     f"was in ran slow in rounds {[i + 1 for i, _ in slow]}"))
+    for group in found.unresolved:
+        names = [hosts[h] for h in group]
+        diag.suspects.append(Suspect(names[0], None, "group", 0.0,
+                                     f"hosts {', '.join(names)} ran slow together and no known-good host or round was "
+                                     "left to tell which (run with --full)"))
+
+
 def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str = "127.0.0.1",
              log_dir: Path = Path("results/doctor/logs"), repeat: int = 5, nbytes: int = 1 << 20, min_effect: float = 0.5,
-             rank_effect: float = 0.25, timeout_s: float = 300.0) -> Diagnosis:
+             rank_effect: float = 0.25, timeout_s: float = 300.0, full: bool = False,
+             groups: int = schedule.FIRST_GROUPS) -> Diagnosis:
     pool = GroupPool(log_dir, driver_host)
     key = GroupKey(backend, nproc, launcher=launcher)
     try:
@@ -191,18 +234,28 @@ def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str =
         hosts = list(dict.fromkeys(r["host"] for r in ranks))
         per_host = {h: [r["rank"] for r in ranks if r["host"] == h] for h in hosts}
         rep_rank = {h: members[0] for h, members in per_host.items()}
-        schedule = pair_rounds(len(hosts))
+        full = full or len(hosts) < 4      # under 4 hosts the sweep is at most 3 rounds and groups have no peers
+        schedule_pairs = pair_rounds(len(hosts)) if full else []
         intra_pairs = [(m[0], m[1]) for m in per_host.values() if len(m) >= 2]
-        rounds = [[[rep_rank[hosts[a]], rep_rank[hosts[b]]] for a, b in r] for r in schedule]
+        rounds = [[[rep_rank[hosts[a]], rep_rank[hosts[b]]] for a, b in r] for r in schedule_pairs]
         if intra_pairs:
             rounds.append([list(p) for p in intra_pairs])
-        diag = Diagnosis(hosts, {h: len(m) for h, m in per_host.items()}, len(schedule))
+        diag = Diagnosis(hosts, {h: len(m) for h, m in per_host.items()}, len(schedule_pairs),
+                         "pairs" if full else "groups")
         link_repeats, arrival_repeats = [], []
+        if not full:
+            if intra_pairs:
+                results, _ = pool.run(key, {"kind": "doctor_links", "rounds": rounds * repeat, "bytes": nbytes, "reps": 5,
+                                            "small_reps": 20}, timeout_s)
+                link_repeats = [{"host_bw": {}, "host_lat": {}, "pair_bw": {}, "pair_lat": {},
+                                 "intra_bw": {host_of[a]: nbytes / _median(results[a]["rounds"][i]["big_ns"])
+                                              for a, _ in intra_pairs}} for i in range(repeat)]
+            _search_links(pool, key, diag, rep_rank, repeat, nbytes, min_effect, timeout_s, groups)
         for _ in range(repeat):
-            if rounds:
+            if full and rounds:
                 results, _ = pool.run(key, {"kind": "doctor_links", "rounds": rounds, "bytes": nbytes, "reps": 5,
                                             "small_reps": 20}, timeout_s)
-                link_repeats.append(_link_repeat(results, schedule, hosts, rep_rank, intra_pairs, nbytes, host_of))
+                link_repeats.append(_link_repeat(results, schedule_pairs, hosts, rep_rank, intra_pairs, nbytes, host_of))
             # ~15 ms of work a round: long against the scheduler's time slices, so a rank that shares
             # its core with something else shows it in every round, not only when a slice lands inside
             results, _ = pool.run(key, {"kind": "doctor_skew", "rounds": 9, "work": 48, "matrix": 160}, timeout_s)
@@ -229,10 +282,20 @@ def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str =
 
 # ---- what people read ----
 
+def _hosts_words(names: list[str]) -> str:
+    return "+".join(names) if len(names) <= 4 else f"{names[0]}+{len(names) - 1} more"
+
+
 def text(diag: Diagnosis) -> str:
-    out = [f"# doctor: {len(diag.hosts)} hosts x ranks {diag.ranks_per_host}; link sweep in {diag.rounds} rounds of "
-           f"disjoint host pairs"]
-    if diag.bandwidth_gbps:
+    out = [f"# doctor: {len(diag.hosts)} hosts x ranks {diag.ranks_per_host}; link "
+           f"{'sweep' if diag.schedule == 'pairs' else 'search'} in {diag.rounds} {diag.schedule_words}"]
+    for rnd in diag.search:
+        sizes = sorted({len(t["hosts"]) for t in rnd["tests"]})
+        slow = [f"{_hosts_words(t['hosts'])} ({t['role']}, {t['slow']['ratio']:.1f}x {t['slow']['by']})"
+                for t in rnd["tests"] if t["slow"]]
+        out.append(f"# round {rnd['round']}: {len(rnd['tests'])} rings of {'/'.join(map(str, sizes))} hosts; "
+                   f"slow: {', '.join(slow) or 'none'}")
+    if diag.bandwidth_gbps and len(diag.hosts) <= 16:
         out.append("# inter-host GB/s (rows: host, columns: peer)")
         out.append(f"#{'':>12} " + " ".join(f"{h[:10]:>10}" for h in diag.hosts))
         for h in diag.hosts:
@@ -254,7 +317,7 @@ def text(diag: Diagnosis) -> str:
 def markdown(diag: Diagnosis) -> str:
     from reports.summary import md
     head = [f"### hccl-bench doctor: {'suspects found' if diag.suspects else 'healthy'}", "",
-            f"{len(diag.hosts)} hosts, {diag.rounds} rounds of disjoint pairs", ""]
+            f"{len(diag.hosts)} hosts, {diag.rounds} {diag.schedule_words}", ""]
     if diag.suspects:
         head += ["| kind | host | peer | x worse | evidence |", "|---|---|---|---|---|"]
         head += [f"| {s.kind} | {md(s.host)} | {md(s.peer or '-')} | {s.ratio:.2f} | {md(s.evidence)} |"
@@ -286,7 +349,7 @@ def write_outputs(diag: Diagnosis, out_dir: Path | None, json_path: str | None) 
     from reports.report_page import TEMPLATES
     out_dir.mkdir(parents=True, exist_ok=True)
     html = TEMPLATES.get_template("doctor.html.j2").render(
-        diag=diag, text=text(diag), png=heatmap_png(diag) if len(diag.hosts) > 1 else None)
+        diag=diag, text=text(diag), png=heatmap_png(diag) if 1 < len(diag.hosts) <= HEATMAP_HOSTS else None)
     files.write_atomic(out_dir / "doctor.html", html)
     files.write_atomic(out_dir / "doctor.md", markdown(diag) + "\n")
 
@@ -306,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="how much worse than its peers a host or link must be (default 0.5: 1.5x)")
     parser.add_argument("--rank-effect", type=float, default=0.25,
                         help="how much longer a rank's fixed work must take than its peers' (default 0.25: 1.25x)")
+    parser.add_argument("--full", action="store_true",
+                        help="measure every host pair (N-1 rounds for N hosts) instead of adaptive group testing "
+                        "(about log2 N rounds); also finds a single slow pair between two healthy hosts")
+    parser.add_argument("--groups", type=int, default=schedule.FIRST_GROUPS,
+                        help=f"rings in the search's first round (default {schedule.FIRST_GROUPS}; "
+                        "fewer: bigger rings, more rounds)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a measurement counts as hung")
     args = parser.parse_args(argv)
     try:
@@ -313,12 +382,15 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--repeat {args.repeat}: give at least 3 (a suspect needs a majority of repeats)")
         if args.nproc < 2:
             raise ValueError(f"--nproc {args.nproc}: the doctor compares ranks, give at least 2")
+        if args.groups < 4:
+            raise ValueError(f"--groups {args.groups}: give at least 4 (a ring is judged against the median of the "
+                             "others: with 2 rings, one culprit in each leaves no healthy peer)")
         if not (args.min_effect > 0 and args.rank_effect > 0):
             raise ValueError(f"--min-effect {args.min_effect} --rank-effect {args.rank_effect}: give numbers > 0")
         (nbytes,) = parse_sizes(args.bytes)
         out = Path(args.output) if args.output else files.new_run_dir("results", time.strftime("doctor-%Y%m%d-%H%M%S"))
-        diag = diagnose(args.launcher, args.nproc, args.backend, args.driver_host, out / "logs", args.repeat, nbytes, args.min_effect, args.rank_effect,
-                        args.timeout)
+        diag = diagnose(args.launcher, args.nproc, args.backend, args.driver_host, out / "logs", args.repeat, nbytes,
+                        args.min_effect, args.rank_effect, args.timeout, args.full, args.groups)
     except (ValueError, SizeError) as exc:
         print(f"hccl-bench doctor: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
@@ -329,8 +401,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hccl-bench doctor: internal error: {type(exc).__name__}: {exc} (please report it)", file=sys.stderr)
         return 3
     print(text(diag))
-    print(f"# rounds: {diag.rounds} ({len(diag.hosts)} hosts); message {format_size(nbytes)}; "
-          f"{args.repeat} repeats")
+    full_rounds = len(pair_rounds(len(diag.hosts)))
+    print(f"# rounds: {diag.rounds} ({len(diag.hosts)} hosts, "
+          + ("every pair" if diag.schedule == "pairs" else f"adaptive group testing; --full takes {full_rounds}")
+          + f"); message {format_size(nbytes)}; {args.repeat} repeats")
     write_outputs(diag, out, args.json)
     print(f"# doctor.html, doctor.md and the ranks' logs: {out}")
     return EXIT_SUSPECT if diag.suspects else EXIT_HEALTHY

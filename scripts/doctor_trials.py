@@ -1,12 +1,18 @@
 """Trials of `hccl-bench doctor` on the emulated cluster (root): how often it names the culprit and
 nobody else. Prints one line per run and a tally.
 
-  slow:    4 hosts x 1 rank, node3's link shaped to a tenth of the others' rate -> node3 named
-  healthy: 4 hosts x 1 rank, every link the same rate                          -> nobody named
-  hog:     2 hosts x 1 rank, a busy loop pinned to node2's rank's core          -> node2's rank named, node1 not
-           (2 hosts: this machine has 2 cores; each rank gets a core of its own, the hog shares node2's)
+  slow:      4 hosts x 1 rank, node3's link shaped to a tenth of the others' rate -> node3 named
+  healthy:   4 hosts x 1 rank, every link the same rate                          -> nobody named
+  hog:       2 hosts x 1 rank, a busy loop pinned to node2's rank's core          -> node2's rank named, node1 not
+             (2 hosts: this machine has 2 cores; each rank gets a core of its own, the hog shares node2's)
+  slow16:    16 hosts x 1 rank, node7's link at a tenth -> node7 named, in at most log2(16) + 3 = 7 rounds
+  two16:     16 hosts x 1 rank, node5 and node12 at a tenth -> both named, nobody else
+  healthy16: 16 hosts x 1 rank -> nobody named
+  delay16:   16 hosts x 1 rank, node7's link +1 ms (needs a link delay: netem or the relay) -> node7 named
 
-  python scripts/doctor_trials.py [--runs 20] [--only slow,healthy,hog]
+The doctor runs its default schedule (adaptive group testing); --full runs the pairwise sweep.
+
+  python scripts/doctor_trials.py [--runs 20] [--only slow,healthy,hog] [--full]
 """
 from __future__ import annotations
 
@@ -22,6 +28,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+# kind: (hosts, --slow specs, the names a right run gives; None: the names must only all be node3's)
+KINDS: dict[str, tuple[int, list[str], list[str] | None]] = {
+    "slow": (4, ["node3=100mbit"], None), "healthy": (4, [], []), "hog": (2, [], ["rank:node2"]),
+    "slow16": (16, ["node7=100mbit"], ["link:node7"]), "two16": (16, ["node5=100mbit", "node12=100mbit"],
+                                                              ["link:node12", "link:node5"]),
+    "healthy16": (16, [], []), "delay16": (16, ["node7=1gbit,1ms"], ["link:node7"])}
+ROUNDS_GOAL = {"slow16": 7}   # ceil(log2 16) + 3
 
 
 def cluster(*args: str) -> dict:
@@ -29,11 +42,12 @@ def cluster(*args: str) -> dict:
     return json.loads(proc.stdout) if "--json" in args else {}
 
 
-def doctor(up: dict, nproc: int, out: Path) -> tuple[int, dict, float]:
+def doctor(up: dict, nproc: int, out: Path, full: bool = False) -> tuple[int, dict, float]:
     start = time.monotonic()
     proc = subprocess.run([PY, "-m", "harness.doctor", "--launcher", up["launchers"]["mpi"], "--nproc", str(nproc),
-                           "--driver-host", up["driver_host"], "--json", str(out), "-o", str(out.parent / "page")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           "--driver-host", up["driver_host"], "--json", str(out), "-o", str(out.parent / "page"),
+                           *(["--full"] if full else [])],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
     took = time.monotonic() - start
     if proc.returncode not in (0, 1):
         raise RuntimeError(proc.stderr.strip() or proc.stdout[-500:])
@@ -88,22 +102,23 @@ def named(result: dict) -> list[str]:
     return [f"{s['kind']}:{s['host']}" + (f"-{s['peer']}" if s["peer"] else "") for s in result["suspects"]]
 
 
-def trial(kind: str, runs: int, work: Path, keep: Path | None = None) -> tuple[int, int]:
-    hosts, nproc = (2, 2) if kind == "hog" else (4, 4)
+def trial(kind: str, runs: int, work: Path, keep: Path | None = None, full: bool = False) -> tuple[int, int]:
+    hosts, slow, want = KINDS[kind]
+    nproc = hosts
     args = ["up", "--hosts", str(hosts), "--link", "1gbit", "--json"]
-    if kind == "slow":
-        args += ["--slow", "node3=100mbit"]
+    for spec in slow:
+        args += ["--slow", spec]
     cluster("down")
     up = cluster(*args)
     good = 0
     try:
         for i in range(runs):
-            stop, hogs = threading.Event(), []
+            stop, hogs = threading.Event(), list[subprocess.Popen]()
             watcher = threading.Thread(target=pin_and_hog, args=(stop, hogs)) if kind == "hog" else None
             if watcher:
                 watcher.start()
             try:
-                code, result, took = doctor(up, nproc, work / f"{kind}{i}" / "doctor.json")
+                code, result, took = doctor(up, nproc, work / f"{kind}{i}" / "doctor.json", full)
             finally:
                 stop.set()
                 if watcher:
@@ -111,9 +126,11 @@ def trial(kind: str, runs: int, work: Path, keep: Path | None = None) -> tuple[i
                 for h in hogs:
                     h.kill()
             names = named(result)
-            ok = {"slow": code == 1 and names != [] and all(n.split(":")[1].startswith("node3") for n in names),
-                  "healthy": code == 0 and names == [],
-                  "hog": code == 1 and names == ["rank:node2"]}[kind]
+            if want is None:
+                ok = code == 1 and names != [] and all(n.split(":")[1].startswith("node3") for n in names)
+            else:
+                ok = code == (1 if want else 0) and sorted(names) == want
+            ok = ok and (full or result["rounds"] <= ROUNDS_GOAL.get(kind, result["rounds"]))
             good += ok
             if not ok and keep is not None:
                 keep.mkdir(parents=True, exist_ok=True)
@@ -130,11 +147,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--only", default="slow,healthy,hog")
     parser.add_argument("--keep", help="write the doctor's JSON of every wrong run into this folder")
+    parser.add_argument("--full", action="store_true", help="run the doctor's pairwise sweep instead of group testing")
     args = parser.parse_args()
+    unknown = set(args.only.split(",")) - set(KINDS)
+    if unknown:
+        print(f"doctor_trials: --only {','.join(sorted(unknown))}: no such trial (trials: {', '.join(KINDS)})", file=sys.stderr)
+        return 2
     tally = {}
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.only.split(","):
-            tally[kind] = trial(kind, args.runs, Path(tmp), Path(args.keep) if args.keep else None)
+            tally[kind] = trial(kind, args.runs, Path(tmp), Path(args.keep) if args.keep else None, args.full)
     print("# tally: " + ", ".join(f"{k} {g}/{n} right" for k, (g, n) in tally.items()))
     return 0 if all(g == n for g, n in tally.values()) else 1
 

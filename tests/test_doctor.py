@@ -1,16 +1,115 @@
-"""hccl-bench doctor: the pair schedule, and (on the emulated cluster, root) a slow link named, a
-healthy cluster left alone, a rank behind a CPU hog named and its peer not. The 20-run trials
-are scripts/doctor_trials.py; these are one run each."""
+"""hccl-bench doctor: the pair schedule, the group-testing search on given measurements, and (on
+the emulated cluster, root) a slow link named, a healthy cluster left alone, a rank behind a CPU
+hog named and its peer not. The 20-run trials are scripts/doctor_trials.py; these are one run each."""
 import itertools
 import json
+import math
+import random
+import statistics
 import subprocess
 import sys
 import threading
 
 import pytest
 
+from collectives.doctor_tasks import ring_steps
+from harness import doctor_schedule as schedule
 from harness.doctor import pair_rounds
 from tests.conftest import ROOT, run_cli
+
+
+def link_rule(rate: dict, delay_us: dict, seed: int, jitter: float = 0.08, repeat: int = 5):
+    """A hand-written measure(): a ring runs at its slowest member's rate (1 GB/s healthy) and its
+    worst member's latency (20 us healthy), each repeat with up to `jitter` of seeded noise; it
+    also checks that no host is in two tests of a round (they run at the same time)."""
+    rng = random.Random(seed)
+
+    def measure(tests):
+        members = [h for t in tests for h in t.hosts]
+        assert len(members) == len(set(members)), tests
+        return [[(min(rate.get(h, 1.0) for h in t.hosts) * (1 + rng.uniform(-jitter, jitter)),
+                  20.0 + max(delay_us.get(h, 0.0) for h in t.hosts) + rng.uniform(-2, 2)) for t in tests]
+                for _ in range(repeat)]
+    return measure
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_group_search_names_one_slow_host_among_16_in_at_most_7_rounds(seed):
+    culprit = random.Random(seed).randrange(16)
+    found = schedule.search(16, link_rule({culprit: 0.1}, {}, seed))
+    assert sorted(found.named) == [culprit] and not found.unresolved
+    assert len(found.rounds) <= math.ceil(math.log2(16)) + 3, len(found.rounds)
+    assert found.named[culprit][0].by == "bandwidth" and found.named[culprit][0].ratio > 5
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_group_search_names_two_slow_hosts_and_nobody_else(seed):
+    bad = random.Random(seed).sample(range(16), 2)
+    found = schedule.search(16, link_rule({h: 0.3 for h in bad}, {}, seed))
+    assert sorted(found.named) == sorted(bad) and not found.unresolved, (found.named, bad)
+
+
+@pytest.mark.parametrize("n", [4, 5, 16, 64])
+def test_group_search_names_nobody_on_a_healthy_fleet(n):
+    found = schedule.search(n, link_rule({}, {}, n))
+    assert found.named == {} and found.unresolved == [] and len(found.rounds) == 1
+
+
+def test_group_search_names_a_host_by_its_latency():
+    found = schedule.search(32, link_rule({}, {9: 1000.0}, 3))
+    assert list(found.named) == [9] and found.named[9][0].by == "latency"
+    assert len(found.rounds) <= math.ceil(math.log2(32)) + 3
+
+
+def test_group_search_halves_the_slow_groups_and_confirms_twice_against_cleared_hosts():
+    found = schedule.search(64, link_rule({40: 0.1}, {}, 1))
+    sizes = [max(len(t.hosts) for t in r.tests if 40 in t.hosts) for r in found.rounds]
+    assert sizes == [8, 4, 2, 2, 2]                  # eighths, halves, halves, then 40 with a helper, twice
+    confirms = [t for r in found.rounds[-2:] for t in r.tests if 40 in t.hosts]
+    assert [t.role for t in confirms] == ["confirm", "confirm"] and all(t.hosts[0] == 40 for t in confirms)
+    helpers = [t.hosts[1] for t in confirms]
+    assert helpers[0] != helpers[1]
+    for rnd in found.rounds:                         # a helper was never in a slow ring without 40
+        assert all(h not in t.hosts for h in helpers for i, t in enumerate(rnd.tests) if i in rnd.slow and 40 not in t.hosts)
+    assert max(len(r.tests) for r in found.rounds) <= max(schedule.FIRST_GROUPS, 2 * 2) + 2   # controls capped
+
+
+def test_one_slow_confirmation_names_nobody():
+    confirmations = []
+
+    def measure(tests):   # host 3's rings run slow until its first confirmation (a bad moment), then not
+        confirmations.extend(t for t in tests if t.role == "confirm" and 3 in t.hosts)
+        slow = [3 in t.hosts and len(confirmations) <= 1 for t in tests]
+        return [[(0.1 if s else 1.0, 20.0) for s in slow] for _ in range(5)]
+    found = schedule.search(16, measure)
+    assert found.named == {} and found.unresolved == []
+    assert [t.role for r in found.rounds for t in r.tests if 3 in t.hosts] == ["search", "confirm", "confirm"]
+
+
+def test_worse_is_the_ratio_to_the_median_of_the_others():
+    rng = random.Random(0)
+    for _ in range(200):
+        values = {i: rng.choice([1.0, 2.0, rng.random() + 0.1]) for i in range(rng.randint(2, 9))}
+        for key, ratio in schedule.worse(values, True, 0.05).items():
+            ref = statistics.median(v for k, v in values.items() if k != key)
+            assert ratio == pytest.approx(1.0 if abs(values[key] - ref) <= 0.05 else ref / values[key])
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 8])
+def test_ring_steps_visit_both_neighbours_in_a_proper_colouring(k):
+    ring = [10 + 3 * i for i in range(k)]
+    steps = {r: ring_steps(ring, r) for r in ring}
+    for i, r in enumerate(ring):
+        assert sorted(steps[r]) == sorted({ring[i - 1], ring[(i + 1) % k]})
+    # the j-th exchange of a rank meets a peer at the same colour: replaying the blocking exchanges ends
+    pending = {r: list(s) for r, s in steps.items()}
+    while any(pending.values()):
+        moved = [(a, pending[a][0]) for a in ring if pending[a] and pending[pending[a][0]][:1] == [a]]
+        assert moved, f"deadlock: {pending}"
+        for a, b in moved:
+            if pending[a][:1] == [b]:
+                pending[a].pop(0)
+                pending[b].pop(0)
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 16])
