@@ -203,6 +203,7 @@ def _make(cluster: Cluster, count: int, link: str, slow: dict[str, str]) -> None
         cluster.hosts.append(host)
         _record(cluster, "netns", host.netns)
         _run(["ip", "netns", "add", host.netns], f"making {name}")
+        _record(cluster, "link", host.veth)   # until its peer is inside the namespace, deleting that misses it
         _run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", f"{host.veth}p"], f"linking {name}")
         _run(["ip", "link", "set", f"{host.veth}p", "netns", host.netns], f"linking {name}")
         _run(["ip", "link", "set", host.veth, "master", BRIDGE, "up"], f"linking {name}")
