@@ -14,6 +14,7 @@ pytestmark = pytest.mark.benchmark(timer=REPLAY_CLOCK)
 
 
 def _assert_checked(case, extra) -> None:
+    assert extra["checked"] > 0, f"{case.id}: compared no element against the single-rank reference"
     assert extra["wrong"] == 0, (f"{case.id}: {extra['wrong']} wrong elements of {extra['checked']} against the "
                                  f"single-rank reference (per rank {extra['wrong_per_rank']}, worst error "
                                  f"{extra['err_to_tol']:.3g} x the tolerance)")

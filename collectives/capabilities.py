@@ -41,17 +41,28 @@ class DeviceFacts:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a worker group runs: the device facts and how its ranks sit on nodes."""
+    """Where a worker group runs: the device facts and how its ranks sit on nodes (0: not known,
+    and nothing is judged on it)."""
     facts: DeviceFacts = field(default_factory=DeviceFacts)
     ranks_per_node: int = 1
     nodes: int = 1
 
     @classmethod
     def of(cls, facts: DeviceFacts, nproc: int, launcher: str = "") -> Target:
-        """Without a launcher every rank is on this node; with one, one rank per device and full
-        nodes are assumed (how a cluster launcher places ranks), so nodes = ceil(nproc / devices)."""
-        per_node = nproc if not launcher or not facts.devices else min(nproc, facts.devices)
+        """Without a launcher every rank is on this node. With one, the ranks per node are what its
+        template says (srun --ntasks-per-node, torchrun --nproc-per-node, hydra -ppn, Open MPI
+        -npernode or --map-by ppr:N:node); a template that does not say leaves them unknown."""
+        if not launcher:
+            return cls(facts, max(1, nproc), 1)
+        match = PER_NODE.search(launcher)
+        if not match:   # one device per node can only hold one rank; otherwise the launcher decides
+            return cls(facts, 1, nproc) if facts.devices == 1 else cls(facts, 0, 0)
+        per_node = min(nproc, int(next(g for g in match.groups() if g)))
         return cls(facts, max(1, per_node), max(1, math.ceil(nproc / max(1, per_node))))
+
+
+PER_NODE = re.compile(r"(?:--ntasks-per-node|--nproc[-_]per[-_]node|-ppn|-npernode|--npernode)[= ](\d+)"
+                      r"|--map-by[= ]ppr:(\d+):node")
 
 
 def hccl_product(soc: str) -> str:
@@ -191,6 +202,11 @@ def hccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "
         return (f"HCCL_ALGO support for SoC {target.facts.name or '(unnamed)'} is not in collectives/capabilities.py; "
                 f"a {native} series could be another algorithm under its name")
     where = f"{PRODUCT_NAMES[product]} ({target.facts.name})"
+    if target.nodes == 1:
+        # HCCL_ALGO sets level1, the algorithm between servers; level0 (inside one) is HCCL's own
+        # choice (CANN env var reference, HCCL_ALGO): on one server a forced series is the default
+        return (f"HCCL_ALGO chooses the algorithm between servers only; this group is on one server, where HCCL "
+                f"picks its own: run {native} across servers (--launcher)")
     ops = HCCL_ALGO_SUPPORT[product].get(native)
     if ops is None:
         return f"HCCL on {where} has no {native} algorithm (HCCL_ALGO would fall back silently)"
@@ -217,15 +233,15 @@ def nccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "
     if native == "PAT":
         if facts.version and facts.version < NCCL_PAT_SINCE:
             return f"NCCL {'.'.join(map(str, facts.version))} has no PAT (NCCL >= 2.23)"
-        if target.ranks_per_node > 1:
+        if target.ranks_per_node > 1:   # 0: not known from the launcher
             return f"NCCL's PAT runs with one GPU per node only; this group has {target.ranks_per_node} per node"
     if native.startswith("NVLS"):
         if facts.capability != (0, 0) and facts.capability < NCCL_NVLS_ARCH:
             arch = "".join(map(str, facts.capability))
             return f"NCCL's {native} needs sm_90 or newer (NVLink SHARP); {facts.name} is sm_{arch}"
-        if target.ranks_per_node < 2:
+        if target.ranks_per_node == 1:
             return f"NCCL's {native} needs several GPUs on one NVSwitch node; this group has {target.ranks_per_node} per node"
-        if native == "NVLSTree" and target.nodes < 2:
+        if native == "NVLSTree" and target.nodes == 1:
             return "NCCL's NVLSTree spans nodes (NVLS inside, Tree between); this group is on one node"
         if dtype and op in REDUCING and redop and redop not in NCCL_NVLS_REDOPS.get(dtype, ()):
             return (f"NCCL's {native} has no {dtype} {redop} {op} (NVLS reduces int32/int64 sum/min/max, "

@@ -89,7 +89,9 @@ class Device:
         mod.synchronize()
         graph = getattr(mod, GRAPHS[self.kind])()
         # thread_local: the process group's watchdog thread may query its events while this thread captures
-        with (mod.graph(graph, capture_error_mode="thread_local") if self.kind == "cuda" else mod.graph(graph)):
+        import inspect
+        thread_local = "capture_error_mode" in inspect.signature(mod.graph).parameters   # older torch_npu lacks it
+        with (mod.graph(graph, capture_error_mode="thread_local") if thread_local else mod.graph(graph)):
             loop(k)
         mod.synchronize()
         return graph.replay
@@ -254,13 +256,31 @@ def device_count(kind: str) -> int:
     return torch.cuda.device_count() if kind == "cuda" else 1
 
 
+def npu_smi_chip_name(text: str | None = None) -> str:
+    """The first NPU's chip name from `npu-smi info` ("| 0     910B3     | OK ..." -> "Ascend910B3"),
+    read without touching the device; '' where npu-smi is absent or prints no such row."""
+    import re
+    import subprocess
+    if text is None:
+        try:
+            text = subprocess.run(["npu-smi", "info"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+    match = re.search(r"^\|\s*\d+\s+(\w[\w.-]*)\s+\|\s*(?:OK|Warning|Alarm|Critical|\w+)\s+\|", text, re.M)
+    if not match:
+        return ""
+    return match.group(1) if match.group(1).startswith("Ascend") else f"Ascend{match.group(1)}"
+
+
 def accelerator_facts(kind: str) -> dict:
     """What the driver reads about this node's accelerators for the capability table, without
     opening a context on a GPU (a driver context would take GPU 0 from rank 0 in exclusive-process
     mode): the first visible device's name (and CUDA capability), the count, NCCL's version."""
     if kind == "npu":
         npu = _npu()
-        return {"name": str(npu.get_device_name(0)), "devices": int(npu.device_count())}
+        # npu.get_device_name initialises the runtime on NPU 0 in this process: npu-smi first
+        name = npu_smi_chip_name() or str(npu.get_device_name(0))
+        return {"name": name, "devices": int(npu.device_count())}
     if kind != "cuda":
         return {}
     import subprocess

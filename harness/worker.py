@@ -7,6 +7,7 @@ rank's Python stack in its log.
 """
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import os
 import socket
@@ -96,6 +97,9 @@ def run_case(backend, spec: dict) -> dict:
             "collective_begin": collective_tasks.begin_collective}[spec["kind"]](backend, spec)
 
 
+_LIBC = ctypes.CDLL(None)
+
+
 def serve(backend, chan) -> None:
     while True:
         msg = chan.recv() if backend.rank == 0 else None
@@ -111,6 +115,7 @@ def serve(backend, chan) -> None:
             print(f"{CASE_ERROR} {local['error']}\n{local['traceback']}", file=sys.stderr, flush=True)
         finally:
             faulthandler.cancel_dump_traceback_later()
+            _LIBC.fflush(None)   # C libraries' buffered log lines (NCCL_DEBUG) into the log before the driver reads it
         results = backend.gather_json(local)
         if backend.rank == 0:
             chan.send({"results": results})

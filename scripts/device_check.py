@@ -69,6 +69,19 @@ def _problems(run) -> list[str]:
     return out
 
 
+def _nothing_measured(step: str, run) -> list[str]:
+    """A step that skipped everything it was there to check is a problem, not a pass."""
+    from reports.table import rows_of
+    if step == "layers":
+        return [] if run.cells else ["NOTHING MEASURED: every layer case was skipped"]
+    rows = rows_of(run)
+    if not rows:
+        return ["NOTHING MEASURED: every collective case was skipped"]
+    if step == "sweep" and any(r.backend in ("nccl", "hccl") for r in rows) and not any(r.graph for r in rows):
+        return ["NOTHING MEASURED: no graph-captured case ran on the device"]
+    return []
+
+
 def _skips(run) -> list[str]:
     reasons: dict[str, int] = {}
     for s in run.meta.get("skipped", []):
@@ -141,7 +154,7 @@ def summary(folder: str) -> int:
         if run is None:
             out.append(f"  {why}")
             continue
-        problems = _problems(run)
+        problems = _problems(run) + _nothing_measured(step, run)
         bad += problems
         out += ["  " + p for p in problems[:20]] + (["  ..."] if len(problems) > 20 else [])
         if show is not None:

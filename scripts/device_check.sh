@@ -83,7 +83,7 @@ step sweep 240 "${bench[@]}" benches/test_collectives.py --benchmark --sizes "$s
     --rounds 10 --round-time 0.01 --results "$out/sweep"
 step dtypes 75 "${bench[@]}" benches/test_collectives.py --sizes "$dtype_sizes" \
     --dtypes float32,float16,bfloat16,float64,int32,int64,int8,uint8 --redops sum,prod,max,min --results "$out/dtypes"
-step layers 90 "${bench[@]}" benches/test_layers.py "${layer_args[@]}" --results "$out/layers"
+step layers 90 "${bench[@]}" benches/test_layers.py ${layer_args[@]+"${layer_args[@]}"} --results "$out/layers"
 step skew 30 "$py" scripts/device_check.py skew "$backend" "$out/skew.json"
 if [ "$nproc" -ge 2 ]; then
     step doctor 60 "$py" -m harness.cli doctor --backend "$backend" --nproc "$nproc" --repeat 3 -o "$out/doctor" \

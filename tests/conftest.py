@@ -77,8 +77,11 @@ def run_cli(*args) -> subprocess.CompletedProcess:
 def _untracked() -> set[str] | None:
     """Ignored paths in the checkout (what tools write: results/, logs), or None outside a git checkout.
     Untracked source files are left out: an editor may make one while the suite runs."""
-    proc = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT,
-                          capture_output=True, text=True)
+    try:
+        proc = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT,
+                              capture_output=True, text=True)
+    except OSError:   # no git here (a copied tree): nothing to compare against
+        return None
     if proc.returncode != 0:
         return None
     paths = {line[3:] for line in proc.stdout.splitlines() if line[:2] == "!!"}

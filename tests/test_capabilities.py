@@ -67,9 +67,12 @@ def test_hccl_bfloat16_prod_is_skipped_sum_is_not():
     assert skip(table, "default", "all_reduce", "float32", "prod") == ""
 
 
+TWO_SERVERS = dict(nproc=16, launcher="srun --ntasks-per-node 8 -n {nproc}")
+
+
 def test_hccl_algorithms_per_product():
     algos = ("ring", "hccl:NHR", "hccl:NB", "hccl:NHR_V1", "hccl:pipeline", "hccl:AHC", "hccl:pairwise")
-    a2 = cases(A2, algos=algos, dtypes=("float32", "int64"), redops=("sum",))
+    a2 = cases(A2, algos=algos, dtypes=("float32", "int64"), redops=("sum",), **TWO_SERVERS)
     assert "ring has no broadcast" in skip(a2, "ring", "broadcast")
     assert skip(a2, "ring", "all_reduce") == "" and skip(a2, "ring", "reduce") == ""
     assert a2["ring", "all_reduce", "float32", "sum"].env == {"HCCL_ALGO": "allreduce=level0:NA;level1:ring"}
@@ -84,11 +87,20 @@ def test_hccl_algorithms_per_product():
     assert "no AHC algorithm" in skip(a2, "hccl:AHC", "all_reduce")
     assert "pairwise has no all_reduce" in skip(a2, "hccl:pairwise", "all_reduce")
     assert skip(a2, "hccl:pairwise", "all_to_all") == ""
-    a3 = cases(A3, algos=algos, dtypes=("float32",), redops=("sum",))
+    a3 = cases(A3, algos=algos, dtypes=("float32",), redops=("sum",), **TWO_SERVERS)
     assert skip(a3, "hccl:AHC", "all_reduce") == "" and "AHC has no broadcast" in skip(a3, "hccl:AHC", "broadcast")
     assert "ring has no broadcast" in skip(a3, "ring", "broadcast")
-    a950 = cases(A950, algos=("ring", "hccl:NHR"), dtypes=("float32",), redops=("sum",))
+    a950 = cases(A950, algos=("ring", "hccl:NHR"), dtypes=("float32",), redops=("sum",), **TWO_SERVERS)
     assert "no ring algorithm" in skip(a950, "ring", "all_reduce") and skip(a950, "hccl:NHR", "reduce") == ""
+
+
+def test_hccl_algo_on_one_server_is_skipped_as_hccls_own_choice():
+    """HCCL_ALGO's level1 is between servers: on one server a 'ring' series would be the default."""
+    one = cases(A2, algos=("default", "ring"), dtypes=("float32",), redops=("sum",))
+    assert "this group is on one server" in skip(one, "ring", "all_reduce")
+    assert skip(one, "default", "all_reduce") == ""
+    unknown = cases(A2, algos=("ring",), dtypes=("float32",), redops=("sum",), nproc=16, launcher="srun -n {nproc}")
+    assert skip(unknown, "ring", "all_reduce") == ""   # the launcher spreads the ranks: not judged
 
 
 def test_hccl_unknown_soc_refuses_algorithms_but_not_default():
@@ -196,3 +208,18 @@ def test_nccl_algo_ran_names_what_ran_for_the_case():
     assert nccl_algo_ran(NCCL_LOG, "broadcast", 4194304, 8) == "Ring/Simple"          # a 2.20 line names no op
     assert nccl_algo_ran(NCCL_LOG, "reduce", 1 << 30, 8) is None                        # NCCL said nothing of it
     assert nccl_algo_ran("", "all_reduce", 1048576, 8) is None and nccl_algo_ran(NCCL_LOG, "all_to_all", 8, 8) is None
+
+
+def test_the_npu_chip_name_is_read_from_npu_smi_without_the_device():
+    from collectives.device import npu_smi_chip_name
+    table = """+---------------------------+---------------+----------------------------------------------------+
+| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|
+| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |
++===========================+===============+====================================================+
+| 0     910B3               | OK            | 93.4        38                0    / 0             |
+| 0                         | 0000:C1:00.0  | 0           0    / 0          3161 / 65536         |
++===========================+===============+====================================================+
+| 1     910B3               | OK            | 90.1        37                0    / 0             |
+"""
+    assert npu_smi_chip_name(table) == "Ascend910B3" and hccl_product(npu_smi_chip_name(table)) == "A2"
+    assert npu_smi_chip_name("npu-smi: command not found\n") == ""
