@@ -256,6 +256,13 @@ def device_count(kind: str) -> int:
     return torch.cuda.device_count() if kind == "cuda" else 1
 
 
+def hf32_matmuls() -> bool:
+    """Whether float32 matmuls run as HF32 on an NPU (torch_npu's torch.npu.matmul.allow_hf32)."""
+    import torch
+    npu = getattr(torch, "npu", None)
+    return bool(npu is not None and getattr(getattr(npu, "matmul", None), "allow_hf32", False))
+
+
 def npu_smi_chip_name(text: str | None = None) -> str:
     """The first NPU's chip name from `npu-smi info` ("| 0     910B3     | OK ..." -> "Ascend910B3"),
     read without touching the device; '' where npu-smi is absent or prints no such row."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from collectives.device import hf32_matmuls
 from collectives.rank_tasks import corrupt_one
 
 C = 2.0
@@ -44,8 +45,7 @@ def unit_roundoff(dtype) -> float:
     if name != "float32":
         return UNIT_ROUNDOFF[name]
     u = MATMUL_PRECISION.get(torch.get_float32_matmul_precision(), UNIT_ROUNDOFF["float32"])
-    npu = getattr(torch, "npu", None)   # torch_npu: HF32 matmuls keep TF32's 10-bit mantissa
-    if npu is not None and getattr(getattr(npu, "matmul", None), "allow_hf32", False):
+    if hf32_matmuls():   # torch_npu: HF32 matmuls keep TF32's 10-bit mantissa
         u = max(u, 2.0 ** -11)
     return u
 
