@@ -2,15 +2,34 @@
 
 The time of a round is the slowest rank's (a collective finishes when its last rank does);
 per-op time = round time / K. time_us is the median over rounds.
+
+A row keeps the whole matrix up to FULL_MATRIX_RANKS ranks. Past that it keeps a summary per rank
+(min, p25, median, p75, max over rounds) and the rounds of the ranks that matter in full: the
+SLOWEST_KEPT slowest by median and every round's slowest rank. So the max over the kept rows is the
+max over all ranks, round by round, and every statistic (round times, time_us, busbw, spread, the
+samples compare reads) comes out of the stored row exactly as from the whole matrix. RankView is the
+one way to read either form.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from collectives.ops import bandwidths
 
+# 256 ranks x 20 rounds is ~80 KiB a case in results.json (indent=1, ~16 bytes a round time): a
+# default sweep of ~80 cases stays under 10 MB. At 1,024 ranks the matrix would be 4x that a case;
+# the summary is 5 numbers a rank whatever the rounds, and a slow rank is still seen whole.
+FULL_MATRIX_RANKS = 256
+SLOWEST_KEPT = 8              # past the threshold: the rounds of this many slowest ranks are kept whole
+NAMED_RANKS_OVER = 8          # the table and report name the slowest ranks of groups larger than this
+RANK_QUANTILES = ("min", "p25", "median", "p75", "max")
+
 
 def per_op_seconds(round_ns_by_rank: list[list[int]], iters: int) -> np.ndarray:
+    """Per round, the slowest rank's time / K. Right for both forms of a row's round_ns_per_rank:
+    a summarised row keeps every round's slowest rank."""
     m = np.asarray(round_ns_by_rank, dtype=np.float64)
     return m.max(axis=0) / iters / 1e9
 
@@ -24,12 +43,95 @@ def per_rank_median_seconds(round_ns_by_rank: list[list[int]], iters: int) -> np
     return np.median(np.asarray(round_ns_by_rank, dtype=np.float64), axis=1) / iters / 1e9
 
 
-def summarize(round_ns_by_rank: list[list[int]], iters: int, op: str | None = None, nbytes: int = 0, nranks: int = 1) -> dict:
-    """Median/min/max/mean/IQR/CV (p95, p99 with enough rounds); algbw/busbw when `op` is given;
-    rank_spread = slowest rank's median / fastest rank's median - 1 (ranks that leave a collective
-    at different times: 0 when they all see the same time)."""
-    t = per_op_seconds(round_ns_by_rank, iters)
-    per_rank = per_rank_median_seconds(round_ns_by_rank, iters)
+def _number(value: float) -> int | float:
+    """A round time as JSON writes it shortest: whole nanoseconds as an int."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def rank_rounds(round_ns_by_rank: list[list[int]], places: dict | None = None,
+                full_up_to: int = FULL_MATRIX_RANKS) -> dict:
+    """The per-rank fields of a row: per_rank "full" (the whole matrix) up to `full_up_to` ranks,
+    else "summary": rank_summary over every rank, kept_ranks and their rounds in round_ns_per_rank.
+    rank_places: rank -> [host, local rank] of the ranks a reader is shown (groups > NAMED_RANKS_OVER)."""
+    m = np.asarray(round_ns_by_rank, dtype=np.float64)
+    medians = np.median(m, axis=1)
+    slowest = [int(r) for r in np.argsort(-medians, kind="stable")[:SLOWEST_KEPT]]
+    out: dict = {"per_rank": "full", "round_ns_per_rank": round_ns_by_rank}
+    if len(round_ns_by_rank) > full_up_to:
+        kept = sorted(set(slowest) | {int(r) for r in np.argmax(m, axis=0)})
+        q25, q75 = np.percentile(m, [25, 75], axis=1)
+        out = {"per_rank": "summary", "kept_ranks": kept, "round_ns_per_rank": [round_ns_by_rank[r] for r in kept],
+               "rank_summary": {"min": [_number(v) for v in m.min(axis=1)], "p25": [round(float(v)) for v in q25],
+                                "median": [_number(v) for v in medians], "p75": [round(float(v)) for v in q75],
+                                "max": [_number(v) for v in m.max(axis=1)]}}
+    if places and len(round_ns_by_rank) > NAMED_RANKS_OVER:
+        named = sorted(set(slowest) | set(out.get("kept_ranks", [])))
+        out["rank_places"] = {str(r): list(places[r]) for r in named if r in places}
+    return out
+
+
+@dataclass
+class RankView:
+    """A row's per-rank data, either form: every rank's median round time (ns), the ranks whose
+    rounds are stored and those rounds, and where the named ranks ran."""
+    form: str                           # "full" or "summary"
+    nranks: int
+    iters: int
+    medians: np.ndarray                 # every rank's median round time (ns)
+    kept: list[int]                     # the ranks whose rounds `rounds` holds, in its row order
+    rounds: np.ndarray                  # kept ranks x rounds (ns)
+    places: dict[int, tuple[str, int]]
+
+    @classmethod
+    def of(cls, row) -> RankView:
+        """From a row (or anything with its fields); ValueError names what does not fit together."""
+        rounds = np.asarray(row.round_ns_per_rank, dtype=np.float64)
+        if rounds.ndim != 2 or rounds.size == 0:
+            raise ValueError("round_ns_per_rank must be a non-empty rank x round matrix")
+        try:
+            places = {int(r): (str(p[0]), int(p[1])) for r, p in (row.rank_places or {}).items()}
+        except (TypeError, ValueError, IndexError, KeyError):
+            raise ValueError("rank_places must map a rank to [host, local rank]") from None
+        iters = row.iters_per_round or 1
+        if row.per_rank == "full":
+            return cls("full", len(rounds), iters, np.median(rounds, axis=1), list(range(len(rounds))), rounds, places)
+        if row.per_rank != "summary":
+            raise ValueError(f"per_rank must be 'full' or 'summary', found {str(row.per_rank)[:20]!r}")
+        summary = row.rank_summary or {}
+        if set(summary) != set(RANK_QUANTILES) or len({len(v) for v in summary.values()}) != 1:
+            raise ValueError(f"rank_summary must hold {', '.join(RANK_QUANTILES)}, one value per rank each")
+        medians = np.asarray(summary["median"], dtype=np.float64)
+        if len(medians) != row.nranks:
+            raise ValueError(f"rank_summary holds {len(medians)} ranks, the row {row.nranks}")
+        kept = [int(r) for r in row.kept_ranks]
+        if len(kept) != len(rounds) or not all(0 <= r < len(medians) for r in kept):
+            raise ValueError("kept_ranks must name one rank (< nranks) per row of round_ns_per_rank")
+        return cls("summary", len(medians), iters, medians, kept, rounds, places)
+
+    def round_max_ns(self) -> np.ndarray:
+        """Per round, the slowest rank's time: what a round takes (both forms keep it whole)."""
+        return self.rounds.max(axis=0)
+
+    def slowest(self, n: int) -> list[int]:
+        """The n ranks with the largest median round time, slowest first."""
+        return [int(r) for r in np.argsort(-self.medians, kind="stable")[:n]]
+
+    def median_us(self, rank: int) -> float:
+        """A rank's median per-op time (us)."""
+        return float(self.medians[rank]) / self.iters / 1e3
+
+    @property
+    def group_median_us(self) -> float:
+        """The median over ranks of each rank's median per-op time (us)."""
+        return float(np.median(self.medians)) / self.iters / 1e3
+
+    def where(self, rank: int) -> str:
+        """"host/local rank" of a rank, "?" where the row does not say."""
+        place = self.places.get(rank)
+        return f"{place[0]}/{place[1]}" if place else "?"
+
+
+def _summary(t: np.ndarray, per_rank: np.ndarray, op: str | None, nbytes: int, nranks: int) -> dict:
     q1, median, q3 = np.percentile(t, [25, 50, 75])
     mean = float(t.mean())
     out = {
@@ -46,3 +148,16 @@ def summarize(round_ns_by_rank: list[list[int]], iters: int, op: str | None = No
     if op is not None:
         out["algbw_gbps"], out["busbw_gbps"] = bandwidths(op, nbytes, float(median), nranks)
     return out
+
+
+def summarize(round_ns_by_rank: list[list[int]], iters: int, op: str | None = None, nbytes: int = 0, nranks: int = 1) -> dict:
+    """Median/min/max/mean/IQR/CV (p95, p99 with enough rounds); algbw/busbw when `op` is given;
+    rank_spread = slowest rank's median / fastest rank's median - 1 (ranks that leave a collective
+    at different times: 0 when they all see the same time)."""
+    return _summary(per_op_seconds(round_ns_by_rank, iters), per_rank_median_seconds(round_ns_by_rank, iters),
+                    op, nbytes, nranks)
+
+
+def summarize_view(view: RankView, op: str | None = None, nbytes: int = 0) -> dict:
+    """summarize() from a stored row of either form: the same numbers as from the whole matrix."""
+    return _summary(view.round_max_ns() / view.iters / 1e9, view.medians / view.iters / 1e9, op, nbytes, view.nranks)

@@ -9,10 +9,15 @@ round (ARCHITECTURE.md, Measurement method).
 With ``Plan.graph`` (--graph, device backends) a round is one replay of a device graph holding its
 K iterations, captured once before any timed span: the library's time without Python's launch
 cost per call, which at small sizes is most of an eager round.
+
+``Plan.slow`` (set only by the fault hook HCCL_BENCH_FAULT=slow:RANK:NAME:FACTOR, harness/worker.py)
+makes this rank's timed rounds take FACTOR times as long: a known effect for measuring power.
 """
 from __future__ import annotations
 
+import functools
 import math
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -29,6 +34,7 @@ class Plan:
     iters: int = 0              # 0: choose K from the warm-up
     round_time_s: float = 0.02
     graph: bool = False         # time replays of the round captured as a device graph (--graph)
+    slow: float = 1.0           # HCCL_BENCH_FAULT=slow on this rank: its timed rounds take this factor as long
 
 
 SMOKE = Plan(warmup=1, rounds=3, round_time_s=0.002)
@@ -130,6 +136,30 @@ def one_round(loop: Callable[[int], None], k: int, backend, timer) -> int:
     return timer.stop()
 
 
+def slowed_round(loop: Callable[[int], None], k: int, backend, timer, factor: float) -> int:
+    """one_round, then a busy wait of (factor - 1) x the round's own time (host clock, after the
+    device finished) before the clock stops: this rank's round takes `factor` times as long, and
+    so does the round (the slowest rank's time). A wait after each call instead would fall short
+    at latency-bound sizes: the slow rank's own call time excludes the wait it makes its peers do."""
+    _prime(loop, k)
+    backend.barrier()
+    backend.device.synchronize()
+    timer.start()
+    t0 = time.perf_counter_ns()
+    loop(k)
+    backend.device.synchronize()
+    deadline = t0 + factor * (time.perf_counter_ns() - t0)
+    while time.perf_counter_ns() < deadline:
+        pass
+    return timer.stop()
+
+
+def round_step(plan: Plan) -> Callable:
+    """How a round is timed: one_round, or slowed_round under the fault hook's slow mode (the
+    unfaulted loop is exactly one_round: no check inside it)."""
+    return one_round if plan.slow == 1.0 else functools.partial(slowed_round, factor=plan.slow)
+
+
 def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Calibrated, list[list[int]]]:
     """Time each loop in `loops` (interleaved round by round) with one shared K.
 
@@ -137,10 +167,11 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Ca
     loops = prepared(loops, backend, plan)
     cal = warm_up(loops, backend, plan)
     timer = backend.device.timer()
+    step = round_step(plan)
     times: list[list[int]] = [[] for _ in loops]
     for _ in range(plan.rounds):
         for loop, out in zip(loops, times):
-            out.append(one_round(loop, cal.k, backend, timer))
+            out.append(step(loop, cal.k, backend, timer))
     return cal, times
 
 
@@ -155,19 +186,20 @@ def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: P
     alternate single rounds of two worker groups (two stacks) milliseconds apart; `end` then
     returns finish(K, round ns per loop) and the calibration, what `measure` gives in one go."""
     loops = prepared(loops, backend, plan)
-    backend.prepared = (loops, warm_up(loops, backend, plan), backend.device.timer(), [[] for _ in loops], finish)
+    backend.prepared = (loops, warm_up(loops, backend, plan), backend.device.timer(), [[] for _ in loops], finish,
+                        round_step(plan))
 
 
 def time_round(backend) -> dict:
     """One round of every prepared loop, in `measure`'s order; the times stay here until `end`."""
-    loops, cal, timer, times, _ = backend.prepared
+    loops, cal, timer, times, _, step = backend.prepared
     for loop, out in zip(loops, times):
-        out.append(one_round(loop, cal.k, backend, timer))
+        out.append(step(loop, cal.k, backend, timer))
     return {}
 
 
 def end(backend) -> dict:
-    _, cal, _, times, finish = backend.prepared
+    _, cal, _, times, finish, _ = backend.prepared
     backend.prepared = None
     return {**finish(cal.k, times), "calibration": cal.record()}
 

@@ -1,5 +1,7 @@
 """What the ranks returned for a case -> the case's row: the derived metrics (times, bandwidths,
-efficiency, bubble, memory) computed in one place, from the rank x round matrices."""
+efficiency, bubble, memory) computed in one place, from the rank x round matrices. Each row keeps
+the round matrix whole up to stats.FULL_MATRIX_RANKS ranks and summarised past it (stats.rank_rounds);
+`places` (rank -> (host, local rank), as the ranks reported) names the slowest ranks of big groups."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -30,7 +32,7 @@ def cell_key(case: Case | LayerCase | TuningCase) -> tuple[Series, int]:
                   microbatches=case.microbatches, knobs=knobs), 0
 
 
-def collective_row(case: Case, results: list[dict], hosts: dict) -> CollectiveRow:
+def collective_row(case: Case, results: list[dict], hosts: dict, places: dict | None = None) -> CollectiveRow:
     k = results[0]["iters"]
     matrix = [r["round_ns"] for r in results]
     assert case.group is not None
@@ -40,12 +42,13 @@ def collective_row(case: Case, results: list[dict], hosts: dict) -> CollectiveRo
         inplace=case.inplace, nranks=case.nranks, size=case.size, bytes=case.nbytes, count=case.count,
         **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
         wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
-        iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=matrix,
+        iters_per_round=k, calibration=results[0].get("calibration", {}), **stats.rank_rounds(matrix, places),
         algo_env=case.env, group_env=case.group.rank_env, hosts=hosts, knobs=case.knobs,
         link_class=link_class(hosts), graph=case.graph)
 
 
-def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, rank_hosts: dict[int, str]) -> LayerRow:
+def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, rank_hosts: dict[int, str],
+              places: dict | None = None) -> LayerRow:
     """A TP block's times, throughput and efficiency, or a pipeline step's time and bubble; wrong:
     the elements past the tolerance in the check against the single-rank reference (layers.check)."""
     k = results[0]["iters"]
@@ -54,7 +57,7 @@ def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, ran
         launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, backend=case.backend,
         bench="linear" if case.task == "tp_bench" else "pipeline", tp=case.tp, pp=case.pp, dp=case.dp,
         nranks=case.nranks, hidden=o.hidden, seq=o.seq, batch=o.batch, **stats.summarize(step, k),
-        iters_per_round=k, calibration=results[0].get("calibration", {}), round_ns_per_rank=step, hosts=hosts,
+        iters_per_round=k, calibration=results[0].get("calibration", {}), **stats.rank_rounds(step, places), hosts=hosts,
         wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
         checked=sum(r["checked"] for r in results), err_to_tol=max(r["err_to_tol"] for r in results),
         knobs=case.knobs, group_env=case.group.rank_env if case.group else {},
@@ -84,7 +87,7 @@ def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, ran
                    stages_per_rank=[r["stages"] for r in results])
 
 
-def tuning_row(case: TuningCase, results: list[dict], hosts: dict) -> TuningRow:
+def tuning_row(case: TuningCase, results: list[dict], hosts: dict, places: dict | None = None) -> TuningRow:
     """Overlap: each loop's median per-iteration time (slowest rank per round) and the efficiency
     (t_comm + t_comp - t_both) / min(t_comm, t_comp), clipped to [0, 1] with the raw value kept.
     Bucketing and compression: the step time, calls per step and, for compression, the error."""
@@ -94,7 +97,7 @@ def tuning_row(case: TuningCase, results: list[dict], hosts: dict) -> TuningRow:
     row = TuningRow(
         launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, backend=case.backend,
         bench=case.bench, nranks=case.nranks, **stats.summarize(step, k), iters_per_round=k,
-        calibration=first.get("calibration", {}), round_ns_per_rank=step, hosts=hosts, knobs=case.knobs,
+        calibration=first.get("calibration", {}), **stats.rank_rounds(step, places), hosts=hosts, knobs=case.knobs,
         group_env=case.group.rank_env if case.group else {},
         wrong=sum(r["wrong"] for r in results))
     if case.bench == "overlap":

@@ -3,7 +3,8 @@
 Exit status: 0 ok (compare: no regression and every cell decided; history: none that began within
 the window), 1 compare or history found a confirmed regression, 2 unusable input (unreadable file,
 mismatched setups without --force, bad arguments), 3 internal error (a bug: it never reads as a
-regression), 6 compare: no confirmed regression but inconclusive cells (--inconclusive pass: 0).
+regression), 6 compare: no confirmed regression but inconclusive cells (--inconclusive pass: 0),
+7 history: no software regression, but cells changed with the canary (the machine changed).
 Sides: A is the baseline (the stack as started), B the candidate (--ab-env/--ab-source), everywhere.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from harness import baselines, files, provenance
 from layers import memory
 from reports import summary, table
 from reports.compare import DEFAULT_MIN_EFFECT
+from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from reports.history import DEFAULT_WINDOW
 from reports.result_files import load
 from reports.results import ResultError
@@ -102,7 +104,8 @@ def _compare(args) -> int:
     base, cand = _pair(args, args.base, args.cand, "compare takes BASE CAND, or one interleaved --ab-env run with --ab")
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     t0 = time.perf_counter()
-    judgement = judge_pair(base, cand, calibration=cal, min_effect=args.min_effect, force=args.force)
+    judgement = judge_pair(base, cand, calibration=cal, min_effect=args.min_effect, force=args.force,
+                           estimator=args.estimator)
     if judgement.refused:
         return _fail(judgement.refused)
     print(judgement.text)
@@ -118,8 +121,10 @@ def _report(args) -> int:
         return _fail("report --ab takes one interleaved --ab-env run")
     runs = [_load(args.runs[0], side="A"), load(args.runs[0], side="B")] if args.ab else [_load(r) for r in args.runs]
     _named(runs, args.label)
-    out = render(runs, Path(args.output), [_load(p) for p in args.predict_from] if args.predict_from else None)
-    print(f"# report: {out['html']} ({out['figures']} figures), summary: {out['markdown']}")
+    out = render(runs, Path(args.output), [_load(p) for p in args.predict_from] if args.predict_from else None,
+                 heatmap=args.heatmap)
+    print(f"# report: {out['html']} ({out['figures']} figures), summary: {out['markdown']}"
+          + (f", rank x round heatmap: {', '.join(dict.fromkeys(out['heatmaps']))}" if out["heatmaps"] else ""))
     return EXIT_OK
 
 
@@ -140,7 +145,8 @@ def _history(args) -> int:
         from reports.compare import compare
         ab = compare(load(args.ab, side="A"), load(args.ab, side="B"), min_effect=args.min_effect)
         print(f"# same-day A/B {args.ab}: side A (baseline) the previous stack, side B (candidate) the newest one")
-    judgement = judge_history(runs, calibration=cal, min_effect=args.min_effect, window=args.window, force=args.force, ab=ab)
+    judgement = judge_history(runs, calibration=cal, min_effect=args.min_effect, window=args.window, force=args.force, ab=ab,
+                              estimator=args.estimator)
     if judgement.refused:
         return _fail(judgement.refused)
     print(judgement.text)
@@ -149,7 +155,7 @@ def _history(args) -> int:
         from reports.history_page import render_history
         out = render_history(judgement.history, Path(args.report))
         print(f"# history page: {out['html']} ({out['figures']} figures)")
-    return EXIT_REGRESSION if judgement.regressed else EXIT_OK
+    return judgement.exit_status("pass")   # 1 a software regression, 7 the machine changed, else 0
 
 
 def _import(args) -> int:
@@ -224,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
                      help=f"smallest change worth a verdict (default {DEFAULT_MIN_EFFECT:g})")
     cmp.add_argument("--force", action="store_true", help="compare even if rank counts, hosts or backends differ")
+    cmp.add_argument("--estimator", choices=ESTIMATORS, default=None,
+                     help=f"each launch's statistic of its rounds that verdicts rest on (default: the one the candidate "
+                          f"run was made with, else {DEFAULT_ESTIMATOR}; tables show medians)")
     cmp.add_argument("--inconclusive", choices=["fail", "pass"], default="fail",
                      help="cells without the evidence to say no change: fail (exit 6, the default) or pass (exit 0)")
     cmp.add_argument("--label", action="append", help="A=NAME or B=NAME: what to call the baseline (A) or candidate (B)")
@@ -235,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     cal.add_argument("--ab", action="store_true", help="A is one run made with --ab-env setting a variable nothing "
                                                        "reads (e.g. HCCL_BENCH_AA=1): calibrate paired comparisons")
     cal.add_argument("-o", "--output", help="write the calibration JSON here")
+    cal.add_argument("--estimator", choices=ESTIMATORS, default=DEFAULT_ESTIMATOR,
+                     help="each launch's statistic of its rounds (a calibration applies only to comparisons judging it)")
     his = sub.add_parser("history", help="nightly guard: change points in each cell's history of runs")
     his.add_argument("runs", nargs="+", help="result files, run directories, or a --results directory of nightly runs")
     his.add_argument("--window", type=int, default=DEFAULT_WINDOW,
@@ -243,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     his.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
                      help=f"smallest change worth a verdict (default {DEFAULT_MIN_EFFECT:g})")
     his.add_argument("--force", action="store_true", help="use runs whose rank counts or hosts differ")
+    his.add_argument("--estimator", choices=ESTIMATORS, default=None,
+                     help=f"each launch's statistic of its rounds (default: the newest run's, else {DEFAULT_ESTIMATOR})")
     his.add_argument("--json", help="write the verdicts as JSON")
     his.add_argument("--markdown", help="write a Markdown summary (for CI comments)")
     his.add_argument("--ab", help="a same-day --ab-env/--ab-source run, side A (baseline) the previous stack and side B "
@@ -255,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--label", action="append", help="A=NAME or B=NAME: what to call the first run or side A, the second or B")
     rep.add_argument("--predict-from", nargs="+", help="runs at another scale: draw the times their alpha-beta fits "
                                                        "predict for each sweep's hosts x ranks (hccl-bench predict)")
+    rep.add_argument("--heatmap", metavar="CASE_ID", help="draw this case's rank x round times (its id as the sweep "
+                                                          "names it, -L<n> for launch n; default: the big-group case "
+                                                          "with the largest rank spread)")
     imp = sub.add_parser("import", help="nccl-tests / rccl-tests (text, -J JSON, rccl -Z json|csv), hccl_test logs or NCCL "
                                         "Inspector logs (field data) -> result files, one per run (OUT.json, OUT.2.json, ...)")
     imp.add_argument("file", nargs="+")
@@ -320,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
             return _compare(args)
         if args.command == "calibrate":
             pair = _pair(args, args.a, args.b, "calibrate takes two runs A B, or one interleaved A/A run with --ab")
-            result = summary.calibrate(*pair)
+            first, second = pair
+            result = summary.calibrate(first, second, estimator=args.estimator)
             print(summary.calibration_text(result))
             if args.output:
                 files.write_atomic(args.output, json.dumps(result, indent=1))

@@ -5,24 +5,54 @@ local user, so the start-up accept treats every connection as hostile until it s
 all connections are served at once from one selector (a slow or silent one never delays the
 ranks), each under its own short deadline and the group's, and a connection whose first bytes
 are not the token line is dropped at once. Two kinds of connection authenticate: rank 0's
-control channel, and one watch connection per rank that the driver never writes to; when the
-driver dies its end closes and every rank exits (no orphans under any launcher).
+control channel, and one watch connection per host that the driver never writes to.
+
+The watch tree (no orphans with O(hosts) driver sockets). The ranks of one node (one kernel,
+network and pid namespace: `node_key`) elect the lowest of them, the host leader; only leaders
+hold a watch connection to the driver, naming the ranks they watch for, and the driver waits
+until every rank is covered. The leader creates a pipe and keeps its only write end; each
+follower takes the read end over the leader's abstract Unix socket and a daemon thread blocks
+on it. When the driver dies or closes, the leader exits (status 70); when the leader exits for
+any reason, SIGKILL included, the kernel closes the write end, every follower's read returns
+EOF and the follower exits too, also mid-collective. Why this shape:
+
+- Leader per node, not "rank 0 alone plus the launcher": local children have no launcher, and
+  `srun` without --kill-on-bad-exit or torchrun agents differ in what they end; the tree does
+  not depend on any of them.
+- The node key, not the hostname: an abstract socket reaches exactly the processes in one
+  network namespace, and the leader checks a follower by its pid (SO_PEERCRED) in one pid
+  namespace; machines cloned from one image can share a hostname and so can containers with
+  their own namespaces. Emulated hosts (own netns and UTS name) get one leader each either way.
+- A pipe's read end, not a socket per follower: the leader holds two descriptors however many
+  ranks share its host (a socket each would put a 1,024-rank host's leader at `ulimit -n`).
+- The hand-off reads nothing from the connecting side: a connection from a pid that is not one
+  of the host's followers is closed at once, so no slow or hostile peer delays the ranks.
+- Order: every rank binds its abstract name before the ranks gather their node keys, so by the
+  time a follower learns who leads, the leader is listening; a refused connect or a hand-off
+  without the descriptor means the leader is gone, and the follower exits at once. Every
+  follower holds its descriptor and every leader its watch before rank 0 says hello.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
 MAX_LINE = 64 << 20          # an authenticated message (a case's results for many ranks)
 HELLO_TIMEOUT_S = 5.0        # a connection must authenticate this fast
 MAX_PENDING = 256            # unauthenticated connections held at once; the oldest goes first
-DRIVER_GONE_EXIT = 70        # a rank's exit status when its driver vanished
+DRIVER_GONE_EXIT = 70        # a rank's exit status when its driver (or its host leader) vanished
+HANDOFF_TIMEOUT_S = 120.0    # how long a leader serves its followers' hand-offs (the group's start-up limit)
+FOLLOWERS_EXIT_S = 5.0       # how long a leader, closing normally, waits for its followers to exit first
 
 
 class ChannelClosed(ConnectionError):
@@ -74,10 +104,11 @@ def connect(host: str, port: int, token: str, hello: dict, timeout: float = 60.0
     return chan
 
 
-def watch_driver(host: str, port: int, token: str, rank: int, log=print) -> socket.socket:
-    """Rank side: a connection the driver holds open for the group's life. A daemon thread blocks
-    on it and ends the process when it closes, also while the main thread is stuck in a collective."""
-    chan = connect(host, port, token, {"watch": rank})
+def watch_driver(host: str, port: int, token: str, rank: int, log=print, followers: list[int] | None = None) -> socket.socket:
+    """Rank side (a host leader): a connection the driver holds open for the group's life, naming
+    the ranks this one watches for. A daemon thread blocks on it and ends the process when it
+    closes, also while the main thread is stuck in a collective."""
+    chan = connect(host, port, token, {"watch": rank, "followers": list(followers or [])})
     chan.sock.settimeout(None)
 
     def wait_for_close() -> None:
@@ -93,15 +124,155 @@ def watch_driver(host: str, port: int, token: str, rank: int, log=print) -> sock
     return chan.sock
 
 
+# -- the watch tree: one leader per node watches the driver, its followers watch the leader
+
+def node_key() -> str:
+    """Where an abstract Unix socket and a pid reach: this kernel (its boot id), network and pid namespace."""
+    try:
+        parts = [Path("/proc/sys/kernel/random/boot_id").read_text().strip()]
+    except OSError:
+        parts = [socket.gethostname()]
+    for ns in ("net", "pid"):
+        try:
+            parts.append(str(os.stat(f"/proc/self/ns/{ns}").st_ino))
+        except OSError:
+            parts.append("")
+    return ":".join(parts)
+
+
+def post_name(token: str, rank: int) -> str:
+    """A rank's abstract socket name. Abstract names are listed in /proc/net/unix for every local
+    user to read, so the name is a hash of the token, never the token itself."""
+    return f"\0hccl-bench-{hashlib.sha256(f'{token}:post'.encode()).hexdigest()[:32]}-{rank}"
+
+
+def open_post(token: str, rank: int) -> socket.socket:
+    """Every rank, before the node keys are gathered: listen on this rank's abstract name, so the
+    rank that turns out to lead its node is already listening when its followers connect."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(post_name(token, rank))
+        sock.listen(socket.SOMAXCONN)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def whoami() -> dict:
+    """What a rank contributes to the node gather: its node key and pid."""
+    return {"node": node_key(), "pid": os.getpid()}
+
+
+@dataclass
+class Watch:
+    """This rank's place in the watch tree."""
+    rank: int
+    leader: int
+    followers: dict[int, int] = field(default_factory=dict)   # a leader's followers: rank -> pid
+
+    def release(self, timeout: float = FOLLOWERS_EXIT_S) -> None:
+        """A leader closing normally: wait (bounded) for its followers to exit first, so that none
+        of them reads the leader's exit as a lost driver."""
+        deadline = time.monotonic() + timeout
+        while any(_running(pid) for pid in self.followers.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def join_watch(post: socket.socket, driver: tuple[str, int, str], rank: int, peers: list[dict], log=print) -> Watch:
+    """Take this rank's place in the tree from `peers` (every rank's `whoami`, in rank order): the
+    lowest rank of a node leads it (a watch connection to the driver, a pipe for its followers),
+    the others follow it. Returns once this rank is watched; the process exits (status 70) if its
+    leader is already gone."""
+    if not (isinstance(peers, list) and len(peers) > rank and all(isinstance(p, dict) for p in peers)):
+        raise ValueError(f"rank {rank}: malformed node list from the gather")
+    mine = peers[rank].get("node")
+    group = [r for r, p in enumerate(peers) if p.get("node") == mine]
+    if group[0] != rank:
+        post.close()
+        _follow(driver[2], rank, group[0], log)
+        return Watch(rank, group[0])
+    followers = {r: int(peers[r]["pid"]) for r in group[1:]}
+    watch_driver(driver[0], driver[1], driver[2], rank, log, followers=sorted(followers))
+    read_end, write_end = os.pipe()          # the write end is this process's alone: it closes when the leader ends
+    os.register_at_fork(after_in_child=lambda: os.close(write_end))   # a forked child must not keep the followers alive
+    threading.Thread(target=_hand_off, args=(post, read_end, set(followers.values())),
+                     name="hccl-bench-lead", daemon=True).start()
+    return Watch(rank, rank, followers)
+
+
+def _hand_off(post: socket.socket, read_end: int, pids: set[int]) -> None:
+    """Give the pipe's read end to each follower once; anyone else is closed on sight."""
+    deadline = time.monotonic() + HANDOFF_TIMEOUT_S
+    try:
+        while pids and (left := deadline - time.monotonic()) > 0:
+            post.settimeout(left)
+            try:
+                conn, _ = post.accept()
+            except TimeoutError:
+                break
+            with conn:
+                try:
+                    pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+                    if pid in pids:
+                        conn.settimeout(1.0)
+                        socket.send_fds(conn, [b"w"], [read_end])
+                        pids.discard(pid)
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    finally:
+        post.close()
+        os.close(read_end)
+
+
+def _follow(token: str, rank: int, leader: int, log) -> None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(HANDOFF_TIMEOUT_S)
+    fds: list[int] = []
+    try:
+        sock.connect(post_name(token, leader))
+        fds = socket.recv_fds(sock, 16, 1)[1]
+    except OSError:
+        pass
+    finally:
+        sock.close()
+    if not fds:
+        log(f"hccl-bench: rank {rank}: its host leader, rank {leader}, is gone; exiting")
+        os._exit(DRIVER_GONE_EXIT)
+    os.set_inheritable(fds[0], False)
+
+    def wait_for_close() -> None:
+        try:
+            while os.read(fds[0], 1 << 10):
+                pass
+        except OSError:
+            pass
+        log(f"hccl-bench: rank {rank}: its host leader, rank {leader}, exited; exiting")
+        os._exit(DRIVER_GONE_EXIT)
+
+    threading.Thread(target=wait_for_close, name="hccl-bench-follow", daemon=True).start()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a local rank stays one until the driver reaps it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X", "")
+
+
 class _Pending:
     def __init__(self, sock: socket.socket):
         self.sock, self.buf, self.deadline = sock, b"", time.monotonic() + HELLO_TIMEOUT_S
 
 
-def accept_group(listener: socket.socket, token: str, deadline: float, check: Callable[[], None],
-                 expected_watches: int | None = None) -> tuple[Channel, dict, list[socket.socket]]:
-    """Serve connections until rank 0's hello and every rank's watch connection have arrived:
-    (control channel, hello, watch sockets). `check` runs between waits (raises if ranks died);
+def accept_group(listener: socket.socket, token: str, deadline: float,
+                 check: Callable[[], None]) -> tuple[Channel, dict, list[socket.socket]]:
+    """Serve connections until rank 0's hello has arrived and the host leaders' watch connections
+    cover every rank: (control channel, hello, watch sockets). `check` runs between waits (raises if ranks died);
     TimeoutError at `deadline`. Unauthenticated, slow, oversized or malformed connections are
     dropped without delaying anyone."""
     prefix = b'{"token":"' + token.encode() + b'",'
@@ -109,7 +280,8 @@ def accept_group(listener: socket.socket, token: str, deadline: float, check: Ca
     listener.setblocking(False)
     sel.register(listener, selectors.EVENT_READ)
     pending: dict[socket.socket, _Pending] = {}
-    watches: dict[int, socket.socket] = {}
+    watches: dict[int, socket.socket] = {}   # leader rank -> its watch connection
+    covered: set[int] = set()                # the leaders and the followers they watch for
     control: tuple[Channel, dict] | None = None
 
     def drop(sock: socket.socket) -> None:
@@ -119,12 +291,12 @@ def accept_group(listener: socket.socket, token: str, deadline: float, check: Ca
 
     try:
         while True:
-            if control and len(watches) >= control[1]["world"]:
+            if control and covered >= set(range(control[1]["world"])):
                 return control[0], control[1], list(watches.values())
             now = time.monotonic()
             if now > deadline:
-                raise TimeoutError(f"{len(watches)} of {control[1]['world']} ranks connected" if control
-                                   else "rank 0 did not connect")
+                raise TimeoutError(f"{len(covered)} of {control[1]['world']} ranks watched, by {len(watches)} host leaders"
+                                   if control else "rank 0 did not connect")
             check()
             for key, _ in sel.select(timeout=min(0.2, max(0.0, deadline - now))):
                 if key.fileobj is listener:
@@ -140,8 +312,9 @@ def accept_group(listener: socket.socket, token: str, deadline: float, check: Ca
                 sel.unregister(item.sock)
                 del pending[item.sock]
                 item.sock.setblocking(True)
-                if "watch" in hello and isinstance(hello["watch"], int) and hello["watch"] not in watches:
+                if (ranks := _watched_ranks(hello)) and not ranks & covered:
                     watches[hello["watch"]] = item.sock
+                    covered |= ranks
                 elif control is None and _valid_control_hello(hello):
                     control = (Channel(item.sock, item.buf), hello)
                 else:
@@ -198,6 +371,15 @@ def _read_hello(item: _Pending, prefix: bytes):
         return _message(line)
     except ChannelClosed:
         return False
+
+
+def _watched_ranks(hello: dict) -> set[int]:
+    """The ranks a leader's watch hello covers (itself and its followers); empty if it is not one."""
+    leader, followers = hello.get("watch"), hello.get("followers", [])
+    if not (isinstance(leader, int) and isinstance(followers, list) and all(isinstance(r, int) for r in followers)):
+        return set()
+    ranks = {leader, *followers}
+    return ranks if len(ranks) == len(followers) + 1 else set()
 
 
 def _valid_control_hello(hello: dict) -> bool:

@@ -24,6 +24,9 @@ from harness.worker import CASE_ERROR
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 120.0
+# and per rank: starting an interpreter per rank costs ~0.2 s of CPU each (52 s for 256 MPI ranks,
+# 76 s for 384 on 2 shared cores, scripts/scale_check.py), so a big group on few cores is not a hang
+STARTUP_PER_RANK_S = 0.25
 HANG_GRACE_S = 3.0
 _TIMEOUT_MARK = re.compile(r"^Timeout \([0-9:.]+\)!", re.M)
 # glibc raises its mmap threshold as a process frees large blocks, so a library's per-call
@@ -120,12 +123,15 @@ class WorkerGroup:
     procs: list[subprocess.Popen] = field(default_factory=list)
     ranks: list[dict] = field(default_factory=list)
     chan: Channel | None = None
-    watches: list[socket.socket] = field(default_factory=list)   # one per rank: closing them ends the ranks
+    watches: list[socket.socket] = field(default_factory=list)   # one per host leader: closing them ends the ranks
     local_env: dict[str, str] = field(default_factory=dict)      # what the harness set to keep a local group on loopback
     store: object = None          # a launcher's torch group: the TCPStore the driver serves (ranks may be anywhere)
     log_offsets: dict[str, int] = field(default_factory=dict)   # where each log ended when this case began
+    startup_s: float = 0.0        # from start() to the last watch connection and rank 0's hello
+    driver_sockets: int = 0       # sockets the driver process held right after this group started
 
     def start(self) -> None:
+        began = time.monotonic()
         token = secrets.token_hex(16)
         master_port = _free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -152,6 +158,21 @@ class WorkerGroup:
             self.chan = self._accept(listener, token)
         finally:
             listener.close()
+        self.startup_s, self.driver_sockets = time.monotonic() - began, open_sockets()
+        with open(self.log_dir / "driver.log", "a") as log:
+            log.write(self.startup_line() + "\n")
+
+    @property
+    def startup_limit_s(self) -> float:
+        return STARTUP_TIMEOUT_S + STARTUP_PER_RANK_S * self.key.nproc
+
+    def startup_line(self) -> str:
+        """What `scripts/scale_check.py` and a reader quote: start-up time and the driver's descriptors."""
+        hosts = len({r.get("host") for r in self.ranks})
+        rss, peak = memory_mib()
+        return (f"hccl-bench: group {self.log_dir.name}: {self.key.nproc} ranks on {hosts} host{'s' * (hosts != 1)} "
+                f"started in {self.startup_s:.2f} s; watch connections {len(self.watches)}; "
+                f"driver open sockets {self.driver_sockets}, RSS {rss:.0f} MiB (peak {peak:.0f} MiB)")
 
     def _rank_env(self, token: str, port: int, master_port: int) -> dict[str, str]:
         base = dict(os.environ)
@@ -182,14 +203,14 @@ class WorkerGroup:
                     raise CaseFailure(f"cannot start {cmd[0]!r}: {exc.strerror or exc}") from None
 
     def _accept(self, listener: socket.socket, token: str) -> Channel:
-        """Rank 0's control channel and every rank's watch connection, or CaseFailure."""
+        """Rank 0's control channel and the host leaders' watch connections, or CaseFailure."""
         try:
-            chan, hello, self.watches = accept_group(listener, token, time.monotonic() + STARTUP_TIMEOUT_S,
+            chan, hello, self.watches = accept_group(listener, token, time.monotonic() + self.startup_limit_s,
                                                      lambda: self._raise_if_dead("while starting"))
         except TimeoutError as exc:
             self.kill()
             raise CaseFailure(f"{self.key.backend} group of {self.key.nproc} ranks did not start within "
-                              f"{STARTUP_TIMEOUT_S:.0f}s ({exc})\n{self._logs()}") from None
+                              f"{self.startup_limit_s:.0f}s ({exc})\n{self._logs()}") from None
         self.ranks = hello["ranks"]
         return chan
 
@@ -326,6 +347,30 @@ class WorkerGroup:
     @property
     def alive(self) -> bool:
         return self.chan is not None and all(p.poll() is None for p in self.procs)
+
+
+def open_sockets() -> int:
+    """Sockets this process holds (/proc/self/fd entries that are sockets)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+def memory_mib() -> tuple[float, float]:
+    """This process's resident memory and its peak, MiB (0 where /proc says nothing)."""
+    found = {"VmRSS": 0.0, "VmHWM": 0.0}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in found:
+                found[name] = int(value.split()[0]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return found["VmRSS"], found["VmHWM"]
 
 
 def _alive(pid: int) -> bool:

@@ -20,6 +20,7 @@ from collectives.sizes import SizeError, parse_size, parse_sizes
 from collectives.timing import MAX_GRAPH_ITERS, SMOKE, Plan
 from harness import files
 from harness.launchers import validate_template
+from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 
 BENCH_SIZES = "8:32M:4"
 SMOKE_SIZES = "8,4K,64K"
@@ -58,6 +59,7 @@ class Options:
     ab_env: dict = field(default_factory=dict)
     ab_until_decided: bool = False   # sequential A/B: --repeat is the budget (--max-repeat), undecided cells rerun
     inconclusive: str = "fail"       # the gate on cells without enough evidence: "fail" (exit 6) or "pass"
+    estimator: str = DEFAULT_ESTIMATOR   # each launch's statistic of its rounds that verdicts rest on (reports/estimators.py)
     labels: dict = field(default_factory=dict)   # side -> what to call it ("A": "mpich 4.2.3")
     knobs: dict = field(default_factory=dict)    # --knobs: variable -> values, each value a series in its own group
     buckets: list[int] = field(default_factory=lambda: [0 if b == "0" else parse_size(b) for b in BUCKETS.split(",")])
@@ -118,6 +120,9 @@ def add_options(parser) -> None:
     g.addoption("--max-repeat", default="12", help="the launch budget of --ab-until-decided (default 12)")
     g.addoption("--inconclusive", default="fail", help="the gate on cells without enough evidence to say 'no change' "
                                                        "(--baseline, --ab-until-decided): fail (exit 6) or pass")
+    g.addoption("--estimator", default=DEFAULT_ESTIMATOR,
+                help=f"the statistic of each launch's rounds that the --baseline, --ab-until-decided and --history "
+                     f"verdicts rest on: {', '.join(ESTIMATORS)} (default {DEFAULT_ESTIMATOR}; tables show medians)")
     g.addoption("--label", action="append", default=[],
                 help="SIDE=NAME, repeatable: what to call side A (the baseline: the stack as started) and side B "
                      "(the candidate: with --ab-env/--ab-source) in tables, reports and verdicts")
@@ -268,6 +273,9 @@ def parse(getoption) -> Options:
     o.inconclusive = str(getoption("inconclusive")).strip()
     if o.inconclusive not in ("fail", "pass"):
         raise OptionError(f"--inconclusive {o.inconclusive!r}: allowed fail, pass")
+    o.estimator = str(getoption("estimator")).strip()
+    if o.estimator not in ESTIMATORS:
+        raise OptionError(f"--estimator {o.estimator!r}: allowed {', '.join(ESTIMATORS)}")
     o.labels = parse_labels(getoption("label") or [])
     o.knobs = parse_knobs(getoption("knobs") or [])
     o.comm_dtypes = _list(getoption("comm_dtypes"), COMM_DTYPES, "comm-dtypes")

@@ -347,7 +347,8 @@ def _judge_history(bench: BenchSession) -> dict:
     if judgement.refused:
         return {"text": f"# history refused: {judgement.refused}", "fail": True}
     files.write_atomic(bench.run_dir / "history.md", judgement.markdown + "\n")
-    return {"text": judgement.text, "fail": judgement.regressed,
+    code = judgement.exit_status("pass")   # 1 a software regression, 7 the machine changed (reports/gate.py)
+    return {"text": judgement.text, "fail": code != 0, "exit": code,
             "headline": f"{judgement.headline} in the history of {bench.run_dir.parent}"}
 
 

@@ -53,7 +53,16 @@ class BenchSession:
 
     def _session_line(self) -> dict:
         return {"schema": SCHEMA, "datetime": self.started.isoformat(), "options": asdict(self.opts),
-                "provenance": self.provenance}
+                "provenance": self.provenance, **({"canary": self.canary} if self.canary else {})}
+
+    @functools.cached_property
+    def canary(self) -> dict | None:
+        """A timed single-stack sweep measures the canary once, as its run folder is made
+        (harness/canary.py): a history tells a machine's change from the stack's by it."""
+        if not self.opts.benchmark or self.opts.ab_env:
+            return None
+        from harness import canary
+        return canary.measure()
 
     def _fail(self, label: dict, failure: str) -> None:
         self.failures.append({**label, "error": failure.splitlines()[0]})
@@ -95,7 +104,7 @@ class BenchSession:
         base, cand = (run_from_rows(rows, side, str(self.run_dir), meta) for side in "AB")
         if not (set(base.cells) & set(cand.cells)):
             return []
-        self.sequential = run_looks(base, cand, self.opts.repeat)
+        self.sequential = run_looks(base, cand, self.opts.repeat, estimator=self.opts.estimator)
         self._decided = {c.key: f"decided after {self.sequential.decided_at[c.key]} launches: {c.verdict}"
                          for c in self.sequential.comparison.cells if c.key in self.sequential.decided_at}
         if not self.sequential.looks or self.sequential.looks[-1].launches != launches:
@@ -136,7 +145,7 @@ class BenchSession:
 
     def run_collective(self, case: Case) -> dict:
         results, info = self._measure(case, self._label, case.spec(self.opts.plan()), "collective_begin")
-        row = collective_row(case, results, info["hosts"])
+        row = collective_row(case, results, info["hosts"], self._places(case))
         group = self.pool.alive.get(case.group) if case.backend == "nccl" and case.group else None
         if group is not None and (log := group.log_dir / "rank0.log").exists():   # NCCL_DEBUG_SUBSYS=TUNING lines, if asked
             row.algo_ran = nccl_algo_ran(group._since_last_case(log), case.op, case.nbytes, case.nranks)
@@ -146,11 +155,17 @@ class BenchSession:
         results, info = self._measure(case, self._layer_label, case.spec(self.opts), "layer_begin")
         group = (self.pool.alive.get(case.group) if case.group else None) or self.pool.current
         rank_hosts = {r["rank"]: r["host"] for r in group.ranks} if group else {}
-        return self._keep(layer_row(case, self.opts, results, info["hosts"], rank_hosts), self.layer_rows)
+        return self._keep(layer_row(case, self.opts, results, info["hosts"], rank_hosts, self._places(case)),
+                          self.layer_rows)
 
     def run_tuning(self, case: TuningCase) -> dict:
         results, info = self._measure(case, self._tuning_label, case.spec(self.opts), "tuning_begin")
-        return self._keep(tuning_row(case, results, info["hosts"]), self.tuning_rows)
+        return self._keep(tuning_row(case, results, info["hosts"], self._places(case)), self.tuning_rows)
+
+    def _places(self, case) -> dict[int, tuple[str, int]]:
+        """rank -> (host, local rank) as the case's group's ranks reported them: the row names its slowest ranks."""
+        group = (self.pool.alive.get(case.group) if case.group else None) or self.pool.current
+        return {r["rank"]: (r["host"], r.get("local_rank", 0)) for r in group.ranks} if group else {}
 
     def _keep(self, row, rows: list) -> dict:
         rows.append(row)
@@ -188,7 +203,8 @@ class BenchSession:
                 "sequential": self.sequential.record() if self.sequential else None,
                 "groups": self.groups, "skipped": self.skipped, "failures": self.failures,
                 "overhead": self.overhead, "complete": self.interrupted is None,
-                "interrupted": self.interrupted}
+                "interrupted": self.interrupted, "wall_s": (datetime.now(timezone.utc) - self.started).total_seconds(),
+                **({"canary": self.canary} if self.canary else {})}
 
     def close(self) -> None:
         if "pool" in self.__dict__:

@@ -44,7 +44,7 @@ def _redirect_output(log_dir: str, rank: int) -> None:
     os.close(fd)
 
 
-FAULT_MODES = ("hang", "die", "corrupt")
+FAULT_MODES = ("hang", "die", "corrupt", "slow")
 BENCH_OF_TASK = {"tp_bench": "linear", "pp_bench": "pipeline"}   # layer specs' bench names (reports.results)
 
 
@@ -54,17 +54,34 @@ def fault_names(spec: dict) -> set[str]:
     return {n for n in (spec.get("op"), spec.get("bench"), BENCH_OF_TASK.get(spec.get("task", "")), spec.get("layer")) if n}
 
 
+def _slow_factor(fault: str, parts: list[str]) -> float:
+    """FACTOR of slow:RANK:NAME:FACTOR, a finite number >= 1; else one ValueError line."""
+    try:
+        factor = float(parts[3]) if len(parts) == 4 and parts[1].isdigit() else float("nan")
+    except ValueError:
+        factor = float("nan")
+    if not (1.0 <= factor < float("inf")):
+        raise ValueError(f"HCCL_BENCH_FAULT={fault!r}: want slow:RANK:NAME:FACTOR with FACTOR a number >= 1 (e.g. 1.05)")
+    return factor
+
+
 def _inject_fault(spec: dict, rank: int) -> dict:
     """Test hook, the only reader of HCCL_BENCH_FAULT='MODE:RANK:NAME': on that rank, for a case
     NAME names (fault_names), hang makes it hang, die makes it exit, corrupt returns the spec with
     "corrupt": True, which makes the case's check change one element of this rank's result
-    (collectives.rank_tasks.corrupt_one) so that it must report #wrong > 0. Other cases: the spec."""
+    (collectives.rank_tasks.corrupt_one) so that it must report #wrong > 0. 'slow:RANK:NAME:FACTOR'
+    returns the spec with plan["slow"] = FACTOR: the rank's timed rounds take FACTOR times as long
+    (collectives.timing.slowed_round), a known effect for measuring power. Other cases: the spec."""
     fault = os.environ.get("HCCL_BENCH_FAULT", "")
     if not fault:
         return spec
     parts = fault.split(":")
+    factor = _slow_factor(fault, parts) if parts[0] == "slow" else 1.0
+    if parts[0] == "slow":
+        parts = parts[:3]
     if len(parts) != 3 or parts[0] not in FAULT_MODES or not parts[1].isdigit():
-        raise ValueError(f"HCCL_BENCH_FAULT={fault!r}: want MODE:RANK:NAME with MODE one of {', '.join(FAULT_MODES)}")
+        raise ValueError(f"HCCL_BENCH_FAULT={fault!r}: want MODE:RANK:NAME with MODE one of {', '.join(FAULT_MODES)} "
+                         "(slow:RANK:NAME:FACTOR)")
     mode, fault_rank, name = parts
     if int(fault_rank) != rank or name not in fault_names(spec):
         return spec
@@ -74,6 +91,11 @@ def _inject_fault(spec: dict, rank: int) -> dict:
     if mode == "die":
         print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank to die", flush=True)
         os._exit(3)
+    if mode == "slow":
+        if "plan" not in spec:
+            return spec
+        print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank's timed {name} rounds to take {factor:g}x as long", flush=True)
+        return {**spec, "plan": {**spec["plan"], "slow": factor}}
     print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank to corrupt one element of its {name} result", flush=True)
     return {**spec, "corrupt": True}
 
@@ -134,16 +156,20 @@ def main() -> int:
             "local_rank": local_rank, "device": backend.device.name(),
             "versions": {**backend.versions(), "python": f"{sys.version.split()[0]} {sys.executable}"},
             "env": adapter_env()}
-    # every rank's watch connection is up before rank 0 says hello (the gather orders them)
-    from harness.control import connect, watch_driver
+    # every rank is watched (a host leader by the driver, a follower by its leader: harness/control.py)
+    # before rank 0 says hello: the gather orders them
+    from harness import control
     driver = (os.environ["HCCL_BENCH_DRIVER_HOST"], int(os.environ["HCCL_BENCH_DRIVER_PORT"]), os.environ["HCCL_BENCH_TOKEN"])
-    watch_driver(*driver, backend.rank, log=lambda line: print(line, file=sys.stderr, flush=True))
+    post = control.open_post(driver[2], backend.rank)   # listening before anyone learns who leads this node
+    peers = backend.bcast_json(backend.gather_json(control.whoami()))
+    watch = control.join_watch(post, driver, backend.rank, peers, log=lambda line: print(line, file=sys.stderr, flush=True))
     ranks = backend.gather_json(info)
     chan = None
     if backend.rank == 0:
-        chan = connect(*driver, {"world": backend.world, "ranks": ranks})
+        chan = control.connect(*driver, {"world": backend.world, "ranks": ranks})
     serve(backend, chan)
     backend.close()
+    watch.release()
     return 0
 
 

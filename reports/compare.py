@@ -1,7 +1,8 @@
 """Baseline vs candidate, cell by cell, with statistics that survive a noisy sweep (ARCHITECTURE.md, Comparing runs).
 
 Per cell, with launches as samples (both sides run with --repeat >= 2): the ratio of geometric
-means of the per-launch median times with a Welch t 95% CI and p-value, so launch-to-launch drift
+means of the per-launch times (each launch's median, p10 or minimum of its rounds: --estimator,
+reports/estimators.py) with a Welch t 95% CI and p-value, so launch-to-launch drift
 counts as noise. With one launch a side: the Hodges-Lehmann shift of log round times with its
 distribution-free CI (Mann-Whitney order statistics), whose strongest verdict is "suspected" (rounds
 of one launch are not independent samples of a software stack, so they never fail a job). Then
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
+from reports.estimators import DEFAULT_ESTIMATOR, launch_value
 from reports.result_files import setup_of
 from reports.results import Cell, Run, Series, key_order, metrics
 
@@ -68,6 +70,8 @@ class Comparison:
     only_cand: list[tuple] = field(default_factory=list)
     mismatch: list[str] = field(default_factory=list)
     calibration: str = ""        # how a given A/A calibration was used, for the summary
+    estimator: str = DEFAULT_ESTIMATOR   # each launch's statistic of its rounds the verdicts rest on
+    budget: dict = field(default_factory=dict)   # what the verdict cost: launches, timed and cluster time (budget())
 
     def by_verdict(self, verdict: str) -> list[CellResult]:
         return [c for c in self.cells if c.verdict == verdict]
@@ -82,11 +86,15 @@ class Comparison:
         return len(self.by_verdict("inconclusive"))
 
 
-def _pair_shift(a: list[float], b: list[float]) -> float:
+def _pair_shift(a: list[float], b: list[float], estimator: str = DEFAULT_ESTIMATOR) -> float:
     """One interleaved launch's log ratio B/A. Its rounds ran AB, BA, AB, ... milliseconds apart,
     so each AB round pair with the BA pair after it sees one machine state and cancels the position
     (on a busy machine the round run second was 1.5x faster or slower); the median over those
-    quads. Rounds that do not pair up: the ratio of the sides' medians."""
+    quads. Rounds that do not pair up: the ratio of the sides' medians. With a low-quantile
+    estimator (p10, min) the ratio of the sides' quantiles over the launch: both sides' rounds
+    saw the same stretch of machine states, and a quantile of quads would mix the sides' noise."""
+    if estimator != "median":
+        return float(np.log(launch_value(b, estimator)) - np.log(launch_value(a, estimator)))
     if len(a) == len(b) and len(a) >= 2:
         d = np.log(b) - np.log(a)
         even = len(d) - len(d) % 2
@@ -94,14 +102,15 @@ def _pair_shift(a: list[float], b: list[float]) -> float:
     return float(np.log(np.median(b)) - np.log(np.median(a)))
 
 
-def _samples(base: Cell, cand: Cell, paired: bool) -> tuple[np.ndarray, np.ndarray, str]:
+def _samples(base: Cell, cand: Cell, paired: bool, estimator: str = DEFAULT_ESTIMATOR) -> tuple[np.ndarray, np.ndarray, str]:
     common = sorted(set(base.launches) & set(cand.launches))
     if paired and len(common) >= MIN_LAUNCHES:
-        x = np.array([np.median(base.launches[i]) for i in common])
-        return x, x * np.exp([_pair_shift(base.launches[i], cand.launches[i]) for i in common]), "paired launches"
+        x = np.array([launch_value(base.launches[i], estimator) for i in common])
+        shifts = [_pair_shift(base.launches[i], cand.launches[i], estimator) for i in common]
+        return x, x * np.exp(shifts), "paired launches"
     if len(base.launches) >= MIN_LAUNCHES and len(cand.launches) >= MIN_LAUNCHES:
-        return (np.array([np.median(v) for v in base.launches.values()]),
-                np.array([np.median(v) for v in cand.launches.values()]), "launches")
+        return (np.array([launch_value(v, estimator) for v in base.launches.values()]),
+                np.array([launch_value(v, estimator) for v in cand.launches.values()]), "launches")
     return (np.concatenate([np.asarray(v) for v in base.launches.values()]),
             np.concatenate([np.asarray(v) for v in cand.launches.values()]), "rounds")
 
@@ -169,13 +178,16 @@ def _shift_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray
 
 
 def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
-            alpha: float = ALPHA, settled: list[CellResult] | None = None) -> Comparison:
+            alpha: float = ALPHA, settled: list[CellResult] | None = None,
+            estimator: str = DEFAULT_ESTIMATOR) -> Comparison:
     """Every shared cell judged at level `alpha` (intervals at 1 - alpha). `settled`: cells a
-    sequential A/B decided at earlier looks; they count as neighbours but are not judged again."""
+    sequential A/B decided at earlier looks; they count as neighbours but are not judged again.
+    `estimator`: each launch's statistic of its rounds (reports/estimators.py)."""
     common = sorted(set(base.cells) & set(cand.cells), key=key_order)
     out = Comparison(base.path, cand.path, [], base.label, cand.label,
                      sorted(set(base.cells) - set(cand.cells), key=key_order),
-                     sorted(set(cand.cells) - set(base.cells), key=key_order))
+                     sorted(set(cand.cells) - set(base.cells), key=key_order), estimator=estimator)
+    out.budget = budget(base, cand)
     sb, sc = setup_of(base), setup_of(cand)
     # devices and thread levels count only where both sides name them (an imported log, an older file)
     out.mismatch = [f"{k}: baseline {sb[k]} vs candidate {sc[k]}" for k in sb
@@ -186,12 +198,13 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
                             "saw, not a controlled benchmark)")
     grouped: dict[tuple[int, int, str], list] = defaultdict(list)
     for key in common:
-        x, y, kind = _samples(base.cells[key], cand.cells[key], paired=bool(base.side and cand.side))
+        x, y, kind = _samples(base.cells[key], cand.cells[key], paired=bool(base.side and cand.side), estimator=estimator)
         grouped[(x.size, y.size, kind)].append((key, np.log(x), np.log(y)))
     # an A/A of separate runs says nothing about paired A/B launches (the pairing cancels the drift
     # it measured) and vice versa: a calibration applies only to cells sampled its way
     cal_kind = (calibration or {}).get("samples", "launches")
-    bands = (calibration or {}).get("bands", {})
+    cal_estimator = (calibration or {}).get("estimator", DEFAULT_ESTIMATOR)
+    bands = (calibration or {}).get("bands", {}) if cal_estimator == estimator else {}
     stats = {"paired launches": _paired_stats, "launches": _welch_stats, "rounds": _shift_stats}
     for (n, m, kind), items in grouped.items():
         shift, low, high, p = stats[kind](np.stack([i[1] for i in items]), np.stack([i[2] for i in items]), alpha)
@@ -204,7 +217,10 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
             out.cells.append(CellResult(key, cell.series, cell.size, float(np.exp(s)), float(np.exp(lo)), float(np.exp(hi)),
                                         float(pv), samples=kind, n_base=n, n_cand=m, min_effect=effect, metrics=shown,
                                         detectable=max(effect, detectable(float(np.exp(lo)), float(np.exp(hi)), alpha))))
-    if calibration:
+    if calibration and cal_estimator != estimator:
+        out.calibration = (f"A/A calibration not applied: it was made with the {cal_estimator} of each launch, "
+                           f"this comparison judges the {estimator}")
+    elif calibration:
         used = sum(c.samples == cal_kind for c in out.cells)
         out.calibration = (f"A/A calibration ({cal_kind}) applied to {used} of {len(out.cells)} cells"
                            + ("" if used == len(out.cells) else "; the others were sampled differently"))
@@ -285,3 +301,22 @@ def detectable_bands(cmp: Comparison) -> list[dict]:
     return [{"band": key, "first": min(c.size for c in cells), "last": max(c.size for c in cells), "cells": len(cells),
              "detectable": float(np.median([c.detectable for c in cells])), "kind": cells[0].series.kind}
             for key, cells in groups.items()]
+
+
+def budget(*runs: Run) -> dict:
+    """What a verdict cost, so time can be traded for resolution: launches per run (the most any
+    cell has: a side of a compare, a night of a history), ranks, the seconds of timed rounds of all
+    runs (per-op time x K, summed over cells and launches: warm-up, checks and start-up not
+    included), and their wall-clock where every run recorded it (harness/session.py); cluster
+    time = ranks x wall (rank-seconds the allocation held), else ranks x timed."""
+    def timed(run: Run) -> float:
+        return float(sum(sum(times) * (cell.rows[i].iters_per_round or 1) if i in cell.rows else 0.0
+                         for cell in run.cells.values() for i, times in cell.launches.items()))
+    ranks = max((c.row.nranks or 1 for r in runs for c in r.cells.values()), default=1)
+    launches = [max((len(c.launches) for c in r.cells.values()), default=0) for r in runs]
+    walls = {r.path: r.meta.get("wall_s") for r in runs}   # one A/B run: one wall for both sides
+    known = [float(w) for w in walls.values() if isinstance(w, (int, float))]
+    wall = sum(known) if len(known) == len(walls) else None
+    seconds = sum(timed(r) for r in runs)
+    return {"launches": launches, "ranks": int(ranks), "timed_s": seconds, "wall_s": wall,
+            "cluster_rank_s": int(ranks) * (wall if wall is not None else seconds)}

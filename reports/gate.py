@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 
 from reports import summary
 from reports.compare import DEFAULT_MIN_EFFECT, Comparison, compare
+from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from reports.history import DEFAULT_WINDOW
 from reports.results import Run
 
 EXIT_INCONCLUSIVE = 6   # no confirmed regression, but cells without the evidence to say "no change"
+EXIT_MACHINE = 7        # history: no software regression, but the machine changed (cells moved with the canary)
 
 if TYPE_CHECKING:
     from reports.history import History
@@ -25,14 +27,18 @@ class Judgement:
     headline: str = ""           # one line: the verdict and its reason
     regressed: bool = False      # a confirmed regression: fails the job
     inconclusive: int = 0        # cells without enough evidence: fail the job under --inconclusive fail
+    machine_changed: bool = False   # history: cells changed with the canary (the machine's change, not the stack's)
     refused: str = ""            # why there is no verdict (setups differ, nothing shared, too few runs)
     comparison: Comparison | None = None   # what a pair's verdict rests on
     history: History | None = None         # what a history's verdict rests on (its page draws from it)
 
     def exit_status(self, inconclusive: str = "fail") -> int:
-        """1 a confirmed regression; 6 inconclusive cells (unless the gate passes them); else 0."""
+        """1 a confirmed regression; 7 a history's machine change (never read as the stack's regression);
+        6 inconclusive cells (unless the gate passes them); else 0."""
         if self.regressed:
             return 1
+        if self.machine_changed:
+            return EXIT_MACHINE
         return EXIT_INCONCLUSIVE if self.inconclusive and inconclusive == "fail" else 0
 
 
@@ -44,19 +50,28 @@ def sequential_budget(base: Run, cand: Run) -> int:
     return 0
 
 
+def recorded_estimator(run: Run) -> str:
+    """The --estimator a run was made with (what its session judged by), else the default."""
+    options = run.meta.get("options")
+    value = options.get("estimator") if isinstance(options, dict) else None
+    return value if value in ESTIMATORS else DEFAULT_ESTIMATOR
+
+
 def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
-               force: bool = False) -> Judgement:
+               force: bool = False, estimator: str | None = None) -> Judgement:
     """Base (side A) against candidate (side B). The two sides of an --ab-until-decided run are
-    judged by replaying its looks (reports/sequential.py), as the session did."""
+    judged by replaying its looks (reports/sequential.py), as the session did. `estimator`: each
+    launch's statistic; None: the one the candidate run was made with (its session's verdict)."""
     prefix = ""
+    estimator = estimator or recorded_estimator(cand)
     if budget := sequential_budget(base, cand):
         from reports.sequential import run_looks
-        seq = run_looks(base, cand, budget, min_effect=min_effect, calibration=calibration)
+        seq = run_looks(base, cand, budget, min_effect=min_effect, calibration=calibration, estimator=estimator)
         cmp = seq.comparison
         prefix = "\n".join([*seq.progress(), f"# sequential A/B: {seq.launches_used} launches used of {budget}; "
                              f"{len(seq.undecided)} cells undecided"]) + "\n"
     else:
-        cmp = compare(base, cand, calibration=calibration, min_effect=min_effect)
+        cmp = compare(base, cand, calibration=calibration, min_effect=min_effect, estimator=estimator)
     if cmp.mismatch and not force:
         return Judgement(refused="setups differ, refusing to compare (--force to compare anyway): " + "; ".join(cmp.mismatch),
                          comparison=cmp)
@@ -67,11 +82,15 @@ def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect
 
 
 def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
-                  window: int = DEFAULT_WINDOW, force: bool = False, ab: Comparison | None = None) -> Judgement:
+                  window: int = DEFAULT_WINDOW, force: bool = False, ab: Comparison | None = None,
+                  estimator: str | None = None) -> Judgement:
     """`runs`: enough for a history (callers say `history.too_few` themselves). `ab`: a same-day
-    interleaved A/B (base: the previous stack) that settles the newest run's suspicions."""
+    interleaved A/B (base: the previous stack) that settles the newest run's suspicions.
+    `estimator`: each launch's statistic; None: the one the newest run was made with."""
     from reports.history import analyse, confirm_with_ab
-    hist = analyse(runs, calibration=calibration, min_effect=min_effect, window=window)
+    newest = max(runs, key=lambda r: r.started)
+    hist = analyse(runs, calibration=calibration, min_effect=min_effect, window=window,
+                   estimator=estimator or recorded_estimator(newest))
     if hist.judged.mismatch and not force:
         return Judgement(refused="setups differ across the history (--force to use them anyway): " + hist.judged.mismatch[0],
                          history=hist)
@@ -79,11 +98,12 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
     if ab is not None:
         suspected = sum(c.verdict.startswith("suspected") for c in hist.suspected.cells)
         prefix = f"# same-day A/B: confirmed {confirm_with_ab(hist, ab)} of {suspected} suspected cells\n"
-    as_json = {**summary.as_json(hist.judged), "runs": [r.path for r in hist.runs],
+    as_json = {**summary.as_json(hist.judged), "headline": summary.history_headline(hist), "runs": [r.path for r in hist.runs],
                "change_at": {f"{k[0].label()} {k[1]} B": hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
-               "suspected": summary.as_json(hist.suspected)["cells"]}
+               "suspected": summary.as_json(hist.suspected)["cells"], "machine_changed": hist.machine_changed,
+               "canary": summary.canary_json(hist)}
     return Judgement(prefix + summary.history_text(hist), summary.history_markdown(hist), as_json,
-                     summary.headline(hist.judged), hist.regressed, history=hist)
+                     summary.history_headline(hist), hist.regressed, machine_changed=hist.machine_changed, history=hist)
 
 
 def dumps(judgement: Judgement) -> str:

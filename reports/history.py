@@ -13,6 +13,13 @@ sweep, the minimum effect (an A/A calibration can raise it), neighbouring sizes 
 needs MIN_SEGMENT runs at its new level; a newest run alone off its level is "suspected" until
 the next night or a same-day interleaved A/B (confirm_with_ab) settles it. Only changes that began
 within the last `window` runs fail the guard; older ones are listed as standing.
+
+The history knows its noise: each cell's `detectable` is the change a new level held MIN_SEGMENT
+nights could be found at (80% power) given the cell's own night-to-night spread and the search's
+Bonferroni threshold. Runs that carry the canary (harness/canary.py, reports/canary.py) are read
+with it: a noisy night is left out of every cell, with the canary's figures as the reason, and a
+change that began with a canary step in the same direction is the machine's ("machine
+regression"), which never fails the guard as a software regression.
 """
 from __future__ import annotations
 
@@ -22,8 +29,12 @@ from pathlib import Path
 
 import numpy as np
 from scipy import stats as sps
+from scipy.optimize import brentq
 
+from reports.canary import CanaryView, coinciding
+from reports.canary import judge as judge_canary
 from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, assign_verdicts, band_key
+from reports.estimators import DEFAULT_ESTIMATOR, launch_value
 from reports.provenance_diff import provenance_diff, run_provenance
 from reports.result_files import load, setup_of
 from reports.results import NoCells, ResultError, Run, Series, key_order
@@ -31,6 +42,7 @@ from reports.results import NoCells, ResultError, Run, Series, key_order
 MIN_SEGMENT = 2          # runs on each side of a change: one night alone is a suspicion, not a level
 MIN_RUNS = 2 * MIN_SEGMENT
 DEFAULT_WINDOW = 7       # a change fails the job only if it began within the last N runs
+POWER = 0.8              # what "could have seen" means: the change found this often
 
 
 @dataclass
@@ -44,10 +56,19 @@ class History:
     change_at: dict[tuple, int] = field(default_factory=dict)     # cell key -> run index where its newest change begins
     too_short: int = 0                                       # cells with fewer than MIN_RUNS runs: not judged
     window: int = DEFAULT_WINDOW
+    canary: CanaryView = field(default_factory=CanaryView)
+    left_out: dict[int, str] = field(default_factory=dict)  # run index -> why its cells were left out (a noisy night)
+    estimator: str = DEFAULT_ESTIMATOR
 
     @property
     def regressed(self) -> bool:
+        """A confirmed change of the software stack (machine changes are not)."""
         return self.judged.regressed
+
+    @property
+    def machine_changed(self) -> bool:
+        """A change within the window that the canary made too: the machine's, not the stack's."""
+        return any(c.verdict.startswith("machine ") for c in self.judged.cells)
 
 
 def load_runs(paths: list[str]) -> tuple[list[Run], list[str]]:
@@ -76,9 +97,30 @@ def too_few(runs: list[Run]) -> str:
     return f"# history: {len(runs)} runs; a change needs {MIN_SEGMENT} runs on each side, nothing to judge yet"
 
 
-def night_values(run: Run, key: tuple) -> float:
+def night_values(run: Run, key: tuple, estimator: str = DEFAULT_ESTIMATOR) -> float:
+    """A night's point for one cell: the mean log of its launches' `estimator` per-op times."""
     cell = run.cells[key]
-    return float(np.mean([np.log(np.median(v)) for v in cell.launches.values()]))
+    return float(np.mean([np.log(launch_value(v, estimator)) for v in cell.launches.values()]))
+
+
+def detectable_change(y: np.ndarray, cuts: list[int], alpha: float = ALPHA, min_effect: float = DEFAULT_MIN_EFFECT) -> float:
+    """The change this cell's history could have seen: a new level held MIN_SEGMENT nights after
+    the current one, found with 80% power. The spread is the pooled sd of log time within the
+    levels between `cuts`; the threshold the split search's (Bonferroni over its splits, alpha / 2
+    for the step search), as a real change would face it. inf when the spread cannot be told."""
+    edges = [0, *cuts, y.size]
+    resid = np.concatenate([y[a:b] - y[a:b].mean() for a, b in zip(edges[:-1], edges[1:]) if b > a])
+    dof = y.size - (len(edges) - 1)
+    if dof < 1:
+        return float("inf")
+    sd = float(np.sqrt((resid ** 2).sum() / dof))
+    n_level, total = y.size - edges[-2], y.size + MIN_SEGMENT
+    splits, dof = total - 2 * MIN_SEGMENT + 1, total - 2
+    t_crit = float(sps.t.isf(alpha / (4 * splits), dof))
+    # the noncentrality at which the step's t passes t_crit 80% of the time (with ~10 nights the
+    # normal approximation, t_crit + z_0.8, falls short by a tenth)
+    ncp = brentq(lambda d: sps.nct.sf(t_crit, dof, d) - POWER, 0.0, t_crit + 20.0)
+    return max(min_effect, float(np.expm1(ncp * sd * np.sqrt(1 / n_level + 1 / MIN_SEGMENT))))
 
 
 def _split_t(y: np.ndarray, lo: int) -> np.ndarray:
@@ -157,13 +199,17 @@ def _level_shift(before: np.ndarray, after: np.ndarray) -> tuple[float, float, f
 
 
 def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
-            window: int = DEFAULT_WINDOW, alpha: float = ALPHA) -> History:
-    """`runs` in any order; they are put in time order. Setup mismatches are in judged.mismatch."""
+            window: int = DEFAULT_WINDOW, alpha: float = ALPHA, estimator: str = DEFAULT_ESTIMATOR) -> History:
+    """`runs` in any order; they are put in time order. Setup mismatches are in judged.mismatch.
+    Nights the canary marks noisy are left out of every cell; a change with a canary step is the machine's."""
     runs = sorted(runs, key=lambda r: r.started)
     newest = runs[-1]
     sn = setup_of(newest)
-    hist = History(runs, Comparison(runs[0].path, newest.path, []), Comparison(runs[-2].path if len(runs) > 1 else "",
-                                                                                 newest.path, []), window=window)
+    hist = History(runs, Comparison(runs[0].path, newest.path, [], estimator=estimator),
+                   Comparison(runs[-2].path if len(runs) > 1 else "", newest.path, [], estimator=estimator),
+                   window=window, estimator=estimator)
+    hist.canary = judge_canary(runs, alpha)
+    hist.left_out = dict(hist.canary.noisy)
     # a night that lost a whole backend (every case failed) still belongs to the history: only the
     # rank counts and hosts make a different platform
     hist.judged.mismatch = sorted({f"{k}: {r.path} has {s[k]}, the newest run {sn[k]}"
@@ -173,11 +219,11 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
         hist.judged.calibration = ("A/A calibration (launches) applied" if bands else
                                    "A/A calibration not applied: it was made from paired launches, a history is separate runs")
     for key, cell in newest.cells.items():
-        idx = [i for i, r in enumerate(runs) if key in r.cells]
+        idx = [i for i, r in enumerate(runs) if key in r.cells and i not in hist.left_out]
         if len(idx) < MIN_RUNS:
             hist.too_short += 1
             continue
-        y = np.array([night_values(runs[i], key) for i in idx])
+        y = np.array([night_values(runs[i], key, estimator) for i in idx])
         effect = max(min_effect, bands.get(band_key(cell.series, cell.size), {}).get("min_effect", 0.0))
         cps = change_points(y, alpha)
         start = cps[-2][0] if len(cps) > 1 else 0
@@ -185,11 +231,12 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
         shift, low, high = _level_shift(y[start:at], y[at:])
         ratio, low, high = np.exp([shift, low, high]).tolist()
         hist.judged.cells.append(CellResult(key, cell.series, cell.size, ratio, low, high, p,
-                                            samples="runs", n_base=at - start, n_cand=len(y) - at, min_effect=effect))
+                                            samples="runs", n_base=at - start, n_cand=len(y) - at, min_effect=effect,
+                                            detectable=detectable_change(y, [c for c, _ in cps], alpha, effect)))
         hist.change_at[key] = idx[at] if cps else -1
         level = y[cps[-1][0] if cps else 0:-1]   # the newest run against the level it should be on
         sd = level.std(ddof=1) * np.sqrt(1 + 1 / level.size) if level.size >= MIN_SEGMENT else 0.0
-        if sd > 0:
+        if sd > 0 and idx[-1] == len(runs) - 1:   # a noisy newest night raises no suspicion
             shift, dof = y[-1] - level.mean(), level.size - 1
             half = sps.t.ppf(0.975, dof) * sd
             ratio, low, high = np.exp([shift, shift - half, shift + half]).tolist()
@@ -209,6 +256,8 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
             c.verdict, c.note = "inconclusive", "no change point: the latest runs drift within the history's noise"
         elif hist.change_at[c.key] < len(runs) - window:
             c.verdict = f"standing {c.verdict}"
+        elif step := coinciding(hist.canary, hist.change_at[c.key], worse=c.ratio > 1):
+            c.verdict, c.note = f"machine {c.verdict}", step.text(f"{runs[step.at].label} ({runs[step.at].started[:16]})")
     for c in hist.suspected.cells:
         worse = c.ratio > 1
         if c.q < alpha and max(c.ratio, 1 / c.ratio) > 1 + c.min_effect and (c.low > 1 if worse else c.high < 1):

@@ -1,6 +1,7 @@
 """``hccl-bench history ... --report DIR``: the nightly guard's page. One figure per flagged size
 range: each size's time run by run, its levels before and after the newest change, and the run
-where it began; the verdict text and what changed above them. Self-contained like the report."""
+where it began; the verdict text and what changed above them; the canary night by night (noisy
+nights and its steps marked) and each cell's detectable change. Self-contained like the report."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +14,8 @@ from reports.compare import size_ranges
 from reports.history import History, change_run, night_values
 from reports.report_page import TEMPLATES, figure_png, plt
 
-FLAGGED = ("regression", "improvement", "standing regression", "standing improvement")
+FLAGGED = ("regression", "improvement", "machine regression", "machine improvement", "standing regression",
+           "standing improvement")
 
 PAGE = TEMPLATES.get_template("history.html.j2")
 
@@ -22,8 +24,8 @@ def _figure(hist: History, r: dict) -> str:
     runs = hist.runs
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for cell in (c for c in hist.judged.cells if c.series == r["series"] and r["first"] <= c.size <= r["last"]):
-        idx = [i for i, run in enumerate(runs) if cell.key in run.cells]
-        times = np.exp([night_values(runs[i], cell.key) for i in idx]) * 1e6
+        idx = [i for i, run in enumerate(runs) if cell.key in run.cells and i not in hist.left_out]
+        times = np.exp([night_values(runs[i], cell.key, hist.estimator) for i in idx]) * 1e6
         line, = ax.plot(idx, times, marker="o", ms=3, label=format_size(cell.size))
         at = hist.change_at[cell.key]
         if at >= 0:
@@ -45,12 +47,37 @@ def _figure(hist: History, r: dict) -> str:
     return figure_png(fig)
 
 
+def _canary_figure(hist: History) -> str:
+    """Each canary workload's median sample run by run, relative to its own median: noisy nights
+    (left out of every cell) as red crosses, steps as dashed lines."""
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    for name, secs in hist.canary.seconds.items():
+        idx = [i for i, s in enumerate(secs) if s is not None]
+        rel = np.array([secs[i] for i in idx]) / np.median([secs[i] for i in idx])
+        line, = ax.plot(idx, rel, marker="o", ms=3, label=name)
+        noisy = [k for k, i in enumerate(idx) if i in hist.left_out]
+        ax.plot([idx[k] for k in noisy], rel[noisy], "x", color="r", ms=8)
+        for step in (s for s in hist.canary.steps if s.workload == name):
+            ax.axvline(step.at - 0.5, color=line.get_color(), ls="--", lw=1)
+    ax.set_xlabel("run (oldest first); red x: noisy night, left out; dashed: a step of the machine")
+    ax.set_ylabel("time / its median")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return figure_png(fig)
+
+
 def render_history(hist: History, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = []
     for verdict in FLAGGED:
         for r in size_ranges(hist.judged, verdict):
             figures.append({"title": f"{verdict}: {summary.range_text(r)}", "png": _figure(hist, r)})
-    html = PAGE.render(runs=hist.runs, regressed=hist.regressed, text=summary.history_text(hist), figures=figures)
+    canary = _canary_figure(hist) if hist.canary.seconds else ""
+    cells = [{"label": c.series.label(), "size": format_size(c.size) if c.size else "", "verdict": c.verdict,
+              "detectable": f"{c.detectable:.0%}" if np.isfinite(c.detectable) else "nothing", "note": c.note}
+             for c in hist.judged.cells]
+    html = PAGE.render(runs=hist.runs, regressed=hist.regressed, machine=hist.machine_changed,
+                       headline=summary.history_headline(hist), text=summary.history_text(hist), figures=figures,
+                       canary=canary, canary_lines=summary.canary_lines(hist), cells=cells)
     (out_dir / "history.html").write_text(html)
-    return {"html": str(out_dir / "history.html"), "figures": len(figures)}
+    return {"html": str(out_dir / "history.html"), "figures": len(figures) + bool(canary)}

@@ -16,13 +16,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
 from collectives.ops import bandwidths  # noqa: E402
 from collectives.sizes import format_size  # noqa: E402
-from reports import provenance_diff, summary, sweep_fits, table  # noqa: E402
+from collectives.stats import NAMED_RANKS_OVER  # noqa: E402
+from reports import provenance_diff, results, summary, sweep_fits, table  # noqa: E402
 from reports.compare import compare, size_ranges  # noqa: E402
-from reports.results import Cell, CollectiveRow, LayerRow, Metric, Run, Series, layout, metrics, side_role  # noqa: E402
+from reports.results import Cell, CollectiveRow, LayerRow, Metric, ResultError, Run, Series, layout, metrics, side_role  # noqa: E402
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"), autoescape=True)
 SIZE_TICKS = FuncFormatter(lambda x, _: format_size(int(x)) if x >= 1 else "")
@@ -275,6 +276,99 @@ def _algo_figures(run: Run) -> list[dict]:
     return out
 
 
+def case_id(row: results.Row, size: int) -> str:
+    """The case's id as the sweep named it (harness.cases.Case.id), launch and side left off."""
+    knobs = "".join(f"-{k}={v}" for k, v in sorted(row.knobs.items()))
+    if not isinstance(row, CollectiveRow):
+        return f"{Series.of(row).label()} {format_size(size)}{knobs}"
+    red = f"-{row.redop}" if row.redop not in ("none", "") else ""
+    return (f"{row.backend}-{row.algo}-{row.op}-{row.dtype}{red}-{format_size(row.size or row.bytes)}-"
+            f"{'ip' if row.inplace else 'oop'}{'-graph' if row.graph else ''}{knobs}")
+
+
+def _launch_rows(runs: list[Run], names: list[str]):
+    """(run name, case id with -L<launch> past launch 0, row) of every launch of every cell whose
+    per-rank data can be read."""
+    for run, name in zip(runs, names):
+        for cell in sorted(run.cells.values(), key=lambda c: (c.series.sort_key(), c.size)):
+            for launch, row in sorted(cell.rows.items()):
+                if row.round_ns_per_rank:
+                    yield name, case_id(row, cell.size) + (f"-L{launch}" if launch else ""), row
+
+
+def _kept_text(row: results.Row) -> str:
+    return "every rank" if row.per_rank == "full" else f"{len(row.kept_ranks)} of {row.nranks} ranks"
+
+
+REPORT_SLOWEST = 3   # ranks named per case on the page
+
+
+def _slowest_ranks(runs: list[Run], names: list[str], shown: int = REPORT_SLOWEST) -> list[dict]:
+    """Groups of more than NAMED_RANKS_OVER ranks: each case's slowest ranks by median round time,
+    where they ran and how much slower than the group's median rank."""
+    out = []
+    for name, cid, row in _launch_rows(runs, names):
+        if row.nranks <= NAMED_RANKS_OVER:
+            continue
+        try:
+            view = row.ranks()
+        except ValueError:
+            continue
+        group = view.group_median_us
+        for i, rank in enumerate(view.slowest(shown)):
+            host, local = view.places.get(rank, ("?", "?"))
+            out.append({"run": name, "case": cid, "first": i == 0, "kept": _kept_text(row), "group_us": group,
+                        "rank": rank, "host": host, "local": local, "median_us": view.median_us(rank),
+                        "ratio": f"{view.median_us(rank) / group:.2f}x" if group > 0 else "-"})
+    return out
+
+
+def _heatmap_figure(row: results.Row, title: str) -> str:
+    """Rank x round per-op times of one case: every rank (full), or the ranks kept whole (summary)."""
+    view = row.ranks()
+    data = view.rounds / view.iters / 1e3
+    fig, ax = plt.subplots(figsize=(8, min(9.0, 1.6 + 0.16 * len(view.kept))))
+    image = ax.imshow(data, aspect="auto", interpolation="nearest", cmap="viridis")
+    if len(view.kept) <= 40 or view.form == "summary":
+        step = max(1, len(view.kept) // 40)
+        ax.set_yticks(range(0, len(view.kept), step),
+                      [f"{r} {view.where(r)}" if r in view.places else str(r) for r in view.kept[::step]], fontsize=6)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("round")
+    ax.set_ylabel("rank (host/local rank)")
+    fig.colorbar(image, ax=ax, label="per-op time (us)")
+    ax.set_title(title, fontsize=8)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def _heatmaps(runs: list[Run], names: list[str], chosen: str | None) -> list[dict]:
+    """The rank x round heatmap of `chosen` (a case id, -L<n> for a later launch) wherever the runs
+    have it (every rank count); without one, of the big-group case whose ranks disagree most (largest spread)."""
+    rows = list(_launch_rows(runs, names))
+    if chosen:
+        picked = [(n, c, r) for n, c, r in rows if c == chosen]
+        if not picked:
+            some = ", ".join(dict.fromkeys(c for _, c, _ in rows[:5]))
+            raise ResultError(f"--heatmap {chosen!r}: no case of that id in these runs (ids look like: {some or 'none'})")
+    else:
+        big = [(n, c, r) for n, c, r in rows if r.nranks > NAMED_RANKS_OVER]
+        picked = [max(big, key=lambda t: t[2].rank_spread or 0.0)] if big else []
+    out = []
+    for name, cid, row in picked:
+        try:
+            png = _heatmap_figure(row, f"{name}: {cid}, {row.nranks} ranks ({_kept_text(row)} kept whole)")
+        except ValueError as exc:
+            raise ResultError(f"--heatmap {cid!r} in {name}: {exc}") from None
+        why = "" if chosen else f" (the largest spread of the groups of more than {NAMED_RANKS_OVER} ranks)"
+        kept = ("every rank's rounds" if row.per_rank == "full" else
+                f"the rounds kept whole: the {len(row.kept_ranks)} slowest ranks by median and each round's slowest "
+                f"of {row.nranks}; the others are summarised per rank")
+        out.append({"case": cid, "run": name, "png": png,
+                    "caption": f"{cid} ({row.nranks} ranks) in {name}{why}: {kept}, per-op time (round time / K)"})
+    return out
+
+
 PAGE = TEMPLATES.get_template("report.html.j2")
 
 
@@ -324,14 +418,16 @@ def _predictions(fits, runs: list[Run], series: Series) -> tuple[list[int], list
     return ([r["size"] for r in rows], [r["ring_us"] for r in rows]) if rows else None
 
 
-def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None) -> dict:
+def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None, heatmap: str | None = None) -> dict:
     """The page for `runs`; with `predict_from`, each sweep also shows the time predicted for its
-    layout from those runs' alpha-beta fits (reports/predict.py)."""
+    layout from those runs' alpha-beta fits (reports/predict.py). Big groups get their slowest ranks
+    and a rank x round heatmap: of case `heatmap`, else of the case whose ranks disagree most."""
     from reports import predict
     fits = predict.fit(predict_from) if predict_from else {}
+    names = names_by_difference(runs)
+    heatmaps = _heatmaps(runs, names, heatmap)   # an unknown case id fails before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
     first = runs[0]
-    names = names_by_difference(runs)
     comparisons = [(f"{name} / {names[0]}", compare(first, run)) for run, name in zip(runs[1:], names[1:])]
     field = [(name, c) for r, name in zip(runs, names) for c in r.cells.values() if getattr(c.row, "source", "") == "field"]
     bench_series = {c.series for r in runs for c in r.cells.values()
@@ -388,7 +484,8 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                        prov_diff=provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs]),
                        stats=stats, metric_heads=[f"worst {m.heading}" for m in shown], sweeps=sweeps,
                        algos=[f for r in runs for f in _algo_figures(r)], layers=layers, tuning=tuning,
-                       tuning_png=_tuning_figure(runs, names),
+                       tuning_png=_tuning_figure(runs, names), slowest=_slowest_ranks(runs, names),
+                       named_over=NAMED_RANKS_OVER, heatmaps=heatmaps,
                        field_note=sorted({str(r.meta.get("field_limits")) for r in runs if r.meta.get("field_limits")}))
     (out_dir / "report.html").write_text(html)
     md = [f"## hccl-bench report: {summary.md(', '.join(r.label for r in runs))}", ""]
@@ -397,4 +494,5 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
     (out_dir / "summary.md").write_text(md_text + "\n")
     return {"html": str(out_dir / "report.html"), "markdown": str(out_dir / "summary.md"),
             "figures": html.count("data:image/png"),
-            "regressed": bool(last and last.regressed), "field_points": sum(drawn)}
+            "regressed": bool(last and last.regressed), "field_points": sum(drawn),
+            "heatmaps": [h["case"] for h in heatmaps]}

@@ -98,7 +98,7 @@ def rebuild(cases: Path) -> tuple[dict, list[str]]:
                 meta["failures"].append({**obj["failure"], "error": str(obj.get("error", "")).split("\n", 1)[0]})
             elif "overhead" in obj:
                 meta["overhead"].append(obj["overhead"])
-            elif "round_ns_per_rank" in obj:
+            elif "round_ns_per_rank" in obj:   # either form: a summarised row keeps every round's slowest rank
                 times = per_op_seconds(obj["round_ns_per_rank"], obj["iters_per_round"]).tolist()
                 data["benchmarks"].append({"name": f"case{number}", "extra_info": obj, "stats": {"data": times}})
         except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
@@ -156,7 +156,8 @@ def add_row(cells: dict[tuple, Cell], row: Row, times: list[float]) -> None:
 
 
 def run_from_rows(rows: list[Row], side: str, path: str, meta: dict) -> Run:
-    """A run from rows still in memory (a session looking at its own launches)."""
+    """A run from rows still in memory (a session looking at its own launches); round times from
+    round_ns_per_rank, whole or summarised (collectives/stats.py keeps each round's slowest rank)."""
     from collectives.stats import per_op_seconds
     cells: dict[tuple, Cell] = {}
     for row in rows:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from collectives.capabilities import algo_label  # hccl: "ring (requested)", HCCL cannot say what ran
+from collectives.stats import RankView
 
 SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
 LAYER_BENCHES = ("linear", "pipeline")
@@ -121,13 +122,19 @@ class _Row:
             if not _valid(check, value):
                 raise ResultError(f"{where}: extra_info.{f.name} must be {CHECKS[check]}, found {str(value)[:40]}")
             values[f.name] = value
-        return cls(**values)
+        row = cls(**values)
+        row.check(where)
+        return row
+
+    def check(self, where: str) -> None:
+        """What no single field's check can see: fields that must fit together."""
 
 
 @dataclass(kw_only=True)
 class _Measured(_Row):
     """What every measured case has: where it ran, its launch and side, and the round statistics
-    of collectives/stats.summarize (from the rank x round matrix, which is kept too)."""
+    of collectives/stats.summarize (from the rank x round matrix: kept whole up to
+    stats.FULL_MATRIX_RANKS ranks, summarised per rank past it; read either form with ranks())."""
     backend: str = _field("text", MISSING)
     nranks: int = _field("count", 1)
     launch: int = _field("whole", 0)                    # fresh worker group number (--repeat)
@@ -146,10 +153,25 @@ class _Measured(_Row):
     wrong: int | float | None = _field("amount")         # None: the tool did not check (N/A)
     iters_per_round: int | None = _field("count")
     calibration: dict = _field("object", {})            # how K was chosen (collectives.timing.Calibrated)
-    round_ns_per_rank: list = _field("list", [])       # rank x round matrix of round times (ns)
+    round_ns_per_rank: list = _field("list", [])       # rank x round times (ns): every rank, or kept_ranks' (summary)
+    per_rank: str = _field("text", "full")              # "full": the whole matrix; "summary": past stats.FULL_MATRIX_RANKS
+    kept_ranks: list = _field("list", [])               # summary: whose rounds are kept (slowest; each round's slowest)
+    rank_summary: dict = _field("object", {})           # summary: min/p25/median/p75/max over rounds, one value per rank each
+    rank_places: dict = _field("object", {})            # rank -> [host, local rank] of the ranks the table and report name
     hosts: dict = _field("object", {})                  # host -> ranks on it
     knobs: dict = _field("object", {})                  # --knobs: the variables this case's group ran with
     group_env: dict = _field("object", {})              # what the group's ranks ran with beyond the session's
+
+    def check(self, where: str) -> None:
+        if self.per_rank != "full":   # a full matrix is read as before, unchecked (imports may be ragged)
+            try:
+                self.ranks()
+            except ValueError as exc:
+                raise ResultError(f"{where}: extra_info per-rank data: {exc}") from None
+
+    def ranks(self) -> RankView:
+        """The per-rank data of either form (stats.RankView): medians, kept rounds, round maxima, places."""
+        return RankView.of(self)
 
 
 @dataclass(kw_only=True)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from reports.compare import ALPHA, DECIDED, DEFAULT_MIN_EFFECT, CellResult, Comparison, compare
+from reports.compare import ALPHA, DECIDED, DEFAULT_MIN_EFFECT, CellResult, Comparison, budget, compare
+from reports.estimators import DEFAULT_ESTIMATOR
 from reports.results import Cell, Run, key_order
 
 # launches after which a look is planned; none before 6: four launches whose ratios happened to be
@@ -62,6 +63,7 @@ class Sequential:
     decided_at: dict[tuple, int] = field(default_factory=dict)   # cell key -> launches when decided
     max_launches: int = 0
     alpha: float = ALPHA
+    estimator: str = DEFAULT_ESTIMATOR
 
     @property
     def undecided(self) -> list[tuple]:
@@ -81,6 +83,7 @@ class Sequential:
     def record(self) -> dict:
         """What the result file keeps of the procedure (the verdicts are replayed from the data)."""
         return {"max_launches": self.max_launches, "alpha": self.alpha, "launches_used": self.launches_used,
+                "estimator": self.estimator,
                 "looks": [vars(look) for look in self.looks],
                 "decided_at": {f"{k[0].label()} {k[1]} B": n for k, n in self.decided_at.items()}}
 
@@ -103,12 +106,14 @@ def launches_in(run: Run) -> int:
 
 
 def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAULT_MIN_EFFECT,
-              alpha: float = ALPHA, calibration: dict | None = None) -> Sequential:
-    """Replay every look the recorded launches allow (base = side A, cand = side B)."""
+              alpha: float = ALPHA, calibration: dict | None = None, estimator: str = DEFAULT_ESTIMATOR) -> Sequential:
+    """Replay every look the recorded launches allow (base = side A, cand = side B), judging each
+    launch by `estimator` (reports/estimators.py)."""
     keys = set(base.cells) & set(cand.cells)
     done = min(launches_in(base), launches_in(cand), max_launches)
     settled: dict[tuple, CellResult] = {}
-    out = Sequential(Comparison(base.path, cand.path, []), max_launches=max_launches, alpha=alpha)
+    out = Sequential(Comparison(base.path, cand.path, [], estimator=estimator), max_launches=max_launches, alpha=alpha,
+                     estimator=estimator)
     last: Comparison | None = None
     for n in (n for n in planned_looks(max_launches) if n <= done):
         active = keys - set(settled)
@@ -116,7 +121,7 @@ def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAU
             break
         a_look = look_alpha(n, max_launches, alpha)
         last = compare(_upto(base, n, active), _upto(cand, n, active), calibration=calibration, min_effect=min_effect,
-                       alpha=a_look, settled=list(settled.values()))
+                       alpha=a_look, settled=list(settled.values()), estimator=estimator)
         decided = {v: 0 for v in DECIDED}
         for c in last.cells:
             if c.verdict in DECIDED:
@@ -125,13 +130,15 @@ def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAU
                 decided[c.verdict] += 1
         out.looks.append(Look(n, a_look, decided, len(keys) - len(settled)))
     if last is None:   # before the first planned look: every cell open
-        last = compare(_upto(base, done, keys), _upto(cand, done, keys), calibration=calibration, min_effect=min_effect)
+        last = compare(_upto(base, done, keys), _upto(cand, done, keys), calibration=calibration, min_effect=min_effect,
+                       estimator=estimator)
         for c in last.cells:
             c.verdict, c.note = "inconclusive", f"{done} launches: before the first look"
     cells = {c.key: c for c in last.cells if c.key not in settled}
     cells.update(settled)
     out.comparison = replace(last, base=base.path, cand=cand.path,
                              cells=sorted(cells.values(), key=lambda c: key_order(c.key)))
+    out.comparison.budget = budget(_upto(base, done, keys), _upto(cand, done, keys))   # every launch the looks rested on
     out.comparison.only_base = sorted(set(base.cells) - keys, key=key_order)
     out.comparison.only_cand = sorted(set(cand.cells) - keys, key=key_order)
     return out

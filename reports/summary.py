@@ -11,6 +11,7 @@ import numpy as np
 
 from collectives.sizes import format_size
 from reports.compare import Comparison, band_key, compare, detectable_bands, size_ranges
+from reports.estimators import DEFAULT_ESTIMATOR, describe
 from reports.results import Run, Series
 
 MARKDOWN_LIMIT = 60_000   # GitHub comments stop at 65,536 characters
@@ -87,6 +88,23 @@ def detectable_lines(cmp: Comparison) -> list[str]:
     return out
 
 
+def statistic_line(estimator: str) -> str:
+    """Which statistic of each launch's rounds the verdicts rest on (tables always show medians)."""
+    return (f"verdicts rest on each launch's {describe(estimator)} per-op time over its rounds (--estimator "
+            f"{estimator}); tables show medians")
+
+
+def budget_text(b: dict) -> str:
+    """What a verdict cost (compare.budget): launches, timed seconds, wall-clock and cluster time."""
+    if not b:
+        return ""
+    la, lb = b["launches"]
+    launches = f"{la} launches a side" if la == lb else f"{la} launches (baseline) and {lb} (candidate)"
+    wall = f"wall {b['wall_s']:.0f} s" if b.get("wall_s") is not None else "no wall recorded"
+    return (f"budget: {launches}, {b['ranks']} ranks, timed rounds {b['timed_s']:.1f} s, {wall}: "
+            f"{b['cluster_rank_s']:.0f} rank-s of cluster time")
+
+
 def sides_lines(cmp: Comparison) -> list[str]:
     """Which run is which, where their names say more than the paths above."""
     if not cmp.base_label or cmp.base_label == cmp.cand_label:
@@ -104,8 +122,12 @@ def text(cmp: Comparison) -> str:
         out.append("#   (one launch a side: its rounds are not independent samples of a stack, so those cells "
                    "are at most")
         out.append("#   'suspected' and never fail the job)")
-    out += ["# effect: time ratio, 95% CI (paired launches: 20%-trimmed paired t on log launch medians; launches:",
-            "#   Welch t; rounds: Hodges-Lehmann); Benjamini-Hochberg across the sweep"]
+    stat = {"median": "medians", "p10": "10th percentiles", "min": "minima"}.get(cmp.estimator, cmp.estimator)
+    out += [f"# effect: time ratio, 95% CI (paired launches: 20%-trimmed paired t on log launch {stat}; launches:",
+            "#   Welch t; rounds: Hodges-Lehmann); Benjamini-Hochberg across the sweep",
+            f"# {statistic_line(cmp.estimator)}"]
+    if cmp.budget:
+        out.append(f"# {budget_text(cmp.budget)}")
     if cmp.calibration:
         out.append(f"# {cmp.calibration}")
     out += [f"# {line}" for line in detectable_lines(cmp)]
@@ -136,7 +158,9 @@ def markdown(cmp: Comparison) -> str:
             f"Baseline: {md(cmp.base_label or cmp.base)}; candidate: {md(cmp.cand_label or cmp.cand)}", "",
             "| verdict | cells |", "|---|---|"] + [f"| {v} | {counts.get(v, 0)} |" for v in VERDICTS]
     head += ["", "Could have seen (80% power, the samples taken): "
-             + "; ".join(md(line) for line in detectable_lines(cmp))]
+             + "; ".join(md(line) for line in detectable_lines(cmp)), "", md(statistic_line(cmp.estimator).capitalize())]
+    if cmp.budget:
+        head += ["", md(budget_text(cmp.budget).capitalize())]
     body = []
     for label, verdict in SECTIONS:
         lines = range_lines(cmp, verdict)
@@ -153,6 +177,7 @@ def markdown(cmp: Comparison) -> str:
 def as_json(cmp: Comparison) -> dict:
     return {"base": cmp.base, "cand": cmp.cand, "base_label": cmp.base_label, "cand_label": cmp.cand_label,
             "regressed": cmp.regressed, "inconclusive": cmp.inconclusive, "headline": headline(cmp),
+            "estimator": cmp.estimator, "statistic": statistic_line(cmp.estimator), "budget": cmp.budget,
             "detectable": [{**b, "detectable": _finite(b["detectable"])} for b in detectable_bands(cmp)],
             "mismatch": cmp.mismatch,
             "regressions": range_lines(cmp, "regression"), "improvements": range_lines(cmp, "improvement"),
@@ -168,11 +193,12 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def calibrate(a: Run, b: Run) -> dict:
+def calibrate(a: Run, b: Run, estimator: str = DEFAULT_ESTIMATOR) -> dict:
     """A/A: per size band, how far two runs of the same stack drift, how often the 95% CI misses
     (about 5% when the sampling is honest), and the smallest minimum effect under which none of
-    these A/A cells would have been flagged: noise the intervals already carry is not charged twice."""
-    cmp = compare(a, b, min_effect=0.0)
+    these A/A cells would have been flagged: noise the intervals already carry is not charged twice.
+    Made with one estimator; a comparison judging another does not apply it."""
+    cmp = compare(a, b, min_effect=0.0, estimator=estimator)
     kinds = sorted({c.samples for c in cmp.cells})
     bands = {}
     for key in sorted({band_key(c.series, c.size) for c in cmp.cells}):
@@ -183,6 +209,7 @@ def calibrate(a: Run, b: Run) -> dict:
                       "ci_missed": len(missed) / len(cells),
                       "min_effect": math.ceil(max(missed, default=0.0) * 1000) / 1000}   # up to the next 0.1%
     return {"a": a.path, "b": b.path, "bands": bands, "samples": kinds[0] if len(kinds) == 1 else "mixed",
+            "estimator": estimator,
             "method": "A/A: min effect per size band = the largest A/A effect whose 95% CI excluded no change"}
 
 
@@ -201,12 +228,17 @@ def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
     runs = hist.runs
     sections, changed_at = [], []
     for label, verdict in (("REGRESSIONS", "regression"), ("improvements", "improvement"),
+                           ("MACHINE CHANGES (the canary moved with them: the machine, not the software stack)",
+                            "machine regression"),
+                           ("machine improvements (the canary moved with them)", "machine improvement"),
                            (f"standing regressions (began before the last {hist.window} runs)", "standing regression"),
                            ("standing improvements", "standing improvement")):
         lines = []
         for r in size_ranges(hist.judged, verdict):
             at = change_run(hist, r["series"], r["first"], r["last"])
-            lines.append(f"{range_text(r)} since {runs[at].label} ({runs[at].started[:16]})")
+            why = next((c.note for c in hist.judged.cells if c.series == r["series"] and r["first"] <= c.size <= r["last"]
+                        and c.note.startswith("canary")), "") if verdict.startswith("machine") else ""
+            lines.append(f"{range_text(r)} since {runs[at].label} ({runs[at].started[:16]})" + (f": {why}" if why else ""))
             if at not in changed_at:
                 changed_at.append(at)
         if lines:
@@ -226,19 +258,85 @@ def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
     return headline, sections, what
 
 
+def history_headline(hist) -> str:
+    """One line: a software regression, a change of the machine (with the canary's step), or the
+    comparison's own headline; the two kinds are never read alike."""
+    if not hist.judged.cells:
+        from reports.history import MIN_RUNS
+        left = f"; {len(hist.left_out)} noisy nights left out" if hist.left_out else ""
+        return f"nothing judged yet: {hist.too_short} cells have fewer than {MIN_RUNS} usable nights{left}"
+    machine = [r for v in ("machine regression", "machine improvement") for r in size_ranges(hist.judged, v)]
+    steps = "; ".join(dict.fromkeys(c.note for c in hist.judged.cells if c.verdict.startswith("machine ")))
+    if hist.regressed:
+        return headline(hist.judged) + (f" (and {len(machine)} size ranges moved with the canary: the machine)"
+                                        if machine else "")
+    if machine:
+        return (f"MACHINE CHANGED: {len(machine)} size ranges moved with the canary ({steps}), first: "
+                f"{range_text(machine[0])}; no software regression")
+    return headline(hist.judged)
+
+
+def night(run: Run) -> str:
+    """A history's run as its lines name it: its label and when it started."""
+    return f"{run.label} ({run.started[:16]})"
+
+
+def canary_lines(hist) -> list[str]:
+    """The canary as the history saw it: the newest night's figures and usual spread, its steps, the
+    nights left out as noisy."""
+    from reports.canary import figure
+    view, runs = hist.canary, hist.runs
+    if not view.seconds:
+        return ["canary: none recorded in these runs (timed single-stack sweeps record one): noisy nights and "
+                "machine changes cannot be told"]
+    newest = [f"{name} {figure(name, view.meta[name], secs[-1])}" for name, secs in view.seconds.items() if secs[-1]]
+    spread = ", ".join(f"{name} {np.expm1(sd):.0%}" for name, sd in view.spread.items())
+    out = [f"canary ({view.nights} nights): newest " + (", ".join(newest) or "not recorded")
+           + (f"; usual night-to-night spread {spread}" if spread else "")]
+    out += [f"canary step: {step.text(night(runs[step.at]))}" for step in view.steps]
+    out += [f"noisy night left out of every cell: {night(runs[i])}: {why}" for i, why in hist.left_out.items()]
+    return out
+
+
+def canary_json(hist) -> dict:
+    view = hist.canary
+    return {"nights": view.nights, "seconds": view.seconds, "spread": view.spread,
+            "steps": [{**vars(s), "run": hist.runs[s.at].path} for s in view.steps],
+            "noisy": {hist.runs[i].path: why for i, why in hist.left_out.items()}}
+
+
+def history_budget(hist) -> str:
+    """What the history's verdict rests on: its nights, their launches and cluster time."""
+    from reports.compare import budget
+    b = budget(*hist.runs)
+    wall = f"wall {b['wall_s']:.0f} s" if b["wall_s"] is not None else "no wall recorded on every night"
+    return (f"budget: {len(hist.runs)} nights of up to {max(b['launches'], default=0)} launches, {b['ranks']} ranks, "
+            f"timed rounds {b['timed_s']:.1f} s, {wall}: {b['cluster_rank_s']:.0f} rank-s of cluster time")
+
+
+def history_detectable_lines(hist) -> list[str]:
+    """What the history could have seen, per backend and band, from its own night-to-night spread."""
+    from reports.history import MIN_SEGMENT
+    return ([f"could have seen (a new level held {MIN_SEGMENT} nights, 80% power, from this history's own "
+             "night-to-night spread):"] + [f"  {line}" for line in detectable_lines(hist.judged)]) if hist.judged.cells else []
+
+
 def history_text(hist) -> str:
     counts = Counter(c.verdict for c in hist.judged.cells)
     from reports.history import MIN_RUNS
     headline, sections, what = _history_lines(hist)
-    out = [f"# history: {headline}",
+    out = [f"# history: {headline}", *([f"# {history_headline(hist)}"] if hist.machine_changed and not hist.regressed else []),
            f"# {len(hist.judged.cells)} cells: " + ", ".join(
-               f"{counts.get(v, 0)} {v}" for v in ("regression", "improvement", "no change", "inconclusive",
-                                                   "standing regression", "standing improvement"))
+               f"{counts.get(v, 0)} {v}" for v in ("regression", "improvement", "machine regression", "machine improvement",
+                                                   "no change", "inconclusive", "standing regression",
+                                                   "standing improvement"))
            + (f"; {hist.too_short} cells in fewer than {MIN_RUNS} runs not judged" if hist.too_short else ""),
            "# change points: binary segmentation of log time (pooled t, Bonferroni over the splits tried);",
-           "#   effect: level after / level before with its 95% CI, Benjamini-Hochberg across the sweep"]
+           "#   effect: level after / level before with its 95% CI, Benjamini-Hochberg across the sweep",
+           f"# {statistic_line(hist.estimator)}"]
     if hist.judged.calibration:
         out.append(f"# {hist.judged.calibration}")
+    out += [f"# {line}" for line in [history_budget(hist), *history_detectable_lines(hist), *canary_lines(hist)]]
     for label, lines in sections:
         out += [f"{label}:"] + [f"  {line}" for line in lines]
     out += [f"# {line}" for line in what]
@@ -247,7 +345,11 @@ def history_text(hist) -> str:
 
 def history_markdown(hist) -> str:
     headline, sections, what = _history_lines(hist)
-    out = [f"### hccl-bench nightly: {'regression' if hist.regressed else 'no new regression'}", "", md(headline)]
+    title = "regression" if hist.regressed else "machine changed" if hist.machine_changed else "no new regression"
+    out = [f"### hccl-bench nightly: {title}", "", md(history_headline(hist)), "", md(headline), "",
+           md(statistic_line(hist.estimator).capitalize())]
+    out += [""] + [f"- {md(line.strip())}" for line in [history_budget(hist), *history_detectable_lines(hist),
+                                                        *canary_lines(hist)]]
     for label, lines in sections:
         out += ["", f"**{md(label[0].upper() + label[1:])}**", ""] + [f"- {md(line)}" for line in lines]
     out += [""] + [f"_{md(line)}_" for line in what] if what else []

@@ -7,6 +7,7 @@ from dataclasses import replace
 from collectives.capabilities import HCCL_FALLBACK_NOTE, algo_label
 from collectives.ops import OPS, bandwidths
 from collectives.sizes import format_size
+from collectives.stats import NAMED_RANKS_OVER
 from layers.memory import comm_buffers
 from reports.results import CollectiveRow, LayerRow, Run, TuningRow, knob_text, layout, link_class, metrics, side_role
 
@@ -46,7 +47,35 @@ def render(rows: list[CollectiveRow]) -> str:
         out.append(f"# peak busbw: {peak.busbw_gbps or 0:.3f} GB/s at {format_size(peak.bytes)}")
     out += _ab_ratios(rows)
     out += host_cost_lines(rows)
+    out += slowest_rank_lines(rows)
     return "\n".join(out)
+
+
+SLOWEST_SHOWN = 2   # ranks named per case in the table, within 120 columns (the report names more)
+
+
+def slowest_rank_lines(rows: list[CollectiveRow]) -> list[str]:
+    """Groups of more than stats.NAMED_RANKS_OVER ranks: per case, its slowest ranks by median round
+    time, where they ran (host/local rank), their median and how much slower than the group's median rank."""
+    out: list[str] = []
+    for r in sorted(rows, key=lambda r: (r.backend, r.algo, r.op, r.dtype, r.side, r.bytes, r.launch)):
+        if r.nranks <= NAMED_RANKS_OVER or not r.round_ns_per_rank:
+            continue
+        try:
+            view = r.ranks()
+        except ValueError:
+            continue
+        if not out:
+            out = ["", f"# slowest ranks (groups of more than {NAMED_RANKS_OVER} ranks): rank host/local-rank, median "
+                       "per-op time (us), x the group's median",
+                   f"#{'op':>14} {'back':>5} {'size':>7} {'place':>5} {'L':>3} {'group(us)':>9}  slowest"]
+        group = view.group_median_us
+        named = "; ".join(f"{rank} {view.where(rank)} {view.median_us(rank):.2f}"
+                          + (f" {view.median_us(rank) / group:.2f}x" if group > 0 else "")
+                          for rank in view.slowest(SLOWEST_SHOWN))
+        out.append(f" {r.op:>14} {r.backend[:5]:>5} {format_size(r.bytes):>7} {'ip' if r.inplace else 'oop':>5} "
+                   f"{r.launch:>3} {group:>9.2f}  {named}" + (f"  {r.side}" if r.side else ""))
+    return out
 
 
 HOST_COST_MAX_BYTES = 1 << 20   # "small sizes": where a call's host launch cost can be most of an eager round

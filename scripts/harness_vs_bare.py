@@ -12,9 +12,11 @@ timed with perf_counter, a round's time the slowest rank's, the median over roun
 
 `--busy` starts one busy loop (a process spinning on a core) beside every launch, as a loaded
 node has. Prints per backend and size the median of each side and the geometric-mean H/B
-ratio with its paired-t 95% CI over the launches: a ratio above 1.10 means the harness is slower
-than the bare loop it should match. `--env VAR=VALUE` sets a variable on the bare side only (to
+ratio with its paired-t 95% CI over the launches, and the median of the per-launch ratios (robust
+to a launch the machine disturbed, as the harness's own A/B is): a ratio above 1.10 means the
+harness is slower than the bare loop it should match. `--env VAR=VALUE` sets a variable on the bare side only (to
 test a suspected cause, e.g. the ranks' malloc settings the harness sets: RANK_ENV_DEFAULTS).
+`--aa` runs the bare loop on both sides: how far the ratio strays when nothing differs.
 """
 from __future__ import annotations
 
@@ -121,6 +123,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="64K,1M")
     ap.add_argument("--busy", action="store_true", help="one busy loop beside every launch")
     ap.add_argument("--env", default="", help="VAR=VALUE,... set on the bare side only")
+    ap.add_argument("--aa", action="store_true", help="both sides bare: how far a ratio strays with no difference")
     ap.add_argument("--rank-loop", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -136,22 +139,24 @@ def main() -> int:
     try:
         from scipy import stats
         print(f"# harness vs bare all_reduce float32, 2 ranks, {args.launches} launches each (ABBA), "
-              f"{'beside one busy loop' if args.busy else 'quiet'}; bare side env {args.env or '(as is)'}")
-        print(f"{'backend':>8} {'size':>8} {'harness us':>11} {'bare us':>9}  harness/bare [95% CI]")
+              f"{'beside one busy loop' if args.busy else 'quiet'}; bare side env {args.env or '(as is)'}"
+              f"{'; A/A: the H side is bare too' if args.aa else ''}")
+        print(f"{'backend':>8} {'size':>8} {'harness us':>11} {'bare us':>9}  median H/B  geo-mean H/B [95% CI]")
         for backend in args.backends.split(","):
             times: dict[str, list[dict[int, float]]] = {"H": [], "B": []}
             for launch in range(args.launches):
                 for side in ("H", "B") if launch % 2 == 0 else ("B", "H"):
-                    times[side].append(run_harness(backend, sizes, dict(os.environ)) if side == "H"
+                    times[side].append(run_harness(backend, sizes, dict(os.environ)) if side == "H" and not args.aa
                                        else run_bare(backend, sizes, bare_env))
             for size in sizes:
                 h = np.array([t[size] for t in times["H"]])
                 b = np.array([t[size] for t in times["B"]])
                 d = np.log(h / b)
                 half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+                lo, mid, hi = np.exp([d.mean() - half, d.mean(), d.mean() + half])
                 print(f"{backend:>8} {format_size(size):>8} {np.median(h) * 1e6:11.1f} {np.median(b) * 1e6:9.1f}  "
-                      f"{np.exp(d.mean()):.2f} [{np.exp(d.mean() - half):.2f}, {np.exp(d.mean() + half):.2f}]",
-                      flush=True)
+                      f"{np.exp(np.median(d)):10.2f}  {mid:.2f} [{lo:.2f}, {hi:.2f}]  "
+                      f"per launch H/B: {' '.join(f'{x:.2f}' for x in np.exp(d))}", flush=True)
     finally:
         if hog:
             hog.kill()

@@ -1,0 +1,124 @@
+"""The canary's nights: which were noisy, and where the machine itself changed (docs/statistics.md,
+"The canary").
+
+Each run of a history may carry the canary (harness/canary.py): a fixed workload's samples. Per
+workload a night is one point, the log of its median sample. Its steps are found like a cell's
+(reports/history.change_points) and count when the level moved by at least MIN_STEP. Within the
+canary's levels a night is noisy when it is slower than its own usual spread allows: more than
+NOISY_Z robust standard deviations (1.4826 x the median absolute deviation of the other nights of
+that level, at least NOISY_MIN_NIGHTS of them) and at least NOISY_FLOOR above their median.
+Interference only adds time, so a night faster than usual is not noisy. A slower new level shows
+first as one noisy night (its cells are left out, so it is not a suspicion of the software), then
+as a step. On a 5-night history of this VM, a 10% floor left 2 of 5 quiet nights out: the
+canary's own median moves ~15% from night to night when the machine is busy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MIN_STEP = 0.05           # a canary step smaller than this is not a change of the machine
+NOISY_Z = 3.5             # robust z beyond which a night is noisy (Iglewicz & Hoaglin's cut)
+NOISY_FLOOR = 0.25        # ... and at least this much slower than its level's median
+NOISY_MIN_NIGHTS = 5      # other nights of its level a night is measured against (a MAD of fewer says little)
+NEAR = 1                  # a cell's change and a canary step this many runs apart are one event
+
+
+@dataclass
+class Step:
+    """A canary workload's new level: from the run `at` on, its time is `ratio` times the old."""
+    workload: str
+    at: int
+    ratio: float
+    before: str       # the figures as people read them: "5.10 GB/s"
+    after: str
+
+    def text(self, label: str = "") -> str:
+        since = f" from {label}" if label else ""
+        return f"canary {self.workload} {self.before} -> {self.after} ({self.ratio - 1:+.0%} time){since}"
+
+
+@dataclass
+class CanaryView:
+    """Per workload the nights' median sample (s; None where a run has no canary) and what they show."""
+    seconds: dict[str, list[float | None]] = field(default_factory=dict)
+    meta: dict[str, dict] = field(default_factory=dict)          # workload -> what one sample is (bytes, unit)
+    steps: list[Step] = field(default_factory=list)
+    noisy: dict[int, str] = field(default_factory=dict)          # run index -> the canary's figures that made it noisy
+    spread: dict[str, float] = field(default_factory=dict)      # workload -> usual night-to-night spread (robust sd, log)
+
+    @property
+    def nights(self) -> int:
+        return max((sum(v is not None for v in s) for s in self.seconds.values()), default=0)
+
+
+def figure(workload: str, what: dict, seconds: float) -> str:
+    """A median sample as its workload's figure: GB/s, us per round trip, ms per loop."""
+    unit = what.get("unit", "s")
+    if unit == "GB/s":
+        return f"{what.get('bytes', 0) / seconds / 1e9:.2f} GB/s"
+    if unit.startswith("us"):
+        return f"{seconds / max(1, what.get('round_trips', 1)) * 1e6:.0f} us/round trip"
+    if unit.startswith("ms"):
+        return f"{seconds * 1e3:.1f} ms/loop"
+    return f"{seconds:.4g} s"
+
+
+def _nights(runs: list) -> CanaryView:
+    view = CanaryView()
+    for i, run in enumerate(runs):
+        canary = run.meta.get("canary")
+        workloads = canary.get("workloads") if isinstance(canary, dict) else None
+        for name, w in (workloads or {}).items() if isinstance(workloads, dict) else ():
+            samples = w.get("samples") if isinstance(w, dict) else None
+            if not isinstance(samples, list) or not samples or not all(
+                    isinstance(s, (int, float)) and np.isfinite(s) and s > 0 for s in samples):
+                continue
+            view.seconds.setdefault(str(name), [None] * len(runs))[i] = float(np.median(samples))
+            view.meta.setdefault(str(name), {k: v for k, v in w.items() if k != "samples"})
+    return view
+
+
+def judge(runs: list, alpha: float) -> CanaryView:
+    """The canary of `runs` (time order): its steps and its noisy nights."""
+    from reports.history import change_points
+    view = _nights(runs)
+    reasons: dict[int, list[str]] = {}
+    for name, secs in view.seconds.items():
+        idx = [i for i, s in enumerate(secs) if s is not None]
+        y = np.log(np.array([s for s in secs if s is not None], dtype=np.float64))
+        edges = [0]
+        cuts = [at for at, _ in change_points(y, alpha)]
+        for at, stop in zip(cuts, [*cuts[1:], len(y)]):
+            before, after = float(np.median(y[edges[-1]:at])), float(np.median(y[at:stop]))
+            if abs(after - before) >= np.log(1 + MIN_STEP):
+                edges.append(at)
+                view.steps.append(Step(name, idx[at], float(np.exp(after - before)),
+                                       figure(name, view.meta[name], float(np.exp(before))),
+                                       figure(name, view.meta[name], float(np.exp(after)))))
+        edges.append(len(y))
+        spreads = []
+        for a, b in zip(edges[:-1], edges[1:]):
+            for j in range(a, b):
+                others = np.delete(y[a:b], j - a)
+                if others.size < NOISY_MIN_NIGHTS:
+                    continue
+                center = float(np.median(others))
+                sd = 1.4826 * float(np.median(np.abs(others - center)))
+                spreads.append(sd)
+                if y[j] - center > max(NOISY_Z * sd, np.log(1 + NOISY_FLOOR)):
+                    reasons.setdefault(idx[j], []).append(
+                        f"canary {name} {figure(name, view.meta[name], float(np.exp(y[j])))} against its usual "
+                        f"{figure(name, view.meta[name], float(np.exp(center)))} ({np.exp(y[j] - center) - 1:+.0%} time)")
+        if spreads:
+            view.spread[name] = float(np.median(spreads))
+    view.noisy = {i: "; ".join(r) for i, r in sorted(reasons.items())}
+    return view
+
+
+def coinciding(view: CanaryView, at: int, worse: bool) -> Step | None:
+    """A canary step within NEAR runs of a cell's change at run `at`, in the same direction (the
+    canary slower when the cell got slower): the change is the machine's, not the stack's."""
+    near = [s for s in view.steps if abs(s.at - at) <= NEAR and (s.ratio > 1) == worse]
+    return max(near, key=lambda s: abs(np.log(s.ratio)), default=None)

@@ -1,0 +1,48 @@
+"""HCCL_BENCH_FAULT=slow:RANK:NAME:FACTOR: a controlled regression for measuring power. One rank's
+timed rounds of NAME take FACTOR times as long (collectives.timing.slowed_round); a malformed value
+is one line; without the fault the round loop is the plain one."""
+import numpy as np
+import pytest
+
+from collectives.timing import Plan, one_round, round_step
+from harness.worker import _inject_fault
+from reports.result_files import load
+
+SPEC = {"kind": "collective", "op": "all_reduce", "plan": {"rounds": 3}}
+
+
+def test_slow_sets_the_factor_on_the_named_rank_and_op_only(monkeypatch):
+    monkeypatch.setenv("HCCL_BENCH_FAULT", "slow:1:all_reduce:1.5")
+    assert _inject_fault(SPEC, 1) == {**SPEC, "plan": {"rounds": 3, "slow": 1.5}}
+    assert _inject_fault(SPEC, 0) is SPEC
+    assert _inject_fault({**SPEC, "op": "broadcast"}, 1)["plan"] == {"rounds": 3}
+    assert _inject_fault({"kind": "round"}, 1) == {"kind": "round"}     # an A/B round: set at its begin spec
+    assert round_step(Plan(**_inject_fault(SPEC, 1)["plan"])).func.__name__ == "slowed_round"
+    assert round_step(Plan()) is one_round                              # no fault: the loop as it always was
+
+
+@pytest.mark.parametrize("value", ["slow:1:all_reduce", "slow:1:all_reduce:fast", "slow:1:all_reduce:0.5",
+                                   "slow:x:all_reduce:1.5", "slow:1:all_reduce:inf", "slow:1:all_reduce:1.5:2"])
+def test_a_malformed_slow_fault_is_one_line(monkeypatch, value):
+    monkeypatch.setenv("HCCL_BENCH_FAULT", value)
+    with pytest.raises(ValueError) as info:
+        _inject_fault(SPEC, 1)
+    message = str(info.value)
+    assert "\n" not in message and message == (f"HCCL_BENCH_FAULT={value!r}: want slow:RANK:NAME:FACTOR with FACTOR a "
+                                               "number >= 1 (e.g. 1.05)")
+
+
+@pytest.mark.slow   # two gloo ranks a side, rounds interleaved A/B, side B with rank 1 slowed 1.5x
+def test_a_slow_rank_makes_its_rounds_take_factor_times_as_long(bench_run):
+    proc = bench_run("--backend", "gloo", "--nproc", "2", "--ops", "all_reduce", "--sizes", "64K", "--benchmark",
+                     "--rounds", "16", "--round-time", "0.01", "--ab-env", "HCCL_BENCH_FAULT=slow:1:all_reduce:1.5",
+                     "-k", "float32", target="benches/test_collectives.py")
+    assert proc.returncode == 0, proc.output[-3000:]
+    run = next(bench_run.results.iterdir())
+    a, b = load(run, side="A"), load(run, side="B")
+    (key,) = a.cells
+    ratios = np.array(b.cells[key].launches[0]) / np.array(a.cells[key].launches[0])   # round i of B next to round i of A
+    assert 1.3 < float(np.median(ratios)) < 1.75, ratios
+    logs = {p.parent.name: p.read_text() for p in run.glob("logs/*/rank1.log")}
+    assert sum("timed all_reduce rounds to take 1.5x as long" in text for text in logs.values()) == 1, list(logs)
+    assert bench_run.leftovers() == []
