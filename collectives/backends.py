@@ -319,7 +319,12 @@ class MpiBackend:
                 "mpi_thread_level": levels.get(self.MPI.Query_thread(), str(self.MPI.Query_thread()))}
 
     def close(self) -> None:
-        pass
+        """Finalize now, with every rank, not at interpreter exit: a host leader then waits for its
+        followers to exit (harness.control.Watch.release), and a follower in MPI_Finalize waits
+        for the leader's (the process manager's barrier): finalizing after that wait deadlocks."""
+        from mpi4py import MPI
+        if not MPI.Is_finalized():
+            MPI.Finalize()
 
 
 def create(name: str, rank: int, world: int, local_rank: int):
