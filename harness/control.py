@@ -104,12 +104,26 @@ def connect(host: str, port: int, token: str, hello: dict, timeout: float = 60.0
     return chan
 
 
+KEEPALIVE = (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))   # seconds, seconds, probes
+
+
+def keep_alive(sock: socket.socket) -> None:
+    """A driver that vanished with its network (a host cut off, its namespace deleted) never closes
+    the connection, and its ranks would wait, or spin in a collective, for ever: TCP keepalive
+    declares it gone after about a minute of unanswered probes, and the watch thread ends them."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in KEEPALIVE:
+        if hasattr(socket, name):   # Linux names; elsewhere the system's defaults apply
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+
+
 def watch_driver(host: str, port: int, token: str, rank: int, log=print, followers: list[int] | None = None) -> socket.socket:
     """Rank side (a host leader): a connection the driver holds open for the group's life, naming
     the ranks this one watches for. A daemon thread blocks on it and ends the process when it
     closes, also while the main thread is stuck in a collective."""
     chan = connect(host, port, token, {"watch": rank, "followers": list(followers or [])})
     chan.sock.settimeout(None)
+    keep_alive(chan.sock)
 
     def wait_for_close() -> None:
         try:

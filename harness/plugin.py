@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 
@@ -394,8 +395,13 @@ def _closing_block(bench: BenchSession) -> list[str]:
         out.append(f"# results: {bench.run_dir / 'results.json'} ({state})")
     out += table.peak_lines(bench.rows)
     if bench.failures:
-        out.append(f"# failures: {len(bench.failures)} cases, first: {bench.failures[0]['what']}: "
-                   f"{bench.failures[0]['error']}"[:120])
+        out += _wrapped(f"# failures: {len(bench.failures)} cases, first: {bench.failures[0]['what']}: "
+                        f"{bench.failures[0]['error']}")
     for verdict in bench.verdicts:
-        out.append(f"# verdict: {verdict.get('headline') or verdict['text'].splitlines()[0].lstrip('# ')}"[:120])
+        out += _wrapped(f"# verdict: {verdict.get('headline') or verdict['text'].splitlines()[0].lstrip('# ')}")
     return out
+
+
+def _wrapped(line: str) -> list[str]:
+    """A closing line within 120 columns, carried on to '#   ' lines rather than cut mid-number."""
+    return textwrap.wrap(line, 120, subsequent_indent="#   ", break_on_hyphens=False) or [line]

@@ -164,3 +164,20 @@ def test_an_mpi_group_of_8_ranks_on_one_host_costs_the_driver_one_watch_socket(b
     watches, sockets = map(int, m.groups())
     assert watches == 1 and sockets <= watches + 3, lines[0]   # + rank 0's control channel and little else
     assert bench_run.leftovers() == []
+
+
+def test_the_watch_connection_finds_a_vanished_driver_by_keepalive():
+    """A real TCP connection gets keepalive probes: a driver gone without a FIN is noticed."""
+    import socket as socketlib
+
+    from harness.control import KEEPALIVE, keep_alive
+    server = socketlib.create_server(("127.0.0.1", 0))
+    client = socketlib.create_connection(server.getsockname())
+    try:
+        keep_alive(client)
+        assert client.getsockopt(socketlib.SOL_SOCKET, socketlib.SO_KEEPALIVE) == 1
+        for name, value in KEEPALIVE:
+            assert client.getsockopt(socketlib.IPPROTO_TCP, getattr(socketlib, name)) == value
+    finally:
+        client.close()
+        server.close()
