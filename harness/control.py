@@ -125,17 +125,24 @@ def watch_driver(host: str, port: int, token: str, rank: int, log=print, followe
     chan.sock.settimeout(None)
     keep_alive(chan.sock)
 
+    _exit_when_closed(lambda: chan.sock.recv(1 << 10), f"hccl-bench: rank {rank}: the driver's connection closed; exiting",
+                      log, "hccl-bench-watch")
+    return chan.sock
+
+
+def _exit_when_closed(read: Callable[[], bytes], message: str, log, name: str) -> None:
+    """A daemon thread that blocks on `read` and ends the process (status 70) when it returns
+    nothing or fails, also while the main thread is stuck in a collective."""
     def wait_for_close() -> None:
         try:
-            while chan.sock.recv(1 << 10):
+            while read():
                 pass
         except OSError:
             pass
-        log(f"hccl-bench: rank {rank}: the driver's connection closed; exiting")
+        log(message)
         os._exit(DRIVER_GONE_EXIT)
 
-    threading.Thread(target=wait_for_close, name="hccl-bench-watch", daemon=True).start()
-    return chan.sock
+    threading.Thread(target=wait_for_close, name=name, daemon=True).start()
 
 
 # -- the watch tree: one leader per node watches the driver, its followers watch the leader
@@ -257,16 +264,8 @@ def _follow(token: str, rank: int, leader: int, log) -> None:
         os._exit(DRIVER_GONE_EXIT)
     os.set_inheritable(fds[0], False)
 
-    def wait_for_close() -> None:
-        try:
-            while os.read(fds[0], 1 << 10):
-                pass
-        except OSError:
-            pass
-        log(f"hccl-bench: rank {rank}: its host leader, rank {leader}, exited; exiting")
-        os._exit(DRIVER_GONE_EXIT)
-
-    threading.Thread(target=wait_for_close, name="hccl-bench-follow", daemon=True).start()
+    _exit_when_closed(lambda: os.read(fds[0], 1 << 10),
+                      f"hccl-bench: rank {rank}: its host leader, rank {leader}, exited; exiting", log, "hccl-bench-follow")
 
 
 def _running(pid: int) -> bool:
