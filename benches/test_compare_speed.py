@@ -8,7 +8,7 @@ import pytest
 from reports import summary
 from reports.compare import compare
 from reports.result_files import load
-from reports.results import CollectiveRow, bench_entry, result_file
+from schema.results import CollectiveRow, bench_entry, result_file
 
 pytestmark = pytest.mark.harness_bench   # the harness's own speed: runs with --harness-benches
 

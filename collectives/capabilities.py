@@ -6,25 +6,24 @@ lacks, with the reason. A combination the library would silently replace (HCCL_A
 or fail in the call (NCCL_ALGO) is never run under the requested name.
 
 Device facts (SoC name, NCCL version, accelerators per node) come from the driver at collection
-(``read_facts``); unit tests pass ``DeviceFacts`` for hardware they do not have.
+(``BackendInfo.read_facts``); unit tests pass ``DeviceFacts`` for hardware they do not have.
 """
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass, field
 
+from collectives.ops import OPS
+
 # The dtypes the harness offers for torch.distributed backends (collectives.backends).
 ALL = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
-REDUCING = ("all_reduce", "reduce_scatter", "reduce")
-MOVING = ("all_gather", "broadcast", "all_to_all", "sendrecv")
 
 
 @dataclass(frozen=True)
 class DeviceFacts:
     """What collection knows about one backend's devices on this node. The default is a CPU
-    backend (gloo, mpi): nothing to check. Real runs read it from the device (``read_facts``)."""
+    backend (gloo, mpi): nothing to check. Real runs read it from the device (``BackendInfo.read_facts``)."""
     backend: str = "gloo"
     name: str = ""                        # SoC / GPU name: "Ascend910B3", "Ascend910_9391", "NVIDIA H200"
     devices: int = 0                      # accelerators visible on this node (0: a CPU backend)
@@ -35,8 +34,8 @@ class DeviceFacts:
     @property
     def product(self) -> str:
         """HCCL's product line from the SoC name (torch.npu.get_device_name): A2, A3, Ascend950,
-        Atlas training (910) or '' when the name is not one the tables know."""
-        return hccl_product(self.name) if self.backend == "hccl" else ""
+        Atlas training (910) or '' when the name is not one the tables know (every non-Ascend name)."""
+        return hccl_product(self.name)
 
 
 @dataclass(frozen=True)
@@ -152,42 +151,13 @@ HCCL_FALLBACK_NOTE = ("'(requested)': HCCL may run another algorithm without say
 # Sum Prod MinMax), so NCCL skips no dtype; a forced NCCL_ALGO the op lacks fails in the call
 # ("no algorithm/protocol available"), so those are skipped here.
 NCCL_DTYPES = ALL
-NCCL_ALGO_OPS = {
-    "Tree": ("all_reduce",),
-    "Ring": ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"),
-    "CollnetDirect": ("all_reduce", "all_gather", "reduce_scatter"),
-    "CollnetChain": ("all_reduce",),
-    "NVLS": ("all_reduce", "all_gather", "reduce_scatter"),
-    "NVLSTree": ("all_reduce",),
-    "PAT": ("all_gather", "reduce_scatter"),
-}
+NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")   # ncclAlgoStr order
+NCCL_ALGO_OPS = {algo: tuple(name for name, op in OPS.items() if algo in op.switches.nccl_algos) for algo in NCCL_ALGOS}
 # ncclNvlsSupported: i32/u32/i64/u64 with sum/min/max; f32/f64 sum only; f16/bf16 sum/min/max.
 NCCL_NVLS_REDOPS = {"int32": ("sum", "max", "min"), "int64": ("sum", "max", "min"), "float32": ("sum",),
                     "float64": ("sum",), "float16": ("sum", "max", "min"), "bfloat16": ("sum", "max", "min")}
 NCCL_PAT_SINCE = (2, 23)   # NCCL 2.23 added PAT, for one GPU per node only (NVIDIA/nccl#1473, #1964)
 NCCL_NVLS_ARCH = (9, 0)    # generate.py: NVLS kernels need __CUDA_ARCH__ >= 900 (and NVSwitch NVLink SHARP)
-
-
-def read_facts(backend: str) -> DeviceFacts:
-    """This node's facts for `backend`, from the device (nothing is read for gloo and mpi)."""
-    if backend not in ("nccl", "hccl"):
-        return DeviceFacts(backend)
-    from collectives.device import accelerator_facts, local_device_kind
-    got = accelerator_facts(local_device_kind(backend))
-    return DeviceFacts(backend, name=got.get("name", ""), devices=got.get("devices", 0), version=got.get("version", ()),
-                       capability=got.get("capability", (0, 0)),
-                       collnet=backend == "nccl" and os.environ.get("NCCL_COLLNET_ENABLE") == "1")
-
-
-def oversubscribed(backend: str, nproc: int, devices: int, launcher: str = "") -> str:
-    """Why `nproc` local ranks cannot share this node's devices ('' when they can). NCCL refuses two
-    ranks on one GPU ("Duplicate GPU detected") and HCCL one NPU per rank; with a launcher the
-    ranks spread over hosts, which only the launcher knows."""
-    if backend not in ("nccl", "hccl") or launcher or nproc <= devices:
-        return ""
-    what, lib = ("GPU", "NCCL") if backend == "nccl" else ("NPU", "HCCL")
-    return (f"--nproc {nproc} > {devices} {what}{'s' if devices != 1 else ''} on this node: {lib} needs one {what} per rank "
-            f"(use --nproc {devices} or less, or a --launcher across hosts)")
 
 
 def hccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "") -> str:
@@ -243,19 +213,20 @@ def nccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "
             return f"NCCL's {native} needs several GPUs on one NVSwitch node; this group has {target.ranks_per_node} per node"
         if native == "NVLSTree" and target.nodes == 1:
             return "NCCL's NVLSTree spans nodes (NVLS inside, Tree between); this group is on one node"
-        if dtype and op in REDUCING and redop and redop not in NCCL_NVLS_REDOPS.get(dtype, ()):
+        if dtype and OPS[op].reduces and redop and redop not in NCCL_NVLS_REDOPS.get(dtype, ()):
             return (f"NCCL's {native} has no {dtype} {redop} {op} (NVLS reduces int32/int64 sum/min/max, "
                     "fp32/fp64 sum, fp16/bf16 sum/min/max)")
     return ""
 
 
-def dtype_reason(target: Target, op: str, dtype: str, redop: str) -> str:
-    """Why the library cannot run `op` on `dtype` with `redop` here ('' if it can)."""
+def nccl_dtype_reason(target: Target, op: str, dtype: str, redop: str) -> str:
+    """Why NCCL cannot run `op` on `dtype` ('' if it can)."""
+    return "" if dtype in NCCL_DTYPES else f"NCCL has no {dtype} datatype"
+
+
+def hccl_dtype_reason(target: Target, op: str, dtype: str, redop: str) -> str:
+    """Why HCCL cannot run `op` on `dtype` with `redop` on this product ('' if it can)."""
     facts = target.facts
-    if facts.backend == "nccl":
-        return "" if dtype in NCCL_DTYPES else f"NCCL has no {dtype} datatype"
-    if facts.backend != "hccl":
-        return ""
     if (op, dtype) in HCCL_CAST_BY_TORCH_NPU:
         cast = HCCL_CAST_BY_TORCH_NPU[op, dtype]
         return (f"HCCL has no {dtype} {op}: torch_npu casts it to {cast} and back on the HCCL stream, so the time "
@@ -264,20 +235,16 @@ def dtype_reason(target: Target, op: str, dtype: str, redop: str) -> str:
     if not product:
         return ""     # a SoC the tables do not know: the library's own error says what it lacks
     where = f"{PRODUCT_NAMES[product]} ({facts.name})"
-    if op in REDUCING and dtype not in HCCL_REDUCE_DTYPES[product]:
+    reduces = OPS[op].reduces
+    if reduces and dtype not in HCCL_REDUCE_DTYPES[product]:
         extra = {"float64": " (HCCL reduces float64 on Ascend 950 only)",
                  "uint8": " (and torch_npu does not cast it: the call would fail)"}.get(dtype, "")
         return f"HCCL on {where} has no {dtype} {op}{extra}"
-    if op in MOVING and dtype not in HCCL_MOVE_DTYPES[product]:
+    if not reduces and dtype not in HCCL_MOVE_DTYPES[product]:
         return f"HCCL on {where} has no {dtype} {op}"
-    if op in REDUCING and redop == "prod" and dtype in HCCL_PROD_LACKS[product]:
+    if reduces and redop == "prod" and dtype in HCCL_PROD_LACKS[product]:
         return f"HCCL on {where} has no {dtype} prod"
     return ""
-
-
-def algo_label(backend: str, algo: str) -> str:
-    """How a series names its algorithm: HCCL cannot say what it ran, so its choice is 'as requested'."""
-    return f"{algo} (requested)" if backend == "hccl" and algo not in ("", "default") else algo
 
 
 # --- What NCCL says it ran. NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING makes rank 0 print one line
@@ -287,12 +254,10 @@ def algo_label(backend: str, algo: str) -> str:
 # count ... datatype ... [nranks=N]") name no algorithm.
 _TUNING = re.compile(r"NCCL INFO (?:(?P<op>AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): )?(?P<bytes>\d+) Bytes "
                      r"-> Algo (?P<algo>\w+) proto (?P<proto>\w+)")
-_ALGO_IDS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")   # ncclAlgoStr order
+_ALGO_IDS = NCCL_ALGOS
 _PROTO_IDS = ("LL", "LL128", "Simple")
 _ALGO_NAMES = {a.lower(): a for a in _ALGO_IDS}
 _PROTO_NAMES = {p.lower(): p for p in _PROTO_IDS}
-NCCL_FUNC = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter",
-             "broadcast": "Broadcast", "reduce": "Reduce"}
 
 
 @dataclass(frozen=True)
@@ -319,10 +284,11 @@ def parse_nccl_tuning(text: str) -> list[NcclCall]:
 def nccl_algo_ran(text: str, op: str, nbytes: int, nranks: int) -> str | None:
     """'Ring/LL128' (or 'Ring/LL 90%, Tree/LL 10%' when it changed) for the calls of `op` moving
     `nbytes` (the harness's full buffer) in `text`; None when NCCL printed nothing for them."""
-    func = NCCL_FUNC.get(op)
-    if func is None:
+    coll = OPS[op]
+    func = coll.log.nccl_func
+    if not coll.switches.nccl_algos or not func:   # NCCL prints a choice only for what NCCL_ALGO applies to
         return None
-    per_call = nbytes // nranks if op in ("all_gather", "reduce_scatter") else nbytes
+    per_call = nbytes // nranks if coll.per_rank_log_bytes() else nbytes
     seen: dict[str, int] = {}
     for call in parse_nccl_tuning(text):
         if call.op in (func, "") and call.nbytes == per_call:

@@ -192,18 +192,13 @@ def graph_unsupported_on(kind: str, mod) -> str:
     return ""
 
 
-def graph_unsupported(backend: str) -> str:
-    """Driver side, at collection: '' where `backend`'s device can replay captured graphs, else
+def graph_unsupported(kind: str) -> str:
+    """Driver side, at collection: '' where a device of `kind` can replay captured graphs, else
     the skip reason. Device backends were probed first, so their module imports here."""
-    kind = local_device_kind(backend)
     if kind == "cpu":
         return GRAPH_NEEDS_DEVICE
     import torch
     return graph_unsupported_on(kind, _npu() if kind == "npu" else torch.cuda)
-
-
-def local_device_kind(backend: str) -> str:
-    return {"gloo": "cpu", "mpi": "cpu", "nccl": "cuda", "hccl": "npu"}[backend]
 
 
 def preload_mpi_library() -> None:
@@ -217,29 +212,22 @@ def preload_mpi_library() -> None:
         return   # no MPI here: nothing to load; the mpi backend's probe says so if it is asked for
 
 
-def probe_backend(backend: str) -> None:
-    """Raise DeviceUnavailable with one sentence when `backend` cannot run on this machine."""
-    if backend in ("gloo", "mpi"):
-        if backend == "mpi":
-            try:
-                import mpi4py
-                mpi4py.rc.initialize = False   # load the library without initialising MPI in the driver
-                from mpi4py import MPI  # noqa: F401
-            except (ImportError, RuntimeError) as exc:
-                raise DeviceUnavailable("backend mpi needs mpi4py and an MPI library: "
-                                        "pip install 'hccl-bench[mpi]' (mpi4py + the mpich wheel)") from exc
+def probe_device(kind: str, backend: str) -> None:
+    """Raise DeviceUnavailable with one sentence when `kind`'s device cannot be used here
+    (`backend` names the asking backend in the sentence)."""
+    if kind == "cpu":
         return
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     try:
         import torch
     except Exception as exc:  # torch_npu without CANN breaks even `import torch`
         raise DeviceUnavailable(f"backend {backend}: import torch failed ({str(exc).splitlines()[0]})") from exc
-    if backend == "nccl":
+    if kind == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceUnavailable("backend nccl needs a CUDA GPU; torch.cuda.is_available() is False here")
+            raise DeviceUnavailable(f"backend {backend} needs a CUDA GPU; torch.cuda.is_available() is False here")
         return
     if not _npu().is_available():
-        raise DeviceUnavailable("backend hccl needs an Ascend NPU; torch.npu.is_available() is False here")
+        raise DeviceUnavailable(f"backend {backend} needs an Ascend NPU; torch.npu.is_available() is False here")
 
 
 def _npu():

@@ -22,22 +22,14 @@ def corrupt_one(a: np.ndarray) -> np.ndarray:
 def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool, asynchronous: bool = False):
     """Allocate and fill this rank's buffers; return (call, recv buffer, pattern). asynchronous:
     the call starts the collective and returns a handle to wait() on."""
-    n, me = backend.world, backend.rank
-    pattern = Pattern(op, dtype, redop, count, n)
-    send_n, recv_n = OPS[op].buffer_counts(count, n)
-    x = pattern.input(me)
-    if not inplace:
+    pattern = Pattern(op, dtype, redop, count, backend.world)
+    send_n, recv_n = OPS[op].buffer_counts(count, backend.world)
+    x = pattern.input(backend.rank)
+    if inplace:                       # the op's own layout (collectives/ops/<op>.py)
+        send, recv = OPS[op].inplace(backend, x, pattern, send_n, recv_n)
+    else:
         send = backend.from_numpy(x, dtype)
         recv = backend.full(recv_n, pattern.sentinel(), dtype)
-    elif op == "all_gather":          # input is this rank's chunk of the output (nccl-tests)
-        recv = backend.full(recv_n, pattern.sentinel(), dtype)
-        send = backend.view(recv, me * send_n, (me + 1) * send_n)
-        backend.write(send, x)
-    elif op == "reduce_scatter":      # output is this rank's chunk of the input
-        send = backend.from_numpy(x, dtype)
-        recv = backend.view(send, me * recv_n, (me + 1) * recv_n)
-    else:                             # all_reduce, broadcast, reduce, all_to_all: one buffer
-        recv = send = backend.from_numpy(x, dtype)
     return backend.call(op, send, recv, redop, inplace, asynchronous), recv, pattern
 
 

@@ -53,3 +53,9 @@ def format_size(nbytes: int) -> str:
         if nbytes >= scale and nbytes % scale == 0:
             return f"{nbytes // scale}{unit}"
     return f"{nbytes}B"
+
+
+def comm_buffers(communicators: int, hccl_buffsize_mb: float = 200.0) -> float:
+    """Bytes of HCCL's communication buffers: HCCL_BUFFSIZE MB twice (input and output) per
+    communicator, in device memory (the memory model and the table's knob line both state it)."""
+    return 2 * communicators * hccl_buffsize_mb * 1e6

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness import files
 from reports.result_files import load
-from reports.results import ResultError
+from schema.results import ResultError
 
 ROOT = Path(__file__).resolve().parent.parent / "baselines"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")

@@ -6,30 +6,45 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from collectives import stats
+from collectives.ops import bandwidths
 from harness.cases import Case, LayerCase, TuningCase
 from harness.options import Options
 from layers import memory, schedules
 from layers.mesh import ParallelDims, tp_placement
-from reports.results import CollectiveRow, LayerRow, Series, TuningRow, knob_text, link_class
+from schema import stats
+from schema.results import CollectiveRow, LayerRow, Series, TuningRow, link_class
+
+
+def identity(case: Case | LayerCase | TuningCase) -> dict:
+    """The row fields that name the case's cell, computed once: the row builders below start from
+    them and cell_key derives the cell from them, so the two cannot disagree."""
+    common = {"backend": case.backend, "nranks": case.nranks, "knobs": case.knobs}
+    if isinstance(case, Case):
+        return {**common, "algo": case.algo, "op": case.op, "dtype": case.dtype, "redop": case.redop,
+                "inplace": case.inplace, "bytes": case.nbytes, "graph": case.graph}
+    if isinstance(case, TuningCase):
+        overlap = {"op": case.op, "dtype": case.dtype, "bytes": case.nbytes, "count": case.count}
+        return {**common, "bench": case.bench, **(overlap if case.bench == "overlap" else {"bytes": case.size}),
+                **({"comm_dtype": case.comm_dtype} if case.bench == "compress" else {})}
+    dims = {"tp": case.tp, "pp": case.pp, "dp": case.dp}
+    if case.task == "tp_bench":
+        return {**common, **dims, "bench": "linear", "layer": case.layer, "sequence_parallel": case.sp, "impl": case.impl}
+    return {**common, **dims, "bench": "pipeline", "schedule": case.schedule, "microbatches": case.microbatches}
+
+
+ROW_TYPES = ((Case, CollectiveRow), (TuningCase, TuningRow), (LayerCase, LayerRow))
 
 
 def cell_key(case: Case | LayerCase | TuningCase) -> tuple[Series, int]:
-    """The (series, size) the case's rows will have: Series.of(row) for the row built below."""
-    knobs = knob_text(case.knobs)
-    if isinstance(case, Case):
-        return Series("collective", case.backend, case.algo, case.op, case.dtype, case.redop, case.inplace,
-                      case.nranks, knobs=knobs, graph=case.graph or None), case.nbytes
-    if isinstance(case, TuningCase):
-        overlap = case.bench == "overlap"
-        return Series(case.bench, case.backend, op=case.op if overlap else None, dtype=case.dtype if overlap else None,
-                      nranks=case.nranks, comm_dtype=case.comm_dtype or None, knobs=knobs), \
-            (case.nbytes if overlap else case.size)
-    if case.task == "tp_bench":
-        return Series("linear", case.backend, tp=case.tp, pp=case.pp, dp=case.dp, layer=case.layer,
-                      sequence_parallel=case.sp, impl=case.impl, knobs=knobs), 0
-    return Series("pipeline", case.backend, tp=case.tp, pp=case.pp, dp=case.dp, schedule=case.schedule,
-                  microbatches=case.microbatches, knobs=knobs), 0
+    """The (series, size) the case's rows will have, by Series.of_fields, the one derivation Series.of uses."""
+    fields = identity(case)
+    row_type = next(row for kind, row in ROW_TYPES if isinstance(case, kind))
+    return Series.of_fields(row_type, fields), fields.get("bytes", 0)
+
+
+def _bandwidths(summary: dict, op: str, nbytes: int, nranks: int, algo: str) -> dict:
+    algbw, busbw = bandwidths(op, nbytes, summary["time_us"] * 1e-6, nranks, algo)
+    return {**summary, "algbw_gbps": algbw, "busbw_gbps": busbw}
 
 
 def collective_row(case: Case, results: list[dict], hosts: dict, places: dict | None = None) -> CollectiveRow:
@@ -37,14 +52,11 @@ def collective_row(case: Case, results: list[dict], hosts: dict, places: dict | 
     matrix = [r["round_ns"] for r in results]
     assert case.group is not None
     return CollectiveRow(
-        launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None,
-        backend=case.backend, algo=case.algo, op=case.op, dtype=case.dtype, redop=case.redop,
-        inplace=case.inplace, nranks=case.nranks, size=case.size, bytes=case.nbytes, count=case.count,
-        **stats.summarize(matrix, k, case.op, case.nbytes, case.nranks),
+        launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, **identity(case),
+        size=case.size, count=case.count, **_bandwidths(stats.summarize(matrix, k), case.op, case.nbytes, case.nranks, case.algo),
         wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
         iters_per_round=k, calibration=results[0].get("calibration", {}), **stats.rank_rounds(matrix, places),
-        algo_env=case.env, group_env=case.group.rank_env, hosts=hosts, knobs=case.knobs,
-        link_class=link_class(hosts), graph=case.graph)
+        algo_env=case.env, group_env=case.group.rank_env, hosts=hosts, link_class=link_class(hosts))
 
 
 def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, rank_hosts: dict[int, str],
@@ -54,13 +66,12 @@ def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, ran
     k = results[0]["iters"]
     step = [r["round_ns"] for r in results]
     row = LayerRow(
-        launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, backend=case.backend,
-        bench="linear" if case.task == "tp_bench" else "pipeline", tp=case.tp, pp=case.pp, dp=case.dp,
-        nranks=case.nranks, hidden=o.hidden, seq=o.seq, batch=o.batch, **stats.summarize(step, k),
+        launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, **identity(case),
+        hidden=o.hidden, seq=o.seq, batch=o.batch, **stats.summarize(step, k),
         iters_per_round=k, calibration=results[0].get("calibration", {}), **stats.rank_rounds(step, places), hosts=hosts,
         wrong=sum(r["wrong"] for r in results), wrong_per_rank=[r["wrong"] for r in results],
         checked=sum(r["checked"] for r in results), err_to_tol=max(r["err_to_tol"] for r in results),
-        knobs=case.knobs, group_env=case.group.rank_env if case.group else {},
+        group_env=case.group.rank_env if case.group else {},
         peak_memory_bytes_per_rank=[r["peak_memory_bytes"] for r in results],
         model_states_estimate_bytes=int(sum(memory.model_states(max(r["params_local"] for r in results), 1, 1))),
         placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks), rank_hosts))
@@ -71,16 +82,17 @@ def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, ran
         mm_s = stats.median_seconds([r["matmul_ns"] for r in results], k)
         flops = results[0]["flops_per_iter"]
         shares = [r["comm_share"] for r in results if r["comm_share"] is not None]
-        return replace(row, layer=case.layer, sequence_parallel=case.sp, impl=case.impl, fwd_us=fwd_s * 1e6,
+        share = sum(shares) / len(shares) if shares else None
+        return replace(row, fwd_us=fwd_s * 1e6,
                        bwd_us=(fb_s - fwd_s) * 1e6, step_us=step_s * 1e6,
                        tokens_per_s=results[0]["tokens_per_iter"] / step_s, achieved_flops=flops / fb_s,
                        matmul_flops=flops / mm_s, efficiency=mm_s / fb_s,
-                       comm_share=sum(shares) / len(shares) if shares else None)
+                       comm_share=share, comm_exposed_us=share * fb_s * 1e6 if share is not None else None)
     m = case.microbatches
     # the step ends when its slowest rank does; each rank's own compute fills part of it
     compute = stats.per_rank_median_seconds([r["compute_ns"] for r in results], k)
     bubbles = [float(1 - m * c / step_s) for c in compute]
-    return replace(row, schedule=case.schedule, microbatches=m, layers=o.layers, step_us=step_s * 1e6,
+    return replace(row, layers=o.layers, step_us=step_s * 1e6,
                    tokens_per_s=o.seq * o.batch / step_s, stage_compute_us_per_microbatch=[float(c) * 1e6 for c in compute],
                    bubble_measured=sum(bubbles) / len(bubbles), bubble_per_rank=bubbles,
                    bubble_theory=schedules.bubble_theory(case.schedule, case.pp, m),
@@ -90,29 +102,30 @@ def layer_row(case: LayerCase, o: Options, results: list[dict], hosts: dict, ran
 def tuning_row(case: TuningCase, results: list[dict], hosts: dict, places: dict | None = None) -> TuningRow:
     """Overlap: each loop's median per-iteration time (slowest rank per round) and the efficiency
     (t_comm + t_comp - t_both) / min(t_comm, t_comp), clipped to [0, 1] with the raw value kept.
-    Bucketing and compression: the step time, calls per step and, for compression, the error."""
+    Bucketing and compression: the step time, calls per step, for bucketing how full the buckets
+    are (gradient bytes / (calls x cap)), for compression the error."""
     k = results[0]["iters"]
     step = [r["round_ns"] for r in results]
     first = results[0]
     row = TuningRow(
-        launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, backend=case.backend,
-        bench=case.bench, nranks=case.nranks, **stats.summarize(step, k), iters_per_round=k,
-        calibration=first.get("calibration", {}), **stats.rank_rounds(step, places), hosts=hosts, knobs=case.knobs,
-        group_env=case.group.rank_env if case.group else {},
+        launch=case.launch, side=case.side, rounds_interleaved=case.partner is not None, **identity(case),
+        **stats.summarize(step, k), iters_per_round=k, calibration=first.get("calibration", {}),
+        **stats.rank_rounds(step, places), hosts=hosts, group_env=case.group.rank_env if case.group else {},
         wrong=sum(r["wrong"] for r in results))
     if case.bench == "overlap":
         both = stats.median_seconds(step, k)
         comm = stats.median_seconds([r["comm_round_ns"] for r in results], k)
         comp = stats.median_seconds([r["comp_round_ns"] for r in results], k)
         raw = (comm + comp - both) / min(comm, comp)
-        return replace(row, op=case.op, dtype=case.dtype, bytes=case.nbytes, count=case.count, t_comm_us=comm * 1e6,
-                       t_comp_us=comp * 1e6, t_both_us=both * 1e6, overlap_efficiency=min(1.0, max(0.0, raw)),
-                       overlap_efficiency_raw=raw, matmul_n=first["matmul_n"])
-    common = {"bytes": case.size, "step_us": stats.median_seconds(step, k) * 1e6, "calls": first["calls"],
+        return replace(row, t_comm_us=comm * 1e6, t_comp_us=comp * 1e6, t_both_us=both * 1e6,
+                       overlap_efficiency=min(1.0, max(0.0, raw)), overlap_efficiency_raw=raw, matmul_n=first["matmul_n"])
+    common = {"step_us": stats.median_seconds(step, k) * 1e6, "calls": first["calls"],
               "tensors": first["tensors"], "model_bytes": first["model_bytes"]}
     if case.bench == "bucket":
-        return replace(row, **common, bucket_bytes=case.size)
-    return replace(row, **common, bucket_bytes=first["bucket_bytes"], comm_dtype=case.comm_dtype,
+        # DDP closes a bucket once it holds the cap, so a bucket can pass it: fill > 1 is an overshoot
+        fill = first["model_bytes"] / (first["calls"] * case.size) if case.size else None
+        return replace(row, **common, bucket_bytes=case.size, bucket_fill=fill)
+    return replace(row, **common, bucket_bytes=first["bucket_bytes"],
                    max_rel_error=first["max_rel_error"], mean_rel_error=first["mean_rel_error"],
                    error_bound=first["error_bound"])
 

@@ -7,15 +7,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from collectives import algorithms, capabilities
-from collectives.backends import dtypes as backend_dtypes
-from collectives.backends import forms
+from collectives.backends import BACKENDS, info, oversubscribed
 from collectives.capabilities import DeviceFacts
-from collectives.ops import OPS
+from collectives.ops import ITEMSIZE, OPS
 from collectives.sizes import format_size
-from harness.groups import GroupKey
+from harness.group_key import GroupKey
 from harness.options import Options
-
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1}
 
 
 @dataclass
@@ -38,6 +35,7 @@ class Case:
     partner: GroupKey | None = None  # --ab-env: the other side's group (rounds alternate between them)
     knobs: dict = field(default_factory=dict)       # --knobs: this case's values (set in its group)
     graph: bool = False             # --graph: rounds replayed from a captured device graph
+    side_b: tuple | None = None     # (setting, group env) on side B where its interpreter loads another library build
 
     @property
     def id(self) -> str:
@@ -57,7 +55,7 @@ def with_graph(cases: list[Case], modes: tuple[bool, ...]) -> list[Case]:
     if modes == (False,):
         return cases
     from collectives.device import graph_unsupported
-    reasons = {b: graph_unsupported(b) for b in {c.backend for c in cases}}
+    reasons = {b: graph_unsupported(info(b).device_kind) for b in {c.backend for c in cases}}
     out = []
     for case in cases:
         for graph in modes:
@@ -66,19 +64,10 @@ def with_graph(cases: list[Case], modes: tuple[bool, ...]) -> list[Case]:
     return out
 
 
-def mpi_family() -> str:
-    """'mpich' or 'openmpi', read without initialising MPI in the driver. The backend was probed
-    before this runs, so a failure here is a real error, not a reason to guess MPICH."""
-    import mpi4py
-    mpi4py.rc.initialize = False
-    from mpi4py import MPI
-    return "openmpi" if "Open MPI" in MPI.Get_library_version() else "mpich"
-
-
 def _inplace_choices(backend: str, op: str, modes: tuple[str, ...]) -> list[tuple[bool, str]]:
     """(in-place?, skip reason) per requested mode; 'auto' prefers out-of-place where it exists."""
-    have = forms(backend)[op]
-    lib = "mpi4py" if backend == "mpi" else "torch.distributed"
+    have = info(backend).forms(op)
+    lib = info(backend).api
     out = []
     for mode in modes:
         if mode == "auto":
@@ -126,51 +115,62 @@ def launches(opts: Options, build_one) -> list:
             groups = {}
             for side in sides:
                 extra = {k: v for k, v in opts.ab_env.items() if k != "HCCL_BENCH_PYTHON"} if side == "B" else {}
-                python = opts.ab_env.get("HCCL_BENCH_PYTHON", "") if side == "B" else ""
-                groups[side] = template.group and replace(template.group, launch=launch, side=side, python=python,
-                                                          side_env=tuple(sorted(extra.items())))
+                own = {"env": template.side_b[1]} if side == "B" and getattr(template, "side_b", None) else {}
+                groups[side] = template.group and replace(template.group, launch=launch, side=side,
+                                                          python=side_python(opts, side), side_env=tuple(sorted(extra.items())),
+                                                          **own)
             for side in order:
-                case = replace(template, launch=launch, side=side, group=groups[side])
+                own = {"env": template.side_b[0]} if side == "B" and getattr(template, "side_b", None) else {}
+                case = replace(template, launch=launch, side=side, group=groups[side], **own)
                 if side and case.group is not None:
                     case.partner = groups["B" if side == "A" else "A"]
                 cases.append(case)
     return cases
 
 
+def side_python(opts: Options, side: str) -> str:
+    """The interpreter a side's ranks run ("" = this one): side B's HCCL_BENCH_PYTHON in --ab-env/--ab-source."""
+    return opts.ab_env.get("HCCL_BENCH_PYTHON", "") if side == "B" else ""
+
+
 def build(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[Case]:
     """The collective cases. `facts` stand in for devices this machine lacks (unit tests); every
-    backend without them is read from the device here (collectives.capabilities.read_facts)."""
+    backend without them is read from the device here (BackendInfo.read_facts)."""
     given = {f.backend: f for f in facts}
-    known = {b: given.get(b) or capabilities.read_facts(b) for b in opts.backends}
+    known = {b: given.get(b) or info(b).facts() for b in opts.backends}
     return launches(opts, lambda o: _build_launch(o, known))
 
 
 def _capability_skip(target: capabilities.Target, algo: str, op: str, dtype: str, redop: str) -> str:
     """Why the capability table says this (op, dtype, redop) under `algo` cannot run here ('' if it can)."""
     backend = target.facts.backend
-    if why := capabilities.dtype_reason(target, op, dtype, redop):
-        return why
-    native = algorithms.native_name(backend, algo)
-    if backend == "hccl" and native:
-        return capabilities.hccl_algo_reason(native, op, target, dtype)
-    if backend == "nccl" and native:
-        return capabilities.nccl_algo_reason(native, op, target, dtype, redop)
-    return ""
+    return info(backend).skip_reason(target, algorithms.native_name(backend, algo), op, dtype, redop)
+
+
+def _resolve(backend: str, algo: str, ops, library: str, target) -> tuple[dict, tuple[tuple[str, str], ...]]:
+    """Each op's setting for `algo` under one library build, and the worker group's merged environment."""
+    resolved = {op: algorithms.resolve(backend, algo, op, library, target) for op in ops}
+    group_env = algorithms.merge_group_env([e for e in resolved.values() if isinstance(e, dict)])
+    return resolved, tuple(sorted(group_env.items()))
 
 
 def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) -> list[Case]:
-    family = mpi_family() if "mpi" in opts.backends else "mpich"
     cases: list[Case] = []
     for backend in opts.backends:
-        device = (facts or {}).get(backend) or capabilities.read_facts(backend)
+        device = (facts or {}).get(backend) or info(backend).facts()
         target = capabilities.Target.of(device, opts.nproc, opts.launcher)
-        crowded = capabilities.oversubscribed(backend, opts.nproc, device.devices, opts.launcher)
+        crowded = oversubscribed(backend, opts.nproc, device.devices, opts.launcher)
+        forced = any(a != "default" for a in opts.algos)
+        # the library build is read per side: side B's interpreter may load another MPI than this one
+        library = info(backend).variant() if forced else ""
+        library_b = info(backend).variant(side_python(opts, "B")) if forced and side_python(opts, "B") else library
         for algo in opts.algos:
-            resolved = {op: algorithms.resolve(backend, algo, op, family, target) for op in opts.ops}
-            group_env = algorithms.merge_group_env([e for e in resolved.values() if isinstance(e, dict)])
-            key = GroupKey(backend, opts.nproc, tuple(sorted(group_env.items())), opts.launcher)
+            resolved, group_env = _resolve(backend, algo, opts.ops, library, target)
+            resolved_b, group_env_b = _resolve(backend, algo, opts.ops, library_b, target) if library_b != library else ({}, ())
+            key = GroupKey(backend, opts.nproc, group_env, opts.launcher)
             for op in opts.ops:
                 env = resolved[op]
+                env_b = resolved_b.get(op, env)
                 for dtype in opts.dtypes:
                     redops = opts.redops if OPS[op].reduces else ["none"]
                     for redop in redops:
@@ -183,16 +183,20 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
                                     case.skip = crowded
                                 elif isinstance(env, algorithms.Unsupported):
                                     case.skip = env.reason
-                                elif dtype not in backend_dtypes(backend):
-                                    case.skip = f"{backend} has no {dtype} datatype (has {', '.join(backend_dtypes(backend))})"
+                                elif isinstance(env_b, algorithms.Unsupported):
+                                    case.skip = f"side B ({library_b}): {env_b.reason}"
+                                elif dtype not in info(backend).dtypes:
+                                    case.skip = f"{backend} has no {dtype} datatype (has {', '.join(info(backend).dtypes)})"
                                 elif why := _capability_skip(target, algo, op, dtype, redop):
                                     case.skip = why
                                 elif inplace_skip:
                                     case.skip = inplace_skip
-                                elif op == "sendrecv" and opts.nproc < 2:
-                                    case.skip = "sendrecv needs at least 2 ranks"
+                                elif opts.nproc < OPS[op].min_ranks:
+                                    case.skip = f"{op} needs at least {OPS[op].min_ranks} ranks"
                                 else:
                                     case.env, case.group = env, key
+                                    if resolved_b:
+                                        case.side_b = (env_b, group_env_b)
                                 cases.append(case)
     return with_graph(cases, opts.graph)
 
@@ -254,7 +258,8 @@ def _build_layer_launch(opts: Options) -> list[LayerCase]:
     out: list[LayerCase] = []
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
-        not_torch = "layer benches need torch.distributed (gloo, nccl, hccl), not mpi4py" if backend == "mpi" else ""
+        layered = ", ".join(b for b, i in BACKENDS.items() if i.layers)
+        not_torch = "" if info(backend).layers else f"layer benches need torch.distributed ({layered}), not {info(backend).api}"
         for tp in opts.tp:
             for layer, sp in TP_BLOCKS:
                 for impl in IMPLS:
@@ -280,7 +285,7 @@ def _build_layer_launch(opts: Options) -> list[LayerCase]:
     return out
 
 
-OVERLAP_OPS = ("all_reduce", "all_gather", "reduce_scatter")   # the ones with an asynchronous form everywhere
+OVERLAP_OPS = tuple(name for name, op in OPS.items() if op.has_async)   # the ones with an asynchronous form everywhere
 
 
 @dataclass
@@ -338,8 +343,8 @@ def _build_tuning_launch(opts: Options) -> list[TuningCase]:
                     case = TuningCase(backend, "overlap", opts.nproc, size, op, dtype, inplace=inplace, group=key)
                     case.count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
                     case.nbytes = case.count * ITEMSIZE[dtype]
-                    if dtype not in backend_dtypes(backend):
-                        case.skip = f"{backend} has no {dtype} datatype (has {', '.join(backend_dtypes(backend))})"
+                    if dtype not in info(backend).dtypes:
+                        case.skip = f"{backend} has no {dtype} datatype (has {', '.join(info(backend).dtypes)})"
                     out.append(case)
         seen: dict[int, int] = {}
         for cap in opts.buckets:
@@ -352,7 +357,8 @@ def _build_tuning_launch(opts: Options) -> list[TuningCase]:
             out.append(case)
         for comm_dtype in opts.comm_dtypes:
             case = TuningCase(backend, "compress", opts.nproc, model, comm_dtype=comm_dtype, group=key)
-            if backend == "mpi" and comm_dtype in ("float16", "bfloat16"):
-                case.skip = f"MPI has no {comm_dtype} datatype to sum in (mpi4py: {', '.join(backend_dtypes(backend))})"
+            if comm_dtype not in info(backend).dtypes:
+                case.skip = (f"{info(backend).library} has no {comm_dtype} datatype to sum in "
+                             f"({info(backend).api}: {', '.join(info(backend).dtypes)})")
             out.append(case)
     return out

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
 import socket
@@ -25,11 +24,11 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-STATE_DIR = Path(os.environ.get("HCCL_BENCH_CLUSTER_DIR", "/run/hccl-bench-cluster"))
-SUBNET = "10.213.0"            # /24 on the bridge; the driver side is .1, host i is .(10+i)
+from harness.cluster_state import STATE_DIR, SUBNET, UCX_TLS, Cluster, ClusterError, Host
+from schema.exit_codes import ExitCode
+
 BRIDGE = "hbcbr0"
 DRIVER_NAME = "hbc-driver"     # the bridge address's name in /etc/hosts: where ranks reach the driver
 HOSTS_FILE = Path("/etc/hosts")
@@ -37,69 +36,6 @@ HOSTS_MARK = "# hccl-bench-cluster"
 RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
 DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$")
 MAX_HOSTS = 64
-SLURM_PORTS = (6817, 6818)     # slurmctld on the bridge address, slurmd in each host's namespace
-UCX_TLS = "tcp,self"           # no shared memory between emulated hosts (they share one kernel)
-
-
-class ClusterError(Exception):
-    """What stops a cluster command, in one line."""
-
-
-@dataclass
-class Host:
-    name: str          # its hostname (node1, node2, ...)
-    address: str
-    netns: str
-    uts: str           # the file holding its UTS namespace
-    veth: str          # the bridge side of its link
-    link: str = ""     # RATE[,DELAY] of its link, "" for unshaped
-
-
-@dataclass
-class Cluster:
-    hosts: list[Host] = field(default_factory=list)
-    driver_host: str = f"{SUBNET}.1"
-    state_dir: str = str(STATE_DIR)
-    python: str = sys.executable
-    created: list[list[str]] = field(default_factory=list)   # [kind, name] in creation order
-    daemons: list[dict] = field(default_factory=list)        # {"what", "pid", "exe"}
-    slurm_conf: str = ""
-
-    def save(self) -> None:
-        Path(self.state_dir, "state.json").write_text(json.dumps(asdict(self), indent=1))
-
-    @classmethod
-    def load(cls) -> Cluster | None:
-        path = STATE_DIR / "state.json"
-        if not path.exists():
-            return None
-        data = json.loads(path.read_text())
-        return cls(**{**data, "hosts": [Host(**h) for h in data["hosts"]]})
-
-    def host(self, name: str) -> Host:
-        for h in self.hosts:
-            if name in (h.name, h.address, h.netns):
-                return h
-        raise ClusterError(f"no host {name!r} in this cluster (hosts: {', '.join(h.name for h in self.hosts)})")
-
-    def enter(self, host: Host) -> list[str]:
-        """The prefix that runs a command on `host`: its network and its hostname."""
-        return ["nsenter", f"--net=/run/netns/{host.netns}", f"--uts={host.uts}", "--"]
-
-    def launchers(self) -> dict[str, str]:
-        """--launcher templates: ranks spread evenly over the hosts, blocks of consecutive ranks per host."""
-        wrapper = f"{shlex.quote(self.python)} -m harness.cluster launch"
-        out = {"mpi": f"{wrapper} -n {{nproc}} mpi --", "torchrun": f"{wrapper} -n {{nproc}} torchrun --"}
-        if self.slurm_conf:
-            ucx = os.environ.get("UCX_TLS", UCX_TLS)
-            out["srun"] = (f"env SLURM_CONF={shlex.quote(self.slurm_conf)} UCX_TLS={ucx} srun --mpi=pmi2 "
-                           f"--nodes {len(self.hosts)} --ntasks {{nproc}} --distribution block --kill-on-bad-exit=1")
-        return out
-
-    def describe(self) -> dict:
-        return {"hosts": [{"name": h.name, "address": h.address, "link": h.link or "unshaped"} for h in self.hosts],
-                "driver_host": self.driver_host, "launchers": self.launchers(), "state_dir": self.state_dir,
-                "slurm_conf": self.slurm_conf or None}
 
 
 def _run(cmd: list[str], what: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -304,19 +240,22 @@ def launch(kind: str, nproc: int, command: list[str]) -> int:
     if not command:
         raise ClusterError("launch needs the rank command after --")
     per_host = _split(nproc, cluster)
-    if kind == "mpi":
-        from harness.launchers import find_mpiexec
-        os.environ.setdefault("UCX_TLS", UCX_TLS)
-        mpiexec = find_mpiexec(command[0])   # the MPI library beside the ranks' interpreter
-        os.execvp(mpiexec, [mpiexec, "-localhost", DRIVER_NAME, "-launcher", "ssh", "-launcher-exec",
-                            str(Path(cluster.state_dir, "enter")), "-hosts", ",".join(h.name for h in cluster.hosts),
-                            "-ppn", str(per_host), "-n", str(nproc), *command])
-    if kind == "torchrun":
-        return _torchrun(cluster, per_host, command)
-    raise ClusterError(f"launch {kind!r}: allowed mpi, torchrun (Slurm's srun is a template of its own)")
+    if kind not in LAUNCHERS:
+        raise ClusterError(f"launch {kind!r}: allowed {', '.join(LAUNCHERS)} (Slurm's srun is a template of its own)")
+    return LAUNCHERS[kind](cluster, per_host, nproc, command)
 
 
-def _torchrun(cluster: Cluster, per_host: int, command: list[str]) -> int:
+def _mpiexec(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> int:
+    """hydra's mpiexec over the hosts' ssh stand-in; it replaces this process."""
+    from harness.launchers import find_mpiexec
+    os.environ.setdefault("UCX_TLS", UCX_TLS)
+    mpiexec = find_mpiexec(command[0])   # the MPI library beside the ranks' interpreter
+    os.execvp(mpiexec, [mpiexec, "-localhost", DRIVER_NAME, "-launcher", "ssh", "-launcher-exec",
+                        str(Path(cluster.state_dir, "enter")), "-hosts", ",".join(h.name for h in cluster.hosts),
+                        "-ppn", str(per_host), "-n", str(nproc), *command])
+
+
+def _torchrun(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> int:
     """One torchrun per host, rendezvous (c10d) on the first host; the first to fail ends them all."""
     first = cluster.hosts[0]
     with socket.socket() as probe:     # a port free on the first host: its namespace is otherwise empty
@@ -350,6 +289,9 @@ def _torchrun(cluster: Cluster, per_host: int, command: list[str]) -> int:
         time.sleep(0.1)
 
 
+LAUNCHERS = {"mpi": _mpiexec, "torchrun": _torchrun}   # `launch KIND`: the real launcher that starts the ranks
+
+
 def _parse_slow(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:
@@ -375,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("command", nargs=argparse.REMAINDER)
     sub.add_parser("down", help="remove everything up made (idempotent)")
     la = sub.add_parser("launch", help="(what the templates call) start ranks across the hosts")
-    la.add_argument("kind", choices=["mpi", "torchrun"])
+    la.add_argument("kind", choices=list(LAUNCHERS))
     la.add_argument("-n", "--nproc", type=int, required=True)
     la.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -385,27 +327,27 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(cluster.describe(), indent=1) if args.json else
                   f"# cluster up: {', '.join(f'{h.name} {h.address}' for h in cluster.hosts)}; "
                   f"driver host {cluster.driver_host}; down: hccl-bench cluster down")
-            return 0
+            return ExitCode.OK
         if args.action == "down":
             removed = down()
             print(f"# removed: {', '.join(removed)}" if removed else "# nothing to remove: no cluster is up")
-            return 0
+            return ExitCode.OK
         current = Cluster.load()
         if current is None:
             raise ClusterError("no emulated cluster is up (hccl-bench cluster up --hosts N)")
         if args.action == "status":
             print(json.dumps({**current.describe(), "daemons": [{**d, "alive": _alive(d)} for d in current.daemons]},
                              indent=1))
-            return 0
+            return ExitCode.OK
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if args.action == "exec":
             if not command:
                 raise ClusterError("exec HOST -- COMMAND...")
             os.execvp("nsenter", [*current.enter(current.host(args.host)), *command])
-        return launch(args.kind, args.nproc, command)
+        return launch(args.kind, args.nproc, command)   # the ranks' own status, passed through like mpirun's
     except ClusterError as exc:
         print(f"hccl-bench cluster: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -47,10 +47,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from schema.exit_codes import ExitCode
+
 MAX_LINE = 64 << 20          # an authenticated message (a case's results for many ranks)
 HELLO_TIMEOUT_S = 5.0        # a connection must authenticate this fast
 MAX_PENDING = 256            # unauthenticated connections held at once; the oldest goes first
-DRIVER_GONE_EXIT = 70        # a rank's exit status when its driver (or its host leader) vanished
+DRIVER_GONE_EXIT = ExitCode.DRIVER_GONE   # a rank's exit status when its driver (or its host leader) vanished
 HANDOFF_TIMEOUT_S = 120.0    # how long a leader serves its followers' hand-offs (the group's start-up limit)
 FOLLOWERS_EXIT_S = 5.0       # how long a leader, closing normally, waits for its followers to exit first
 

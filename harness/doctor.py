@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from collectives.backends import BACKENDS
 from collectives.sizes import SizeError, format_size, parse_sizes
 from harness import doctor_schedule as schedule
 from harness import files
@@ -34,8 +35,9 @@ from harness.doctor_schedule import flagged as _flagged
 from harness.doctor_schedule import median as _median
 from harness.doctor_schedule import worse as _worse
 from harness.groups import CaseFailure, GroupKey, GroupPool
+from schema.exit_codes import ExitCode
 
-EXIT_HEALTHY, EXIT_SUSPECT, EXIT_UNUSABLE = 0, 1, 2
+EXIT_HEALTHY, EXIT_SUSPECT, EXIT_UNUSABLE = ExitCode.OK, ExitCode.SUSPECT, ExitCode.BAD_INPUT
 HEATMAP_HOSTS = 64     # a bigger host x host heatmap is unreadable
 
 
@@ -314,51 +316,22 @@ def text(diag: Diagnosis) -> str:
     return "\n".join(out)
 
 
-def markdown(diag: Diagnosis) -> str:
-    from reports.summary import md
-    head = [f"### hccl-bench doctor: {'suspects found' if diag.suspects else 'healthy'}", "",
-            f"{len(diag.hosts)} hosts, {diag.rounds} {diag.schedule_words}", ""]
-    if diag.suspects:
-        head += ["| kind | host | peer | x worse | evidence |", "|---|---|---|---|---|"]
-        head += [f"| {s.kind} | {md(s.host)} | {md(s.peer or '-')} | {s.ratio:.2f} | {md(s.evidence)} |"
-                 for s in diag.suspects]
-    return "\n".join(head)
-
-
-def heatmap_png(diag: Diagnosis) -> str:
-    from reports.report_page import figure_png, plt
-    n = len(diag.hosts)
-    grid = [[diag.bandwidth_gbps.get(a, {}).get(b, float("nan")) for b in diag.hosts] for a in diag.hosts]
-    fig, ax = plt.subplots(figsize=(1.2 + 0.6 * n, 1.0 + 0.5 * n))
-    image = ax.imshow(grid, cmap="viridis")
-    ax.set_xticks(range(n), diag.hosts, rotation=45, fontsize=7)
-    ax.set_yticks(range(n), diag.hosts, fontsize=7)
-    for i in range(n):
-        for j in range(n):
-            if i != j and grid[i][j] == grid[i][j]:
-                ax.text(j, i, f"{grid[i][j]:.2f}", ha="center", va="center", fontsize=6, color="w")
-    fig.colorbar(image, ax=ax, label="GB/s host to host")
-    return figure_png(fig)
-
-
 def write_outputs(diag: Diagnosis, out_dir: Path | None, json_path: str | None) -> None:
     if json_path:
         files.write_atomic(json_path, json.dumps(diag.to_json(), indent=1))
     if out_dir is None:
         return
-    from reports.report_page import TEMPLATES
+    from reports import doctor_page  # matplotlib and jinja2: only when a page is asked for
     out_dir.mkdir(parents=True, exist_ok=True)
-    html = TEMPLATES.get_template("doctor.html.j2").render(
-        diag=diag, text=text(diag), png=heatmap_png(diag) if 1 < len(diag.hosts) <= HEATMAP_HOSTS else None)
-    files.write_atomic(out_dir / "doctor.html", html)
-    files.write_atomic(out_dir / "doctor.md", markdown(diag) + "\n")
+    files.write_atomic(out_dir / "doctor.html", doctor_page.html(diag, text(diag), heatmap=1 < len(diag.hosts) <= HEATMAP_HOSTS))
+    files.write_atomic(out_dir / "doctor.md", doctor_page.markdown(diag) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> ExitCode:
     parser = argparse.ArgumentParser(prog="hccl-bench doctor", description=__doc__.split("\n\n")[0])
     parser.add_argument("--launcher", required=True, help="launcher template with {nproc} (as for the benches)")
     parser.add_argument("--nproc", type=int, required=True, help="ranks in all; each host needs at least one")
-    parser.add_argument("--backend", default="mpi", choices=["mpi", "gloo", "nccl", "hccl"])
+    parser.add_argument("--backend", default="mpi", choices=list(BACKENDS))
     parser.add_argument("--driver-host", default="127.0.0.1", help="the address every rank reaches the driver at")
     parser.add_argument("-o", "--output", help="folder for doctor.html (heatmap), doctor.md and the ranks' logs "
                         "(default: a new results/doctor-<timestamp>/)")
@@ -399,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNUSABLE
     except Exception as exc:  # a bug: one line, and never the exit status of a suspect
         print(f"hccl-bench doctor: internal error: {type(exc).__name__}: {exc} (please report it)", file=sys.stderr)
-        return 3
+        return ExitCode.INTERNAL
     print(text(diag))
     full_rounds = len(pair_rounds(len(diag.hosts)))
     print(f"# rounds: {diag.rounds} ({len(diag.hosts)} hosts, "

@@ -15,11 +15,14 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectives.backends import for_python
+from collectives.backends import info as backend_info
 from harness import launchers
 from harness.control import Channel, ChannelClosed, accept_group
+from harness.group_key import GroupKey
 from harness.worker import CASE_ERROR
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -48,27 +51,6 @@ class RankHang(CaseFailure):
 
 class RankDied(CaseFailure):
     pass
-
-
-@dataclass(frozen=True)
-class GroupKey:
-    backend: str
-    nproc: int
-    env: tuple[tuple[str, str], ...] = ()        # the algorithm's variables: the same on both A/B sides
-    launcher: str = ""
-    launch: int = 0              # --repeat: each launch gets fresh groups (the statistical sample)
-    side: str = ""               # --ab-env/--ab-source: "A" or "B"
-    side_env: tuple[tuple[str, str], ...] = ()   # side B's --ab-env variables (empty for A)
-    python: str = ""             # side B's interpreter (HCCL_BENCH_PYTHON in --ab-env); "" = this one
-
-    @property
-    def rank_env(self) -> dict[str, str]:
-        """Every variable the harness sets for this group's ranks on top of the driver's."""
-        return {**dict(self.env), **dict(self.side_env)}
-
-    def slot(self) -> GroupKey:
-        """The key with its A/B side taken out: both sides of a case share one slot in the run order."""
-        return replace(self, side="", side_env=(), python="")
 
 
 try:  # resolved here, not in the forked child: dlopen after fork can deadlock on a lock another
@@ -139,7 +121,7 @@ class WorkerGroup:
         try:
             if self.key.launcher:
                 plan = launchers.from_template(self.key.launcher, self.key.nproc, python)
-                if self.key.backend != "mpi":
+                if backend_info(self.key.backend).rendezvous_store:
                     self.store = _serve_store(self.driver_host)
             else:
                 plan = launchers.local(self.key.backend, self.key.nproc, master_port, python, self.log_dir / "store")
@@ -188,8 +170,8 @@ class WorkerGroup:
                      "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))})
         for var, value in RANK_ENV_DEFAULTS.items():
             base.setdefault(var, value)
-        if self.key.backend == "hccl":
-            base.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+        for var, value in for_python(self.key.backend, self.key.python).rank_env:
+            base.setdefault(var, value)
         return base
 
     def _spawn(self, plan: launchers.LaunchPlan, base: dict[str, str]) -> None:
@@ -277,7 +259,7 @@ class WorkerGroup:
         dead = [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
         if not dead:
             return
-        local_spawn = not self.key.launcher and self.key.backend != "mpi"
+        local_spawn = not self.key.launcher and backend_info(self.key.backend).launcher == "spawn"
         time.sleep(0.3)  # let the dying rank's last words reach its log
         # and list every rank that is gone by now: a peer that died of the first one's death (gloo's
         # "Connection closed by peer") may or may not have been caught by the first poll

@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from collectives.backends import for_python
+
 
 def worker_cmd(python: str = "") -> list[str]:
     """The rank process; `python` runs it under another installed stack's interpreter (A/B)."""
@@ -67,8 +69,9 @@ def local(backend: str, nproc: int, master_port: int, python: str = "", store: P
     (8 B all_reduce 0.81-1.07 ms bound vs 0.35-0.76 ms free). Device backends are left to the launcher.
     torch backends meet through a FileStore at `store` when given: no TCPStore listening on every
     interface for a group that never leaves this machine."""
-    if backend == "mpi":
-        return LaunchPlan([[find_mpiexec(python), "-n", str(nproc), "-bind-to", "core", *worker_cmd(python)]], [{}])
+    declared = for_python(backend, python)   # the flags follow the library build that interpreter loads
+    if declared.launcher == "mpiexec":
+        return LaunchPlan([[find_mpiexec(python), "-n", str(nproc), *declared.mpiexec_flags(nproc), *worker_cmd(python)]], [{}])
     envs = [{"RANK": str(r), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(nproc),
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
              **({"HCCL_BENCH_STORE": str(store.absolute())} if store else {})} for r in range(nproc)]  # a URL path: absolute

@@ -1,7 +1,11 @@
 """Command-line options of the benches, parsed and validated once before any rank starts.
 
-Every problem becomes one `OptionError` line saying what is wrong and what is allowed; the
-plugin turns it into pytest's usage error (exit code 4).
+Two steps: `parse` turns the option values into `Options` and nothing else (no torch, no shell,
+no environment change), so it can be tested and reused anywhere; `prepare` then asks this machine
+what the options leave to it (which backends `auto` means, the device count, a device backend's
+probe, the environment an --ab-source script sets) and exports what ranks inherit. Every problem in
+either step becomes one `OptionError` line saying what is wrong and what is allowed; the plugin
+turns it into pytest's usage error (exit code 4).
 """
 from __future__ import annotations
 
@@ -12,9 +16,9 @@ import subprocess
 from dataclasses import dataclass, field
 
 from collectives import algorithms
-from collectives.backends import TORCH_BACKEND_DTYPES
-from collectives.capabilities import oversubscribed
-from collectives.device import DeviceUnavailable, device_count, local_device_kind, probe_backend
+from collectives.backends import BACKENDS, info, oversubscribed
+from collectives.capabilities import ALL as TORCH_BACKEND_DTYPES
+from collectives.device import DeviceUnavailable, device_count
 from collectives.ops import OPS, REDOPS
 from collectives.sizes import SizeError, parse_size, parse_sizes
 from collectives.timing import MAX_GRAPH_ITERS, SMOKE, Plan
@@ -109,6 +113,26 @@ def add_options(parser) -> None:
     g.addoption("--timeout", default="300", help="seconds before a case counts as hung")
     g.addoption("--results", default="results", help="folder for results/<timestamp>/")
     g.addoption("--repeat", default="1", help="run the whole selection N times, each launch in fresh worker groups")
+    g.addoption("--driver-host", default="127.0.0.1", help="address ranks use to reach the driver")
+    g.addoption("--mpi-thread-level", default="", help="the MPI thread level the mpi backend asks for: "
+                                                       f"{', '.join(MPI_THREAD_LEVELS)} (default: mpi4py's, multiple); "
+                                                       "it changes results, and compare keeps levels apart")
+    g.addoption("--benchmark-tables", action="store_true", default=False,
+                help="also print pytest-benchmark's own per-case tables (off: they are long and wide; the JSON is the same)")
+    g.addoption("--harness-benches", action="store_true", default=False,
+                help="also run the harness's own speed checks (benches marked harness_bench, e.g. comparing 10,000 cells)")
+    g.addoption("--knobs", action="append", default=[],
+                help="NAME=v1,v2,... (repeatable): run each selected case once per value, in its own worker group with "
+                     "the variable set, as its own series (HCCL_BUFFSIZE=100,200,400, NCCL_PROTO=LL,Simple, MPIR_CVAR_*)")
+    g.addoption("--buckets", default=BUCKETS,
+                help="gradient bucket sizes of the bucketing bench (0: one all_reduce per tensor)")
+    g.addoption("--comm-dtypes", default=",".join(COMM_DTYPES),
+                help=f"gradient communication types of the compression bench: {', '.join(COMM_DTYPES)}")
+    _add_verdict_options(parser.getgroup("hccl-bench A/B and verdicts", "comparing stacks and judging changes"))
+    _add_layer_options(parser.getgroup("hccl-bench layers", "tensor- and pipeline-parallel layer benches"))
+
+
+def _add_verdict_options(g) -> None:
     g.addoption("--ab-env", default="", help="interleaved A/B: each launch runs as is (A) and with these "
                                              "variables set (B), e.g. 'HCCL_ALGO=level0:NA;level1:ring,HCCL_BUFFSIZE=400'")
     g.addoption("--ab-source", default="", help="interleaved A/B against another installed stack: side B gets the "
@@ -130,21 +154,9 @@ def add_options(parser) -> None:
                                                "(the latest baseline saved for this platform)")
     g.addoption("--history", action="store_true", help="nightly guard at the end: judge this run against the earlier "
                                                        "runs in its --results folder; a new confirmed regression fails")
-    g.addoption("--driver-host", default="127.0.0.1", help="address ranks use to reach the driver")
-    g.addoption("--mpi-thread-level", default="", help="the MPI thread level the mpi backend asks for: "
-                                                       f"{', '.join(MPI_THREAD_LEVELS)} (default: mpi4py's, multiple); "
-                                                       "it changes results, and compare keeps levels apart")
-    g.addoption("--benchmark-tables", action="store_true", default=False,
-                help="also print pytest-benchmark's own per-case tables (off: they are long and wide; the JSON is the same)")
-    g.addoption("--harness-benches", action="store_true", default=False,
-                help="also run the harness's own speed checks (benches marked harness_bench, e.g. comparing 10,000 cells)")
-    g.addoption("--knobs", action="append", default=[],
-                help="NAME=v1,v2,... (repeatable): run each selected case once per value, in its own worker group with "
-                     "the variable set, as its own series (HCCL_BUFFSIZE=100,200,400, NCCL_PROTO=LL,Simple, MPIR_CVAR_*)")
-    g.addoption("--buckets", default=BUCKETS,
-                help="gradient bucket sizes of the bucketing bench (0: one all_reduce per tensor)")
-    g.addoption("--comm-dtypes", default=",".join(COMM_DTYPES),
-                help=f"gradient communication types of the compression bench: {', '.join(COMM_DTYPES)}")
+
+
+def _add_layer_options(g) -> None:
     g.addoption("--tp", default="1,2", help="tensor-parallel degrees for the layer benches (dp = nproc / (tp x pp))")
     g.addoption("--pp", default="1,2", help="pipeline-parallel degrees for the layer benches")
     g.addoption("--microbatches", default="4", help="microbatch counts for the pipeline benches")
@@ -196,24 +208,18 @@ def auto_backends() -> list[str]:
 
 
 def parse(getoption) -> Options:
-    """Build Options from pytest's config.getoption; raise OptionError on the first problem."""
+    """Build Options from pytest's config.getoption; raise OptionError on the first problem. What
+    only the machine can say is left for `prepare`: `backends` is empty for --backend auto, `nproc`
+    0 without --nproc, and --ab-source's variables are not in `ab_env` yet."""
     o = Options()
     o.benchmark = bool(getoption("benchmark"))
     backend = str(getoption("backend")).strip()
-    o.backends = auto_backends() if backend == "auto" else _list(backend, algorithms.BACKENDS, "backend")
-    for name in o.backends:
-        try:
-            probe_backend(name)
-        except DeviceUnavailable as exc:
-            raise OptionError(str(exc)) from None
+    o.backends = [] if backend == "auto" else _list(backend, list(BACKENDS), "backend")
     o.launcher = str(getoption("launcher") or "")
     if o.launcher and (err := validate_template(o.launcher)):
         raise OptionError(err)
     nproc = getoption("nproc")
-    o.nproc = _int(nproc, "nproc", 1) if nproc is not None else _default_nproc(o.backends)
-    for name in (b for b in o.backends if b in ("nccl", "hccl")):   # one line here, not NCCL's duplicate-GPU error
-        if crowded := oversubscribed(name, o.nproc, device_count(local_device_kind(name)), o.launcher):
-            raise OptionError(crowded)
+    o.nproc = _int(nproc, "nproc", 1) if nproc is not None else 0
     o.ops = _list(getoption("ops"), list(OPS), "ops")
     sizes = getoption("sizes")
     if sizes is not None and not str(sizes).strip():
@@ -258,13 +264,11 @@ def parse(getoption) -> Options:
     o.repeat = _int(getoption("repeat"), "repeat", 1)
     o.baseline = str(getoption("baseline") or "")
     o.history = bool(getoption("history"))
-    o.ab_env = {**sourced_env(str(getoption("ab_source") or "")), **_env_list(str(getoption("ab_env") or ""))}
-    python = o.ab_env.get("HCCL_BENCH_PYTHON")
-    if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        raise OptionError(f"HCCL_BENCH_PYTHON={python!r} is not an executable file: give side B's python interpreter")
+    o.ab_env = _env_list(str(getoption("ab_env") or ""))
+    two_sides = bool(o.ab_env or getoption("ab_source"))
     o.ab_until_decided = bool(getoption("ab_until_decided"))
     if o.ab_until_decided:
-        if not o.ab_env:
+        if not two_sides:
             raise OptionError("--ab-until-decided needs two sides: add --ab-env VAR=VALUE or --ab-source FILE")
         if o.repeat > 1:
             raise OptionError("--ab-until-decided chooses the launches itself: give its budget as --max-repeat, "
@@ -286,7 +290,7 @@ def parse(getoption) -> Options:
         raise OptionError(f"--buckets: {exc}") from None
     if not o.buckets:
         raise OptionError("--buckets is empty: give sizes like 0,1M,4M,16M (0: one all_reduce per tensor)")
-    if o.history and o.ab_env:
+    if o.history and two_sides:
         raise OptionError("--history judges single-stack nightly runs; an --ab-env/--ab-source run has two sides "
                           "(compare them with hccl-bench compare RUN --ab, or give it to hccl-bench history --ab)")
     if o.baseline not in ("", "auto") and not os.path.exists(o.baseline):
@@ -296,8 +300,35 @@ def parse(getoption) -> Options:
     if o.mpi_thread_level:
         if o.mpi_thread_level not in MPI_THREAD_LEVELS:
             raise OptionError(f"--mpi-thread-level {o.mpi_thread_level!r}: allowed {', '.join(MPI_THREAD_LEVELS)}")
-        os.environ["HCCL_BENCH_MPI_THREAD_LEVEL"] = o.mpi_thread_level   # every rank inherits it, under any launcher
     _parse_layer_options(o, getoption)
+    if o.nproc:
+        check_world(o)
+    return o
+
+
+def prepare(o: Options, getoption) -> Options:
+    """The machine's part, after `parse`: resolve --backend auto and the default --nproc, probe each
+    backend's device, merge --ab-source's environment under --ab-env's, and export the MPI thread
+    level; raise OptionError on the first problem (the same lines as before the split)."""
+    resolved_world = not o.nproc
+    o.backends = o.backends or auto_backends()
+    for name in o.backends:
+        try:
+            info(name).probe()
+        except DeviceUnavailable as exc:
+            raise OptionError(str(exc)) from None
+    o.nproc = o.nproc or _default_nproc(o.backends)
+    for name in (b for b in o.backends if info(b).one_rank_per_device):   # one line here, not NCCL's duplicate-GPU error
+        if crowded := oversubscribed(name, o.nproc, device_count(info(name).device_kind), o.launcher):
+            raise OptionError(crowded)
+    if resolved_world:
+        check_world(o)
+    o.ab_env = {**sourced_env(str(getoption("ab_source") or "")), **o.ab_env}
+    python = o.ab_env.get("HCCL_BENCH_PYTHON")
+    if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise OptionError(f"HCCL_BENCH_PYTHON={python!r} is not an executable file: give side B's python interpreter")
+    if o.mpi_thread_level:
+        os.environ["HCCL_BENCH_MPI_THREAD_LEVEL"] = o.mpi_thread_level   # every rank inherits it, under any launcher
     return o
 
 
@@ -362,13 +393,19 @@ def _ints(text, name: str) -> list[int]:
 
 
 def _parse_layer_options(o: Options, getoption) -> None:
-    """Layer-bench shapes and degrees; each constraint is checked here, before any rank starts."""
+    """Layer-bench shapes and degrees (their fit to the world size: `check_world`)."""
     from layers import schedules
     o.tp, o.pp = _ints(getoption("tp"), "tp"), _ints(getoption("pp"), "pp")
     o.microbatches = _ints(getoption("microbatches"), "microbatches")
     o.schedules = _list(getoption("schedules"), list(schedules.SCHEDULES), "schedules")
     o.hidden, o.seq = _int(getoption("hidden"), "hidden", 1), _int(getoption("seq"), "seq", 1)
     o.batch, o.layers = _int(getoption("batch"), "batch", 1), _int(getoption("layers"), "layers", 1)
+
+
+def check_world(o: Options) -> None:
+    """The layer benches' degrees and shapes against the world size --nproc: each constraint is
+    checked here, before any rank starts."""
+    from layers import schedules
     valid = [(t, p) for t in o.tp for p in o.pp if o.nproc % (t * p) == 0]
     if not valid:
         raise OptionError(f"no tp x pp x dp equals the world size {o.nproc}: tp in {o.tp}, pp in {o.pp} "
@@ -388,7 +425,7 @@ def _parse_layer_options(o: Options, getoption) -> None:
 
 
 def _default_nproc(backends: list[str]) -> int:
-    for backend in ("hccl", "nccl"):
-        if backend in backends:
-            return max(1, device_count(local_device_kind(backend)))
+    for backend in backends:
+        if info(backend).one_rank_per_device:
+            return max(1, device_count(info(backend).device_kind))
     return 2

@@ -20,6 +20,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from collectives.backends import BACKENDS
 from collectives.device import cuda_driver_version, nvidia_driver_version
 
 # what torch_npu and torch's NCCL process group read besides the libraries' own HCCL_*/NCCL_*: every rank reports them
@@ -27,6 +28,7 @@ ADAPTER_ENV = ("TASK_QUEUE_ENABLE", "P2P_HCCL_BUFFSIZE", "TORCH_NCCL_", "TORCH_H
                "CPU_AFFINITY_CONF", "HCCL_OP_EXPANSION_MODE")
 ENV_PREFIXES = ("HCCL_", "NCCL_", "MPIR_CVAR_", "OMPI_MCA_", "GLOO_", "ASCEND_", "TORCH_DISTRIBUTED_", "CUDA_VISIBLE_DEVICES",
                 "ASCEND_RT_VISIBLE_DEVICES", "OMP_NUM_THREADS", *ADAPTER_ENV)
+PACKAGES = ("torch", "torch_npu", "numpy", "pytest-benchmark")   # besides each backend's own (BackendInfo.packages)
 TOPOLOGY_COMMANDS = {"nvidia-smi topo -m": ["nvidia-smi", "topo", "-m"], "npu-smi info": ["npu-smi", "info"]}
 TOPOLOGY_MAX_CHARS = 16_384   # an 8-GPU topo matrix is about 2 KB; npu-smi info for 16 NPUs about 6 KB
 TOPOLOGY_TIMEOUT_S = 10
@@ -98,7 +100,7 @@ def mpi_library_version() -> str | None:
         import mpi4py
         mpi4py.rc.initialize = False
         from mpi4py import MPI
-        return MPI.Get_library_version().strip().splitlines()[0]
+        return MPI.Get_library_version().rstrip("\x00").strip().splitlines()[0]   # Open MPI's ends in a NUL
     except Exception:
         return None
 
@@ -159,7 +161,8 @@ def collect(argv: list[str] | None = None) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "driver_host": socket.gethostname(),
-        "packages": {name: _dist(name) for name in ("torch", "torch_npu", "mpi4py", "mpich", "numpy", "pytest-benchmark")},
+        "packages": {name: _dist(name) for name in dict.fromkeys((*PACKAGES, *(p for b in BACKENDS.values()
+                                                                                for p in b.packages)))},
         "mpi_library": mpi_library_version(),
         "cann": cann_version_from_toolkit(),
         "drivers": driver_versions(),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness import files
+from schema.exit_codes import ExitCode
 
 
 class RunStore:
@@ -24,7 +25,8 @@ class RunStore:
         try:
             path = files.new_run_dir(self.results, self.stamp)
         except OSError as exc:
-            pytest.exit(f"hccl-bench: cannot create a run folder in {self.results}: {exc.strerror or exc}", returncode=3)
+            pytest.exit(f"hccl-bench: cannot create a run folder in {self.results}: {exc.strerror or exc}",
+                        returncode=ExitCode.INTERNAL)
         self.__dict__["run_dir"] = path
         self.append({"session": self.session_line()})
         return path
@@ -41,4 +43,4 @@ class RunStore:
             files.append_line(path, obj)
         except OSError as exc:
             pytest.exit(f"hccl-bench: cannot write {path}: {exc.strerror or exc}; "
-                        "the cases finished before are in that file", returncode=3)
+                        "the cases finished before are in that file", returncode=ExitCode.INTERNAL)

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from collectives import stats
-from collectives.capabilities import nccl_algo_ran
+from collectives.backends import info as backend_info
 from collectives.sizes import format_size
 from harness import provenance
 from harness.ab_pairing import ABPairing, PartnerFailed
@@ -21,7 +20,8 @@ from harness.cases import Case, LayerCase, TuningCase
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
 from harness.run_store import RunStore
-from reports.results import SCHEMA, CollectiveRow, LayerRow, Row, TuningRow
+from schema import stats
+from schema.results import SCHEMA, CollectiveRow, LayerRow, Row, TuningRow
 
 if TYPE_CHECKING:
     from reports.sequential import Sequential
@@ -146,9 +146,10 @@ class BenchSession:
     def run_collective(self, case: Case) -> dict:
         results, info = self._measure(case, self._label, case.spec(self.opts.plan()), "collective_begin")
         row = collective_row(case, results, info["hosts"], self._places(case))
-        group = self.pool.alive.get(case.group) if case.backend == "nccl" and case.group else None
-        if group is not None and (log := group.log_dir / "rank0.log").exists():   # NCCL_DEBUG_SUBSYS=TUNING lines, if asked
-            row.algo_ran = nccl_algo_ran(group._since_last_case(log), case.op, case.nbytes, case.nranks)
+        reader = backend_info(case.backend).algo_ran
+        group = self.pool.alive.get(case.group) if reader and case.group else None
+        if reader and group is not None and (log := group.log_dir / "rank0.log").exists():   # e.g. NCCL_DEBUG_SUBSYS=TUNING
+            row.algo_ran = reader(group._since_last_case(log), case.op, case.nbytes, case.nranks)
         return self._keep(row, self.rows)
 
     def run_layer(self, case: LayerCase) -> dict:

@@ -45,7 +45,7 @@ def _redirect_output(log_dir: str, rank: int) -> None:
 
 
 FAULT_MODES = ("hang", "die", "corrupt", "slow")
-BENCH_OF_TASK = {"tp_bench": "linear", "pp_bench": "pipeline"}   # layer specs' bench names (reports.results)
+BENCH_OF_TASK = {"tp_bench": "linear", "pp_bench": "pipeline"}   # layer specs' bench names (schema.results)
 
 
 def fault_names(spec: dict) -> set[str]:
@@ -112,7 +112,7 @@ def run_case(backend, spec: dict) -> dict:
         from layers import rank_tasks as layer_tasks
         return {"layer": layer_tasks.run, "layer_begin": layer_tasks.begin}[spec["kind"]](backend, spec)
     if spec["kind"].startswith("tuning"):
-        from collectives import tuning_tasks
+        from layers import tuning_tasks
         return {"tuning": tuning_tasks.run, "tuning_begin": tuning_tasks.begin}[spec["kind"]](backend, spec)
     from collectives import rank_tasks as collective_tasks
     return {"collective": collective_tasks.run_collective, "overhead": collective_tasks.run_overhead,

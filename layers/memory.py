@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from collectives.sizes import comm_buffers
+
 GB = 1e9
 RECOMPUTE = ("none", "selective", "full")
 
@@ -62,10 +64,6 @@ def activations_per_rank(layers: int, pp: int, microbatches: int, schedule: str 
     (1F1B: min(m, pp); GPipe: all m)."""
     in_flight = microbatches if schedule == "gpipe" else min(microbatches, pp)
     return activations_per_layer(**layer_kw) * (layers / pp) * in_flight
-
-
-def comm_buffers(communicators: int, hccl_buffsize_mb: float = 200.0) -> float:
-    return 2 * communicators * hccl_buffsize_mb * 1e6
 
 
 def estimate(params: float, tp: int, pp: int, dp: int = 1, zero: int = 0, layers: int = 0, hidden: int = 0,

@@ -298,8 +298,8 @@ CHECKS = {"tp_check": tp_check, "pp_check": pp_check}
 
 
 def _need_torch(backend) -> None:
-    if not hasattr(backend, "torch"):
-        raise RuntimeError("layer benches need torch.distributed (gloo, nccl or hccl), not the mpi backend")
+    if not backend.info.layers:
+        raise RuntimeError(f"layer benches need torch.distributed, not the {backend.name} backend ({backend.info.api})")
 
 
 def _loops(backend, spec):

@@ -41,24 +41,23 @@ def _all_reduce(x, group, timer):
     return x
 
 
-def _all_gather(x, group, timer):
+def _resized(x, group, timer, collective, rows):
+    """all-gather / reduce-scatter along dim 0 into a new tensor of `rows(x rows, tp)` rows (tp=1: x itself)."""
     n = dist.get_world_size(group)
     if n == 1:
         return x
     x = x.contiguous()
-    out = torch.empty((x.shape[0] * n, *x.shape[1:]), dtype=x.dtype, device=x.device)
-    timer.run(lambda: dist.all_gather_into_tensor(out, x, group=group))
+    out = torch.empty((rows(x.shape[0], n), *x.shape[1:]), dtype=x.dtype, device=x.device)
+    timer.run(lambda: collective(out, x, group=group))
     return out
+
+
+def _all_gather(x, group, timer):
+    return _resized(x, group, timer, dist.all_gather_into_tensor, lambda rows, n: rows * n)
 
 
 def _reduce_scatter(x, group, timer):
-    n = dist.get_world_size(group)
-    if n == 1:
-        return x
-    x = x.contiguous()
-    out = torch.empty((x.shape[0] // n, *x.shape[1:]), dtype=x.dtype, device=x.device)
-    timer.run(lambda: dist.reduce_scatter_tensor(out, x, group=group))
-    return out
+    return _resized(x, group, timer, dist.reduce_scatter_tensor, lambda rows, n: rows // n)
 
 
 def _identity(x, group, timer):
@@ -96,33 +95,37 @@ def _shard(t: torch.Tensor, dim: int, rank: int, size: int) -> torch.Tensor:
     return t.chunk(size, dim=dim)[rank].detach().clone()
 
 
-class ColumnParallelLinear(nn.Module):
-    """Y_i = X A_i with A split by output columns; output stays sharded (feeds a row-parallel layer)."""
+class _ShardedLinear(nn.Module):
+    """A linear layer's weight split over the tp group along `dim` (0: output columns, 1: input rows)."""
 
-    def __init__(self, full: nn.Linear, group, sequence_parallel: bool = False, timer: CommTimer = NO_TIMER):
+    def __init__(self, full: nn.Linear, group, sequence_parallel: bool, timer: CommTimer, dim: int):
         super().__init__()
         self.group, self.sp, self.timer = group, sequence_parallel, timer
         rank, size = dist.get_rank(group), dist.get_world_size(group)
-        if full.out_features % size:
-            raise ValueError(f"out_features {full.out_features} is not divisible by tp {size}")
-        self.weight = nn.Parameter(_shard(full.weight, 0, rank, size))
-        self.bias = nn.Parameter(_shard(full.bias, 0, rank, size)) if full.bias is not None else None
+        name, features = ("out_features", full.out_features) if dim == 0 else ("in_features", full.in_features)
+        if features % size:
+            raise ValueError(f"{name} {features} is not divisible by tp {size}")
+        self.weight = nn.Parameter(_shard(full.weight, dim, rank, size))
+        self.tp_rank, self.tp_size = rank, size
+
+
+class ColumnParallelLinear(_ShardedLinear):
+    """Y_i = X A_i with A split by output columns; output stays sharded (feeds a row-parallel layer)."""
+
+    def __init__(self, full: nn.Linear, group, sequence_parallel: bool = False, timer: CommTimer = NO_TIMER):
+        super().__init__(full, group, sequence_parallel, timer, dim=0)
+        self.bias = nn.Parameter(_shard(full.bias, 0, self.tp_rank, self.tp_size)) if full.bias is not None else None
 
     def forward(self, x):
         x = f(x, self.group, self.timer, self.sp)
         return nn.functional.linear(x, self.weight, self.bias)
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_ShardedLinear):
     """Y = sum_i X_i A_i with A split by input rows; the partial sums meet in g (or reduce-scatter)."""
 
     def __init__(self, full: nn.Linear, group, sequence_parallel: bool = False, timer: CommTimer = NO_TIMER):
-        super().__init__()
-        self.group, self.sp, self.timer = group, sequence_parallel, timer
-        rank, size = dist.get_rank(group), dist.get_world_size(group)
-        if full.in_features % size:
-            raise ValueError(f"in_features {full.in_features} is not divisible by tp {size}")
-        self.weight = nn.Parameter(_shard(full.weight, 1, rank, size))
+        super().__init__(full, group, sequence_parallel, timer, dim=1)
         self.bias = nn.Parameter(full.bias.detach().clone()) if full.bias is not None else None
 
     def forward(self, x):

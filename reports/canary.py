@@ -3,7 +3,7 @@
 
 Each run of a history may carry the canary (harness/canary.py): a fixed workload's samples. Per
 workload a night is one point, the log of its median sample. Its steps are found like a cell's
-(reports/history.change_points) and count when the level moved by at least MIN_STEP. Within the
+(reports/change_points.py) and count when the level moved by at least MIN_STEP. Within the
 canary's levels a night is noisy when it is slower than its own usual spread allows: more than
 NOISY_Z robust standard deviations (1.4826 x the median absolute deviation of the other nights of
 that level, at least NOISY_MIN_NIGHTS of them) and at least NOISY_FLOOR above their median.
@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from reports.change_points import change_points
 
 MIN_STEP = 0.05           # a canary step smaller than this is not a change of the machine
 NOISY_Z = 3.5             # robust z beyond which a night is noisy (Iglewicz & Hoaglin's cut)
@@ -82,7 +84,6 @@ def _nights(runs: list) -> CanaryView:
 
 def judge(runs: list, alpha: float) -> CanaryView:
     """The canary of `runs` (time order): its steps and its noisy nights."""
-    from reports.history import change_points
     view = _nights(runs)
     reasons: dict[int, list[str]] = {}
     for name, secs in view.seconds.items():

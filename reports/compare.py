@@ -19,7 +19,7 @@ from scipy import stats as sps
 
 from reports.estimators import DEFAULT_ESTIMATOR, launch_value
 from reports.result_files import setup_of
-from reports.results import Cell, Run, Series, key_order, metrics
+from schema.results import Cell, Run, Series, key_order, metrics
 
 ALPHA = 0.05
 DEFAULT_MIN_EFFECT = 0.05

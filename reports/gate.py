@@ -10,10 +10,11 @@ from reports import summary
 from reports.compare import DEFAULT_MIN_EFFECT, Comparison, compare
 from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from reports.history import DEFAULT_WINDOW
-from reports.results import Run
+from schema.exit_codes import ExitCode
+from schema.results import Run
 
-EXIT_INCONCLUSIVE = 6   # no confirmed regression, but cells without the evidence to say "no change"
-EXIT_MACHINE = 7        # history: no software regression, but the machine changed (cells moved with the canary)
+EXIT_INCONCLUSIVE = ExitCode.INCONCLUSIVE   # the old names, kept for their importers
+EXIT_MACHINE = ExitCode.MACHINE_CHANGED
 
 if TYPE_CHECKING:
     from reports.history import History
@@ -32,14 +33,14 @@ class Judgement:
     comparison: Comparison | None = None   # what a pair's verdict rests on
     history: History | None = None         # what a history's verdict rests on (its page draws from it)
 
-    def exit_status(self, inconclusive: str = "fail") -> int:
+    def exit_status(self, inconclusive: str = "fail") -> ExitCode:
         """1 a confirmed regression; 7 a history's machine change (never read as the stack's regression);
         6 inconclusive cells (unless the gate passes them); else 0."""
         if self.regressed:
-            return 1
+            return ExitCode.REGRESSION
         if self.machine_changed:
-            return EXIT_MACHINE
-        return EXIT_INCONCLUSIVE if self.inconclusive and inconclusive == "fail" else 0
+            return ExitCode.MACHINE_CHANGED
+        return ExitCode.INCONCLUSIVE if self.inconclusive and inconclusive == "fail" else ExitCode.OK
 
 
 def sequential_budget(base: Run, cand: Run) -> int:

@@ -14,15 +14,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from collectives.ops import OPS
-from reports.results import ResultError
+from collectives.ops import OPS, by_log_name
+from reports.log_rows import LOG_LIMIT_MIB, LogRun, entry, result_of
+from schema.results import ResultError
 
 LIMITS = ("field data (NCCL Inspector): kernel execution time only (no launch or queueing), 1 us resolution, "
           "messages under NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES (8 KiB by default) not recorded, data type and "
           "reduction not recorded, sizes and repeats are whatever the job ran")
-OPS_OF = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
-          "Broadcast": "broadcast", "Reduce": "reduce", "All2All": "all_to_all", "AllToAll": "all_to_all"}
-PER_RANK_SIZE = ("all_gather", "reduce_scatter")   # coll_msg_size_bytes is one rank's share
 
 
 def files_of(paths: list[Path]) -> list[Path]:
@@ -34,7 +32,6 @@ def files_of(paths: list[Path]) -> list[Path]:
 
 
 def read(paths: list[Path], label: str | None) -> list[dict]:
-    from reports.importers import LOG_LIMIT_MIB, LogRun, _entry, _result
     from reports.result_files import size_limit
     logs = files_of(paths)
     where = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
@@ -68,13 +65,13 @@ def read(paths: list[Path], label: str | None) -> list[dict]:
                 p2p += 1
                 continue
             perf = obj.get("coll_perf")
-            op = OPS_OF.get(str((perf or {}).get("coll")))
+            op = by_log_name(str((perf or {}).get("coll")), inspector=True)   # each op module's LogNames.inspector
             if not isinstance(perf, dict) or op is None:
                 bad += 1
                 continue
             try:
                 n, rank, t = int(head["n_ranks"]), int(head["rank"]), float(perf["coll_exec_time_us"])
-                size = int(perf["coll_msg_size_bytes"]) * (n if op in PER_RANK_SIZE else 1)
+                size = int(perf["coll_msg_size_bytes"]) * (n if OPS[op].per_rank_log_bytes() else 1)   # one rank's share
                 key = (str(head.get("id")), op, int(perf["coll_sn"]))
             except (KeyError, TypeError, ValueError):
                 bad += 1
@@ -112,7 +109,7 @@ def read(paths: list[Path], label: str | None) -> list[dict]:
             full = [r for r in collectives if len(r) == n]
             matrix = ([[int(round(r[k] * 1000)) for r in full] for k in sorted(full[0])]
                       if len(full) == len(collectives) and len(full) >= 2 else None)
-            benches.append(_entry("nccl-inspector", op, "unknown", "unknown" if OPS[op].reduces else "none", False, size,
+            benches.append(entry("nccl-inspector", op, "unknown", "unknown" if OPS[op].reduces else "none", False, size,
                                   0, n, times, None, {"collectives": len(times), "resolution_us": 1,
                                                       "what": "slowest rank's kernel time per collective"},
                                   where, matrix_ns=matrix, source="field", backend="nccl"))
@@ -120,7 +117,7 @@ def read(paths: list[Path], label: str | None) -> list[dict]:
         ranks_per_host = {h: len({r for _, r in ranks}) for h, ranks in hosts.items()}
         one = LogRun(first_line=1, op=run_op, cut=run.cut, warnings=list(run.warnings), last_line=run.last_line)
         one.extra.update({"field": True, "limits": LIMITS, "files": [str(p) for p in logs]})
-        result = _result(logs[0] if len(logs) == 1 else paths[0], "nccl-inspector", "nccl-inspector", run_op, nranks[0],
+        result = result_of(logs[0] if len(logs) == 1 else paths[0], "nccl-inspector", "nccl-inspector", run_op, nranks[0],
                          benches, one, ranks_per_host, [], label)
         result["hccl_bench"]["source"] = "field"
         result["hccl_bench"]["field_limits"] = LIMITS

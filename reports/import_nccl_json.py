@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectives.ops import OPS
-from reports.results import ResultError
+from reports.log_rows import NCCL_TYPES, PERF, LogRun, Sample, canonical_op, cross_check, entry, need, result_of
+from schema.results import ResultError
 
 ENV_PREFIXES = ("NCCL_", "RCCL_", "UCX_", "HSA_", "CUDA_", "SLURM_", "OMPI_")   # never the whole environment
 LONG = {"nthreads": "t", "ngpus": "g", "iters": "n", "agg_iters": "m", "warmup_iters": "w", "run_cycles": "N",
@@ -189,7 +190,6 @@ def fits(cands: tuple[int, int | None] | None, n: int) -> bool:
 
 
 def read(path: Path, text: str, op: str | None, nranks: int | None, label: str | None) -> list[dict]:
-    from reports.importers import NCCL_TYPES, PERF, LogRun, Sample, _cross_check, _entry, _need, _result, canonical_op
     where = str(path)
     parsed = parse(text, where)
     data = parsed.data
@@ -200,7 +200,7 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
     args = [str(a) for a in data.get("args") or [] if isinstance(a, (str, int, float))]
     flags = flags_of(args)
     named = next((canonical_op(m.group(1)) for a in args[:1] for m in [PERF.search(a)] if m), None)
-    json_op: str = _need(named or op, "collective", where, "--op")
+    json_op: str = need(named or op, "collective", where, "--op")
     run = LogRun(first_line=1, op=json_op, cut=parsed.cut)
     if op and named and op != named:
         run.warnings.append(f"--op {op} ignored: the file says {named}")
@@ -262,8 +262,8 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
     if meaning["report_cputime"]:   # printed bandwidths come from the synchronised time, not the CPU time
         run.warnings.append("-C 1: the times are host enqueue times; the bandwidths were not checked against them")
     else:
-        _cross_check(json_op, n, samples, where)
-    benches = [_cell_entry(tool, json_op, cell, hs, n, data, meaning, where, _entry) for cell, hs in halves.items()]
+        cross_check(json_op, n, samples, where)
+    benches = [_cell_entry(tool, json_op, cell, hs, n, data, meaning, where, entry) for cell, hs in halves.items()]
     _verdicts(run, data, results, incomplete)
     hosts: dict[str, int] = {}
     for d in devices:
@@ -277,7 +277,7 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
                       "env": dict(e.split("=", 1) for e in env if "=" in e),
                       "start_time": data.get("start_time"), "end_time": data.get("end_time")})
     run.last_line = max(h.entry for hs in halves.values() for h in hs)
-    return [_result(path, f"{tool}-json", tool, json_op, n, benches, run, hosts,
+    return [result_of(path, f"{tool}-json", tool, json_op, n, benches, run, hosts,
                     [str(d.get("device_info") or d.get("name") or d.get("device_name") or "") for d in devices], label)]
 
 

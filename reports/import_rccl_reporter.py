@@ -14,8 +14,9 @@ import io
 import json
 from pathlib import Path
 
-from collectives.ops import OPS
-from reports.results import ResultError
+from collectives.ops import ITEMSIZE, OPS
+from reports.log_rows import NCCL_TYPES, LogRun, Sample, canonical_op, cross_check, entry, result_of
+from schema.results import ResultError
 
 KEYS = {"collective": "name", "inplace": "inPlace", "algbw": "algBw", "busbw": "busBw", "#wrong": "wrong"}
 
@@ -62,7 +63,6 @@ def _value(record: dict, key: str):
 
 
 def read(path: Path, text: str, op: str | None, nranks: int | None, label: str | None) -> list[dict]:
-    from reports.importers import ITEMSIZE, NCCL_TYPES, LogRun, Sample, _cross_check, _entry, _result, canonical_op
     where = str(path)
     records, fmt, cut = _records(text, where)
     by_op: dict[str, list[tuple[int, dict]]] = {}
@@ -106,8 +106,8 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
         if nranks and nranks != n:
             run.warnings.append(f"--nranks {nranks} ignored: the file says {n} ranks")
         samples = [s for ss in cells.values() for s in ss]
-        _cross_check(run_op, n, samples, where)
-        benches = [_entry("rccl-tests", run_op, dtype, redop, inplace, size, ss[0].count, n, [s.time_us for s in ss],
+        cross_check(run_op, n, samples, where)
+        benches = [entry("rccl-tests", run_op, dtype, redop, inplace, size, ss[0].count, n, [s.time_us for s in ss],
                           max((s.wrong for s in ss if s.wrong is not None), default=None),
                           {"printed_algbw": ss[0].algbw, "printed_busbw": ss[0].busbw, "records": [s.line for s in ss],
                            "repeats": len(ss)}, f"{where}: record {ss[0].line}")
@@ -117,5 +117,5 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
         first = recs[0][1]
         run.extra.update({"nodes": _value(first, "nodes"), "ranks_per_node": _value(first, "ranksPerNode"),
                           "gpus_per_rank": _value(first, "gpusPerRank")})
-        out.append(_result(path, fmt, "rccl-tests", run_op, n, benches, run, {}, [], label))
+        out.append(result_of(path, fmt, "rccl-tests", run_op, n, benches, run, {}, [], label))
     return out

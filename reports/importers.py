@@ -22,83 +22,33 @@ Times are microseconds in every format; bandwidths are recomputed in GB/s (1e9 B
 from __future__ import annotations
 
 import re
-import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectives.ops import OPS, bandwidths
+from collectives.ops import ITEMSIZE, OPS
+from reports import import_inspector, import_nccl_json, import_rccl_reporter
+from reports.import_nccl_json import fits, ratio_candidates, span_text
+from reports.log_rows import (
+    HCCL_TYPES,
+    LOG_LIMIT_MIB,
+    NCCL_TYPES,
+    PERF,
+    LogRun,
+    Sample,
+    canonical_op,
+    cross_check,
+    entry,
+    need,
+    result_of,
+)
 from reports.result_files import size_limit
-from reports.results import CollectiveRow, ResultError, bench_entry, result_file
-
-NCCL_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-            "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "sendrecv"}
-NCCL_TYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int32": "int32",
-              "int": "int32", "int8": "int8", "uint8": "uint8", "int64": "int64", "uint32": "uint32",
-              "uint64": "uint64", "char": "int8", "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2",
-              "fp8_e4m3": "float8_e4m3", "fp8_e5m2": "float8_e5m2"}
-HCCL_TYPES = {"fp32": "float32", "fp16": "float16", "bfp16": "bfloat16", "bf16": "bfloat16", "fp64": "float64",
-              "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8",
-              "uint16": "uint16", "uint32": "uint32", "uint64": "uint64"}
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
-            "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "float8_e4m3": 1, "float8_e5m2": 1}
+from schema.results import ResultError
 
 _PREFIXES = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? )+")
-_PERF = re.compile(r"\b(?:nccl_|rccl_)?([a-z_]+?)_perf(?:_mpi)?\b")
-PERF = _PERF
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
 _NTHREAD = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _LAUNCH_N = re.compile(r"\b(?:mpirun|mpiexec|srun|orterun|prterun)\b.*?\s(?:-n|-np|--np|--ntasks)[\s=]+(\d+)")
 _TITLE = re.compile(r"\b(\d{1,6})[ -]?(?:x ?)?(?:GPUs?|gpus?|ranks?|NPUs?|devices)\b")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
-# nccl-tests prints 2 decimals: a bandwidth must match what size/time gives within that and the
-# rounding of the printed time (4-5 significant digits)
-_ABS_TOL, _REL_TOL = 0.011, 0.02
-LOG_LIMIT_MIB = 64   # a campaign's log is a few MiB; HCCL_BENCH_MAX_LOG_MB raises it
-
-
-def canonical_op(name: str) -> str | None:
-    return NCCL_OPS.get(name.replace("_", "").lower())
-
-
-@dataclass
-class Sample:
-    """One printed row half (out-of-place or in-place) of one size."""
-    size: int
-    count: int
-    dtype: str
-    redop: str
-    inplace: bool
-    time_us: float
-    algbw: float | None
-    busbw: float | None
-    wrong: float | None
-    line: int
-
-
-@dataclass
-class LogRun:
-    """One run found in a log: its op, ranks, rows and what went wrong, with the lines it spans."""
-    first_line: int
-    op: str | None = None
-    header: list[str] = field(default_factory=list)
-    samples: list[Sample] = field(default_factory=list)
-    ranks: dict[int, tuple[str, str]] = field(default_factory=dict)   # rank -> (host, device name)
-    nthread_ngpus: int | None = None
-    launch_n: int | None = None
-    last_line: int = 0
-    summary: str = ""            # "Out of bounds values : 0 OK"
-    failed: str = ""             # why the tool itself says the run failed
-    cut: str = ""                # where the run was cut off (a crash, a truncated file)
-    warnings: list[str] = field(default_factory=list)
-    extra: dict = field(default_factory=dict)
-
-
-def _need(value, what: str, where: str, flag: str):
-    if value in (None, ""):
-        raise ResultError(f"{where}: cannot tell the {what} from the log; pass {flag}")
-    return value
-
-
 def _float(token: str) -> float | None:
     try:
         return float(token)
@@ -132,7 +82,7 @@ class NcclTextReader:
         s = line.strip()
         if not s:
             return
-        perf = _PERF.search(s)
+        perf = PERF.search(s)
         if perf and canonical_op(perf.group(1)):
             op = canonical_op(perf.group(1))
             run = self.runs[-1] if self.runs and not (self.runs[-1].samples or self.runs[-1].summary) else None
@@ -222,7 +172,6 @@ class NcclTextReader:
 def _nranks(run: LogRun, given: int | None, where: str, hint: tuple[int, str] | None = None) -> int:
     """From the log's own words first; --nranks only where it says nothing; else what busbw/algbw
     allows at its printed precision, when that is one count (or the title's count is one of them)."""
-    from reports.import_nccl_json import fits, ratio_candidates, span_text
     said = len(run.ranks) or ((run.nthread_ngpus or 1) * run.launch_n if run.launch_n else None)
     if said:
         if given and given != said:
@@ -249,58 +198,7 @@ def _nranks(run: LogRun, given: int | None, where: str, hint: tuple[int, str] | 
         run.warnings.append(f"rank count {run.nthread_ngpus} taken from nThread x nGpus alone (no # Rank lines, no "
                             "launcher -n); pass --nranks if more processes ran")
         return run.nthread_ngpus
-    return _need(None, "rank count", where, "--nranks")
-
-
-def _cross_check(op: str, nranks: int, samples: list[Sample], where: str) -> None:
-    """Printed bandwidths against size/time: a wrong rank count, op or unit shows here first."""
-    factor = OPS[op].bus_factor(nranks)
-    for s in samples:
-        alg, bus = bandwidths(op, s.size, s.time_us * 1e-6, nranks)
-        if s.busbw is not None and s.busbw >= 0.5 and abs(s.busbw - bus) > _ABS_TOL + _REL_TOL * bus:
-            if s.algbw and s.algbw >= 0.5 and abs(s.algbw - alg) <= _ABS_TOL + _REL_TOL * alg:
-                implied = s.busbw / s.algbw
-                raise ResultError(f"{where}: line {s.line}: printed busbw {s.busbw} is {implied:.3f} x algbw, but {op} "
-                                  f"on {nranks} ranks gives {factor:.3f} x: the rank count or the op is wrong "
-                                  f"(pass --nranks / --op, or check the log)")
-            raise ResultError(f"{where}: line {s.line}: printed busbw {s.busbw} GB/s but {s.size} B in {s.time_us} us "
-                              f"gives {bus:.2f} GB/s for {op} on {nranks} ranks: rank count, op or units disagree")
-
-
-def _entry(tool: str, op: str, dtype: str, redop: str, inplace: bool, nbytes: int, count: int, nranks: int,
-           times_us: list[float], wrong, imported: dict, where: str, matrix_ns: list[list[int]] | None = None,
-           source: str = "benchmark", backend: str | None = None) -> dict:
-    """One imported cell as a result entry; a time that is not finite and > 0 refuses the log.
-    `matrix_ns`: a process (or rank) x round matrix of per-op times, summarised as a native case's
-    (collectives.stats), its rounds the samples."""
-    bad = next((t for t in times_us if not (isinstance(t, (int, float)) and 0 < t < float("inf"))), None)
-    if bad is not None:
-        raise ResultError(f"{where}: {op} {nbytes} B has time {bad} us; a time must be a finite number > 0")
-    stats: dict = {}
-    if matrix_ns:
-        from collectives.stats import per_op_seconds, summarize
-        stats = {**summarize(matrix_ns, 1, op, nbytes, nranks), "round_ns_per_rank": matrix_ns, "iters_per_round": 1}
-        times_us = [t * 1e6 for t in per_op_seconds(matrix_ns, 1).tolist()]
-    t_us = float(stats.get("time_us") or statistics.median(times_us))
-    algbw, busbw = bandwidths(op, nbytes, t_us * 1e-6, nranks)
-    stats.update(time_us=t_us, algbw_gbps=algbw, busbw_gbps=busbw)
-    row = CollectiveRow(backend=backend or tool, algo="default", op=op, dtype=dtype, redop=redop, inplace=inplace,
-                        nranks=nranks, bytes=nbytes, count=count, wrong=wrong, source=source,
-                        imported={k: v for k, v in imported.items() if v is not None}, **stats)
-    red = f"-{redop}" if redop not in ("none", "sum") else ""
-    name = f"import[{tool}-{op}-{dtype}{red}-{nbytes}B-{'ip' if inplace else 'oop'}]"
-    return bench_entry(name, row, [x * 1e-6 for x in times_us], group=f"{tool} {op} {dtype}")
-
-
-def _result(path: Path, fmt: str, tool: str, op: str, nranks: int, benches: list[dict], run: LogRun,
-            hosts: dict[str, int], devices: list[str], label: str | None) -> dict:
-    meta = {"format": fmt, "label": label or None,
-            "imported_from": {"file": str(path), "lines": [run.first_line, run.last_line]},
-            "complete": not run.cut, "interrupted": run.cut or None,
-            "failed": run.failed or None, "warnings": run.warnings,
-            "groups": {"imported": {"hosts": hosts, "devices": sorted(set(devices)), "nranks": nranks}},
-            "provenance": {"imported": {"tool": tool, "op": op, **run.extra}}}
-    return result_file(benches, meta)
+    return need(None, "rank count", where, "--nranks")
 
 
 def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: str | None = None) -> list[dict]:
@@ -322,7 +220,7 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
     out = []
     for index, run in enumerate(runs):
         where_run = f"{path} (run {index + 1}, line {run.first_line})" if len(runs) > 1 else where
-        run_op: str = _need(run.op or op, "collective", where_run, "--op")
+        run_op: str = need(run.op or op, "collective", where_run, "--op")
         if op and run_op != op:
             run.warnings.append(f"--op {op} ignored: the log says {run_op}")
         run.op = run_op
@@ -332,9 +230,8 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
             run.cut = run.cut or (f"line {run.last_line}: the run ended without its 'Out of bounds values' line "
                                   f"(crashed or cut off); the {len(run.samples)} samples before it are kept")
             run.warnings.append(run.cut)
-        _cross_check(run_op, n, run.samples, where_run)
+        cross_check(run_op, n, run.samples, where_run)
         if n == nranks and not (run.ranks or run.launch_n):   # a given count must fit the printed precision too
-            from reports.import_nccl_json import fits, ratio_candidates, span_text
             cands = ratio_candidates(run_op, [(s.algbw, s.busbw) for s in run.samples if s.algbw and s.busbw])
             if not fits(cands, n):
                 raise ResultError(f"{where_run}: --nranks {n} does not fit the printed busbw/algbw (it fits "
@@ -345,7 +242,7 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
         benches = []
         for (size, count, dtype, redop, inplace), samples in cells.items():
             wrongs = [s.wrong for s in samples if s.wrong is not None]
-            benches.append(_entry("nccl-tests", run_op, dtype, redop, inplace, size, count, n, [s.time_us for s in samples],
+            benches.append(entry("nccl-tests", run_op, dtype, redop, inplace, size, count, n, [s.time_us for s in samples],
                                   max(wrongs) if wrongs else None,
                                   {"printed_algbw": samples[0].algbw, "printed_busbw": samples[0].busbw,
                                    "header": " ".join(run.header), "source_line": samples[0].line},
@@ -353,7 +250,7 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
         hosts: dict[str, int] = {}
         for host, _ in run.ranks.values():
             hosts[host] = hosts.get(host, 0) + 1
-        out.append(_result(path, "nccl-tests-text", "nccl-tests", run_op, n, benches, run, hosts,
+        out.append(result_of(path, "nccl-tests-text", "nccl-tests", run_op, n, benches, run, hosts,
                            [d for _, d in run.ranks.values()], label))
     return out
 
@@ -433,20 +330,20 @@ def _hccl_result(where, path: Path, seg: dict, op: str | None, nranks: int | Non
     nranks = (int(m.group(1)) if m else None) or nranks
     m = re.search(r"\s-d\s+(\w+)", cmd)
     dtype = (HCCL_TYPES.get(m.group(1)) if m else None) or dtype
-    _need(run.op, "collective", str(where), "--op")
-    nranks = _need(nranks, "rank count", str(where), "--nranks")
-    dtype = _need(dtype, "data type", str(where), "--dtype")
+    need(run.op, "collective", str(where), "--op")
+    nranks = need(nranks, "rank count", str(where), "--nranks")
+    dtype = need(dtype, "data type", str(where), "--dtype")
     benches = []
     for size, samples in sorted(seg["rows"].items()):
         checks = [c for _, _, c, _ in samples if c not in (None, "NULL")]
-        benches.append(_entry("hccl_test", run.op, dtype, "sum" if OPS[run.op].reduces else "none", False, size,
+        benches.append(entry("hccl_test", run.op, dtype, "sum" if OPS[run.op].reduces else "none", False, size,
                               size // ITEMSIZE.get(dtype, 1), nranks, [t for t, _, _, _ in samples],
                               sum(c != "success" for c in checks) if checks else None,
                               {"reported_algbw": samples[0][1], "check_result": samples[0][2], "time_column": samples[0][3],
                                "repeats": len(samples),
                                "unit_note": "bandwidth recomputed as size/time in GB/s (1e9); hccl_test's printed "
                                             "alg_bandwidth kept as reported_algbw"}, str(where)))
-    return _result(path, "hccl_test", "hccl_test", run.op, nranks, benches, run, {}, [], label)
+    return result_of(path, "hccl_test", "hccl_test", run.op, nranks, benches, run, {}, [], label)
 
 
 def import_runs(path: str | Path, op: str | None = None, nranks: int | None = None, dtype: str | None = None,
@@ -458,7 +355,6 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
     if nranks is not None and nranks < 1:
         raise ResultError(f"--nranks {nranks}: give a rank count >= 1")
     if path.is_dir():    # an NCCL Inspector dump directory: its per-process logs together
-        from reports import import_inspector
         return import_inspector.read([path], label)
     limit = size_limit("HCCL_BENCH_MAX_LOG_MB", LOG_LIMIT_MIB)
     try:
@@ -475,13 +371,10 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
     del raw
     head = text.lstrip()[:4096]
     if head.startswith("{\"header\"") or head.startswith("{\n  \"header\""):
-        from reports import import_inspector
         return import_inspector.read([path], label)
     if re.match(r"\[\s*(?:\{|\])", head) or head.startswith(("{\"numCycle\"", "numCycle,")):
-        from reports import import_rccl_reporter
         return import_rccl_reporter.read(path, text, op, nranks, label)
     if head.startswith("{"):
-        from reports import import_nccl_json
         return import_nccl_json.read(path, text, op, nranks, label)
     if not head:
         raise ResultError(f"{path} is empty (rccl-tests leaves its -x output empty when the run crashed)")
@@ -508,7 +401,6 @@ def import_all(names: list[str], op: str | None = None, nranks: int | None = Non
     for p in paths:
         if p in inspector:
             if p == inspector[0]:
-                from reports import import_inspector
                 out += import_inspector.read(inspector, label)
             continue
         out += import_runs(p, op, nranks, dtype, label)

@@ -17,29 +17,26 @@ move the ring's volume), least squares weighted by 1/t so every size counts alik
 """
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 
 import numpy as np
 
-from reports.results import CollectiveRow, ResultError, Run, link_class
+from collectives.ops import OPS as ALL_OPS
+from schema.results import CollectiveRow, ResultError, Run, link_class
+from schema.stats import relative_fit
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+OPS = tuple(name for name, op in ALL_OPS.items() if op.traffic)   # the ops whose module declares a traffic model
 
 
 def cost(op: str, algo: str, p: int) -> tuple[float, float]:
-    """(steps, share): t = steps x alpha + share x S x beta."""
+    """(steps, share): t = steps x alpha + share x S x beta (each op module's `traffic`)."""
     if p <= 1:
         return 0.0, 0.0
-    lg = math.ceil(math.log2(p))
-    if op == "all_reduce":
-        return (2 * (p - 1), 2 * (p - 1) / p) if algo == "ring" else (2 * lg, 2 * lg)
-    if op in ("all_gather", "reduce_scatter"):
-        return (p - 1, (p - 1) / p) if algo == "ring" else (lg, (p - 1) / p)
-    if op == "all_to_all":
-        return (p - 1, (p - 1) / p) if algo == "ring" else (lg, lg / 2)
-    raise KeyError(op)
+    traffic = ALL_OPS[op].traffic
+    if traffic is None:
+        raise KeyError(op)
+    return traffic(algo, p)
 
 
 @dataclass
@@ -74,12 +71,10 @@ def fit(runs: list[Run]) -> dict[tuple[str, str], Fit]:
         a = np.array(pts)
         if len(pts) < 3:
             continue
-        w = 1 / a[:, 2]
-        (alpha, beta), *_ = np.linalg.lstsq(a[:, :2] * w[:, None], a[:, 2] * w, rcond=None)
+        alpha, beta = relative_fit(a[:, :2], a[:, 2])
         fits[(op, link)] = Fit(op, link, max(float(alpha), 0.0), max(float(beta), 0.0), len(pts))
     if not fits:
-        raise ResultError("no all_reduce, all_gather, reduce_scatter or all_to_all cells with hosts recorded "
-                          "(3 sizes or more per op) to fit")
+        raise ResultError(f"no {', '.join(OPS[:-1])} or {OPS[-1]} cells with hosts recorded (3 sizes or more per op) to fit")
     return fits
 
 

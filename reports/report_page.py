@@ -18,12 +18,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
+from collectives.backends import algo_label  # noqa: E402
 from collectives.ops import bandwidths  # noqa: E402
 from collectives.sizes import format_size  # noqa: E402
-from collectives.stats import NAMED_RANKS_OVER  # noqa: E402
-from reports import provenance_diff, results, summary, sweep_fits, table  # noqa: E402
+from reports import provenance_diff, summary, sweep_fits, table  # noqa: E402
 from reports.compare import compare, size_ranges  # noqa: E402
-from reports.results import Cell, CollectiveRow, LayerRow, Metric, ResultError, Run, Series, layout, metrics, side_role  # noqa: E402
+from schema import results  # noqa: E402
+from schema.results import Cell, CollectiveRow, LayerRow, Metric, ResultError, Run, Series, TuningRow, layout, metrics, side_role  # noqa: E402
+from schema.stats import NAMED_RANKS_OVER  # noqa: E402
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"), autoescape=True)
 SIZE_TICKS = FuncFormatter(lambda x, _: format_size(int(x)) if x >= 1 else "")
@@ -79,7 +81,7 @@ def _rows(run: Run, series: Series) -> tuple[list[int], list[float], list[float]
     (not the first launch's time)."""
     cells = _cells(run, series)
     times = [c.pooled_s * 1e6 for c in cells]
-    busbw = [bandwidths(str(series.op), c.size, t * 1e-6, c.row.nranks)[1] for c, t in zip(cells, times)]
+    busbw = [bandwidths(str(series.op), c.size, t * 1e-6, c.row.nranks, str(c.series.algo))[1] for c, t in zip(cells, times)]
     return [c.size for c in cells], times, busbw
 
 
@@ -92,7 +94,8 @@ def _field_points(ax1, ax2, field: list[tuple[str, Cell]]) -> int:
     for name, cells in by_name.items():
         cells.sort(key=lambda c: c.size)
         times = [c.pooled_s * 1e6 for c in cells]
-        busbw = [bandwidths(str(c.series.op), c.size, t * 1e-6, c.row.nranks)[1] for c, t in zip(cells, times)]
+        busbw = [bandwidths(str(c.series.op), c.size, t * 1e-6, c.row.nranks, str(c.series.algo))[1]
+                 for c, t in zip(cells, times)]
         label = f"field: {name} (what production saw at these sizes)"
         ax1.scatter([c.size for c in cells], busbw, marker="x", s=22, color="k", label=label, zorder=3)
         ax2.scatter([c.size for c in cells], times, marker="x", s=22, color="k", zorder=3)
@@ -127,7 +130,7 @@ def _sweep_figure(runs: list[Run], members: list[Series], names: list[str],
         ax.grid(alpha=0.3, which="both")
     handles, labels = ax1.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)) or 1, fontsize=7, frameon=False)
-    fig.suptitle(members[0].without_knobs().label(), fontsize=9)
+    fig.suptitle(members[0].without_knobs().label(algo_label), fontsize=9)
     fig.tight_layout(rect=(0, 0.08 + 0.03 * (len(labels) // 3), 1, 1))
     return figure_png(fig)
 
@@ -219,7 +222,7 @@ def _tuning_figure(runs: list[Run], names: list[str]) -> str | None:
                                       (ax2, bucket, "step_us", "gradient step (us, pooled), log")):
         lines: dict[str, list] = defaultdict(list)
         for name, c in chosen:
-            lines[f"{c.series.label()} [{name}]"].append((c.size, c.pooled(value)))
+            lines[f"{c.series.label(algo_label)} [{name}]"].append((c.size, c.pooled(value)))
         for label, points in lines.items():
             points = sorted(p for p in points if p[1] is not None)
             sized = [p for p in points if p[0] > 0]
@@ -280,7 +283,7 @@ def case_id(row: results.Row, size: int) -> str:
     """The case's id as the sweep named it (harness.cases.Case.id), launch and side left off."""
     knobs = "".join(f"-{k}={v}" for k, v in sorted(row.knobs.items()))
     if not isinstance(row, CollectiveRow):
-        return f"{Series.of(row).label()} {format_size(size)}{knobs}"
+        return f"{Series.of(row).label(algo_label)} {format_size(size)}{knobs}"
     red = f"-{row.redop}" if row.redop not in ("none", "") else ""
     return (f"{row.backend}-{row.algo}-{row.op}-{row.dtype}{red}-{format_size(row.size or row.bytes)}-"
             f"{'ip' if row.inplace else 'oop'}{'-graph' if row.graph else ''}{knobs}")
@@ -378,7 +381,7 @@ def _verdict_rows(cmp) -> list[dict]:
     for verdict in VERDICT_ORDER:
         for r in size_ranges(cmp, verdict):
             sizes = format_size(r["first"]) if r["first"] == r["last"] else f"{format_size(r['first'])}-{format_size(r['last'])}"
-            rows.append({"what": r["series"].label(), "sizes": sizes if r["first"] else "-",
+            rows.append({"what": r["series"].label(algo_label), "sizes": sizes if r["first"] else "-",
                          "verdict": verdict, "effect": summary.effect_text(r["series"], r["ratio"], r["low"], r["high"]),
                          "samples": f"{r['samples']} ({r['cells']} sizes)"})
     return rows
@@ -400,6 +403,19 @@ def _worst(cells: list[Cell], shown: list[Metric]) -> list[str]:
         values = [v for c in cells if (v := c.pooled(m.name)) is not None]
         out.append(m.text((max if m.better == "lower" else min)(values) if values else None))
     return out
+
+
+def _metric_rows(runs: list[Run], names: list[str], row_type: type) -> tuple[list[dict], list[str]]:
+    """One report row per cell of this row type (LayerRow, TuningRow): what it is and the type's
+    report metrics (schema.results), each pooled over the cell's launches; and the headings."""
+    shown = metrics(row_type, "report")
+    rows = []
+    for run, name in zip(runs, names):
+        for c in sorted(run.cells.values(), key=lambda c: (c.series.sort_key(), c.size)):
+            if isinstance(c.row, row_type):
+                rows.append({"run": name, "what": c.series.label(algo_label) + (f" {format_size(c.size)}" if c.size else ""),
+                             "values": [m.text(c.pooled(m.name)) for m in shown]})
+    return rows, [m.heading for m in shown]
 
 
 def _fmt(value, spec: str) -> str:
@@ -443,7 +459,7 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
         knob_groups.setdefault(series.without_knobs(), []).append(series)
     for base, members in knob_groups.items():
         near = [(n, c) for n, c in field if (c.series.op, c.series.nranks) == (base.op, base.nranks) and c.series not in members]
-        sweeps.append({"title": base.label(),
+        sweeps.append({"title": base.label(algo_label),
                        "png": _sweep_figure(runs, members, names, _predictions(fits, runs, base), near, drawn),
                        "ratio": _ratio_figure(comparisons, members) if comparisons else None})
     for series in series_all:
@@ -453,24 +469,14 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                 continue
             st = sweep_fits.sweep_stats(sizes, times, busbw)
             cells = _cells(run, series)
-            stats.append({"series": series.label(), "run": name, **st, "metrics": _worst(cells, shown),
+            stats.append({"series": series.label(algo_label), "run": name, **st, "metrics": _worst(cells, shown),
                           "launches": max(len(c.launches) for c in cells),
                           "spread": f"{max(c.launch_spread for c in cells):.2f}",
                           "half_peak": format_size(st["half_peak_size"]) if st["half_peak_size"] else "-",
                           "peak_at": format_size(st["peak_at"]), "alpha": _fmt(st["alpha_us"], ".2f"),
                           "bw": _fmt(st["bandwidth_gbps"], ".3f"), "r2": _fmt(st["r2"], ".3f")})
-    layers = []
-    for run, name in zip(runs, names):
-        for c in run.cells.values():
-            if not isinstance(c.row, LayerRow):
-                continue
-            r = c.row
-            what = (f"{r.layer}{'+sp' if r.sequence_parallel else ''} {r.impl}"
-                    if r.bench == "linear" else f"{r.schedule} m={r.microbatches}")
-            layers.append({"run": name, "bench": r.bench, "tp": r.tp, "pp": r.pp, "dp": r.dp, "what": what,
-                           "step_us": r.step_us or r.time_us or 0, "efficiency": _fmt(r.efficiency, ".2f"),
-                           "comm": _fmt(r.comm_share, ".2f"), "bubble": _fmt(r.bubble_measured, ".3f"),
-                           "theory": _fmt(r.bubble_theory, ".3f")})
+    layers, layer_heads = _metric_rows(runs, names, LayerRow)
+    tuning_cells, tuning_heads = _metric_rows(runs, names, TuningRow)
     tuning = [{"run": name, "text": table.render_tuning(rows).strip("\n")} for run, name in zip(runs, names)
               if (rows := table.tuning_rows_of(run))]
     last = comparisons[-1][1] if comparisons else None
@@ -483,7 +489,8 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                        layer_png=_layer_figure(runs, names), mismatch=last.mismatch if last else [],
                        prov_diff=provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs]),
                        stats=stats, metric_heads=[f"worst {m.heading}" for m in shown], sweeps=sweeps,
-                       algos=[f for r in runs for f in _algo_figures(r)], layers=layers, tuning=tuning,
+                       algos=[f for r in runs for f in _algo_figures(r)], layers=layers, layer_heads=layer_heads,
+                       tuning=tuning, tuning_cells=tuning_cells, tuning_heads=tuning_heads,
                        tuning_png=_tuning_figure(runs, names), slowest=_slowest_ranks(runs, names),
                        named_over=NAMED_RANKS_OVER, heatmaps=heatmaps,
                        field_note=sorted({str(r.meta.get("field_limits")) for r in runs if r.meta.get("field_limits")}))

@@ -10,7 +10,8 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from reports.results import SCHEMA, Cell, NoCells, ResultError, Row, Run, Series, knob_text, row_from_json
+from schema.results import SCHEMA, Cell, NoCells, ResultError, Row, Run, Series, knob_text, row_from_json
+from schema.stats import median
 
 
 def size_limit(variable: str, default_mib: int) -> int:
@@ -63,7 +64,7 @@ def _read(path: Path) -> tuple[dict, Path, list[str]]:
 def rebuild(cases: Path) -> tuple[dict, list[str]]:
     """A results.json-shaped run from cases.jsonl: the session line, each group, each finished case
     (per-op round times from its rank x round matrix), failures; a torn last line is ignored."""
-    from collectives.stats import per_op_seconds
+    from schema.stats import per_op_seconds
     meta: dict = {"groups": {}, "failures": [], "overhead": [], "complete": False,
                   "interrupted": "the session ended without writing results.json (killed, or the disk filled)"}
     data: dict = {"benchmarks": [], "hccl_bench": meta}
@@ -147,7 +148,7 @@ def load(path: str | Path, side: str = "") -> Run:
 def add_row(cells: dict[tuple, Cell], row: Row, times: list[float]) -> None:
     """One launch of a cell: its per-op times and its row."""
     if row.time_us is None:   # files from other writers
-        row.time_us = float(sorted(times)[len(times) // 2]) * 1e6
+        row.time_us = median(times) * 1e6
     series = Series.of(row)
     size = getattr(row, "bytes", 0)
     cell = cells.setdefault((series, size), Cell(series, size, row))
@@ -157,8 +158,8 @@ def add_row(cells: dict[tuple, Cell], row: Row, times: list[float]) -> None:
 
 def run_from_rows(rows: list[Row], side: str, path: str, meta: dict) -> Run:
     """A run from rows still in memory (a session looking at its own launches); round times from
-    round_ns_per_rank, whole or summarised (collectives/stats.py keeps each round's slowest rank)."""
-    from collectives.stats import per_op_seconds
+    round_ns_per_rank, whole or summarised (schema/stats.py keeps each round's slowest rank)."""
+    from schema.stats import per_op_seconds
     cells: dict[tuple, Cell] = {}
     for row in rows:
         if row.side == side and row.iters_per_round:

@@ -11,6 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from schema.exit_codes import ExitCode
+
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
 MAX_HEIGHT = 16000
@@ -44,7 +46,7 @@ def _crop_blank_bottom(png: Path, margin: int = 20) -> None:
             rgb.crop((0, 0, rgb.width, min(rgb.height, box[3] + margin))).save(png)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> ExitCode:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("page", help="report.html or history.html")
     parser.add_argument("-o", "--output", default="report.png", help="the PNG to write (default report.png)")
@@ -54,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         print(screenshot(Path(args.page), Path(args.output), args.width))
     except (ScreenshotError, OSError, subprocess.TimeoutExpired) as exc:
         print(f"screenshot: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return ExitCode.BAD_INPUT
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from reports.compare import ALPHA, DECIDED, DEFAULT_MIN_EFFECT, CellResult, Comparison, budget, compare
 from reports.estimators import DEFAULT_ESTIMATOR
-from reports.results import Cell, Run, key_order
+from schema.results import Cell, Run, key_order
 
 # launches after which a look is planned; none before 6: four launches whose ratios happened to be
 # alike in size gave a t of 17 on 3 degrees of freedom in one draw of eight from a real A/A

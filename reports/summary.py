@@ -12,7 +12,7 @@ import numpy as np
 from collectives.sizes import format_size
 from reports.compare import Comparison, band_key, compare, detectable_bands, size_ranges
 from reports.estimators import DEFAULT_ESTIMATOR, describe
-from reports.results import Run, Series
+from schema.results import Run, Series
 
 MARKDOWN_LIMIT = 60_000   # GitHub comments stop at 65,536 characters
 VERDICTS = ("regression", "improvement", "suspected regression", "suspected improvement", "no change", "inconclusive")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from schema.stats import relative_fit
+
 
 def sweep_stats(sizes: list[int], times_us: list[float], busbw: list[float]) -> dict:
     """Latency floor = time at the smallest size; n_1/2 = first size reaching half the peak busbw;
@@ -20,8 +22,7 @@ def sweep_stats(sizes: list[int], times_us: list[float], busbw: list[float]) -> 
            "alpha_us": None, "bandwidth_gbps": None, "r2": None}
     if s.size >= 3:
         w = 1 / t
-        A = np.stack([np.ones_like(s), s], axis=1) * w[:, None]
-        (alpha, beta), *_ = np.linalg.lstsq(A, t * w, rcond=None)
+        alpha, beta = relative_fit(np.stack([np.ones_like(s), s], axis=1), t)
         pred = alpha + beta * s
         ss_res = float(np.sum(((t - pred) * w) ** 2))
         ss_tot = float(np.sum(((t - np.average(t, weights=w)) * w) ** 2))

@@ -4,12 +4,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from collectives.capabilities import HCCL_FALLBACK_NOTE, algo_label
+from collectives.backends import algo_label
+from collectives.capabilities import HCCL_FALLBACK_NOTE
 from collectives.ops import OPS, bandwidths
-from collectives.sizes import format_size
-from collectives.stats import NAMED_RANKS_OVER
-from layers.memory import comm_buffers
-from reports.results import CollectiveRow, LayerRow, Run, TuningRow, knob_text, layout, link_class, metrics, side_role
+from collectives.sizes import comm_buffers, format_size
+from schema.results import CollectiveRow, LayerRow, Metric, Run, TuningRow, knob_text, layout, link_class, metrics, side_role
+from schema.stats import NAMED_RANKS_OVER, median
 
 HEADER = (f"#{'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'place':>5} "
           f"{'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}")
@@ -31,7 +31,7 @@ def render(rows: list[CollectiveRow]) -> str:
         out.append("")
         where = f" ({hosts}, {link_class(block[0].hosts)})" if block[0].hosts else ""
         out.append(f"# {op}  backend={backend}  algo={algo_label(backend, algo)}  dtype={dtype}  nranks={nranks}{where}  "
-                   f"busbw factor={OPS[op].bus_factor(nranks):.3f}" + ("  graph-captured" if graph else "")
+                   f"busbw factor={OPS[op].bus_factor(nranks, algo):.3f}" + ("  graph-captured" if graph else "")
                    + (f"  {side_role(side)}" if side else ""))
         if algo_label(backend, algo) != algo:
             out.append(f"# note: {HCCL_FALLBACK_NOTE}")
@@ -114,7 +114,7 @@ def rows_of(run: Run) -> list[CollectiveRow]:
             if not isinstance(row, CollectiveRow):
                 continue
             t = float(statistics.median(times))
-            algbw, busbw = bandwidths(row.op, cell.size, t, row.nranks)
+            algbw, busbw = bandwidths(row.op, cell.size, t, row.nranks, row.algo)
             rows.append(replace(row, launch=launch, side=run.side, time_us=t * 1e6, algbw_gbps=algbw, busbw_gbps=busbw))
     return rows
 
@@ -143,7 +143,7 @@ def _ab_ratios(rows: list[CollectiveRow]) -> list[str]:
             algo = f"{algo[:6]}+g" if graph else algo
             each = " ".join(f"{x:.2f}" for x in ratios[:8]) + (" ..." if len(ratios) > 8 else "")
             out.append(f" {op:>14} {backend:>8} {algo[:8]:>8} {format_size(size):>10} {'ip' if inplace else 'oop':>5} "
-                       f"{sorted(ratios)[len(ratios) // 2]:>7.3f}  {each}")
+                       f"{median(ratios):>7.3f}  {each}")
     return out
 
 
@@ -175,9 +175,18 @@ def hbm_text(knobs: dict, communicators: int) -> str:
             f" = {total:g} MB per rank")
 
 
+def _heads(shown: list[Metric]) -> str:
+    return "".join(f" {m.heading:>{m.width}}" for m in shown)
+
+
+def _values(row, shown: list[Metric]) -> str:
+    return "".join(f" {m.text(getattr(row, m.name)):>{m.width}}" for m in shown)
+
+
 def render_tuning(rows: list[TuningRow]) -> str:
     """Overlap per message size; bucketing per bucket size with the best and its gain over one
-    all_reduce per tensor; compression per dtype with its speed-up over float32 and its error."""
+    all_reduce per tensor; compression per dtype with its speed-up over float32 and its error.
+    The measured columns are the row's table metrics for its bench (schema.results.TuningRow)."""
     if not rows:
         return ""
     out: list[str] = []
@@ -187,38 +196,34 @@ def render_tuning(rows: list[TuningRow]) -> str:
     for (bench, backend, op, dtype, nranks, side, knobs), block in groups.items():
         where = (f"backend={backend}  nranks={nranks}" + (f"  {side_role(side)}" if side else "")
                  + (f"  [{knobs}]" if knobs else ""))
+        shown = metrics(TuningRow, "table", bench)
+        tail = f" {'#wrong':>7} {'launch':>6}"
         out.append("")
         if bench == "overlap":
             out += [f"# overlap: {op} {dtype} started async, a matmul sized to match, then wait  {where}",
                     "#   efficiency = (comm + comp - both) / min(comm, comp), clipped to [0, 1] (raw in brackets)",
-                    f"#{'size':>12} {'comm(us)':>10} {'comp(us)':>10} {'both(us)':>10} {'matmul n':>9} "
-                    f"{'overlap':>8} {'(raw)':>8} {'#wrong':>7} {'launch':>6}"]
+                    f"#{'size':>12} {'matmul n':>9}" + _heads(shown) + tail]
             for r in sorted(block, key=lambda r: (r.bytes, r.launch)):
-                out.append(f" {r.bytes:>12} {r.t_comm_us or 0:>10.1f} {r.t_comp_us or 0:>10.1f} {r.t_both_us or 0:>10.1f} "
-                           f"{r.matmul_n or 0:>9} {r.overlap_efficiency or 0:>8.2f} {f'({r.overlap_efficiency_raw:.2f})':>8} "
-                           f"{_wrong(r.wrong):>7} {r.launch:>6}")
+                out.append(f" {r.bytes:>12} {r.matmul_n or 0:>9}" + _values(r, shown) + f" {_wrong(r.wrong):>7} {r.launch:>6}")
         elif bench == "bucket":
             model = block[0].model_bytes or 0
             out += [f"# gradient bucketing: {block[0].tensors} gradient tensors, {format_size(model)} float32, "
                     f"DDP-style flatten, all_reduce, x 1/world, unflatten  {where}",
-                    f"#{'bucket':>12} {'calls':>6} {'step(us)':>10} {'#wrong':>7} {'launch':>6}"]
+                    f"#{'bucket':>12}" + _heads(shown) + tail]
             for r in sorted(block, key=lambda r: (r.bytes, r.launch)):
-                out.append(f" {format_size(r.bytes) if r.bytes else 'per-tensor':>12} {r.calls or 0:>6} "
-                           f"{r.step_us or 0:>10.1f} {_wrong(r.wrong):>7} {r.launch:>6}")
+                out.append(f" {format_size(r.bytes) if r.bytes else 'per-tensor':>12}" + _values(r, shown)
+                           + f" {_wrong(r.wrong):>7} {r.launch:>6}")
             out.append(_best_bucket(block))
         else:
             base = _pooled_step(block, "float32")
             out += [f"# compressed gradients: {format_size(block[0].model_bytes or 0)} float32 in "
                     f"{format_size(block[0].bucket_bytes or 0)} buckets  {where}",
                     "#   against the exact mean: max |err| / max |exact|, mean |err| / mean |exact|; bound: what the",
-                    "#   type's rounding allows, relative to max |exact| (collectives/tuning_tasks.error_bound)",
-                    f"#{'comm dtype':>12} {'calls':>6} {'step(us)':>10} {'speed-up':>9} {'max rel err':>12} "
-                    f"{'mean rel err':>13} {'bound':>10} {'#wrong':>7} {'launch':>6}"]
+                    "#   type's rounding allows, relative to max |exact| (layers/tuning_tasks.error_bound)",
+                    f"#{'comm dtype':>12} {'speed-up':>9}" + _heads(shown) + tail]
             for r in sorted(block, key=lambda r: (str(r.comm_dtype), r.launch)):
                 speedup = f"{base / r.step_us:.2f}x" if base and r.step_us else "-"
-                out.append(f" {r.comm_dtype:>12} {r.calls or 0:>6} {r.step_us or 0:>10.1f} {speedup:>9} "
-                           f"{r.max_rel_error or 0:>12.2e} {r.mean_rel_error or 0:>13.2e} {r.error_bound or 0:>10.2e} "
-                           f"{_wrong(r.wrong):>7} {r.launch:>6}")
+                out.append(f" {r.comm_dtype:>12} {speedup:>9}" + _values(r, shown) + f" {_wrong(r.wrong):>7} {r.launch:>6}")
     return "\n".join(out)
 
 
@@ -256,32 +261,28 @@ def render_overhead(rows: list[dict]) -> str:
 
 
 def render_layers(rows: list[LayerRow]) -> str:
-    """TP blocks: times, throughput and efficiency vs a plain matmul; pipelines: step time and bubble."""
+    """TP blocks: times, throughput and efficiency vs a plain matmul; pipelines: step time and bubble.
+    The measured columns are the row's table metrics for its bench (schema.results.LayerRow)."""
     if not rows:
         return ""
     out = []
     tp_rows = [r for r in rows if r.bench == "linear"]
     pp_rows = [r for r in rows if r.bench == "pipeline"]
     if tp_rows:
-        out += ["# tensor-parallel blocks (times: median of the slowest rank; efficiency = plain-matmul time",
-                "# of the same GEMMs / fwd+bwd time; comm = share of fwd+bwd inside the block's collectives)",
-                f"#{'backend':>8} {'tp':>3} {'dp':>3} {'block':>7} {'impl':>8} {'fwd(us)':>10} {'bwd(us)':>10} "
-                f"{'step(us)':>10} {'tokens/s':>10} {'GFLOP/s':>8} {'eff':>6} {'comm':>6}"]
+        shown = metrics(LayerRow, "table", "linear")
+        out += ["# tensor-parallel blocks (times: median of the slowest rank; eff = plain-matmul time of the same",
+                "# GEMMs / fwd+bwd time; comm = share of fwd+bwd inside the block's collectives, exposed: that time)",
+                f"#{'backend':>8} {'tp':>3} {'dp':>3} {'block':>7} {'impl':>8}" + _heads(shown)]
         for r in tp_rows:
             block = f"{r.layer}{'+sp' if r.sequence_parallel else ''}"
-            comm = f"{r.comm_share:.2f}" if r.comm_share is not None else "n/a"
-            out.append(f" {r.backend:>8} {r.tp:>3} {r.dp:>3} {block:>7} {r.impl:>8} {r.fwd_us or 0:>10.1f} "
-                       f"{r.bwd_us or 0:>10.1f} {r.step_us or 0:>10.1f} {r.tokens_per_s or 0:>10.0f} "
-                       f"{(r.achieved_flops or 0) / 1e9:>8.2f} {r.efficiency or 0:>6.2f} {comm:>6}")
+            out.append(f" {r.backend:>8} {r.tp:>3} {r.dp:>3} {block:>7} {r.impl:>8}" + _values(r, shown))
         warned = dict.fromkeys(w for r in tp_rows for w in r.placement_warnings)
         out += [f"# WARNING: {w}" for w in warned]
     if pp_rows:
+        shown = metrics(LayerRow, "table", "pipeline")
         out += ["", "# pipeline steps (bubble measured = 1 - microbatches x stage compute alone / step time;",
-                "# theory (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble n/a)",
-                f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3} {'step(us)':>10} "
-                f"{'tokens/s':>10} {'bubble':>7} {'theory':>7}"]
+                "# theory (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble -)",
+                f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3}" + _heads(shown)]
         for r in pp_rows:
-            out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule:>16} {r.microbatches:>3} "
-                       f"{r.step_us or 0:>10.1f} {r.tokens_per_s or 0:>10.0f} {r.bubble_measured or 0:>7.3f} "
-                       + (f"{r.bubble_theory:>7.3f}" if r.bubble_theory is not None else f"{'n/a':>7}"))
+            out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule:>16} {r.microbatches:>3}" + _values(r, shown))
     return "\n".join(out)

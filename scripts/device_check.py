@@ -49,7 +49,7 @@ def skew(backend_name: str, out: str) -> int:
 def _load(folder: Path):
     """The run under folder/<timestamp>/, or (None, why not)."""
     from reports.result_files import load
-    from reports.results import ResultError
+    from schema.results import ResultError
     runs = sorted(p for p in folder.glob("*/") if (p / "results.json").exists() or (p / "cases.jsonl").exists())
     if not runs:
         return None, f"no run recorded under {folder}"
@@ -91,8 +91,8 @@ def _skips(run) -> list[str]:
 
 def _sweep(run) -> list[str]:
     from collectives.sizes import format_size
-    from reports.results import CollectiveRow
     from reports.table import host_cost_lines, rows_of
+    from schema.results import CollectiveRow
     rows = rows_of(run)
     out = [f"  {len(rows)} cases measured, {sum(r.graph for r in rows)} of them graph-captured"]
     peaks: dict[tuple, CollectiveRow] = {}

@@ -5,8 +5,8 @@ past it: the per-rank round times are made up (a latency + size / bandwidth mode
 rank and round, a few ranks slower), everything else is the real code. The sweep is the default
 `--benchmark` one (harness.cases.build: every op, sizes 8:32M:4, float32, sum, 20 rounds), each
 case's row made by the real row builder (harness/case_rows.collective_row, which keeps the whole
-matrix up to collectives.stats.FULL_MATRIX_RANKS ranks and summarises past it), each entry by
-reports.results.bench_entry, the file by result_file written as the session writes results.json
+matrix up to schema.stats.FULL_MATRIX_RANKS ranks and summarises past it), each entry by
+schema.results.bench_entry, the file by result_file written as the session writes results.json
 (json indent=1, harness/plugin.py). Two runs per rank count, B with one op 10% slower, then
 `hccl-bench compare A B` and `hccl-bench report A B` in their own processes, timed; the report
 must name the slow ranks. --full also writes today's form (the whole matrix) for its size.
@@ -30,12 +30,12 @@ sys.path.insert(0, str(ROOT))
 
 from collectives.ops import OPS  # noqa: E402
 from collectives.sizes import parse_sizes  # noqa: E402
-from collectives.stats import FULL_MATRIX_RANKS, per_op_seconds, rank_rounds  # noqa: E402
 from harness import cases, files  # noqa: E402
 from harness.case_rows import collective_row  # noqa: E402
 from harness.options import BENCH_SIZES, Options  # noqa: E402
 from reports.result_files import load  # noqa: E402
-from reports.results import bench_entry, result_file  # noqa: E402
+from schema.results import bench_entry, result_file  # noqa: E402
+from schema.stats import FULL_MATRIX_RANKS, per_op_seconds, rank_rounds  # noqa: E402
 
 RANKS_PER_HOST = 16
 SLOW = {77: 1.30, 1000: 1.15}        # rank -> how much slower than the others (every case, every round)

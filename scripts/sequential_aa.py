@@ -21,8 +21,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from reports.compare import ALPHA  # noqa: E402
 from reports.result_files import load  # noqa: E402
-from reports.results import Cell, Run  # noqa: E402
 from reports.sequential import run_looks  # noqa: E402
+from schema.results import Cell, Run  # noqa: E402
 
 
 def swapped(a: Run, b: Run, flip: set[int]) -> tuple[Run, Run]:

@@ -4,7 +4,8 @@ have is offered. Device facts are given, as a device would report them; no devic
 import pytest
 
 from collectives import capabilities
-from collectives.capabilities import DeviceFacts, algo_label, hccl_product, nccl_algo_ran, parse_nccl_tuning
+from collectives.backends import algo_label, oversubscribed
+from collectives.capabilities import DeviceFacts, hccl_product, nccl_algo_ran, parse_nccl_tuning
 from collectives.ops import OPS
 from harness.cases import build
 from harness.options import Options
@@ -166,7 +167,7 @@ def test_oversubscription_is_refused_with_one_line(facts, what):
     assert f"--nproc 16 > {what} on this node" in skip(table, "default", "all_reduce")
     assert skip(cases(facts, nproc=16, launcher="mpirun -np {nproc}", ops=("all_reduce",), dtypes=("float32",),
                       redops=("sum",)), "default", "all_reduce") == ""
-    assert capabilities.oversubscribed("gloo", 64, 0) == ""
+    assert oversubscribed("gloo", 64, 0) == ""
 
 
 def test_cpu_backends_read_nothing_and_skip_nothing_new():

@@ -64,3 +64,57 @@ def test_labels_name_the_sides_in_compare_and_report(tmp_path):
     assert proc.returncode == 0 and "mpich 5.0.2 (side B, candidate)" in (tmp_path / "rep" / "report.html").read_text()
     proc = run_cli("compare", ab, "--ab", "--label", "C=x")
     assert proc.returncode == 2 and "use A=NAME or B=NAME" in proc.stderr
+
+
+def test_an_unknown_command_is_one_line_and_the_bad_input_code():
+    proc = cli("frobnicate")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "unknown command 'frobnicate'" in proc.stderr
+    assert "compare" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_command_answers_with_a_member_of_the_exit_code_enum(tmp_path):
+    """Each subcommand's function, run in process, returns an ExitCode, not a bare int."""
+    from harness.cli import COMMANDS
+    from schema.exit_codes import ExitCode
+    from tests.test_compare import write_ab
+    ab = write_ab(tmp_path / "ab.json", slow=1.3, drift_sd=0.1)
+    calls = {"provenance": (), "table": (ab, "--ab"), "compare": (ab, "--ab"), "calibrate": (ab, "--ab"),
+             "history": (tmp_path / "none",), "report": (ab, "--ab", "-o", tmp_path / "rep"),
+             "import": (tmp_path / "missing.log",), "baseline": ("show",), "memory": ("--params", "1e9"),
+             "predict": (ab, "--hosts", "0", "--ranks-per-host", "1")}
+    assert set(calls) == set(COMMANDS)
+    for name, args in calls.items():
+        proc = run_cli(name, *args)
+        assert type(proc.returncode) is ExitCode, (name, proc.returncode, proc.stderr)
+
+
+def test_exit_codes_keep_their_values_and_agree_with_pytest():
+    """CI jobs read these numbers: the session's own agree with pytest's, ours never move."""
+    import pytest
+
+    from schema.exit_codes import ExitCode
+    assert [(c.name, int(c)) for c in ExitCode] == [("OK", 0), ("REGRESSION", 1), ("BAD_INPUT", 2), ("INTERNAL", 3),
+                                                     ("BAD_OPTION", 4), ("NO_TESTS", 5), ("INCONCLUSIVE", 6),
+                                                     ("MACHINE_CHANGED", 7), ("DRIVER_GONE", 70)]
+    assert (ExitCode.TESTS_FAILED, ExitCode.INTERRUPTED, ExitCode.INTERNAL, ExitCode.BAD_OPTION, ExitCode.NO_TESTS) == (
+        pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR,
+        pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.NO_TESTS_COLLECTED)
+
+
+def test_the_plugin_finds_pytest_benchmarks_session_by_its_public_plugin_name(pytestconfig):
+    """results.json is built from pytest-benchmark's session: found through pluggy's get_plugin, it
+    must be the very object the plugin keeps privately (a new pytest-benchmark that renames it fails here)."""
+    from harness import run_output
+    found = run_output.benchmark_session(pytestconfig)
+    assert found is not None and found is pytestconfig._benchmarksession
+    assert isinstance(found.benchmarks, list) and callable(found.get_machine_info)
+
+
+def test_progress_lines_name_each_move_and_count_what_started():
+    from harness.progress import Progress
+    progress = Progress({"a": ("gloo", "all_reduce", ""), "b": ("gloo", "all_reduce", ""),
+                         "c": ("mpi", "broadcast", "side B")})
+    assert progress.lines_at("a") == ["# [0/3] now: gloo all_reduce"]
+    assert progress.lines_at("b") == [] and progress.lines_at("not-a-case") == []
+    (line,) = progress.lines_at("c")
+    assert line.startswith("# [2/3, about ") and line.endswith(" left] now: mpi broadcast side B") and progress.done == 3

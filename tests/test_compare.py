@@ -8,7 +8,7 @@ import pytest
 from reports import summary
 from reports.compare import compare, size_ranges
 from reports.result_files import load
-from reports.results import CollectiveRow, bench_entry, result_file
+from schema.results import CollectiveRow, bench_entry, result_file
 
 SIZES = [4 << (2 * i) for i in range(11)]          # 4 B .. 4 MiB, like --sizes 4:4M:4
 

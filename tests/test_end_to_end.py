@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from collectives.ops import OPS as REGISTERED_OPS
 from reports.result_files import load
 from tests.conftest import ROOT, processes_with_tag, run_cli
 
 pytestmark = pytest.mark.slow
 
-OPS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "sendrecv"}
+OPS = set(REGISTERED_OPS)   # every registered op module
 
 
 def test_sweep_checks_times_and_records_every_op(bench_run, tmp_path):

@@ -12,8 +12,8 @@ from reports.compare import compare
 from reports.estimators import ESTIMATORS, launch_value
 from reports.gate import judge_pair
 from reports.result_files import load
-from reports.results import CollectiveRow, bench_entry, result_file
 from reports.sequential import run_looks
+from schema.results import CollectiveRow, bench_entry, result_file
 from tests.conftest import run_cli
 from tests.test_options import parsed
 

@@ -9,7 +9,7 @@ import pytest
 from reports.compare import compare
 from reports.importers import import_runs
 from reports.result_files import load, run_from_rows
-from reports.results import CollectiveRow, ResultError
+from schema.results import CollectiveRow, ResultError
 from tests.conftest import run_cli
 
 DATA = Path(__file__).parent / "data" / "importers"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reports.importers import import_file
-from reports.results import ResultError
+from schema.results import ResultError
 from tests.conftest import ROOT, run_cli
 
 DATA = Path(__file__).parent / "data" / "importers"

@@ -8,7 +8,7 @@ import torch
 from harness.groups import GroupKey, GroupPool
 from layers import check, memory, schedules, support
 from layers.mesh import Axis, MeshError, ParallelDims, tp_placement
-from reports.results import LayerRow
+from schema.results import LayerRow
 
 
 # ---- mesh -----------------------------------------------------------------------------------
@@ -158,6 +158,47 @@ def test_a_missing_torch_api_skips_the_layer_case_with_its_reason(monkeypatch):
     assert skips["gloo-linear-tp1-mlp-manual"] == ""
 
 
+def _tp_row(impl: str, fwd_bwd_ns: int, shares: list, launch: int = 0) -> LayerRow:
+    """A TP block's row as the driver makes it, from what two ranks of layers/rank_tasks.tp_bench return."""
+    from harness import case_rows
+    from harness.cases import LayerCase
+    from harness.options import Options
+    ranks = [{"iters": 1, "round_ns": [fwd_bwd_ns + 100_000 + 1000 * i for i in range(5)], "fwd_ns": [fwd_bwd_ns // 3] * 5,
+              "fwd_bwd_ns": [fwd_bwd_ns] * 5, "matmul_ns": [fwd_bwd_ns // 2] * 5, "flops_per_iter": 6e9,
+              "tokens_per_iter": 1024, "comm_share": share, "peak_memory_bytes": 1 << 20, "wrong": 0, "checked": 10,
+              "err_to_tol": 0.1, "params_local": 1000} for share in shares]
+    case = LayerCase("gloo", "tp_bench", 2, 1, 2, layer="mlp", impl=impl, launch=launch)
+    return case_rows.layer_row(case, Options(), ranks, {"node1": 2}, {0: "node1", 1: "node1"})
+
+
+def test_comm_exposed_is_one_declaration_seen_in_the_table_compare_and_report(tmp_path):
+    """comm_exposed_us (the time per fwd+bwd inside the block's blocking collectives: comm_share x
+    fwd+bwd, none of it under compute) is declared once in schema.results.LayerRow and computed
+    where rows are made; table, compare JSON and report show it with no edit of theirs."""
+    from reports import report_page, summary, table
+    from reports.compare import compare
+    from reports.result_files import load
+    from schema.results import bench_entry, result_file
+    row = _tp_row("manual", 2_000_000, [0.25, 0.35])               # 2 ms fwd+bwd, 30% of it in collectives
+    assert row.comm_exposed_us == pytest.approx(600.0) and row.efficiency == pytest.approx(0.5)
+    assert _tp_row("dtensor", 2_000_000, [None, None]).comm_exposed_us is None   # DTensor's collectives are not timed
+    text = table.render_layers([row])
+    head = next(line for line in text.splitlines() if line.startswith("# backend"))
+    assert head.endswith("exposed comm(us)") and text.splitlines()[3].endswith(" 600.0")
+    runs = []
+    for name, fb in (("a", 2_000_000), ("b", 3_000_000)):
+        rows = [_tp_row("manual", fb, [0.25, 0.35], launch) for launch in range(3)]
+        entries = [bench_entry(f"{name}{r.launch}", r, [t / 1e9 for t in r.round_ns_per_rank[0]]) for r in rows]
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(result_file(entries, {"groups": {}})))
+        runs.append(load(path))
+    cells = summary.as_json(compare(*runs))["cells"]
+    assert [[round(v, 3) for v in c["metrics"]["comm_exposed_us"]] for c in cells] == [[600.0, 900.0]]
+    report_page.render(runs, tmp_path / "rep")
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "<th>exposed comm(us)</th>" in html and "<td>600.0</td>" in html and "<td>900.0</td>" in html
+
+
 # ---- real ranks (one gloo group of 4, shared by every test below) ------------------------------
 @pytest.fixture(scope="module")
 def ranks4(tmp_path_factory):
@@ -218,7 +259,7 @@ def test_sleep_timed_bubble_matches_theory(ranks4, schedule, pp, m):
     results = ranks4({"task": "pp_bench", "model": "sleep", "fwd_s": 0.08, "bwd_s": 0.08, "tp": 1, "pp": pp,
                       "schedule": schedule, "microbatches": m, "hidden": 4, "seq": 1, "batch": m, "layers": pp,
                       "plan": {"warmup": 1, "rounds": 2, "iters": 1, "round_time_s": 0.01}})
-    from collectives.stats import median_seconds, per_rank_median_seconds
+    from schema.stats import median_seconds, per_rank_median_seconds
     step = median_seconds([r["round_ns"] for r in results], 1)          # the slowest rank's step
     compute = per_rank_median_seconds([r["compute_ns"] for r in results], 1)
     measured = float((1 - m * compute / step).mean())

@@ -5,7 +5,8 @@ import importlib.util
 
 import pytest
 
-from harness.options import OptionError, add_options, parse
+from collectives.backends import BACKENDS
+from harness.options import OptionError, add_options, parse, prepare
 
 
 class _Options:
@@ -20,11 +21,17 @@ class _Options:
         self.argparser.add_argument(*names, **kwargs)
 
 
-def parsed(args: list[str]):
+def _getoption(args: list[str]):
     parser = _Options()
     add_options(parser)
     namespace = parser.argparser.parse_args(args)
-    return parse(lambda name: getattr(namespace, name))
+    return lambda name: getattr(namespace, name)
+
+
+def parsed(args: list[str]):
+    """What the plugin does: parse, then let the machine fill in the rest."""
+    getoption = _getoption(args)
+    return prepare(parse(getoption), getoption)
 
 
 BAD_OPTIONS = [
@@ -35,7 +42,7 @@ BAD_OPTIONS = [
     (["--dtypes", "float8"], "unknown dtype 'float8': allowed float32"),
     (["--algos", "star"], "unknown algorithm 'star'"),
     (["--algos", "hccl:ringg"], "unknown hccl algorithm 'ringg'"),
-    (["--backend", "rccl"], "unknown backend 'rccl': allowed gloo, mpi, nccl, hccl"),
+    (["--backend", "rccl"], f"unknown backend 'rccl': allowed {', '.join(BACKENDS)}"),   # the registry's names
     (["--nproc", "0"], "--nproc must be >= 1, got 0"),
     (["--launcher", "mpirun -np 4"], "must contain {nproc}"),
     (["--nproc", "4", "--tp", "3", "--pp", "1"], "no tp x pp x dp equals the world size 4: tp in [3], pp in [1]"),
@@ -99,3 +106,32 @@ def test_hccl_without_torch_npu_is_one_line():
     with pytest.raises(OptionError) as raised:
         parsed(["--backend", "hccl"])
     assert "backend hccl needs torch_npu" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_parsing_touches_neither_the_machine_nor_the_environment(tmp_path, monkeypatch):
+    """parse leaves the device, the shell and os.environ to prepare: a script that would leave a
+    mark, an MPI thread level and a device backend parse without effect; prepare then acts."""
+    import os
+    mark = tmp_path / "sourced"
+    script = tmp_path / "set_env.sh"
+    script.write_text(f"touch {mark}\nexport HCCL_BENCH_SOURCED=yes\n")
+    monkeypatch.delenv("HCCL_BENCH_MPI_THREAD_LEVEL", raising=False)
+    getoption = _getoption(["--backend", "auto", "--ab-source", str(script), "--ab-env", "X=1",
+                            "--mpi-thread-level", "funneled", "--results", str(tmp_path / "r")])
+    opts = parse(getoption)
+    assert opts.backends == [] and opts.nproc == 0 and opts.ab_env == {"X": "1"}
+    assert not mark.exists() and "HCCL_BENCH_MPI_THREAD_LEVEL" not in os.environ
+    prepare(opts, getoption)
+    assert mark.exists() and opts.ab_env["HCCL_BENCH_SOURCED"] == "yes" and opts.ab_env["X"] == "1"
+    assert os.environ["HCCL_BENCH_MPI_THREAD_LEVEL"] == "funneled" and opts.backends and opts.nproc >= 1
+
+
+def test_parse_imports_no_torch():
+    """Options parse in a process that never loads torch (the probe that needs it is prepare's)."""
+    import subprocess
+    import sys
+    code = ("import sys, argparse; from tests.test_options import _getoption; from harness.options import parse; "
+            "parse(_getoption(['--backend', 'nccl,hccl'])); print('torch' in sys.modules)")
+    from tests.conftest import ROOT
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stdout + proc.stderr

@@ -8,7 +8,7 @@ import pytest
 
 from reports.predict import cost, fit, predict
 from reports.result_files import load
-from reports.results import CollectiveRow, bench_entry, result_file
+from schema.results import CollectiveRow, bench_entry, result_file
 from tests.conftest import run_cli
 
 

@@ -113,7 +113,7 @@ def test_cpu_ranks_report_no_device_versions():
 def test_rank_reported_variables_and_topology_show_in_the_diff():
     from harness.provenance import group_info
     from reports.provenance_diff import provenance_diff, run_provenance
-    from reports.results import Cell, CollectiveRow, Run, Series
+    from schema.results import Cell, CollectiveRow, Run, Series
 
     def run(queue: str, topo: str, hccl: str) -> Run:
         ranks = [{"host": "n1", "device": "Ascend910B3", "versions": {"hccl": hccl}, "env": {"TASK_QUEUE_ENABLE": queue}}

@@ -7,8 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from collectives import stats
-from collectives.ops import OPS
+from collectives.ops import OPS, bandwidths
 from harness.case_rows import collective_row
 from harness.cases import Case
 from harness.groups import GroupKey
@@ -16,7 +15,8 @@ from reports import table
 from reports.compare import compare
 from reports.report_page import _heatmaps, case_id, render
 from reports.result_files import load
-from reports.results import SCHEMA, CollectiveRow, ResultError, bench_entry, result_file
+from schema import stats
+from schema.results import SCHEMA, CollectiveRow, ResultError, bench_entry, result_file
 
 BIG = stats.FULL_MATRIX_RANKS + 44      # just past the threshold: 300 ranks
 SLOW_RANK = 77                          # 1.3x slower every round
@@ -89,10 +89,11 @@ def test_a_big_group_keeps_summaries_and_the_rounds_that_matter():
 def test_every_statistic_is_the_same_from_either_form(tmp_path):
     pairs = [rows_both_forms(op, size, BIG, seed) for seed, (op, size) in enumerate(SWEEP)]
     for row, whole in pairs:
-        from_summary = stats.summarize_view(row.ranks(), row.op, row.bytes)
-        assert from_summary == stats.summarize_view(whole.ranks(), whole.op, whole.bytes)
+        from_summary = stats.summarize_view(row.ranks())
+        assert from_summary == stats.summarize_view(whole.ranks())
         stored = {k: getattr(row, k) for k in from_summary}
-        assert from_summary == stored          # time_us, busbw, spread ... as the builder computed them
+        assert from_summary == stored          # time_us, spread ... as the builder computed them
+        assert (row.algbw_gbps, row.busbw_gbps) == bandwidths(row.op, row.bytes, from_summary["time_us"] * 1e-6, row.nranks)
         assert stats.per_op_seconds(row.round_ns_per_rank, 10).tolist() == \
             stats.per_op_seconds(whole.round_ns_per_rank, 10).tolist()   # what the benches give pytest-benchmark
         assert row.ranks().slowest(8) == whole.ranks().slowest(8) and row.ranks().slowest(1) == [SLOW_RANK]
@@ -105,8 +106,8 @@ def test_every_statistic_is_the_same_from_either_form(tmp_path):
         assert cell.launches == other.launches and cell.pooled_s == other.pooled_s
         assert [cell.pooled(m) for m in ("time_us", "busbw_gbps", "rank_spread")] == \
                [other.pooled(m) for m in ("time_us", "busbw_gbps", "rank_spread")]
-        assert stats.summarize_view(cell.row.ranks(), cell.row.op, cell.size) == \
-            stats.summarize_view(other.row.ranks(), other.row.op, other.size)
+        assert stats.summarize_view(cell.row.ranks()) == \
+            stats.summarize_view(other.row.ranks())
     base = load(write(tmp_path / "base.json", [rows_both_forms(op, size, BIG, 50 + i)[0] for i, (op, size) in enumerate(SWEEP)]))
     a, b = compare(base, summary_run), compare(base, whole_run)
     assert [(c.key, c.samples, c.ratio, c.low, c.high, c.verdict) for c in a.cells] == \

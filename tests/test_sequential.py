@@ -6,8 +6,8 @@ import numpy as np
 
 from reports.compare import ALPHA
 from reports.result_files import load
-from reports.results import CollectiveRow, bench_entry, result_file
 from reports.sequential import look_alpha, planned_looks, run_looks
+from schema.results import CollectiveRow, bench_entry, result_file
 from tests.test_compare import SIZES
 
 

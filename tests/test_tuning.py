@@ -4,11 +4,12 @@ import json
 
 import pytest
 
+from collectives.ops import OPS
 from harness.cases import build, build_tuning
 from layers.memory import bucket_plan, mlp_gradient_sizes
 from reports import table
 from reports.result_files import load
-from reports.results import CollectiveRow, TuningRow, bench_entry, result_file
+from schema.results import CollectiveRow, TuningRow, bench_entry, result_file
 from tests.conftest import run_cli
 from tests.test_options import parsed
 
@@ -30,7 +31,7 @@ def test_tuning_cases_skip_what_would_repeat_or_cannot_run():
     assert cases["gloo-compress-float16"].skip == "" and "MPI has no float16" in cases["mpi-compress-float16"].skip
     assert {c.size for c in cases.values() if c.bench == "compress"} == {model}
     assert sorted(c.op for c in cases.values() if c.bench == "overlap" and c.backend == "mpi") == \
-        ["all_gather", "all_reduce", "reduce_scatter"]
+        sorted(name for name, op in OPS.items() if op.has_async)   # every op with an asynchronous form
 
 
 def test_each_knob_value_is_its_own_group_and_series():
@@ -144,3 +145,42 @@ def test_a_knob_sweep_over_an_mpich_cvar_is_series_in_one_table_report_and_compa
     html = (tmp_path / "rep" / "report.html").read_text()
     assert rep.returncode == 0 and "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring" in html
     assert bench_run.leftovers() == []
+
+
+def _bucket_row(cap: int, step_ns: int, launch: int = 0) -> TuningRow:
+    """A bucket case's row as the driver makes it, from what two bucketing ranks return."""
+    from harness import case_rows
+    from harness.cases import TuningCase
+    sizes = mlp_gradient_sizes(64, 4)
+    calls = len(bucket_plan([4 * n for n in sizes], cap))
+    ranks = [{"iters": 1, "round_ns": [step_ns + 1000 * i for i in range(5)], "calls": calls, "tensors": len(sizes),
+              "model_bytes": 4 * sum(sizes), "wrong": 0} for _ in range(2)]
+    return case_rows.tuning_row(TuningCase("gloo", "bucket", 2, size=cap, launch=launch), ranks, {"node1": 2})
+
+
+def test_bucket_fill_is_one_declaration_seen_in_the_table_compare_and_report(tmp_path):
+    """bucket_fill (gradient bytes / (calls x cap)) is declared once in schema.results.TuningRow and
+    computed where rows are made; table, compare JSON and report show it with no edit of theirs."""
+    from reports import report_page, summary
+    from reports.compare import compare
+    model = 4 * sum(mlp_gradient_sizes(64, 4))
+    assert _bucket_row(model, 10 ** 6).bucket_fill == 1.0          # one bucket, exactly full
+    assert _bucket_row(2 * model, 10 ** 6).bucket_fill == 0.5      # one bucket, half full
+    assert _bucket_row(0, 10 ** 6).bucket_fill is None             # one all_reduce per tensor: no bucket
+    over = _bucket_row(100_000, 10 ** 6)                             # DDP closes a bucket once it holds the cap
+    assert over.calls == 4 and over.bucket_fill == pytest.approx(model / 400_000) and over.bucket_fill > 1   # a block each
+    text = table.render_tuning([_bucket_row(2 * model, 10 ** 6)])
+    head = next(line for line in text.splitlines() if line.startswith("#      bucket"))
+    assert head.split()[-3:] == ["fill", "#wrong", "launch"] and " 0.50 " in text
+    runs = []
+    for name, step in (("a", 10 ** 6), ("b", 2 * 10 ** 6)):
+        rows = [_bucket_row(2 * model, step, launch) for launch in range(3)]
+        entries = [bench_entry(f"{name}{r.launch}", r, [t / 1e9 for t in r.round_ns_per_rank[0]]) for r in rows]
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(result_file(entries, {"groups": {}})))
+        runs.append(load(path))
+    cells = summary.as_json(compare(*runs))["cells"]
+    assert [c["metrics"]["bucket_fill"] for c in cells] == [[0.5, 0.5]]
+    report_page.render(runs, tmp_path / "rep")
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "<th>fill</th>" in html and "<td>0.50</td>" in html

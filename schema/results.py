@@ -10,14 +10,13 @@ find it there, so adding one is a field here plus the code that measures it.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from collectives.capabilities import algo_label  # hccl: "ring (requested)", HCCL cannot say what ran
-from collectives.stats import RankView
+from schema.stats import RankView, median
 
 SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
 LAYER_BENCHES = ("linear", "pipeline")
@@ -56,9 +55,11 @@ def _field(check: str, default: Any = None, **meta):
     return field(default=default, metadata={"check": check, **meta})
 
 
-def metric(heading: str, fmt: str, better: str, where: tuple[str, ...], check: str = "amount"):
-    """A measured quantity shown by name: `where` is any of "table", "compare", "report"."""
-    return _field(check, None, metric=Metric("", heading, fmt, better, where))
+def metric(heading: str, fmt: str, better: str, where: tuple[str, ...], check: str = "amount",
+           benches: tuple[str, ...] = (), scale: float = 1.0):
+    """A measured quantity shown by name: `where` is any of "table", "compare", "report";
+    `benches`: the row's benches that have it (empty: all); shown as value / scale."""
+    return _field(check, None, metric=Metric("", heading, fmt, better, where, benches, scale))
 
 
 @dataclass(frozen=True)
@@ -68,18 +69,26 @@ class Metric:
     fmt: str           # format spec of one value
     better: str        # "lower" or "higher": the worst value of a series is the one a reader needs
     where: tuple[str, ...]
+    benches: tuple[str, ...] = ()   # the benches of the row type that measure it (empty: every one)
+    scale: float = 1.0              # shown as value / scale (GFLOP/s of a FLOP/s field)
 
     def text(self, value) -> str:
-        return "-" if value is None else format(value, self.fmt)
+        return "-" if value is None else format(value / self.scale if self.scale != 1 else value, self.fmt)
+
+    @property
+    def width(self) -> int:
+        """Column width in the text tables: the heading's, at least 8."""
+        return max(8, len(self.heading))
 
 
-def metrics(row_type: type, where: str) -> list[Metric]:
-    """The metrics of a row type shown in one place ("table", "compare", "report"), in field order."""
+def metrics(row_type: type, where: str, bench: str | None = None) -> list[Metric]:
+    """The metrics of a row type shown in one place ("table", "compare", "report"), in field order;
+    with `bench`, only those that bench measures."""
     found = []
     for f in fields(row_type):
         m = f.metadata.get("metric")
-        if m is not None and where in m.where:
-            found.append(Metric(f.name, m.heading, m.fmt, m.better, m.where))
+        if m is not None and where in m.where and (bench is None or not m.benches or bench in m.benches):
+            found.append(replace(m, name=f.name))
     return found
 
 
@@ -133,7 +142,7 @@ class _Row:
 @dataclass(kw_only=True)
 class _Measured(_Row):
     """What every measured case has: where it ran, its launch and side, and the round statistics
-    of collectives/stats.summarize (from the rank x round matrix: kept whole up to
+    of schema/stats.summarize (from the rank x round matrix: kept whole up to
     stats.FULL_MATRIX_RANKS ranks, summarised per rank past it; read either form with ranks())."""
     backend: str = _field("text", MISSING)
     nranks: int = _field("count", 1)
@@ -209,8 +218,8 @@ class LayerRow(_Measured):
     hidden: int | None = _field("count")
     seq: int | None = _field("count")
     batch: int | None = _field("count")
-    step_us: float | None = metric("step(us)", ".1f", "lower", ())
-    tokens_per_s: float | None = _field("amount")
+    step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "report"))
+    tokens_per_s: float | None = metric("tokens/s", ".0f", "higher", ("table",))
     peak_memory_bytes_per_rank: list = _field("list", [])
     model_states_estimate_bytes: int | None = _field("whole")
     placement_warnings: list = _field("list", [])
@@ -221,20 +230,25 @@ class LayerRow(_Measured):
     layer: str | None = _field("text")
     sequence_parallel: bool | None = _field("flag")
     impl: str | None = _field("text")
-    fwd_us: float | None = _field("amount")
-    bwd_us: float | None = _field("real")               # fwd+bwd minus fwd: noise can make it negative
-    achieved_flops: float | None = _field("amount")
+    fwd_us: float | None = metric("fwd(us)", ".1f", "lower", ("table",), benches=("linear",))
+    bwd_us: float | None = metric("bwd(us)", ".1f", "lower", ("table",), "real", ("linear",))   # fwd+bwd - fwd: can be < 0
+    achieved_flops: float | None = metric("GFLOP/s", ".2f", "higher", ("table",), benches=("linear",), scale=1e9)
     matmul_flops: float | None = _field("amount")
-    efficiency: float | None = _field("amount")
-    comm_share: float | None = _field("ratio")
+    efficiency: float | None = metric("eff", ".2f", "higher", ("table", "report"), benches=("linear",))
+    comm_share: float | None = metric("comm", ".2f", "lower", ("table", "report"), "ratio", ("linear",))
+    # the time per fwd+bwd inside the block's collectives (comm_share x fwd+bwd): the TP block's
+    # collectives are blocking and on the critical path, so none of it hides under compute
+    comm_exposed_us: float | None = metric("exposed comm(us)", ".1f", "lower", ("table", "compare", "report"),
+                                           benches=("linear",))
     # pipeline steps
     schedule: str | None = _field("text")
     microbatches: int | None = _field("count")
     layers: int | None = _field("count")
     stage_compute_us_per_microbatch: list = _field("list", [])
-    bubble_measured: float | None = _field("real")     # 1 - m x compute / step: noise can push it below 0
+    bubble_measured: float | None = metric("bubble", ".3f", "lower", ("table", "report"), "real",
+                                           ("pipeline",))   # 1 - m x compute / step: noise can push it below 0
     bubble_per_rank: list = _field("list", [])
-    bubble_theory: float | None = _field("ratio")
+    bubble_theory: float | None = metric("theory", ".3f", "lower", ("table", "report"), "ratio", ("pipeline",))
     stages_per_rank: list = _field("list", [])
 
 
@@ -251,22 +265,25 @@ class TuningRow(_Measured):
     dtype: str | None = _field("text")
     count: int | None = _field("whole")
     # overlap
-    t_comm_us: float | None = metric("comm(us)", ".1f", "lower", ("table",))
-    t_comp_us: float | None = metric("comp(us)", ".1f", "lower", ("table",))
-    t_both_us: float | None = metric("both(us)", ".1f", "lower", ("table",))
-    overlap_efficiency: float | None = metric("overlap", ".2f", "higher", ("table", "compare", "report"))
-    overlap_efficiency_raw: float | None = _field("real")   # before clipping to [0, 1]
+    t_comm_us: float | None = metric("comm(us)", ".1f", "lower", ("table",), benches=("overlap",))
+    t_comp_us: float | None = metric("comp(us)", ".1f", "lower", ("table",), benches=("overlap",))
+    t_both_us: float | None = metric("both(us)", ".1f", "lower", ("table",), benches=("overlap",))
+    overlap_efficiency: float | None = metric("overlap", ".2f", "higher", ("table", "compare", "report"), benches=("overlap",))
+    overlap_efficiency_raw: float | None = metric("(raw)", ".2f", "higher", ("table",), "real",
+                                                  ("overlap",))   # before clipping to [0, 1]
     matmul_n: int | None = _field("count")                   # the square matmul sized to the collective
     # gradient bucketing and compression
     bucket_bytes: int | None = _field("whole")              # 0: one all_reduce per tensor
-    calls: int | None = metric("calls", "d", "lower", ("table",), check="whole")
-    step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "report"))
+    calls: int | None = metric("calls", "d", "lower", ("table",), "whole", ("bucket", "compress"))
+    step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "report"), benches=("bucket", "compress"))
+    # gradient bytes / (calls x bucket cap): how full the buckets are (> 1: DDP's close-at-cap overshoot)
+    bucket_fill: float | None = metric("fill", ".2f", "higher", ("table", "compare", "report"), benches=("bucket",))
     tensors: int | None = _field("whole")
     model_bytes: int | None = _field("whole")
     comm_dtype: str | None = _field("text")
-    max_rel_error: float | None = metric("max rel err", ".2e", "lower", ("table", "compare", "report"))
-    mean_rel_error: float | None = _field("amount")
-    error_bound: float | None = _field("amount")             # the stated bound, relative to max |exact|
+    max_rel_error: float | None = metric("max rel err", ".2e", "lower", ("table", "compare", "report"), benches=("compress",))
+    mean_rel_error: float | None = metric("mean rel err", ".2e", "lower", ("table",), benches=("compress",))
+    error_bound: float | None = metric("bound", ".2e", "lower", ("table",), benches=("compress",))   # relative to max |exact|
 
 
 Row = CollectiveRow | LayerRow | TuningRow
@@ -339,9 +356,15 @@ class Series:
 
     @classmethod
     def of(cls, row: Row) -> Series:
-        bench = "collective" if isinstance(row, CollectiveRow) else row.bench
-        return cls(**{"bench": bench, **{k: getattr(row, k) for k in row.KEY}, "knobs": knob_text(row.knobs),
-                      "graph": True if getattr(row, "graph", False) else None})
+        return cls.of_fields(type(row), vars(row))
+
+    @classmethod
+    def of_fields(cls, row_type: type[Row], values: dict) -> Series:
+        """The one derivation of a series: the row type's KEY fields, its knobs and its graph flag,
+        from a row's fields or from the identity fields a row is about to be built with (the
+        driver names a case's cell before its rows exist: harness/case_rows.cell_key)."""
+        key: dict[str, Any] = {"bench": "collective", **{k: values.get(k) for k in row_type.KEY}}
+        return cls(**key, knobs=knob_text(values.get("knobs") or {}), graph=True if values.get("graph") else None)
 
     @property
     def kind(self) -> str:
@@ -356,7 +379,9 @@ class Series:
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
-    def label(self) -> str:
+    def label(self, algo_label: Callable[[str, str], str] = lambda backend, algo: algo) -> str:
+        """What a reader calls the series; `algo_label(backend, algo)` says how a backend's
+        algorithm is named (collectives.capabilities.algo_label: HCCL's is only "requested")."""
         knobs = f" [{self.knobs}]" if self.knobs else ""
         if self.kind == "layer":
             what = (f"{self.layer}{'+sp' if self.sequence_parallel else ''} {self.impl}" if self.bench == "linear"
@@ -395,17 +420,17 @@ class Cell:
     def pooled(self, name: str) -> float | None:
         """A metric over every launch: the median of the per-launch values (None if none has it)."""
         values = [v for r in self.rows.values() if (v := getattr(r, name, None)) is not None]
-        return float(statistics.median(values)) if values else None
+        return median(values) if values else None
 
     @property
     def launch_medians(self) -> list[float]:
         """Each launch's median per-op time (s), in launch order."""
-        return [float(statistics.median(self.launches[i])) for i in sorted(self.launches)]
+        return [median(self.launches[i]) for i in sorted(self.launches)]
 
     @property
     def pooled_s(self) -> float:
         """Per-op time over every launch: the median of the per-launch medians (s)."""
-        return float(statistics.median(self.launch_medians))
+        return median(self.launch_medians)
 
     @property
     def launch_spread(self) -> float:
@@ -451,9 +476,8 @@ class Run:
 def bench_entry(name: str, row: Row, per_op_seconds: list[float], group: str = "") -> dict:
     """A pytest-benchmark-shaped entry for a row measured or imported outside a pytest session."""
     data = [float(t) for t in per_op_seconds]
-    ordered = sorted(data)
     return {"name": name, "fullname": name, "group": group, "extra_info": row.to_json(),
-            "stats": {"data": data, "median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1],
+            "stats": {"data": data, "median": median(data), "min": min(data), "max": max(data),
                       "mean": sum(data) / len(data), "rounds": len(data)}}
 
 

@@ -1,4 +1,5 @@
-"""Everything derived from the rank x round matrix lives here (ARCHITECTURE.md, Measurement method).
+"""The statistics of a result: everything derived from the rank x round matrix (ARCHITECTURE.md,
+Measurement method), the one median, quantiles and the one weighted alpha-beta fit.
 
 The time of a round is the slowest rank's (a collective finishes when its last rank does);
 per-op time = round time / K. time_us is the median over rounds.
@@ -16,8 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collectives.ops import bandwidths
-
 # 256 ranks x 20 rounds is ~80 KiB a case in results.json (indent=1, ~16 bytes a round time): a
 # default sweep of ~80 cases stays under 10 MB. At 1,024 ranks the matrix would be 4x that a case;
 # the summary is 5 numbers a rank whatever the rounds, and a slow rank is still seen whole.
@@ -25,6 +24,28 @@ FULL_MATRIX_RANKS = 256
 SLOWEST_KEPT = 8              # past the threshold: the rounds of this many slowest ranks are kept whole
 NAMED_RANKS_OVER = 8          # the table and report name the slowest ranks of groups larger than this
 RANK_QUANTILES = ("min", "p25", "median", "p75", "max")
+
+
+def median(values) -> float:
+    """The median every reader uses: the mean of the two middle values at even n (numpy's and
+    statistics.median's), never the upper middle one (sorted(x)[n // 2])."""
+    return float(np.median(np.asarray(values, dtype=np.float64)))
+
+
+def quantiles(values, percents) -> list[float]:
+    """Linear-interpolated percentiles (numpy's default, as pytest-benchmark and nccl-tests readers expect)."""
+    return [float(q) for q in np.percentile(np.asarray(values, dtype=np.float64), percents)]
+
+
+def relative_fit(design, t) -> np.ndarray:
+    """Least squares of t = design @ coefficients, each point weighted by 1/t: a relative-error
+    fit, so a 8 B latency-bound point counts as much as a 1 GiB bandwidth-bound one. The one
+    alpha-beta fit (sweep_fits: design [1, size]; predict: design [steps, share x size])."""
+    a = np.asarray(design, dtype=np.float64)
+    y = np.asarray(t, dtype=np.float64)
+    w = 1 / y
+    coefficients, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
+    return coefficients
 
 
 def per_op_seconds(round_ns_by_rank: list[list[int]], iters: int) -> np.ndarray:
@@ -131,33 +152,30 @@ class RankView:
         return f"{place[0]}/{place[1]}" if place else "?"
 
 
-def _summary(t: np.ndarray, per_rank: np.ndarray, op: str | None, nbytes: int, nranks: int) -> dict:
-    q1, median, q3 = np.percentile(t, [25, 50, 75])
+def _summary(t: np.ndarray, per_rank: np.ndarray) -> dict:
+    q1, mid, q3 = quantiles(t, [25, 50, 75])
     mean = float(t.mean())
     out = {
-        "time_us": float(median) * 1e6, "min_us": float(t.min()) * 1e6, "max_us": float(t.max()) * 1e6,
+        "time_us": float(mid) * 1e6, "min_us": float(t.min()) * 1e6, "max_us": float(t.max()) * 1e6,
         "mean_us": mean * 1e6, "iqr_us": float(q3 - q1) * 1e6,
         "cv": float(t.std(ddof=1) / mean) if t.size > 1 and mean > 0 else 0.0,
         "rounds": int(t.size),
         "rank_spread": float(per_rank.max() / per_rank.min() - 1) if per_rank.min() > 0 else 0.0,
     }
     if t.size >= 20:
-        out["p95_us"] = float(np.percentile(t, 95)) * 1e6
+        out["p95_us"] = quantiles(t, [95])[0] * 1e6
     if t.size >= 100:
-        out["p99_us"] = float(np.percentile(t, 99)) * 1e6
-    if op is not None:
-        out["algbw_gbps"], out["busbw_gbps"] = bandwidths(op, nbytes, float(median), nranks)
+        out["p99_us"] = quantiles(t, [99])[0] * 1e6
     return out
 
 
-def summarize(round_ns_by_rank: list[list[int]], iters: int, op: str | None = None, nbytes: int = 0, nranks: int = 1) -> dict:
-    """Median/min/max/mean/IQR/CV (p95, p99 with enough rounds); algbw/busbw when `op` is given;
-    rank_spread = slowest rank's median / fastest rank's median - 1 (ranks that leave a collective
-    at different times: 0 when they all see the same time)."""
-    return _summary(per_op_seconds(round_ns_by_rank, iters), per_rank_median_seconds(round_ns_by_rank, iters),
-                    op, nbytes, nranks)
+def summarize(round_ns_by_rank: list[list[int]], iters: int) -> dict:
+    """Median/min/max/mean/IQR/CV (p95, p99 with enough rounds); rank_spread = slowest rank's
+    median / fastest rank's median - 1 (ranks that leave a collective at different times: 0 when
+    they all see the same time). Bandwidths are the op's (collectives.ops.bandwidths of time_us)."""
+    return _summary(per_op_seconds(round_ns_by_rank, iters), per_rank_median_seconds(round_ns_by_rank, iters))
 
 
-def summarize_view(view: RankView, op: str | None = None, nbytes: int = 0) -> dict:
+def summarize_view(view: RankView) -> dict:
     """summarize() from a stored row of either form: the same numbers as from the whole matrix."""
-    return _summary(view.round_max_ns() / view.iters / 1e9, view.medians / view.iters / 1e9, op, nbytes, view.nranks)
+    return _summary(view.round_max_ns() / view.iters / 1e9, view.medians / view.iters / 1e9)

@@ -1,0 +1,140 @@
+"""What every backend offers (``Backend``, the rank side) and declares (``BackendInfo``, the driver side).
+
+A backend owns the communicator of one rank. ``call(...)`` returns a zero-argument callable that
+issues one collective on pre-allocated buffers (the timed loop does nothing else); the side channel
+(barrier, max, JSON broadcast/gather) is a CPU path (gloo or MPI) that never carries benchmark data.
+Code outside a backend's own module asks its ``BackendInfo`` instead of comparing its name.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from collectives.capabilities import DeviceFacts, Target
+from collectives.ops import OPS
+
+PAGE = 4096
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """Why an algorithm cannot be forced for an op on a backend (the case is skipped with it)."""
+    reason: str
+
+
+# (op, value, portable?, target or None, library variant) -> the environment forcing it, or why not
+Switch = Callable[[Any, str, bool, "Target | None", str], "dict[str, str] | Unsupported"]
+
+
+def no_switch(library: str, why: str) -> Switch:
+    def switch(op, value, portable, target, variant):
+        return Unsupported(f"{library} has no algorithm switch ({why})")
+    return switch
+
+
+def nothing_to_skip(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
+    return ""
+
+
+def nothing_to_probe() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One backend's declared capabilities: everything the driver, the cases and the reports need to
+    know about it without comparing its name."""
+    name: str
+    family: str                          # the op modules' call family: "torch" or "mpi"
+    device_kind: str                     # collectives.device kind: "cpu", "cuda", "npu"
+    dtypes: tuple[str, ...]
+    library: str                         # how messages name the library: "gloo", "NCCL", "HCCL", "MPI"
+    api: str                             # the Python API the ranks call: "torch.distributed", "mpi4py"
+    create: Callable[[str, int, int, int], Backend]   # (name, rank, world, local_rank) -> this rank's backend
+    launcher: str = "spawn"              # "spawn": the driver starts local children; "mpiexec": the library's own
+    rendezvous_store: bool = True        # ranks meet through a store the driver serves under a cluster launcher
+    numpy_buffers: bool = False          # buffers are numpy arrays (else torch tensors)
+    layers: bool = True                  # the layer benches can run on it (torch.distributed)
+    one_rank_per_device: bool = False    # the library refuses two ranks on one device
+    device_noun: str = ""                # "GPU", "NPU": how messages name one device
+    rank_env: tuple[tuple[str, str], ...] = ()   # defaults every rank's environment gets
+    switch: Switch = field(default=no_switch("this backend", "none declared"))
+    native_algos: tuple[str, ...] = ()   # BACKEND:VALUE names --algos accepts
+    portable: dict[str, str] = field(default_factory=dict)   # ring/tree -> the library's name, where op-independent
+    skip_reason: Callable[[Target, str, str, str, str], str] = nothing_to_skip   # (target, native, op, dtype, redop)
+    requested_only: bool = False         # the library cannot say which algorithm ran: series say "(requested)"
+    algo_ran: Callable[[str, str, int, int], str | None] | None = None   # (rank-0 log, op, nbytes, nranks)
+    read_facts: Callable[[], DeviceFacts] | None = None     # this node's device facts (None: a CPU backend)
+    probe: Callable[[], None] = nothing_to_probe             # raises DeviceUnavailable when it cannot run here
+    variant: Callable[..., str] = lambda python="": ""      # (python="") -> the library build it loads: "mpich", "openmpi"
+    build: str = ""                      # the build this declaration is for: a same-family backend whose variant()
+                                         # reports it launches and sets rank env as declared here (for_python)
+    mpiexec_flags: Callable[[int], tuple[str, ...]] = lambda nproc: ()   # after `mpiexec -n N` for N local ranks
+    packages: tuple[str, ...] = ()       # distributions whose versions provenance records
+    thread_level: bool = False           # --mpi-thread-level applies
+    version_keys: tuple[str, ...] = ()   # the keys Backend.versions() returns
+
+    def forms(self, op: str) -> frozenset[bool]:
+        """Buffer forms this backend offers for `op`: True = in-place, False = out-of-place."""
+        return OPS[op].forms.get(self.family, frozenset())
+
+    @property
+    def async_ops(self) -> tuple[str, ...]:
+        return tuple(name for name, op in OPS.items() if op.has_async and self.family in op.calls)
+
+    def facts(self) -> DeviceFacts:
+        return self.read_facts() if self.read_facts else DeviceFacts(self.name)
+
+
+class Backend(Protocol):
+    """The rank side of a backend: buffers, the collective call, point to point, the side channel."""
+    name: str
+    rank: int
+    world: int
+    info: BackendInfo
+    device: Any
+
+    def from_numpy(self, values: np.ndarray, dtype: str) -> Any: ...
+    def full(self, count: int, value: float, dtype: str) -> Any: ...
+    def write(self, buf, values: np.ndarray) -> None: ...
+    def view(self, buf, start: int, stop: int) -> Any: ...
+    def to_numpy(self, buf) -> np.ndarray: ...
+    def call(self, op: str, send, recv, redop: str, inplace: bool, asynchronous: bool = False) -> Callable[[], Any]: ...
+    def copy(self, dst, src) -> None: ...
+    def scale(self, buf, factor: float) -> None: ...
+    def exchange(self, peer: int, send, recv) -> None: ...
+    def plain_all_reduce_loop(self, buf, redop: str) -> Callable[[int], None]: ...
+    def barrier(self) -> None: ...
+    def max_float(self, value: float) -> float: ...
+    def bcast_json(self, obj=None) -> Any: ...
+    def gather_json(self, obj) -> Any: ...
+    def versions(self) -> dict[str, str]: ...
+    def close(self) -> None: ...
+
+
+def family_call(backend, op: str, send, recv, red, inplace: bool, asynchronous: bool):
+    """The op module's call for this backend's family (what both families' ``call`` do)."""
+    coll = OPS[op]
+    if asynchronous and not coll.has_async:
+        raise KeyError(f"{op} has no asynchronous form here")
+    if backend.info.family not in coll.calls:
+        raise KeyError(f"{op} has no {backend.info.api} call")
+    return coll.calls[backend.info.family](backend, send, recv, red, inplace, asynchronous)
+
+
+def page_aligned(nbytes: int) -> np.ndarray:
+    """Zeroed host bytes starting on a page boundary, as device allocators hand out buffers.
+    Where numpy's allocator happened to put a buffer otherwise decided the result: MPICH's
+    intranode 256 KiB all_reduce took 240-260 us on buffers at a heap offset and 100-114 us on
+    page-aligned ones in the same process (5 launches each)."""
+    raw = np.zeros(nbytes + PAGE, np.uint8)
+    start = -raw.ctypes.data % PAGE
+    return raw[start:start + nbytes]
+
+
+def encode(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()

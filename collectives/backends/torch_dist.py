@@ -1,0 +1,213 @@
+"""gloo (CPU), nccl (CUDA) and hccl (NPU) through torch.distributed: the rank side and one BackendInfo each."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+
+import numpy as np
+
+from collectives import capabilities
+from collectives.backends.base import BackendInfo, Unsupported, encode, family_call, no_switch, page_aligned
+from collectives.capabilities import DeviceFacts, Target
+from collectives.device import Device, accelerator_facts, probe_device
+
+
+class TorchBackend:
+    """One rank of a torch.distributed process group."""
+
+    def __init__(self, name: str, rank: int, world: int, local_rank: int):
+        self.info = BACKENDS[name]
+        for key, value in self.info.rank_env:
+            os.environ.setdefault(key, value)
+        import torch
+        import torch.distributed as dist
+        self.torch, self.dist = torch, dist
+        self.name, self.rank, self.world = name, rank, world
+        self.device = Device(self.info.device_kind, local_rank)
+        timeout = datetime.timedelta(hours=6)
+        store = os.environ.get("HCCL_BENCH_STORE")          # a local group: a file, no listening socket
+        served = os.environ.get("HCCL_BENCH_TCP_STORE")     # a launcher's group: the driver serves the store
+        if served:
+            host, port = served.rsplit(":", 1)
+            tcp = dist.TCPStore(host, int(port), world, is_master=False, timeout=datetime.timedelta(minutes=5))
+            dist.init_process_group(backend=name, store=tcp, rank=rank, world_size=world, timeout=timeout)
+        else:
+            dist.init_process_group(backend=name, init_method=f"file://{os.path.abspath(store)}" if store else None,
+                                    rank=rank, world_size=world, timeout=timeout)
+        # a CPU backend's own group doubles as the side channel; device backends get a CPU gloo group
+        self.side = None if self.info.device_kind == "cpu" else dist.new_group(backend="gloo")
+        self.redops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
+                       "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+    # -- buffers
+    def _dtype(self, name: str):
+        return getattr(self.torch, name)
+
+    def _empty(self, count: int, dtype: str):
+        """Device memory from the device's allocator; host memory page-aligned (see page_aligned)."""
+        torch, dt = self.torch, self._dtype(dtype)
+        if self.device.kind != "cpu":
+            return torch.empty((count,), dtype=dt, device=self.device.torch_device)
+        return torch.from_numpy(page_aligned(count * dt.itemsize)).view(dt)
+
+    def from_numpy(self, values: np.ndarray, dtype: str):
+        buf = self._empty(values.size, dtype)
+        buf.copy_(self.torch.from_numpy(values))
+        return buf
+
+    def full(self, count: int, value: float, dtype: str):
+        return self._empty(count, dtype).fill_(value)
+
+    def write(self, buf, values: np.ndarray) -> None:
+        buf.copy_(self.torch.from_numpy(values))
+
+    def view(self, buf, start: int, stop: int):
+        return buf[start:stop]
+
+    def to_numpy(self, buf) -> np.ndarray:
+        return buf.to("cpu", self.torch.float64).numpy()
+
+    # -- collectives
+    def call(self, op: str, send, recv, redop: str, inplace: bool, asynchronous: bool = False):
+        """asynchronous: async_op=True, the call returning a handle to wait() on."""
+        return family_call(self, op, send, recv, self.redops.get(redop), inplace, asynchronous)
+
+    def copy(self, dst, src) -> None:
+        """dst[:] = src, both 1-D buffers of this backend (gradient bucket copies)."""
+        dst.copy_(src)
+
+    def scale(self, buf, factor: float) -> None:
+        """buf *= float32(factor): the same rounding as the mpi backend's numpy."""
+        buf.mul_(float(np.float32(factor)))
+
+    # -- point to point (the doctor's link measurements)
+    def exchange(self, peer: int, send, recv) -> None:
+        """Send to and receive from `peer` at once; both sides call it."""
+        d = self.dist
+        for req in d.batch_isend_irecv([d.P2POp(d.isend, send, peer), d.P2POp(d.irecv, recv, peer)]):
+            req.wait()
+        self.device.synchronize()
+
+    def plain_all_reduce_loop(self, buf, redop: str):
+        """The same library call written as a bare loop: the overhead bench's reference."""
+        all_reduce, red = self.dist.all_reduce, self.redops[redop]
+
+        def loop(k):
+            for _ in range(k):
+                all_reduce(buf, op=red)
+        return loop
+
+    # -- side channel
+    def barrier(self) -> None:
+        self.dist.barrier(group=self.side)
+
+    def max_float(self, value: float) -> float:
+        t = self.torch.tensor([value], dtype=self.torch.float64)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.side)
+        return float(t.item())
+
+    def bcast_json(self, obj=None):
+        torch = self.torch
+        data = encode(obj) if self.rank == 0 else b""
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        self.dist.broadcast(size, 0, group=self.side)
+        buf = (torch.frombuffer(bytearray(data), dtype=torch.uint8) if self.rank == 0
+               else torch.empty(int(size), dtype=torch.uint8))
+        self.dist.broadcast(buf, 0, group=self.side)
+        return json.loads(bytes(buf.numpy()).decode())
+
+    def gather_json(self, obj):
+        torch = self.torch
+        data = encode(obj)
+        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+        self.dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64), group=self.side)
+        longest = max(int(s) for s in sizes)
+        mine = torch.zeros(longest, dtype=torch.uint8)
+        mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else mine[:0]
+        bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
+        self.dist.all_gather(bufs, mine, group=self.side)
+        if self.rank != 0:
+            return None
+        return [json.loads(bytes(b[:int(s)].numpy()).decode()) for b, s in zip(bufs, sizes)]
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": self.torch.__version__, **self.device.library_versions()}
+
+    def close(self) -> None:
+        self.dist.destroy_process_group()
+
+
+# --- algorithm switches (ARCHITECTURE.md, Algorithm switches)
+
+# HCCL: HCCL_ALGO="<op>=level0:NA;level1:<algo>/..." (CANN env var reference, HCCL_ALGO). Which op has
+# which algorithm on which product: collectives.capabilities.HCCL_ALGO_SUPPORT.
+HCCL_NATIVE = ("ring", "H-D_R", "NHR", "NHR_V1", "NB", "pipeline", "pairwise", "AHC")
+HCCL_PORTABLE = {"ring": "ring", "tree": "H-D_R"}  # HCCL has no tree; RHD is its logarithmic one
+# NCCL: NCCL_ALGO applies to collectives; alltoall and send/recv are point-to-point. Which op has which
+# algorithm: each op module's Switches.nccl_algos (collectives.capabilities.NCCL_ALGO_OPS).
+NCCL_PORTABLE = {"ring": "Ring", "tree": "Tree"}
+
+
+def _hccl_switch(op, value: str, portable: bool, target: Target | None, variant: str):
+    native = HCCL_PORTABLE[value] if portable else value
+    if not op.switches.hccl_op:
+        return Unsupported(f"HCCL_ALGO has no setting for {op.name}")
+    if why := capabilities.hccl_algo_reason(native, op.name, target):
+        return Unsupported(why)
+    return {"HCCL_ALGO": f"{op.switches.hccl_op}=level0:NA;level1:{native}"}
+
+
+def _nccl_switch(op, value: str, portable: bool, target: Target | None, variant: str):
+    native = NCCL_PORTABLE[value] if portable else value
+    if not op.switches.nccl_algos:
+        return Unsupported(f"NCCL_ALGO does not apply to {op.name} (point-to-point)")
+    if why := capabilities.nccl_algo_reason(native, op.name, target, asked=value):
+        return Unsupported(why)
+    return {"NCCL_ALGO": native}
+
+
+def _hccl_skip(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
+    if why := capabilities.hccl_dtype_reason(target, op, dtype, redop):
+        return why
+    return capabilities.hccl_algo_reason(native, op, target, dtype) if native else ""
+
+
+def _nccl_skip(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
+    if why := capabilities.nccl_dtype_reason(target, op, dtype, redop):
+        return why
+    return capabilities.nccl_algo_reason(native, op, target, dtype, redop) if native else ""
+
+
+def _facts(name: str, kind: str, collnet: bool = False):
+    def read() -> DeviceFacts:
+        got = accelerator_facts(kind)
+        return DeviceFacts(name, name=got.get("name", ""), devices=got.get("devices", 0), version=got.get("version", ()),
+                           capability=got.get("capability", (0, 0)),
+                           collnet=collnet and os.environ.get("NCCL_COLLNET_ENABLE") == "1")
+    return read
+
+
+def _probe(name: str, kind: str):
+    return lambda: probe_device(kind, name)
+
+
+def _torch(name: str, device_kind: str, library: str, **declared) -> BackendInfo:
+    return BackendInfo(name, family="torch", device_kind=device_kind, dtypes=capabilities.ALL, library=library,
+                       api="torch.distributed", create=TorchBackend, **declared)
+
+
+BACKENDS = {
+    "gloo": _torch("gloo", "cpu", "gloo", version_keys=("torch",),
+                   switch=no_switch("gloo", "it runs its own ring/halving-doubling internally")),
+    "nccl": _torch("nccl", "cuda", "NCCL", one_rank_per_device=True, device_noun="GPU",
+                   switch=_nccl_switch, native_algos=capabilities.NCCL_ALGOS, portable=NCCL_PORTABLE,
+                   skip_reason=_nccl_skip, algo_ran=capabilities.nccl_algo_ran,
+                   read_facts=_facts("nccl", "cuda", collnet=True), probe=_probe("nccl", "cuda"),
+                   version_keys=("torch", "cuda", "nccl")),
+    "hccl": _torch("hccl", "npu", "HCCL", one_rank_per_device=True, device_noun="NPU",
+                   rank_env=(("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),),   # ARCHITECTURE.md, Device and library facts
+                   switch=_hccl_switch, native_algos=HCCL_NATIVE, portable=HCCL_PORTABLE, skip_reason=_hccl_skip,
+                   requested_only=True, read_facts=_facts("hccl", "npu"), probe=_probe("hccl", "npu"),
+                   version_keys=("torch", "cann", "hccl")),
+}

@@ -1,0 +1,39 @@
+"""The collectives hccl-bench sweeps: one module per op (collectives/ops/<op>.py, each exposing
+``OP = Op(...)``: counts, in-place layout, bus factor, exact expected result, each backend family's
+call, buffer forms, algorithm switches, names in other tools' logs, traffic model), registered
+here by name. Adding an op = its module + one line in ``_MODULES``; nothing else lists ops."""
+from __future__ import annotations
+
+import importlib
+
+from collectives.ops.base import EXACT_LIMIT, ITEMSIZE, OPS, REDOPS, ROOT, UNSIGNED, Op, Pattern, bandwidths, count_wrong
+
+__all__ = ["EXACT_LIMIT", "ITEMSIZE", "OPS", "REDOPS", "ROOT", "UNSIGNED", "Op", "Pattern", "bandwidths", "count_wrong",
+           "by_log_name"]
+
+_MODULES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "sendrecv",
+)
+for _name in _MODULES:
+    _op: Op = importlib.import_module(f"collectives.ops.{_name}").OP
+    OPS[_op.name] = _op
+
+
+def by_log_name(name: str, inspector: bool = False) -> str | None:
+    """Our op for another tool's name of it: nccl-tests' ``all_reduce_perf`` / hccl_test's
+    ``allreduce_test`` stem or NCCL's ``AllReduce`` (underscores and case ignored); with `inspector`,
+    only NCCL Inspector's exact "coll" values (``All2All``)."""
+    key = name.replace("_", "").lower()
+    for op in OPS.values():
+        if inspector:
+            if name in op.log.inspector:
+                return op.name
+        elif key in {n.replace("_", "").lower() for n in (op.log.nccl_tests, op.log.nccl_func) if n}:
+            return op.name
+    return None

@@ -1,0 +1,54 @@
+"""all_gather: every rank ends with every rank's chunk, in rank order (nccl-tests all_gather.cu)."""
+from __future__ import annotations
+
+import functools
+import math
+
+from collectives.ops.base import LogNames, Op, Switches, chunk_factor
+
+
+def expect(p, rank: int):
+    k = p.count // p.nranks
+    return (p.a(k)[None, :] + p.b()[:, None]).reshape(-1)
+
+
+def inplace(backend, x, pattern, send_n: int, recv_n: int):
+    """The input is this rank's chunk of the output (nccl-tests)."""
+    me = backend.rank
+    recv = backend.full(recv_n, pattern.sentinel(), pattern.dtype)
+    send = backend.view(recv, me * send_n, (me + 1) * send_n)
+    backend.write(send, x)
+    return send, recv
+
+
+def traffic(algo: str, p: int) -> tuple[float, float]:
+    """ring: p-1 steps; tree: recursive doubling, log2 p steps, the same volume."""
+    return (p - 1, (p - 1) / p) if algo == "ring" else (math.ceil(math.log2(p)), (p - 1) / p)
+
+
+def _torch(b, send, recv, red, inplace, asynchronous):
+    return functools.partial(b.dist.all_gather_into_tensor, recv, send, async_op=asynchronous)
+
+
+def _mpi(b, send, recv, red, inplace, asynchronous):
+    call = b.comm.Iallgather if asynchronous else b.comm.Allgather
+    return functools.partial(call, b.MPI.IN_PLACE if inplace else send, recv)
+
+
+OP = Op(
+    "all_gather", reduces=False, chunked=True, send_per_rank=True, recv_per_rank=False,
+    factor=chunk_factor, expect=expect, inplace=inplace,
+    calls={"torch": _torch, "mpi": _mpi}, forms={"torch": frozenset({True, False}), "mpi": frozenset({True, False})},
+    has_async=True, traffic=traffic,
+    switches=Switches(
+        hccl_op="allgather",
+        mpich_cvar="ALLGATHER",
+        mpich_values=("nb", "brucks", "k_brucks", "recursive_doubling", "ring", "recexch_doubling", "recexch_halving"),
+        mpich_portable={"ring": "ring"},
+        ompi_param="allgather",
+        ompi_ids={"linear": 1, "bruck": 2, "recursive_doubling": 3, "ring": 4, "neighbor": 5, "two_proc": 6},
+        ompi_portable={"ring": "ring"},
+        nccl_algos=("Ring", "CollnetDirect", "NVLS", "PAT"),
+    ),
+    log=LogNames(nccl_tests="allgather", nccl_func="AllGather", inspector=("AllGather",)),
+)

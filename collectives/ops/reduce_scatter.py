@@ -1,0 +1,50 @@
+"""reduce_scatter: rank r ends with chunk r of the reduction (nccl-tests reduce_scatter.cu)."""
+from __future__ import annotations
+
+import functools
+import math
+
+from collectives.ops.base import LogNames, Op, Switches, chunk_factor
+
+
+def expect(p, rank: int):
+    k = p.count // p.nranks
+    return p.reduced(p.count)[rank * k:(rank + 1) * k]
+
+
+def inplace(backend, x, pattern, send_n: int, recv_n: int):
+    """The output is this rank's chunk of the input."""
+    me = backend.rank
+    send = backend.from_numpy(x, pattern.dtype)
+    return send, backend.view(send, me * recv_n, (me + 1) * recv_n)
+
+
+def traffic(algo: str, p: int) -> tuple[float, float]:
+    """ring: p-1 steps; tree: recursive halving, log2 p steps, the same volume."""
+    return (p - 1, (p - 1) / p) if algo == "ring" else (math.ceil(math.log2(p)), (p - 1) / p)
+
+
+def _torch(b, send, recv, red, inplace, asynchronous):
+    return functools.partial(b.dist.reduce_scatter_tensor, recv, send, op=red, async_op=asynchronous)
+
+
+def _mpi(b, send, recv, red, inplace, asynchronous):
+    call = b.comm.Ireduce_scatter_block if asynchronous else b.comm.Reduce_scatter_block
+    return functools.partial(call, send, recv, red)
+
+
+OP = Op(
+    "reduce_scatter", reduces=True, chunked=True, send_per_rank=False, recv_per_rank=True,
+    factor=chunk_factor, expect=expect, inplace=inplace,
+    calls={"torch": _torch, "mpi": _mpi}, forms={"torch": frozenset({True, False}), "mpi": frozenset({False})},
+    has_async=True, traffic=traffic,
+    switches=Switches(
+        hccl_op="reducescatter",
+        mpich_cvar="REDUCE_SCATTER_BLOCK",
+        mpich_values=("nb", "noncommutative", "recursive_doubling", "pairwise", "recursive_halving"),
+        ompi_param="reduce_scatter_block",
+        ompi_ids={"basic_linear": 1, "recursive_doubling": 2, "recursive_halving": 3, "butterfly": 4},
+        nccl_algos=("Ring", "CollnetDirect", "NVLS", "PAT"),
+    ),
+    log=LogNames(nccl_tests="reducescatter", nccl_func="ReduceScatter", inspector=("ReduceScatter",)),
+)

@@ -1,0 +1,59 @@
+"""Which worker group, launch and sweep position each collected item belongs to, and the run order
+that follows: a group costs seconds to start, so cases sharing one run back to back."""
+from __future__ import annotations
+
+from harness.group_key import GroupKey
+from harness.options import Options
+
+CASE_FIXTURES = ("collective_case", "linear_case", "pipeline_case", "tuning_case")
+
+
+def _params(item) -> dict:
+    return getattr(getattr(item, "callspec", None), "params", {})
+
+
+def group_of(item, opts: Options) -> GroupKey | None:
+    params = _params(item)
+    for name in CASE_FIXTURES:
+        case = params.get(name)
+        if case is not None:
+            return case.group
+    oc = params.get("overhead_case")
+    if oc:
+        return GroupKey(oc[0], opts.nproc, (), opts.launcher)
+    return None
+
+
+def launch_of(item, opts: Options) -> int:
+    key = group_of(item, opts)
+    return key.launch if key is not None else 0
+
+
+def where_of(item) -> tuple | None:
+    """(backend, op or bench, side) for the progress lines; None for an item outside the sweep."""
+    case = next((v for v in _params(item).values() if hasattr(v, "group")), None)
+    if case is None or case.group is None:   # a case skipped at collection has no group
+        return None
+    what = {"tp_bench": "linear", "pp_bench": "pipeline"}.get(getattr(case, "task", ""), getattr(case, "bench", "")
+                                                             or getattr(case, "op", ""))
+    return case.group.backend, what, getattr(case, "side", "") and f"side {case.side}"
+
+
+def sort(items: list, opts: Options) -> None:
+    """Launch after launch (a sequential A/B looks between them), groups kept together inside one;
+    with --ab-env the two sides' groups count as one slot, keeping each A/B pair adjacent."""
+    def slot(item):
+        key = group_of(item, opts)
+        return key and key.slot()
+
+    order: dict = {}
+    for item in items:
+        key = slot(item)
+        if key is not None and key not in order:
+            order[key] = len(order)
+    items.sort(key=lambda it: (launch_of(it, opts), order.get(slot(it), len(order))))
+
+
+def skipped(items: list) -> list[tuple[str, str]]:
+    """(case id, reason) of every case skipped at collection: they go into results.json too."""
+    return [(case.id, case.skip) for item in items for case in _params(item).values() if getattr(case, "skip", "")]

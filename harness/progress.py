@@ -1,0 +1,36 @@
+"""The progress lines of a sweep: which backend and op it is on, how far it is, and about how long
+is left; before each new launch of --ab-until-decided, which cells that launch still needs."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from harness.session import BenchSession
+
+
+@dataclass
+class Progress:
+    where: dict[str, tuple]          # nodeid -> (backend, op or bench, side)
+    launch: dict[str, int] = field(default_factory=dict)   # nodeid -> launch
+    bench: BenchSession | None = None
+    started: float = field(default_factory=time.monotonic)
+    done: int = 0
+    current: tuple = ()
+
+    def lines_at(self, nodeid: str) -> list[str]:
+        """What to print as the test `nodeid` starts (often nothing); counts it as started."""
+        where = self.where.get(nodeid)
+        if where is None:
+            return []
+        out: list[str] = []
+        bench = self.bench
+        if bench is not None and bench.opts.ab_until_decided and self.launch.get(nodeid, 0) > bench.looked:
+            out += bench.look(self.launch[nodeid])   # before a new launch: which cells it still needs
+        if where != self.current:
+            self.current = where
+            total, elapsed = len(self.where), time.monotonic() - self.started
+            left = elapsed / self.done * (total - self.done) if self.done else None
+            eta = f", about {left / 60:.0f} min left" if left and left >= 60 else f", about {left:.0f} s left" if left else ""
+            out.append(f"# [{self.done}/{total}{eta}] now: {' '.join(w for w in where if w)}")
+        self.done += 1
+        return out

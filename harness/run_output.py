@@ -1,0 +1,108 @@
+"""What a session leaves: results.json and table.txt in its run folder, and the tables, verdicts and
+closing lines at the end of the terminal output."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+from harness import files
+from harness.options import Options
+from harness.session import BenchSession
+from reports import table
+
+
+def benchmark_session(config):
+    """pytest-benchmark's BenchmarkSession, or None without the plugin (-p no:benchmark). It offers
+    no public accessor: since 3.x it registers the session as the plugin named "pytest-benchmark"
+    (checked in 3.4.1, 4.0.0, 5.0.0 to 5.3.1), so pluggy's public get_plugin finds it instead of the
+    private `config._benchmarksession`. What we use of it (`benchmarks`, `get_machine_info`, `quiet`)
+    is what its own hooks pass to `pytest_benchmark_generate_json`; this is the one place to mend."""
+    return config.pluginmanager.get_plugin("pytest-benchmark")
+
+
+def quiet_benchmark_tables(config) -> None:
+    """pytest-benchmark's per-case tables (hundreds of lines, 500 wide) hid the results; the JSON is unchanged."""
+    bs = benchmark_session(config)
+    if bs is not None and not config.getoption("benchmark_tables"):
+        bs.quiet = True
+
+
+def benchmark_json(config) -> dict:
+    """pytest-benchmark's JSON of this session (every round's data), as its --benchmark-json writes it."""
+    bs = benchmark_session(config)
+    if bs is None:
+        return {"benchmarks": [], "hccl_bench": None}
+    return config.hook.pytest_benchmark_generate_json(
+        config=config, benchmarks=bs.benchmarks, include_data=True, machine_info=bs.get_machine_info(),
+        commit_info=config.hook.pytest_benchmark_generate_commit_info(config=config))
+
+
+def header_lines(opts: Options) -> list[str] | None:
+    """Said before anything runs: a one-launch session cannot fail on a verdict."""
+    if opts.repeat > 1 or opts.ab_env:
+        return None
+    lines = []
+    if opts.baseline:
+        lines.append("hccl-bench: --baseline with one launch (--repeat 1): rounds of one launch are not independent "
+                     "samples, so its verdicts can only be 'suspected' and cannot fail the session; use --repeat 3")
+    if opts.history:
+        lines.append("hccl-bench: --history with one launch (--repeat 1): this night is one point; a change needs "
+                     "several nights to confirm it (--repeat 3 makes each night's point steadier)")
+    return lines or None
+
+
+def has_output(bench: BenchSession) -> bool:
+    return bool(bench.rows or bench.overhead or bench.layer_rows or bench.tuning_rows)
+
+
+def write_results(bench: BenchSession, output: dict) -> None:
+    """results.json (pytest-benchmark's JSON with the hccl_bench section) and table.txt, each whole or not at all."""
+    output["hccl_bench"] = bench.metadata()
+    files.write_atomic(bench.run_dir / "results.json", json.dumps(output, indent=1, default=str))
+    text = "\n\n".join([table.render(bench.rows), table.render_layers(bench.layer_rows),
+                        table.render_tuning(bench.tuning_rows)]) + "\n"
+    files.write_atomic(bench.run_dir / "table.txt", text)
+
+
+def _block(text: str, gap: bool = True) -> list[str]:
+    """One table or verdict on the terminal, after a blank line unless it opens the section."""
+    return ([""] if gap else []) + text.splitlines()
+
+
+def summary_lines(bench: BenchSession) -> list[str]:
+    """The hccl-bench section of the terminal summary: tables, skipped count, verdicts, closing block."""
+    out: list[str] = []
+    if bench.rows:
+        out += _block(table.render(bench.rows), gap=False)
+    if bench.overhead:
+        out += _block(table.render_overhead(bench.overhead))
+    if bench.layer_rows:
+        out += _block(table.render_layers(bench.layer_rows))
+    if bench.tuning_rows:
+        out += _block(table.render_tuning(bench.tuning_rows))
+    if bench.skipped:
+        out += _block(f"# {len(bench.skipped)} cases skipped (reasons in results.json; -rs lists them)")
+    for verdict in bench.verdicts:
+        out += _block(verdict["text"])
+    return out + [""] + closing_block(bench)
+
+
+def closing_block(bench: BenchSession) -> list[str]:
+    """The lines a user reads last: where the results are, the peak per op and backend, what failed,
+    and the gate's verdict with its reason."""
+    out = ["# ---- hccl-bench summary"]
+    if bench.store.made:
+        state = f"incomplete: {bench.interrupted}" if bench.interrupted else "complete"
+        out.append(f"# results: {bench.run_dir / 'results.json'} ({state})")
+    out += table.peak_lines(bench.rows)
+    if bench.failures:
+        out += wrapped(f"# failures: {len(bench.failures)} cases, first: {bench.failures[0]['what']}: "
+                       f"{bench.failures[0]['error']}")
+    for verdict in bench.verdicts:
+        out += wrapped(f"# verdict: {verdict.get('headline') or verdict['text'].splitlines()[0].lstrip('# ')}")
+    return out
+
+
+def wrapped(line: str) -> list[str]:
+    """A closing line within 120 columns, carried on to '#   ' lines rather than cut mid-number."""
+    return textwrap.wrap(line, 120, subsequent_indent="#   ", break_on_hyphens=False) or [line]

@@ -1,0 +1,89 @@
+"""The session's gates at its end: --baseline, --ab-until-decided and --history, each judged from
+the results just written (what `hccl-bench compare`/`history` would say), and the exit status they
+give the session."""
+from __future__ import annotations
+
+from harness import files
+from harness.session import BenchSession
+from schema.exit_codes import ExitCode
+
+
+def judge(bench: BenchSession) -> ExitCode | None:
+    """Every gate the options ask for, appended to bench.verdicts; the session's exit status if one fails."""
+    if bench.opts.ab_until_decided:
+        bench.verdicts.append(judge_sequential_ab(bench))
+    if bench.opts.baseline:
+        bench.verdicts.append(compare_with_baseline(bench))
+    if bench.opts.history:
+        bench.verdicts.append(judge_history(bench))
+    codes = [v.get("exit", ExitCode.REGRESSION) for v in bench.verdicts if v["fail"]]
+    if not codes:
+        return None
+    # a regression (1) outranks inconclusive cells (6) and a changed machine (7)
+    return ExitCode.REGRESSION if ExitCode.REGRESSION in codes else ExitCode(codes[0])
+
+
+def compare_with_baseline(bench: BenchSession) -> dict:
+    """--baseline: compare this run with a stored one; a confirmed regression, or a baseline of
+    another setup, fails the session."""
+    from harness import baselines
+    from reports.gate import judge_pair
+    from reports.result_files import load
+    from schema.results import ResultError
+    result = str(bench.run_dir / "results.json")
+    try:
+        base = baselines.auto(result) if bench.opts.baseline == "auto" else bench.opts.baseline
+        judgement = judge_pair(load(base), load(result))
+    except ResultError as exc:
+        return {"text": f"# baseline comparison impossible: {exc}", "fail": True}
+    if judgement.refused:
+        return {"text": f"# baseline refused: {judgement.refused}", "fail": True}
+    return gate(bench, judgement, "compare", f"{judgement.headline} vs baseline {base}")
+
+
+def gate(bench: BenchSession, judgement, stem: str, headline: str) -> dict:
+    """A pair's verdict as the session's: STEM.md and STEM.json in the run folder, and its exit
+    status (1 regression, 6 inconclusive cells unless --inconclusive pass)."""
+    from reports.gate import dumps
+    files.write_atomic(bench.run_dir / f"{stem}.md", judgement.markdown + "\n")
+    files.write_atomic(bench.run_dir / f"{stem}.json", dumps(judgement))
+    code = judgement.exit_status(bench.opts.inconclusive)
+    return {"text": judgement.text, "fail": code != ExitCode.OK, "exit": code, "headline": headline}
+
+
+def judge_sequential_ab(bench: BenchSession) -> dict:
+    """--ab-until-decided: side B (candidate) against side A (baseline), the looks replayed from
+    the results just written (what `hccl-bench compare RUN --ab` prints); its verdict is the gate."""
+    from reports.gate import judge_pair
+    from reports.result_files import load
+    from schema.results import ResultError
+    result = bench.run_dir / "results.json"
+    try:
+        judgement = judge_pair(load(result, side="A"), load(result, side="B"))
+    except ResultError as exc:
+        return {"text": f"# A/B verdict impossible: {exc}", "fail": True, "exit": ExitCode.REGRESSION}
+    if judgement.refused:
+        return {"text": f"# A/B refused: {judgement.refused}", "fail": True, "exit": ExitCode.REGRESSION}
+    used = bench.sequential.launches_used if bench.sequential else 0
+    return gate(bench, judgement, "ab", f"{judgement.headline}; A/B launches used {used} of {bench.opts.repeat}")
+
+
+def judge_history(bench: BenchSession) -> dict:
+    """--history: this run against the earlier ones in its --results folder (the nightly guard);
+    a new confirmed regression, or a folder mixing setups, fails the session."""
+    from reports.gate import judge_history as judge_runs
+    from reports.history import load_runs, too_few
+    from schema.results import ResultError
+    try:
+        runs, _ = load_runs([str(bench.run_dir.parent)])
+    except ResultError as exc:
+        return {"text": f"# history impossible: {exc}", "fail": True}
+    if too_few(runs):
+        return {"text": too_few(runs), "fail": False}
+    judgement = judge_runs(runs)
+    if judgement.refused:
+        return {"text": f"# history refused: {judgement.refused}", "fail": True}
+    files.write_atomic(bench.run_dir / "history.md", judgement.markdown + "\n")
+    code = judgement.exit_status("pass")   # 1 a software regression, 7 the machine changed (reports/gate.py)
+    return {"text": judgement.text, "fail": code != ExitCode.OK, "exit": code,
+            "headline": f"{judgement.headline} in the history of {bench.run_dir.parent}"}

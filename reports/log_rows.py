@@ -1,0 +1,124 @@
+"""What every log importer shares: the rows a log yields (Sample, LogRun), the dtype names of
+the tools, the printed-bandwidth cross-check and the result entry an imported cell becomes. Its
+own module so the format readers (importers, import_nccl_json, import_rccl_reporter,
+import_inspector) import it and none imports another's dispatcher."""
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collectives.ops import OPS, bandwidths, by_log_name
+from schema.results import CollectiveRow, ResultError, bench_entry, result_file
+
+NCCL_TYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int32": "int32",
+              "int": "int32", "int8": "int8", "uint8": "uint8", "int64": "int64", "uint32": "uint32",
+              "uint64": "uint64", "char": "int8", "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2",
+              "fp8_e4m3": "float8_e4m3", "fp8_e5m2": "float8_e5m2"}
+HCCL_TYPES = {"fp32": "float32", "fp16": "float16", "bfp16": "bfloat16", "bf16": "bfloat16", "fp64": "float64",
+              "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8",
+              "uint16": "uint16", "uint32": "uint32", "uint64": "uint64"}
+
+PERF = re.compile(r"\b(?:nccl_|rccl_)?([a-z_]+?)_perf(?:_mpi)?\b")
+# nccl-tests prints 2 decimals: a bandwidth must match what size/time gives within that and the
+# rounding of the printed time (4-5 significant digits)
+_ABS_TOL, _REL_TOL = 0.011, 0.02
+LOG_LIMIT_MIB = 64   # a campaign's log is a few MiB; HCCL_BENCH_MAX_LOG_MB raises it
+
+
+def canonical_op(name: str) -> str | None:
+    """Our op for a tool's name of it (each op module's LogNames)."""
+    return by_log_name(name)
+
+
+@dataclass
+class Sample:
+    """One printed row half (out-of-place or in-place) of one size."""
+    size: int
+    count: int
+    dtype: str
+    redop: str
+    inplace: bool
+    time_us: float
+    algbw: float | None
+    busbw: float | None
+    wrong: float | None
+    line: int
+
+
+@dataclass
+class LogRun:
+    """One run found in a log: its op, ranks, rows and what went wrong, with the lines it spans."""
+    first_line: int
+    op: str | None = None
+    header: list[str] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    ranks: dict[int, tuple[str, str]] = field(default_factory=dict)   # rank -> (host, device name)
+    nthread_ngpus: int | None = None
+    launch_n: int | None = None
+    last_line: int = 0
+    summary: str = ""            # "Out of bounds values : 0 OK"
+    failed: str = ""             # why the tool itself says the run failed
+    cut: str = ""                # where the run was cut off (a crash, a truncated file)
+    warnings: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+
+def need(value, what: str, where: str, flag: str):
+    if value in (None, ""):
+        raise ResultError(f"{where}: cannot tell the {what} from the log; pass {flag}")
+    return value
+
+
+def cross_check(op: str, nranks: int, samples: list[Sample], where: str) -> None:
+    """Printed bandwidths against size/time: a wrong rank count, op or unit shows here first."""
+    factor = OPS[op].bus_factor(nranks)
+    for s in samples:
+        alg, bus = bandwidths(op, s.size, s.time_us * 1e-6, nranks)
+        if s.busbw is not None and s.busbw >= 0.5 and abs(s.busbw - bus) > _ABS_TOL + _REL_TOL * bus:
+            if s.algbw and s.algbw >= 0.5 and abs(s.algbw - alg) <= _ABS_TOL + _REL_TOL * alg:
+                implied = s.busbw / s.algbw
+                raise ResultError(f"{where}: line {s.line}: printed busbw {s.busbw} is {implied:.3f} x algbw, but {op} "
+                                  f"on {nranks} ranks gives {factor:.3f} x: the rank count or the op is wrong "
+                                  f"(pass --nranks / --op, or check the log)")
+            raise ResultError(f"{where}: line {s.line}: printed busbw {s.busbw} GB/s but {s.size} B in {s.time_us} us "
+                              f"gives {bus:.2f} GB/s for {op} on {nranks} ranks: rank count, op or units disagree")
+
+
+def entry(tool: str, op: str, dtype: str, redop: str, inplace: bool, nbytes: int, count: int, nranks: int,
+           times_us: list[float], wrong, imported: dict, where: str, matrix_ns: list[list[int]] | None = None,
+           source: str = "benchmark", backend: str | None = None) -> dict:
+    """One imported cell as a result entry; a time that is not finite and > 0 refuses the log.
+    `matrix_ns`: a process (or rank) x round matrix of per-op times, summarised as a native case's
+    (schema.stats), its rounds the samples."""
+    bad = next((t for t in times_us if not (isinstance(t, (int, float)) and 0 < t < float("inf"))), None)
+    if bad is not None:
+        raise ResultError(f"{where}: {op} {nbytes} B has time {bad} us; a time must be a finite number > 0")
+    stats: dict = {}
+    if matrix_ns:
+        from schema.stats import per_op_seconds, summarize
+        stats = {**summarize(matrix_ns, 1), "round_ns_per_rank": matrix_ns, "iters_per_round": 1}
+        times_us = [t * 1e6 for t in per_op_seconds(matrix_ns, 1).tolist()]
+    t_us = float(stats.get("time_us") or statistics.median(times_us))
+    algbw, busbw = bandwidths(op, nbytes, t_us * 1e-6, nranks)
+    stats.update(time_us=t_us, algbw_gbps=algbw, busbw_gbps=busbw)
+    row = CollectiveRow(backend=backend or tool, algo="default", op=op, dtype=dtype, redop=redop, inplace=inplace,
+                        nranks=nranks, bytes=nbytes, count=count, wrong=wrong, source=source,
+                        imported={k: v for k, v in imported.items() if v is not None}, **stats)
+    red = f"-{redop}" if redop not in ("none", "sum") else ""
+    name = f"import[{tool}-{op}-{dtype}{red}-{nbytes}B-{'ip' if inplace else 'oop'}]"
+    return bench_entry(name, row, [x * 1e-6 for x in times_us], group=f"{tool} {op} {dtype}")
+
+
+def result_of(path: Path, fmt: str, tool: str, op: str, nranks: int, benches: list[dict], run: LogRun,
+            hosts: dict[str, int], devices: list[str], label: str | None) -> dict:
+    meta = {"format": fmt, "label": label or None,
+            "imported_from": {"file": str(path), "lines": [run.first_line, run.last_line]},
+            "complete": not run.cut, "interrupted": run.cut or None,
+            "failed": run.failed or None, "warnings": run.warnings,
+            "groups": {"imported": {"hosts": hosts, "devices": sorted(set(devices)), "nranks": nranks}},
+            "provenance": {"imported": {"tool": tool, "op": op, **run.extra}}}
+    return result_file(benches, meta)
+
+

@@ -1,0 +1,24 @@
+"""Every exit status hccl-bench gives, in one place: the `hccl-bench` commands, the pytest session
+(the sweeps) and the ranks. Values are a contract with CI jobs and scripts: never renumber one.
+
+Two values carry two names: what a status means depends on the command that gave it (a pytest
+session interrupted and a command given unusable input both end with 2), so each name says which.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0                # done; compare/history/--baseline: no regression and every cell decided; doctor: healthy
+    REGRESSION = 1        # compare, history, --baseline, --history, --ab-until-decided: a confirmed regression
+    TESTS_FAILED = 1      # pytest session: a case failed (a wrong result, a hung or dead rank)
+    SUSPECT = 1           # doctor: a host, link or rank measured bad
+    BAD_INPUT = 2         # a command given unusable input (unreadable file, mismatched setups, bad arguments)
+    INTERRUPTED = 2       # pytest session: Ctrl-C, SIGTERM or SIGHUP (what finished is written, marked incomplete)
+    INTERNAL = 3          # a bug, or the session could not write its results (full disk): never read as a regression
+    BAD_OPTION = 4        # pytest session: a bad option or an unwritable --results, before any rank starts
+    NO_TESTS = 5          # pytest session: nothing selected (pytest's own status, passed through)
+    INCONCLUSIVE = 6      # no confirmed regression, but cells without the evidence to say "no change" (--inconclusive fail)
+    MACHINE_CHANGED = 7   # history: no software regression, but cells moved with the canary (the machine changed)
+    DRIVER_GONE = 70      # a rank's own status: its driver, or its host leader, vanished (harness/control.py)
