@@ -16,6 +16,7 @@ _MODULES = (
     "all_gather",
     "reduce_scatter",
     "all_to_all",
+    "all_to_all_v",
     "broadcast",
     "reduce",
     "sendrecv",
