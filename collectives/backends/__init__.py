@@ -15,6 +15,7 @@ __all__ = ["BACKENDS", "Backend", "BackendInfo", "MpiBackend", "TorchBackend", "
 _MODULES = (
     "torch_dist",
     "mpich",
+    "openmpi",
 )
 _declared: dict[str, BackendInfo] = {}
 for _name in _MODULES:
