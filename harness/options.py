@@ -370,7 +370,7 @@ def sourced_env(path: str) -> dict[str, str]:
     if proc.returncode:
         raise OptionError(f"--ab-source {path!r}: sourcing it failed (exit {proc.returncode}) in bash")
     after = dict(item.split("=", 1) for item in proc.stdout.decode(errors="replace").split("\0") if "=" in item)
-    ignore = {"_", "SHLVL", "PWD", "OLDPWD"}
+    ignore = {"_", "SHLVL", "PWD", "OLDPWD", "COLUMNS", "LINES"}   # bash's own: set by the shell, not by the script
     return {k: v for k, v in after.items() if k not in ignore and os.environ.get(k) != v}
 
 
