@@ -60,6 +60,9 @@ class Options:
     repeat: int = 1
     baseline: str = ""
     history: bool = False
+    previous_stack: str = ""          # --previous-stack: the stack a --history suspicion is A/B-tested against the same night
+    previous_is_python: bool = False  # ... given as its python interpreter (else a shell script to source)
+    invocation: list[str] = field(default_factory=list)   # pytest's arguments (set by the plugin): the same-night A/B reruns them
     ab_env: dict = field(default_factory=dict)
     ab_until_decided: bool = False   # sequential A/B: --repeat is the budget (--max-repeat), undecided cells rerun
     inconclusive: str = "fail"       # the gate on cells without enough evidence: "fail" (exit 6) or "pass"
@@ -154,6 +157,9 @@ def _add_verdict_options(g) -> None:
                                                "(the latest baseline saved for this platform)")
     g.addoption("--history", action="store_true", help="nightly guard at the end: judge this run against the earlier "
                                                        "runs in its --results folder; a new confirmed regression fails")
+    g.addoption("--previous-stack", default="", help="with --history: settle the newest run's suspected changes the same night "
+                                                     "by a sequential interleaved A/B of those cells against the previous "
+                                                     "stack: its env script to source (CANN's set_env.sh) or its python")
 
 
 def _add_layer_options(g) -> None:
@@ -293,6 +299,12 @@ def parse(getoption) -> Options:
     if o.history and two_sides:
         raise OptionError("--history judges single-stack nightly runs; an --ab-env/--ab-source run has two sides "
                           "(compare them with hccl-bench compare RUN --ab, or give it to hccl-bench history --ab)")
+    o.previous_stack = str(getoption("previous_stack") or "")
+    if o.previous_stack:
+        if not o.history:
+            raise OptionError("--previous-stack settles a --history suspicion: add --history")
+        o.previous_is_python = previous_stack_kind(o.previous_stack) == "python"
+        o.previous_stack = os.path.abspath(o.previous_stack)   # recorded with the run; symlinks kept (a venv's python)
     if o.baseline not in ("", "auto") and not os.path.exists(o.baseline):
         raise OptionError(f"--baseline {o.baseline!r} does not exist: give a results.json (or its folder) or 'auto'")
     o.driver_host = str(getoption("driver_host"))
@@ -372,6 +384,31 @@ def sourced_env(path: str) -> dict[str, str]:
     after = dict(item.split("=", 1) for item in proc.stdout.decode(errors="replace").split("\0") if "=" in item)
     ignore = {"_", "SHLVL", "PWD", "OLDPWD", "COLUMNS", "LINES"}   # bash's own: set by the shell, not by the script
     return {k: v for k, v in after.items() if k not in ignore and os.environ.get(k) != v}
+
+
+def previous_stack_kind(path: str) -> str:
+    """'script' (a text file, sourced in bash like --ab-source) or 'python' (an executable binary
+    named python*, run like HCCL_BENCH_PYTHON); OptionError for anything else."""
+    what = f"--previous-stack {path!r}"
+    if not os.path.isfile(path):
+        raise OptionError(f"{what} is not a file: give the previous stack's env script (set_env.sh) or its python interpreter")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8192)
+    except OSError as exc:
+        raise OptionError(f"{what} cannot be read: {exc.strerror or exc}") from None
+    if head.startswith(b"\x7fELF"):
+        if not any(os.path.basename(p).startswith("python") for p in (path, os.path.realpath(path))):
+            raise OptionError(f"{what} is a program but not a python interpreter: "
+                              "give the previous stack's python or its env script")
+        if not os.access(path, os.X_OK):
+            raise OptionError(f"{what} is a python interpreter but not executable")
+        return "python"
+    first = head.split(b"\n", 1)[0]
+    if b"\0" in head or (first.startswith(b"#!") and b"python" in first):
+        raise OptionError(f"{what} is neither a shell script to source nor a python interpreter "
+                          "(a Python script or another binary): give set_env.sh or the previous stack's python")
+    return "script"
 
 
 def _env_list(text: str) -> dict[str, str]:

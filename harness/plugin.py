@@ -30,6 +30,7 @@ def pytest_configure(config):
         opts = prepare(parse(config.getoption), config.getoption)
     except OptionError as exc:
         raise pytest.UsageError(str(exc)) from None
+    opts.invocation = [str(a) for a in config.invocation_params.args]   # a same-night A/B (--previous-stack) reruns them
     config.stash[_SESSION] = BenchSession(opts)
 
 

@@ -3,9 +3,15 @@ the results just written (what `hccl-bench compare`/`history` would say), and th
 give the session."""
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from harness import files
 from harness.session import BenchSession
 from schema.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from reports.gate import Judgement
 
 
 def judge(bench: BenchSession) -> ExitCode | None:
@@ -83,7 +89,27 @@ def judge_history(bench: BenchSession) -> dict:
     judgement = judge_runs(runs)
     if judgement.refused:
         return {"text": f"# history refused: {judgement.refused}", "fail": True}
+    prefix = ""
+    if bench.opts.previous_stack and judgement.history is not None:
+        prefix, judgement = confirm_same_night(bench, runs, judgement)
     files.write_atomic(bench.run_dir / "history.md", judgement.markdown + "\n")
     code = judgement.exit_status("pass")   # 1 a software regression, 7 the machine changed (reports/gate.py)
-    return {"text": judgement.text, "fail": code != ExitCode.OK, "exit": code,
+    return {"text": prefix + judgement.text, "fail": code != ExitCode.OK, "exit": code,
             "headline": f"{judgement.headline} in the history of {bench.run_dir.parent}"}
+
+
+def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) -> tuple[str, Judgement]:
+    """--previous-stack: this run's suspected cells A/B-tested against the previous stack by a
+    child session (harness/same_night.py), then the history judged again with it (the record it
+    leaves in this run's folder is what the judgement reads); the text says what it did."""
+    from harness import same_night
+    from reports.gate import judge_history as judge_runs
+    newest = max(runs, key=lambda r: r.started)
+    suspected = judgement.history.suspected.cells if judgement.history is not None else []
+    keys = {c.key for c in suspected if c.verdict.startswith("suspected ")}
+    if Path(newest.path).parent != bench.run_dir or not keys:
+        return "# same-night A/B: no suspected cells in this run, nothing more was run\n", judgement
+    outcome = same_night.run(bench.opts, bench.run_dir, keys)
+    if not outcome.ok:
+        return outcome.text + "\n", judgement
+    return outcome.text + "\n", judge_runs(runs)

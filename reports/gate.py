@@ -88,7 +88,7 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
     """`runs`: enough for a history (callers say `history.too_few` themselves). `ab`: a same-day
     interleaved A/B (base: the previous stack) that settles the newest run's suspicions.
     `estimator`: each launch's statistic; None: the one the newest run was made with."""
-    from reports.history import analyse, confirm_with_ab
+    from reports.history import analyse, confirm_with_ab, recorded_ab
     newest = max(runs, key=lambda r: r.started)
     hist = analyse(runs, calibration=calibration, min_effect=min_effect, window=window,
                    estimator=estimator or recorded_estimator(newest))
@@ -96,15 +96,34 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
         return Judgement(refused="setups differ across the history (--force to use them anyway): " + hist.judged.mismatch[0],
                          history=hist)
     prefix = ""
+    if ab is None and (recorded := recorded_ab(newest)):
+        ab, prefix = same_night(recorded[0])
     if ab is not None:
         suspected = sum(c.verdict.startswith("suspected") for c in hist.suspected.cells)
-        prefix = f"# same-day A/B: confirmed {confirm_with_ab(hist, ab)} of {suspected} suspected cells\n"
+        prefix += f"# same-day A/B: confirmed {confirm_with_ab(hist, ab)} of {suspected} suspected cells\n"
     as_json = {**summary.as_json(hist.judged), "headline": summary.history_headline(hist), "runs": [r.path for r in hist.runs],
                "change_at": {f"{k[0].label()} {k[1]} B": hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
                "suspected": summary.as_json(hist.suspected)["cells"], "machine_changed": hist.machine_changed,
                "canary": summary.canary_json(hist)}
     return Judgement(prefix + summary.history_text(hist), summary.history_markdown(hist), as_json,
                      summary.history_headline(hist), hist.regressed, machine_changed=hist.machine_changed, history=hist)
+
+
+def same_night(path) -> tuple[Comparison | None, str]:
+    """The same-night A/B a --previous-stack session recorded: its run has this stack as side A and
+    the previous one as side B (--ab-source gives side B the other environment), so it is judged
+    previous (base) against this (candidate), its looks replayed; and a line saying what it was."""
+    from reports.result_files import load
+    from schema.results import ResultError
+    try:
+        judgement = judge_pair(load(path, side="B"), load(path, side="A"))
+    except ResultError as exc:
+        return None, f"# same-night A/B {path} unusable: {exc}\n"
+    if judgement.comparison is None or judgement.refused:
+        return None, f"# same-night A/B {path} refused: {judgement.refused}\n"
+    cmp = judgement.comparison
+    return cmp, (f"# same-night A/B {path} (side A this stack, side B the previous one; judged previous -> this): "
+                 f"{summary.budget_text(cmp.budget)}\n")
 
 
 def dumps(judgement: Judgement) -> str:

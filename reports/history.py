@@ -23,6 +23,7 @@ regression"), which never fails the guard as a software regression.
 """
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -216,6 +217,20 @@ def confirm_with_ab(hist: History, ab: Comparison) -> int:
         hist.change_at[s.key] = len(hist.runs) - 1
         s.verdict, confirmed = f"{want} (confirmed by A/B)", confirmed + 1
     return confirmed
+
+
+SAME_NIGHT = "same_night_ab.json"   # in a run's folder: the same-night A/B that settled its suspicions (--previous-stack)
+
+
+def recorded_ab(run: Run) -> tuple[Path, dict] | None:
+    """The same-night A/B a session recorded beside this run (harness/verdicts.py): its results'
+    path (a sibling folder in the same --results folder) and the record; None when there is none."""
+    record_file = Path(run.path).parent / SAME_NIGHT
+    try:
+        record = json.loads(record_file.read_text())
+        return record_file.parent.parent / str(record["run"]), record
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def changed_between(hist: History, at: int) -> list[tuple[str, list[str]]]:

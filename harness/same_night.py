@@ -1,0 +1,109 @@
+"""--previous-stack: a --history suspicion settled the same night. The suspected cells are measured
+again by a child session (a real `python -m pytest` of the same benches and options) as a sequential
+interleaved A/B, this stack (side A, the environment as it is) against the previous one (side B:
+--ab-source SCRIPT, or HCCL_BENCH_PYTHON=PYTHON), into the same --results folder; the newest run's
+folder records it (reports/history.py, SAME_NIGHT), so every later `hccl-bench history` reads it."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import files
+from harness.options import Options
+from reports.history import SAME_NIGHT
+
+# options the child sets itself, or must not inherit: (name, takes a value)
+DROPPED = {"--history": False, "--previous-stack": True, "--repeat": True, "-k": True, "--baseline": True,
+           "--label": True, "--benchmark-json": True, "--junitxml": True, "--junit-xml": True, "--benchmark-save": True}
+
+
+@dataclass
+class Outcome:
+    run: Path | None     # the A/B run's folder, None when the child made none
+    text: str            # what the session prints about it
+    ok: bool             # the child ran to its end (its own verdict, whatever it was)
+
+
+def child_args(invocation: list[str]) -> list[str]:
+    """The session's own pytest arguments without those the child sets itself (DROPPED)."""
+    out, skip = [], False
+    for arg in invocation:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in DROPPED:
+            skip = DROPPED[name] and "=" not in arg
+            continue
+        if arg.startswith("-k") and len(arg) > 2 and not arg.startswith("--"):
+            continue   # -kEXPR
+        out.append(arg)
+    return out
+
+
+def selection(opts: Options, keys: set[tuple]) -> list[str]:
+    """The case ids (first launch, no side) whose cells are `keys`: what -k names; an id is
+    anchored at its '[' so that mpi-... does not also select openmpi-..."""
+    from harness import cases
+    from harness.case_rows import cell_key
+    built: list[cases.Case | cases.LayerCase | cases.TuningCase] = [*cases.build(opts), *cases.build_layers(opts),
+                                                                     *cases.build_tuning(opts)]
+    return sorted({c.id for c in built if getattr(c, "launch", 0) == 0 and not c.skip and cell_key(c) in keys})
+
+
+def budget(invocation: list[str]) -> int:
+    """The child's launch budget: the session's --max-repeat, else its default."""
+    for i, arg in enumerate(invocation):
+        value = arg.split("=", 1)[1] if arg.startswith("--max-repeat=") else (
+            invocation[i + 1] if arg == "--max-repeat" and i + 1 < len(invocation) else "")
+        if value.isdigit():
+            return int(value)
+    return 12
+
+
+def command(opts: Options, ids: list[str]) -> list[str]:
+    side_b = (["--ab-env", f"HCCL_BENCH_PYTHON={opts.previous_stack}"] if opts.previous_is_python
+              else ["--ab-source", opts.previous_stack])
+    return [sys.executable, "-m", "pytest", *child_args(opts.invocation), *side_b, "--ab-until-decided",
+            "--label", "A=this stack", "--label", "B=previous stack", "-k", " or ".join(f"[{i}" for i in ids)]
+
+
+def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
+    """The child A/B of the cells `keys`; its output is kept in RUN_DIR/same_night_ab.log. A child
+    that fails, is interrupted, or outlives its cases' timeouts is reported, never waited on forever."""
+    ids = selection(opts, keys)
+    if not ids:
+        return Outcome(None, f"# same-night A/B: none of the {len(keys)} suspected cells is a case of these benches", False)
+    before = set(Path(opts.results).glob("*/"))
+    cmd = command(opts, ids)
+    limit = opts.timeout_s * (2 * len(ids) * budget(opts.invocation) + 2)   # every case hung to its --timeout
+    log = run_dir / "same_night_ab.log"
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=limit)
+        code: int | str = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)   # its ranks too: they are in its session
+        output, _ = proc.communicate()
+        code = f"killed after {limit:.0f} s"
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGINT)    # it writes what finished, marked incomplete
+        proc.wait(timeout=60)
+        raise
+    files.write_atomic(log, " ".join(cmd) + "\n" + output)
+    made = sorted(set(Path(opts.results).glob("*/")) - before)
+    folder = next((d for d in made if (d / "results.json").exists() or (d / "cases.jsonl").exists()), None)
+    what = f"{len(ids)} cases ({', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''}) against {opts.previous_stack}"
+    # a finished child exits 0 (no change), 1 (regression either way) or 6 (undecided cells); else it did not finish
+    if not isinstance(code, int) or code not in (0, 1, 6) or folder is None or not (folder / "results.json").exists():
+        tail = "; ".join(line for line in output.splitlines()[-3:] if line.strip())
+        return Outcome(folder, f"# same-night A/B failed ({'exit ' + str(code) if isinstance(code, int) else code}): {what}; "
+                               f"the history's verdict stands; its output: {log} ({tail[-300:]})", False)
+    files.write_atomic(run_dir / SAME_NIGHT, json.dumps({"run": folder.name, "previous_stack": opts.previous_stack,
+                                                         "cases": ids, "exit": code}, indent=1))
+    return Outcome(folder, f"# same-night A/B: {what}: {folder}", True)

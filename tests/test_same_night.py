@@ -1,0 +1,92 @@
+"""--previous-stack: a --history suspicion settled the same night by a child A/B session
+(harness/same_night.py). Fast: the option's validation and the child's arguments; slow: real mpi
+nights, then a night slowed by HCCL_BENCH_FAULT=slow, confirmed (exit 1) against a script that
+clears the fault, and not confirmed against the same stack (A/A)."""
+import re
+import shutil
+import sys
+
+import pytest
+
+from harness.options import OptionError
+from harness.same_night import child_args
+from tests.conftest import run_cli
+from tests.test_options import parsed
+
+
+def test_previous_stack_tells_a_script_from_an_interpreter(tmp_path):
+    script = tmp_path / "set_env.sh"
+    script.write_text("export ASCEND_HOME=/opt/cann-8.0\n")
+    opts = parsed(["--backend", "gloo", "--history", "--previous-stack", str(script)])
+    assert opts.previous_stack == str(script) and not opts.previous_is_python
+    opts = parsed(["--backend", "gloo", "--history", "--previous-stack", sys.executable])
+    assert opts.previous_stack == sys.executable and opts.previous_is_python
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("missing", "is not a file: give the previous stack's env script"),
+    ("pyscript", "is neither a shell script to source nor a python interpreter"),
+    ("binary", "is neither a shell script to source nor a python interpreter"),
+    ("program", "is a program but not a python interpreter"),
+    ("no-history", "--previous-stack settles a --history suspicion: add --history"),
+])
+def test_a_bad_previous_stack_is_one_line(tmp_path, kind, message):
+    path = tmp_path / kind
+    if kind == "pyscript":
+        path.write_text("#!/usr/bin/env python3\nprint('hi')\n")
+    elif kind == "binary":
+        path.write_bytes(b"PK\x03\x04\x00\x00zip")
+    elif kind == "program":
+        path = shutil.which("ls")
+    elif kind == "no-history":
+        path.write_text("export X=1\n")
+    history = [] if kind == "no-history" else ["--history"]
+    with pytest.raises(OptionError) as raised:
+        parsed(["--backend", "gloo", *history, "--previous-stack", str(path)])
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_the_child_keeps_the_sessions_options_but_its_own():
+    given = ["benches/test_collectives.py", "--history", "--previous-stack", "p.sh", "-k", "all_reduce", "--repeat=3",
+             "--sizes", "1K", "-kfoo", "--label", "A=x", "--results", "r", "--max-repeat", "6"]
+    assert child_args(given) == ["benches/test_collectives.py", "--sizes", "1K", "--results", "r", "--max-repeat", "6"]
+
+
+NIGHT = ["--backend", "mpi", "--ops", "all_reduce,all_gather", "--sizes", "1K,64K", "--rounds", "20",
+         "--round-time", "0.005", "--estimator", "min", "--history", "--max-repeat", "6"]
+FAULT = {"HCCL_BENCH_FAULT": "slow:1:all_reduce:3"}
+
+
+@pytest.mark.slow
+def test_a_suspected_cell_is_confirmed_the_same_night_and_an_aa_confirms_nothing(bench_run, tmp_path):
+    """No --benchmark: a smoke night records no canary, so a busy CI machine's noisy nights are not
+    left out and the test sees the suspicion every time; the minimum per launch keeps it visible."""
+    for _ in range(5):
+        proc = bench_run(*NIGHT, target="benches/test_collectives.py")
+        assert proc.returncode == 0, proc.output[-2000:]
+    nights = tmp_path / "nights"
+    shutil.copytree(bench_run.results, nights)
+    clears = tmp_path / "previous.sh"
+    clears.write_text("export HCCL_BENCH_FAULT=   # the previous stack: without the slowdown\n")
+    proc = bench_run(*NIGHT, "--previous-stack", str(clears), target="benches/test_collectives.py", env=FAULT)
+    out = proc.output
+    assert proc.returncode == 1, out[-3000:]
+    confirmed = re.search(r"# same-day A/B: confirmed (\d+) of (\d+) suspected cells", out)
+    assert confirmed and int(confirmed.group(1)) >= 1, out[-3000:]
+    assert re.search(r"# same-night A/B: \d+ cases \(mpi-default-all_reduce-float32-sum-", out), out[-3000:]
+    assert "all_gather" not in re.search(r"# same-night A/B: .*", out).group(0)   # only the suspected cells ran
+    assert re.search(r"budget: \d+ launches a side, 2 ranks, .* rank-s of cluster time", out)
+    # a later history reads the record, without --ab, to the same verdict
+    later = run_cli("history", bench_run.results)
+    assert later.returncode == 1 and confirmed.group(0) in later.stdout, later.stdout + later.stderr
+    assert "REGRESSIONS:" in later.stdout and "# skipped: " in later.stdout   # the A/B run is no night of its own
+    # A/A: the previous stack is this one (the fault stays on both sides): nothing is confirmed
+    same = tmp_path / "same.sh"
+    same.write_text("export HCCL_BENCH_AA=1\n")
+    bench_run.results = nights
+    proc = bench_run(*NIGHT, "--previous-stack", str(same), target="benches/test_collectives.py", env=FAULT)
+    out = proc.output
+    assert proc.returncode != 1, out[-3000:]
+    assert re.search(r"# same-day A/B: confirmed 0 of [1-9]\d* suspected cells", out) or \
+        "# same-night A/B: no suspected cells in this run" in out, out[-3000:]
+    assert bench_run.leftovers() == []
