@@ -10,18 +10,20 @@ import time
 
 import numpy as np
 
+from schema.wire import DoctorSkewSpec, DoctorSpec
+
 
 def _pairs_in_round(pairs: list[list[int]], rank: int) -> int | None:
     return next((b if a == rank else a for a, b in pairs if rank in (a, b)), None)
 
 
-def links(backend, spec: dict) -> dict:
+def links(backend, spec: DoctorSpec) -> dict:
     """For each round of disjoint pairs: every pair exchanges `bytes` both ways `reps` times, and
     8 bytes `small_reps` times (latency), all pairs of a round at once. Per round: (peer, big ns, small ns)."""
-    big = [backend.full(spec["bytes"], 0, "uint8") for _ in range(2)]
+    big = [backend.full(spec.bytes, 0, "uint8") for _ in range(2)]
     small = [backend.full(8, 0, "uint8") for _ in range(2)]
     out: list[dict | None] = []
-    for pairs in spec["rounds"]:
+    for pairs in spec.rounds:
         peer = _pairs_in_round(pairs, backend.rank)
         backend.barrier()
         if peer is None:
@@ -29,8 +31,8 @@ def links(backend, spec: dict) -> dict:
             backend.barrier()
             continue
         timings = {}
-        for name, (send, recv), reps in (("small_ns", small, spec.get("small_reps", spec["reps"])),
-                                         ("big_ns", big, spec["reps"])):
+        for name, (send, recv), reps in (("small_ns", small, (spec.small_reps or spec.reps)),
+                                         ("big_ns", big, spec.reps)):
             for _ in range(2):
                 backend.exchange(peer, send, recv)
             samples = []
@@ -72,7 +74,7 @@ def clock_offset(backend, reps: int = 16) -> int:
     return mine
 
 
-def skew(backend, spec: dict) -> dict:
+def skew(backend, spec: DoctorSkewSpec) -> dict:
     """`rounds` times: the same fixed work on every rank (a matmul), then an 8-byte all_reduce.
     Per round this rank's entry and exit times on rank 0's clock (ns): a rank that arrives late
     is the culprit; the ones that wait for it spend long inside the collective but arrive on time.
@@ -80,13 +82,13 @@ def skew(backend, spec: dict) -> dict:
     enqueues it), and the entry with nothing left on the device (the work is host-side)."""
     offset = clock_offset(backend)
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((spec["matrix"], spec["matrix"]))
+    a = rng.standard_normal((spec.matrix, spec.matrix))
     call = backend.call("all_reduce", *([backend.from_numpy(np.ones(2), "float32")] * 2), "sum", True)
     entries, exits, work = [], [], []
-    for _ in range(spec["rounds"]):
+    for _ in range(spec.rounds):
         backend.barrier()
         start = time.perf_counter_ns()
-        for _ in range(spec["work"]):
+        for _ in range(spec.work):
             a = a @ a
             a /= np.abs(a).max()
         work.append(time.perf_counter_ns() - start)
@@ -106,15 +108,15 @@ def ring_steps(ring: list[int], rank: int) -> list[int]:
     return [b if a == rank else a for a, b, _ in sorted((e for e in edges if rank in e[:2]), key=lambda e: e[2])]
 
 
-def rings(backend, spec: dict) -> dict:
+def rings(backend, spec: DoctorSpec) -> dict:
     """For each round of disjoint rings (groups of ranks): every rank of a ring exchanges `bytes` with
     both ring neighbours `reps` times, and 8 bytes `small_reps` times, all rings of a round at once
     and no barrier inside a ring, so a ring runs at its slowest member's pace (as a ring collective
     does). Per round: (ring, neighbours, ns per pass over the neighbours, big and small)."""
-    big = [backend.full(spec["bytes"], 0, "uint8") for _ in range(2)]
+    big = [backend.full(spec.bytes, 0, "uint8") for _ in range(2)]
     small = [backend.full(8, 0, "uint8") for _ in range(2)]
     out: list[dict | None] = []
-    for groups in spec["rounds"]:
+    for groups in spec.rounds:
         ring = next((g for g in groups if backend.rank in g), None)
         backend.barrier()
         if ring is None or len(ring) < 2:
@@ -123,8 +125,8 @@ def rings(backend, spec: dict) -> dict:
             continue
         steps = ring_steps(ring, backend.rank)
         timings = {}
-        for name, (send, recv), reps in (("small_ns", small, spec.get("small_reps", spec["reps"])),
-                                         ("big_ns", big, spec["reps"])):
+        for name, (send, recv), reps in (("small_ns", small, (spec.small_reps or spec.reps)),
+                                         ("big_ns", big, spec.reps)):
             for _ in range(2):
                 for peer in steps:
                     backend.exchange(peer, send, recv)
@@ -138,3 +140,13 @@ def rings(backend, spec: dict) -> dict:
         out.append({"ring": ring, "steps": steps, **timings})
         backend.barrier()
     return {"rounds": out}
+
+
+class DoctorRank:
+    """The rank half of `hccl-bench doctor` (the driver half: harness/doctor.py): a spec's kind names its task."""
+
+    @staticmethod
+    def run(backend, spec: DoctorSpec | DoctorSkewSpec) -> dict:
+        if isinstance(spec, DoctorSkewSpec):
+            return skew(backend, spec)
+        return (links if spec.kind == "doctor_links" else rings)(backend, spec)

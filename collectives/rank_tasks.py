@@ -5,10 +5,11 @@ import numpy as np
 
 from collectives.ops import OPS, Pattern, count_wrong
 from collectives.timing import Plan, begin, measure, repeat
+from schema.wire import CollectiveResult, CollectiveSpec, OverheadResult, OverheadSpec
 
 
 def corrupt_one(a: np.ndarray) -> np.ndarray:
-    """HCCL_BENCH_FAULT=corrupt (harness/worker.py sets spec["corrupt"] on the faulting rank): a
+    """HCCL_BENCH_FAULT=corrupt (harness/worker.py sets spec.corrupt on the faulting rank): a
     copy of a result with its first element changed, floats by 1 + 2 max|a| (past any tolerance
     a check allows), integers by 1 (wrapping), so the check that follows must count it."""
     out = np.array(a, copy=True, order="C")
@@ -33,33 +34,40 @@ def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool,
     return backend.call(op, send, recv, redop, inplace, asynchronous), recv, pattern
 
 
-def _checked_call(backend, spec: dict):
+def _checked_call(backend, spec: CollectiveSpec):
     """Prepare the case and run it once on fresh data: (call, #wrong elements on this rank)."""
-    call, recv, pattern = prepare(backend, spec["op"], spec["dtype"], spec["redop"], spec["count"], spec["inplace"])
+    call, recv, pattern = prepare(backend, spec.op, spec.dtype, spec.redop, spec.count, spec.inplace)
     call()
     backend.device.synchronize()
     got = backend.to_numpy(recv)
-    return call, count_wrong(corrupt_one(got) if spec.get("corrupt") else got, pattern.expected(backend.rank))
+    return call, count_wrong(corrupt_one(got) if spec.corrupt else got, pattern.expected(backend.rank))
 
 
-def run_collective(backend, spec: dict) -> dict:
-    """Check once on fresh data (#wrong), then time; returns this rank's share of the result."""
-    call, wrong = _checked_call(backend, spec)
-    cal, (times,) = measure([repeat(call)], backend, Plan(**spec["plan"]))
-    return {"wrong": wrong, "iters": cal.k, "round_ns": times, "calibration": cal.record()}
+class CollectiveRank:
+    """The rank half of the collective bench (the driver half: harness.case_rows.CollectiveBench)."""
+
+    @staticmethod
+    def run(backend, spec: CollectiveSpec) -> CollectiveResult:
+        """Check once on fresh data (#wrong), then time; returns this rank's share of the result."""
+        call, wrong = _checked_call(backend, spec)
+        cal, (times,) = measure([repeat(call)], backend, Plan(**spec.plan))
+        return CollectiveResult(wrong=wrong, iters=cal.k, round_ns=times, calibration=cal.record())
+
+    @staticmethod
+    def begin(backend, spec: CollectiveSpec) -> None:
+        """Round-interleaved A/B: check now and keep the case for the driver's single rounds
+        (collectives.timing.begin); `end` returns what run would."""
+        call, wrong = _checked_call(backend, spec)
+        begin([repeat(call)], lambda k, times: CollectiveResult(wrong=wrong, iters=k, round_ns=times[0]), backend,
+              Plan(**spec.plan))
 
 
-def begin_collective(backend, spec: dict) -> dict:
-    """Round-interleaved A/B: check now and keep the case for the driver's single rounds
-    (collectives.timing.begin); `end` returns what run_collective would."""
-    call, wrong = _checked_call(backend, spec)
-    begin([repeat(call)], lambda k, times: {"wrong": wrong, "iters": k, "round_ns": times[0]}, backend, Plan(**spec["plan"]))
-    return {}
-
-
-def run_overhead(backend, spec: dict) -> dict:
+class OverheadRank:
     """Harness loop vs a bare loop of the same library call on the same buffer, interleaved."""
-    call, recv, _ = prepare(backend, "all_reduce", spec["dtype"], "sum", spec["count"], True)
-    plain = backend.plain_all_reduce_loop(recv, "sum")
-    cal, (harness, bare) = measure([repeat(call), plain], backend, Plan(**spec["plan"]))
-    return {"wrong": 0, "iters": cal.k, "round_ns": harness, "plain_round_ns": bare}
+
+    @staticmethod
+    def run(backend, spec: OverheadSpec) -> OverheadResult:
+        call, recv, _ = prepare(backend, "all_reduce", spec.dtype, "sum", spec.count, True)
+        plain = backend.plain_all_reduce_loop(recv, "sum")
+        cal, (harness, bare) = measure([repeat(call), plain], backend, Plan(**spec.plan))
+        return OverheadResult(wrong=0, iters=cal.k, round_ns=harness, plain_round_ns=bare)

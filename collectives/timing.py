@@ -19,7 +19,7 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 MAX_ITERS = 1_000_000
 MAX_GRAPH_ITERS = 10_000    # a captured round holds K kernels: capture time and graph memory grow with it
@@ -175,10 +175,10 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Ca
     return cal, times
 
 
-def run(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> dict:
-    """`measure`, then finish(K, round ns per loop) with the calibration added: a bench's result."""
+def run(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan):
+    """`measure`, then finish(K, round ns per loop) (a schema.wire result) with the calibration added."""
     cal, times = measure(loops, backend, plan)
-    return {**finish(cal.k, times), "calibration": cal.record()}
+    return replace(finish(cal.k, times), calibration=cal.record())
 
 
 def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> None:
@@ -198,10 +198,18 @@ def time_round(backend) -> dict:
     return {}
 
 
-def end(backend) -> dict:
+def end(backend):
     _, cal, _, times, finish, _ = backend.prepared
     backend.prepared = None
-    return {**finish(cal.k, times), "calibration": cal.record()}
+    return replace(finish(cal.k, times), calibration=cal.record())
+
+
+class StepRank:
+    """The driver's steps of a begun A/B case (schema.wire.Step): "round" times one round, "end" returns the result."""
+
+    @staticmethod
+    def run(backend, spec):
+        return time_round(backend) if spec.kind == "round" else end(backend)
 
 
 def repeat(call: Callable[[], object]) -> Callable[[int], None]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from schema.wire import Spec, Step
+
 
 class PartnerFailed(Exception):
     """The other side of an A/B pair failed, so this side has no result either."""
@@ -17,7 +19,7 @@ class ABPairing:
         self.run = run      # (group, spec, label) -> (results, group info): a request that ends a case
         self.waiting: dict[str, object] = {}   # case id -> the partner's (results, info) or its failure
 
-    def measure(self, case, label: Callable, begin: dict, rounds: int) -> tuple[list[dict], dict]:
+    def measure(self, case, label: Callable, begin: Spec, rounds: int) -> tuple[list[dict], dict]:
         measured = self.waiting.pop(case.id, None)
         if measured is None:
             partner = replace(case, side="B" if case.side == "A" else "A", group=case.partner, partner=case.group)
@@ -30,11 +32,11 @@ class ABPairing:
             raise PartnerFailed(str(measured).splitlines()[0] if str(measured) else type(measured).__name__)
         return measured  # type: ignore[return-value]
 
-    def _both(self, pair: tuple, label: Callable, begin: dict, rounds: int) -> tuple:
+    def _both(self, pair: tuple, label: Callable, begin: Spec, rounds: int) -> tuple:
         """Prepare the case in both groups, alternate single rounds, then collect each side."""
         for c in pair:
             self.call(c.group, begin, label(c))
         for r in range(rounds):
             for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-                self.call(pair[i].group, {"kind": "round"}, label(pair[i]))
-        return tuple(self.run(c.group, {"kind": "end"}, label(c)) for c in pair)
+                self.call(pair[i].group, Step(kind="round"), label(pair[i]))
+        return tuple(self.run(c.group, Step(kind="end"), label(c)) for c in pair)

@@ -1,5 +1,6 @@
 """The sweep as a list of cases: every (backend, algo, op, dtype, redop, in-place, size) with
-either a runnable spec and its worker-group key, or the reason it is skipped."""
+either its worker-group key, or the reason it is skipped. A case's spec and row are its bench
+kind's (harness/case_rows.py: CollectiveBench, LayerBench, TuningBench)."""
 from __future__ import annotations
 
 import itertools
@@ -43,10 +44,6 @@ class Case:
         red = f"-{self.redop}" if OPS[self.op].reduces else ""
         return (f"{self.backend}-{self.algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}"
                 f"{'-graph' if self.graph else ''}{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
-
-    def spec(self, plan: dict) -> dict:
-        return {"kind": "collective", "op": self.op, "dtype": self.dtype, "redop": self.redop,
-                "inplace": self.inplace, "count": self.count, "plan": {**plan, "graph": True} if self.graph else plan}
 
 
 def with_graph(cases: list[Case], modes: tuple[bool, ...]) -> list[Case]:
@@ -210,7 +207,7 @@ IMPLS = ("manual", "dtensor")
 class LayerCase:
     """A tensor-parallel block bench (pp == 1) or a pipeline-step bench (pp > 1)."""
     backend: str
-    task: str                        # "tp_bench" or "pp_bench"
+    bench: str                       # "linear" (a TP block) or "pipeline" (a pipeline step), as in its row
     tp: int
     pp: int
     nranks: int
@@ -232,19 +229,11 @@ class LayerCase:
 
     @property
     def id(self) -> str:
-        if self.task == "tp_bench":
+        if self.bench == "linear":
             name = f"{self.backend}-linear-tp{self.tp}-{self.layer}{'-sp' if self.sp else ''}-{self.impl}"
         else:
             name = f"{self.backend}-pipeline-tp{self.tp}-pp{self.pp}-{self.schedule}-m{self.microbatches}"
         return name + knob_suffix(self.knobs) + launch_suffix(self.launch, self.side)
-
-    def spec(self, opts: Options) -> dict:
-        plan = {**opts.plan(), "warmup": max(1, min(opts.warmup, 2))}
-        common = {"kind": "layer", "task": self.task, "tp": self.tp, "pp": self.pp, "hidden": opts.hidden,
-                  "seq": opts.seq, "batch": opts.batch, "plan": plan}
-        if self.task == "tp_bench":
-            return {**common, "layer": self.layer, "sp": self.sp, "impl": self.impl}
-        return {**common, "schedule": self.schedule, "microbatches": self.microbatches, "layers": opts.layers}
 
 
 def build_layers(opts: Options) -> list[LayerCase]:
@@ -263,7 +252,7 @@ def _build_layer_launch(opts: Options) -> list[LayerCase]:
         for tp in opts.tp:
             for layer, sp in TP_BLOCKS:
                 for impl in IMPLS:
-                    case = LayerCase(backend, "tp_bench", tp, 1, opts.nproc, layer=layer, sp=sp, impl=impl, group=key)
+                    case = LayerCase(backend, "linear", tp, 1, opts.nproc, layer=layer, sp=sp, impl=impl, group=key)
                     case.skip = not_torch or ("" if opts.nproc % tp == 0 else
                                               f"tp {tp} does not divide the world size {opts.nproc}")
                     case.skip = case.skip or support.missing("tp_bench", impl=impl)
@@ -272,7 +261,7 @@ def _build_layer_launch(opts: Options) -> list[LayerCase]:
             for pp in opts.pp:
                 for schedule in opts.schedules:
                     for m in opts.microbatches:
-                        case = LayerCase(backend, "pp_bench", tp, pp, opts.nproc, schedule=schedule, microbatches=m, group=key)
+                        case = LayerCase(backend, "pipeline", tp, pp, opts.nproc, schedule=schedule, microbatches=m, group=key)
                         if not_torch:
                             case.skip = not_torch
                         elif opts.nproc % (tp * pp):
@@ -316,13 +305,6 @@ class TuningCase:
                 "bucket": f"{format_size(self.size) if self.size else 'per-tensor'}",
                 "compress": self.comm_dtype}[self.bench]
         return f"{self.backend}-{self.bench}-{what}{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}"
-
-    def spec(self, opts: Options) -> dict:
-        common = {"kind": "tuning", "bench": self.bench, "hidden": opts.hidden, "layers": opts.layers, "plan": opts.plan()}
-        if self.bench == "overlap":
-            return {**common, "op": self.op, "dtype": self.dtype, "redop": self.redop, "count": self.count,
-                    "inplace": self.inplace}
-        return {**common, "bucket_bytes": self.size, "comm_dtype": self.comm_dtype}
 
 
 def build_tuning(opts: Options) -> list[TuningCase]:

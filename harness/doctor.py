@@ -36,6 +36,7 @@ from harness.doctor_schedule import median as _median
 from harness.doctor_schedule import worse as _worse
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from schema.exit_codes import ExitCode
+from schema.wire import DoctorSkewSpec, DoctorSpec
 
 EXIT_HEALTHY, EXIT_SUSPECT, EXIT_UNUSABLE = ExitCode.OK, ExitCode.SUSPECT, ExitCode.BAD_INPUT
 HEATMAP_HOSTS = 64     # a bigger host x host heatmap is unreadable
@@ -189,8 +190,8 @@ def _search_links(pool, key, diag: Diagnosis, rep_rank: dict, repeat: int, nbyte
 
     def measure(tests: list[schedule.Test]) -> list[list[tuple[float, float]]]:
         rings = [[rep_rank[hosts[h]] for h in t.hosts] for t in tests]
-        results, _ = pool.run(key, {"kind": "doctor_rings", "rounds": [rings] * repeat, "bytes": nbytes, "reps": 5,
-                                    "small_reps": 20}, timeout_s)
+        results, _ = pool.run(key, DoctorSpec(kind="doctor_rings", rounds=[rings] * repeat, bytes=nbytes, reps=5,
+                                               small_reps=20), timeout_s)
         measured.append(_ring_repeats(results, rings, repeat, nbytes))
         return measured[-1]
 
@@ -247,20 +248,20 @@ def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str =
         link_repeats, arrival_repeats = [], []
         if not full:
             if intra_pairs:
-                results, _ = pool.run(key, {"kind": "doctor_links", "rounds": rounds * repeat, "bytes": nbytes, "reps": 5,
-                                            "small_reps": 20}, timeout_s)
+                results, _ = pool.run(key, DoctorSpec(kind="doctor_links", rounds=rounds * repeat, bytes=nbytes, reps=5,
+                                                       small_reps=20), timeout_s)
                 link_repeats = [{"host_bw": {}, "host_lat": {}, "pair_bw": {}, "pair_lat": {},
                                  "intra_bw": {host_of[a]: nbytes / _median(results[a]["rounds"][i]["big_ns"])
                                               for a, _ in intra_pairs}} for i in range(repeat)]
             _search_links(pool, key, diag, rep_rank, repeat, nbytes, min_effect, timeout_s, groups)
         for _ in range(repeat):
             if full and rounds:
-                results, _ = pool.run(key, {"kind": "doctor_links", "rounds": rounds, "bytes": nbytes, "reps": 5,
-                                            "small_reps": 20}, timeout_s)
+                results, _ = pool.run(key, DoctorSpec(kind="doctor_links", rounds=rounds, bytes=nbytes, reps=5, small_reps=20),
+                                         timeout_s)
                 link_repeats.append(_link_repeat(results, schedule_pairs, hosts, rep_rank, intra_pairs, nbytes, host_of))
             # ~15 ms of work a round: long against the scheduler's time slices, so a rank that shares
             # its core with something else shows it in every round, not only when a slice lands inside
-            results, _ = pool.run(key, {"kind": "doctor_skew", "rounds": 9, "work": 48, "matrix": 160}, timeout_s)
+            results, _ = pool.run(key, DoctorSkewSpec(rounds=9, work=48, matrix=160), timeout_s)
             arrival_repeats.append(_arrival_repeat(results))
     finally:
         pool.close_all()

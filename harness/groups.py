@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from collectives.backends import for_python
@@ -24,6 +24,8 @@ from harness import launchers
 from harness.control import Channel, ChannelClosed, accept_group
 from harness.group_key import GroupKey
 from harness.worker import CASE_ERROR
+from schema import wire
+from schema.wire import Spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 120.0
@@ -164,10 +166,9 @@ class WorkerGroup:
         base.setdefault("MASTER_PORT", str(master_port))
         if self.store is not None:   # rank 0 of a launcher may be on any host: none of them serves the store
             base["HCCL_BENCH_TCP_STORE"] = f"{self.driver_host}:{self.store.port}"  # type: ignore[attr-defined]
-        base.update({"HCCL_BENCH_BACKEND": self.key.backend, "HCCL_BENCH_TOKEN": token,
-                     "HCCL_BENCH_DRIVER_HOST": self.driver_host, "HCCL_BENCH_DRIVER_PORT": str(port),
-                     "HCCL_BENCH_LOG_DIR": str(self.log_dir.absolute()),  # ranks start in the repository
-                     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))})
+        base.update(wire.RankLaunch(backend=self.key.backend, driver_host=self.driver_host, driver_port=port, token=token,
+                                    log_dir=str(self.log_dir.absolute())).to_env())   # ranks start in the repository
+        base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
         for var, value in RANK_ENV_DEFAULTS.items():
             base.setdefault(var, value)
         for var, value in for_python(self.key.backend, self.key.python).rank_env:
@@ -197,12 +198,12 @@ class WorkerGroup:
         return chan
 
     # -- running
-    def run(self, spec: dict, timeout_s: float) -> list[dict]:
+    def run(self, spec: Spec, timeout_s: float) -> list[dict]:
         """Send one case; return every rank's result or raise RankHang / RankDied / CaseFailure."""
-        spec = {**spec, "timeout_s": timeout_s}
+        spec = replace(spec, timeout_s=timeout_s)
         assert self.chan is not None, "run() before start()"
         try:
-            self.chan.send(spec)
+            self.chan.send(wire.to_json(spec))
         except OSError:
             self._raise_if_dead("before the case started")
             raise
@@ -233,7 +234,7 @@ class WorkerGroup:
             raise CaseFailure(f"rank {rank} raised {err['error']}\n{err.get('traceback', '')}")
         return results
 
-    def _hang(self, spec: dict) -> None:
+    def _hang(self, spec: Spec) -> None:
         stuck = []
         for path in self.log_dir.glob("rank*.log"):
             m = re.match(r"rank(\d+)\.log$", path.name)
@@ -244,7 +245,7 @@ class WorkerGroup:
         raised = [p.stem for p in sorted(self.log_dir.glob("rank*.log")) if CASE_ERROR in self._since_last_case(p)]
         self.kill()
         cause = f"; {', '.join(raised)} raised first (see its log below)" if raised else ""
-        raise RankHang(f"timed out after {spec['timeout_s']:g}s; ranks that did not finish: "
+        raise RankHang(f"timed out after {spec.timeout_s:g}s; ranks that did not finish: "
                        f"{stuck or 'unknown (no stack dumps arrived)'}{cause}\n{logs}")
 
     def _since_last_case(self, path: Path) -> str:
@@ -288,7 +289,7 @@ class WorkerGroup:
     def close(self, wait_s: float = 5.0) -> None:
         if self.chan is not None:
             try:
-                self.chan.send({"cmd": "exit"})
+                self.chan.send(wire.EXIT)
             except OSError:
                 pass
         deadline = time.monotonic() + wait_s
@@ -406,7 +407,7 @@ class GroupPool:
         self.current = group
         return group
 
-    def run(self, key: GroupKey, spec: dict, timeout_s: float) -> tuple[list[dict], WorkerGroup]:
+    def run(self, key: GroupKey, spec: Spec, timeout_s: float) -> tuple[list[dict], WorkerGroup]:
         group = self.get(key)
         group.mark_logs()
         try:

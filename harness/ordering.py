@@ -34,8 +34,7 @@ def where_of(item) -> tuple | None:
     case = next((v for v in _params(item).values() if hasattr(v, "group")), None)
     if case is None or case.group is None:   # a case skipped at collection has no group
         return None
-    what = {"tp_bench": "linear", "pp_bench": "pipeline"}.get(getattr(case, "task", ""), getattr(case, "bench", "")
-                                                             or getattr(case, "op", ""))
+    what = getattr(case, "bench", "") or getattr(case, "op", "")
     return case.group.backend, what, getattr(case, "side", "") and f"side {case.side}"
 
 

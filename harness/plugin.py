@@ -62,11 +62,11 @@ def pytest_generate_tests(metafunc):
         if _CASES not in stash:
             stash[_CASES] = cases_mod.build(session.opts)
         metafunc.parametrize("collective_case", _params(stash[_CASES]))
-    for fixture, task in (("linear_case", "tp_bench"), ("pipeline_case", "pp_bench")):
+    for fixture, bench in (("linear_case", "linear"), ("pipeline_case", "pipeline")):
         if fixture in metafunc.fixturenames:
             if _LAYER_CASES not in stash:
                 stash[_LAYER_CASES] = cases_mod.build_layers(session.opts)
-            metafunc.parametrize(fixture, _params(c for c in stash[_LAYER_CASES] if c.task == task))
+            metafunc.parametrize(fixture, _params(c for c in stash[_LAYER_CASES] if c.bench == bench))
     if "tuning_case" in metafunc.fixturenames:   # test_overlap, test_bucket, test_compress: their bench's cases
         if _TUNING_CASES not in stash:
             stash[_TUNING_CASES] = cases_mod.build_tuning(session.opts)

@@ -4,7 +4,7 @@ rows and their metrics (case_rows.py), and the run folder (run_store.py)."""
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,13 +15,14 @@ from collectives.backends import info as backend_info
 from collectives.sizes import format_size
 from harness import provenance
 from harness.ab_pairing import ABPairing, PartnerFailed
-from harness.case_rows import cell_key, collective_row, layer_row, overhead_row, tuning_row
+from harness.case_rows import CollectiveBench, LayerBench, OverheadBench, TuningBench, cell_key
 from harness.cases import Case, LayerCase, TuningCase
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
 from harness.run_store import RunStore
 from schema import stats
 from schema.results import SCHEMA, CollectiveRow, LayerRow, Row, TuningRow
+from schema.wire import CollectiveSpec, LayerSpec, Spec, TuningSpec
 
 if TYPE_CHECKING:
     from reports.sequential import Sequential
@@ -69,7 +70,7 @@ class BenchSession:
         self.store.append({"failure": label, "error": failure})
         pytest.fail(f"{label['what']}: {failure}", pytrace=False)
 
-    def _call(self, key: GroupKey, spec: dict, label: dict):
+    def _call(self, key: GroupKey, spec: Spec, label: dict):
         """One request to a group: (results, group), or the case fails with the reason recorded."""
         self.running = label["what"]
         try:
@@ -80,7 +81,7 @@ class BenchSession:
             self.running = ""
         self._fail(label, failure)
 
-    def _run(self, key: GroupKey, spec: dict, label: dict) -> tuple[list[dict], dict]:
+    def _run(self, key: GroupKey, spec: Spec, label: dict) -> tuple[list[dict], dict]:
         """A case's results and its group's hosts/devices/versions (recorded once per group)."""
         results, group = self._call(key, spec, label)
         info = provenance.group_info(group.ranks)
@@ -116,7 +117,7 @@ class BenchSession:
         """Why a sequential A/B needs no more launches of this case ('' while it is undecided)."""
         return self._decided.get(cell_key(case), "") if self._decided else ""
 
-    def _measure(self, case, label, spec: dict, begin_kind: str) -> tuple[list[dict], dict]:
+    def _measure(self, case, label, spec: CollectiveSpec | LayerSpec | TuningSpec) -> tuple[list[dict], dict]:
         """A case measured alone, or with its A/B partner (rounds interleaved)."""
         assert case.group is not None, "a skipped case is never run"
         if why := self.decided(case):
@@ -124,7 +125,7 @@ class BenchSession:
         if case.partner is None:
             return self._run(case.group, spec, label(case))
         try:
-            return self.pairing.measure(case, label, {**spec, "kind": begin_kind}, spec["plan"]["rounds"])
+            return self.pairing.measure(case, label, replace(spec, kind=f"{spec.kind}_begin"), spec.plan["rounds"])
         except PartnerFailed as exc:
             self.failures.append({**label(case), "error": f"its A/B partner failed: {exc}"})
             pytest.fail(f"{case.id}: its A/B partner failed: {exc}", pytrace=False)
@@ -144,8 +145,8 @@ class BenchSession:
         return {"id": case.id, "what": f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"}
 
     def run_collective(self, case: Case) -> dict:
-        results, info = self._measure(case, self._label, case.spec(self.opts.plan()), "collective_begin")
-        row = collective_row(case, results, info["hosts"], self._places(case))
+        results, info = self._measure(case, self._label, CollectiveBench.spec(case, self.opts))
+        row = CollectiveBench.row(case, results, info["hosts"], self._places(case))
         reader = backend_info(case.backend).algo_ran
         group = self.pool.alive.get(case.group) if reader and case.group else None
         if reader and group is not None and (log := group.log_dir / "rank0.log").exists():   # e.g. NCCL_DEBUG_SUBSYS=TUNING
@@ -153,15 +154,15 @@ class BenchSession:
         return self._keep(row, self.rows)
 
     def run_layer(self, case: LayerCase) -> dict:
-        results, info = self._measure(case, self._layer_label, case.spec(self.opts), "layer_begin")
+        results, info = self._measure(case, self._layer_label, LayerBench.spec(case, self.opts))
         group = (self.pool.alive.get(case.group) if case.group else None) or self.pool.current
         rank_hosts = {r["rank"]: r["host"] for r in group.ranks} if group else {}
-        return self._keep(layer_row(case, self.opts, results, info["hosts"], rank_hosts, self._places(case)),
+        return self._keep(LayerBench.row(case, self.opts, results, info["hosts"], rank_hosts, self._places(case)),
                           self.layer_rows)
 
     def run_tuning(self, case: TuningCase) -> dict:
-        results, info = self._measure(case, self._tuning_label, case.spec(self.opts), "tuning_begin")
-        return self._keep(tuning_row(case, results, info["hosts"], self._places(case)), self.tuning_rows)
+        results, info = self._measure(case, self._tuning_label, TuningBench.spec(case, self.opts))
+        return self._keep(TuningBench.row(case, results, info["hosts"], self._places(case)), self.tuning_rows)
 
     def _places(self, case) -> dict[int, tuple[str, int]]:
         """rank -> (host, local rank) as the case's group's ranks reported them: the row names its slowest ranks."""
@@ -179,10 +180,9 @@ class BenchSession:
         plan = self.opts.plan()
         if self.opts.benchmark:
             plan["rounds"] = max(plan["rounds"], 40)
-        spec = {"kind": "overhead", "op": "all_reduce", "dtype": "float32", "count": count, "plan": plan}
         label = {"id": f"overhead-{backend}-{size}", "what": f"overhead all_reduce {size}B backend={backend}"}
-        results, _ = self._run(key, spec, label)
-        row = overhead_row(backend, key.nproc, count, results)
+        results, _ = self._run(key, OverheadBench.spec(count, plan), label)
+        row = OverheadBench.row(backend, key.nproc, count, results)
         self.overhead.append(row)
         self.store.append({"overhead": row})
         return {"per_op_seconds": stats.per_op_seconds(row["round_ns_per_rank"], row["iters_per_round"]), "row": row}

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import importlib
 import os
 import socket
 import sys
 import time
 import traceback
+from dataclasses import replace
+
+from schema import wire
+from schema.wire import Spec
 
 CASE_ERROR = "hccl-bench: this rank's case raised"
 RANK_VARS = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
@@ -45,13 +50,12 @@ def _redirect_output(log_dir: str, rank: int) -> None:
 
 
 FAULT_MODES = ("hang", "die", "corrupt", "slow")
-BENCH_OF_TASK = {"tp_bench": "linear", "pp_bench": "pipeline"}   # layer specs' bench names (schema.results)
 
 
-def fault_names(spec: dict) -> set[str]:
+def fault_names(spec: Spec) -> set[str]:
     """What NAME in HCCL_BENCH_FAULT may call a case: its op (all_reduce, ...), its bench (linear,
-    pipeline, overlap, bucket, compress) or its TP block (linear, mlp)."""
-    return {n for n in (spec.get("op"), spec.get("bench"), BENCH_OF_TASK.get(spec.get("task", "")), spec.get("layer")) if n}
+    pipeline, overlap, bucket, compress) or its TP block (linear, mlp): Spec.fault_names."""
+    return spec.fault_names()
 
 
 def _slow_factor(fault: str, parts: list[str]) -> float:
@@ -65,10 +69,10 @@ def _slow_factor(fault: str, parts: list[str]) -> float:
     return factor
 
 
-def _inject_fault(spec: dict, rank: int) -> dict:
+def _inject_fault(spec: Spec, rank: int) -> Spec:
     """Test hook, the only reader of HCCL_BENCH_FAULT='MODE:RANK:NAME': on that rank, for a case
     NAME names (fault_names), hang makes it hang, die makes it exit, corrupt returns the spec with
-    "corrupt": True, which makes the case's check change one element of this rank's result
+    corrupt=True, which makes the case's check change one element of this rank's result
     (collectives.rank_tasks.corrupt_one) so that it must report #wrong > 0. 'slow:RANK:NAME:FACTOR'
     returns the spec with plan["slow"] = FACTOR: the rank's timed rounds take FACTOR times as long
     (collectives.timing.slowed_round), a known effect for measuring power. Other cases: the spec."""
@@ -92,63 +96,76 @@ def _inject_fault(spec: dict, rank: int) -> dict:
         print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank to die", flush=True)
         os._exit(3)
     if mode == "slow":
-        if "plan" not in spec:
+        plan = getattr(spec, "plan", None)
+        if not plan:
             return spec
         print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank's timed {name} rounds to take {factor:g}x as long", flush=True)
-        return {**spec, "plan": {**spec["plan"], "slow": factor}}
+        return replace(spec, plan={**plan, "slow": factor})  # type: ignore[call-arg]
     print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank to corrupt one element of its {name} result", flush=True)
-    return {**spec, "corrupt": True}
+    return replace(spec, corrupt=True)
 
 
-def run_case(backend, spec: dict) -> dict:
-    if spec["kind"] in ("round", "end"):  # an A/B pair's next round, or its result (collectives.timing.begin)
-        from collectives import timing
-        return {"round": timing.time_round, "end": timing.end}[spec["kind"]](backend)
-    if spec["kind"].startswith("doctor"):
-        from collectives import doctor_tasks
-        return {"doctor_links": doctor_tasks.links, "doctor_rings": doctor_tasks.rings,
-                "doctor_skew": doctor_tasks.skew}[spec["kind"]](backend, spec)
-    if spec["kind"].startswith("layer"):  # imports torch layers only when a layer case arrives
-        from layers import rank_tasks as layer_tasks
-        return {"layer": layer_tasks.run, "layer_begin": layer_tasks.begin}[spec["kind"]](backend, spec)
-    if spec["kind"].startswith("tuning"):
-        from layers import tuning_tasks
-        return {"tuning": tuning_tasks.run, "tuning_begin": tuning_tasks.begin}[spec["kind"]](backend, spec)
-    from collectives import rank_tasks as collective_tasks
-    return {"collective": collective_tasks.run_collective, "overhead": collective_tasks.run_overhead,
-            "collective_begin": collective_tasks.begin_collective}[spec["kind"]](backend, spec)
+# the rank half of each bench kind: (module, class) with run(backend, spec) and begin(backend, spec),
+# imported when its first spec arrives (torch layers only for a layer case)
+RANK_BENCHES: dict[type[Spec], tuple[str, str]] = {
+    wire.Step: ("collectives.timing", "StepRank"),
+    wire.CollectiveSpec: ("collectives.rank_tasks", "CollectiveRank"),
+    wire.OverheadSpec: ("collectives.rank_tasks", "OverheadRank"),
+    wire.LayerSpec: ("layers.rank_tasks", "LayerRank"),
+    wire.TuningSpec: ("layers.tuning_tasks", "TuningRank"),
+    wire.DoctorSpec: ("collectives.doctor_tasks", "DoctorRank"),
+    wire.DoctorSkewSpec: ("collectives.doctor_tasks", "DoctorRank"),
+}
+
+
+def run_case(backend, spec: Spec) -> dict:
+    """The spec's bench run (or begun, for an A/B pair) on this rank; its result as a JSON object."""
+    module, name = RANK_BENCHES[type(spec)]
+    bench = getattr(importlib.import_module(module), name)
+    out = bench.begin(backend, spec) if spec.begins else bench.run(backend, spec)
+    return wire.to_json(out) if isinstance(out, wire.Timed) else (out or {})
 
 
 _LIBC = ctypes.CDLL(None)
 
 
+def _serve_one(backend, msg: object) -> dict:
+    """This rank's answer to one message: its result, or an error the driver fails the case with."""
+    try:   # every rank reads the same message, so a refused one fails the case on all of them alike
+        spec = wire.spec_from_json(msg)
+    except wire.WireError as exc:
+        return {"error": f"WireError: {exc}"}
+    if spec.timeout_s > 0:
+        faulthandler.dump_traceback_later(spec.timeout_s, exit=False)
+    try:
+        return run_case(backend, _inject_fault(spec, backend.rank))
+    except Exception as exc:  # reported to the driver, which fails the case with it
+        local = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        # also in the log: if other ranks now wait forever, the hang report can still say why
+        print(f"{CASE_ERROR} {local['error']}\n{local['traceback']}", file=sys.stderr, flush=True)
+        return local
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        _LIBC.fflush(None)   # C libraries' buffered log lines (NCCL_DEBUG) into the log before the driver reads it
+
+
 def serve(backend, chan) -> None:
     while True:
-        msg = chan.recv() if backend.rank == 0 else None
-        spec = backend.bcast_json(msg)
-        if spec.get("cmd") == "exit":
+        msg = backend.bcast_json(chan.recv() if backend.rank == 0 else None)
+        if msg == wire.EXIT:
             return
-        faulthandler.dump_traceback_later(spec["timeout_s"], exit=False)
-        try:
-            local = run_case(backend, _inject_fault(spec, backend.rank))
-        except Exception as exc:  # reported to the driver, which fails the case with it
-            local = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-            # also in the log: if other ranks now wait forever, the hang report can still say why
-            print(f"{CASE_ERROR} {local['error']}\n{local['traceback']}", file=sys.stderr, flush=True)
-        finally:
-            faulthandler.cancel_dump_traceback_later()
-            _LIBC.fflush(None)   # C libraries' buffered log lines (NCCL_DEBUG) into the log before the driver reads it
-        results = backend.gather_json(local)
+        results = backend.gather_json(_serve_one(backend, msg))
         if backend.rank == 0:
             chan.send({"results": results})
 
 
 def main() -> int:
     rank, world, local_rank = launcher_rank()
-    if os.environ.get("HCCL_BENCH_LOG_DIR"):
-        _redirect_output(os.environ["HCCL_BENCH_LOG_DIR"], rank)
+    launch = wire.RankLaunch.from_env(os.environ)
+    if launch.log_dir:
+        _redirect_output(launch.log_dir, rank)
     faulthandler.enable()
-    backend_name = os.environ["HCCL_BENCH_BACKEND"]
+    backend_name = launch.backend
     from collectives import backends
     from harness.provenance import adapter_env
     backend = backends.create(backend_name, rank, world, local_rank)
@@ -159,7 +176,7 @@ def main() -> int:
     # every rank is watched (a host leader by the driver, a follower by its leader: harness/control.py)
     # before rank 0 says hello: the gather orders them
     from harness import control
-    driver = (os.environ["HCCL_BENCH_DRIVER_HOST"], int(os.environ["HCCL_BENCH_DRIVER_PORT"]), os.environ["HCCL_BENCH_TOKEN"])
+    driver = (launch.driver_host, launch.driver_port, launch.token)
     post = control.open_post(driver[2], backend.rank)   # listening before anyone learns who leads this node
     peers = backend.bcast_json(backend.gather_json(control.whoami()))
     watch = control.join_watch(post, driver, backend.rank, peers, log=lambda line: print(line, file=sys.stderr, flush=True))

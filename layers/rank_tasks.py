@@ -1,4 +1,4 @@
-"""Runs layer specs on one rank (spec kind "layer"): TP/pipeline correctness checks and benches.
+"""Runs layer specs on one rank (schema.wire.LayerSpec): TP/pipeline correctness checks and benches.
 
 Every rank builds the same full model from the same seed, then takes its shard or stage, so the
 parallel result can be compared with the single-process one on the same rank: each bench does
@@ -20,6 +20,7 @@ from layers.mesh import Axis, ParallelDims
 from layers.mesh import create_groups as _create_groups
 from layers.schedules import SCHEDULES, stage_indices
 from layers.tp import MLP, ColumnParallelLinear, CommTimer, ParallelMLP, dtensor_linear, dtensor_mlp
+from schema.wire import LayerSpec, PipelineResult, TpResult
 
 _GROUPS: dict[ParallelDims, dict] = {}
 _MESHES: dict[ParallelDims, Any] = {}   # torch DeviceMesh
@@ -55,19 +56,19 @@ def comm_counts(mode) -> dict[str, int]:
 
 
 def _setup(backend, spec):
-    torch.manual_seed(spec.get("seed", 1234))
-    dims = ParallelDims.fit(spec["tp"], spec.get("pp", 1), backend.world)
+    torch.manual_seed(spec.seed)
+    dims = ParallelDims.fit(spec.tp, spec.pp, backend.world)
     groups = groups_for(dims, backend.rank)
-    dtype = getattr(torch, spec.get("dtype", "float32"))
+    dtype = getattr(torch, spec.dtype)
     return dims, groups, dtype, backend.device.torch_device
 
 
 def _parallel_block(spec, full, group, dims, device_type, timer):
-    sp = spec.get("sp", False)
-    if spec["impl"] == "dtensor":
+    sp = spec.sp
+    if spec.impl == "dtensor":
         mesh = tp_mesh(dims, device_type)
-        return dtensor_linear(full.fc1, mesh, sp) if spec.get("layer") == "linear" else dtensor_mlp(full, mesh, sp)
-    if spec.get("layer") == "linear":
+        return dtensor_linear(full.fc1, mesh, sp) if spec.layer == "linear" else dtensor_mlp(full, mesh, sp)
+    if spec.layer == "linear":
         return ColumnParallelLinear(full.fc1, group, sp, timer)
     return ParallelMLP(full, group, sp, timer)
 
@@ -97,9 +98,9 @@ def _tp_compare(spec, full, block, tp: int, tp_rank: int, check: Check, watch=No
     weights on one rank) on the same input and output gradient; the output, the input gradient
     and every weight gradient of this rank's shard go into `check`. watch: contexts around the
     parallel forward and backward (tp_check counts their collectives)."""
-    linear, sp = spec.get("layer") == "linear", spec.get("sp", False)
+    linear, sp = spec.layer == "linear", spec.sp
     ref_block = full.fc1 if linear else full
-    x = torch.randn(spec["seq"], spec["batch"], spec["hidden"], device=full.fc1.weight.device, dtype=full.fc1.weight.dtype)
+    x = torch.randn(spec.seq, spec.batch, spec.hidden, device=full.fc1.weight.device, dtype=full.fc1.weight.dtype)
     ref_in = x.clone().requires_grad_()
     ref_out = ref_block(ref_in)
     w = torch.randn_like(ref_out)
@@ -114,7 +115,7 @@ def _tp_compare(spec, full, block, tp: int, tp_rank: int, check: Check, watch=No
         y = _local(block(par_in))
     with watch[1]:
         (y * out_shard(w)).sum().backward()
-    n = _reduce_length(ref_block, spec["seq"] * spec["batch"], tp)
+    n = _reduce_length(ref_block, spec.seq * spec.batch, tp)
     check.compare(y, out_shard(ref_out), n)
     check.compare(par_in.grad, seq_shard(ref_in.grad), n)
     ref_grads = dict(ref_block.named_parameters())
@@ -127,9 +128,9 @@ def tp_check(backend, spec) -> dict:
     """The TP block against its single-rank reference (layers.check), with collective counts."""
     from torch.distributed.tensor.debug import CommDebugMode
     dims, groups, dtype, device = _setup(backend, spec)
-    full = MLP(spec["hidden"]).to(device=device, dtype=dtype)
+    full = MLP(spec.hidden).to(device=device, dtype=dtype)
     block = _parallel_block(spec, full, groups[Axis.TP], dims, backend.device.kind, CommTimer())
-    check = Check(dtype_name(dtype), corrupt=spec.get("corrupt", False))
+    check = Check(dtype_name(dtype), corrupt=spec.corrupt)
     fwd, bwd = CommDebugMode(), CommDebugMode()
     _tp_compare(spec, full, block, dims.tp, dims.coords(backend.rank)[Axis.TP], check, (fwd, bwd))
     return {**check.record(), "fwd": comm_counts(fwd), "bwd": comm_counts(bwd)}
@@ -139,17 +140,17 @@ def tp_loops(backend, spec):
     """Forward, forward+backward and optimizer-step loops of a TP block and a plain matmul reference
     of the same per-rank GEMMs; `finish` adds the share of time in the block's collectives."""
     dims, groups, dtype, device = _setup(backend, spec)
-    h, sp, tp = spec["hidden"], spec.get("sp", False), dims.tp
-    tokens = spec["seq"] * spec["batch"]
+    h, sp, tp = spec.hidden, spec.sp, dims.tp
+    tokens = spec.seq * spec.batch
     full = MLP(h).to(device=device, dtype=dtype)
     timer = CommTimer(backend.device.synchronize)
     block = _parallel_block(spec, full, groups[Axis.TP], dims, backend.device.kind, timer)
-    check = Check(dtype_name(dtype), corrupt=spec.get("corrupt", False))   # once, before any timing
+    check = Check(dtype_name(dtype), corrupt=spec.corrupt)   # once, before any timing
     _tp_compare(spec, full, block, tp, dims.coords(backend.rank)[Axis.TP], check)
     block.zero_grad(set_to_none=True)
     del full
-    seq_local = spec["seq"] // tp if sp else spec["seq"]
-    x = torch.randn(seq_local, spec["batch"], h, device=device, dtype=dtype, requires_grad=True)
+    seq_local = spec.seq // tp if sp else spec.seq
+    x = torch.randn(seq_local, spec.batch, h, device=device, dtype=dtype, requires_grad=True)
     opt = torch.optim.SGD(block.parameters(), lr=1e-6)
     out_shape = _local(block(x)).shape
     gy = torch.randn(out_shape, device=device, dtype=dtype)
@@ -169,7 +170,7 @@ def tp_loops(backend, spec):
             opt.zero_grad(set_to_none=True)
 
     # the same per-rank GEMMs without any communication: fwd X.W^T, bwd dY.W and dY^T.X per layer
-    shapes = [(tokens, h, 4 * h // tp)] if spec.get("layer") == "linear" else [(tokens, h, 4 * h // tp), (tokens, 4 * h // tp, h)]
+    shapes = [(tokens, h, 4 * h // tp)] if spec.layer == "linear" else [(tokens, h, 4 * h // tp), (tokens, 4 * h // tp, h)]
     mats = [(torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype),
              torch.randn(m, n, device=device, dtype=dtype)) for m, k, n in shapes]
 
@@ -189,38 +190,38 @@ def tp_loops(backend, spec):
         clock.start()
         fwd_bwd(k)
         elapsed = clock.stop() / 1e9
-        comm_share = timer.seconds / elapsed if spec["impl"] == "manual" and elapsed > 0 else None
-        return {"iters": k, "round_ns": t_step, "fwd_ns": t_fwd, "fwd_bwd_ns": t_fb, "matmul_ns": t_mm,
-                "flops_per_iter": flops, "tokens_per_iter": tokens, "comm_share": comm_share,
-                "peak_memory_bytes": backend.device.peak_memory_bytes(), **check.record(),
-                "params_local": sum(p.numel() for p in block.parameters())}
+        comm_share = timer.seconds / elapsed if spec.impl == "manual" and elapsed > 0 else None
+        return TpResult(iters=k, round_ns=t_step, fwd_ns=t_fwd, fwd_bwd_ns=t_fb, matmul_ns=t_mm,
+                        flops_per_iter=flops, tokens_per_iter=tokens, comm_share=comm_share,
+                        peak_memory_bytes=backend.device.peak_memory_bytes(), **check.record(),
+                        params_local=sum(p.numel() for p in block.parameters()))
     return [fwd, fwd_bwd, step, matmul], finish
 
 
 def _model_layers(spec, dtype, device):
     """The full model every rank builds identically: MLP blocks, or sleep-timed layers for bubble tests."""
-    v = SCHEDULES[spec["schedule"]][1]
-    n = spec.get("layers") or spec["pp"] * v
-    if spec.get("model") == "sleep":
-        return [pipeline.SleepLayer(spec["hidden"], spec["fwd_s"], spec["bwd_s"]) for _ in range(n)]
-    return [MLP(spec["hidden"]).to(device=device, dtype=dtype) for _ in range(n)]
+    v = SCHEDULES[spec.schedule][1]
+    n = spec.layers or spec.pp * v
+    if spec.model == "sleep":
+        return [pipeline.SleepLayer(spec.hidden, spec.fwd_s, spec.bwd_s) for _ in range(n)]
+    return [MLP(spec.hidden).to(device=device, dtype=dtype) for _ in range(n)]
 
 
 def _pipeline(backend, spec):
     dims, groups, dtype, device = _setup(backend, spec)
-    pp, v = dims.pp, SCHEDULES[spec["schedule"]][1]
+    pp, v = dims.pp, SCHEDULES[spec.schedule][1]
     pp_rank = dims.coords(backend.rank)[Axis.PP]
     layers = _model_layers(spec, dtype, device)
     reference = [nn.Sequential(*layers)]
     import copy
     local = {}
-    for idx in stage_indices(spec["schedule"], pp_rank, pp):
+    for idx in stage_indices(spec.schedule, pp_rank, pp):
         stage = copy.deepcopy(pipeline.split_layers(layers, pp * v, idx))
-        if dims.tp > 1 and spec.get("model") != "sleep":
+        if dims.tp > 1 and spec.model != "sleep":
             stage = nn.Sequential(*[ParallelMLP(block, groups[Axis.TP]) for block in stage])
         local[idx] = stage
-    sched = pipeline.build_schedule(spec["schedule"], local, pp, spec["microbatches"], groups[Axis.PP], torch.device(device))
-    x = torch.randn(spec["batch"], spec["seq"], spec["hidden"], device=device, dtype=dtype)
+    sched = pipeline.build_schedule(spec.schedule, local, pp, spec.microbatches, groups[Axis.PP], torch.device(device))
+    x = torch.randn(spec.batch, spec.seq, spec.hidden, device=device, dtype=dtype)
     target = torch.randn_like(x)
     first = 0 in local
     last = pp * v - 1 in local
@@ -240,11 +241,11 @@ def _pp_compare(spec, dims, tp_rank, local, model, x, target, step, last, check:
     losses = step()
     ref_loss = pipeline.summed_mse(model(x), target)
     ref_loss.backward()
-    m, tokens = spec["microbatches"], spec["batch"] * spec["seq"]
+    m, tokens = spec.microbatches, spec.batch * spec.seq
     n = _reduce_length(model, tokens, dims.tp + m)
     if last:   # the loss also sums every output element
         check.compare(torch.stack([loss.detach() for loss in losses]).sum(), ref_loss.detach(), n + x.numel())
-    per = len(model) // (dims.pp * SCHEDULES[spec["schedule"]][1])
+    per = len(model) // (dims.pp * SCHEDULES[spec.schedule][1])
     for idx, stage in local.items():
         for mine, ref in zip(stage, model[idx * per:(idx + 1) * per]):
             ref_grads = dict(ref.named_parameters())
@@ -255,7 +256,7 @@ def _pp_compare(spec, dims, tp_rank, local, model, x, target, step, last, check:
 def pp_check(backend, spec) -> dict:
     """One pipelined step against the model without a pipeline (layers.check), and the stages held."""
     dims, local, model, x, target, step, _, last = _pipeline(backend, spec)
-    check = Check(dtype_name(x.dtype), corrupt=spec.get("corrupt", False))
+    check = Check(dtype_name(x.dtype), corrupt=spec.corrupt)
     _pp_compare(spec, dims, dims.coords(backend.rank)[Axis.TP], local, model, x, target, step, last, check)
     return {**check.record(), "stages": sorted(local)}
 
@@ -264,12 +265,12 @@ def pp_loops(backend, spec):
     """Step time of the schedule, and this rank's compute for one microbatch measured alone:
     bubble = 1 - m x compute / step."""
     dims, local, model, x, target, step, _, last = _pipeline(backend, spec)
-    check = Check(dtype_name(x.dtype), corrupt=spec.get("corrupt", False))   # once, before any timing
+    check = Check(dtype_name(x.dtype), corrupt=spec.corrupt)   # once, before any timing
     _pp_compare(spec, dims, dims.coords(backend.rank)[Axis.TP], local, model, x, target, step, last, check)
     for stage in local.values():
         stage.zero_grad(set_to_none=True)
     del model
-    m = spec["microbatches"]
+    m = spec.microbatches
     mb = x.chunk(m, 0)[0]
     gy = torch.randn_like(mb)
 
@@ -287,9 +288,9 @@ def pp_loops(backend, spec):
 
     def finish(k, times):
         t_step, t_compute = times
-        return {"iters": k, "round_ns": t_step, "compute_ns": t_compute, **check.record(), "stages": sorted(local),
-                "peak_memory_bytes": backend.device.peak_memory_bytes(),
-                "params_local": sum(p.numel() for s in local.values() for p in s.parameters())}
+        return PipelineResult(iters=k, round_ns=t_step, compute_ns=t_compute, **check.record(), stages=sorted(local),
+                              peak_memory_bytes=backend.device.peak_memory_bytes(),
+                              params_local=sum(p.numel() for s in local.values() for p in s.parameters()))
     return [pipeline_loop, compute_loop], finish
 
 
@@ -304,22 +305,26 @@ def _need_torch(backend) -> None:
 
 def _loops(backend, spec):
     _need_torch(backend)
-    loops, finish = BENCHES[spec["task"]](backend, spec)
+    loops, finish = BENCHES[spec.task](backend, spec)
     backend.device.reset_peak_memory()
     return loops, finish
 
 
-def run(backend, spec: dict) -> dict:
-    if spec["task"] in CHECKS:
-        _need_torch(backend)
-        return CHECKS[spec["task"]](backend, spec)
-    loops, finish = _loops(backend, spec)
-    return timing.run(loops, finish, backend, Plan(**spec["plan"]))
+class LayerRank:
+    """The rank half of the layer benches (the driver half: harness.case_rows.LayerBench); the
+    checks alone (tp_check, pp_check: the tests') return their record as a plain object."""
 
+    @staticmethod
+    def run(backend, spec: LayerSpec):
+        if spec.task in CHECKS:
+            _need_torch(backend)
+            return CHECKS[spec.task](backend, spec)
+        loops, finish = _loops(backend, spec)
+        return timing.run(loops, finish, backend, Plan(**spec.plan))
 
-def begin(backend, spec: dict) -> dict:
-    """Round-interleaved A/B: build the block and keep its loops for the driver's single rounds
-    (collectives.timing.begin), as for collectives."""
-    loops, finish = _loops(backend, spec)
-    timing.begin(loops, finish, backend, Plan(**spec["plan"]))
-    return {}
+    @staticmethod
+    def begin(backend, spec: LayerSpec) -> None:
+        """Round-interleaved A/B: build the block and keep its loops for the driver's single rounds
+        (collectives.timing.begin), as for collectives."""
+        loops, finish = _loops(backend, spec)
+        timing.begin(loops, finish, backend, Plan(**spec.plan))

@@ -1,4 +1,4 @@
-"""Runs tuning specs on one rank (spec kind "tuning"): how much of a collective hides behind
+"""Runs tuning specs on one rank (schema.wire.TuningSpec): how much of a collective hides behind
 compute, how gradient bucket size changes a DDP-style all_reduce, and what compressing the
 gradients to bf16, fp16 or int8 buys and costs in error. Each bench returns its timed loops and
 how to finish them, so it runs alone (timing.measure) or round-interleaved in an A/B (timing.begin).
@@ -14,6 +14,7 @@ from collectives.ops import count_wrong
 from collectives.rank_tasks import corrupt_one, prepare
 from collectives.timing import Plan, repeat
 from layers.memory import bucket_plan, mlp_gradient_sizes
+from schema.wire import BucketResult, CompressResult, OverlapResult, TuningSpec
 
 SEED = 20261201
 DDP_BUCKET = 25 << 20            # torch DDP's default bucket_cap_mb: the compression bench's buckets
@@ -50,14 +51,14 @@ def _sized_matmul(backend, target_s: float) -> tuple[Callable[[], object], int]:
     return _matmul(backend, n), n
 
 
-def overlap(backend, spec: dict):
+def overlap(backend, spec: TuningSpec):
     """Start the collective (async_op=True, MPI_I*), run the matmul, wait: against each alone."""
-    start, recv, pattern = prepare(backend, spec["op"], spec["dtype"], spec["redop"], spec["count"], spec["inplace"],
+    start, recv, pattern = prepare(backend, spec.op, spec.dtype, spec.redop, spec.count, spec.inplace,
                                    asynchronous=True)
     start().wait()
     backend.device.synchronize()
     got = backend.to_numpy(recv)
-    wrong = count_wrong(corrupt_one(got) if spec.get("corrupt") else got, pattern.expected(backend.rank))
+    wrong = count_wrong(corrupt_one(got) if spec.corrupt else got, pattern.expected(backend.rank))
 
     def comm(k: int) -> None:
         for _ in range(k):
@@ -72,8 +73,8 @@ def overlap(backend, spec: dict):
             handle.wait()
 
     def finish(k, times):
-        return {"wrong": wrong, "iters": k, "round_ns": times[0], "comm_round_ns": times[1],
-                "comp_round_ns": times[2], "matmul_n": n}
+        return OverlapResult(wrong=wrong, iters=k, round_ns=times[0], comm_round_ns=times[1], comp_round_ns=times[2],
+                             matmul_n=n)
     return [both, comm, repeat(mm)], finish
 
 
@@ -85,14 +86,14 @@ def seeded_gradients(sizes: list[int], rank: int, integers: bool) -> list[np.nda
     return [rng.standard_normal(n).astype(np.float32) for n in sizes]
 
 
-def bucket(backend, spec: dict):
+def bucket(backend, spec: TuningSpec):
     """DDP's gradient all_reduce: per bucket, copy the gradients into one flat buffer, all_reduce
     it, scale by 1/world and copy back; bucket_bytes 0 all_reduces each gradient tensor."""
-    sizes = mlp_gradient_sizes(spec["hidden"], spec["layers"])
+    sizes = mlp_gradient_sizes(spec.hidden, spec.layers)
     world = backend.world
     grads = [backend.from_numpy(g, "float32") for g in seeded_gradients(sizes, backend.rank, integers=True)]
-    plan = bucket_plan([4 * n for n in sizes], spec["bucket_bytes"])
-    if spec["bucket_bytes"] <= 0:
+    plan = bucket_plan([4 * n for n in sizes], spec.bucket_bytes)
+    if spec.bucket_bytes <= 0:
         calls = [backend.call("all_reduce", g, g, "sum", True) for g in grads]
 
         def step() -> None:
@@ -122,11 +123,11 @@ def bucket(backend, spec: dict):
     for i, g in enumerate(grads):
         expected = np.sum([e[i] for e in everyone], axis=0, dtype=np.float32) * np.float32(1 / world)
         got = backend.to_numpy(g)
-        wrong += count_wrong(corrupt_one(got) if i == 0 and spec.get("corrupt") else got, expected.astype(np.float64))
+        wrong += count_wrong(corrupt_one(got) if i == 0 and spec.corrupt else got, expected.astype(np.float64))
 
     def finish(k, times):
-        return {"wrong": wrong, "iters": k, "round_ns": times[0], "calls": len(plan), "tensors": len(sizes),
-                "model_bytes": 4 * sum(sizes)}
+        return BucketResult(wrong=wrong, iters=k, round_ns=times[0], calls=len(plan), tensors=len(sizes),
+                            model_bytes=4 * sum(sizes))
     return [repeat(step)], finish
 
 
@@ -142,13 +143,13 @@ def error_bound(comm_dtype: str, world: int, inputs: list[np.ndarray], scale: np
     return 1.01 * (world + 1) * u * mean_abs + 2 * world * SUBNORMAL[comm_dtype]
 
 
-def compress(backend, spec: dict):
+def compress(backend, spec: TuningSpec):
     """The gradients all_reduced in DDP-sized buckets in another type, as PyTorch's comm hooks do:
     float16/bfloat16 cast, x 1/world, all_reduce, cast back; int8 per bucket: s = the absmax over
     ranks (a 1-element MAX all_reduce), q = round(x x 127/s), all_gather of every rank's q and the
     sum in int32 on each rank (int8 sums would overflow), x s/127/world."""
-    sizes = mlp_gradient_sizes(spec["hidden"], spec["layers"])
-    world, kind = backend.world, spec["comm_dtype"]
+    sizes = mlp_gradient_sizes(spec.hidden, spec.layers)
+    world, kind = backend.world, spec.comm_dtype
     local = np.concatenate(seeded_gradients(sizes, backend.rank, integers=False))
     flat = backend.from_numpy(local, "float32")
     per = DDP_BUCKET // 4
@@ -177,7 +178,7 @@ def compress(backend, spec: dict):
     step()
     backend.device.synchronize()
     got = backend.to_numpy(flat)
-    if spec.get("corrupt"):
+    if spec.corrupt:
         got = corrupt_one(got)
     inputs = [np.concatenate(seeded_gradients(sizes, r, integers=False)) for r in range(world)]
     exact = np.sum([x.astype(np.float64) for x in inputs], axis=0) / world
@@ -192,7 +193,7 @@ def compress(backend, spec: dict):
                "bucket_bytes": DDP_BUCKET}
 
     def finish(k, times):
-        return {**checked, "iters": k, "round_ns": times[0]}
+        return CompressResult(**checked, iters=k, round_ns=times[0])
     return [repeat(step)], finish
 
 
@@ -232,13 +233,16 @@ def _int8_step(backend, views, bounds):
 BENCHES = {"overlap": overlap, "bucket": bucket, "compress": compress}
 
 
-def run(backend, spec: dict) -> dict:
-    loops, finish = BENCHES[spec["bench"]](backend, spec)
-    return timing.run(loops, finish, backend, Plan(**spec["plan"]))
+class TuningRank:
+    """The rank half of the tuning benches (the driver half: harness.case_rows.TuningBench)."""
 
+    @staticmethod
+    def run(backend, spec: TuningSpec):
+        loops, finish = BENCHES[spec.bench](backend, spec)
+        return timing.run(loops, finish, backend, Plan(**spec.plan))
 
-def begin(backend, spec: dict) -> dict:
-    """Round-interleaved A/B: prepare the bench and keep its loops for the driver's single rounds."""
-    loops, finish = BENCHES[spec["bench"]](backend, spec)
-    timing.begin(loops, finish, backend, Plan(**spec["plan"]))
-    return {}
+    @staticmethod
+    def begin(backend, spec: TuningSpec) -> None:
+        """Round-interleaved A/B: prepare the bench and keep its loops for the driver's single rounds."""
+        loops, finish = BENCHES[spec.bench](backend, spec)
+        timing.begin(loops, finish, backend, Plan(**spec.plan))

@@ -24,10 +24,11 @@ def skew(backend_name: str, out: str) -> int:
 
     from collectives import doctor_tasks
     from collectives.backends import TorchBackend
+    from schema.wire import DoctorSkewSpec
     os.environ.setdefault("HCCL_BENCH_STORE", out + ".store")
     backend = TorchBackend(backend_name, 0, 1, 0)
     try:
-        got = doctor_tasks.skew(backend, {"rounds": 20, "matrix": 128, "work": 2})
+        got = doctor_tasks.skew(backend, DoctorSkewSpec(rounds=20, matrix=128, work=2))
         inside = [b - a for a, b in zip(got["entry_ns"], got["exit_ns"])]
         call = backend.call("all_reduce", *([backend.from_numpy(np.ones(2), "float32")] * 2), "sum", True)
         enqueue = []

@@ -1,6 +1,7 @@
 """HCCL_BENCH_FAULT=corrupt:RANK:NAME: one rank changes one element of its result before the check,
 and the check must see it (#wrong > 0, the case fails). This is how the checks are shown to be
 able to fail: collectives (exact), layer benches (single-rank reference), tuning benches."""
+import dataclasses
 import json
 
 import numpy as np
@@ -8,23 +9,25 @@ import pytest
 
 from collectives.rank_tasks import corrupt_one
 from harness.worker import _inject_fault, fault_names
+from schema.wire import CollectiveSpec, LayerSpec, Step, TuningSpec
 
-LAYER_SPEC = {"kind": "layer", "task": "tp_bench", "layer": "mlp", "impl": "manual"}
+LAYER_SPEC = LayerSpec(task="tp_bench", layer="mlp", impl="manual", tp=2, hidden=16, seq=8, batch=2)
+ALL_REDUCE = CollectiveSpec(op="all_reduce", dtype="float32", redop="sum", inplace=True, count=2, plan={})
 
 
 def test_names_a_fault_may_give_a_case():
-    assert fault_names({"kind": "collective", "op": "all_reduce"}) == {"all_reduce"}
+    assert fault_names(ALL_REDUCE) == {"all_reduce"}
     assert fault_names(LAYER_SPEC) == {"linear", "mlp"}
-    assert fault_names({"kind": "layer", "task": "pp_bench", "schedule": "1f1b"}) == {"pipeline"}
-    assert fault_names({"kind": "tuning", "bench": "overlap", "op": "all_gather"}) == {"overlap", "all_gather"}
-    assert fault_names({"kind": "round"}) == set()
+    assert fault_names(LayerSpec(task="pp_bench", schedule="1f1b", tp=1, pp=2, hidden=16, seq=8, batch=2)) == {"pipeline"}
+    assert fault_names(TuningSpec(bench="overlap", op="all_gather", hidden=16, layers=2, plan={})) == {"overlap", "all_gather"}
+    assert fault_names(Step(kind="round")) == set()
 
 
 def test_corrupt_marks_only_the_named_case_on_the_named_rank(monkeypatch):
     monkeypatch.setenv("HCCL_BENCH_FAULT", "corrupt:1:mlp")
-    assert _inject_fault(LAYER_SPEC, 1) == {**LAYER_SPEC, "corrupt": True}
+    assert _inject_fault(LAYER_SPEC, 1) == dataclasses.replace(LAYER_SPEC, corrupt=True)
     assert _inject_fault(LAYER_SPEC, 0) is LAYER_SPEC
-    assert _inject_fault({"kind": "collective", "op": "all_reduce"}, 1) == {"kind": "collective", "op": "all_reduce"}
+    assert _inject_fault(ALL_REDUCE, 1) is ALL_REDUCE
     monkeypatch.delenv("HCCL_BENCH_FAULT")
     assert _inject_fault(LAYER_SPEC, 1) is LAYER_SPEC
 

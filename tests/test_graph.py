@@ -8,9 +8,11 @@ import pytest
 from collectives import timing
 from collectives.device import GRAPH_NEEDS_DEVICE, Device, DeviceUnavailable
 from harness import cases
+from harness.case_rows import CollectiveBench
 from harness.options import OptionError
 from reports.table import host_cost_lines, render
 from schema.results import CollectiveRow, Series
+from schema.wire import DoctorSkewSpec
 from tests.test_options import parsed
 
 
@@ -40,12 +42,12 @@ def test_captured_cases_on_cpu_backends_are_skipped_at_collection(backend):
     assert all(not c.skip and c.group is not None for c in eager)
     assert all(c.skip == GRAPH_NEEDS_DEVICE and c.group is None and c.id.endswith("-graph") for c in captured)
     assert len({c.id for c in built}) == len(built)
-    assert all("graph" not in c.spec(opts.plan())["plan"] for c in eager)
+    assert all("graph" not in CollectiveBench.spec(c, opts).plan for c in eager)
 
 
 def test_a_captured_case_asks_its_rank_for_graph_rounds():
     case = cases.Case("nccl", "default", "all_reduce", "float32", "sum", True, 8, 2, graph=True)
-    plan = timing.Plan(**case.spec(parsed(["--backend", "gloo"]).plan())["plan"])
+    plan = timing.Plan(**CollectiveBench.spec(case, parsed(["--backend", "gloo"])).plan)
     assert plan.graph is True
 
 
@@ -163,7 +165,7 @@ def test_the_doctors_skew_exit_is_read_after_the_device_synchronises(gloo_alone,
         real()
         synced.append(time.time_ns())
     monkeypatch.setattr(gloo_alone.device, "synchronize", synchronize)
-    out = doctor_tasks.skew(gloo_alone, {"rounds": 3, "matrix": 8, "work": 1})
+    out = doctor_tasks.skew(gloo_alone, DoctorSkewSpec(rounds=3, matrix=8, work=1))
     assert out["offset_ns"] == 0 and len(synced) == len(out["exit_ns"]) == 3   # alone: rank 0's clock is its own
     for entry, sync, exit_ in zip(out["entry_ns"], synced, out["exit_ns"]):
         assert entry <= sync <= exit_

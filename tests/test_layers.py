@@ -9,6 +9,7 @@ from harness.groups import GroupKey, GroupPool
 from layers import check, memory, schedules, support
 from layers.mesh import Axis, MeshError, ParallelDims, tp_placement
 from schema.results import LayerRow
+from schema.wire import LayerSpec
 
 
 # ---- mesh -----------------------------------------------------------------------------------
@@ -167,7 +168,7 @@ def _tp_row(impl: str, fwd_bwd_ns: int, shares: list, launch: int = 0) -> LayerR
               "fwd_bwd_ns": [fwd_bwd_ns] * 5, "matmul_ns": [fwd_bwd_ns // 2] * 5, "flops_per_iter": 6e9,
               "tokens_per_iter": 1024, "comm_share": share, "peak_memory_bytes": 1 << 20, "wrong": 0, "checked": 10,
               "err_to_tol": 0.1, "params_local": 1000} for share in shares]
-    case = LayerCase("gloo", "tp_bench", 2, 1, 2, layer="mlp", impl=impl, launch=launch)
+    case = LayerCase("gloo", "linear", 2, 1, 2, layer="mlp", impl=impl, launch=launch)
     return case_rows.layer_row(case, Options(), ranks, {"node1": 2}, {0: "node1", 1: "node1"})
 
 
@@ -206,7 +207,7 @@ def ranks4(tmp_path_factory):
     key = GroupKey("gloo", 4)
 
     def run(spec, timeout=120):
-        results, _ = pool.run(key, {"kind": "layer", **spec}, timeout)
+        results, _ = pool.run(key, LayerSpec(**spec), timeout)
         return results
     yield run
     pool.close_all()

@@ -1,23 +1,26 @@
 """HCCL_BENCH_FAULT=slow:RANK:NAME:FACTOR: a controlled regression for measuring power. One rank's
 timed rounds of NAME take FACTOR times as long (collectives.timing.slowed_round); a malformed value
 is one line; without the fault the round loop is the plain one."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 from collectives.timing import Plan, one_round, round_step
 from harness.worker import _inject_fault
 from reports.result_files import load
+from schema.wire import CollectiveSpec, Step
 
-SPEC = {"kind": "collective", "op": "all_reduce", "plan": {"rounds": 3}}
+SPEC = CollectiveSpec(op="all_reduce", dtype="float32", redop="sum", inplace=True, count=2, plan={"rounds": 3})
 
 
 def test_slow_sets_the_factor_on_the_named_rank_and_op_only(monkeypatch):
     monkeypatch.setenv("HCCL_BENCH_FAULT", "slow:1:all_reduce:1.5")
-    assert _inject_fault(SPEC, 1) == {**SPEC, "plan": {"rounds": 3, "slow": 1.5}}
+    assert _inject_fault(SPEC, 1) == dataclasses.replace(SPEC, plan={"rounds": 3, "slow": 1.5})
     assert _inject_fault(SPEC, 0) is SPEC
-    assert _inject_fault({**SPEC, "op": "broadcast"}, 1)["plan"] == {"rounds": 3}
-    assert _inject_fault({"kind": "round"}, 1) == {"kind": "round"}     # an A/B round: set at its begin spec
-    assert round_step(Plan(**_inject_fault(SPEC, 1)["plan"])).func.__name__ == "slowed_round"
+    assert _inject_fault(dataclasses.replace(SPEC, op="broadcast"), 1).plan == {"rounds": 3}
+    assert _inject_fault(Step(kind="round"), 1) == Step(kind="round")   # an A/B round: set at its begin spec
+    assert round_step(Plan(**_inject_fault(SPEC, 1).plan)).func.__name__ == "slowed_round"
     assert round_step(Plan()) is one_round                              # no fault: the loop as it always was
 
 

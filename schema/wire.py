@@ -1,0 +1,320 @@
+"""What the driver and the ranks send each other for a case: one spec type per bench kind and the
+ranks' result types, as plain dataclasses. On the wire they are JSON objects (never pickles) whose
+keys are the field names; `to_json` and `spec_from_json` / `result_from_json` are the one pair
+that turns them into each other, checking every field against its annotation, so a malformed
+message is refused in one `WireError` line before any rank code reads it.
+
+A spec's `kind` says its type (SPECS); "<kind>_begin" asks for the round-interleaved A/B form of
+the same case (the driver then sends `Step` "round"s and one "end"). Both sides import this
+module, and it imports nothing of ours, so the driver and the ranks cannot disagree on a key.
+"""
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
+
+
+class WireError(ValueError):
+    """A message that is not a spec or result of a known kind; the text names the kind and field."""
+
+
+# ---- specs: driver -> ranks ----
+
+@dataclass(kw_only=True)
+class Spec:
+    KINDS: ClassVar[tuple[str, ...]] = ()
+    kind: str
+    timeout_s: float = 0.0          # set by the driver when it sends the spec (the hang dump's delay)
+    corrupt: bool = False           # set on the faulting rank only (HCCL_BENCH_FAULT=corrupt, harness/worker.py)
+
+    @property
+    def begins(self) -> bool:
+        """The A/B form: check and warm up now, time single rounds on the driver's "round" steps."""
+        return self.kind.endswith("_begin")
+
+    def fault_names(self) -> set[str]:
+        """What NAME in HCCL_BENCH_FAULT=MODE:RANK:NAME may call this case (none for a step)."""
+        return set()
+
+
+@dataclass(kw_only=True)
+class Step(Spec):
+    """An A/B pair's next round ("round") or its result ("end") for the case begun in this group."""
+    KINDS = ("round", "end")
+
+
+@dataclass(kw_only=True)
+class CollectiveSpec(Spec):
+    KINDS = ("collective", "collective_begin")
+    kind: str = "collective"
+    op: str
+    dtype: str
+    redop: str
+    inplace: bool
+    count: int
+    plan: dict                      # collectives.timing.Plan's fields
+
+    def fault_names(self) -> set[str]:
+        return {self.op}
+
+
+@dataclass(kw_only=True)
+class OverheadSpec(Spec):
+    """The harness's loop against a bare loop of the same all_reduce on the same buffer."""
+    KINDS = ("overhead",)
+    kind: str = "overhead"
+    op: str = "all_reduce"
+    dtype: str = "float32"
+    count: int
+    plan: dict
+
+    def fault_names(self) -> set[str]:
+        return {self.op}
+
+
+TASK_OF_BENCH = {"linear": "tp_bench", "pipeline": "pp_bench"}   # a layer bench (schema.results, case ids) -> its rank task
+LAYER_BENCH_OF_TASK = {task: bench for bench, task in TASK_OF_BENCH.items()}
+
+
+@dataclass(kw_only=True)
+class LayerSpec(Spec):
+    """A TP block (task tp_bench; tp_check: its check alone) or a pipeline step (pp_bench, pp_check)."""
+    KINDS = ("layer", "layer_begin")
+    kind: str = "layer"
+    task: str
+    tp: int
+    pp: int = 1
+    hidden: int
+    seq: int
+    batch: int
+    plan: dict = field(default_factory=dict)
+    layer: str = ""                 # tp: "linear" or "mlp"
+    sp: bool = False
+    impl: str = ""                  # tp: "manual" or "dtensor"
+    schedule: str = ""              # pp
+    microbatches: int = 0
+    layers: int = 0                 # pp: model layers (0: pp x the schedule's virtual stages)
+    seed: int = 1234
+    dtype: str = "float32"
+    model: str = ""                 # pp: "sleep" for SleepLayers of fwd_s / bwd_s (the bubble tests)
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
+
+    def fault_names(self) -> set[str]:
+        return {n for n in (LAYER_BENCH_OF_TASK.get(self.task, ""), self.layer) if n}
+
+
+@dataclass(kw_only=True)
+class TuningSpec(Spec):
+    """Overlap (op at a size), bucketing (bucket_bytes, 0: per tensor) or compression (comm_dtype)."""
+    KINDS = ("tuning", "tuning_begin")
+    kind: str = "tuning"
+    bench: str
+    hidden: int
+    layers: int
+    plan: dict
+    op: str = ""
+    dtype: str = "float32"
+    redop: str = "sum"
+    count: int = 0
+    inplace: bool = False
+    bucket_bytes: int = 0
+    comm_dtype: str = ""
+
+    def fault_names(self) -> set[str]:
+        return {n for n in (self.bench, self.op) if n}
+
+
+@dataclass(kw_only=True)
+class DoctorSpec(Spec):
+    """hccl-bench doctor's exchanges: links (rounds of disjoint pairs), rings (rounds of disjoint rings)."""
+    KINDS = ("doctor_links", "doctor_rings")
+    rounds: list[list[list[int]]]
+    bytes: int
+    reps: int
+    small_reps: int = 0             # 0: reps
+
+
+@dataclass(kw_only=True)
+class DoctorSkewSpec(Spec):
+    """hccl-bench doctor's arrival skew: `rounds` of `work` fixed matmuls (matrix x matrix), then an all_reduce."""
+    KINDS = ("doctor_skew",)
+    kind: str = "doctor_skew"
+    rounds: int
+    work: int
+    matrix: int
+
+
+SPECS: dict[str, type[Spec]] = {kind: t for t in (Step, CollectiveSpec, OverheadSpec, LayerSpec, TuningSpec, DoctorSpec,
+                                                             DoctorSkewSpec)
+                                for kind in t.KINDS}
+EXIT = {"cmd": "exit"}              # the driver's last message to a group (not a spec)
+
+
+# ---- a rank's launch: driver -> ranks, through the environment ----
+
+@dataclass(frozen=True)
+class RankLaunch:
+    """What every rank needs before any connection exists: which backend to join and where the
+    driver listens. Launchers (mpiexec, srun, torchrun, a cluster template) pass nothing but the
+    environment through, so this travels as variables; their names are written only here."""
+    ENV: ClassVar[dict[str, str]] = {"backend": "HCCL_BENCH_BACKEND", "driver_host": "HCCL_BENCH_DRIVER_HOST",
+                                     "driver_port": "HCCL_BENCH_DRIVER_PORT", "token": "HCCL_BENCH_TOKEN",
+                                     "log_dir": "HCCL_BENCH_LOG_DIR"}
+    backend: str
+    driver_host: str
+    driver_port: int
+    token: str                      # the start-up accept's shared secret (harness/control.py)
+    log_dir: str = ""               # rank<R>.log goes here ("" = stdout/stderr stay as the launcher set them)
+
+    def to_env(self) -> dict[str, str]:
+        return {var: str(getattr(self, name)) for name, var in self.ENV.items()}
+
+    @classmethod
+    def from_env(cls, env: typing.Mapping[str, str]) -> RankLaunch:
+        """The launch in `env`, or one WireError line naming the missing or bad variable."""
+        missing = [var for name, var in cls.ENV.items() if name != "log_dir" and not env.get(var)]
+        if missing:
+            raise WireError(f"{missing[0]} is not set: a rank is started by hccl-bench's driver, which sets it")
+        port = env[cls.ENV["driver_port"]]
+        if not port.isdigit():
+            raise WireError(f"{cls.ENV['driver_port']}={port!r} is not a port number")
+        return cls(backend=env[cls.ENV["backend"]], driver_host=env[cls.ENV["driver_host"]], driver_port=int(port),
+                   token=env[cls.ENV["token"]], log_dir=env.get(cls.ENV["log_dir"], ""))
+
+
+# ---- results: each rank -> driver ----
+
+@dataclass(kw_only=True)
+class Timed:
+    """What every timed bench returns: #wrong of its check, K, this rank's round times, K's calibration."""
+    wrong: int
+    iters: int
+    round_ns: list[int]
+    calibration: dict = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class CollectiveResult(Timed):
+    pass
+
+
+@dataclass(kw_only=True)
+class OverheadResult(Timed):
+    plain_round_ns: list[int]
+
+
+@dataclass(kw_only=True)
+class Checked(Timed):
+    """A layer bench: elements checked against the single-rank reference, the worst error / tolerance."""
+    checked: int
+    err_to_tol: float
+    peak_memory_bytes: int | None
+    params_local: int
+
+
+@dataclass(kw_only=True)
+class TpResult(Checked):
+    fwd_ns: list[int]
+    fwd_bwd_ns: list[int]
+    matmul_ns: list[int]
+    flops_per_iter: float
+    tokens_per_iter: int
+    comm_share: float | None
+
+
+@dataclass(kw_only=True)
+class PipelineResult(Checked):
+    compute_ns: list[int]
+    stages: list[int]
+
+
+@dataclass(kw_only=True)
+class OverlapResult(Timed):
+    comm_round_ns: list[int]
+    comp_round_ns: list[int]
+    matmul_n: int
+
+
+@dataclass(kw_only=True)
+class BucketResult(Timed):
+    calls: int
+    tensors: int
+    model_bytes: int
+
+
+@dataclass(kw_only=True)
+class CompressResult(BucketResult):
+    bucket_bytes: int
+    max_rel_error: float
+    mean_rel_error: float
+    error_bound: float
+
+
+# ---- the one pair of functions ----
+
+def to_json(message: Spec | Timed) -> dict:
+    """The JSON object of a spec or result: one key per field (nested values are plain JSON)."""
+    return {f.name: getattr(message, f.name) for f in fields(message)}
+
+
+def spec_from_json(data: object) -> Spec:
+    """The spec a wire message holds, or one WireError line (unknown kind, missing, extra or mistyped field)."""
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        raise WireError(f"a spec must be a JSON object with a string kind, got {_short(data)}")
+    if data["kind"] not in SPECS:
+        raise WireError(f"unknown spec kind {_short(data['kind'])} (known: {', '.join(SPECS)})")
+    return _build(SPECS[data["kind"]], data, f"{data['kind']} spec")
+
+
+T = TypeVar("T", Spec, Timed)
+
+
+def result_from_json(cls: type[T], data: object, where: str = "a rank's result") -> T:
+    """A rank's result as `cls`, checked field by field, or one WireError line."""
+    if not isinstance(data, dict):
+        raise WireError(f"{where} must be a JSON object, got {_short(data)}")
+    return _build(cls, data, where)
+
+
+def _build(cls: type[T], data: dict, where: str) -> T:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    if extra := sorted(set(data) - known):
+        raise WireError(f"{where}: unknown field {_short(extra[0])}")
+    for f in fields(cls):
+        if f.name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise WireError(f"{where}: field {f.name} is missing")
+        elif not _is(data[f.name], hints[f.name]):
+            raise WireError(f"{where}: field {f.name} must be {_name(hints[f.name])}, got {_short(data[f.name])}")
+    return cls(**data)
+
+
+def _is(value: Any, hint: Any) -> bool:
+    """value matches the annotation: bool is not an int, an int is a float, list[X] checks each item."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list) and all(_is(v, typing.get_args(hint)[0]) for v in value)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, origin or hint)
+
+
+def _name(hint: Any) -> str:
+    return str(hint).replace("typing.", "") if typing.get_args(hint) else getattr(hint, "__name__", str(hint))
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
