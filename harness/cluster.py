@@ -3,7 +3,8 @@
 Each host is a Linux network namespace with its own address on a bridge, and a UTS namespace with
 its own hostname, so `socket.gethostname()` differs per host and every library sees separate
 nodes. Ranks on one host talk over that host's loopback; traffic between hosts crosses the host's
-veth, shaped with tc (tbf for the rate, netem when a delay is asked for). The launchers are the
+veth, shaped with tc (tbf for the rate; a delay through netem, or through the userspace relay
+harness/delay_relay.py where the kernel has no netem). The launchers are the
 real ones: MPICH's hydra (its proxies start on each host through `nsenter`), one torchrun per host
 with c10d rendezvous, and Slurm (`--slurm`: slurmctld, one slurmd per host, munge). The hosts
 share one kernel, so UCX's shared-memory transports would join ranks of different hosts past the
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -36,6 +38,8 @@ HOSTS_MARK = "# hccl-bench-cluster"
 RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
 DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$")
 MAX_HOSTS = 64
+RELAY_ENV = "HCCL_BENCH_CLUSTER_RELAY"   # "1": a link delay goes through the userspace relay even where netem exists
+RELAY_START_S = 10
 
 
 def _run(cmd: list[str], what: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -53,23 +57,54 @@ def _link_spec(text: str, what: str) -> tuple[str, str]:
     return rate, delay
 
 
-def _shape(host: Host, link: str) -> None:
-    """The host's link both ways: egress of its eth0 (uplink) and of the bridge's veth (downlink)."""
+def _shape(cluster: Cluster, host: Host, link: str) -> None:
+    """The host's link both ways: egress of its eth0 (uplink) and of the bridge's veth (downlink).
+    A delay goes to netem where the kernel has it; else (or with HCCL_BENCH_CLUSTER_RELAY=1) the
+    rate stays with tbf on both devices and the userspace relay (harness/delay_relay.py) adds the delay."""
     rate, delay = _link_spec(link, "--link")
     bits = _rate_bits(rate)
     burst = max(int(bits / 8 * 0.004), 32 * 1024)      # 4 ms at the rate, at least 32 KiB
-    if delay:
-        qdisc = ["netem", "delay", delay, "rate", rate, "limit", "10000"]
-    else:
-        qdisc = ["tbf", "rate", rate, "burst", str(burst), "latency", "200ms"]
-    for prefix, dev in ((["ip", "netns", "exec", host.netns], "eth0"), ([], host.veth)):
-        proc = _run([*prefix, "tc", "qdisc", "replace", "dev", dev, "root", *qdisc], "shaping", check=False)
-        if proc.returncode != 0:
-            if delay and "unknown" in proc.stderr.lower():
-                raise ClusterError(f"--link {link}: a delay needs the kernel's netem qdisc (sch_netem), which this "
-                                   "kernel does not have; shape the rate only (e.g. --link 1gbit)")
-            raise ClusterError(f"shaping {host.name}: tc: {proc.stderr.strip() or proc.returncode}")
+    devices: list[tuple[list[str], str]] = [(["ip", "netns", "exec", host.netns], "eth0"), ([], host.veth)]
     host.link = link
+    if delay and os.environ.get(RELAY_ENV) != "1":
+        netem = ["netem", "delay", delay, "rate", rate, "limit", "10000"]
+        first = _run([*devices[0][0], "tc", "qdisc", "replace", "dev", "eth0", "root", *netem], "shaping", check=False)
+        if first.returncode == 0:
+            _run(["tc", "qdisc", "replace", "dev", host.veth, "root", *netem], f"shaping {host.name}")
+            host.delay_via = "netem"
+            return
+        if "unknown" not in first.stderr.lower():
+            raise ClusterError(f"shaping {host.name}: tc: {first.stderr.strip() or first.returncode}")
+    for prefix, dev in devices:
+        _run([*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", str(burst),
+              "latency", "200ms"], f"shaping {host.name}")
+    if delay:
+        _start_relay(cluster, host, delay)
+
+
+def _start_relay(cluster: Cluster, host: Host, delay: str) -> None:
+    """The host's veth leaves the bridge, a TAP takes its port, and a relay daemon between them holds
+    every frame `delay` each way; both are recorded before they are made, so `down` ends them exactly."""
+    tap = f"{host.veth}t"
+    _record(cluster, "tap", tap)
+    _run(["ip", "tuntap", "add", "dev", tap, "mode", "tap", "vnet_hdr"], f"making {host.name}'s relay device")
+    _run(["ip", "link", "set", host.veth, "nomaster"], f"moving {host.name} behind its relay")
+    log = Path(cluster.state_dir, f"relay-{host.name}.log")
+    with open(log, "ab") as err:
+        proc = subprocess.Popen([cluster.python, "-m", "harness.delay_relay", "--dev", host.veth, "--tap", tap,
+                                 "--delay", delay], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                                start_new_session=True)
+    cluster.daemons.append({"what": f"delay relay {host.name}", "pid": proc.pid,
+                            "exe": os.path.realpath(cluster.python), "mark": "harness.delay_relay"})
+    cluster.save()
+    assert proc.stdout is not None
+    ready = select.select([proc.stdout], [], [], RELAY_START_S)[0] and proc.stdout.readline().startswith(b"ready")
+    proc.stdout.close()
+    if not ready:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+        raise ClusterError(f"{host.name}'s delay relay did not start ({tail[0] if tail else 'no word'}); log: {log}")
+    _run(["ip", "link", "set", tap, "master", BRIDGE, "up"], f"linking {host.name}'s relay")
+    host.delay_via = "relay"
 
 
 def _rate_bits(rate: str) -> float:
@@ -153,7 +188,7 @@ def _make(cluster: Cluster, count: int, link: str, slow: dict[str, str]) -> None
         Path(host.uts).touch()
         _run(["unshare", f"--uts={host.uts}", "hostname", name], f"naming {name}")
         if slow.get(name) or link:
-            _shape(host, slow.get(name) or link)
+            _shape(cluster, host, slow.get(name) or link)
         cluster.save()
     _record(cluster, "hosts-file", str(HOSTS_FILE))
     lines = [f"{cluster.driver_host} {DRIVER_NAME} {HOSTS_MARK}"] + [f"{h.address} {h.name} {HOSTS_MARK}"
@@ -177,8 +212,10 @@ def _write_enter_script(cluster: Cluster) -> None:
 
 
 def _alive(daemon: dict) -> bool:
+    """Its pid still runs its executable (and, for a Python daemon, its module: the pid was not reused)."""
     try:
-        return os.readlink(f"/proc/{daemon['pid']}/exe") == daemon["exe"]
+        return (os.readlink(f"/proc/{daemon['pid']}/exe") == daemon["exe"]
+                and daemon.get("mark", "").encode() in Path(f"/proc/{daemon['pid']}/cmdline").read_bytes())
     except OSError:
         return False
 
@@ -195,6 +232,8 @@ def down() -> list[str]:
         if _alive(daemon):
             os.kill(daemon["pid"], signal.SIGTERM)
             removed.append(f"daemon {daemon['what']} (pid {daemon['pid']})")
+        else:
+            removed.append(f"daemon {daemon['what']} (pid {daemon['pid']}, had already ended)")
     deadline = time.monotonic() + 10
     while any(_alive(d) for d in cluster.daemons) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -205,6 +244,9 @@ def down() -> list[str]:
         if kind == "netns" and Path("/run/netns", name).exists():
             _run(["ip", "netns", "delete", name], f"removing {name}", check=False)   # its veth goes with it
             removed.append(f"namespace {name}")
+        elif kind == "tap" and _run(["ip", "link", "show", name], "", check=False).returncode == 0:
+            _run(["ip", "tuntap", "del", "dev", name, "mode", "tap"], f"removing {name}", check=False)
+            removed.append(f"relay device {name}")
         elif kind == "link" and _run(["ip", "link", "show", name], "", check=False).returncode == 0:
             _run(["ip", "link", "delete", name], f"removing {name}", check=False)
             removed.append(f"link {name}")

@@ -27,6 +27,7 @@ class Host:
     uts: str           # the file holding its UTS namespace
     veth: str          # the bridge side of its link
     link: str = ""     # RATE[,DELAY] of its link, "" for unshaped
+    delay_via: str = ""   # what holds its link's delay: "netem", "relay" (harness/delay_relay.py) or ""
 
 
 @dataclass
@@ -71,6 +72,7 @@ class Cluster:
         return out
 
     def describe(self) -> dict:
-        return {"hosts": [{"name": h.name, "address": h.address, "link": h.link or "unshaped"} for h in self.hosts],
+        return {"hosts": [{"name": h.name, "address": h.address, "link": h.link or "unshaped",
+                           **({"delay_via": h.delay_via} if h.delay_via else {})} for h in self.hosts],
                 "driver_host": self.driver_host, "launchers": self.launchers(), "state_dir": self.state_dir,
                 "slurm_conf": self.slurm_conf or None}
