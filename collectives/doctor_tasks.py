@@ -17,11 +17,38 @@ def _pairs_in_round(pairs: list[list[int]], rank: int) -> int | None:
     return next((b if a == rank else a for a, b in pairs if rank in (a, b)), None)
 
 
+def _timed(reps: int, once) -> list[int]:
+    """Two untimed calls, then `reps` timed ones (ns each)."""
+    for _ in range(2):
+        once()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        once()
+        samples.append(time.perf_counter_ns() - t0)
+    return samples
+
+
+def _ping_pong(backend, peer: int, buf, lead: bool):
+    """One round trip of 8 bytes, the lower rank leading: a latency needs one message in flight at a
+    time. Two ranks exchanging at once drift apart by the link's one-way delay and then take turns
+    waiting, so the floor of simultaneous exchanges hides a slow link's delay."""
+    def once():
+        if lead:
+            backend.send(peer, buf)
+            backend.recv(peer, buf)
+        else:
+            backend.recv(peer, buf)
+            backend.send(peer, buf)
+    return once
+
+
 def links(backend, spec: DoctorSpec) -> dict:
     """For each round of disjoint pairs: every pair exchanges `bytes` both ways `reps` times, and
-    8 bytes `small_reps` times (latency), all pairs of a round at once. Per round: (peer, big ns, small ns)."""
+    ping-pongs 8 bytes `small_reps` times (latency: a round trip each), all pairs of a round at once.
+    Per round: (peer, big ns, small ns)."""
     big = [backend.full(spec.bytes, 0, "uint8") for _ in range(2)]
-    small = [backend.full(8, 0, "uint8") for _ in range(2)]
+    small = backend.full(8, 0, "uint8")
     out: list[dict | None] = []
     for pairs in spec.rounds:
         peer = _pairs_in_round(pairs, backend.rank)
@@ -30,18 +57,9 @@ def links(backend, spec: DoctorSpec) -> dict:
             out.append(None)
             backend.barrier()
             continue
-        timings = {}
-        for name, (send, recv), reps in (("small_ns", small, (spec.small_reps or spec.reps)),
-                                         ("big_ns", big, spec.reps)):
-            for _ in range(2):
-                backend.exchange(peer, send, recv)
-            samples = []
-            for _ in range(reps):
-                t0 = time.perf_counter_ns()
-                backend.exchange(peer, send, recv)
-                samples.append(time.perf_counter_ns() - t0)
-            timings[name] = samples
-        out.append({"peer": peer, **timings})
+        small_ns = _timed(spec.small_reps or spec.reps, _ping_pong(backend, peer, small, backend.rank < peer))
+        big_ns = _timed(spec.reps, lambda peer=peer: backend.exchange(peer, *big))
+        out.append({"peer": peer, "small_ns": small_ns, "big_ns": big_ns})
         backend.barrier()
     return {"rounds": out}
 
@@ -108,13 +126,30 @@ def ring_steps(ring: list[int], rank: int) -> list[int]:
     return [b if a == rank else a for a, b, _ in sorted((e for e in edges if rank in e[:2]), key=lambda e: e[2])]
 
 
+def _token_lap(backend, ring: list[int], buf):
+    """One lap of 8 bytes around the ring from ring[0]: one message in flight, so a lap is the sum of
+    the ring's one-way latencies (a delayed host's link adds its delay going in and coming out)."""
+    k, i = len(ring), ring.index(backend.rank)
+    nxt, prv = ring[(i + 1) % k], ring[(i - 1) % k]
+
+    def once():
+        if i == 0:
+            backend.send(nxt, buf)
+            backend.recv(prv, buf)
+        else:
+            backend.recv(prv, buf)
+            backend.send(nxt, buf)
+    return once
+
+
 def rings(backend, spec: DoctorSpec) -> dict:
     """For each round of disjoint rings (groups of ranks): every rank of a ring exchanges `bytes` with
-    both ring neighbours `reps` times, and 8 bytes `small_reps` times, all rings of a round at once
-    and no barrier inside a ring, so a ring runs at its slowest member's pace (as a ring collective
-    does). Per round: (ring, neighbours, ns per pass over the neighbours, big and small)."""
+    both ring neighbours `reps` times, with no barrier inside a ring, so a ring runs at its slowest
+    member's pace (as a ring collective does); and 8 bytes go `small_reps` laps around it (latency),
+    all rings of a round at once. Per round: (ring, neighbours, ns per pass over the neighbours,
+    ns per lap)."""
     big = [backend.full(spec.bytes, 0, "uint8") for _ in range(2)]
-    small = [backend.full(8, 0, "uint8") for _ in range(2)]
+    small = backend.full(8, 0, "uint8")
     out: list[dict | None] = []
     for groups in spec.rounds:
         ring = next((g for g in groups if backend.rank in g), None)
@@ -124,20 +159,12 @@ def rings(backend, spec: DoctorSpec) -> dict:
             backend.barrier()
             continue
         steps = ring_steps(ring, backend.rank)
-        timings = {}
-        for name, (send, recv), reps in (("small_ns", small, (spec.small_reps or spec.reps)),
-                                         ("big_ns", big, spec.reps)):
-            for _ in range(2):
-                for peer in steps:
-                    backend.exchange(peer, send, recv)
-            samples = []
-            for _ in range(reps):
-                t0 = time.perf_counter_ns()
-                for peer in steps:
-                    backend.exchange(peer, send, recv)
-                samples.append(time.perf_counter_ns() - t0)
-            timings[name] = samples
-        out.append({"ring": ring, "steps": steps, **timings})
+
+        def passes(steps=steps):
+            for peer in steps:
+                backend.exchange(peer, *big)
+        small_ns = _timed(spec.small_reps or spec.reps, _token_lap(backend, ring, small))
+        out.append({"ring": ring, "steps": steps, "small_ns": small_ns, "big_ns": _timed(spec.reps, passes)})
         backend.barrier()
     return {"rounds": out}
 

@@ -138,7 +138,8 @@ def _link_repeat(results: list[dict], schedule: list[list[tuple[int, int]]], hos
         for a, b in round_pairs:
             got = by_rank[rep_rank[hosts[a]]]["rounds"][index]
             pair_bw[(hosts[a], hosts[b])] = nbytes / _median(got["big_ns"])      # bytes/ns = GB/s
-            # latency by its floor: scheduling noise only ever adds to a round trip, a slow link adds to all
+            # latency by the floor of its ping-pong round trips: scheduling noise only ever adds to a round
+            # trip, a slow link adds to all
             pair_lat[(hosts[a], hosts[b])] = min(got["small_ns"]) / 2 / 1e3
     if intra_pairs:
         index = len(schedule)
@@ -167,16 +168,17 @@ def _arrival_repeat(results: list[dict]) -> dict:
 
 
 def _ring_repeats(results: list[dict], rings: list[list[int]], repeat: int, nbytes: int) -> list[list[tuple[float, float]]]:
-    """Per repeat, per ring: (GB/s of its slowest member, one-way latency us of its slowest member).
-    A member's figure is per exchange with one neighbour: bytes / (median pass / neighbours), and
-    the floor of the 8-byte passes (scheduling noise only adds to a round trip, a slow link adds to all)."""
+    """Per repeat, per ring: (GB/s of its slowest member, one-way latency us per hop).
+    A member's bandwidth is per exchange with one neighbour: bytes / (median pass / neighbours); the
+    latency is the floor of the 8-byte laps (ring[0] times them) over the ring's hops (scheduling
+    noise only adds to a lap, a slow link adds to every one)."""
     out = []
     for index in range(repeat):
         row = []
         for ring in rings:
             got = [results[r]["rounds"][index] for r in ring]
             row.append((min(nbytes * len(m["steps"]) / _median(m["big_ns"]) for m in got),
-                        max(min(m["small_ns"]) / len(m["steps"]) / 2 / 1e3 for m in got)))
+                        min(got[0]["small_ns"]) / len(ring) / 1e3))
         out.append(row)
     return out
 

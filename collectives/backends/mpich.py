@@ -80,6 +80,12 @@ class MpiBackend:
     def exchange(self, peer: int, send, recv) -> None:
         self.comm.Sendrecv(send, peer, 7, recv, peer, 7)
 
+    def send(self, peer: int, buf) -> None:
+        self.comm.Send(buf, peer, 8)
+
+    def recv(self, peer: int, buf) -> None:
+        self.comm.Recv(buf, peer, 8)
+
     def plain_all_reduce_loop(self, buf, redop: str):
         allreduce, in_place, red = self.comm.Allreduce, self.MPI.IN_PLACE, self.redops[redop]
 

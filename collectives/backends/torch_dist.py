@@ -89,6 +89,15 @@ class TorchBackend:
             req.wait()
         self.device.synchronize()
 
+    def send(self, peer: int, buf) -> None:
+        """Blocking point to point (the doctor's ping-pong latency: one message in flight)."""
+        self.dist.send(buf, peer)
+        self.device.synchronize()
+
+    def recv(self, peer: int, buf) -> None:
+        self.dist.recv(buf, peer)
+        self.device.synchronize()
+
     def plain_all_reduce_loop(self, buf, redop: str):
         """The same library call written as a bare loop: the overhead bench's reference."""
         all_reduce, red = self.dist.all_reduce, self.redops[redop]
