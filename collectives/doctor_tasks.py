@@ -29,17 +29,21 @@ def _timed(reps: int, once) -> list[int]:
     return samples
 
 
-def _ping_pong(backend, peer: int, buf, lead: bool):
-    """One round trip of 8 bytes, the lower rank leading: a latency needs one message in flight at a
-    time. Two ranks exchanging at once drift apart by the link's one-way delay and then take turns
-    waiting, so the floor of simultaneous exchanges hides a slow link's delay."""
+def _token_lap(backend, ring: list[int], buf):
+    """One lap of 8 bytes around the ring from ring[0]: one message in flight, so a lap is the sum of
+    the ring's one-way latencies (a delayed host's link adds its delay going in and coming out). A
+    ring of two is a ping-pong, the lower rank leading. Two ranks sending at once would drift apart
+    by the link's one-way delay and then take turns waiting: their floor hides a slow link's delay."""
+    k, i = len(ring), ring.index(backend.rank)
+    nxt, prv = ring[(i + 1) % k], ring[(i - 1) % k]
+
     def once():
-        if lead:
-            backend.send(peer, buf)
-            backend.recv(peer, buf)
+        if i == 0:
+            backend.send(nxt, buf)
+            backend.recv(prv, buf)
         else:
-            backend.recv(peer, buf)
-            backend.send(peer, buf)
+            backend.recv(prv, buf)
+            backend.send(nxt, buf)
     return once
 
 
@@ -57,7 +61,7 @@ def links(backend, spec: DoctorSpec) -> dict:
             out.append(None)
             backend.barrier()
             continue
-        small_ns = _timed(spec.small_reps or spec.reps, _ping_pong(backend, peer, small, backend.rank < peer))
+        small_ns = _timed(spec.small_reps or spec.reps, _token_lap(backend, sorted((backend.rank, peer)), small))
         big_ns = _timed(spec.reps, lambda peer=peer: backend.exchange(peer, *big))
         out.append({"peer": peer, "small_ns": small_ns, "big_ns": big_ns})
         backend.barrier()
@@ -124,22 +128,6 @@ def ring_steps(ring: list[int], rank: int) -> list[int]:
     k = len(ring)
     edges = [(ring[i], ring[(i + 1) % k], i % 2 if (k % 2 == 0 or i < k - 1) else 2) for i in range(k if k > 2 else 1)]
     return [b if a == rank else a for a, b, _ in sorted((e for e in edges if rank in e[:2]), key=lambda e: e[2])]
-
-
-def _token_lap(backend, ring: list[int], buf):
-    """One lap of 8 bytes around the ring from ring[0]: one message in flight, so a lap is the sum of
-    the ring's one-way latencies (a delayed host's link adds its delay going in and coming out)."""
-    k, i = len(ring), ring.index(backend.rank)
-    nxt, prv = ring[(i + 1) % k], ring[(i - 1) % k]
-
-    def once():
-        if i == 0:
-            backend.send(nxt, buf)
-            backend.recv(prv, buf)
-        else:
-            backend.recv(prv, buf)
-            backend.send(nxt, buf)
-    return once
 
 
 def rings(backend, spec: DoctorSpec) -> dict:
