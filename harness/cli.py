@@ -179,7 +179,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """An ExitCode; `cluster launch` alone passes its ranks' status through, as mpirun does."""
+    """An ExitCode (`cluster launch mpi` replaces itself with hydra's mpiexec: that status is hydra's)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] and argv[0] in OWN_PARSERS:
         return OWN_PARSERS[argv[0]][1](argv[1:])

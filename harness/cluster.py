@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+import typing
 import uuid
 from pathlib import Path
 
@@ -274,7 +275,7 @@ def _split(nproc: int, cluster: Cluster) -> int:
     return nproc // hosts
 
 
-def launch(kind: str, nproc: int, command: list[str]) -> int:
+def launch(kind: str, nproc: int, command: list[str]) -> ExitCode:
     """Start `command` as nproc ranks, nproc / hosts per host, with the real launcher `kind`."""
     cluster = Cluster.load()
     if cluster is None:
@@ -287,7 +288,7 @@ def launch(kind: str, nproc: int, command: list[str]) -> int:
     return LAUNCHERS[kind](cluster, per_host, nproc, command)
 
 
-def _mpiexec(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> int:
+def _mpiexec(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> typing.NoReturn:
     """hydra's mpiexec over the hosts' ssh stand-in; it replaces this process."""
     from harness.launchers import find_mpiexec
     os.environ.setdefault("UCX_TLS", UCX_TLS)
@@ -297,7 +298,7 @@ def _mpiexec(cluster: Cluster, per_host: int, nproc: int, command: list[str]) ->
                         "-ppn", str(per_host), "-n", str(nproc), *command])
 
 
-def _torchrun(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> int:
+def _torchrun(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> ExitCode:
     """One torchrun per host, rendezvous (c10d) on the first host; the first to fail ends them all."""
     first = cluster.hosts[0]
     with socket.socket() as probe:     # a port free on the first host: its namespace is otherwise empty
@@ -325,9 +326,11 @@ def _torchrun(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -
             stop(signal.SIGTERM, None)
             for p in procs:
                 p.wait()
-            return failed
+            print(f"hccl-bench cluster: torchrun on {cluster.hosts[codes.index(failed)].name} ended with status "
+                  f"{failed}; the others were stopped", file=sys.stderr)
+            return ExitCode.RANKS_FAILED
         if all(c == 0 for c in codes):
-            return 0
+            return ExitCode.OK
         time.sleep(0.1)
 
 
@@ -344,7 +347,7 @@ def _parse_slow(items: list[str]) -> dict[str, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> ExitCode:
     parser = argparse.ArgumentParser(prog="hccl-bench cluster", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="action", required=True)
     u = sub.add_parser("up", help="make N emulated hosts (needs root)")
@@ -386,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             if not command:
                 raise ClusterError("exec HOST -- COMMAND...")
             os.execvp("nsenter", [*current.enter(current.host(args.host)), *command])
-        return launch(args.kind, args.nproc, command)   # the ranks' own status, passed through like mpirun's
+        return launch(args.kind, args.nproc, command)   # mpiexec replaces this process: its status is hydra's
     except ClusterError as exc:
         print(f"hccl-bench cluster: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT

@@ -28,6 +28,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from schema.exit_codes import ExitCode
+
 TUNSETIFF = 0x400454CA
 TUNSETOFFLOAD = 0x400454D0
 IFF_TAP, IFF_NO_PI, IFF_VNET_HDR = 0x0002, 0x1000, 0x4000
@@ -126,7 +128,7 @@ def relay(tap: int, dev: socket.socket, delay: float) -> None:
                     break
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> ExitCode:
     parser = argparse.ArgumentParser(prog="python -m harness.delay_relay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dev", required=True, help="the bridge side of the host's veth (out of the bridge)")
     parser.add_argument("--tap", required=True, help="the TAP device that is the host's bridge port")
@@ -137,11 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         tap, dev = open_tap(args.tap), open_dev(args.dev)
     except (ValueError, OSError) as exc:
         print(f"delay_relay: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.BAD_INPUT
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"ready: {args.dev} <-> {args.tap}, {delay * 1e3:g} ms each way", flush=True)
     relay(tap, dev, delay)
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import traceback
 from dataclasses import replace
 
 from schema import wire
+from schema.exit_codes import ExitCode
 from schema.wire import Spec
 
 CASE_ERROR = "hccl-bench: this rank's case raised"
@@ -159,7 +160,7 @@ def serve(backend, chan) -> None:
             chan.send({"results": results})
 
 
-def main() -> int:
+def main() -> ExitCode:
     rank, world, local_rank = launcher_rank()
     launch = wire.RankLaunch.from_env(os.environ)
     if launch.log_dir:
@@ -187,7 +188,7 @@ def main() -> int:
     serve(backend, chan)
     backend.close()
     watch.release()
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     REGRESSION = 1        # compare, history, --baseline, --history, --ab-until-decided: a confirmed regression
     TESTS_FAILED = 1      # pytest session: a case failed (a wrong result, a hung or dead rank)
     SUSPECT = 1           # doctor: a host, link or rank measured bad
+    RANKS_FAILED = 1      # cluster launch torchrun: a host's torchrun (a rank) ended non-zero; the rest were stopped
     BAD_INPUT = 2         # a command given unusable input (unreadable file, mismatched setups, bad arguments)
     INTERRUPTED = 2       # pytest session: Ctrl-C, SIGTERM or SIGHUP (what finished is written, marked incomplete)
     INTERNAL = 3          # a bug, or the session could not write its results (full disk): never read as a regression

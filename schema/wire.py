@@ -46,15 +46,25 @@ class Step(Spec):
 
 
 @dataclass(kw_only=True)
-class CollectiveSpec(Spec):
+class OpCall(Spec):
+    """The one collective call a collective case or an overlap bench times: `count` elements of
+    `dtype` through `op` (reduced by `redop`, in place or not); op "" is no call (bucketing)."""
+    op: str = ""
+    dtype: str = "float32"
+    redop: str = "sum"
+    count: int = 0
+    inplace: bool = False
+
+
+@dataclass(kw_only=True)
+class CollectiveSpec(OpCall):
     KINDS = ("collective", "collective_begin")
     kind: str = "collective"
-    op: str
-    dtype: str
-    redop: str
-    inplace: bool
-    count: int
     plan: dict                      # collectives.timing.Plan's fields
+
+    def __post_init__(self) -> None:
+        if not self.op:
+            raise WireError("collective spec: field op is missing")
 
     def fault_names(self) -> set[str]:
         return {self.op}
@@ -83,9 +93,9 @@ class LayerSpec(Spec):
     """A TP block (task tp_bench; tp_check: its check alone) or a pipeline step (pp_bench, pp_check)."""
     KINDS = ("layer", "layer_begin")
     kind: str = "layer"
+    pp: int = 1                     # tp benches: 1
     task: str
     tp: int
-    pp: int = 1
     hidden: int
     seq: int
     batch: int
@@ -107,7 +117,7 @@ class LayerSpec(Spec):
 
 
 @dataclass(kw_only=True)
-class TuningSpec(Spec):
+class TuningSpec(OpCall):
     """Overlap (op at a size), bucketing (bucket_bytes, 0: per tensor) or compression (comm_dtype)."""
     KINDS = ("tuning", "tuning_begin")
     kind: str = "tuning"
@@ -115,11 +125,6 @@ class TuningSpec(Spec):
     hidden: int
     layers: int
     plan: dict
-    op: str = ""
-    dtype: str = "float32"
-    redop: str = "sum"
-    count: int = 0
-    inplace: bool = False
     bucket_bytes: int = 0
     comm_dtype: str = ""
 

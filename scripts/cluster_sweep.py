@@ -21,12 +21,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from scale_check import STARTUP, _end, used_gib
+from scale_check import session_counts, watch
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ("--ops", "all_reduce,all_to_all,broadcast", "--sizes", "8,64K", "--rounds", "5")
@@ -44,41 +42,16 @@ def run_one(up: dict, launcher: str, backend: str, per_host: int, timeout: float
     cmd = [sys.executable, "-m", "pytest", "benches/test_collectives.py", "-q", "-p", "no:cacheprovider",
            "--results", str(results), "--launcher", up["launchers"][launcher], "--driver-host", up["driver_host"],
            "--backend", backend, "--nproc", str(nproc), *SWEEP]
-    began, peak, ended = time.monotonic(), used_gib(), ""
-    child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
-    out: list[str] = []
-    reader = threading.Thread(target=lambda: out.extend(child.stdout), daemon=True)   # type: ignore[arg-type]
-    reader.start()
-    try:
-        while child.poll() is None:
-            peak = max(peak, used_gib())
-            if time.monotonic() - began > timeout:
-                ended = f"ran past {timeout:g} s"
-                _end(child)
-                break
-            time.sleep(0.5)
-    except BaseException:
-        _end(child)
-        raise
-    child.wait()
-    reader.join(timeout=10)
+    run = watch(cmd, timeout)
+    cases, failures, startups = session_counts(results)
+    want = {h["name"]: per_host for h in up["hosts"]}
     row: dict[str, Any] = {"launcher": launcher, "backend": backend, "layout": f"{hosts}x{per_host}",
-                           "wall_s": time.monotonic() - began, "peak_used_gib": peak, "ended": ended,
-                           "code": child.returncode, "passed": 0, "cases": 0, "wrong": 0, "placed": False, "startups": []}
-    for log in sorted(results.glob("*/logs/*/driver.log")):
-        row["startups"] += [tuple(float(g) for g in m.groups()) for m in STARTUP.finditer(log.read_text())]
-    meta = next(results.glob("*/results.json"), None)
-    if meta is not None:
-        data = json.loads(meta.read_text())
-        cases = [b["extra_info"] for b in data["benchmarks"]]
-        row["cases"] = len(cases) + len(data["hccl_bench"]["failures"])
-        row["wrong"] = sum(int(c.get("wrong") or 0) for c in cases)
-        row["passed"] = sum(not c.get("wrong") for c in cases)
-        want = {h["name"]: per_host for h in up["hosts"]}
-        row["placed"] = bool(cases) and all(c.get("hosts") == want for c in cases)
-    if child.returncode != 0 or not row["placed"]:
-        row["tail"] = "".join(out)[-2500:]
+                           "wall_s": run.wall_s, "peak_used_gib": run.peak_used_gib, "ended": run.ended,
+                           "code": run.code, "passed": sum(not c.get("wrong") for c in cases),
+                           "cases": len(cases) + failures, "wrong": sum(int(c.get("wrong") or 0) for c in cases),
+                           "placed": bool(cases) and all(c.get("hosts") == want for c in cases), "startups": startups}
+    if run.code != 0 or not row["placed"]:
+        row["tail"] = run.out[-2500:]
     return row
 
 

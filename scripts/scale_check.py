@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,43 +40,66 @@ def used_gib() -> float:
     return (info["MemTotal"] - info["MemAvailable"]) / (1 << 20)
 
 
-def run_one(nproc: int, backend: str, timeout: float, max_used: float) -> dict:
-    with tempfile.TemporaryDirectory(prefix=f"scale-{nproc}-") as tmp:
-        results = Path(tmp) / "results"
-        cmd = [sys.executable, "-m", "pytest", "benches/test_collectives.py", "-q", "-p", "no:cacheprovider",
-               "--results", str(results), "--backend", backend, "--nproc", str(nproc), *SWEEP]
-        began, peak, ended = time.monotonic(), used_gib(), ""
-        child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 start_new_session=True)
-        out: list[str] = []
-        reader = threading.Thread(target=lambda: out.extend(child.stdout), daemon=True)   # type: ignore[arg-type]
-        reader.start()
+@dataclass
+class Session:
+    """How one watched pytest session ended: its exit code, wall time, the machine's peak memory in use."""
+    code: int
+    wall_s: float
+    peak_used_gib: float
+    ended: str                      # why it was ended ("" = it finished on its own)
+    out: str                        # its stdout and stderr
+
+
+def watch(cmd: list[str], timeout: float, max_used: float = float("inf")) -> Session:
+    """Run `cmd` in ROOT, sampling memory in use; past `timeout` s or `max_used` GiB it is ended (_end)."""
+    began, peak, ended = time.monotonic(), used_gib(), ""
+    child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(child.stdout), daemon=True)   # type: ignore[arg-type]
+    reader.start()
+    try:
         while child.poll() is None:
             peak = max(peak, used_gib())
-            if peak > max_used and not ended:
+            if peak > max_used:
                 ended = f"memory in use passed {max_used:g} GiB"
-            if time.monotonic() - began > timeout and not ended:
+            elif time.monotonic() - began > timeout:
                 ended = f"ran past {timeout:g} s"
             if ended:
                 _end(child)
                 break
             time.sleep(0.5)
-        child.wait()
-        reader.join(timeout=10)
-        row = {"ranks": nproc, "wall_s": time.monotonic() - began, "peak_used_gib": peak, "ended": ended,
-               "code": child.returncode, "passed": 0, "cases": 0, "wrong": 0, "failures": 0, "startups": []}
-        for log in sorted(results.glob("*/logs/*/driver.log")):
-            row["startups"] += [tuple(float(g) for g in m.groups()) for m in STARTUP.finditer(log.read_text())]
-        meta = next(results.glob("*/results.json"), None)
-        if meta is not None:
-            data = json.loads(meta.read_text())
-            cases = [b["extra_info"] for b in data["benchmarks"]]
-            row["failures"] = len(data["hccl_bench"]["failures"])
-            row["cases"] = len(cases) + row["failures"]
-            row["wrong"] = sum(int(c.get("wrong") or 0) for c in cases)
-            row["passed"] = sum(not c.get("wrong") for c in cases)
-        if child.returncode != 0 and not ended:
-            row["tail"] = "".join(out)[-1500:]
+    except BaseException:
+        _end(child)
+        raise
+    child.wait()
+    reader.join(timeout=10)
+    return Session(child.returncode, time.monotonic() - began, peak, ended, "".join(out))
+
+
+def session_counts(results: Path) -> tuple[list[dict], int, list[tuple[float, ...]]]:
+    """A results folder's case rows, its failures, and each group start's driver.log figures (STARTUP)."""
+    startups = [tuple(float(g) for g in m.groups())
+                for log in sorted(results.glob("*/logs/*/driver.log")) for m in STARTUP.finditer(log.read_text())]
+    meta = next(results.glob("*/results.json"), None)
+    if meta is None:
+        return [], 0, startups
+    data = json.loads(meta.read_text())
+    return [b["extra_info"] for b in data["benchmarks"]], len(data["hccl_bench"]["failures"]), startups
+
+
+def run_one(nproc: int, backend: str, timeout: float, max_used: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix=f"scale-{nproc}-") as tmp:
+        results = Path(tmp) / "results"
+        cmd = [sys.executable, "-m", "pytest", "benches/test_collectives.py", "-q", "-p", "no:cacheprovider",
+               "--results", str(results), "--backend", backend, "--nproc", str(nproc), *SWEEP]
+        run = watch(cmd, timeout, max_used)
+        cases, failures, startups = session_counts(results)
+        row = {"ranks": nproc, "wall_s": run.wall_s, "peak_used_gib": run.peak_used_gib, "ended": run.ended,
+               "code": run.code, "passed": sum(not c.get("wrong") for c in cases), "cases": len(cases) + failures,
+               "wrong": sum(int(c.get("wrong") or 0) for c in cases), "failures": failures, "startups": startups}
+        if run.code != 0 and not run.ended:
+            row["tail"] = run.out[-1500:]
         return row
 
 

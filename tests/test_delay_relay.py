@@ -51,47 +51,45 @@ def _relays() -> list[str]:
     return subprocess.run(["pgrep", "-a", "-f", "harness.delay_relay"], capture_output=True, text=True).stdout.splitlines()
 
 
-@pytest.mark.slow
-def test_a_relayed_delay_grows_round_trips_and_down_ends_the_relay(monkeypatch):
-    """node2 at 1gbit,2ms through the relay (forced, so netem kernels test it too): ping node1 -> node2
-    grows by about 2 x 2 ms (both directions, as netem on eth0 and the veth); after a SIGKILL of the
-    relay, `down` says so and leaves no relay, no TAP, no namespace."""
+@pytest.fixture
+def relayed(monkeypatch):
+    """Delays through the relay (forced, so netem kernels test it too); no cluster before or after,
+    and no relay, TAP or namespace left on any path."""
     if _relay_skip():
         pytest.skip(_relay_skip())
     monkeypatch.setenv("HCCL_BENCH_CLUSTER_RELAY", "1")
     cluster("down")
-    try:
-        cluster("up", "--hosts", "2", "--link", "1gbit")
-        plain = _rtt_ms()
-        cluster("down")
-        up = json.loads(cluster("up", "--hosts", "2", "--link", "1gbit", "--slow", "node2=1gbit,2ms", "--json").stdout)
-        assert [h.get("delay_via") for h in up["hosts"]] == [None, "relay"]
-        delayed = _rtt_ms()
-        print(f"ping node1 -> node2: {plain:.3f} ms plain, {delayed:.3f} ms with node2 at +2 ms each way")
-        assert delayed - plain >= 2 * 2 * 0.9, (plain, delayed)
-        assert delayed - plain < 2 * 2 + 3, (plain, delayed)
-        (relay,) = [d for d in json.loads(cluster("status").stdout)["daemons"] if d["what"] == "delay relay node2"]
-        assert relay["alive"] and any(str(relay["pid"]) in line for line in _relays())
-        os.kill(relay["pid"], signal.SIGKILL)
-        down = cluster("down")
-        assert f"daemon delay relay node2 (pid {relay['pid']}, had already ended)" in down.stdout, down.stdout
-        assert "relay device hbc2t" in down.stdout and down.stderr == ""
-    finally:
-        cluster("down")
+    yield
+    cluster("down")
     assert _relays() == [] and leftovers() == []
+
+
+@pytest.mark.slow
+def test_a_relayed_delay_grows_round_trips_and_down_ends_the_relay(relayed):
+    """node2 at 1gbit,2ms through the relay: ping node1 -> node2 grows by about 2 x 2 ms (both
+    directions, as netem on eth0 and the veth); after a SIGKILL of the relay, `down` says so and
+    removes its TAP."""
+    cluster("up", "--hosts", "2", "--link", "1gbit")
+    plain = _rtt_ms()
+    cluster("down")
+    up = json.loads(cluster("up", "--hosts", "2", "--link", "1gbit", "--slow", "node2=1gbit,2ms", "--json").stdout)
+    assert [h.get("delay_via") for h in up["hosts"]] == [None, "relay"]
+    delayed = _rtt_ms()
+    print(f"ping node1 -> node2: {plain:.3f} ms plain, {delayed:.3f} ms with node2 at +2 ms each way")
+    assert delayed - plain >= 2 * 2 * 0.9, (plain, delayed)
+    assert delayed - plain < 2 * 2 + 3, (plain, delayed)
+    (relay,) = [d for d in json.loads(cluster("status").stdout)["daemons"] if d["what"] == "delay relay node2"]
+    assert relay["alive"] and any(str(relay["pid"]) in line for line in _relays())
+    os.kill(relay["pid"], signal.SIGKILL)
+    down = cluster("down")
+    assert f"daemon delay relay node2 (pid {relay['pid']}, had already ended)" in down.stdout, down.stdout
+    assert "relay device hbc2t" in down.stdout and down.stderr == ""
     assert subprocess.run(["ip", "link", "show", "hbc2t"], capture_output=True).returncode != 0
 
 
 @pytest.mark.slow
-def test_down_ends_a_running_relay_and_removes_its_device(monkeypatch):
-    if _relay_skip():
-        pytest.skip(_relay_skip())
-    monkeypatch.setenv("HCCL_BENCH_CLUSTER_RELAY", "1")
-    cluster("down")
-    try:
-        cluster("up", "--hosts", "2", "--link", "1gbit,1ms")
-        assert len(_relays()) == 2
-    finally:
-        down = cluster("down")
+def test_down_ends_a_running_relay_and_removes_its_device(relayed):
+    cluster("up", "--hosts", "2", "--link", "1gbit,1ms")
+    assert len(_relays()) == 2
+    down = cluster("down")
     assert "daemon delay relay node1" in down.stdout and "relay device hbc1t" in down.stdout
-    assert _relays() == [] and leftovers() == []
