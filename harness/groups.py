@@ -113,6 +113,7 @@ class WorkerGroup:
     log_offsets: dict[str, int] = field(default_factory=dict)   # where each log ended when this case began
     startup_s: float = 0.0        # from start() to the last watch connection and rank 0's hello
     driver_sockets: int = 0       # sockets the driver process held right after this group started
+    segments: set[str] = field(default_factory=set)   # /dev/shm files its local ranks mapped once started (kill removes them)
 
     def start(self) -> None:
         began = time.monotonic()
@@ -143,8 +144,12 @@ class WorkerGroup:
         finally:
             listener.close()
         self.startup_s, self.driver_sockets = time.monotonic() - began, open_sockets()
+        self.segments = shm_mapped({r["pid"] for r in self._local_ranks()})
         with open(self.log_dir / "driver.log", "a") as log:
             log.write(self.startup_line() + "\n")
+
+    def _local_ranks(self) -> list[dict]:
+        return [r for r in self.ranks if r.get("host") == socket.gethostname()]
 
     @property
     def startup_limit_s(self) -> float:
@@ -315,8 +320,8 @@ class WorkerGroup:
                     os.killpg(p.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-        for r in self.ranks:
-            if r.get("host") == socket.gethostname() and _alive(r["pid"]) and _is_our_worker(r["pid"]):
+        for r in self._local_ranks():
+            if _alive(r["pid"]) and _is_our_worker(r["pid"]):
                 try:
                     os.kill(r["pid"], signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
@@ -326,6 +331,12 @@ class WorkerGroup:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        deadline = time.monotonic() + 5
+        while any(_maps_memory(r["pid"]) for r in self._local_ranks()) and time.monotonic() < deadline:
+            time.sleep(0.05)   # SIGKILLed: gone within milliseconds (a zombie holds no memory)
+        if not any(_maps_memory(r["pid"]) for r in self._local_ranks()):
+            for path in self.segments:   # what the ranks' MPI unlinks at its finalize, and a kill leaves behind
+                Path(path).unlink(missing_ok=True)
 
     @property
     def alive(self) -> bool:
@@ -354,6 +365,29 @@ def memory_mib() -> tuple[float, float]:
     except (OSError, ValueError, IndexError):
         pass
     return found["VmRSS"], found["VmHWM"]
+
+
+def shm_mapped(pids: set[int]) -> set[str]:
+    """The /dev/shm files these processes have mapped: an MPI library's shared-memory segments
+    (MPICH's mpich_shm_*, Open MPI's), which its finalize removes and a killed rank (by us, by
+    hydra when another rank died, by a signal) leaves in memory until the next boot."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        found.update(path for line in maps.splitlines() if (path := line.split(maxsplit=5)[-1]).startswith("/dev/shm/")
+                     and not path.endswith(" (deleted)"))
+    return found
+
+
+def _maps_memory(pid: int) -> bool:
+    """The process exists and is not a zombie (which has already given its memory back)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _alive(pid: int) -> bool:

@@ -26,10 +26,26 @@ def processes_with_tag(tag: str) -> list[int]:
     return found
 
 
+def shm_segments() -> set[str]:
+    return {str(p) for p in Path("/dev/shm").iterdir()} if Path("/dev/shm").is_dir() else set()
+
+
+def orphan_segments(before: set[str]) -> list[str]:
+    """/dev/shm files made since `before` that no live process maps: an MPI's segments left by a kill."""
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(line.split(maxsplit=5)[-1] for line in maps.read_text().splitlines() if "/dev/shm/" in line)
+        except OSError:
+            continue
+    return sorted(shm_segments() - before - mapped)
+
+
 class BenchRun:
     def __init__(self, tmp_path: Path):
         self.tag = uuid.uuid4().hex
         self.results = tmp_path / "results"
+        self.segments_before = shm_segments()
 
     def command(self, *args: str, target: str = "benches/") -> list[str]:
         return [sys.executable, "-m", "pytest", target, "-p", "no:cacheprovider", "--results", str(self.results), *args]
@@ -43,7 +59,8 @@ class BenchRun:
         proc.output = proc.stdout + proc.stderr
         return proc
 
-    def leftovers(self, wait_s: float = 5.0) -> list[int]:
+    def leftovers(self, wait_s: float = 5.0) -> list[int | str]:
+        """The run's processes still alive, and the shared-memory segments its ranks left."""
         deadline = time.monotonic() + wait_s
         while (left := processes_with_tag(self.tag)) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -52,7 +69,10 @@ class BenchRun:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        return left
+        segments = orphan_segments(self.segments_before)
+        for path in segments:
+            Path(path).unlink(missing_ok=True)
+        return [*left, *segments]
 
 
 @pytest.fixture
