@@ -106,3 +106,18 @@ def measure() -> dict:
         except OSError as exc:
             out["workloads"][name] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
+
+
+def spanning(before: dict, after: dict) -> dict:
+    """One night's canary from its measurements before and after the sweep: each workload's samples
+    together (`after_sweep` of them from the second), so a machine whose speed changed during the
+    sweep shows in the night's median instead of hiding behind a quiet start."""
+    out: dict = {"version": VERSION, "workloads": {}}
+    for name in WORKLOADS:
+        first, second = before["workloads"].get(name, {}), after["workloads"].get(name, {})
+        if "samples" not in first or "samples" not in second:
+            out["workloads"][name] = first if "samples" in first or "samples" not in second else second
+            continue
+        out["workloads"][name] = {**first, "samples": first["samples"] + second["samples"],
+                                  "after_sweep": len(second["samples"])}
+    return out

@@ -65,6 +65,15 @@ class BenchSession:
         from harness import canary
         return canary.measure()
 
+    @functools.cached_property
+    def canary_spanning(self) -> dict | None:
+        """The canary measured again once the sweep has run, joined to the first (harness/canary.py,
+        spanning); an interrupted session keeps the first alone rather than spend time on it."""
+        if self.canary is None or self.interrupted is not None:
+            return self.canary
+        from harness import canary
+        return canary.spanning(self.canary, canary.measure())
+
     def _fail(self, label: dict, failure: str) -> None:
         self.failures.append({**label, "error": failure.splitlines()[0]})
         self.store.append({"failure": label, "error": failure})
@@ -205,7 +214,7 @@ class BenchSession:
                 "groups": self.groups, "skipped": self.skipped, "failures": self.failures,
                 "overhead": self.overhead, "complete": self.interrupted is None,
                 "interrupted": self.interrupted, "wall_s": (datetime.now(timezone.utc) - self.started).total_seconds(),
-                **({"canary": self.canary} if self.canary else {})}
+                **({"canary": self.canary_spanning} if self.canary else {})}
 
     def close(self) -> None:
         if "pool" in self.__dict__:

@@ -2,7 +2,7 @@
 and does a same-stack night ever cry wolf?
 
     python scripts/nightly_trials.py [--trials 5] [--same 10] [--changed 3] [--factor 1.25] \
-        [--backend mpi] [--ops all_reduce,all_gather] [--sizes 4:4M:4] [--repeat 3] [--busy 1]
+        [--backend mpi] [--ops all_reduce,all_gather] [--sizes 4:4M:4] [--repeat 3] [--busy 1] [--same-night]
 
 Each trial is its own --results folder. A night is a real session, `pytest benches/test_collectives.py
 --benchmark --repeat R --results DIR --history` (the canary included); the changed nights run with
@@ -11,7 +11,10 @@ After each night the history of the folder is judged as `hccl-bench history` doe
 Per trial it prints the verdict night by night; at the end: in how many trials the change was a
 confirmed regression by the second changed night, and how many software regressions (and machine
 changes) the same-stack nights reported (the promise: none). Nights here are minutes apart, not a
-day; --busy N runs N busy loops beside the sweep, as a shared machine has them.
+day; --busy N runs N busy loops beside the sweep, as a shared machine has them. With --same-night
+every night runs with `--previous-stack` of a script that clears HCCL_BENCH_FAULT (the stack before
+the change), so a suspected change is settled by a same-night A/B (harness/same_night.py) and can
+be confirmed on the first changed night.
 """
 from __future__ import annotations
 
@@ -29,13 +32,14 @@ from reports.gate import judge_history  # noqa: E402
 from reports.history import load_runs, too_few  # noqa: E402
 
 
-def night(results: Path, args, changed: bool) -> int:
+def night(results: Path, args, changed: bool, previous: Path | None) -> int:
     """One night's session; its exit status (0, 1 regression, 7 machine changed, ...)."""
     env = {**os.environ, **({"HCCL_BENCH_FAULT": f"slow:0:all_reduce:{args.factor}"} if changed else {})}
+    same_night = ["--previous-stack", str(previous), "--max-repeat", str(args.budget)] if previous else []
     cmd = [sys.executable, "-m", "pytest", "benches/test_collectives.py", "-p", "no:cacheprovider", "-q", "--benchmark",
            "--backend", args.backend, "--ops", args.ops, "--sizes", args.sizes, "--repeat", str(args.repeat),
            "--rounds", str(args.rounds), "--round-time", str(args.round_time), "--results", str(results), "--history",
-           "-k", "float32"]
+           "-k", "float32", *same_night]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode not in (0, 1, 7):
         print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
@@ -69,11 +73,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--round-time", type=float, default=0.02)
     parser.add_argument("--busy", type=int, default=0, help="busy loops beside the sweep (default none)")
+    parser.add_argument("--same-night", action="store_true", help="every night with --previous-stack (the stack before)")
+    parser.add_argument("--budget", type=int, default=12, help="the same-night A/B's --max-repeat (default 12)")
     parser.add_argument("--out", help="folder for the trials' results (default: a new temporary folder)")
     args = parser.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="nightly-trials-"))
+    out.mkdir(parents=True, exist_ok=True)
+    previous = None
+    if args.same_night:
+        previous = out / "previous_stack.sh"   # the stack before the change: no slow fault
+        previous.write_text("export HCCL_BENCH_FAULT=\n")
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
-    confirmed_by_second, wolf, machine_same, confirmed_at = 0, 0, 0, []
+    confirmed_by_second, confirmed_first, wolf, machine_same, confirmed_at = 0, 0, 0, 0, []
     try:
         for trial in range(1, args.trials + 1):
             results = out / f"trial-{trial}"
@@ -82,7 +93,7 @@ def main() -> int:
             at = None
             for n in range(args.same + args.changed):
                 changed = n >= args.same
-                code = night(results, args, changed)
+                code = night(results, args, changed, previous)
                 v = verdict(results)
                 kind = f"changed night {n - args.same + 1}" if changed else f"same-stack night {n + 1}"
                 print(f"  {kind}: exit {code}; {v['text']}" + (f"; {v['noisy']} noisy nights left out" if v.get("noisy") else ""),
@@ -94,13 +105,15 @@ def main() -> int:
                     at = n - args.same + 1
             confirmed_at.append(at)
             confirmed_by_second += at is not None and at <= 2
+            confirmed_first += at == 1
             print(f"  trial {trial}: " + (f"confirmed on changed night {at}" if at else "not confirmed"), flush=True)
     finally:
         for p in busy:
             os.kill(p.pid, signal.SIGKILL)
             p.wait()
-    print(f"# confirmed by the second changed night in {confirmed_by_second} of {args.trials} trials "
-          f"(nights confirmed: {confirmed_at}); same-stack nights: {wolf} software regressions, "
+    print(f"# confirmed by the second changed night in {confirmed_by_second} of {args.trials} trials, on the first in "
+          f"{confirmed_first}{' (same-night A/B)' if previous else ''} (nights confirmed: {confirmed_at}); "
+          f"same-stack nights: {wolf} software regressions, "
           f"{machine_same} machine changes reported")
     return 0
 

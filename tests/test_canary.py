@@ -5,6 +5,7 @@ quiet canary (exit 1), and the canary's own measurement."""
 import json
 
 import numpy as np
+import pytest
 
 from harness import canary as canary_workload
 from reports import summary
@@ -124,3 +125,25 @@ def test_the_canary_measures_three_workloads():
     assert set(measured["workloads"]) == {"memory", "loopback", "compute"}
     for w in measured["workloads"].values():
         assert len(w["samples"]) == canary_workload.SAMPLES and all(s > 0 for s in w["samples"]), w
+
+
+def test_spanning_joins_the_samples_before_and_after_the_sweep():
+    before = {"version": 1, "workloads": {"memory": {"samples": [1.0, 1.0], "bytes": 8}, "loopback": {"error": "OSError: x"},
+                                          "compute": {"samples": [2.0]}}}
+    after = {"version": 1, "workloads": {"memory": {"samples": [3.0], "bytes": 8}, "loopback": {"samples": [0.5]},
+                                         "compute": {"error": "OSError: y"}}}
+    joined = canary_workload.spanning(before, after)["workloads"]
+    assert joined["memory"] == {"samples": [1.0, 1.0, 3.0], "bytes": 8, "after_sweep": 1}
+    assert joined["loopback"] == {"samples": [0.5]} and joined["compute"] == {"samples": [2.0]}
+
+
+@pytest.mark.slow
+def test_a_timed_sweep_records_the_canary_before_and_after_it(bench_run):
+    proc = bench_run("--benchmark", "--backend", "mpi", "--ops", "all_reduce", "--sizes", "1K", "--rounds", "3",
+                     "-k", "float32", target="benches/test_collectives.py")
+    assert proc.returncode == 0, proc.output[-2000:]
+    (run,) = bench_run.results.glob("*/results.json")
+    workloads = json.loads(run.read_text())["hccl_bench"]["canary"]["workloads"]
+    for w in workloads.values():
+        assert len(w["samples"]) == 2 * canary_workload.SAMPLES and w["after_sweep"] == canary_workload.SAMPLES, w
+    assert bench_run.leftovers() == []
