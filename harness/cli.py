@@ -15,11 +15,21 @@ from collections.abc import Callable
 
 from harness import commands
 from layers import memory
-from reports.compare import DEFAULT_MIN_EFFECT
-from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
+from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, ESTIMATORS
 from reports.history import DEFAULT_WINDOW
 from schema.exit_codes import ExitCode
 from schema.results import ResultError
+
+
+def _fraction(text: str) -> float:
+    """--min-effect: a fraction from 0 to below 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction from 0 to below 1 (0.05 = 5%)")
+    return value
 
 
 def _provenance(p: argparse.ArgumentParser) -> None:
@@ -39,8 +49,8 @@ def _compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("--knob", help="NAME=BASE,CAND: compare two values of one --knobs variable within the run BASE "
                                   "(e.g. HCCL_BUFFSIZE=200,400)")
     p.add_argument("--calibration", help="A/A calibration JSON (hccl-bench calibrate) raising the minimum effect per size band")
-    p.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
-                   help=f"smallest change worth a verdict (default {DEFAULT_MIN_EFFECT:g})")
+    p.add_argument("--min-effect", type=_fraction, default=None,
+                   help=f"smallest change worth a verdict (default: the one the run was made with, else {DEFAULT_MIN_EFFECT:g})")
     p.add_argument("--force", action="store_true", help="compare even if rank counts, hosts or backends differ")
     p.add_argument("--estimator", choices=ESTIMATORS, default=None,
                    help=f"each launch's statistic of its rounds that verdicts rest on (default: the one the candidate "
@@ -67,8 +77,8 @@ def _history(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
                    help=f"fail only on changes that began within the last N runs (default {DEFAULT_WINDOW})")
     p.add_argument("--calibration", help="A/A calibration JSON of separate runs, raising the minimum effect per size band")
-    p.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
-                   help=f"smallest change worth a verdict (default {DEFAULT_MIN_EFFECT:g})")
+    p.add_argument("--min-effect", type=_fraction, default=None,
+                   help=f"smallest change worth a verdict (default: the one the run was made with, else {DEFAULT_MIN_EFFECT:g})")
     p.add_argument("--force", action="store_true", help="use runs whose rank counts or hosts differ")
     p.add_argument("--estimator", choices=ESTIMATORS, default=None,
                    help=f"each launch's statistic of its rounds (default: the newest run's, else {DEFAULT_ESTIMATOR})")

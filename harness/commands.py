@@ -158,7 +158,9 @@ def run_history(args) -> ExitCode:
     ab = None
     if args.ab:
         from reports.compare import compare
-        ab = compare(load(args.ab, side="A"), load(args.ab, side="B"), min_effect=args.min_effect)
+        from reports.gate import recorded_min_effect
+        base, cand = load(args.ab, side="A"), load(args.ab, side="B")
+        ab = compare(base, cand, min_effect=recorded_min_effect(cand) if args.min_effect is None else args.min_effect)
         print(f"# same-day A/B {args.ab}: side A (baseline) the previous stack, side B (candidate) the newest one")
     judgement = judge_history(runs, calibration=cal, min_effect=args.min_effect, window=args.window, force=args.force, ab=ab,
                               estimator=args.estimator)

@@ -24,7 +24,7 @@ from collectives.sizes import SizeError, parse_size, parse_sizes
 from collectives.timing import MAX_GRAPH_ITERS, SMOKE, Plan
 from harness import files
 from harness.launchers import validate_template
-from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
+from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, ESTIMATORS
 
 BENCH_SIZES = "8:32M:4"
 SMOKE_SIZES = "8,4K,64K"
@@ -67,6 +67,7 @@ class Options:
     ab_until_decided: bool = False   # sequential A/B: --repeat is the budget (--max-repeat), undecided cells rerun
     inconclusive: str = "fail"       # the gate on cells without enough evidence: "fail" (exit 6) or "pass"
     estimator: str = DEFAULT_ESTIMATOR   # each launch's statistic of its rounds that verdicts rest on (reports/estimators.py)
+    min_effect: float = DEFAULT_MIN_EFFECT   # the smallest change a verdict counts (reports/compare.py)
     labels: dict = field(default_factory=dict)   # side -> what to call it ("A": "mpich 4.2.3")
     knobs: dict = field(default_factory=dict)    # --knobs: variable -> values, each value a series in its own group
     buckets: list[int] = field(default_factory=lambda: [0 if b == "0" else parse_size(b) for b in BUCKETS.split(",")])
@@ -150,6 +151,9 @@ def _add_verdict_options(g) -> None:
     g.addoption("--estimator", default=DEFAULT_ESTIMATOR,
                 help=f"the statistic of each launch's rounds that the --baseline, --ab-until-decided and --history "
                      f"verdicts rest on: {', '.join(ESTIMATORS)} (default {DEFAULT_ESTIMATOR}; tables show medians)")
+    g.addoption("--min-effect", default=str(DEFAULT_MIN_EFFECT),
+                help=f"the smallest change (a fraction) the --baseline, --ab-until-decided and --history verdicts count "
+                     f"(default {DEFAULT_MIN_EFFECT:g}; below it a confirmed change is 'no change'); recorded with the run")
     g.addoption("--label", action="append", default=[],
                 help="SIDE=NAME, repeatable: what to call side A (the baseline: the stack as started) and side B "
                      "(the candidate: with --ab-env/--ab-source) in tables, reports and verdicts")
@@ -286,6 +290,12 @@ def parse(getoption) -> Options:
     o.estimator = str(getoption("estimator")).strip()
     if o.estimator not in ESTIMATORS:
         raise OptionError(f"--estimator {o.estimator!r}: allowed {', '.join(ESTIMATORS)}")
+    try:
+        o.min_effect = float(getoption("min_effect"))
+    except (TypeError, ValueError):
+        o.min_effect = float("nan")
+    if not 0 <= o.min_effect < 1:
+        raise OptionError(f"--min-effect {getoption('min_effect')!r}: give a fraction from 0 to below 1 (0.05 = 5%)")
     o.labels = parse_labels(getoption("label") or [])
     o.knobs = parse_knobs(getoption("knobs") or [])
     o.comm_dtypes = _list(getoption("comm_dtypes"), COMM_DTYPES, "comm-dtypes")

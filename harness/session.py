@@ -114,7 +114,8 @@ class BenchSession:
         base, cand = (run_from_rows(rows, side, str(self.run_dir), meta) for side in "AB")
         if not (set(base.cells) & set(cand.cells)):
             return []
-        self.sequential = run_looks(base, cand, self.opts.repeat, estimator=self.opts.estimator)
+        self.sequential = run_looks(base, cand, self.opts.repeat, min_effect=self.opts.min_effect,
+                                    estimator=self.opts.estimator)
         self._decided = {c.key: f"decided after {self.sequential.decided_at[c.key]} launches: {c.verdict}"
                          for c in self.sequential.comparison.cells if c.key in self.sequential.decided_at}
         if not self.sequential.looks or self.sequential.looks[-1].launches != launches:

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
-from reports.estimators import DEFAULT_ESTIMATOR, launch_value
+from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, launch_value
 from reports.result_files import setup_of
 from schema.results import Cell, Run, Series, key_order, metrics
 
 ALPHA = 0.05
-DEFAULT_MIN_EFFECT = 0.05
 MIN_LAUNCHES = 2   # launches (fresh worker groups) are the sample whenever both sides have several
 TRIM = 0.2         # share trimmed from each end of paired launch differences (Tukey-McLaughlin)
 POWER_Z = 0.8416   # z of 80% power: what "could have seen" means in the minimum detectable effect

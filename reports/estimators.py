@@ -15,6 +15,7 @@ ESTIMATORS = ("median", "p10", "min")
 # scripts/estimator_aa.py on this VM's recorded A/A and slow-1.10 A/B runs did not single out a
 # better statistic clearly (docs/statistics.md), so the median stays the default
 DEFAULT_ESTIMATOR = "median"
+DEFAULT_MIN_EFFECT = 0.05      # the smallest change a verdict counts (reports/compare.py; --min-effect)
 
 
 def launch_value(times, estimator: str = DEFAULT_ESTIMATOR) -> float:

@@ -58,13 +58,21 @@ def recorded_estimator(run: Run) -> str:
     return value if value in ESTIMATORS else DEFAULT_ESTIMATOR
 
 
-def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
+def recorded_min_effect(run: Run) -> float:
+    """The --min-effect a run was made with (what its session judged by), else the default."""
+    options = run.meta.get("options")
+    value = options.get("min_effect") if isinstance(options, dict) else None
+    return float(value) if isinstance(value, (int, float)) and 0 <= value < 1 else DEFAULT_MIN_EFFECT
+
+
+def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect: float | None = None,
                force: bool = False, estimator: str | None = None) -> Judgement:
     """Base (side A) against candidate (side B). The two sides of an --ab-until-decided run are
-    judged by replaying its looks (reports/sequential.py), as the session did. `estimator`: each
-    launch's statistic; None: the one the candidate run was made with (its session's verdict)."""
+    judged by replaying its looks (reports/sequential.py), as the session did. `estimator` (each
+    launch's statistic) and `min_effect`: None, the ones the candidate run was made with."""
     prefix = ""
     estimator = estimator or recorded_estimator(cand)
+    min_effect = recorded_min_effect(cand) if min_effect is None else min_effect
     if budget := sequential_budget(base, cand):
         from reports.sequential import run_looks
         seq = run_looks(base, cand, budget, min_effect=min_effect, calibration=calibration, estimator=estimator)
@@ -82,7 +90,7 @@ def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect
                      cmp.regressed, cmp.inconclusive, comparison=cmp)
 
 
-def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
+def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: float | None = None,
                   window: int = DEFAULT_WINDOW, force: bool = False, ab: Comparison | None = None,
                   estimator: str | None = None) -> Judgement:
     """`runs`: enough for a history (callers say `history.too_few` themselves). `ab`: a same-day
@@ -90,7 +98,8 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
     `estimator`: each launch's statistic; None: the one the newest run was made with."""
     from reports.history import analyse, confirm_with_ab, recorded_ab
     newest = max(runs, key=lambda r: r.started)
-    hist = analyse(runs, calibration=calibration, min_effect=min_effect, window=window,
+    hist = analyse(runs, calibration=calibration, window=window,
+                   min_effect=recorded_min_effect(newest) if min_effect is None else min_effect,
                    estimator=estimator or recorded_estimator(newest))
     if hist.judged.mismatch and not force:
         return Judgement(refused="setups differ across the history (--force to use them anyway): " + hist.judged.mismatch[0],

@@ -35,6 +35,7 @@ from sequential_aa import swapped  # noqa: E402
 
 from reports.compare import ALPHA, detectable_bands  # noqa: E402
 from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS  # noqa: E402
+from reports.gate import recorded_min_effect  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from reports.sequential import run_looks  # noqa: E402
 
@@ -52,7 +53,7 @@ def bands(seq) -> dict[str, float]:
 def judge(path: str, estimator: str) -> tuple[dict[str, float], dict[str, int], int]:
     """(could-have-seen per band, verdict counts, launches used) of one run's replay."""
     a, b = load(path, side="A"), load(path, side="B")
-    seq = run_looks(a, b, _budget(a), estimator=estimator)
+    seq = run_looks(a, b, _budget(a), min_effect=recorded_min_effect(b), estimator=estimator)
     counts: dict[str, int] = defaultdict(int)
     for c in seq.comparison.cells:
         counts[c.verdict] += 1
@@ -67,7 +68,7 @@ def draws(path: str, estimator: str, trials: int, seed: int) -> tuple[float, flo
     any_flagged, cells_flagged, cells = 0, 0, 0
     for _ in range(trials):
         flip = {i for i in launches if rng.random() < 0.5}
-        seq = run_looks(*swapped(a, b, flip), _budget(a), estimator=estimator)
+        seq = run_looks(*swapped(a, b, flip), _budget(a), min_effect=recorded_min_effect(b), estimator=estimator)
         flagged = sum(c.verdict in ("regression", "improvement") for c in seq.comparison.cells)
         any_flagged += flagged > 0
         cells_flagged += flagged

@@ -2,11 +2,13 @@
 does an A/A ever confirm anything? Detection as a function of effect size, on real launches.
 
     python scripts/power_check.py [--backends mpi gloo] [--factors 1.02 1.05 1.10 1.25 1.5] [--runs 10] \
-        [--aa 10] [--ops all_reduce,all_gather] [--sizes 4:4M:4] [--budget 12] [--busy 1] [--out DIR]
+        [--aa 10] [--ops all_reduce,all_gather] [--sizes 4:4M:4] [--budget 12] [--min-effect 0.05] [--busy 1] [--out DIR]
     python scripts/power_check.py --replay DIR        # judge the runs already in DIR again, run nothing
 
 Each run is one real session, `pytest benches/test_collectives.py --benchmark --ab-until-decided
---max-repeat BUDGET --ops OPS --sizes SIZES -k float32` into DIR/<backend>/<condition>-<i>. Side B
+--max-repeat BUDGET --min-effect M --ops OPS --sizes SIZES -k float32` into DIR/<backend>/<condition>-<i>.
+A factor at or below 1 + M can never be a regression (the verdict needs the ratio past it), so a
+5% slowdown wants M below 0.05. Side B
 of a factor run is `HCCL_BENCH_FAULT=slow:0:OP:FACTOR` (rank 0's timed calls of OP take FACTOR
 times as long), OP taking each of OPS in turn, so the other ops of the run are untouched control
 cells; side B of an A/A run sets HCCL_BENCH_AA=1, which nothing reads. --busy N runs N busy loops
@@ -41,7 +43,8 @@ from estimator_aa import draws  # noqa: E402
 
 from collectives.sizes import format_size  # noqa: E402
 from reports.compare import detectable_bands  # noqa: E402
-from reports.estimators import ESTIMATORS  # noqa: E402
+from reports.estimators import DEFAULT_MIN_EFFECT, ESTIMATORS  # noqa: E402
+from reports.gate import recorded_min_effect  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from reports.sequential import run_looks  # noqa: E402
 
@@ -62,7 +65,7 @@ def session(out: Path, backend: str, name: str, args) -> int:
     side_b = "HCCL_BENCH_AA=1" if op == AA else f"HCCL_BENCH_FAULT=slow:0:{op}:{factor:g}"
     cmd = [sys.executable, "-m", "pytest", "benches/test_collectives.py", "-q", "-p", "no:cacheprovider", "--benchmark",
            "--backend", backend, "--ops", args.ops, "--sizes", args.sizes, "-k", "float32", "--ab-until-decided",
-           "--max-repeat", str(args.budget), "--ab-env", side_b, "--results", str(out)]
+           "--max-repeat", str(args.budget), "--min-effect", str(args.min_effect), "--ab-env", side_b, "--results", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode not in (0, 1, 6):
         print((proc.stdout + proc.stderr)[-2000:], file=sys.stderr)
@@ -75,7 +78,8 @@ def result_file(run_dir: Path) -> str:
 
 def judged(path: Path, estimator: str):
     a, b = load(result_file(path), side="A"), load(result_file(path), side="B")
-    return run_looks(a, b, int((a.meta.get("options") or {}).get("repeat") or 0), estimator=estimator)
+    return run_looks(a, b, int((a.meta.get("options") or {}).get("repeat") or 0), min_effect=recorded_min_effect(b),
+                     estimator=estimator)
 
 
 def report(backend_dir: Path, trials: int) -> None:
@@ -142,6 +146,8 @@ def main() -> int:
     parser.add_argument("--ops", default="all_reduce,all_gather")
     parser.add_argument("--sizes", default="4:4M:4")
     parser.add_argument("--budget", type=int, default=12, help="--max-repeat of each A/B (default 12)")
+    parser.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
+                        help="each session's --min-effect: a factor at or below 1 + it is never a regression")
     parser.add_argument("--busy", type=int, default=1, help="busy loops beside each session (default 1)")
     parser.add_argument("--draws", type=int, default=200, help="side-swapped draws per A/A run")
     parser.add_argument("--out", help="folder for the runs (default: a new temporary folder)")

@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from reports.compare import ALPHA  # noqa: E402
+from reports.gate import recorded_min_effect  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from reports.sequential import run_looks  # noqa: E402
 from schema.results import Cell, Run  # noqa: E402
@@ -53,7 +54,7 @@ def main() -> int:
     flagged, decided = 0, []
     for _ in range(args.trials):
         flip = {i for i in launches if rng.random() < 0.5}
-        seq = run_looks(*swapped(a, b, flip), budget)
+        seq = run_looks(*swapped(a, b, flip), budget, min_effect=recorded_min_effect(b))
         flagged += any(c.verdict in ("regression", "improvement") for c in seq.comparison.cells)
         decided.append(len(seq.decided_at))
     cells = len(set(a.cells) & set(b.cells))

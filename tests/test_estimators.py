@@ -20,7 +20,7 @@ from tests.test_options import parsed
 SIZES = [1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]
 
 
-def write_noisy_ab(path, slow=1.0, launches=6, seed=3, busy=0.5, wall_s=None, estimator=None):
+def write_noisy_ab(path, slow=1.0, launches=6, seed=3, busy=0.5, wall_s=None, estimator=None, min_effect=None):
     """An interleaved A/B run whose rounds carry one-sided interference: each round is hit with
     probability `busy` and then takes up to 3x longer (exponential); side B is `slow` x side A."""
     rng = np.random.default_rng(seed)
@@ -35,7 +35,8 @@ def write_noisy_ab(path, slow=1.0, launches=6, seed=3, busy=0.5, wall_s=None, es
                 row = CollectiveRow(backend="mpi", algo="default", op="all_reduce", redop="sum", nranks=2, bytes=size,
                                     count=size // 4, launch=launch, side=side, iters_per_round=100)
                 benches.append(bench_entry(f"{side}{launch}-{size}", row, data))
-    options = {"ab_until_decided": True, "repeat": launches, **({"estimator": estimator} if estimator else {})}
+    options = {"ab_until_decided": True, "repeat": launches, **({"estimator": estimator} if estimator else {}),
+               **({"min_effect": min_effect} if min_effect is not None else {})}
     meta = {"groups": {}, "options": options, **({"wall_s": wall_s} if wall_s is not None else {})}
     path.write_text(json.dumps(result_file(benches, meta)))
     return str(path)
@@ -122,3 +123,14 @@ def test_the_estimator_option_is_recorded_and_a_bad_one_is_one_line(tmp_path):
     assert out.returncode == 1 and "--estimator min" in out.stdout
     assert json.loads((tmp_path / "v.json").read_text())["estimator"] == "min"
     assert run_cli("compare", path, "--ab", "--estimator", "median").returncode in (0, 6)
+
+
+def test_a_run_is_judged_by_the_min_effect_it_was_made_with_unless_told(tmp_path):
+    """A 4% slowdown: under the default 5% minimum effect it cannot be a regression; a run made with
+    --min-effect 0.02 is judged at 2% (the session's verdict, replayed), and compare --min-effect wins."""
+    made_at_2 = write_noisy_ab(tmp_path / "two.json", slow=1.04, launches=12, busy=0.0, min_effect=0.02)
+    plain = write_noisy_ab(tmp_path / "plain.json", slow=1.04, launches=12, busy=0.0)
+    assert judge_pair(*sides(made_at_2)).regressed
+    assert not judge_pair(*sides(plain)).regressed
+    assert judge_pair(*sides(plain), min_effect=0.02).regressed
+    assert not judge_pair(*sides(made_at_2), min_effect=0.05).regressed

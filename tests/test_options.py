@@ -65,6 +65,8 @@ BAD_OPTIONS = [
     (["--ab-env", "X=1", "--ab-until-decided", "--repeat", "3"], "give its budget as --max-repeat"),
     (["--ab-env", "X=1", "--ab-until-decided", "--max-repeat", "2"], "--max-repeat must be >= 3"),
     (["--inconclusive", "maybe"], "--inconclusive 'maybe': allowed fail, pass"),
+    (["--min-effect", "5"], "--min-effect '5': give a fraction from 0 to below 1 (0.05 = 5%)"),
+    (["--min-effect", "nan"], "--min-effect 'nan': give a fraction from 0 to below 1"),
     (["--label", "C=x"], "use A=NAME or B=NAME"),
     (["--knobs", "HCCL_BUFFSIZE"], "use NAME=value1,value2"),
     (["--knobs", "HCCL_BUFFSIZE=1", "--knobs", "HCCL_BUFFSIZE=2"], "--knobs HCCL_BUFFSIZE is given twice"),
