@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-VERSION = 1
+VERSION = 2                   # 2: samples before and after the sweep (spanning); 1: before it only
 SAMPLES = 7
 COPY_BYTES = 32 << 20         # one sample: 2 copies of 32 MiB (past the caches)
 COPIES = 2
@@ -115,8 +115,11 @@ def spanning(before: dict, after: dict) -> dict:
     out: dict = {"version": VERSION, "workloads": {}}
     for name in WORKLOADS:
         first, second = before["workloads"].get(name, {}), after["workloads"].get(name, {})
-        if "samples" not in first or "samples" not in second:
-            out["workloads"][name] = first if "samples" in first or "samples" not in second else second
+        if "samples" not in second:
+            out["workloads"][name] = first
+            continue
+        if "samples" not in first:
+            out["workloads"][name] = {**second, "after_sweep": len(second["samples"])}
             continue
         out["workloads"][name] = {**first, "samples": first["samples"] + second["samples"],
                                   "after_sweep": len(second["samples"])}

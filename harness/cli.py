@@ -22,13 +22,13 @@ from schema.results import ResultError
 
 
 def _fraction(text: str) -> float:
-    """--min-effect: a fraction from 0 to below 1."""
+    """--min-effect: a fraction above 0 and below 1."""
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction from 0 to below 1 (0.05 = 5%)")
+    if not 0 < value < 1:   # 0 would leave no "no change" band: nothing could ever be decided early
+        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction above 0 and below 1 (0.05 = 5%)")
     return value
 
 
@@ -50,7 +50,7 @@ def _compare(p: argparse.ArgumentParser) -> None:
                                   "(e.g. HCCL_BUFFSIZE=200,400)")
     p.add_argument("--calibration", help="A/A calibration JSON (hccl-bench calibrate) raising the minimum effect per size band")
     p.add_argument("--min-effect", type=_fraction, default=None,
-                   help=f"smallest change worth a verdict (default: the one the run was made with, else {DEFAULT_MIN_EFFECT:g})")
+                   help=f"smallest change worth a verdict (default: the candidate run's, else {DEFAULT_MIN_EFFECT:g})")
     p.add_argument("--force", action="store_true", help="compare even if rank counts, hosts or backends differ")
     p.add_argument("--estimator", choices=ESTIMATORS, default=None,
                    help=f"each launch's statistic of its rounds that verdicts rest on (default: the one the candidate "
@@ -78,7 +78,7 @@ def _history(p: argparse.ArgumentParser) -> None:
                    help=f"fail only on changes that began within the last N runs (default {DEFAULT_WINDOW})")
     p.add_argument("--calibration", help="A/A calibration JSON of separate runs, raising the minimum effect per size band")
     p.add_argument("--min-effect", type=_fraction, default=None,
-                   help=f"smallest change worth a verdict (default: the one the run was made with, else {DEFAULT_MIN_EFFECT:g})")
+                   help=f"smallest change worth a verdict (default: the newest run's, else {DEFAULT_MIN_EFFECT:g})")
     p.add_argument("--force", action="store_true", help="use runs whose rank counts or hosts differ")
     p.add_argument("--estimator", choices=ESTIMATORS, default=None,
                    help=f"each launch's statistic of its rounds (default: the newest run's, else {DEFAULT_ESTIMATOR})")

@@ -313,7 +313,10 @@ def _torchrun(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -
                "--no-python", *command]
         procs.append(subprocess.Popen(cmd))
 
+    stopped_by: list[int] = []   # the signal that asked this launch to stop
+
     def stop(signum, _frame):
+        stopped_by.append(signum)
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
@@ -323,6 +326,11 @@ def _torchrun(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -
         codes = [p.poll() for p in procs]
         failed = next((c for c in codes if c not in (None, 0)), None)
         if failed is not None:
+            if stopped_by:
+                for p in procs:
+                    p.wait()
+                print(f"hccl-bench cluster: launch stopped by {signal.Signals(stopped_by[0]).name}", file=sys.stderr)
+                return ExitCode.INTERRUPTED
             stop(signal.SIGTERM, None)
             for p in procs:
                 p.wait()

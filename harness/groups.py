@@ -12,6 +12,7 @@ import re
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from pathlib import Path
 from collectives.backends import for_python
 from collectives.backends import info as backend_info
 from harness import launchers
-from harness.control import Channel, ChannelClosed, accept_group
+from harness.control import Channel, ChannelClosed, accept_group, node_key
 from harness.group_key import GroupKey
 from harness.worker import CASE_ERROR
 from schema import wire
@@ -113,7 +114,7 @@ class WorkerGroup:
     log_offsets: dict[str, int] = field(default_factory=dict)   # where each log ended when this case began
     startup_s: float = 0.0        # from start() to the last watch connection and rank 0's hello
     driver_sockets: int = 0       # sockets the driver process held right after this group started
-    segments: set[str] = field(default_factory=set)   # /dev/shm files its local ranks mapped once started (kill removes them)
+    segments: set[str] = field(default_factory=set)   # MPI shared-memory files its local ranks map (kill removes them)
 
     def start(self) -> None:
         began = time.monotonic()
@@ -144,12 +145,18 @@ class WorkerGroup:
         finally:
             listener.close()
         self.startup_s, self.driver_sockets = time.monotonic() - began, open_sockets()
-        self.segments = shm_mapped({r["pid"] for r in self._local_ranks()})
+        self.segments = shm_mapped(self._our_local_pids())
         with open(self.log_dir / "driver.log", "a") as log:
             log.write(self.startup_line() + "\n")
 
     def _local_ranks(self) -> list[dict]:
-        return [r for r in self.ranks if r.get("host") == socket.gethostname()]
+        """Ranks whose pids mean something here: same kernel, network and pid namespace (a hostname
+        alone is not: cloned machines, containers sharing the host's name)."""
+        here = node_key()
+        return [r for r in self.ranks if r.get("node") == here]
+
+    def _our_local_pids(self) -> set[int]:
+        return {r["pid"] for r in self._local_ranks() if _is_our_worker(r["pid"])}
 
     @property
     def startup_limit_s(self) -> float:
@@ -306,7 +313,10 @@ class WorkerGroup:
         self.kill()
 
     def kill(self) -> None:
-        """SIGKILL every process group this group started, and any of its local ranks still alive."""
+        """SIGKILL every process group this group started, and any of its local ranks still alive;
+        then remove the MPI shared-memory segments the ranks' finalize would have removed."""
+        local = self._our_local_pids()
+        self.segments |= shm_mapped(local)   # before the ranks see their watch close and exit
         if self.chan is not None:
             self.chan.close()
             self.chan = None
@@ -320,10 +330,10 @@ class WorkerGroup:
                     os.killpg(p.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-        for r in self._local_ranks():
-            if _alive(r["pid"]) and _is_our_worker(r["pid"]):
+        for pid in local:
+            if _is_our_worker(pid):
                 try:
-                    os.kill(r["pid"], signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
         for p in self.procs:
@@ -331,12 +341,23 @@ class WorkerGroup:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        self._remove_segments(local)
+
+    def _remove_segments(self, pids: set[int]) -> None:
+        """Unlink the recorded segments that still exist once the ranks are gone (a zombie holds no
+        memory) and that no live process maps: another job's use of a file is never cut."""
+        left = {path for path in self.segments if os.path.exists(path)}
+        if not left:
+            return
         deadline = time.monotonic() + 5
-        while any(_maps_memory(r["pid"]) for r in self._local_ranks()) and time.monotonic() < deadline:
-            time.sleep(0.05)   # SIGKILLed: gone within milliseconds (a zombie holds no memory)
-        if not any(_maps_memory(r["pid"]) for r in self._local_ranks()):
-            for path in self.segments:   # what the ranks' MPI unlinks at its finalize, and a kill leaves behind
-                Path(path).unlink(missing_ok=True)
+        while any(_maps_memory(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for path in sorted(left - still_mapped(left)):
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                with open(self.log_dir / "driver.log", "a") as log:
+                    log.write(f"could not remove the ranks' shared-memory segment {path}: {exc.strerror or exc}\n")
 
     @property
     def alive(self) -> bool:
@@ -367,19 +388,44 @@ def memory_mib() -> tuple[float, float]:
     return found["VmRSS"], found["VmHWM"]
 
 
+SHM_PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.")   # MPICH's; Open MPI 5's and 4's shared-memory files
+
+
 def shm_mapped(pids: set[int]) -> set[str]:
-    """The /dev/shm files these processes have mapped: an MPI library's shared-memory segments
-    (MPICH's mpich_shm_*, Open MPI's), which its finalize removes and a killed rank (by us, by
-    hydra when another rank died, by a signal) leaves in memory until the next boot."""
+    """The MPI shared-memory segments these processes map: regular files in /dev/shm that this user
+    owns and that an MPI names (SHM_PREFIXES). MPI_Finalize removes them; a killed rank (by us, by
+    hydra when another rank died, by a signal) leaves them holding memory until the next boot."""
     found: set[str] = set()
     for pid in pids:
         try:
             maps = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
             continue
-        found.update(path for line in maps.splitlines() if (path := line.split(maxsplit=5)[-1]).startswith("/dev/shm/")
-                     and not path.endswith(" (deleted)"))
-    return found
+        for line in maps.splitlines():
+            path = line.split(maxsplit=5)[-1]
+            if path.startswith("/dev/shm/") and path[len("/dev/shm/"):].startswith(SHM_PREFIXES):
+                found.add(path)
+    owned = set()
+    for path in found:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
+            owned.add(path)
+    return owned
+
+
+def still_mapped(paths: set[str]) -> set[str]:
+    """Which of `paths` some live process on this machine still maps."""
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        mapped.update(path for path in paths if path in text)
+    return mapped
 
 
 def _maps_memory(pid: int) -> bool:

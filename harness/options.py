@@ -67,7 +67,7 @@ class Options:
     ab_until_decided: bool = False   # sequential A/B: --repeat is the budget (--max-repeat), undecided cells rerun
     inconclusive: str = "fail"       # the gate on cells without enough evidence: "fail" (exit 6) or "pass"
     estimator: str = DEFAULT_ESTIMATOR   # each launch's statistic of its rounds that verdicts rest on (reports/estimators.py)
-    min_effect: float = DEFAULT_MIN_EFFECT   # the smallest change a verdict counts (reports/compare.py)
+    min_effect: float = DEFAULT_MIN_EFFECT   # the smallest change a verdict counts (reports/compare.py assign_verdicts)
     labels: dict = field(default_factory=dict)   # side -> what to call it ("A": "mpich 4.2.3")
     knobs: dict = field(default_factory=dict)    # --knobs: variable -> values, each value a series in its own group
     buckets: list[int] = field(default_factory=lambda: [0 if b == "0" else parse_size(b) for b in BUCKETS.split(",")])
@@ -294,8 +294,8 @@ def parse(getoption) -> Options:
         o.min_effect = float(getoption("min_effect"))
     except (TypeError, ValueError):
         o.min_effect = float("nan")
-    if not 0 <= o.min_effect < 1:
-        raise OptionError(f"--min-effect {getoption('min_effect')!r}: give a fraction from 0 to below 1 (0.05 = 5%)")
+    if not 0 < o.min_effect < 1:
+        raise OptionError(f"--min-effect {getoption('min_effect')!r}: give a fraction above 0 and below 1 (0.05 = 5%)")
     o.labels = parse_labels(getoption("label") or [])
     o.knobs = parse_knobs(getoption("knobs") or [])
     o.comm_dtypes = _list(getoption("comm_dtypes"), COMM_DTYPES, "comm-dtypes")

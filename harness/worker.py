@@ -170,13 +170,13 @@ def main() -> ExitCode:
     from collectives import backends
     from harness.provenance import adapter_env
     backend = backends.create(backend_name, rank, world, local_rank)
-    info = {"rank": backend.rank, "host": socket.gethostname(), "pid": os.getpid(),
+    from harness import control
+    info = {"rank": backend.rank, "host": socket.gethostname(), "node": control.node_key(), "pid": os.getpid(),
             "local_rank": local_rank, "device": backend.device.name(),
             "versions": {**backend.versions(), "python": f"{sys.version.split()[0]} {sys.executable}"},
             "env": adapter_env()}
     # every rank is watched (a host leader by the driver, a follower by its leader: harness/control.py)
     # before rank 0 says hello: the gather orders them
-    from harness import control
     driver = (launch.driver_host, launch.driver_port, launch.token)
     post = control.open_post(driver[2], backend.rank)   # listening before anyone learns who leads this node
     peers = backend.bcast_json(backend.gather_json(control.whoami()))

@@ -68,10 +68,14 @@ def figure(workload: str, what: dict, seconds: float) -> str:
 
 
 def _nights(runs: list) -> CanaryView:
+    """Nights measured the way the newest canary was (its version): a canary that changed what a
+    night's figure is starts its levels afresh instead of showing as a step of the machine."""
     view = CanaryView()
+    versions = [c.get("version") if isinstance(c := run.meta.get("canary"), dict) else None for run in runs]
+    newest = next((v for v in reversed(versions) if v is not None), None)
     for i, run in enumerate(runs):
         canary = run.meta.get("canary")
-        workloads = canary.get("workloads") if isinstance(canary, dict) else None
+        workloads = canary.get("workloads") if isinstance(canary, dict) and versions[i] == newest else None
         for name, w in (workloads or {}).items() if isinstance(workloads, dict) else ():
             samples = w.get("samples") if isinstance(w, dict) else None
             if not isinstance(samples, list) or not samples or not all(

@@ -62,7 +62,9 @@ def recorded_min_effect(run: Run) -> float:
     """The --min-effect a run was made with (what its session judged by), else the default."""
     options = run.meta.get("options")
     value = options.get("min_effect") if isinstance(options, dict) else None
-    return float(value) if isinstance(value, (int, float)) and 0 <= value < 1 else DEFAULT_MIN_EFFECT
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1:
+        return float(value)
+    return DEFAULT_MIN_EFFECT
 
 
 def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect: float | None = None,

@@ -25,6 +25,7 @@ class WireError(ValueError):
 @dataclass(kw_only=True)
 class Spec:
     KINDS: ClassVar[tuple[str, ...]] = ()
+    REQUIRED: ClassVar[tuple[str, ...]] = ()   # fields a message must carry although the class gives a default
     kind: str
     timeout_s: float = 0.0          # set by the driver when it sends the spec (the hang dump's delay)
     corrupt: bool = False           # set on the faulting rank only (HCCL_BENCH_FAULT=corrupt, harness/worker.py)
@@ -59,12 +60,9 @@ class OpCall(Spec):
 @dataclass(kw_only=True)
 class CollectiveSpec(OpCall):
     KINDS = ("collective", "collective_begin")
+    REQUIRED = ("op", "dtype", "redop", "count", "inplace")
     kind: str = "collective"
     plan: dict                      # collectives.timing.Plan's fields
-
-    def __post_init__(self) -> None:
-        if not self.op:
-            raise WireError("collective spec: field op is missing")
 
     def fault_names(self) -> set[str]:
         return {self.op}
@@ -291,7 +289,7 @@ def _build(cls: type[T], data: dict, where: str) -> T:
         raise WireError(f"{where}: unknown field {_short(extra[0])}")
     for f in fields(cls):
         if f.name not in data:
-            if f.default is MISSING and f.default_factory is MISSING:
+            if f.default is MISSING and f.default_factory is MISSING or f.name in getattr(cls, "REQUIRED", ()):
                 raise WireError(f"{where}: field {f.name} is missing")
         elif not _is(data[f.name], hints[f.name]):
             raise WireError(f"{where}: field {f.name} must be {_name(hints[f.name])}, got {_short(data[f.name])}")

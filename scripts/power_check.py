@@ -7,8 +7,8 @@ does an A/A ever confirm anything? Detection as a function of effect size, on re
 
 Each run is one real session, `pytest benches/test_collectives.py --benchmark --ab-until-decided
 --max-repeat BUDGET --min-effect M --ops OPS --sizes SIZES -k float32` into DIR/<backend>/<condition>-<i>.
-A factor at or below 1 + M can never be a regression (the verdict needs the ratio past it), so a
-5% slowdown wants M below 0.05. Side B
+A regression needs its measured ratio past 1 + M, so a slowdown of exactly 1 + M is found about
+half the time at best: a 5% slowdown wants M well below 0.05. Side B
 of a factor run is `HCCL_BENCH_FAULT=slow:0:OP:FACTOR` (rank 0's timed calls of OP take FACTOR
 times as long), OP taking each of OPS in turn, so the other ops of the run are untouched control
 cells; side B of an A/A run sets HCCL_BENCH_AA=1, which nothing reads. --busy N runs N busy loops
@@ -20,7 +20,7 @@ size, for each factor in how many runs the slowed cell was a confirmed regressio
 launches it took; the A/A runs' confirmed cells and the control cells' confirmed cells (both should
 be none); the share of cells confirmed over side-swapped draws of the A/A runs (at most alpha); and
 per size band what the A/A runs could have seen (the minimum detectable effect at 80% power).
-Exit status 0 when it ran (the numbers are the result), 2 for bad arguments.
+Exit status 0 when it ran (the numbers are the result), 1 when a session failed to run, 2 for bad arguments.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from estimator_aa import draws  # noqa: E402
 from collectives.sizes import format_size  # noqa: E402
 from reports.compare import detectable_bands  # noqa: E402
 from reports.estimators import DEFAULT_MIN_EFFECT, ESTIMATORS  # noqa: E402
-from reports.gate import recorded_min_effect  # noqa: E402
+from reports.gate import recorded_min_effect, sequential_budget  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from reports.sequential import run_looks  # noqa: E402
 
@@ -78,8 +78,7 @@ def result_file(run_dir: Path) -> str:
 
 def judged(path: Path, estimator: str):
     a, b = load(result_file(path), side="A"), load(result_file(path), side="B")
-    return run_looks(a, b, int((a.meta.get("options") or {}).get("repeat") or 0), min_effect=recorded_min_effect(b),
-                     estimator=estimator)
+    return run_looks(a, b, sequential_budget(a, b), min_effect=recorded_min_effect(b), estimator=estimator)
 
 
 def report(backend_dir: Path, trials: int) -> None:
@@ -147,14 +146,15 @@ def main() -> int:
     parser.add_argument("--sizes", default="4:4M:4")
     parser.add_argument("--budget", type=int, default=12, help="--max-repeat of each A/B (default 12)")
     parser.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
-                        help="each session's --min-effect: a factor at or below 1 + it is never a regression")
+                        help="each session's --min-effect (a regression's ratio must be past 1 + it)")
     parser.add_argument("--busy", type=int, default=1, help="busy loops beside each session (default 1)")
     parser.add_argument("--draws", type=int, default=200, help="side-swapped draws per A/A run")
     parser.add_argument("--out", help="folder for the runs (default: a new temporary folder)")
     parser.add_argument("--replay", help="judge the runs in this folder (an earlier --out) again; run nothing")
     args = parser.parse_args()
-    if any(f < 1 for f in args.factors) or args.runs < 0 or args.aa < 0 or args.budget < 6:
-        print("power_check: factors must be >= 1, --runs and --aa >= 0, --budget >= 6 (the first look)", file=sys.stderr)
+    if any(f < 1 for f in args.factors) or args.runs < 0 or args.aa < 0 or args.budget < 6 or not 0 < args.min_effect < 1:
+        print("power_check: factors must be >= 1, --runs and --aa >= 0, --budget >= 6 (the first look), "
+              "--min-effect above 0 and below 1", file=sys.stderr)
         return 2
     if args.replay:
         for backend_dir in sorted(p for p in Path(args.replay).iterdir() if p.is_dir()):
@@ -173,6 +173,9 @@ def main() -> int:
                 run_dir = out / backend / f"{name}-{counts[name]}"
                 code = session(run_dir, backend, name, args)
                 print(f"# {backend} {name} run {counts[name]}: exit {code} ({run_dir})", flush=True)
+                if code not in (0, 1, 6):   # bad options, an internal error, an interruption: the rest would fail alike
+                    print(f"power_check: the session ended with exit {code} (its output above); stopping", file=sys.stderr)
+                    return 1
             report(out / backend, args.draws)
     finally:
         for p in busy:

@@ -27,18 +27,25 @@ def processes_with_tag(tag: str) -> list[int]:
 
 
 def shm_segments() -> set[str]:
-    return {str(p) for p in Path("/dev/shm").iterdir()} if Path("/dev/shm").is_dir() else set()
+    """This user's MPI shared-memory files in /dev/shm (harness.groups.SHM_PREFIXES)."""
+    from harness.groups import SHM_PREFIXES
+    if not Path("/dev/shm").is_dir():
+        return set()
+    found = set()
+    for p in Path("/dev/shm").iterdir():
+        try:
+            if p.name.startswith(SHM_PREFIXES) and p.is_file() and p.lstat().st_uid == os.geteuid():
+                found.add(str(p))
+        except OSError:
+            continue
+    return found
 
 
 def orphan_segments(before: set[str]) -> list[str]:
-    """/dev/shm files made since `before` that no live process maps: an MPI's segments left by a kill."""
-    mapped = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            mapped.update(line.split(maxsplit=5)[-1] for line in maps.read_text().splitlines() if "/dev/shm/" in line)
-        except OSError:
-            continue
-    return sorted(shm_segments() - before - mapped)
+    """MPI segments made since `before` that no live process maps: what a killed rank's MPI left."""
+    from harness.groups import still_mapped
+    new = shm_segments() - before
+    return sorted(new - still_mapped(new))
 
 
 class BenchRun:
@@ -69,9 +76,14 @@ class BenchRun:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        while left and any(Path(f"/proc/{pid}").exists() for pid in left) and time.monotonic() < deadline + 5:
+            time.sleep(0.05)
         segments = orphan_segments(self.segments_before)
         for path in segments:
-            Path(path).unlink(missing_ok=True)
+            try:
+                Path(path).unlink()
+            except OSError:
+                pass
         return [*left, *segments]
 
 

@@ -134,7 +134,7 @@ def test_spanning_joins_the_samples_before_and_after_the_sweep():
                                          "compute": {"error": "OSError: y"}}}
     joined = canary_workload.spanning(before, after)["workloads"]
     assert joined["memory"] == {"samples": [1.0, 1.0, 3.0], "bytes": 8, "after_sweep": 1}
-    assert joined["loopback"] == {"samples": [0.5]} and joined["compute"] == {"samples": [2.0]}
+    assert joined["loopback"] == {"samples": [0.5], "after_sweep": 1} and joined["compute"] == {"samples": [2.0]}
 
 
 @pytest.mark.slow
@@ -147,3 +147,17 @@ def test_a_timed_sweep_records_the_canary_before_and_after_it(bench_run):
     for w in workloads.values():
         assert len(w["samples"]) == 2 * canary_workload.SAMPLES and w["after_sweep"] == canary_workload.SAMPLES, w
     assert bench_run.leftovers() == []
+
+
+def test_nights_of_an_older_canary_version_are_not_levels_of_the_newest(tmp_path):
+    """A canary that changed what a night's figure is (version 1 -> 2) starts afresh: the older
+    nights are not read as the machine's level, so a jump between versions is no machine step."""
+    from reports.canary import judge
+    runs = runs_of(with_canary(nightly(tmp_path, 10, drift=0.02), lambda night: 1.4 if night >= 6 else 1.0))
+    for run in runs[:6]:
+        run.meta["canary"]["version"] = 0
+    view = judge(runs, 0.05)
+    assert view.steps == [] and view.nights == 4
+    for run in runs[:6]:
+        run.meta["canary"]["version"] = 1
+    assert {s.at for s in judge(runs, 0.05).steps} == {6}   # one step per workload

@@ -51,6 +51,8 @@ def test_results_are_typed_and_a_missing_field_is_named():
     ({"kind": "pickle"}, "unknown spec kind 'pickle' (known: round, end, collective, "),
     ({"kind": "round", "exec": "x"}, "round spec: unknown field 'exec'"),
     ({"kind": "overhead", "plan": {}}, "overhead spec: field count is missing"),
+    ({"kind": "collective_begin", "op": "all_reduce", "dtype": "float32", "redop": "sum", "inplace": False, "plan": {}},
+     "collective_begin spec: field count is missing"),
     ({"kind": "overhead", "count": True, "plan": {}}, "overhead spec: field count must be int, got True"),
     ({"kind": "doctor_links", "rounds": [[["0", 1]]], "bytes": 8, "reps": 1},
      "doctor_links spec: field rounds must be list[list[list[int]]], got [[['0', 1]]]"),
