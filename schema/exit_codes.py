@@ -16,7 +16,7 @@ class ExitCode(IntEnum):
     SUSPECT = 1           # doctor: a host, link or rank measured bad
     RANKS_FAILED = 1      # cluster launch torchrun: a host's torchrun (a rank) ended non-zero; the rest were stopped
     BAD_INPUT = 2         # a command given unusable input (unreadable file, mismatched setups, bad arguments)
-    INTERRUPTED = 2       # pytest session (cluster launch): Ctrl-C, SIGTERM or SIGHUP (what finished is written, marked incomplete)
+    INTERRUPTED = 2       # pytest session, cluster launch: Ctrl-C, SIGTERM or SIGHUP (what finished is written, incomplete)
     INTERNAL = 3          # a bug, or the session could not write its results (full disk): never read as a regression
     BAD_OPTION = 4        # pytest session: a bad option or an unwritable --results, before any rank starts
     NO_TESTS = 5          # pytest session: nothing selected (pytest's own status, passed through)
