@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.shm import release_own
 from schema.exit_codes import ExitCode
 
 MAX_LINE = 64 << 20          # an authenticated message (a case's results for many ranks)
@@ -142,6 +143,7 @@ def _exit_when_closed(read: Callable[[], bytes], message: str, log, name: str) -
         except OSError:
             pass
         log(message)
+        release_own()
         os._exit(DRIVER_GONE_EXIT)
 
     threading.Thread(target=wait_for_close, name=name, daemon=True).start()
@@ -263,6 +265,7 @@ def _follow(token: str, rank: int, leader: int, log) -> None:
         sock.close()
     if not fds:
         log(f"hccl-bench: rank {rank}: its host leader, rank {leader}, is gone; exiting")
+        release_own()
         os._exit(DRIVER_GONE_EXIT)
     os.set_inheritable(fds[0], False)
 

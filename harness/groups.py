@@ -12,7 +12,6 @@ import re
 import secrets
 import signal
 import socket
-import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from collectives.backends import info as backend_info
 from harness import launchers
 from harness.control import Channel, ChannelClosed, accept_group, node_key
 from harness.group_key import GroupKey
+from harness.shm import shm_mapped, still_mapped
 from harness.worker import CASE_ERROR
 from schema import wire
 from schema.wire import Spec
@@ -386,46 +386,6 @@ def memory_mib() -> tuple[float, float]:
     except (OSError, ValueError, IndexError):
         pass
     return found["VmRSS"], found["VmHWM"]
-
-
-SHM_PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.")   # MPICH's; Open MPI 5's and 4's shared-memory files
-
-
-def shm_mapped(pids: set[int]) -> set[str]:
-    """The MPI shared-memory segments these processes map: regular files in /dev/shm that this user
-    owns and that an MPI names (SHM_PREFIXES). MPI_Finalize removes them; a killed rank (by us, by
-    hydra when another rank died, by a signal) leaves them holding memory until the next boot."""
-    found: set[str] = set()
-    for pid in pids:
-        try:
-            maps = Path(f"/proc/{pid}/maps").read_text()
-        except OSError:
-            continue
-        for line in maps.splitlines():
-            path = line.split(maxsplit=5)[-1]
-            if path.startswith("/dev/shm/") and path[len("/dev/shm/"):].startswith(SHM_PREFIXES):
-                found.add(path)
-    owned = set()
-    for path in found:
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
-            owned.add(path)
-    return owned
-
-
-def still_mapped(paths: set[str]) -> set[str]:
-    """Which of `paths` some live process on this machine still maps."""
-    mapped: set[str] = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            text = maps.read_text()
-        except OSError:
-            continue
-        mapped.update(path for path in paths if path in text)
-    return mapped
 
 
 def _maps_memory(pid: int) -> bool:

@@ -28,7 +28,7 @@ def processes_with_tag(tag: str) -> list[int]:
 
 def shm_segments() -> set[str]:
     """This user's MPI shared-memory files in /dev/shm (harness.groups.SHM_PREFIXES)."""
-    from harness.groups import SHM_PREFIXES
+    from harness.shm import SHM_PREFIXES
     if not Path("/dev/shm").is_dir():
         return set()
     found = set()
@@ -43,7 +43,7 @@ def shm_segments() -> set[str]:
 
 def orphan_segments(before: set[str]) -> list[str]:
     """MPI segments made since `before` that no live process maps: what a killed rank's MPI left."""
-    from harness.groups import still_mapped
+    from harness.shm import still_mapped
     new = shm_segments() - before
     return sorted(new - still_mapped(new))
 

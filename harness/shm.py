@@ -1,0 +1,58 @@
+"""An MPI library's shared-memory files in /dev/shm: MPI_Finalize removes them, a killed rank (by
+the driver, by hydra when another rank died, by a signal, by the driver's own death) leaves them
+holding memory until the next boot. The driver removes a killed group's (harness/groups.py); a rank
+whose driver vanished removes its own before it exits (harness/control.py)."""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+SHM_PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.")   # MPICH's; Open MPI 5's and 4's shared-memory files
+
+
+def shm_mapped(pids: set[int]) -> set[str]:
+    """The MPI shared-memory segments these processes map: regular files in /dev/shm that this user
+    owns and that an MPI names (SHM_PREFIXES). MPI_Finalize removes them; a killed rank (by us, by
+    hydra when another rank died, by a signal) leaves them holding memory until the next boot."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            path = line.split(maxsplit=5)[-1]
+            if path.startswith("/dev/shm/") and path[len("/dev/shm/"):].startswith(SHM_PREFIXES):
+                found.add(path)
+    owned = set()
+    for path in found:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
+            owned.add(path)
+    return owned
+
+
+def still_mapped(paths: set[str]) -> set[str]:
+    """Which of `paths` some live process on this machine still maps."""
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        mapped.update(path for path in paths if path in text)
+    return mapped
+
+
+def release_own() -> None:
+    """Unlink the MPI segments this process maps, as its finalize would: a rank about to exit
+    without one. Peers that still map a file keep their mapping; nothing new can attach to it."""
+    for path in shm_mapped({os.getpid()}):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
