@@ -48,11 +48,19 @@ def still_mapped(paths: set[str]) -> set[str]:
     return mapped
 
 
-def release_own() -> None:
-    """Unlink the MPI segments this process maps, as its finalize would: a rank about to exit
-    without one. Peers that still map a file keep their mapping; nothing new can attach to it."""
+def release_own(prefixes: tuple[str, ...] = SHM_PREFIXES) -> None:
+    """Unlink the MPI segments this process maps, as its finalize would. Peers that map a file keep
+    their mapping; nothing new can attach to it."""
     for path in shm_mapped({os.getpid()}):
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        if path[len("/dev/shm/"):].startswith(prefixes):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def release_attached() -> None:
+    """Once every rank has finished MPI_Init and a collective: MPICH's init segment is mapped by
+    all of its node's ranks (they attach inside MPI_Init), so its name can go now and no later kill
+    leaves it behind (MPICH's finalize does not mind). Open MPI's peers attach lazily: kept."""
+    release_own(("mpich_shm_",))

@@ -170,7 +170,7 @@ def main() -> ExitCode:
     from collectives import backends
     from harness.provenance import adapter_env
     backend = backends.create(backend_name, rank, world, local_rank)
-    from harness import control
+    from harness import control, shm
     info = {"rank": backend.rank, "host": socket.gethostname(), "node": control.node_key(), "pid": os.getpid(),
             "local_rank": local_rank, "device": backend.device.name(),
             "versions": {**backend.versions(), "python": f"{sys.version.split()[0]} {sys.executable}"},
@@ -180,6 +180,7 @@ def main() -> ExitCode:
     driver = (launch.driver_host, launch.driver_port, launch.token)
     post = control.open_post(driver[2], backend.rank)   # listening before anyone learns who leads this node
     peers = backend.bcast_json(backend.gather_json(control.whoami()))
+    shm.release_attached()   # every rank is past MPI_Init and a collective (harness/shm.py)
     watch = control.join_watch(post, driver, backend.rank, peers, log=lambda line: print(line, file=sys.stderr, flush=True))
     ranks = backend.gather_json(info)
     chan = None
