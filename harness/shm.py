@@ -1,7 +1,8 @@
 """An MPI library's shared-memory files in /dev/shm: MPI_Finalize removes them, a killed rank (by
 the driver, by hydra when another rank died, by a signal, by the driver's own death) leaves them
-holding memory until the next boot. The driver removes a killed group's (harness/groups.py); a rank
-whose driver vanished removes its own before it exits (harness/control.py)."""
+holding memory until the next boot. Ranks unlink MPICH's init segment once all have attached
+(release_attached, harness/worker.py); a rank whose driver vanished unlinks its own before it exits
+(harness/control.py); the driver removes what a killed group still left (harness/groups.py)."""
 from __future__ import annotations
 
 import os
