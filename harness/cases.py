@@ -127,7 +127,7 @@ def launches(opts: Options, build_one) -> list:
 
 def side_python(opts: Options, side: str) -> str:
     """The interpreter a side's ranks run ("" = this one): side B's HCCL_BENCH_PYTHON in --ab-env/--ab-source."""
-    return opts.ab_env.get("HCCL_BENCH_PYTHON", "") if side == "B" else ""
+    return (opts.ab_env.get("HCCL_BENCH_PYTHON") or "") if side == "B" else ""
 
 
 def build(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[Case]:

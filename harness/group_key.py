@@ -13,12 +13,12 @@ class GroupKey:
     launcher: str = ""
     launch: int = 0              # --repeat: each launch gets fresh groups (the statistical sample)
     side: str = ""               # --ab-env/--ab-source: "A" or "B"
-    side_env: tuple[tuple[str, str], ...] = ()   # side B's --ab-env variables (empty for A)
+    side_env: tuple[tuple[str, str | None], ...] = ()   # side B's --ab-env variables, None: unset (empty for A)
     python: str = ""             # side B's interpreter (HCCL_BENCH_PYTHON in --ab-env); "" = this one
 
     @property
-    def rank_env(self) -> dict[str, str]:
-        """Every variable the harness sets for this group's ranks on top of the driver's."""
+    def rank_env(self) -> dict[str, str | None]:
+        """Every variable the harness sets (None: removes) for this group's ranks on top of the driver's."""
         return {**dict(self.env), **dict(self.side_env)}
 
     def slot(self) -> GroupKey:

@@ -380,20 +380,33 @@ def parse_labels(items: list[str]) -> dict[str, str]:
     return labels
 
 
-def sourced_env(path: str) -> dict[str, str]:
+BASH_OWN = {"_", "SHLVL", "PWD", "OLDPWD", "COLUMNS", "LINES"}   # set by the shell itself, never by the script
+
+
+def sourced_env(path: str) -> dict[str, str | None]:
     """What sourcing a stack's env script (CANN's set_env.sh, a module file wrapper) changes, as
-    NAME=VALUE pairs; run once in a throwaway bash so its shell logic ($PATH appends) works."""
+    NAME -> VALUE, and NAME -> None for what it unsets (else `unset HCCL_ALGO` in the previous
+    stack's script left the variable on both sides: an A/A read as the change). Run once in a
+    throwaway bash, its environment read before and after, so its shell logic ($PATH appends) works
+    and bash's own variables (SHLVL, PWD) never count."""
     if not path:
         return {}
     if not os.path.isfile(path):
         raise OptionError(f"--ab-source {path!r} is not a file: give a shell script to source (e.g. set_env.sh)")
-    proc = subprocess.run(["bash", "-c", 'source "$1" >/dev/null 2>&1 || exit 97; env -0', "ab-source", path],
-                          capture_output=True, timeout=60)
+    shell = 'env -0; printf "\\1\\0"; source "$1" >/dev/null 2>&1 || exit 97; env -0; printf "\\2\\0"'
+    proc = subprocess.run(["bash", "-c", shell, "ab-source", path], capture_output=True, timeout=60)
     if proc.returncode:
         raise OptionError(f"--ab-source {path!r}: sourcing it failed (exit {proc.returncode}) in bash")
-    after = dict(item.split("=", 1) for item in proc.stdout.decode(errors="replace").split("\0") if "=" in item)
-    ignore = {"_", "SHLVL", "PWD", "OLDPWD", "COLUMNS", "LINES"}   # bash's own: set by the shell, not by the script
-    return {k: v for k, v in after.items() if k not in ignore and os.environ.get(k) != v}
+    before, _, after = proc.stdout.decode(errors="replace").partition("\1\0")
+    if not after.endswith("\2\0"):   # `exit` in the script ended the shell: nothing after it is known
+        raise OptionError(f"--ab-source {path!r} ended the shell (exit) while being sourced: give a script that "
+                          "returns, as set_env.sh does")
+
+    def parsed(text: str) -> dict[str, str]:
+        pairs = (item.split("=", 1) for item in text.split("\0") if "=" in item)
+        return {k: v for k, v in pairs if k not in BASH_OWN}
+    was, now = parsed(before), parsed(after)
+    return {**{k: v for k, v in now.items() if was.get(k) != v}, **{k: None for k in was if k not in now}}
 
 
 def previous_stack_kind(path: str) -> str:

@@ -42,7 +42,7 @@ def run_provenance(run) -> dict:
     for cell in run.cells.values():
         envs.add(tuple(sorted(cell.row.group_env.items())))
         for k, v in cell.row.group_env.items():
-            rank_env.setdefault(k, set()).add(str(v))
+            rank_env.setdefault(k, set()).add("(unset)" if v is None else str(v))
     seen: dict[str, dict[str, set]] = {"versions": {}, "adapter_env": {}}
     for group in (run.meta.get("groups") or {}).values():
         if not isinstance(group, dict) or group.get("side", "") != run.side:

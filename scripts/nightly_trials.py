@@ -82,7 +82,7 @@ def main() -> int:
     previous = None
     if args.same_night:
         previous = out / "previous_stack.sh"   # the stack before the change: no slow fault
-        previous.write_text("export HCCL_BENCH_FAULT=\n")
+        previous.write_text("unset HCCL_BENCH_FAULT\n")
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     confirmed_by_second, confirmed_first, wolf, machine_same, confirmed_at = 0, 0, 0, 0, []
     try:

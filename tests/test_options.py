@@ -2,11 +2,12 @@
 (tests/test_end_to_end.py runs three of them through a real pytest session: exit 4, no rank.)"""
 import argparse
 import importlib.util
+import os
 
 import pytest
 
 from collectives.backends import BACKENDS
-from harness.options import OptionError, add_options, parse, prepare
+from harness.options import OptionError, add_options, parse, prepare, sourced_env
 
 
 class _Options:
@@ -127,6 +128,21 @@ def test_parsing_touches_neither_the_machine_nor_the_environment(tmp_path, monke
     prepare(opts, getoption)
     assert mark.exists() and opts.ab_env["HCCL_BENCH_SOURCED"] == "yes" and opts.ab_env["X"] == "1"
     assert os.environ["HCCL_BENCH_MPI_THREAD_LEVEL"] == "funneled" and opts.backends and opts.nproc >= 1
+
+
+def test_a_sourced_script_sets_appends_and_unsets(tmp_path, monkeypatch):
+    """What --ab-source and --previous-stack give side B: values set and appended, and None for what
+    the script unsets (the previous stack without a variable); bash's own variables never count."""
+    monkeypatch.setenv("HCCL_BENCH_OLD", "1")
+    monkeypatch.setenv("HCCL_BENCH_KEPT", "same")
+    script = tmp_path / "set_env.sh"
+    script.write_text('unset HCCL_BENCH_OLD\nexport HCCL_BENCH_NEW=2\nexport HCCL_BENCH_KEPT=same\n'
+                      'export PATH="/opt/stack/bin:$PATH"\ncd /\nreturn 0\n')
+    changed = sourced_env(str(script))
+    assert changed == {"HCCL_BENCH_OLD": None, "HCCL_BENCH_NEW": "2", "PATH": "/opt/stack/bin:" + os.environ["PATH"]}
+    script.write_text("exit 0\n")   # would end the user's shell too: nothing after it is known
+    with pytest.raises(OptionError, match="ended the shell"):
+        sourced_env(str(script))
 
 
 def test_parse_imports_no_torch():

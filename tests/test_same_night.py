@@ -67,7 +67,7 @@ def test_a_suspected_cell_is_confirmed_the_same_night_and_an_aa_confirms_nothing
     nights = tmp_path / "nights"
     shutil.copytree(bench_run.results, nights)
     clears = tmp_path / "previous.sh"
-    clears.write_text("export HCCL_BENCH_FAULT=   # the previous stack: without the slowdown\n")
+    clears.write_text("unset HCCL_BENCH_FAULT   # the previous stack: without the slowdown\n")
     proc = bench_run(*NIGHT, "--previous-stack", str(clears), target="benches/test_collectives.py", env=FAULT)
     out = proc.output
     assert proc.returncode == 1, out[-3000:]
