@@ -78,7 +78,8 @@ def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
     that fails, is interrupted, or outlives its cases' timeouts is reported, never waited on forever."""
     ids = selection(opts, keys)
     if not ids:
-        return Outcome(None, f"# same-night A/B: none of the {len(keys)} suspected cells is a case of these benches", False)
+        return Outcome(None, f"# same-night A/B: none of the {len(keys)} suspected or regressed cells is a case of these "
+                             "benches", False)
     before = set(Path(opts.results).glob("*/"))
     cmd = command(opts, ids)
     limit = opts.timeout_s * (2 * len(ids) * budget(opts.invocation) + 2)   # every case hung to its --timeout

@@ -99,16 +99,18 @@ def judge_history(bench: BenchSession) -> dict:
 
 
 def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) -> tuple[str, Judgement]:
-    """--previous-stack: this run's suspected cells A/B-tested against the previous stack by a
+    """--previous-stack: this run's suspected and regressed cells A/B-tested against the previous stack by a
     child session (harness/same_night.py), then the history judged again with it (the record it
     leaves in this run's folder is what the judgement reads); the text says what it did."""
     from harness import same_night
     from reports.gate import judge_history as judge_runs
     newest = max(runs, key=lambda r: r.started)
-    suspected = judgement.history.suspected.cells if judgement.history is not None else []
+    hist = judgement.history
+    suspected = hist.suspected.cells if hist is not None else []
     keys = {c.key for c in suspected if c.verdict.startswith("suspected ")}
+    keys |= {c.key for c in (hist.judged.cells if hist is not None else []) if c.verdict == "regression"}
     if Path(newest.path).parent != bench.run_dir or not keys:
-        return "# same-night A/B: no suspected cells in this run, nothing more was run\n", judgement
+        return "# same-night A/B: no suspected or regressed cells in this run, nothing more was run\n", judgement
     outcome = same_night.run(bench.opts, bench.run_dir, keys)
     if not outcome.ok:
         return outcome.text + "\n", judgement

@@ -111,7 +111,10 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
         ab, prefix = same_night(recorded[0])
     if ab is not None:
         suspected = sum(c.verdict.startswith("suspected") for c in hist.suspected.cells)
-        prefix += f"# same-day A/B: confirmed {confirm_with_ab(hist, ab)} of {suspected} suspected cells\n"
+        regressed = sum(c.verdict == "regression" for c in hist.judged.cells)
+        confirmed, unexplained = confirm_with_ab(hist, ab)
+        prefix += (f"# same-day A/B: confirmed {confirmed} of {suspected} suspected cells; {unexplained} of {regressed} "
+                   "regressed cells the stacks ran alike (the machine's)\n")
     as_json = {**summary.as_json(hist.judged), "headline": summary.history_headline(hist), "runs": [r.path for r in hist.runs],
                "change_at": {f"{k[0].label()} {k[1]} B": hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
                "suspected": summary.as_json(hist.suspected)["cells"], "machine_changed": hist.machine_changed,

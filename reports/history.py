@@ -201,12 +201,23 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
     return hist
 
 
-def confirm_with_ab(hist: History, ab: Comparison) -> int:
+def confirm_with_ab(hist: History, ab: Comparison) -> tuple[int, int]:
     """A same-day interleaved A/B (base: the previous stack, candidate: the current one) settles
     the newest run's suspicions: a suspected cell the A/B flags the same way becomes a change that
-    began with the newest run. Returns how many cells it confirmed."""
+    began with the newest run. It also checks the history's own regressions: one where the A/B
+    finds the two stacks alike (no change, its interval inside the minimum effect) is not the
+    software stack's, so it is a machine regression, with the A/B's figures (a drifting machine's
+    two slower nights read as a level). Returns (suspicions confirmed, regressions not reproduced)."""
     by_key = {c.key: c for c in ab.cells}
     judged = {c.key: i for i, c in enumerate(hist.judged.cells)}
+    unexplained = 0
+    for i, c in enumerate(hist.judged.cells):
+        a = by_key.get(c.key)
+        if c.verdict == "regression" and a is not None and a.verdict == "no change":
+            note = (f"the same-night A/B against the previous stack found no change "
+                    f"(x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}]): not the software stack")
+            hist.judged.cells[i] = replace(c, verdict="machine regression", note=note)
+            unexplained += 1
     confirmed = 0
     for s in hist.suspected.cells:
         a = by_key.get(s.key)
@@ -216,7 +227,7 @@ def confirm_with_ab(hist: History, ab: Comparison) -> int:
         hist.judged.cells[judged[s.key]] = replace(a, note="confirmed by a same-day interleaved A/B")
         hist.change_at[s.key] = len(hist.runs) - 1
         s.verdict, confirmed = f"{want} (confirmed by A/B)", confirmed + 1
-    return confirmed
+    return confirmed, unexplained
 
 
 SAME_NIGHT = "same_night_ab.json"   # in a run's folder: the same-night A/B that settled its suspicions (--previous-stack)

@@ -222,14 +222,17 @@ def calibration_text(cal: dict) -> str:
     return "\n".join(out)
 
 
+MACHINE_NOTES = ("canary", "the same-night A/B")   # why a change is the machine's (reports/history.py)
+
+
 def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
     """(headline, [(section, lines)], what changed) shared by the terminal and Markdown forms."""
     from reports.history import MIN_SEGMENT, change_run, changed_between
     runs = hist.runs
     sections, changed_at = [], []
     for label, verdict in (("REGRESSIONS", "regression"), ("improvements", "improvement"),
-                           ("MACHINE CHANGES (the canary moved with them: the machine, not the software stack)",
-                            "machine regression"),
+                           ("MACHINE CHANGES (the canary moved with them, or the same-night A/B ran both stacks "
+                            "alike: the machine, not the software stack)", "machine regression"),
                            ("machine improvements (the canary moved with them)", "machine improvement"),
                            (f"standing regressions (began before the last {hist.window} runs)", "standing regression"),
                            ("standing improvements", "standing improvement")):
@@ -237,7 +240,7 @@ def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
         for r in size_ranges(hist.judged, verdict):
             at = change_run(hist, r["series"], r["first"], r["last"])
             why = next((c.note for c in hist.judged.cells if c.series == r["series"] and r["first"] <= c.size <= r["last"]
-                        and c.note.startswith("canary")), "") if verdict.startswith("machine") else ""
+                        and c.note.startswith(MACHINE_NOTES)), "") if verdict.startswith("machine") else ""
             lines.append(f"{range_text(r)} since {runs[at].label} ({runs[at].started[:16]})" + (f": {why}" if why else ""))
             if at not in changed_at:
                 changed_at.append(at)
@@ -266,12 +269,16 @@ def history_headline(hist) -> str:
         left = f"; {len(hist.left_out)} noisy nights left out" if hist.left_out else ""
         return f"nothing judged yet: {hist.too_short} cells have fewer than {MIN_RUNS} usable nights{left}"
     machine = [r for v in ("machine regression", "machine improvement") for r in size_ranges(hist.judged, v)]
-    steps = "; ".join(dict.fromkeys(c.note for c in hist.judged.cells if c.verdict.startswith("machine ")))
+    notes = list(dict.fromkeys(c.note if c.note.startswith("canary") else "the same-night A/B found no change between them"
+                               for c in hist.judged.cells if c.verdict.startswith("machine ")))
+    steps = "; ".join(notes)
+    why = ("moved with the canary" if all(n.startswith("canary") for n in notes) else
+           "ran alike on both stacks" if not any(n.startswith("canary") for n in notes) else
+           "moved with the canary or ran alike on both stacks")
     if hist.regressed:
-        return headline(hist.judged) + (f" (and {len(machine)} size ranges moved with the canary: the machine)"
-                                        if machine else "")
+        return headline(hist.judged) + (f" (and {len(machine)} size ranges {why}: the machine)" if machine else "")
     if machine:
-        return (f"MACHINE CHANGED: {len(machine)} size ranges moved with the canary ({steps}), first: "
+        return (f"MACHINE CHANGED: {len(machine)} size ranges {why} ({steps}), first: "
                 f"{range_text(machine[0])}; no software regression")
     return headline(hist.judged)
 

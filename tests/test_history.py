@@ -144,3 +144,26 @@ def test_a_same_day_ab_confirms_or_clears_the_newest_suspicion(tmp_path):
     assert line.endswith("since 8.0.RC3 (2026-11-10T02:00)") and "busbw -3" in line, proc.stdout
     proc = cli(write_ab(tmp_path / "aa.json", slow=1.0))     # the A/B sees no difference: nothing fails
     assert proc.returncode == 0 and "confirmed 0 of" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_regression_the_same_night_ab_runs_alike_on_both_stacks_is_the_machines(tmp_path):
+    """Two slower nights read as a new level are a confirmed regression; a same-night A/B in which
+    the previous stack and this one run alike says it is not the software stack (exit 7, with the
+    A/B's figures); an A/B that reproduces it keeps it a software regression (exit 1)."""
+    from tests.test_compare import write_ab
+    folder = nightly(tmp_path, 10, slow_from=8, factor=1.6, drift=0.03)
+
+    def cli(*extra):
+        return subprocess.run([sys.executable, "-m", "harness.cli", "history", str(folder), *extra],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+    alone = cli()
+    assert alone.returncode == 1 and "REGRESSIONS:" in alone.stdout, alone.stdout + alone.stderr
+    alike = cli("--ab", write_ab(tmp_path / "aa.json", slow=1.0))
+    out = alike.stdout
+    assert alike.returncode == 7, out + alike.stderr
+    unexplained, regressed = map(int, re.search(r"(\d+) of (\d+) regressed cells the stacks ran alike", out).groups())
+    assert regressed >= 2 and unexplained == regressed, out
+    assert "MACHINE CHANGED: 1 size ranges ran alike on both stacks (the same-night A/B found no change between them)" in out
+    assert "REGRESSIONS:" not in out and "not the software stack" in out
+    kept = cli("--ab", write_ab(tmp_path / "ab.json", slow=1.6))
+    assert kept.returncode == 1 and "0 of" in kept.stdout and "REGRESSIONS:" in kept.stdout, kept.stdout
