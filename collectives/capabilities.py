@@ -50,13 +50,14 @@ class Target:
     def of(cls, facts: DeviceFacts, nproc: int, launcher: str = "") -> Target:
         """Without a launcher every rank is on this node. With one, the ranks per node are what its
         template says (srun --ntasks-per-node, torchrun --nproc-per-node, hydra -ppn, Open MPI
-        -npernode or --map-by ppr:N:node); a template that does not say leaves them unknown."""
+        -npernode or --map-by ppr:N:node); nested launchers multiply (srun --ntasks-per-node 1 running
+        torchrun --nproc-per-node 8 puts 8 on a node); a template that does not say leaves them unknown."""
         if not launcher:
             return cls(facts, max(1, nproc), 1)
-        match = PER_NODE.search(launcher)
-        if not match:   # one device per node can only hold one rank; otherwise the launcher decides
+        counts = [int(next(g for g in m.groups() if g)) for m in PER_NODE.finditer(launcher)]
+        if not counts:   # one device per node can only hold one rank; otherwise the launcher decides
             return cls(facts, 1, nproc) if facts.devices == 1 else cls(facts, 0, 0)
-        per_node = min(nproc, int(next(g for g in match.groups() if g)))
+        per_node = min(nproc, math.prod(counts))
         return cls(facts, max(1, per_node), max(1, math.ceil(nproc / max(1, per_node))))
 
 

@@ -104,7 +104,7 @@ def launches(opts: Options, build_one) -> list:
     and a B item (plus --ab-env) side by side, A first in even launches and B first in odd ones;
     collectives and layers alternate single rounds between the two groups (harness/session.py), because this
     VM's speed flips 2x within seconds and only rounds milliseconds apart see the same machine."""
-    sides = ("A", "B") if opts.ab_env else ("",)
+    sides = ("A", "B") if opts.two_sides else ("",)
     cases = []
     for launch in range(opts.repeat):
         order = sides if launch % 2 == 0 else sides[::-1]
@@ -112,7 +112,9 @@ def launches(opts: Options, build_one) -> list:
             groups = {}
             for side in sides:
                 extra = {k: v for k, v in opts.ab_env.items() if k != "HCCL_BENCH_PYTHON"} if side == "B" else {}
-                own = {"env": template.side_b[1]} if side == "B" and getattr(template, "side_b", None) else {}
+                # side B's interpreter loads another MPI build: its own algorithm variables, the knobs kept
+                own = ({"env": tuple(sorted({**dict(template.side_b[1]), **getattr(template, "knobs", {})}.items()))}
+                       if side == "B" and getattr(template, "side_b", None) else {})
                 groups[side] = template.group and replace(template.group, launch=launch, side=side,
                                                           python=side_python(opts, side), side_env=tuple(sorted(extra.items())),
                                                           **own)

@@ -156,11 +156,13 @@ def run_history(args) -> ExitCode:
         return ExitCode.OK
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     ab = None
-    if args.ab:
-        from reports.compare import compare
-        from reports.gate import recorded_min_effect
-        base, cand = load(args.ab, side="A"), load(args.ab, side="B")
-        ab = compare(base, cand, min_effect=recorded_min_effect(cand) if args.min_effect is None else args.min_effect)
+    if args.ab:   # judged as compare --ab does: a sequential run's looks replayed, its estimator, a setup check
+        from reports.gate import judge_pair
+        pair = judge_pair(load(args.ab, side="A"), load(args.ab, side="B"), min_effect=args.min_effect, force=args.force,
+                          estimator=args.estimator)
+        if pair.refused:
+            return fail(f"--ab {args.ab}: {pair.refused}")
+        ab = pair.comparison
         print(f"# same-day A/B {args.ab}: side A (baseline) the previous stack, side B (candidate) the newest one")
     judgement = judge_history(runs, calibration=cal, min_effect=args.min_effect, window=args.window, force=args.force, ab=ab,
                               estimator=args.estimator)

@@ -18,8 +18,10 @@ class GroupKey:
 
     @property
     def rank_env(self) -> dict[str, str | None]:
-        """Every variable the harness sets (None: removes) for this group's ranks on top of the driver's."""
-        return {**dict(self.env), **dict(self.side_env)}
+        """Every variable the harness sets (None: removes) for this group's ranks on top of the driver's.
+        The case's own algorithm and knob variables win over side B's: the case's label says what ran
+        (a previous stack's script that unsets HCCL_ALGO must not undo --algos ring)."""
+        return {**dict(self.side_env), **dict(self.env)}
 
     def slot(self) -> GroupKey:
         """The key with its A/B side taken out: both sides of a case share one slot in the run order."""

@@ -179,7 +179,8 @@ class WorkerGroup:
             base["HCCL_BENCH_TCP_STORE"] = f"{self.driver_host}:{self.store.port}"  # type: ignore[attr-defined]
         base.update(wire.RankLaunch(backend=self.key.backend, driver_host=self.driver_host, driver_port=port, token=token,
                                     log_dir=str(self.log_dir.absolute())).to_env())   # ranks start in the repository
-        base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        # the repository first, then the path this group's stack asks for (side B's --ab-source may set or unset it)
+        base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), base.get("PYTHONPATH")]))
         for var, value in RANK_ENV_DEFAULTS.items():
             base.setdefault(var, value)
         for var, value in for_python(self.key.backend, self.key.python).rank_env:

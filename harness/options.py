@@ -64,6 +64,8 @@ class Options:
     previous_is_python: bool = False  # ... given as its python interpreter (else a shell script to source)
     invocation: list[str] = field(default_factory=list)   # pytest's arguments (set by the plugin): the same-night A/B reruns them
     ab_env: dict = field(default_factory=dict)
+    ab_source: str = ""              # --ab-source: the script side B's environment is sourced from
+    only_cases: list = field(default_factory=list)   # --cases: the case ids to run (none: all)
     ab_until_decided: bool = False   # sequential A/B: --repeat is the budget (--max-repeat), undecided cells rerun
     inconclusive: str = "fail"       # the gate on cells without enough evidence: "fail" (exit 6) or "pass"
     estimator: str = DEFAULT_ESTIMATOR   # each launch's statistic of its rounds that verdicts rest on (reports/estimators.py)
@@ -87,6 +89,11 @@ class Options:
 
     def plan(self) -> dict:
         return {"warmup": self.warmup, "rounds": self.rounds, "iters": self.iters, "round_time_s": self.round_time_s}
+
+    @property
+    def two_sides(self) -> bool:
+        """An A/B session: --ab-env or --ab-source, even one that changes nothing here (an A/A then)."""
+        return bool(self.ab_env or self.ab_source)
 
 
 def add_options(parser) -> None:
@@ -161,6 +168,8 @@ def _add_verdict_options(g) -> None:
                                                "(the latest baseline saved for this platform)")
     g.addoption("--history", action="store_true", help="nightly guard at the end: judge this run against the earlier "
                                                        "runs in its --results folder; a new confirmed regression fails")
+    g.addoption("--cases", default="", help="run only these cases: a file of case ids, one per line, as the tables "
+                                            "name them without their -L<launch>/-A/-B ends (the same-night A/B's child gets one)")
     g.addoption("--previous-stack", default="", help="with --history: settle the newest run's suspected changes the same night "
                                                      "by a sequential interleaved A/B of those cells against the previous "
                                                      "stack: its env script to source (CANN's set_env.sh) or its python")
@@ -275,7 +284,8 @@ def parse(getoption) -> Options:
     o.baseline = str(getoption("baseline") or "")
     o.history = bool(getoption("history"))
     o.ab_env = _env_list(str(getoption("ab_env") or ""))
-    two_sides = bool(o.ab_env or getoption("ab_source"))
+    o.ab_source = str(getoption("ab_source") or "")
+    two_sides = o.two_sides
     o.ab_until_decided = bool(getoption("ab_until_decided"))
     if o.ab_until_decided:
         if not two_sides:
@@ -298,6 +308,9 @@ def parse(getoption) -> Options:
         raise OptionError(f"--min-effect {getoption('min_effect')!r}: give a fraction above 0 and below 1 (0.05 = 5%)")
     o.labels = parse_labels(getoption("label") or [])
     o.knobs = parse_knobs(getoption("knobs") or [])
+    if both := sorted(set(o.knobs) & set(o.ab_env)):
+        raise OptionError(f"{both[0]} is both a --knobs variable and an --ab-env one: give it in one place "
+                          "(--knobs sweeps it on both sides, --ab-env sets it for side B)")
     o.comm_dtypes = _list(getoption("comm_dtypes"), COMM_DTYPES, "comm-dtypes")
     buckets = str(getoption("buckets")).split(",")
     try:
@@ -309,6 +322,10 @@ def parse(getoption) -> Options:
     if o.history and two_sides:
         raise OptionError("--history judges single-stack nightly runs; an --ab-env/--ab-source run has two sides "
                           "(compare them with hccl-bench compare RUN --ab, or give it to hccl-bench history --ab)")
+    if o.baseline and two_sides:
+        raise OptionError("--baseline compares a single-stack run with a stored one; an --ab-env/--ab-source run has "
+                          "two sides, judged against each other (--ab-until-decided, or hccl-bench compare RUN --ab)")
+    o.only_cases = _case_ids(str(getoption("cases") or ""))
     o.previous_stack = str(getoption("previous_stack") or "")
     if o.previous_stack:
         if not o.history:
@@ -345,7 +362,7 @@ def prepare(o: Options, getoption) -> Options:
             raise OptionError(crowded)
     if resolved_world:
         check_world(o)
-    o.ab_env = {**sourced_env(str(getoption("ab_source") or "")), **o.ab_env}
+    o.ab_env = {**sourced_env(o.ab_source), **o.ab_env}
     python = o.ab_env.get("HCCL_BENCH_PYTHON")
     if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
         raise OptionError(f"HCCL_BENCH_PYTHON={python!r} is not an executable file: give side B's python interpreter")
@@ -432,6 +449,20 @@ def previous_stack_kind(path: str) -> str:
         raise OptionError(f"{what} is neither a shell script to source nor a python interpreter "
                           "(a Python script or another binary): give set_env.sh or the previous stack's python")
     return "script"
+
+
+def _case_ids(path: str) -> list[str]:
+    """--cases FILE: its case ids, one per line (exact, so knob values with '=' or ';' need no -k quoting)."""
+    if not path:
+        return []
+    try:
+        ids = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OptionError(f"--cases {path!r} cannot be read ({getattr(exc, 'strerror', None) or exc}): "
+                          "give a text file of case ids, one per line") from None
+    if not ids:
+        raise OptionError(f"--cases {path!r} names no case: give a text file of case ids, one per line")
+    return ids
 
 
 def _env_list(text: str) -> dict[str, str]:

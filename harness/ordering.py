@@ -29,6 +29,16 @@ def launch_of(item, opts: Options) -> int:
     return key.launch if key is not None else 0
 
 
+def base_id(item) -> str | None:
+    """The item's case id without its launch and side ends (what --cases names); None outside the sweep."""
+    from harness.cases import launch_suffix
+    case = next((_params(item)[n] for n in CASE_FIXTURES if n in _params(item)), None)
+    if case is None:
+        return None
+    end = launch_suffix(getattr(case, "launch", 0), getattr(case, "side", ""))
+    return case.id[:-len(end)] if end and case.id.endswith(end) else case.id
+
+
 def where_of(item) -> tuple | None:
     """(backend, op or bench, side) for the progress lines; None for an item outside the sweep."""
     case = next((v for v in _params(item).values() if hasattr(v, "group")), None)

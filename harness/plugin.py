@@ -81,6 +81,12 @@ def pytest_generate_tests(metafunc):
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: record only what this session runs
 def pytest_collection_modifyitems(session, config, items):
     bench = config.stash[_SESSION]
+    if bench.opts.only_cases:   # --cases: exactly these, every launch and side of each
+        wanted = set(bench.opts.only_cases)
+        other = [item for item in items if ordering.base_id(item) not in wanted]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [item for item in items if ordering.base_id(item) in wanted]
     if not config.getoption("harness_benches"):   # the harness's own speed checks stay out of a user's sweep
         own = [item for item in items if item.get_closest_marker("harness_bench")]
         if own:

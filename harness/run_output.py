@@ -39,9 +39,12 @@ def benchmark_json(config) -> dict:
 
 def header_lines(opts: Options) -> list[str] | None:
     """Said before anything runs: a one-launch session cannot fail on a verdict."""
-    if opts.repeat > 1 or opts.ab_env:
-        return None
     lines = []
+    if opts.ab_source and not opts.ab_env:
+        lines.append(f"hccl-bench: --ab-source {opts.ab_source} changes nothing in this environment (already sourced?): "
+                     "side B runs this same stack, an A/A")
+    if opts.repeat > 1 or opts.two_sides:
+        return lines or None
     if opts.baseline:
         lines.append("hccl-bench: --baseline with one launch (--repeat 1): rounds of one launch are not independent "
                      "samples, so its verdicts can only be 'suspected' and cannot fail the session; use --repeat 3")

@@ -18,7 +18,7 @@ from harness.options import Options
 from reports.history import SAME_NIGHT
 
 # options the child sets itself, or must not inherit: (name, takes a value)
-DROPPED = {"--history": False, "--previous-stack": True, "--repeat": True, "-k": True, "--baseline": True,
+DROPPED = {"--history": False, "--previous-stack": True, "--repeat": True, "-k": True, "--baseline": True, "--cases": True,
            "--label": True, "--benchmark-json": True, "--junitxml": True, "--junit-xml": True, "--benchmark-save": True}
 
 
@@ -47,8 +47,7 @@ def child_args(invocation: list[str]) -> list[str]:
 
 
 def selection(opts: Options, keys: set[tuple]) -> list[str]:
-    """The case ids (first launch, no side) whose cells are `keys`: what -k names; an id is
-    anchored at its '[' so that mpi-... does not also select openmpi-..."""
+    """The case ids (first launch, no side) whose cells are `keys`: what the child's --cases names."""
     from harness import cases
     from harness.case_rows import cell_key
     built: list[cases.Case | cases.LayerCase | cases.TuningCase] = [*cases.build(opts), *cases.build_layers(opts),
@@ -66,11 +65,13 @@ def budget(invocation: list[str]) -> int:
     return 12
 
 
-def command(opts: Options, ids: list[str]) -> list[str]:
+def command(opts: Options, cases_file: Path) -> list[str]:
+    """The child session: the same benches and options, only the cases in `cases_file` (--cases: exact
+    ids; a -k expression cannot hold a knob's '=' or ';'), this stack against the previous one."""
     side_b = (["--ab-env", f"HCCL_BENCH_PYTHON={opts.previous_stack}"] if opts.previous_is_python
               else ["--ab-source", opts.previous_stack])
     return [sys.executable, "-m", "pytest", *child_args(opts.invocation), *side_b, "--ab-until-decided",
-            "--label", "A=this stack", "--label", "B=previous stack", "-k", " or ".join(f"[{i}" for i in ids)]
+            "--label", "A=this stack", "--label", "B=previous stack", "--cases", str(cases_file)]
 
 
 def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
@@ -81,7 +82,9 @@ def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
         return Outcome(None, f"# same-night A/B: none of the {len(keys)} suspected or regressed cells is a case of these "
                              "benches", False)
     before = set(Path(opts.results).glob("*/"))
-    cmd = command(opts, ids)
+    cases_file = run_dir / "same_night_cases.txt"
+    files.write_atomic(cases_file, "\n".join(ids) + "\n")
+    cmd = command(opts, cases_file)
     limit = opts.timeout_s * (2 * len(ids) * budget(opts.invocation) + 2)   # every case hung to its --timeout
     log = run_dir / "same_night_ab.log"
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)

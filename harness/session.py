@@ -60,7 +60,7 @@ class BenchSession:
     def canary(self) -> dict | None:
         """A timed single-stack sweep measures the canary once, as its run folder is made
         (harness/canary.py): a history tells a machine's change from the stack's by it."""
-        if not self.opts.benchmark or self.opts.ab_env:
+        if not self.opts.benchmark or self.opts.two_sides:
             return None
         from harness import canary
         return canary.measure()
@@ -202,7 +202,7 @@ class BenchSession:
 
     @functools.cached_property
     def pool(self) -> GroupPool:
-        return GroupPool(self.run_dir / "logs", self.opts.driver_host, keep=2 if self.opts.ab_env else 1)
+        return GroupPool(self.run_dir / "logs", self.opts.driver_host, keep=2 if self.opts.two_sides else 1)
 
     @functools.cached_property
     def provenance(self) -> dict:

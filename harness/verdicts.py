@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from reports.gate import Judgement
 
 
+# a gate its input cannot serve (a --baseline of another setup, an unreadable --results history): what
+# was given is unusable, never "a regression"; the sweep itself is kept
+UNUSABLE = ExitCode.BAD_OPTION
+
+
 def judge(bench: BenchSession) -> ExitCode | None:
     """Every gate the options ask for, appended to bench.verdicts; the session's exit status if one fails."""
     if bench.opts.ab_until_decided:
@@ -41,9 +46,9 @@ def compare_with_baseline(bench: BenchSession) -> dict:
         base = baselines.auto(result) if bench.opts.baseline == "auto" else bench.opts.baseline
         judgement = judge_pair(load(base), load(result))
     except ResultError as exc:
-        return {"text": f"# baseline comparison impossible: {exc}", "fail": True}
+        return {"text": f"# baseline comparison impossible: {exc}", "fail": True, "exit": UNUSABLE}
     if judgement.refused:
-        return {"text": f"# baseline refused: {judgement.refused}", "fail": True}
+        return {"text": f"# baseline refused: {judgement.refused}", "fail": True, "exit": UNUSABLE}
     return gate(bench, judgement, "compare", f"{judgement.headline} vs baseline {base}")
 
 
@@ -83,12 +88,12 @@ def judge_history(bench: BenchSession) -> dict:
     try:
         runs, _ = load_runs([str(bench.run_dir.parent)])
     except ResultError as exc:
-        return {"text": f"# history impossible: {exc}", "fail": True}
+        return {"text": f"# history impossible: {exc}", "fail": True, "exit": UNUSABLE}
     if too_few(runs):
         return {"text": too_few(runs), "fail": False}
     judgement = judge_runs(runs)
     if judgement.refused:
-        return {"text": f"# history refused: {judgement.refused}", "fail": True}
+        return {"text": f"# history refused: {judgement.refused}", "fail": True, "exit": UNUSABLE}
     prefix = ""
     if bench.opts.previous_stack and judgement.history is not None:
         prefix, judgement = confirm_same_night(bench, runs, judgement)

@@ -30,13 +30,18 @@ RANK_VARS = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
 
 
 def launcher_rank(env=os.environ) -> tuple[int, int, int]:
-    """(rank, world size, local rank) from torchrun/local, Open MPI, MPICH/Hydra, PMIx or Slurm."""
-    for rank_var, size_var, local_var in RANK_VARS:
-        if rank_var in env:
-            rank = int(env[rank_var])
-            size = int(env.get(size_var) or env.get("WORLD_SIZE") or 1)
-            return rank, size, int(env.get(local_var) or env.get("LOCAL_RANK") or 0)
-    return 0, 1, 0
+    """(rank, world size, local rank) from torchrun/local, Open MPI, MPICH/Hydra, PMIx or Slurm.
+    The first launcher whose rank is set names the rank; a size or local rank it does not set comes
+    from the next that does: `srun --mpi=pmi2` sets PMI_RANK and PMI_SIZE but no MPI_LOCALRANKID
+    (that is Hydra's), and without SLURM_LOCALID every rank of a node took device 0."""
+    def first(names) -> str | None:
+        return next((env[n] for n in names if env.get(n)), None)
+    at = next((i for i, (rank_var, _, _) in enumerate(RANK_VARS) if rank_var in env), None)
+    if at is None:
+        return 0, 1, 0
+    order = [RANK_VARS[at], *RANK_VARS[:at], *RANK_VARS[at + 1:]]
+    size, local = first(v[1] for v in order), first(v[2] for v in order)
+    return int(env[RANK_VARS[at][0]]), int(size or 1), int(local or 0)
 
 
 def _redirect_output(log_dir: str, rank: int) -> None:

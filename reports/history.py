@@ -41,6 +41,7 @@ from reports.provenance_diff import provenance_diff, run_provenance
 from reports.result_files import load, setup_of
 from schema.results import NoCells, ResultError, Run, Series, key_order
 
+PLATFORM = ("nranks", "hosts")   # what makes a night another platform (a night that lost a backend is not)
 DEFAULT_WINDOW = 7       # a change fails the job only if it began within the last N runs
 POWER = 0.8              # what "could have seen" means: the change found this often
 
@@ -149,7 +150,7 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
     # a night that lost a whole backend (every case failed) still belongs to the history: only the
     # rank counts and hosts make a different platform
     hist.judged.mismatch = sorted({f"{k}: {r.path} has {s[k]}, the newest run {sn[k]}"
-                                   for r in runs[:-1] for s in [setup_of(r)] for k in ("nranks", "hosts") if s[k] != sn[k]})
+                                   for r in runs[:-1] for s in [setup_of(r)] for k in PLATFORM if s[k] != sn[k]})
     bands = (calibration or {}).get("bands", {}) if (calibration or {}).get("samples", "launches") == "launches" else {}
     if calibration:
         hist.judged.calibration = ("A/A calibration (launches) applied" if bands else

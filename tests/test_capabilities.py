@@ -224,3 +224,12 @@ def test_the_npu_chip_name_is_read_from_npu_smi_without_the_device():
 """
     assert npu_smi_chip_name(table) == "Ascend910B3" and hccl_product(npu_smi_chip_name(table)) == "A2"
     assert npu_smi_chip_name("npu-smi: command not found\n") == ""
+
+
+def test_nested_launchers_multiply_their_ranks_per_node():
+    """srun one task per node, each a torchrun of 8: 8 ranks a node on 2 nodes, not 1 on 16."""
+    from collectives.capabilities import Target
+    nested = Target.of(DeviceFacts("nccl"), 16, "srun --nodes 2 --ntasks-per-node 1 python -m torch.distributed.run "
+                                               "--nproc-per-node 8 --no-python {cmd}")
+    assert (nested.ranks_per_node, nested.nodes) == (8, 2)
+    assert (Target.of(DeviceFacts("nccl"), 16, "srun --ntasks-per-node 8 -n {nproc}").ranks_per_node) == 8

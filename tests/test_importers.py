@@ -230,6 +230,30 @@ def test_hccl_test_failed_rows_and_counts(tmp_path):
     assert cells(run)[8192]["count"] == 8192 // 4
 
 
+def test_hccl_test_a_non_root_ranks_failed_check_fails_the_run(tmp_path):
+    """hccl_test's root prints only its own check in the table; another rank that failed prints
+    `local rank_id N, check result failed, SIZE | TIME | BW | failed` itself (oam-tools
+    print_execution_time). The run is failed and that size counts the rank as wrong."""
+    line = "local rank_id 3, check result failed, 16384             | 858.80         | 0.01777              | failed\n"
+    failed = derived(tmp_path, DATA / "hccl_test_doc_avg_time.txt", lambda t: t.replace("16384 ", line + "16384 ", 1))
+    run = runs_of(failed)[0]
+    assert "rank 3's check failed at 16384 B" in run["hccl_bench"]["failed"]
+    assert cells(run)[16384]["wrong"] == 1 and cells(run)[8192]["wrong"] == 0 and len(run["benchmarks"]) == 14
+
+
+def test_hccl_test_command_line_names_the_reduction_and_not_its_iterations_as_ranks(tmp_path):
+    """-o is the reduction; hccl_test's own -n is its iteration count, not mpirun's rank count."""
+    cmd = "mpirun -n 8 ./bin/all_reduce_test -b 8K -e 64M -f 2 -d fp32 -o sum -p 8"
+    maxed = derived(tmp_path, DATA / "hccl_test_doc_avg_time.txt", lambda t: t.replace(cmd, cmd.replace("-o sum", "-o max")))
+    assert {c["redop"] for c in cells(runs_of(maxed)[0]).values()} == {"max"}
+    hostfile = cmd.replace("mpirun -n 8", "mpirun -f hostfile").replace("-p 8", "-n 20 -p 8")
+    iters = derived(tmp_path, DATA / "hccl_test_doc_avg_time.txt", lambda t: t.replace(cmd, hostfile), name="iters.txt")
+    assert {c["nranks"] for c in cells(runs_of(iters)[0]).values()} == {8}
+    bad = derived(tmp_path, DATA / "hccl_test_doc_avg_time.txt", lambda t: t.replace("-o sum", "-o avg"), name="bad.txt")
+    proc = run_cli("import", bad)
+    assert proc.returncode == 2 and "hccl_test -o 'avg'" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("content", ["", "# nThread 1 nGpus 1\n#  size count type\n  12", "\x00\xff" * 100,
                                      "{\"results\": 5}", "{" * 50_000, "data_size(Bytes): | aveg_time(us):\n8 | N"])
 def test_no_input_makes_import_print_a_traceback(tmp_path, content):

@@ -12,6 +12,10 @@ def test_rank_from_each_launcher_family():
     assert launcher_rank({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0"}) == (2, 4, 0)
     assert launcher_rank({"SLURM_PROCID": "7", "SLURM_NTASKS": "8", "SLURM_LOCALID": "3"}) == (7, 8, 3)
     assert launcher_rank({}) == (0, 1, 0)
+    # srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE but not Hydra's MPI_LOCALRANKID: the local rank is Slurm's
+    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "5"}
+    assert launcher_rank({"PMI_RANK": "5", "PMI_SIZE": "16", **slurm}) == (5, 16, 5)
+    assert launcher_rank({"PMIX_RANK": "5", **slurm}) == (5, 16, 5)   # Slurm's pmix sets no PMIX_SIZE
 
 
 def test_templates():

@@ -74,6 +74,10 @@ BAD_OPTIONS = [
     (["--knobs", "HCCL_BUFFSIZE=1", "--knobs", "HCCL_BUFFSIZE=2"], "--knobs HCCL_BUFFSIZE is given twice"),
     (["--buckets", "1Q"], "--buckets: bad size '1Q'"),
     (["--comm-dtypes", "float8"], "unknown comm-dtype 'float8'"),
+    (["--cases", "/nonexistent/cases.txt"], "--cases '/nonexistent/cases.txt' cannot be read"),
+    (["--cases", "/dev/null"], "--cases '/dev/null' names no case"),
+    (["--ab-env", "X=1", "--baseline", "auto"], "--baseline compares a single-stack run with a stored one"),
+    (["--knobs", "HCCL_BUFFSIZE=1,2", "--ab-env", "HCCL_BUFFSIZE=3"], "HCCL_BUFFSIZE is both a --knobs variable and an --ab-env"),
 ]
 
 

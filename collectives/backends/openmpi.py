@@ -67,8 +67,14 @@ def tuned_ids() -> dict[str, dict[str, int]] | None:
                               timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    found = re.findall(r'parameter "coll_tuned_(\w+)_algorithm" .*?Valid values: ([^\n]+)', text, re.S)
-    return {param: {name: int(num) for num, name in re.findall(r"(\d+)\|([\w-]+)", values)} for param, values in found}
+    return listed_ids(text)
+
+
+def listed_ids(text: str) -> dict[str, dict[str, int]]:
+    """ompi_info's coll/tuned algorithm lists: 5.x prints `Valid values: 0|ignore, 1|basic_linear`
+    on one line; 4.1 (HPC-X's base) prints `0:"ignore", 1:"basic_linear",` wrapped over lines."""
+    found = re.findall(r'parameter "coll_tuned_(\w+)_algorithm" (?:(?!MCA ).)*?Valid values: (.*?)(?=MCA |\Z)', text, re.S)
+    return {param: {name: int(num) for num, name in re.findall(r'(\d+)[|:]"?([\w-]+)"?', values)} for param, values in found}
 
 
 def switch(op, value: str, portable: bool, target: Target | None, library: str):
