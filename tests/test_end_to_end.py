@@ -186,15 +186,18 @@ def test_ab_source_runs_side_b_under_another_stack(bench_run, tmp_path):
     script = tmp_path / "set_env.sh"
     script.write_text(f"export HCCL_BENCH_PYTHON={stack / 'python3'}\n"
                       "export MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=recexch\n"
+                      "unset TORCH_NCCL_AB_PROBE   # the previous stack lacks it: side B's ranks must not see it\n"
                       'export PATH="/opt/other-stack/bin:$PATH"\n')
     proc = bench_run("--backend", "mpi", "--ops", "all_reduce", "--sizes", "1K", "--ab-source", str(script),
-                     target="benches/test_collectives.py")
+                     target="benches/test_collectives.py", env={"TORCH_NCCL_AB_PROBE": "1"})
     assert proc.returncode == 0, proc.output[-2000:]
     groups = json.loads(next(bench_run.results.glob("*/results.json")).read_text())["hccl_bench"]["groups"]
     by_side = {bool(g["env"]): g for g in groups.values()}
     b = by_side[True]
     assert b["env"]["MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"] == "recexch"
     assert b["env"]["PATH"].startswith("/opt/other-stack/bin:") and "SHLVL" not in b["env"]
+    # what the ranks saw (they report the adapter variables themselves): A has the probe, B not
+    assert by_side[False]["adapter_env"].get("TORCH_NCCL_AB_PROBE") == "1" and "TORCH_NCCL_AB_PROBE" not in b["adapter_env"]
     assert b["versions"]["python"].endswith(str(stack / "python3"))
     assert by_side[False]["versions"]["python"].endswith(sys.executable)
     # the report's diff and legends name the interpreters each side's ranks reported
@@ -209,6 +212,20 @@ def test_ab_source_runs_side_b_under_another_stack(bench_run, tmp_path):
     version = sys.version.split()[0]   # each legend leads with its side's interpreter (long paths cut at 70)
     assert names[1].startswith(f"{version} {str(stack)[:40]}") and names[1].endswith("(side B, candidate)"), names
     assert names[0].startswith(f"{version} {sys.executable[:40]}") and names[0].endswith("(side A, baseline)"), names
+
+
+def test_an_ab_source_that_changes_nothing_is_an_aa_said_so(bench_run, tmp_path):
+    """Sourcing the stack already in effect changes nothing: both sides still run (an A/A), and the
+    session says so before it starts, instead of a one-sided run read as a failed A/B."""
+    script = tmp_path / "set_env.sh"
+    script.write_text("export HCCL_BENCH_SAME=1\n")
+    proc = bench_run("--backend", "gloo", "--ops", "all_reduce", "--sizes", "1K", "--ab-source", str(script),
+                     target="benches/test_collectives.py", env={"HCCL_BENCH_SAME": "1"})
+    assert proc.returncode == 0, proc.output[-2000:]
+    assert f"--ab-source {script} changes nothing in this environment (already sourced?)" in proc.output
+    infos = [b["extra_info"] for b in json.loads(next(bench_run.results.glob("*/results.json")).read_text())["benchmarks"]]
+    assert sorted({i["side"] for i in infos}) == ["A", "B"]
+    assert bench_run.leftovers() == []
 
 
 def test_ab_pair_fails_together_when_one_side_dies(bench_run):
