@@ -153,6 +153,18 @@ def _resolve(backend: str, algo: str, ops, library: str, target) -> tuple[dict, 
     return resolved, tuple(sorted(group_env.items()))
 
 
+def _measured_by(op: str, dtype: str, sizes: list[int], nproc: int) -> dict[int, int]:
+    """Bytes a case moves -> the one size that measures them: small sizes of the gathering ops round
+    up to one element a rank (8 B and 32 B are both 32 B at 8 ranks), and one workload measured
+    twice would merge into one cell; the size that needs no rounding is kept."""
+    out: dict[int, int] = {}
+    for size in sizes:
+        nbytes = OPS[op].count_for(size, ITEMSIZE[dtype], nproc) * ITEMSIZE[dtype]
+        if nbytes not in out or size == nbytes:
+            out[nbytes] = size
+    return out
+
+
 def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) -> list[Case]:
     cases: list[Case] = []
     for backend in opts.backends:
@@ -174,6 +186,7 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
                     redops = opts.redops if OPS[op].reduces else ["none"]
                     for redop in redops:
                         for inplace, inplace_skip in _inplace_choices(backend, op, opts.inplace):
+                            measured_by = _measured_by(op, dtype, opts.sizes, opts.nproc)
                             for size in opts.sizes:
                                 case = Case(backend, algo, op, dtype, redop, inplace, size, opts.nproc)
                                 case.count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
@@ -192,6 +205,9 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
                                     case.skip = inplace_skip
                                 elif opts.nproc < OPS[op].min_ranks:
                                     case.skip = f"{op} needs at least {OPS[op].min_ranks} ranks"
+                                elif measured_by[case.nbytes] != size:   # one workload, one cell
+                                    case.skip = (f"{format_size(size)} rounds to {format_size(case.nbytes)} at {opts.nproc} "
+                                                 f"ranks: the {format_size(measured_by[case.nbytes])} case measures that")
                                 else:
                                     case.env, case.group = env, key
                                     if resolved_b:

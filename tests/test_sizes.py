@@ -30,3 +30,15 @@ def test_bad_sizes_say_what_is_allowed(bad, words):
 
 def test_labels():
     assert [format_size(s) for s in (8, 1024, 65536, 3 << 20, 1 << 30, 1000)] == ["8B", "1KiB", "64KiB", "3MiB", "1GiB", "1000B"]
+
+
+def test_a_size_that_rounds_onto_another_is_measured_once():
+    """At 8 ranks 8 B of all_gather is one float a rank, 32 B: the 8 B case is skipped with the
+    reason, the 32 B case measures it, and all_reduce (no rounding there) keeps both."""
+    from harness import cases
+    from harness.options import Options
+    opts = Options(backends=["gloo"], nproc=8, sizes=[8, 32, 128], ops=["all_gather", "all_reduce"], dtypes=["float32"],
+                   redops=["sum"])
+    skips = {(c.op, c.size): c.skip for c in cases.build(opts)}
+    assert skips[("all_gather", 8)] == "8B rounds to 32B at 8 ranks: the 32B case measures that"
+    assert skips[("all_gather", 32)] == "" and skips[("all_reduce", 8)] == "" and skips[("all_reduce", 32)] == ""
