@@ -102,3 +102,34 @@ def test_nvls_all_reduce_bus_factor_follows_nccl_tests():
     assert OPS["all_reduce"].bus_factor(8, "nccl:NVLSTree") == pytest.approx(7 / 9)
     assert OPS["all_reduce"].bus_factor(8, "nccl:Ring") == pytest.approx(2 * 7 / 8)
     assert bandwidths("all_reduce", 9 * 10 ** 9, 1.0, 8, "nccl:NVLS")[1] == pytest.approx(7.0)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "int8", "uint8", "float32"])
+@pytest.mark.parametrize("nranks", [8, 256, 1024])
+def test_every_ranks_part_shows_at_scale(dtype, nranks):
+    """Sums: leaving out any one rank's input changes the result, and every partial sum in any order
+    stays exact (sparse past the dtype's dense range: bfloat16 at 256 ranks had one constant input).
+    Moved data: ranks' chunks differ, so a chunk at another rank's place shows (it repeated every 3)."""
+    limit = {"float16": 2048, "bfloat16": 256, "int8": 127, "uint8": 255, "float32": 1 << 24}[dtype]
+    p = Pattern("all_reduce", dtype, "sum", 4096, nranks)
+    inputs = np.stack([p.input(r) for r in range(nranks)])
+    total = inputs.sum(axis=0)
+    assert np.array_equal(total, p.reduced(4096))
+    assert all(np.any(inputs[r] != 0) for r in range(nranks)), "a rank whose part is all zeros cannot be missed"
+    order = np.random.default_rng(0).permutation(nranks)   # a library may add in any order
+    assert np.abs(np.cumsum(inputs[order], axis=0)).max() < limit and np.abs(inputs).max() < limit
+    gathered = Pattern("all_gather", dtype, "none", OPS["all_gather"].count_for(8 * nranks * 4, 4, nranks), nranks)
+    chunks = np.stack([gathered.input(r) for r in range(nranks)])
+    distinct = len({c.tobytes() for c in chunks})
+    assert distinct == min(nranks, limit // (2 * gathered._amplitude() + 1)) and np.abs(chunks).max() < limit
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8", "uint8", "bfloat16"])
+@pytest.mark.parametrize("redop", ["max", "min"])
+@pytest.mark.parametrize("nranks", [2, 3, 8])
+def test_the_root_never_holds_a_max_or_min_before_the_call(dtype, redop, nranks):
+    """An in-place reduce that does nothing leaves the root's input: it must differ from the result everywhere."""
+    p = Pattern("reduce", dtype, redop, 64, nranks)
+    assert np.all(p.input(0) != p.expected(0))
+    b = Pattern("broadcast", dtype, "none", 64, nranks)   # broadcast in place: no other rank holds the root's data
+    assert all(np.any(b.input(r) != b.expected(r)) for r in range(1, nranks))

@@ -112,13 +112,17 @@ def bandwidths(op: str, nbytes: int, seconds: float, nranks: int, algo: str = ""
 
 
 # ---- exact, overflow-free data -------------------------------------------------------------
-# Rank r's input element i is a(i) + b(r) (sum/max/min and data movement) or s(i) * t(r) (prod):
+# Rank r's input element i is a(i) + b(r) (sums, max/min, data movement) or s(i) * t(r) (prod):
 # small integers, exactly representable, whose reductions are known in closed form, so the
-# check costs O(count) on every rank whatever the rank count.
+# check costs O(count) on every rank whatever the rank count. A sum over more ranks than the
+# dtype's exact range leaves room for (bfloat16 past 64 ranks, int8 past 31) is sparse instead:
+# rank r adds w(i) in {1, 2} at the elements i = r (mod m) and 0 elsewhere, so every rank's part
+# is seen and every partial sum, in whatever order the library adds, stays exact.
 
 EXACT_LIMIT = {"float16": 2048, "bfloat16": 256, "float32": 1 << 24, "float64": 1 << 53,
                "int8": 127, "uint8": 255, "int32": (1 << 31) - 1, "int64": (1 << 62)}
 UNSIGNED = {"uint8"}
+MAX_AMPLITUDE = 100
 
 
 @dataclass(frozen=True)
@@ -131,8 +135,29 @@ class Pattern:
     nranks: int
     seed: int = 1234
 
+    @property
+    def _limit(self) -> int:
+        return EXACT_LIMIT[self.dtype]
+
+    @property
+    def _summed(self) -> bool:
+        return OPS[self.op].reduces and self.redop == "sum"
+
+    @property
+    def _moved(self) -> bool:
+        """Data movement (all_gather, broadcast, all_to_all, ...): values are copied, never added."""
+        return not OPS[self.op].reduces
+
     def _amplitude(self) -> int:
-        return max(0, min(100, (EXACT_LIMIT[self.dtype] // 2) // self.nranks))
+        if self._summed:   # n ranks add a(i): n * amplitude + sum(b) stays in range
+            return max(0, min(MAX_AMPLITUDE, (self._limit // 2) // self.nranks))
+        if self._moved:    # room for a rank-distinct offset per rank: n * (2 * amplitude + 1) values
+            return max(0, min(MAX_AMPLITUDE, (self._limit // self.nranks - 1) // 2))
+        return min(MAX_AMPLITUDE, self._limit // 2 - 1)   # max/min: nothing grows with the ranks
+
+    def sparse(self) -> bool:
+        """A sum whose dense pattern would be (nearly) constant: too many ranks for the dtype."""
+        return self._summed and self._amplitude() < 2
 
     def a(self, n: int) -> np.ndarray:
         rng = np.random.default_rng(self.seed)
@@ -141,10 +166,34 @@ class Pattern:
         return rng.integers(lo, amp + 1, size=n).astype(np.float64)
 
     def b(self) -> np.ndarray:
+        """Each rank's offset. Moved data: distinct per rank (up to the dtype's range, then it
+        repeats), so a chunk put at another rank's place shows. max/min: the root (rank 0) never
+        holds the result already, so an in-place reduce that does nothing fails its check."""
         r = np.arange(self.nranks)
+        if self._moved:
+            span = 2 * self._amplitude() + 1
+            return ((r % max(1, self._limit // span)) * span).astype(np.float64)
+        if self.redop in ("max", "min"):
+            up = 1.0 if self.redop == "max" else -1.0
+            if self.dtype in UNSIGNED:   # no negatives: the root 0 below a max of 1, 1 above a min of 0
+                b = np.where(r % 2 == 1, 1.0, 0.0) if up > 0 else np.where(r % 2 == 1, 0.0, 1.0)
+                b[0] = 0.0 if up > 0 else 1.0
+                return b
+            b = np.where(r % 2 == 1, up, 0.0)
+            b[0] = -up
+            return b
         b = (r % 2).astype(np.float64) if self.dtype in UNSIGNED else (r % 3 - 1).astype(np.float64)
-        b[r >= EXACT_LIMIT[self.dtype] // 2] = 0
+        b[r >= self._limit // 2] = 0
         return b
+
+    def _sparse_layout(self, n: int) -> tuple[int, int, np.ndarray]:
+        """(m, contributing layers, w): rank r adds w(i) at i = r (mod m) while r // m < layers,
+        every output w(i) x (its contributors) below the limit (the sentinel's value)."""
+        m = max(1, min(self.nranks, n))
+        layers = -(-self.nranks // m)
+        heavy = 2 * layers <= self._limit - 1
+        w = np.random.default_rng(self.seed).integers(1, 3 if heavy else 2, size=n).astype(np.float64)
+        return m, min(layers, (self._limit - 1) // (2 if heavy else 1)), w
 
     def _s(self, n: int) -> np.ndarray:
         if self.dtype in UNSIGNED:
@@ -162,6 +211,10 @@ class Pattern:
         send, _ = OPS[self.op].buffer_counts(self.count, self.nranks)
         if self.redop == "prod" and OPS[self.op].reduces:
             return self._s(send) * self._t()[rank]
+        if self.sparse():
+            m, layers, w = self._sparse_layout(send)
+            mine = (np.arange(send) % m == rank % m) & (rank // m < layers)
+            return np.where(mine, w, 0.0)
         return self.a(send) + self.b()[rank]
 
     def sentinel(self) -> float:
@@ -172,6 +225,12 @@ class Pattern:
         """Elements 0..n of every rank's inputs reduced with the redop, in closed form."""
         if self.redop == "prod":
             return self._s(n) ** self.nranks * np.prod(self._t())
+        if self.sparse():
+            send, _ = OPS[self.op].buffer_counts(self.count, self.nranks)
+            m, layers, w = self._sparse_layout(send)
+            j = np.arange(n) % m
+            contributors = np.minimum(layers, (self.nranks - 1 - j) // m + 1)
+            return w[:n] * contributors
         a, b = self.a(n), self.b()
         return {"sum": self.nranks * a + b.sum(), "max": a + b.max(), "min": a + b.min()}[self.redop]
 
