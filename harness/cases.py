@@ -325,17 +325,20 @@ class TuningCase:
         return f"{self.backend}-{self.bench}-{what}{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}"
 
 
-def build_tuning(opts: Options) -> list[TuningCase]:
-    return launches(opts, _build_tuning_launch)
+def build_tuning(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[TuningCase]:
+    known = {f.backend: f for f in facts}
+    return launches(opts, lambda o: _build_tuning_launch(o, known))
 
 
-def _build_tuning_launch(opts: Options) -> list[TuningCase]:
+def _build_tuning_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) -> list[TuningCase]:
     from layers.memory import bucket_plan, mlp_gradient_sizes
     sizes = mlp_gradient_sizes(opts.hidden, opts.layers)
     model = 4 * sum(sizes)
     out: list[TuningCase] = []
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
+        device = (facts or {}).get(backend) or info(backend).facts()
+        target = capabilities.Target.of(device, opts.nproc, opts.launcher)   # the same table as the sweep's cases
         for op in (op for op in opts.ops if op in OVERLAP_OPS):
             for dtype in opts.dtypes:
                 inplace, inplace_skip = _inplace_choices(backend, op, ("auto",))[0]
@@ -345,6 +348,8 @@ def _build_tuning_launch(opts: Options) -> list[TuningCase]:
                     case.nbytes = case.count * ITEMSIZE[dtype]
                     if dtype not in info(backend).dtypes:
                         case.skip = f"{backend} has no {dtype} datatype (has {', '.join(info(backend).dtypes)})"
+                    elif why := _capability_skip(target, "default", op, dtype, "sum" if OPS[op].reduces else "none"):
+                        case.skip = why
                     out.append(case)
         seen: dict[int, int] = {}
         for cap in opts.buckets:
@@ -360,5 +365,7 @@ def _build_tuning_launch(opts: Options) -> list[TuningCase]:
             if comm_dtype not in info(backend).dtypes:
                 case.skip = (f"{info(backend).library} has no {comm_dtype} datatype to sum in "
                              f"({info(backend).api}: {', '.join(info(backend).dtypes)})")
+            elif why := _capability_skip(target, "default", "all_reduce", comm_dtype, "sum"):
+                case.skip = why
             out.append(case)
     return out

@@ -233,3 +233,15 @@ def test_nested_launchers_multiply_their_ranks_per_node():
                                                "--nproc-per-node 8 --no-python {cmd}")
     assert (nested.ranks_per_node, nested.nodes) == (8, 2)
     assert (Target.of(DeviceFacts("nccl"), 16, "srun --ntasks-per-node 8 -n {nproc}").ranks_per_node) == 8
+
+
+def test_tuning_cases_obey_the_same_table_as_the_sweep():
+    """The overlap and compress benches skip what the collective sweep skips (HCCL has no uint8
+    all_reduce on Atlas A2; torch_npu would time its cast to int32 under that name)."""
+    from harness.cases import build_tuning
+    opts = Options(backends=["hccl"], nproc=8, sizes=[1 << 20], ops=["all_reduce"], dtypes=["uint8", "float32"],
+                   comm_dtypes=["float32", "uint8"])
+    tuning = {(c.bench, c.comm_dtype if c.bench == "compress" else c.dtype): c.skip for c in build_tuning(opts, [A2])}
+    sweep = skip(cases(A2, ops=("all_reduce",), dtypes=("uint8",)), "default", "all_reduce", "uint8")
+    assert sweep and tuning[("overlap", "uint8")] == sweep and tuning[("overlap", "float32")] == ""
+    assert tuning[("compress", "uint8")]

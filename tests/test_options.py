@@ -149,6 +149,22 @@ def test_a_sourced_script_sets_appends_and_unsets(tmp_path, monkeypatch):
         sourced_env(str(script))
 
 
+def test_an_algorithm_switch_left_in_the_environment_is_refused(monkeypatch):
+    """MPICH's switch exported by a job script would run under the name 'default': one line, before
+    any rank starts; a forced series alone sets its own, and another backend's switch is not this one's."""
+    monkeypatch.setenv("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "recexch")
+    with pytest.raises(OptionError, match=r"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=recexch is set in this environment: "
+                                          r"the 'default' series would run it"):
+        prepare(*_prepared(["--backend", "mpi"]))
+    prepare(*_prepared(["--backend", "mpi", "--algos", "ring"]))
+    prepare(*_prepared(["--backend", "gloo"]))
+
+
+def _prepared(args):
+    getoption = _getoption(args)
+    return parse(getoption), getoption
+
+
 def test_parse_imports_no_torch():
     """Options parse in a process that never loads torch (the probe that needs it is prepare's)."""
     import subprocess

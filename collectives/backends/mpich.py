@@ -198,7 +198,9 @@ NATIVE = tuple(sorted({v for op in OPS.values() for v in (*op.switches.mpich_val
 BACKENDS = {
     "mpi": BackendInfo("mpi", family="mpi", device_kind="cpu", dtypes=DTYPES, library="MPI", api="mpi4py",
                        create=MpiBackend, launcher="mpiexec", rendezvous_store=False, numpy_buffers=True, layers=False,
-                       switch=switch, native_algos=NATIVE, probe=probe, variant=variant, thread_level=True,
+                       switch=switch, native_algos=NATIVE, probe=probe,
+                       switch_vars=(r"MPIR_CVAR_\w+_INTRA_ALGORITHM", r"OMPI_MCA_coll_tuned_\w+_algorithm"),
+                       variant=variant, thread_level=True,
                        build="mpich", mpiexec_flags=lambda nproc: ("-bind-to", "core"), packages=("mpi4py", "mpich"),
                        read_facts=lambda: DeviceFacts("mpi"), version_keys=("mpi4py", "mpi_library", "mpi_thread_level")),
 }

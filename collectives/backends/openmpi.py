@@ -93,7 +93,8 @@ NATIVE = tuple(sorted({v for op in OPS.values() for v in op.switches.ompi_ids}))
 BACKENDS = {
     "openmpi": BackendInfo("openmpi", family="mpi", device_kind="cpu", dtypes=DTYPES, library="Open MPI", api="mpi4py",
                            create=MpiBackend, launcher="mpiexec", rendezvous_store=False, numpy_buffers=True,
-                           layers=False, switch=switch, native_algos=NATIVE, probe=probe, variant=variant,
+                           layers=False, switch=switch, switch_vars=(r"OMPI_MCA_coll_tuned_\w+_algorithm",),
+                           native_algos=NATIVE, probe=probe, variant=variant,
                            thread_level=True, read_facts=lambda: DeviceFacts("openmpi"), build="openmpi",
                            mpiexec_flags=mpiexec_flags, packages=("mpi4py", "openmpi"),
                            version_keys=("mpi4py", "mpi_library", "mpi_thread_level")),

@@ -37,6 +37,13 @@ class TorchBackend:
                                     rank=rank, world_size=world, timeout=timeout)
         # a CPU backend's own group doubles as the side channel; device backends get a CPU gloo group
         self.side = None if self.info.device_kind == "cpu" else dist.new_group(backend="gloo")
+        if self.info.device_kind != "cpu":
+            # NCCL/HCCL make the default group's communicator at its first call, with every rank:
+            # made here, so the doctor's first batched pair exchange (ranks 0 and 1 only, the rest
+            # waiting on the gloo side group) does not wait for ranks that never join it
+            warm = torch.zeros(1, device=self.device.torch_device)
+            dist.all_reduce(warm)
+            self.device.synchronize()
         self.redops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
                        "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
@@ -210,13 +217,14 @@ BACKENDS = {
     "gloo": _torch("gloo", "cpu", "gloo", version_keys=("torch",),
                    switch=no_switch("gloo", "it runs its own ring/halving-doubling internally")),
     "nccl": _torch("nccl", "cuda", "NCCL", one_rank_per_device=True, device_noun="GPU",
-                   switch=_nccl_switch, native_algos=capabilities.NCCL_ALGOS, portable=NCCL_PORTABLE,
+                   switch=_nccl_switch, switch_vars=(r"NCCL_ALGO",), native_algos=capabilities.NCCL_ALGOS, portable=NCCL_PORTABLE,
                    skip_reason=_nccl_skip, algo_ran=capabilities.nccl_algo_ran,
                    read_facts=_facts("nccl", "cuda", collnet=True), probe=_probe("nccl", "cuda"),
                    version_keys=("torch", "cuda", "nccl")),
     "hccl": _torch("hccl", "npu", "HCCL", one_rank_per_device=True, device_noun="NPU",
                    rank_env=(("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),),   # ARCHITECTURE.md, Device and library facts
-                   switch=_hccl_switch, native_algos=HCCL_NATIVE, portable=HCCL_PORTABLE, skip_reason=_hccl_skip,
+                   switch=_hccl_switch, switch_vars=(r"HCCL_ALGO",), native_algos=HCCL_NATIVE, portable=HCCL_PORTABLE,
+                   skip_reason=_hccl_skip,
                    requested_only=True, read_facts=_facts("hccl", "npu"), probe=_probe("hccl", "npu"),
                    version_keys=("torch", "cann", "hccl")),
 }
