@@ -267,6 +267,13 @@ def npu_smi_chip_name(text: str | None = None) -> str:
     return match.group(1) if match.group(1).startswith("Ascend") else f"Ascend{match.group(1)}"
 
 
+def npu_chip(smi_name: str, runtime_name) -> str:
+    """npu-smi's chip name, unless it cannot tell the product: an Atlas A3 node's npu-smi prints a
+    bare "Ascend910" (two chips an NPU), the old Atlas 910's name, and A3's capability table
+    differs (bfloat16, the algorithms); then the runtime's name ("Ascend910_9392")."""
+    return smi_name if smi_name and smi_name != "Ascend910" else runtime_name()
+
+
 def accelerator_facts(kind: str) -> dict:
     """What the driver reads about this node's accelerators for the capability table, without
     opening a context on a GPU (a driver context would take GPU 0 from rank 0 in exclusive-process
@@ -274,7 +281,7 @@ def accelerator_facts(kind: str) -> dict:
     if kind == "npu":
         npu = _npu()
         # npu.get_device_name initialises the runtime on NPU 0 in this process: npu-smi first
-        name = npu_smi_chip_name() or str(npu.get_device_name(0))
+        name = npu_chip(npu_smi_chip_name(), lambda: str(npu.get_device_name(0)))
         return {"name": name, "devices": int(npu.device_count())}
     if kind != "cuda":
         return {}

@@ -143,7 +143,7 @@ def tp_loops(backend, spec):
     h, sp, tp = spec.hidden, spec.sp, dims.tp
     tokens = spec.seq * spec.batch
     full = MLP(h).to(device=device, dtype=dtype)
-    timer = CommTimer(backend.device.synchronize)
+    timer = CommTimer(backend.device.synchronize, on=False)   # on only in finish's extra run
     block = _parallel_block(spec, full, groups[Axis.TP], dims, backend.device.kind, timer)
     check = Check(dtype_name(dtype), corrupt=spec.corrupt)   # once, before any timing
     _tp_compare(spec, full, block, tp, dims.coords(backend.rank)[Axis.TP], check)
@@ -185,11 +185,12 @@ def tp_loops(backend, spec):
 
     def finish(k, times):
         t_fwd, t_fb, t_step, t_mm = times
-        timer.seconds = 0.0
+        timer.seconds, timer.on = 0.0, True
         clock = backend.device.timer()
         clock.start()
         fwd_bwd(k)
         elapsed = clock.stop() / 1e9
+        timer.on = False
         comm_share = timer.seconds / elapsed if spec.impl == "manual" and elapsed > 0 else None
         return TpResult(iters=k, round_ns=t_step, fwd_ns=t_fwd, fwd_bwd_ns=t_fb, matmul_ns=t_mm,
                         flops_per_iter=flops, tokens_per_iter=tokens, comm_share=comm_share,

@@ -226,6 +226,24 @@ def test_the_npu_chip_name_is_read_from_npu_smi_without_the_device():
     assert npu_smi_chip_name("npu-smi: command not found\n") == ""
 
 
+def test_an_a3_nodes_bare_ascend910_asks_the_runtime():
+    """Atlas A3's npu-smi (vllm-project/vllm-ascend#2534, npu-smi 24.1-26.0) names every chip a bare
+    Ascend910, as the old Atlas 910 did: the runtime's name decides, else bf16 was refused on A3."""
+    from collectives.device import npu_chip, npu_smi_chip_name
+    a3 = """| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|
+| Chip  Phy-ID              | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |
++===========================+===============+====================================================+
+| 0     Ascend910           | OK            | 178.5       36                0    / 0             |
+| 0     0                   | 0000:9D:00.0  | 0           0    / 0          3416 / 65536         |
++------------------------------------------------------------------------------------------------+
+| 0     Ascend910           | OK            | -           36                0    / 0             |
+| 1     1                   | 0000:9F:00.0  | 0           0    / 0          3195 / 65536         |
+"""
+    smi = npu_smi_chip_name(a3)
+    assert smi == "Ascend910" and hccl_product(npu_chip(smi, lambda: "Ascend910_9392")) == "A3"
+    assert npu_chip("Ascend910B3", lambda: 1 / 0) == "Ascend910B3"   # a name that tells: the device is not touched
+
+
 def test_nested_launchers_multiply_their_ranks_per_node():
     """srun one task per node, each a torchrun of 8: 8 ranks a node on 2 nodes, not 1 on 16."""
     from collectives.capabilities import Target
