@@ -47,6 +47,7 @@ from reports.estimators import DEFAULT_MIN_EFFECT, ESTIMATORS  # noqa: E402
 from reports.gate import recorded_min_effect, sequential_budget  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from reports.sequential import run_looks  # noqa: E402
+from schema.results import ResultError  # noqa: E402
 
 AA = "aa"
 
@@ -86,6 +87,11 @@ def report(backend_dir: Path, trials: int) -> None:
     runs = sorted(p for p in backend_dir.iterdir() if p.is_dir() and any(p.glob("*/results.json")))
     by_cond: dict[str, list[Path]] = defaultdict(list)
     for p in runs:
+        try:
+            judged(p, ESTIMATORS[0])
+        except ResultError as exc:   # a run stopped before its first launch ended: nothing to judge
+            print(f"# skipped {p}: {exc}")
+            continue
         by_cond[p.name.rsplit("-", 1)[0]].append(p)
     factors = sorted({condition(c)[1] for c in by_cond if c != AA})
     for estimator in ESTIMATORS:
