@@ -25,3 +25,19 @@ def test_templates():
     plan = from_template("torchrun --nproc-per-node {nproc} --no-python {cmd} --x", 4)
     assert plan.commands[0] == ["torchrun", "--nproc-per-node", "4", "--no-python", sys.executable, "-m", "harness.worker", "--x"]
     assert from_template("srun -n {nproc}", 2).commands[0][-2:] == ["-m", "harness.worker"]
+
+
+def test_a_side_b_rank_gets_its_stacks_path_and_unsets_but_the_cases_own_switch(tmp_path, monkeypatch):
+    """Side B's ranks: the repository, then the PYTHONPATH its stack sets (not the driver's); what
+    the stack unsets is gone; the case's forced algorithm wins over the stack's environment."""
+    import os
+
+    from harness.group_key import GroupKey
+    from harness.groups import REPO_ROOT, WorkerGroup
+    monkeypatch.setenv("PYTHONPATH", "/opt/this-stack/site-packages")
+    monkeypatch.setenv("HCCL_BENCH_GONE", "1")
+    key = GroupKey("gloo", 2, env=(("HCCL_ALGO", "level0:NA;level1:ring"),), side="B",
+                   side_env=(("HCCL_ALGO", None), ("HCCL_BENCH_GONE", None), ("PYTHONPATH", "/opt/previous/site-packages")))
+    env = WorkerGroup(key, tmp_path)._rank_env("token", 1, 2)
+    assert env["PYTHONPATH"] == os.pathsep.join([str(REPO_ROOT), "/opt/previous/site-packages"])
+    assert "HCCL_BENCH_GONE" not in env and env["HCCL_ALGO"] == "level0:NA;level1:ring"
