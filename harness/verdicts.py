@@ -111,8 +111,7 @@ def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) ->
     from reports.gate import judge_history as judge_runs
     newest = max(runs, key=lambda r: r.started)
     hist = judgement.history
-    suspected = hist.suspected.cells if hist is not None else []
-    keys = {c.key for c in suspected if c.verdict.startswith("suspected ")}
+    keys = {c.key for c in (hist.screened() if hist is not None else [])}
     keys |= {c.key for c in (hist.judged.cells if hist is not None else []) if c.verdict == "regression"}
     if Path(newest.path).parent != bench.run_dir or not keys:
         return "# same-night A/B: no suspected or regressed cells in this run, nothing more was run\n", judgement

@@ -120,7 +120,7 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
     if ab is None and (recorded := recorded_ab(newest)):
         ab, prefix = same_night(recorded[0])
     if ab is not None:
-        suspected = sum(c.verdict.startswith("suspected") for c in hist.suspected.cells)
+        suspected = len(hist.screened())   # what a same-night A/B measures: each cell on its own p
         regressed = sum(c.verdict == "regression" for c in hist.judged.cells)
         confirmed, unexplained = confirm_with_ab(hist, ab)
         prefix += (f"# same-day A/B: confirmed {confirmed} of {suspected} suspected cells; {unexplained} of {regressed} "

@@ -170,3 +170,22 @@ def test_a_regression_the_same_night_ab_runs_alike_on_both_stacks_is_the_machine
     assert "REGRESSIONS:" not in out and "not the software stack" in out
     kept = cli("--ab", write_ab(tmp_path / "ab.json", slow=1.6))
     assert kept.returncode == 1 and "0 of" in kept.stdout and "REGRESSIONS:" in kept.stdout, kept.stdout
+
+
+def test_the_same_night_screen_takes_each_cell_on_its_own_p():
+    """A +35% newest night whose q across the sweep is 0.052 is not listed as suspected, but the
+    same-night A/B measures it (its fresh launches decide); a move inside the minimum effect, or
+    one its own night-to-night spread explains, is not measured."""
+    from reports.compare import CellResult, Comparison
+    from reports.history import History
+    from schema.results import Series
+    series = Series("collective", "mpi", "default", "all_reduce", "float32", "sum", False, 2)
+
+    def cell(size, ratio, low, high, p, q, verdict="inconclusive"):
+        c = CellResult((series, size), series, size, ratio, low, high, p, samples="newest run", min_effect=0.05)
+        c.q, c.verdict = q, verdict
+        return c
+    cells = [cell(4, 1.35, 1.2, 1.52, 0.002, 0.052), cell(16, 1.03, 1.01, 1.05, 0.01, 0.1),
+             cell(64, 1.3, 0.9, 1.8, 0.2, 0.5), cell(256, 1.4, 1.3, 1.5, 0.001, 0.01, "suspected regression")]
+    hist = History([], Comparison("", "", []), Comparison("", "", cells))
+    assert [c.size for c in hist.screened()] == [4, 256]
