@@ -10,7 +10,6 @@ from reports import summary
 from reports.compare import DEFAULT_MIN_EFFECT, Comparison, compare
 from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from reports.history import DEFAULT_WINDOW
-from reports.result_files import setup_of
 from schema.exit_codes import ExitCode
 from schema.results import Run
 
@@ -99,16 +98,15 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
     """`runs`: enough for a history (callers say `history.too_few` themselves). `ab`: a same-day
     interleaved A/B (base: the previous stack) that settles the newest run's suspicions.
     `estimator`: each launch's statistic; None: the one the newest run was made with."""
-    from reports.history import PLATFORM, analyse, confirm_with_ab, recorded_ab, too_few
+    from reports.history import analyse, confirm_with_ab, platform, recorded_ab, too_few
     newest = max(runs, key=lambda r: r.started)
     prefix = ""
-    platform = {k: setup_of(newest)[k] for k in PLATFORM}
-    other = [r for r in runs if {k: setup_of(r)[k] for k in PLATFORM} != platform]
+    newest_platform = platform(newest)
+    other = [r for r in runs if platform(r) != newest_platform]
     if other and not force:   # a night on a drained node (fewer ranks) must not stop every later night's guard
         runs = [r for r in runs if r not in other]
-        first = {k: setup_of(other[0])[k] for k in PLATFORM}
-        prefix = (f"# left out {len(other)} runs of another setup than the newest's ({other[0].path}: {first}; the "
-                  f"newest: {platform}); --force judges them together\n")
+        prefix = (f"# left out {len(other)} runs of another setup than the newest's ({other[0].path}: "
+                  f"{platform(other[0])}; the newest: {newest_platform}); --force judges them together\n")
         if short := too_few(runs):
             return Judgement(prefix + short, headline=short)
     hist = analyse(runs, calibration=calibration, window=window,

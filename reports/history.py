@@ -76,13 +76,19 @@ class History:
         p, without the correction across the sweep. The A/B's fresh interleaved launches decide, not
         this screen, so a looser screen costs launches, never a false verdict; with the correction a
         +35% all_reduce over 10 noisy nights (q 0.052) was never measured again."""
-        out = []
-        for c in self.suspected.cells:
-            worse = c.ratio > 1
-            if c.verdict.startswith("suspected") or (c.p < alpha and max(c.ratio, 1 / c.ratio) > 1 + c.min_effect
-                                                     and (c.low > 1 if worse else c.high < 1)):
-                out.append(c)
-        return out
+        return [c for c in self.suspected.cells if c.verdict.startswith("suspected") or departs(c, c.p, alpha)]
+
+
+def departs(c: CellResult, p: float, alpha: float = ALPHA) -> bool:
+    """The newest night off its level: p below alpha, past the minimum effect, its interval on one side of 1."""
+    worse = c.ratio > 1
+    return p < alpha and max(c.ratio, 1 / c.ratio) > 1 + c.min_effect and (c.low > 1 if worse else c.high < 1)
+
+
+def platform(run: Run) -> dict:
+    """What makes a night another platform (PLATFORM of its setup)."""
+    setup = setup_of(run)
+    return {k: setup[k] for k in PLATFORM}
 
 
 def load_runs(paths: list[str]) -> tuple[list[Run], list[str]]:
@@ -209,9 +215,8 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
         elif step := coinciding(hist.canary, hist.change_at[c.key], worse=c.ratio > 1):
             c.verdict, c.note = f"machine {c.verdict}", step.text(f"{runs[step.at].label} ({runs[step.at].started[:16]})")
     for c in hist.suspected.cells:
-        worse = c.ratio > 1
-        if c.q < alpha and max(c.ratio, 1 / c.ratio) > 1 + c.min_effect and (c.low > 1 if worse else c.high < 1):
-            c.verdict = "suspected regression" if worse else "suspected improvement"
+        if departs(c, c.q, alpha):
+            c.verdict = "suspected regression" if c.ratio > 1 else "suspected improvement"
     return hist
 
 
