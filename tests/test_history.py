@@ -4,8 +4,6 @@ import base64
 import io
 import json
 import re
-import subprocess
-import sys
 
 import matplotlib.image
 import numpy as np
@@ -13,7 +11,7 @@ import numpy as np
 from reports import summary
 from reports.history import analyse, change_points
 from reports.result_files import load
-from tests.conftest import ROOT, run_cli
+from tests.conftest import run_cli
 from tests.test_compare import write_run
 
 SLOW_RANGE = lambda op, size: op == "all_reduce" and (256 << 10) <= size <= (4 << 20)  # noqa: E731
@@ -65,8 +63,7 @@ def test_slowdown_is_flagged_from_its_night_over_its_size_range(tmp_path):
     busbw, low, high = (float(v) for v in re.findall(r"([-+][\d.]+)%", line))
     assert low < 1 / 1.3 * 100 - 100 < high and high < 0      # the CI holds the true -23.1%
     assert "what changed from 8.0.RC3 to 8.1.RC1: cann.cann: 8.0.RC3 -> 8.1.RC1" in text
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "history", str(folder), "--markdown", str(tmp_path / "c.md")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = run_cli("history", folder, "--markdown", tmp_path / "c.md")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert (tmp_path / "c.md").read_text().startswith("### hccl-bench nightly: regression")
 
@@ -136,8 +133,7 @@ def test_a_same_day_ab_confirms_or_clears_the_newest_suspicion(tmp_path):
     folder = nightly(tmp_path, 10, slow_from=9, factor=1.6, drift=0.03)
 
     def cli(ab):
-        return subprocess.run([sys.executable, "-m", "harness.cli", "history", str(folder), "--ab", ab],
-                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        return run_cli("history", folder, "--ab", ab)
     # side A (the baseline) is the previous stack; the newest, side B, is 1.6x slower
     proc = cli(write_ab(tmp_path / "ab.json", slow=1.6))
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -157,8 +153,7 @@ def test_a_regression_the_same_night_ab_runs_alike_on_both_stacks_is_the_machine
     folder = nightly(tmp_path, 10, slow_from=8, factor=1.6, drift=0.03)
 
     def cli(*extra):
-        return subprocess.run([sys.executable, "-m", "harness.cli", "history", str(folder), *extra],
-                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        return run_cli("history", folder, *extra)
     alone = cli()
     assert alone.returncode == 1 and "REGRESSIONS:" in alone.stdout, alone.stdout + alone.stderr
     alike = cli("--ab", write_ab(tmp_path / "aa.json", slow=1.0))

@@ -1,15 +1,13 @@
 """Importers on real nccl-tests and hccl_test outputs (tests/data/importers/SOURCES.md)."""
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from reports.importers import import_file
 from schema.results import ResultError
-from tests.conftest import ROOT, run_cli
+from tests.conftest import run_cli
 
 DATA = Path(__file__).parent / "data" / "importers"
 
@@ -74,9 +72,8 @@ def test_missing_facts_ask_for_the_flag():
                                          ("nccl_tests_h100x16.json", []), ("hccl_test_doc_avg_time.txt", [])])
 def test_an_imported_log_compared_with_itself_flags_nothing(tmp_path, name, flags):
     out = tmp_path / "imported.json"
-    cli = [sys.executable, "-m", "harness.cli"]
-    subprocess.run([*cli, "import", str(DATA / name), "-o", str(out), *flags], cwd=ROOT, check=True, capture_output=True)
-    proc = subprocess.run([*cli, "compare", str(out), str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert run_cli("import", DATA / name, "-o", out, *flags).returncode == 0
+    proc = run_cli("compare", out, out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " 0 regression, 0 improvement" in proc.stdout and "inconclusive" in proc.stdout
     assert json.loads(out.read_text())["benchmarks"]
@@ -127,19 +124,16 @@ def test_several_ops_and_old_headers_in_one_log():
 
 def test_import_cli_writes_one_file_per_run_and_compare_reads_them(tmp_path):
     out = tmp_path / "campaign.json"
-    cli = [sys.executable, "-m", "harness.cli"]
-    proc = subprocess.run([*cli, "import", str(THREE_OPS), str(TWO_CASES), "-o", str(out)],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = run_cli("import", THREE_OPS, TWO_CASES, "-o", out)
     assert proc.returncode == 0, proc.stderr
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == ["campaign.2.json", "campaign.3.json", "campaign.4.json", "campaign.5.json", "campaign.json"]
     assert "marked failed: the log says: Out of bounds values : 4 FAILED" in proc.stderr
-    cmp = subprocess.run([*cli, "compare", str(tmp_path / "campaign.4.json"), str(tmp_path / "campaign.5.json")],
-                         cwd=ROOT, capture_output=True, text=True)
+    cmp = run_cli("compare", tmp_path / "campaign.4.json", tmp_path / "campaign.5.json")
     undecided = int(re.search(r"(\d+) inconclusive", cmp.stdout).group(1))   # one sample a side: often undecided
     assert cmp.returncode == (6 if undecided else 0) and "48 cells" in cmp.stdout, cmp.stdout + cmp.stderr
     assert (undecided == 0) == ("INCONCLUSIVE" not in cmp.stdout)
-    table = subprocess.run([*cli, "table", str(out)], cwd=ROOT, capture_output=True, text=True)
+    table = run_cli("table", out)
     assert table.returncode == 0 and " N/A" in table.stdout and "marked failed" in table.stderr
 
 
@@ -204,11 +198,9 @@ def test_binary_names_of_mpi_builds_and_forks(tmp_path, name, op):
 
 def test_a_log_of_other_devices_is_not_compared_without_force(tmp_path):
     other = derived(tmp_path, TWO_CASES, lambda t: t.replace("NVIDIA Graphics Device", "NVIDIA H100 80GB HBM3"))
-    cli = [sys.executable, "-m", "harness.cli"]
     for source, out in ((TWO_CASES, tmp_path / "a.json"), (other, tmp_path / "b.json")):
-        assert subprocess.run([*cli, "import", str(source), "-o", str(out)], cwd=ROOT, capture_output=True).returncode == 0
-    proc = subprocess.run([*cli, "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")], cwd=ROOT,
-                          capture_output=True, text=True)
+        assert run_cli("import", source, "-o", out).returncode == 0
+    proc = run_cli("compare", tmp_path / "a.json", tmp_path / "b.json")
     assert proc.returncode == 2
     assert "devices: baseline ['NVIDIA Graphics Device'] vs candidate ['NVIDIA H100 80GB HBM3']" in proc.stderr
 
