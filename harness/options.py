@@ -14,6 +14,7 @@ import math
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass, field
 
 from collectives import algorithms
@@ -63,6 +64,7 @@ class Options:
     history: bool = False
     previous_stack: str = ""          # --previous-stack: the stack a --history suspicion is A/B-tested against the same night
     previous_is_python: bool = False  # ... given as its python interpreter (else a shell script to source)
+    previous_differs: bool = False    # ... and it is another stack than this one: the same-night A/B measures every cell
     invocation: list[str] = field(default_factory=list)   # pytest's arguments (set by the plugin): the same-night A/B reruns them
     ab_env: dict = field(default_factory=dict)
     ab_source: str = ""              # --ab-source: the script side B's environment is sourced from
@@ -333,6 +335,8 @@ def parse(getoption) -> Options:
             raise OptionError("--previous-stack settles a --history suspicion: add --history")
         o.previous_is_python = previous_stack_kind(o.previous_stack) == "python"
         o.previous_stack = os.path.abspath(o.previous_stack)   # recorded with the run; symlinks kept (a venv's python)
+        o.previous_differs = (o.previous_stack != os.path.abspath(sys.executable) if o.previous_is_python
+                              else bool(sourced_env(o.previous_stack, "--previous-stack")))
     if o.baseline not in ("", "auto") and not os.path.exists(o.baseline):
         raise OptionError(f"--baseline {o.baseline!r} does not exist: give a results.json (or its folder) or 'auto'")
     o.driver_host = str(getoption("driver_host"))
@@ -411,7 +415,7 @@ def inherited_switches(backends: list[str], env) -> list[str]:
     return sorted(f"{k}={v}" for k, v in env.items() if v and any(re.fullmatch(p, k) for p in patterns))
 
 
-def sourced_env(path: str) -> dict[str, str | None]:
+def sourced_env(path: str, option: str = "--ab-source") -> dict[str, str | None]:
     """What sourcing a stack's env script (CANN's set_env.sh, a module file wrapper) changes, as
     NAME -> VALUE, and NAME -> None for what it unsets (else `unset HCCL_ALGO` in the previous
     stack's script left the variable on both sides: an A/A read as the change). Run once in a
@@ -420,14 +424,14 @@ def sourced_env(path: str) -> dict[str, str | None]:
     if not path:
         return {}
     if not os.path.isfile(path):
-        raise OptionError(f"--ab-source {path!r} is not a file: give a shell script to source (e.g. set_env.sh)")
+        raise OptionError(f"{option} {path!r} is not a file: give a shell script to source (e.g. set_env.sh)")
     shell = 'env -0; printf "\\1\\0"; source "$1" >/dev/null 2>&1 || exit 97; env -0; printf "\\2\\0"'
     proc = subprocess.run(["bash", "-c", shell, "ab-source", path], capture_output=True, timeout=60)
     if proc.returncode:
-        raise OptionError(f"--ab-source {path!r}: sourcing it failed (exit {proc.returncode}) in bash")
+        raise OptionError(f"{option} {path!r}: sourcing it failed (exit {proc.returncode}) in bash")
     before, _, after = proc.stdout.decode(errors="replace").partition("\1\0")
     if not after.endswith("\2\0"):   # `exit` in the script ended the shell: nothing after it is known
-        raise OptionError(f"--ab-source {path!r} ended the shell (exit) while being sourced: give a script that "
+        raise OptionError(f"{option} {path!r} ended the shell (exit) while being sourced: give a script that "
                           "returns, as set_env.sh does")
 
     def parsed(text: str) -> dict[str, str]:

@@ -104,18 +104,28 @@ def judge_history(bench: BenchSession) -> dict:
 
 
 def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) -> tuple[str, Judgement]:
-    """--previous-stack: this run's suspected and regressed cells A/B-tested against the previous stack by a
-    child session (harness/same_night.py), then the history judged again with it (the record it
-    leaves in this run's folder is what the judgement reads); the text says what it did."""
+    """--previous-stack: this run's cells A/B-tested against the previous stack by a child session
+    (harness/same_night.py), then the history judged again with it (the record it leaves in this
+    run's folder is what the judgement reads); the text says what it did. When the previous stack is
+    another one (the night of an upgrade) every cell is measured: the history's night-to-night noise
+    may hide a 25% change that the interleaved launches resolve. Otherwise (the same stack) only the
+    cells the history suspects or holds as regressed: an A/A that tells the machine from the stack."""
     from harness import same_night
     from reports.gate import judge_history as judge_runs
     newest = max(runs, key=lambda r: r.started)
     hist = judgement.history
-    keys = {c.key for c in (hist.screened() if hist is not None else [])}
-    keys |= {c.key for c in (hist.judged.cells if hist is not None else []) if c.verdict == "regression"}
-    if Path(newest.path).parent != bench.run_dir or not keys:
+    if Path(newest.path).parent != bench.run_dir or hist is None:
+        return "# same-night A/B: this run is not the history's newest, nothing more was run\n", judgement
+    if bench.opts.previous_differs:
+        keys = {c.key for c in hist.suspected.cells}
+        why = f"# same-night A/B: the previous stack differs from this one: all {len(keys)} cells of this run\n"
+    else:
+        keys = {c.key for c in hist.screened()} | {c.key for c in hist.judged.cells if c.verdict == "regression"}
+        why = (f"# same-night A/B: the previous stack is this one (its script changes nothing here): the {len(keys)} "
+               "suspected or regressed cells, to tell the machine from the stack\n")
+    if not keys:
         return "# same-night A/B: no suspected or regressed cells in this run, nothing more was run\n", judgement
     outcome = same_night.run(bench.opts, bench.run_dir, keys)
     if not outcome.ok:
-        return outcome.text + "\n", judgement
-    return outcome.text + "\n", judge_runs(runs)
+        return why + outcome.text + "\n", judgement
+    return why + outcome.text + "\n", judge_runs(runs)

@@ -121,8 +121,8 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
         suspected = len(hist.screened())   # what a same-night A/B measures: each cell on its own p
         regressed = sum(c.verdict == "regression" for c in hist.judged.cells)
         confirmed, unexplained = confirm_with_ab(hist, ab)
-        prefix += (f"# same-day A/B: confirmed {confirmed} of {suspected} suspected cells; {unexplained} of {regressed} "
-                   "regressed cells the stacks ran alike (the machine's)\n")
+        prefix += (f"# same-day A/B: confirmed {confirmed} of the {len(ab.cells)} cells it measured ({suspected} suspected); "
+                   f"{unexplained} of {regressed} regressed cells the stacks ran alike (the machine's)\n")
     as_json = {**summary.as_json(hist.judged), "headline": summary.history_headline(hist), "runs": [r.path for r in hist.runs],
                "change_at": {f"{k[0].label()} {k[1]} B": hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
                "suspected": summary.as_json(hist.suspected)["cells"], "machine_changed": hist.machine_changed,

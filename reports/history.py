@@ -222,11 +222,12 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
 
 def confirm_with_ab(hist: History, ab: Comparison) -> tuple[int, int]:
     """A same-day interleaved A/B (base: the previous stack, candidate: the current one) settles
-    the newest run's suspicions (History.screened): a screened cell the A/B flags the same way
-    becomes a change that began with the newest run. It also checks the history's own regressions: one where the A/B
-    finds the two stacks alike (no change, its interval inside the minimum effect) is not the
-    software stack's, so it is a machine regression, with the A/B's figures (a drifting machine's
-    two slower nights read as a level). Returns (suspicions confirmed, regressions not reproduced)."""
+    what the history alone cannot. A cell the A/B flags, whether the history suspected it or not (on
+    an upgrade night every cell is measured), is a change that began with the newest run, unless the
+    history already holds that same change. It also checks the history's own regressions: one where
+    the A/B finds the two stacks alike (no change, its interval inside the minimum effect) is not the
+    software stack's, so it is a machine regression, with the A/B's figures (a drifting machine's two
+    slower nights read as a level). Returns (cells confirmed, regressions not reproduced)."""
     by_key = {c.key: c for c in ab.cells}
     judged = {c.key: i for i, c in enumerate(hist.judged.cells)}
     unexplained = 0
@@ -237,15 +238,18 @@ def confirm_with_ab(hist: History, ab: Comparison) -> tuple[int, int]:
                     f"(x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}]): not the software stack")
             hist.judged.cells[i] = replace(c, verdict="machine regression", note=note)
             unexplained += 1
+    suspects = {s.key: s for s in hist.suspected.cells}
     confirmed = 0
-    for s in hist.screened():
-        a = by_key.get(s.key)
-        want = "regression" if s.ratio > 1 else "improvement"
-        if a is None or s.key not in judged or a.verdict != want:
+    for a in ab.cells:
+        if a.verdict not in ("regression", "improvement") or a.key not in judged:
             continue
-        hist.judged.cells[judged[s.key]] = replace(a, note="confirmed by a same-day interleaved A/B")
-        hist.change_at[s.key] = len(hist.runs) - 1
-        s.verdict, confirmed = f"{want} (confirmed by A/B)", confirmed + 1
+        if hist.judged.cells[judged[a.key]].verdict == a.verdict:
+            continue   # the history's own change, from its own night: the A/B reproduces it
+        hist.judged.cells[judged[a.key]] = replace(a, note="confirmed by a same-day interleaved A/B")
+        hist.change_at[a.key] = len(hist.runs) - 1
+        if a.key in suspects:
+            suspects[a.key].verdict = f"{a.verdict} (confirmed by A/B)"
+        confirmed += 1
     return confirmed, unexplained
 
 

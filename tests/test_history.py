@@ -137,8 +137,9 @@ def test_a_same_day_ab_confirms_or_clears_the_newest_suspicion(tmp_path):
     # side A (the baseline) is the previous stack; the newest, side B, is 1.6x slower
     proc = cli(write_ab(tmp_path / "ab.json", slow=1.6))
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    confirmed, suspected = map(int, re.search(r"confirmed (\d+) of (\d+) suspected", proc.stdout).groups())
-    assert 2 <= confirmed <= suspected
+    counts = re.search(r"confirmed (\d+) of the \d+ cells it measured \((\d+) suspected\)", proc.stdout)
+    confirmed, suspected = map(int, counts.groups())
+    assert confirmed == 11 and suspected >= 2   # every cell the A/B flags (it slowed them all), suspected or not
     line = next(x for x in proc.stdout.splitlines() if x.startswith("  all_reduce") and "MiB" in x)
     assert line.endswith("since 8.0.RC3 (2026-11-10T02:00)") and "busbw -3" in line, proc.stdout
     proc = cli(write_ab(tmp_path / "aa.json", slow=1.0))     # the A/B sees no difference: nothing fails
@@ -184,3 +185,23 @@ def test_the_same_night_screen_takes_each_cell_on_its_own_p():
              cell(64, 1.3, 0.9, 1.8, 0.2, 0.5), cell(256, 1.4, 1.3, 1.5, 0.001, 0.01, "suspected regression")]
     hist = History([], Comparison("", "", []), Comparison("", "", cells))
     assert [c.size for c in hist.screened()] == [4, 256]
+
+
+def test_a_change_the_noisy_history_cannot_pick_is_confirmed_by_the_same_night_ab(tmp_path):
+    """The night of an upgrade measures every cell (--previous-stack another stack): a 1.25x all_reduce
+    that the nights' spread hides (nothing suspected) is a regression since the newest night once
+    the interleaved A/B flags it; an A/A of the same cells confirms nothing."""
+    from tests.test_compare import write_ab
+    folder = nightly(tmp_path, 11, slow_from=10, factor=1.25, drift=0.35)
+    alone = run_cli("history", folder)
+    assert alone.returncode == 0 and "REGRESSIONS:" not in alone.stdout, alone.stdout
+    proc = run_cli("history", folder, "--ab", write_ab(tmp_path / "ab.json", slow=1.25))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    confirmed, measured, suspected = map(int, re.search(
+        r"confirmed (\d+) of the (\d+) cells it measured \((\d+) suspected\)", proc.stdout).groups())
+    assert measured == 11 and confirmed == 11 and suspected < confirmed, proc.stdout
+    regressions = proc.stdout.split("REGRESSIONS:")[1].split("\n#")[0]
+    assert "all_reduce float32 sum 2 ranks mpi/default 4B-4MiB: busbw -20" in regressions, proc.stdout
+    assert regressions.rstrip().endswith("(2026-11-11T02:00)"), proc.stdout   # began with the newest night
+    same = run_cli("history", folder, "--ab", write_ab(tmp_path / "aa.json", slow=1.0))
+    assert same.returncode == 0 and "confirmed 0 of the 11 cells" in same.stdout, same.stdout

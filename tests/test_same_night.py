@@ -19,8 +19,19 @@ def test_previous_stack_tells_a_script_from_an_interpreter(tmp_path):
     script.write_text("export ASCEND_HOME=/opt/cann-8.0\n")
     opts = parsed(["--backend", "gloo", "--history", "--previous-stack", str(script)])
     assert opts.previous_stack == str(script) and not opts.previous_is_python
+    assert opts.previous_differs     # it changes the environment: another stack, every cell is A/B-tested
     opts = parsed(["--backend", "gloo", "--history", "--previous-stack", sys.executable])
-    assert opts.previous_stack == sys.executable and opts.previous_is_python
+    assert opts.previous_stack == sys.executable and opts.previous_is_python and not opts.previous_differs
+    other = tmp_path / "venv" / "python3"   # a venv's interpreter: a link to the same binary, another stack
+    other.parent.mkdir()
+    other.symlink_to(sys.executable)
+    assert parsed(["--backend", "gloo", "--history", "--previous-stack", str(other)]).previous_differs
+
+
+def test_a_previous_stack_script_that_changes_nothing_is_this_stack(tmp_path):
+    script = tmp_path / "set_env.sh"
+    script.write_text('unset HCCL_BENCH_NOT_SET_ANYWHERE\nexport HOME="$HOME"\ntrue\n')
+    assert not parsed(["--backend", "gloo", "--history", "--previous-stack", str(script)]).previous_differs
 
 
 @pytest.mark.parametrize("kind, message", [
@@ -71,20 +82,22 @@ def test_a_suspected_cell_is_confirmed_the_same_night_and_an_aa_confirms_nothing
     proc = bench_run(*NIGHT, "--previous-stack", str(clears), target="benches/test_collectives.py", env=FAULT)
     out = proc.output
     assert proc.returncode == 1, out[-3000:]
-    confirmed = re.search(r"# same-day A/B: confirmed (\d+) of (\d+) suspected cells", out)
+    confirmed = re.search(r"# same-day A/B: confirmed (\d+) of the (\d+) cells it measured", out)
     assert confirmed and int(confirmed.group(1)) >= 1, out[-3000:]
     line = re.search(r"# same-night A/B: \d+ cases \((mpi-default-all_\w+-float32-.*)", out)
     assert line and "mpi-default-all_reduce-float32-sum-" in line.group(0), out[-3000:]
-    # only the screened or regressed cells ran (History.screened; tests/test_history.py), never the whole sweep's 4
-    assert int(re.search(r"# same-night A/B: (\d+) cases", out).group(1)) <= 4
+    # the previous stack is another one (its script unsets the fault): the whole sweep's 4 cells ran
+    assert "the previous stack differs from this one: all 4 cells of this run" in out, out[-3000:]
+    assert int(re.search(r"# same-night A/B: (\d+) cases", out).group(1)) == 4
     assert re.search(r"budget: \d+ launches a side, 2 ranks, .* rank-s of cluster time", out)
     # a later history reads the record, without --ab, to the same verdict
     later = run_cli("history", bench_run.results)
     assert later.returncode == 1 and confirmed.group(0) in later.stdout, later.stdout + later.stderr
     assert "REGRESSIONS:" in later.stdout and "# skipped: " in later.stdout   # the A/B run is no night of its own
-    # A/A: the previous stack is this one (the fault stays on both sides): nothing is confirmed
+    # A/A: the previous stack is this one (its script changes nothing; the fault stays on both sides):
+    # only the suspected or regressed cells are measured, and nothing is confirmed
     same = tmp_path / "same.sh"
-    same.write_text("export HCCL_BENCH_AA=1\n")
+    same.write_text("unset HCCL_BENCH_NOT_SET   # changes nothing here\n")
     bench_run.results = nights
     proc = bench_run(*NIGHT, "--previous-stack", str(same), target="benches/test_collectives.py", env=FAULT)
     out = proc.output
@@ -92,6 +105,6 @@ def test_a_suspected_cell_is_confirmed_the_same_night_and_an_aa_confirms_nothing
     # themselves, this VM's drift, may still be a regression of its own, which the A/A cannot touch)
     newest = re.search(r"# results: .*/nights/([0-9-]+)/results\.json", out)
     assert newest and f"since {newest.group(1)}" not in out, out[-3000:]
-    assert re.search(r"# same-day A/B: confirmed 0 of [1-9]\d* suspected cells;", out) or \
+    assert re.search(r"# same-day A/B: confirmed 0 of the [1-9]\d* cells it measured", out) or \
         "# same-night A/B: no suspected or regressed cells in this run" in out, out[-3000:]
     assert bench_run.leftovers() == []
