@@ -10,11 +10,13 @@ HCCL_BENCH_FAULT=slow:0:all_reduce:FACTOR, rank 0's timed all_reduce rounds FACT
 After each night the history of the folder is judged as `hccl-bench history` does (reports/gate.py).
 Per trial it prints the verdict night by night; at the end: in how many trials the change was a
 confirmed regression by the second changed night, and how many software regressions (and machine
-changes) the same-stack nights reported (the promise: none). Nights here are minutes apart, not a
+changes) the same-stack nights reported (the promise: none); a trial ends at its first confirmed
+changed night, which settles its count. Nights here are minutes apart, not a
 day; --busy N runs N busy loops beside the sweep, as a shared machine has them. With --same-night
 every night runs with `--previous-stack` of a script that clears HCCL_BENCH_FAULT (the stack before
-the change), so a suspected change is settled by a same-night A/B (harness/same_night.py) and can
-be confirmed on the first changed night.
+the change): on a same-stack night it changes nothing (an A/A of the cells the night moved), on a
+changed night it is another stack, so every cell is A/B-tested the same night (harness/same_night.py)
+and the change can be confirmed on the first changed night.
 """
 from __future__ import annotations
 
@@ -103,6 +105,7 @@ def main() -> int:
                     machine_same += v["machine"]
                 elif at is None and v["all_reduce"]:
                     at = n - args.same + 1
+                    break   # confirmed: the trial's count is settled, its later changed nights cannot change it
             confirmed_at.append(at)
             confirmed_by_second += at is not None and at <= 2
             confirmed_first += at == 1
