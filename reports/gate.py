@@ -115,8 +115,18 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
     if hist.judged.mismatch and not force:
         return Judgement(refused="setups differ across the history (--force to use them anyway): " + hist.judged.mismatch[0],
                          history=hist)
+    for at, run in enumerate(hist.runs[:-1]):   # earlier nights' same-night A/Bs, oldest first: theirs stand
+        if recorded := recorded_ab(run):
+            earlier, line = same_night(recorded[0])
+            if earlier is not None:
+                confirmed, unexplained = confirm_with_ab(hist, earlier, at)
+                prefix += (f"# same-night A/B of {run.label} ({run.started[:16]}): confirmed {confirmed} of the "
+                           f"{len(earlier.cells)} cells it measured; {unexplained} regressed cells the stacks ran alike\n")
+            else:
+                prefix += line
     if ab is None and (recorded := recorded_ab(newest)):
-        ab, prefix = same_night(recorded[0])
+        ab, line = same_night(recorded[0])
+        prefix += line
     if ab is not None:
         suspected = len(hist.screened())   # what a same-night A/B measures: each cell on its own p
         regressed = sum(c.verdict == "regression" for c in hist.judged.cells)

@@ -220,37 +220,53 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
     return hist
 
 
-def confirm_with_ab(hist: History, ab: Comparison) -> tuple[int, int]:
-    """A same-day interleaved A/B (base: the previous stack, candidate: the current one) settles
-    what the history alone cannot. A cell the A/B flags, whether the history suspected it or not (on
-    an upgrade night every cell is measured), is a change that began with the newest run, unless the
-    history already holds that same change. It also checks the history's own regressions: one where
-    the A/B finds the two stacks alike (no change, its interval inside the minimum effect) is not the
-    software stack's, so it is a machine regression, with the A/B's figures (a drifting machine's two
-    slower nights read as a level). Returns (cells confirmed, regressions not reproduced)."""
+def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tuple[int, int]:
+    """A same-day interleaved A/B of night `at` (default the newest; base: the stack before it,
+    candidate: that night's) settles what the history alone cannot. Applied night by night, oldest
+    first, so a confirmation made on the night of an upgrade still stands the nights after it.
+
+    A cell the A/B flags, whether the history suspected it or not (on an upgrade night every cell is
+    measured), is a change that began with night `at`, unless the history holds that same change
+    already, or a change of its own that began later (a revert it saw). A regression of the history
+    that the A/B finds the two stacks run alike (no change, its interval inside the minimum effect)
+    is a machine regression, with the A/B's figures, but only when nothing recorded changed from
+    the night before that regression to night `at`: then the stack the A/B ran as the previous one
+    is the stack from before it (a drifting machine's two slower nights read as a level). After an
+    upgrade an A/A of last night's stack says nothing about it. Returns (cells confirmed,
+    regressions not reproduced)."""
+    at = len(hist.runs) - 1 if at is None else at
     by_key = {c.key: c for c in ab.cells}
     judged = {c.key: i for i, c in enumerate(hist.judged.cells)}
     unexplained = 0
     for i, c in enumerate(hist.judged.cells):
-        a = by_key.get(c.key)
-        if c.verdict == "regression" and a is not None and a.verdict == "no change":
+        a, began = by_key.get(c.key), hist.change_at.get(c.key, -1)
+        if c.verdict == "regression" and a is not None and a.verdict == "no change" and 0 < began <= at \
+                and same_stack(hist, began - 1, at):
             note = (f"the same-night A/B against the previous stack found no change "
                     f"(x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}]): not the software stack")
             hist.judged.cells[i] = replace(c, verdict="machine regression", note=note)
             unexplained += 1
-    suspects = {s.key: s for s in hist.suspected.cells}
+    suspects = {s.key: s for s in hist.suspected.cells} if at == len(hist.runs) - 1 else {}
     confirmed = 0
     for a in ab.cells:
         if a.verdict not in ("regression", "improvement") or a.key not in judged:
             continue
-        if hist.judged.cells[judged[a.key]].verdict == a.verdict:
-            continue   # the history's own change, from its own night: the A/B reproduces it
-        hist.judged.cells[judged[a.key]] = replace(a, note="confirmed by a same-day interleaved A/B")
-        hist.change_at[a.key] = len(hist.runs) - 1
+        held, began = hist.judged.cells[judged[a.key]], hist.change_at.get(a.key, -1)
+        if (held.verdict == a.verdict and began <= at) or began > at:
+            continue   # the history's own change (the A/B reproduces it), or a later one it saw
+        standing = "standing " if at < len(hist.runs) - hist.window else ""
+        hist.judged.cells[judged[a.key]] = replace(a, verdict=standing + a.verdict,
+                                                   note=f"confirmed by a same-day interleaved A/B of {hist.runs[at].label}")
+        hist.change_at[a.key] = at
         if a.key in suspects:
             suspects[a.key].verdict = f"{a.verdict} (confirmed by A/B)"
         confirmed += 1
     return confirmed, unexplained
+
+
+def same_stack(hist: History, first: int, last: int) -> bool:
+    """Nothing recorded (versions, environment) differs between run `first` and run `last`."""
+    return not provenance_diff([run_provenance(hist.runs[first]), run_provenance(hist.runs[last])])
 
 
 SAME_NIGHT = "same_night_ab.json"   # in a run's folder: the same-night A/B that settled its suspicions (--previous-stack)

@@ -201,7 +201,32 @@ def test_a_change_the_noisy_history_cannot_pick_is_confirmed_by_the_same_night_a
         r"confirmed (\d+) of the (\d+) cells it measured \((\d+) suspected\)", proc.stdout).groups())
     assert measured == 11 and confirmed == 11 and suspected < confirmed, proc.stdout
     regressions = proc.stdout.split("REGRESSIONS:")[1].split("\n#")[0]
-    assert "all_reduce float32 sum 2 ranks mpi/default 4B-4MiB: busbw -20" in regressions, proc.stdout
+    busbw = re.search(r"all_reduce float32 sum 2 ranks mpi/default 4B-4MiB: busbw (-[\d.]+)%", regressions)
+    assert busbw and -21 < float(busbw.group(1)) < -19, proc.stdout   # 1/1.25: -20%
     assert regressions.rstrip().endswith("(2026-11-11T02:00)"), proc.stdout   # began with the newest night
     same = run_cli("history", folder, "--ab", write_ab(tmp_path / "aa.json", slow=1.0))
     assert same.returncode == 0 and "confirmed 0 of the 11 cells" in same.stdout, same.stdout
+
+
+def test_an_upgrade_nights_ab_stands_the_nights_after_and_an_aa_of_the_new_stack_does_not_clear_it(tmp_path):
+    """Night 11 upgrades (8.0.RC3 -> 8.1.RC1, all_reduce 1.25x slower) and its same-night A/B
+    against 8.0.RC3 confirms it; on night 12 the previous stack is night 11's, so that night's A/A
+    finds the stacks alike, which says nothing about the upgrade: the regression since night 11
+    stands (exit 1), while the history alone, whose nights' spread hides it, passes."""
+    from tests.test_compare import write_ab
+    folder = nightly(tmp_path, 12, slow_from=10, factor=1.25, drift=0.35,
+                     cann=lambda night: "8.1.RC1" if night >= 10 else "8.0.RC3")
+    assert run_cli("history", folder).returncode == 0
+    (folder / "20261111-030000").mkdir()
+    # a recorded same-night run has this stack as side A, the previous one as side B (harness/same_night.py)
+    write_ab(folder / "20261111-030000" / "results.json", slow=1 / 1.25)
+    (folder / "20261111-020000" / "same_night_ab.json").write_text(json.dumps({"run": "20261111-030000"}))
+    proc = run_cli("history", folder, "--ab", write_ab(tmp_path / "aa.json", slow=1.0))
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert re.search(r"# same-night A/B of 8\.1\.RC1 \(2026-11-11T02:00\): confirmed 11 of the 11 cells it measured", out), out
+    assert "0 of 11 regressed cells the stacks ran alike" in out, out   # the A/A of 8.1 says nothing of 8.0
+    regressions = out.split("REGRESSIONS:")[1].split("\n#")[0]
+    busbw = re.search(r"all_reduce float32 sum 2 ranks mpi/default 4B-4MiB: busbw (-[\d.]+)%", regressions)
+    assert busbw and -21 < float(busbw.group(1)) < -19, out   # 1/1.25: -20%
+    assert regressions.rstrip().endswith("since 8.1.RC1 (2026-11-11T02:00)"), out
