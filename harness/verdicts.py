@@ -108,23 +108,20 @@ def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) ->
     (harness/same_night.py), then the history judged again with it (the record it leaves in this
     run's folder is what the judgement reads); the text says what it did. When the previous stack is
     another one (the night of an upgrade) every cell is measured: the history's night-to-night noise
-    may hide a 25% change that the interleaved launches resolve. Otherwise (the same stack) only the
-    cells the history suspects or holds as regressed: an A/A that tells the machine from the stack."""
+    may hide a 25% change that the interleaved launches resolve. When it is this one, nothing runs:
+    an A/A of one stack says nothing of a software change, and the run's recorded options say the
+    stack was kept (reports/history.py kept_stack)."""
     from harness import same_night
     from reports.gate import judge_history as judge_runs
     newest = max(runs, key=lambda r: r.started)
     hist = judgement.history
     if Path(newest.path).parent != bench.run_dir or hist is None:
         return "# same-night A/B: this run is not the history's newest, nothing more was run\n", judgement
-    if bench.opts.previous_differs:
-        keys = {c.key for c in hist.suspected.cells}
-        why = f"# same-night A/B: the previous stack differs from this one: all {len(keys)} cells of this run\n"
-    else:
-        keys = {c.key for c in hist.screened()} | {c.key for c in hist.judged.cells if c.verdict == "regression"}
-        why = (f"# same-night A/B: the previous stack is this one (its script changes nothing here): the {len(keys)} "
-               "suspected or regressed cells, to tell the machine from the stack\n")
-    if not keys:
-        return "# same-night A/B: no suspected or regressed cells in this run, nothing more was run\n", judgement
+    if not bench.opts.previous_differs:   # an A/A of one stack cannot tell a software change; the run records it
+        return ("# same-night A/B: the previous stack is this one (it changes nothing here), nothing to A/B; a change "
+                "whose nights all ran the stack of the night before, nothing recorded changed, is the machine's\n"), judgement
+    keys = {c.key for c in hist.suspected.cells}
+    why = f"# same-night A/B: the previous stack differs from this one: all {len(keys)} cells of this run\n"
     outcome = same_night.run(bench.opts, bench.run_dir, keys)
     if not outcome.ok:
         return why + outcome.text + "\n", judgement

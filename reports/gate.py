@@ -128,7 +128,7 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
         ab, line = same_night(recorded[0])
         prefix += line
     if ab is not None:
-        suspected = len(hist.screened())   # what a same-night A/B measures: each cell on its own p
+        suspected = len(hist.screened())   # the newest night's moved cells, each on its own p
         regressed = sum(c.verdict == "regression" for c in hist.judged.cells)
         confirmed, unexplained = confirm_with_ab(hist, ab)
         prefix += (f"# same-day A/B: confirmed {confirmed} of the {len(ab.cells)} cells it measured ({suspected} suspected); "

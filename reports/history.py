@@ -72,10 +72,10 @@ class History:
         return any(c.verdict.startswith("machine ") for c in self.judged.cells)
 
     def screened(self, alpha: float = ALPHA) -> list[CellResult]:
-        """The newest night's cells a same-night A/B measures: the suspicion test on each cell's own
-        p, without the correction across the sweep. The A/B's fresh interleaved launches decide, not
-        this screen, so a looser screen costs launches, never a false verdict; with the correction a
-        +35% all_reduce over 10 noisy nights (q 0.052) was never measured again."""
+        """The newest night's moved cells, each on its own p, without the correction across the
+        sweep: what a same-day A/B's line counts as suspected (the A/B itself measures every cell
+        of an upgrade night; with the correction a +35% all_reduce over 10 noisy nights, q 0.052,
+        was not even suspected)."""
         return [c for c in self.suspected.cells if c.verdict.startswith("suspected") or departs(c, c.p, alpha)]
 
 
@@ -214,6 +214,8 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
             c.verdict = f"standing {c.verdict}"
         elif step := coinciding(hist.canary, hist.change_at[c.key], worse=c.ratio > 1):
             c.verdict, c.note = f"machine {c.verdict}", step.text(f"{runs[step.at].label} ({runs[step.at].started[:16]})")
+        elif kept := kept_stack(runs, hist.change_at[c.key]):
+            c.verdict, c.note = f"machine {c.verdict}", kept
     for c in hist.suspected.cells:
         if departs(c, c.q, alpha):
             c.verdict = "suspected regression" if c.ratio > 1 else "suspected improvement"
@@ -262,6 +264,24 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
             suspects[a.key].verdict = f"{a.verdict} (confirmed by A/B)"
         confirmed += 1
     return confirmed, unexplained
+
+
+def kept_stack(runs: list[Run], at: int) -> str:
+    """Why a change that began with run `at` is not the software stack's, or "": every run from `at`
+    on declared that it ran the stack of the run before (its --previous-stack changed nothing:
+    options.previous_differs false; runs that do not say so break the chain) and nothing recorded
+    (versions, environment) differs from the run before `at` to the newest. An in-place upgrade
+    under the same paths changes the recorded versions, so it is never read as the machine."""
+    if at < 1:
+        return ""
+    for run in runs[at:]:
+        options = run.meta.get("options")
+        if not isinstance(options, dict) or not options.get("previous_stack") or options.get("previous_differs") is not False:
+            return ""
+    if provenance_diff([run_provenance(runs[at - 1]), run_provenance(runs[-1])]):
+        return ""
+    return (f"every night from {runs[at].label} ({runs[at].started[:16]}) on ran the stack of the night before "
+            "(its --previous-stack changed nothing) and nothing recorded changed: not the software stack")
 
 
 def same_stack(hist: History, first: int, last: int) -> bool:

@@ -222,7 +222,16 @@ def calibration_text(cal: dict) -> str:
     return "\n".join(out)
 
 
-MACHINE_NOTES = ("canary", "the same-night A/B")   # why a change is the machine's (reports/history.py)
+MACHINE_NOTES = ("canary", "the same-night A/B", "every night from")   # why a change is the machine's (reports/history.py)
+
+
+def machine_reason(note: str) -> tuple[str, str]:
+    """A machine change's note as (what the headline says it did, the figures behind it)."""
+    if note.startswith("canary"):
+        return "moved with the canary", note
+    if note.startswith("the same-night A/B"):
+        return "ran alike on both stacks", "the same-night A/B found no change between them"
+    return "began on nights that kept their stack", "each night ran the stack of the night before, nothing recorded changed"
 
 
 def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
@@ -231,8 +240,9 @@ def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
     runs = hist.runs
     sections, changed_at = [], []
     for label, verdict in (("REGRESSIONS", "regression"), ("improvements", "improvement"),
-                           ("MACHINE CHANGES (the canary moved with them, or the same-night A/B ran both stacks "
-                            "alike: the machine, not the software stack)", "machine regression"),
+                           ("MACHINE CHANGES (the canary moved with them, the same-night A/B ran both stacks "
+                            "alike, or every night since kept its stack: the machine, not the software stack)",
+                            "machine regression"),
                            ("machine improvements (the canary moved with them)", "machine improvement"),
                            (f"standing regressions (began before the last {hist.window} runs)", "standing regression"),
                            ("standing improvements", "standing improvement")):
@@ -269,12 +279,9 @@ def history_headline(hist) -> str:
         left = f"; {len(hist.left_out)} noisy nights left out" if hist.left_out else ""
         return f"nothing judged yet: {hist.too_short} cells have fewer than {MIN_RUNS} usable nights{left}"
     machine = [r for v in ("machine regression", "machine improvement") for r in size_ranges(hist.judged, v)]
-    notes = list(dict.fromkeys(c.note if c.note.startswith("canary") else "the same-night A/B found no change between them"
-                               for c in hist.judged.cells if c.verdict.startswith("machine ")))
-    steps = "; ".join(notes)
-    why = ("moved with the canary" if all(n.startswith("canary") for n in notes) else
-           "ran alike on both stacks" if not any(n.startswith("canary") for n in notes) else
-           "moved with the canary or ran alike on both stacks")
+    reasons = [machine_reason(c.note) for c in hist.judged.cells if c.verdict.startswith("machine ")]
+    steps = "; ".join(dict.fromkeys(step for _, step in reasons))
+    why = " or ".join(dict.fromkeys(what for what, _ in reasons))
     if hist.regressed:
         return headline(hist.judged) + (f" (and {len(machine)} size ranges {why}: the machine)" if machine else "")
     if machine:

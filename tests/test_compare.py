@@ -14,7 +14,7 @@ SIZES = [4 << (2 * i) for i in range(11)]          # 4 B .. 4 MiB, like --sizes 
 
 
 def write_run(path, seed, slowdown=lambda op, size: 1.0, launches=1, rounds=20, nranks=2, noise=0.03, drift=None,
-              run_shift=0.0, when="", provenance=None):
+              run_shift=0.0, when="", provenance=None, options=None):
     """A result file shaped like a real run: per-round per-op times with lognormal noise."""
     rng = np.random.default_rng(seed)
     benches = []
@@ -27,7 +27,8 @@ def write_run(path, seed, slowdown=lambda op, size: 1.0, launches=1, rounds=20, 
                 row = CollectiveRow(backend="mpi", algo="default", op=op, redop="sum", nranks=nranks, bytes=size,
                                     count=size // 4, launch=launch, time_us=float(np.median(data)) * 1e6)
                 benches.append(bench_entry(f"{op}-{size}-L{launch}", row, data))
-    meta = {"groups": {"g": {"hosts": {"h": nranks}, "devices": ["cpu"]}}, "provenance": provenance or {}}
+    meta = {"groups": {"g": {"hosts": {"h": nranks}, "devices": ["cpu"]}}, "provenance": provenance or {},
+            **({"options": options} if options else {})}
     path.write_text(json.dumps(result_file(benches, meta, when)))
     return str(path)
 

@@ -17,7 +17,8 @@ from tests.test_compare import write_run
 SLOW_RANGE = lambda op, size: op == "all_reduce" and (256 << 10) <= size <= (4 << 20)  # noqa: E731
 
 
-def nightly(tmp_path, nights, slow_from=None, factor=1.3, drift=0.08, seed=0, cann=lambda night: "8.0.RC3"):
+def nightly(tmp_path, nights, slow_from=None, factor=1.3, drift=0.08, seed=0, cann=lambda night: "8.0.RC3",
+            options=lambda night: None):
     """`nights` result dirs like a --results folder: each night 3 launches whose level drifts by
     `drift` (log sd) night to night; from night `slow_from` on, all_reduce 256 KiB-4 MiB is slower."""
     rng = np.random.default_rng(seed)
@@ -27,7 +28,8 @@ def nightly(tmp_path, nights, slow_from=None, factor=1.3, drift=0.08, seed=0, ca
         run_dir = tmp_path / "nightly" / f"202611{night + 1:02d}-020000"
         run_dir.mkdir(parents=True)
         write_run(run_dir / "results.json", seed * 100 + night, slow, launches=3, run_shift=rng.normal(0, drift),
-                  when=f"2026-11-{night + 1:02d}T02:00:00", provenance={"cann": {"cann": cann(night)}})
+                  when=f"2026-11-{night + 1:02d}T02:00:00", provenance={"cann": {"cann": cann(night)}},
+                  options=options(night))
     return tmp_path / "nightly"
 
 
@@ -230,3 +232,21 @@ def test_an_upgrade_nights_ab_stands_the_nights_after_and_an_aa_of_the_new_stack
     busbw = re.search(r"all_reduce float32 sum 2 ranks mpi/default 4B-4MiB: busbw (-[\d.]+)%", regressions)
     assert busbw and -21 < float(busbw.group(1)) < -19, out   # 1/1.25: -20%
     assert regressions.rstrip().endswith("since 8.1.RC1 (2026-11-11T02:00)"), out
+
+
+def test_a_step_on_nights_that_all_kept_their_stack_is_the_machines(tmp_path):
+    """Each night ran with a --previous-stack that changed nothing (options.previous_differs false):
+    a step over those nights, nothing recorded changed, is a machine regression (exit 7). A night in
+    the chain that ran another stack, or a version change recorded beside the declarations (an
+    in-place upgrade), keeps it a software regression (exit 1)."""
+    kept = {"previous_stack": "/opt/cann-prev/set_env.sh", "previous_differs": False}
+    machine = run_cli("history", nightly(tmp_path / "kept", 10, slow_from=8, factor=1.6, drift=0.03, options=lambda n: kept))
+    assert machine.returncode == 7 and "REGRESSIONS:" not in machine.stdout, machine.stdout
+    assert "every night from 8.0.RC3 (2026-11-09T02:00) on ran the stack of the night before" in machine.stdout, machine.stdout
+    switched = nightly(tmp_path / "switched", 10, slow_from=8, factor=1.6, drift=0.03,
+                       options=lambda n: {**kept, "previous_differs": n == 9})
+    assert run_cli("history", switched).returncode == 1
+    in_place = nightly(tmp_path / "in-place", 10, slow_from=8, factor=1.6, drift=0.03, options=lambda n: kept,
+                       cann=lambda n: "8.1.RC1" if n >= 8 else "8.0.RC3")
+    proc = run_cli("history", in_place)
+    assert proc.returncode == 1 and "cann.cann: 8.0.RC3 -> 8.1.RC1" in proc.stdout, proc.stdout

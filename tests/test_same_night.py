@@ -10,6 +10,7 @@ import pytest
 
 from harness.options import OptionError
 from harness.same_night import child_args
+from reports.result_files import load
 from tests.conftest import run_cli
 from tests.test_options import parsed
 
@@ -94,10 +95,10 @@ def test_a_suspected_cell_is_confirmed_the_same_night_and_an_aa_confirms_nothing
     later = run_cli("history", bench_run.results)
     assert later.returncode == 1 and confirmed.group(0) in later.stdout, later.stdout + later.stderr
     assert "REGRESSIONS:" in later.stdout and "# skipped: " in later.stdout   # the A/B run is no night of its own
-    # A/A: the previous stack is this one (its script changes nothing; the fault stays on both sides):
-    # only the suspected or regressed cells are measured, and nothing is confirmed
+    # A/A: a previous stack that differs only in a variable nothing reads (the fault stays on both
+    # sides): every cell is measured, and nothing is confirmed
     same = tmp_path / "same.sh"
-    same.write_text("unset HCCL_BENCH_NOT_SET   # changes nothing here\n")
+    same.write_text("export HCCL_BENCH_AA=1\n")
     bench_run.results = nights
     proc = bench_run(*NIGHT, "--previous-stack", str(same), target="benches/test_collectives.py", env=FAULT)
     out = proc.output
@@ -105,6 +106,13 @@ def test_a_suspected_cell_is_confirmed_the_same_night_and_an_aa_confirms_nothing
     # themselves, this VM's drift, may still be a regression of its own, which the A/A cannot touch)
     newest = re.search(r"# results: .*/nights/([0-9-]+)/results\.json", out)
     assert newest and f"since {newest.group(1)}" not in out, out[-3000:]
-    assert re.search(r"# same-day A/B: confirmed 0 of the [1-9]\d* cells it measured", out) or \
-        "# same-night A/B: no suspected or regressed cells in this run" in out, out[-3000:]
+    assert re.search(r"# same-day A/B: confirmed 0 of the 4 cells it measured", out), out[-3000:]
+    # a script that changes nothing here is this stack: no A/B runs, and the run records it
+    noop = tmp_path / "noop.sh"
+    noop.write_text("unset HCCL_BENCH_NOT_SET   # changes nothing here\n")
+    proc = bench_run(*NIGHT, "--previous-stack", str(noop), target="benches/test_collectives.py", env=FAULT)
+    assert "# same-night A/B: the previous stack is this one (it changes nothing here), nothing to A/B" in proc.output, \
+        proc.output[-3000:]
+    recorded = re.search(r"# results: (.*/nights/[0-9-]+/results\.json)", proc.output)
+    assert recorded and load(recorded.group(1)).meta["options"]["previous_differs"] is False, proc.output[-3000:]
     assert bench_run.leftovers() == []
