@@ -62,9 +62,9 @@ class Options:
     repeat: int = 1
     baseline: str = ""
     history: bool = False
-    previous_stack: str = ""          # --previous-stack: the stack a --history suspicion is A/B-tested against the same night
+    previous_stack: str = ""          # --previous-stack: the night before's stack, A/B-tested against this one the same night
     previous_is_python: bool = False  # ... given as its python interpreter (else a shell script to source)
-    previous_differs: bool = False    # ... and it is another stack than this one: the same-night A/B measures every cell
+    previous_differs: bool = False    # ... and it is another stack than this one: the A/B measures every cell (else none runs)
     invocation: list[str] = field(default_factory=list)   # pytest's arguments (set by the plugin): the same-night A/B reruns them
     ab_env: dict = field(default_factory=dict)
     ab_source: str = ""              # --ab-source: the script side B's environment is sourced from
@@ -173,9 +173,11 @@ def _add_verdict_options(g) -> None:
                                                        "runs in its --results folder; a new confirmed regression fails")
     g.addoption("--cases", default="", help="run only these cases: a file of case ids, one per line, as the tables "
                                             "name them without their -L<launch>/-A/-B ends (the same-night A/B's child gets one)")
-    g.addoption("--previous-stack", default="", help="with --history: settle the newest run's suspected changes the same night "
-                                                     "by a sequential interleaved A/B of those cells against the previous "
-                                                     "stack: its env script to source (CANN's set_env.sh) or its python")
+    g.addoption("--previous-stack", default="", help="with --history: the stack of the night before (its env script to "
+                                                     "source, CANN's set_env.sh, or its python); when it differs from this "
+                                                     "one, every cell is settled the same night by a sequential interleaved "
+                                                     "A/B against it; when it is this one, none runs and the night records "
+                                                     "that it kept its stack")
 
 
 def _add_layer_options(g) -> None:
@@ -426,7 +428,11 @@ def sourced_env(path: str, option: str = "--ab-source") -> dict[str, str | None]
     if not os.path.isfile(path):
         raise OptionError(f"{option} {path!r} is not a file: give a shell script to source (e.g. set_env.sh)")
     shell = 'env -0; printf "\\1\\0"; source "$1" >/dev/null 2>&1 || exit 97; env -0; printf "\\2\\0"'
-    proc = subprocess.run(["bash", "-c", shell, "ab-source", path], capture_output=True, timeout=60)
+    try:
+        proc = subprocess.run(["bash", "-c", shell, "ab-source", path], capture_output=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise OptionError(f"{option} {path!r}: sourcing it did not return within 60 s in bash "
+                          "(does it wait for input?)") from None
     if proc.returncode:
         raise OptionError(f"{option} {path!r}: sourcing it failed (exit {proc.returncode}) in bash")
     before, _, after = proc.stdout.decode(errors="replace").partition("\1\0")
@@ -438,7 +444,17 @@ def sourced_env(path: str, option: str = "--ab-source") -> dict[str, str | None]
         pairs = (item.split("=", 1) for item in text.split("\0") if "=" in item)
         return {k: v for k, v in pairs if k not in BASH_OWN}
     was, now = parsed(before), parsed(after)
-    return {**{k: v for k, v in now.items() if was.get(k) != v}, **{k: None for k in was if k not in now}}
+    return {**{k: v for k, v in now.items() if not _same_value(was.get(k), v)}, **{k: None for k in was if k not in now}}
+
+
+def _same_value(was: str | None, now: str) -> bool:
+    """Equal, or the same path list once repeated entries are dropped: CANN's set_env.sh sourced again
+    where it was sourced already prepends its paths to PATH and LD_LIBRARY_PATH a second time, and
+    that stack is this one."""
+    if was is None or was == now:
+        return was == now
+    entries = lambda value: list(dict.fromkeys(value.split(":")))  # noqa: E731
+    return ":" in now and entries(was) == entries(now)
 
 
 def previous_stack_kind(path: str) -> str:

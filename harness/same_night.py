@@ -1,4 +1,4 @@
-"""--previous-stack: a --history suspicion settled the same night. The suspected cells are measured
+"""--previous-stack: an upgrade night settled the same night. The night's cells are measured
 again by a child session (a real `python -m pytest` of the same benches and options) as a sequential
 interleaved A/B, this stack (side A, the environment as it is) against the previous one (side B:
 --ab-source SCRIPT, or HCCL_BENCH_PYTHON=PYTHON), into the same --results folder; the newest run's
@@ -79,7 +79,7 @@ def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
     that fails, is interrupted, or outlives its cases' timeouts is reported, never waited on forever."""
     ids = selection(opts, keys)
     if not ids:
-        return Outcome(None, f"# same-night A/B: none of the {len(keys)} suspected or regressed cells is a case of these "
+        return Outcome(None, f"# same-night A/B: none of the {len(keys)} cells is a case of these "
                              "benches", False)
     before = set(Path(opts.results).glob("*/"))
     cases_file = run_dir / "same_night_cases.txt"

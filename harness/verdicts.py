@@ -110,7 +110,7 @@ def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) ->
     another one (the night of an upgrade) every cell is measured: the history's night-to-night noise
     may hide a 25% change that the interleaved launches resolve. When it is this one, nothing runs:
     an A/A of one stack says nothing of a software change, and the run's recorded options say the
-    stack was kept (reports/history.py kept_stack)."""
+    stack was kept (reports/history.py stack_kept)."""
     from harness import same_night
     from reports.gate import judge_history as judge_runs
     newest = max(runs, key=lambda r: r.started)
@@ -120,7 +120,7 @@ def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) ->
     if not bench.opts.previous_differs:   # an A/A of one stack cannot tell a software change; the run records it
         return ("# same-night A/B: the previous stack is this one (it changes nothing here), nothing to A/B; a change "
                 "whose nights all ran the stack of the night before, nothing recorded changed, is the machine's\n"), judgement
-    keys = {c.key for c in hist.suspected.cells}
+    keys = set(newest.cells)   # every cell, judged or not (a new one, a noisy night's: the A/B is its own evidence)
     why = f"# same-night A/B: the previous stack differs from this one: all {len(keys)} cells of this run\n"
     outcome = same_night.run(bench.opts, bench.run_dir, keys)
     if not outcome.ok:

@@ -96,7 +96,7 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
                   window: int = DEFAULT_WINDOW, force: bool = False, ab: Comparison | None = None,
                   estimator: str | None = None) -> Judgement:
     """`runs`: enough for a history (callers say `history.too_few` themselves). `ab`: a same-day
-    interleaved A/B (base: the previous stack) that settles the newest run's suspicions.
+    interleaved A/B of the newest run (base: the previous stack); every earlier night's recorded one is applied too.
     `estimator`: each launch's statistic; None: the one the newest run was made with."""
     from reports.history import analyse, confirm_with_ab, platform, recorded_ab, too_few
     newest = max(runs, key=lambda r: r.started)

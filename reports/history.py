@@ -55,6 +55,10 @@ class History:
     judged: Comparison                                       # per cell: level before vs after its newest change
     suspected: Comparison
     change_at: dict[tuple, int] = field(default_factory=dict)     # cell key -> run index where its newest change begins
+    # cell key -> run index from which the stack must have stayed the same for its change to be the
+    # machine's: MIN_SEGMENT judged nights before the change (a change point on noisy nights may land
+    # a night or two late; a left-out night between them is inside the span)
+    level_from: dict[tuple, int] = field(default_factory=dict)
     too_short: int = 0                                       # cells with fewer than MIN_RUNS runs: not judged
     window: int = DEFAULT_WINDOW
     canary: CanaryView = field(default_factory=CanaryView)
@@ -190,6 +194,7 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
                                             samples="runs", n_base=at - start, n_cand=len(y) - at, min_effect=effect,
                                             detectable=detectable_change(y, [c for c, _ in cps], alpha, effect)))
         hist.change_at[key] = idx[at] if cps else -1
+        hist.level_from[key] = idx[max(start, at - MIN_SEGMENT)]
         level = y[cps[-1][0] if cps else 0:-1]   # the newest run against the level it should be on
         sd = level.std(ddof=1) * np.sqrt(1 + 1 / level.size) if level.size >= MIN_SEGMENT else 0.0
         if sd > 0 and idx[-1] == len(runs) - 1:   # a noisy newest night raises no suspicion
@@ -214,8 +219,11 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
             c.verdict = f"standing {c.verdict}"
         elif step := coinciding(hist.canary, hist.change_at[c.key], worse=c.ratio > 1):
             c.verdict, c.note = f"machine {c.verdict}", step.text(f"{runs[step.at].label} ({runs[step.at].started[:16]})")
-        elif kept := kept_stack(runs, hist.change_at[c.key]):
-            c.verdict, c.note = f"machine {c.verdict}", kept
+        elif stack_kept(runs, hist.level_from[c.key], len(runs) - 1, declared=True):
+            first = runs[hist.level_from[c.key]]
+            c.verdict, c.note = f"machine {c.verdict}", (
+                f"the stack stayed that of {first.label} ({first.started[:16]}): every night since ran the stack of the "
+                "night before (its --previous-stack changed nothing) and nothing recorded changed: not the software stack")
     for c in hist.suspected.cells:
         if departs(c, c.q, alpha):
             c.verdict = "suspected regression" if c.ratio > 1 else "suspected improvement"
@@ -243,7 +251,7 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
     for i, c in enumerate(hist.judged.cells):
         a, began = by_key.get(c.key), hist.change_at.get(c.key, -1)
         if c.verdict == "regression" and a is not None and a.verdict == "no change" and 0 < began <= at \
-                and same_stack(hist, began - 1, at):
+                and stack_kept(hist.runs, hist.level_from.get(c.key, 0), at, declared=False):
             note = (f"the same-night A/B against the previous stack found no change "
                     f"(x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}]): not the software stack")
             hist.judged.cells[i] = replace(c, verdict="machine regression", note=note)
@@ -254,8 +262,9 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
         if a.verdict not in ("regression", "improvement") or a.key not in judged:
             continue
         held, began = hist.judged.cells[judged[a.key]], hist.change_at.get(a.key, -1)
-        if (held.verdict == a.verdict and began <= at) or began > at:
-            continue   # the history's own change (the A/B reproduces it), or a later one it saw
+        if (held.verdict.removeprefix("standing ") == a.verdict and began <= at) or \
+                (began > at and not held.verdict.startswith("machine ")):
+            continue   # the history's own change (the A/B reproduces it), or a later one of the stack it saw
         standing = "standing " if at < len(hist.runs) - hist.window else ""
         hist.judged.cells[judged[a.key]] = replace(a, verdict=standing + a.verdict,
                                                    note=f"confirmed by a same-day interleaved A/B of {hist.runs[at].label}")
@@ -266,30 +275,25 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
     return confirmed, unexplained
 
 
-def kept_stack(runs: list[Run], at: int) -> str:
-    """Why a change that began with run `at` is not the software stack's, or "": every run from `at`
-    on declared that it ran the stack of the run before (its --previous-stack changed nothing:
-    options.previous_differs false; runs that do not say so break the chain) and nothing recorded
-    (versions, environment) differs from the run before `at` to the newest. An in-place upgrade
-    under the same paths changes the recorded versions, so it is never read as the machine."""
-    if at < 1:
-        return ""
-    for run in runs[at:]:
-        options = run.meta.get("options")
-        if not isinstance(options, dict) or not options.get("previous_stack") or options.get("previous_differs") is not False:
-            return ""
-    if provenance_diff([run_provenance(runs[at - 1]), run_provenance(runs[-1])]):
-        return ""
-    return (f"every night from {runs[at].label} ({runs[at].started[:16]}) on ran the stack of the night before "
-            "(its --previous-stack changed nothing) and nothing recorded changed: not the software stack")
+def stack_kept(runs: list[Run], first: int, last: int, declared: bool) -> bool:
+    """Nothing recorded (versions, environment) differs between any run from `first` to `last` and
+    run `last`; with `declared`, every run after `first` up to `last` also said it ran the stack of
+    the run before (its --previous-stack changed nothing: options.previous_differs false; a run that
+    does not say so, an older one or one without --previous-stack, breaks the chain). An in-place
+    upgrade under the same paths changes the recorded versions, so it is never read as the machine;
+    what neither records (a library rebuilt under the same version) is not seen."""
+    newest = run_provenance(runs[last])
+    for i in range(first, last + 1):
+        options = runs[i].meta.get("options")
+        if declared and i > first and (not isinstance(options, dict) or not options.get("previous_stack")
+                                       or options.get("previous_differs") is not False):
+            return False
+        if provenance_diff([run_provenance(runs[i]), newest]):
+            return False
+    return True
 
 
-def same_stack(hist: History, first: int, last: int) -> bool:
-    """Nothing recorded (versions, environment) differs between run `first` and run `last`."""
-    return not provenance_diff([run_provenance(hist.runs[first]), run_provenance(hist.runs[last])])
-
-
-SAME_NIGHT = "same_night_ab.json"   # in a run's folder: the same-night A/B that settled its suspicions (--previous-stack)
+SAME_NIGHT = "same_night_ab.json"   # in a run's folder: the same-night A/B against the previous stack (--previous-stack)
 
 
 def recorded_ab(run: Run) -> tuple[Path, dict] | None:

@@ -222,7 +222,7 @@ def calibration_text(cal: dict) -> str:
     return "\n".join(out)
 
 
-MACHINE_NOTES = ("canary", "the same-night A/B", "every night from")   # why a change is the machine's (reports/history.py)
+MACHINE_NOTES = ("canary", "the same-night A/B", "the stack stayed")   # why a change is the machine's (reports/history.py)
 
 
 def machine_reason(note: str) -> tuple[str, str]:
@@ -243,7 +243,8 @@ def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
                            ("MACHINE CHANGES (the canary moved with them, the same-night A/B ran both stacks "
                             "alike, or every night since kept its stack: the machine, not the software stack)",
                             "machine regression"),
-                           ("machine improvements (the canary moved with them)", "machine improvement"),
+                           ("machine improvements (the canary moved with them, or every night since kept its stack)",
+                            "machine improvement"),
                            (f"standing regressions (began before the last {hist.window} runs)", "standing regression"),
                            ("standing improvements", "standing improvement")):
         lines = []

@@ -30,7 +30,7 @@ def median(values) -> float:
     """The median every reader uses: the mean of the two middle values at even n (numpy's and
     statistics.median's), never the upper middle one (sorted(x)[n // 2]). A short list (a cell's
     rounds, read for every cell of every file) is sorted in Python: numpy's call costs 50 us."""
-    if isinstance(values, list) and 0 < len(values) <= 64:
+    if isinstance(values, list) and 0 < len(values) <= 64 and all(v == v for v in values):   # NaN: numpy's answer
         s = sorted(values)
         mid = len(s) // 2
         return float(s[mid]) if len(s) % 2 else (float(s[mid - 1]) + float(s[mid])) / 2

@@ -14,9 +14,9 @@ changes) the same-stack nights reported (the promise: none); a trial ends at its
 changed night, which settles its count. Nights here are minutes apart, not a
 day; --busy N runs N busy loops beside the sweep, as a shared machine has them. With --same-night
 every night runs with `--previous-stack` of a script that clears HCCL_BENCH_FAULT (the stack before
-the change): on a same-stack night it changes nothing (an A/A of the cells the night moved), on a
-changed night it is another stack, so every cell is A/B-tested the same night (harness/same_night.py)
-and the change can be confirmed on the first changed night.
+the change): on a same-stack night it changes nothing (no A/B runs; the night records that it kept
+its stack), on a changed night it is another stack, so every cell is A/B-tested the same night
+(harness/same_night.py) and the change can be confirmed on the first changed night.
 """
 from __future__ import annotations
 

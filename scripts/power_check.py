@@ -5,6 +5,9 @@ does an A/A ever confirm anything? Detection as a function of effect size, on re
         [--aa 10] [--ops all_reduce,all_gather] [--sizes 4:4M:4] [--budget 12] [--min-effect 0.05] [--busy 1] [--out DIR]
     python scripts/power_check.py --replay DIR        # judge the runs already in DIR again, run nothing
 
+An --out that holds runs already gets the new runs beside them (numbered on), so a grid can be
+filled in over several calls and judged whole with --replay.
+
 Each run is one real session, `pytest benches/test_collectives.py --benchmark --ab-until-decided
 --max-repeat BUDGET --min-effect M --ops OPS --sizes SIZES -k float32` into DIR/<backend>/<condition>-<i>.
 A regression needs its measured ratio past 1 + M, so a slowdown of exactly 1 + M is found about
@@ -176,6 +179,8 @@ def main() -> int:
             counts: dict[str, int] = defaultdict(int)
             for name in plan:   # interleaved over conditions, so a slow stretch of the machine hits them all
                 counts[name] += 1
+                while (out / backend / f"{name}-{counts[name]}").exists():
+                    counts[name] += 1   # an earlier call's run in the same --out: add to it, never over it
                 run_dir = out / backend / f"{name}-{counts[name]}"
                 code = session(run_dir, backend, name, args)
                 print(f"# {backend} {name} run {counts[name]}: exit {code} ({run_dir})", flush=True)

@@ -30,9 +30,15 @@ def test_previous_stack_tells_a_script_from_an_interpreter(tmp_path):
 
 
 def test_a_previous_stack_script_that_changes_nothing_is_this_stack(tmp_path):
+    """Sourced again where it was sourced already, a set_env.sh prepends its paths a second time:
+    the same stack. A path it adds, or one it moves ahead, is another stack."""
     script = tmp_path / "set_env.sh"
-    script.write_text('unset HCCL_BENCH_NOT_SET_ANYWHERE\nexport HOME="$HOME"\ntrue\n')
+    script.write_text('unset HCCL_BENCH_NOT_SET_ANYWHERE\nexport HOME="$HOME"\nexport PATH="${PATH%%:*}:$PATH"\ntrue\n')
     assert not parsed(["--backend", "gloo", "--history", "--previous-stack", str(script)]).previous_differs
+    script.write_text('export PATH="/opt/cann-8.0/bin:$PATH"\n')
+    assert parsed(["--backend", "gloo", "--history", "--previous-stack", str(script)]).previous_differs
+    script.write_text('export PATH="${PATH##*:}:$PATH"\n')   # the last entry moved to the front: another search order
+    assert parsed(["--backend", "gloo", "--history", "--previous-stack", str(script)]).previous_differs
 
 
 @pytest.mark.parametrize("kind, message", [
