@@ -240,7 +240,7 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
     already, or a change of its own that began later (a revert it saw). A regression of the history
     that the A/B finds the two stacks run alike (no change, its interval inside the minimum effect)
     is a machine regression, with the A/B's figures, but only when nothing recorded changed from
-    the night before that regression to night `at`: then the stack the A/B ran as the previous one
+    its level_from (MIN_SEGMENT judged nights before it) to night `at`: then the stack the A/B ran as the previous one
     is the stack from before it (a drifting machine's two slower nights read as a level). After an
     upgrade an A/A of last night's stack says nothing about it. Returns (cells confirmed,
     regressions not reproduced)."""

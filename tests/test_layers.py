@@ -264,8 +264,9 @@ def test_sleep_timed_bubble_matches_theory(ranks4, schedule, pp, m):
     step = median_seconds([r["round_ns"] for r in results], 1)          # the slowest rank's step
     compute = per_rank_median_seconds([r["compute_ns"] for r in results], 1)
     measured = float((1 - m * compute / step).mean())
-    # one-sided: a p2p wake-up adds to the step and never to the compute. On this 2-core VM with its
-    # host busy it added 4-8 ms a microbatch (pp 2, m 8: 0.149 and 0.154 against 0.111); a wrong
+    # one-sided: waiting (a p2p wake-up, most likely) adds to the step and never to the compute. On this
+    # 2-core VM with its host busy the step ran about 8 ms a microbatch long (pp 2, m 8: 0.149 and
+    # 0.154 against 0.111); a wrong
     # schedule is off by far more (no overlap: 0.5 at pp 2, 0.75 at pp 4)
     theory = schedules.bubble_theory(schedule, pp, m)
     assert theory - 0.03 <= measured <= theory + 0.06, (measured, theory)
