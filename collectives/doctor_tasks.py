@@ -113,6 +113,9 @@ def skew(backend, spec: DoctorSkewSpec) -> dict:
         for _ in range(spec.work):
             a = a @ a
             a /= np.abs(a).max()
+        deadline = start + spec.slow * (time.perf_counter_ns() - start)   # the fault hook's slow rank (1.0: none)
+        while time.perf_counter_ns() < deadline:
+            pass
         work.append(time.perf_counter_ns() - start)
         entries.append(time.time_ns() - offset)
         call()

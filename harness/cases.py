@@ -4,6 +4,8 @@ kind's (harness/case_rows.py: CollectiveBench, LayerBench, TuningBench)."""
 from __future__ import annotations
 
 import itertools
+import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -42,8 +44,37 @@ class Case:
     def id(self) -> str:
         place = "ip" if self.inplace else "oop"
         red = f"-{self.redop}" if OPS[self.op].reduces else ""
-        return (f"{self.backend}-{self.algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}"
+        algo = self.algo
+        if algo.endswith(ENVIRONMENT):   # 'recexch (environment)' -> 'recexch-env': an id without spaces
+            algo = re.sub(r"[^\w.-]+", "_", algo[:-len(ENVIRONMENT)]) + "-env"
+        return (f"{self.backend}-{algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}"
                 f"{'-graph' if self.graph else ''}{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
+
+
+ENVIRONMENT = " (environment)"   # the series suffix of an algorithm forced by the job's own environment
+
+
+def environment_switch(backend: str, op: str, env) -> dict[str, str]:
+    """The algorithm switches of `backend` (BackendInfo.switch_vars) that `env` already sets and
+    that apply to `op`: a per-op variable (MPIR_CVAR_<OP>_INTRA_ALGORITHM, OMPI_MCA_coll_tuned_<op>_algorithm)
+    when it names one of the op's switch names, a global one (NCCL_ALGO, HCCL_ALGO) for every collective.
+    That is the site's production setting: the 'default' series measures it under its own name."""
+    if OPS[op].point_to_point:
+        return {}
+    s = OPS[op].switches
+    names = {n.lower() for n in (s.hccl_op, s.mpich_cvar, s.ompi_param) if n}
+    found = {}
+    for var, value in env.items():
+        for pattern in info(backend).switch_vars:
+            m = re.fullmatch(pattern.replace(r"\w+", r"(\w+)"), var) if value else None
+            if m and (not m.groups() or m.group(1).lower() in names):
+                found[var] = value
+    return dict(sorted(found.items()))
+
+
+def environment_algo(forced: dict[str, str]) -> str:
+    """The series name of what the environment forces: its values, e.g. 'recexch (environment)'."""
+    return "; ".join(dict.fromkeys(forced.values())) + ENVIRONMENT
 
 
 def with_graph(cases: list[Case], modes: tuple[bool, ...]) -> list[Case]:
@@ -178,17 +209,21 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
         for algo in opts.algos:
             resolved, group_env = _resolve(backend, algo, opts.ops, library, target)
             resolved_b, group_env_b = _resolve(backend, algo, opts.ops, library_b, target) if library_b != library else ({}, ())
+            inherited = {op: environment_switch(backend, op, os.environ) for op in opts.ops} if algo == "default" else {}
+            if any(inherited.values()):   # recorded with the group, so the night it appears is another stack
+                group_env = tuple(sorted({**dict(group_env), **{k: v for e in inherited.values() for k, v in e.items()}}.items()))
             key = GroupKey(backend, opts.nproc, group_env, opts.launcher)
             for op in opts.ops:
-                env = resolved[op]
+                env = inherited.get(op) or resolved[op]
                 env_b = resolved_b.get(op, env)
+                series_algo = environment_algo(inherited[op]) if inherited.get(op) else algo
                 for dtype in opts.dtypes:
                     redops = opts.redops if OPS[op].reduces else ["none"]
                     for redop in redops:
                         for inplace, inplace_skip in _inplace_choices(backend, op, opts.inplace):
                             measured_by = _measured_by(op, dtype, opts.sizes, opts.nproc)
                             for size in opts.sizes:
-                                case = Case(backend, algo, op, dtype, redop, inplace, size, opts.nproc)
+                                case = Case(backend, series_algo, op, dtype, redop, inplace, size, opts.nproc)
                                 case.count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
                                 case.nbytes = case.count * ITEMSIZE[dtype]
                                 if crowded:

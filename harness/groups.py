@@ -23,7 +23,7 @@ from collectives.backends import info as backend_info
 from harness import launchers
 from harness.control import Channel, ChannelClosed, accept_group, node_key
 from harness.group_key import GroupKey
-from harness.shm import shm_mapped, still_mapped
+from harness.shm import segment_files, shm_mapped, still_mapped
 from harness.worker import CASE_ERROR
 from schema import wire
 from schema.wire import Spec
@@ -115,6 +115,7 @@ class WorkerGroup:
     startup_s: float = 0.0        # from start() to the last watch connection and rank 0's hello
     driver_sockets: int = 0       # sockets the driver process held right after this group started
     segments: set[str] = field(default_factory=set)   # MPI shared-memory files its local ranks map (kill removes them)
+    shm_before: set[str] = field(default_factory=set)  # the MPI files in /dev/shm before its ranks started
 
     def start(self) -> None:
         began = time.monotonic()
@@ -135,6 +136,7 @@ class WorkerGroup:
                                   if k not in os.environ and k not in self.key.rank_env}
         except launchers.LauncherError as exc:
             raise CaseFailure(str(exc)) from None
+        self.shm_before = segment_files()
         listener = socket.socket()
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -224,7 +226,7 @@ class WorkerGroup:
         while msg is None:
             try:
                 msg = self.chan.recv(timeout=0.2)
-            except TimeoutError:
+            except socket.timeout:   # TimeoutError from 3.10 on; on 3.9 an OSError, not one
                 pass
             except (ChannelClosed, OSError):
                 time.sleep(0.5)
@@ -341,6 +343,9 @@ class WorkerGroup:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        # ranks with no pid here (another network namespace, killed before they said hello) leave
+        # theirs unseen: what appeared while the group lived and nobody maps now goes too
+        self.segments |= segment_files() - self.shm_before
         self._remove_segments(local)
 
     def _remove_segments(self, pids: set[int]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -369,9 +368,6 @@ def prepare(o: Options, getoption) -> Options:
             raise OptionError(crowded)
     if resolved_world:
         check_world(o)
-    if "default" in o.algos and (inherited := inherited_switches(o.backends, os.environ)):
-        raise OptionError(f"{inherited[0]} is set in this environment: the 'default' series would run it under the name "
-                          "default; unset it, or name it with --algos (e.g. --algos nccl:Tree, mpi:recexch)")
     o.ab_env = {**sourced_env(o.ab_source), **o.ab_env}
     python = o.ab_env.get("HCCL_BENCH_PYTHON")
     if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
@@ -408,13 +404,6 @@ def parse_labels(items: list[str]) -> dict[str, str]:
 
 
 BASH_OWN = {"_", "SHLVL", "PWD", "OLDPWD", "COLUMNS", "LINES"}   # set by the shell itself, never by the script
-
-
-def inherited_switches(backends: list[str], env) -> list[str]:
-    """NAME=VALUE of each algorithm switch of these backends (BackendInfo.switch_vars) that the
-    environment already sets."""
-    patterns = [p for b in backends for p in info(b).switch_vars]
-    return sorted(f"{k}={v}" for k, v in env.items() if v and any(re.fullmatch(p, k) for p in patterns))
 
 
 def sourced_env(path: str, option: str = "--ab-source") -> dict[str, str | None]:

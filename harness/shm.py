@@ -2,7 +2,9 @@
 the driver, by hydra when another rank died, by a signal, by the driver's own death) leaves them
 holding memory until the next boot. Ranks unlink MPICH's init segment once all have attached
 (release_attached, harness/worker.py); a rank whose driver vanished unlinks its own before it exits
-(harness/control.py); the driver removes what a killed group still left (harness/groups.py)."""
+(harness/control.py); the driver removes what a killed group still left (harness/groups.py): the
+segments its local ranks mapped, and those made while the group lived that no process maps once it
+is gone (ranks on other network namespaces or killed before they said hello have no pid here)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +12,22 @@ import stat
 from pathlib import Path
 
 SHM_PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.")   # MPICH's; Open MPI 5's and 4's shared-memory files
+
+
+def segment_files() -> set[str]:
+    """This user's MPI shared-memory files in /dev/shm (SHM_PREFIXES), mapped or not."""
+    found = set()
+    try:
+        entries = list(Path("/dev/shm").iterdir())
+    except OSError:
+        return found
+    for p in entries:
+        try:
+            if p.name.startswith(SHM_PREFIXES) and p.is_file() and p.lstat().st_uid == os.geteuid():
+                found.add(str(p))
+        except OSError:
+            continue
+    return found
 
 
 def shm_mapped(pids: set[int]) -> set[str]:

@@ -81,7 +81,9 @@ def _inject_fault(spec: Spec, rank: int) -> Spec:
     corrupt=True, which makes the case's check change one element of this rank's result
     (collectives.rank_tasks.corrupt_one) so that it must report #wrong > 0. 'slow:RANK:NAME:FACTOR'
     returns the spec with plan["slow"] = FACTOR: the rank's timed rounds take FACTOR times as long
-    (collectives.timing.slowed_round), a known effect for measuring power. Other cases: the spec."""
+    (collectives.timing.slowed_round), a known effect for measuring power; for the doctor's arrival
+    test (NAME doctor) the rank's work before each collective takes FACTOR times as long: a slow rank
+    made without CPU contention. Other cases: the spec."""
     fault = os.environ.get("HCCL_BENCH_FAULT", "")
     if not fault:
         return spec
@@ -96,12 +98,16 @@ def _inject_fault(spec: Spec, rank: int) -> Spec:
     if int(fault_rank) != rank or name not in fault_names(spec):
         return spec
     if mode == "hang":
+        print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank to hang in {name}", flush=True)   # tests wait for this line
         while True:
             time.sleep(1)
     if mode == "die":
         print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank to die", flush=True)
         os._exit(3)
     if mode == "slow":
+        if isinstance(spec, wire.DoctorSkewSpec):   # the doctor's arrival test: this rank's work before the collective
+            print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank's {name} work to take {factor:g}x as long", flush=True)
+            return replace(spec, slow=factor)
         plan = getattr(spec, "plan", None)
         if not plan:
             return spec

@@ -64,6 +64,10 @@ class History:
     canary: CanaryView = field(default_factory=CanaryView)
     left_out: dict[int, str] = field(default_factory=dict)  # run index -> why its cells were left out (a noisy night)
     estimator: str = DEFAULT_ESTIMATOR
+    # series of the newest run that the first run lacks -> the run where it began; series an earlier
+    # run had that the newest lacks -> the last run it was in: a renamed series (an algorithm the environment forces)
+    began: dict[Series, int] = field(default_factory=dict)
+    ended: dict[Series, int] = field(default_factory=dict)
 
     @property
     def regressed(self) -> bool:
@@ -174,6 +178,7 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
     # rank counts and hosts make a different platform
     hist.judged.mismatch = sorted({f"{k}: {r.path} has {s[k]}, the newest run {sn[k]}"
                                    for r in runs[:-1] for s in [setup_of(r)] for k in PLATFORM if s[k] != sn[k]})
+    hist.began, hist.ended = series_changes(runs)
     bands = (calibration or {}).get("bands", {}) if (calibration or {}).get("samples", "launches") == "launches" else {}
     if calibration:
         hist.judged.calibration = ("A/A calibration (launches) applied" if bands else
@@ -273,6 +278,17 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
             suspects[a.key].verdict = f"{a.verdict} (confirmed by A/B)"
         confirmed += 1
     return confirmed, unexplained
+
+
+def series_changes(runs: list[Run]) -> tuple[dict[Series, int], dict[Series, int]]:
+    """Series the newest run has that the first run lacks (-> the run each began in) and series an
+    earlier run had that the newest lacks (-> the last run each was in): a series renamed from one
+    night to the next ('default' to 'recexch (environment)' the night a job exported MPICH's switch)
+    is not judged across the rename, so it is said."""
+    present = [{c.series for c in r.cells.values()} for r in runs]
+    began = {s: next(i for i, p in enumerate(present) if s in p) for s in present[-1] - present[0]}
+    gone = set().union(*present[:-1]) - present[-1]
+    return began, {s: max(i for i, p in enumerate(present) if s in p) for s in gone}
 
 
 def stack_kept(runs: list[Run], first: int, last: int, declared: bool) -> bool:

@@ -261,6 +261,13 @@ def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
         lines = range_lines(hist.suspected, verdict)
         if lines:
             sections.append((f"{verdict}s in the newest run alone (the next run or a same-day A/B confirms)", lines))
+    renamed = [f"began in {runs[at].label}: {series.label()}" for series, at in
+               sorted(hist.began.items(), key=lambda kv: (kv[1], kv[0].sort_key()))]
+    renamed += [f"ended after {runs[at].label}: {series.label()}" for series, at in
+                sorted(hist.ended.items(), key=lambda kv: (kv[1], kv[0].sort_key()))]
+    if renamed:
+        sections.append(("series that began or ended (not judged across the change: see what changed)", renamed))
+        changed_at += sorted({at for at in hist.began.values()} | {at + 1 for at in hist.ended.values()} - set(changed_at))
     what = []
     for at in changed_at:
         diff = changed_between(hist, at)

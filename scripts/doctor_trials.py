@@ -3,6 +3,8 @@ nobody else. Prints one line per run and a tally.
 
   slow:      4 hosts x 1 rank, node3's link shaped to a tenth of the others' rate -> node3 named
   healthy:   4 hosts x 1 rank, every link the same rate                          -> nobody named
+  slowrank:  2 hosts x 1 rank, node2's rank's work made 2x as long by the fault hook
+             (HCCL_BENCH_FAULT=slow:1:doctor:2, no CPU contention)                 -> node2's rank named, node1 not
   hog:       2 hosts x 1 rank, a busy loop pinned to node2's rank's core          -> node2's rank named, node1 not
              (2 hosts: this machine has 2 cores; each rank gets a core of its own, the hog shares node2's)
   slow16:    16 hosts x 1 rank, node7's link at a tenth -> node7 named, in at most log2(16) + 3 = 7 rounds
@@ -30,11 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 # kind: (hosts, --slow specs, the names a right run gives; None: the names must only all be node3's)
 KINDS: dict[str, tuple[int, list[str], list[str] | None]] = {
-    "slow": (4, ["node3=100mbit"], None), "healthy": (4, [], []), "hog": (2, [], ["rank:node2"]),
+    "slow": (4, ["node3=100mbit"], None), "healthy": (4, [], []), "slowrank": (2, [], ["rank:node2"]),
+    "hog": (2, [], ["rank:node2"]),
     "slow16": (16, ["node7=100mbit"], ["link:node7"]), "two16": (16, ["node5=100mbit", "node12=100mbit"],
                                                               ["link:node12", "link:node5"]),
     "healthy16": (16, [], []), "delay16": (16, ["node7=1gbit,1ms"], ["link:node7"])}
 ROUNDS_GOAL = {"slow16": 7}   # ceil(log2 16) + 3
+SLOW_RANK = {"HCCL_BENCH_FAULT": "slow:1:doctor:2"}   # rank 1 (node2) does its work twice as slowly
 
 
 def cluster(*args: str) -> dict:
@@ -42,12 +46,12 @@ def cluster(*args: str) -> dict:
     return json.loads(proc.stdout) if "--json" in args else {}
 
 
-def doctor(up: dict, nproc: int, out: Path, full: bool = False) -> tuple[int, dict, float]:
+def doctor(up: dict, nproc: int, out: Path, full: bool = False, env: dict | None = None) -> tuple[int, dict, float]:
     start = time.monotonic()
     proc = subprocess.run([PY, "-m", "harness.doctor", "--launcher", up["launchers"]["mpi"], "--nproc", str(nproc),
                            "--driver-host", up["driver_host"], "--json", str(out), "-o", str(out.parent / "page"),
                            *(["--full"] if full else [])],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
+                          cwd=ROOT, capture_output=True, text=True, timeout=1800, env={**os.environ, **(env or {})})
     took = time.monotonic() - start
     if proc.returncode not in (0, 1):
         raise RuntimeError(proc.stderr.strip() or proc.stdout[-500:])
@@ -118,7 +122,8 @@ def trial(kind: str, runs: int, work: Path, keep: Path | None = None, full: bool
             if watcher:
                 watcher.start()
             try:
-                code, result, took = doctor(up, nproc, work / f"{kind}{i}" / "doctor.json", full)
+                code, result, took = doctor(up, nproc, work / f"{kind}{i}" / "doctor.json", full,
+                                            SLOW_RANK if kind == "slowrank" else None)
             finally:
                 stop.set()
                 if watcher:
@@ -145,7 +150,7 @@ def trial(kind: str, runs: int, work: Path, keep: Path | None = None, full: bool
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--only", default="slow,healthy,hog")
+    parser.add_argument("--only", default="slow,healthy,slowrank,hog")
     parser.add_argument("--keep", help="write the doctor's JSON of every wrong run into this folder")
     parser.add_argument("--full", action="store_true", help="run the doctor's pairwise sweep instead of group testing")
     args = parser.parse_args()

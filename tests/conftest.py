@@ -1,4 +1,6 @@
 """Helpers for end-to-end tests: run the benches in a child pytest and find any process it left."""
+from __future__ import annotations
+
 import os
 import signal
 import subprocess
@@ -27,18 +29,9 @@ def processes_with_tag(tag: str) -> list[int]:
 
 
 def shm_segments() -> set[str]:
-    """This user's MPI shared-memory files in /dev/shm (harness.groups.SHM_PREFIXES)."""
-    from harness.shm import SHM_PREFIXES
-    if not Path("/dev/shm").is_dir():
-        return set()
-    found = set()
-    for p in Path("/dev/shm").iterdir():
-        try:
-            if p.name.startswith(SHM_PREFIXES) and p.is_file() and p.lstat().st_uid == os.geteuid():
-                found.add(str(p))
-        except OSError:
-            continue
-    return found
+    """This user's MPI shared-memory files in /dev/shm (harness.shm.SHM_PREFIXES)."""
+    from harness.shm import segment_files
+    return segment_files()
 
 
 def orphan_segments(before: set[str]) -> list[str]:
@@ -66,6 +59,10 @@ class BenchRun:
         proc.output = proc.stdout + proc.stderr
         return proc
 
+    def rank_said(self, text: str) -> bool:
+        """Whether a rank of this run wrote `text` into its log (the fault hook says what it does)."""
+        return any(text in p.read_text(errors="replace") for p in self.results.glob("*/logs/*/rank*.log"))
+
     def leftovers(self, wait_s: float = 5.0) -> list[int | str]:
         """The run's processes still alive, and the shared-memory segments its ranks left."""
         deadline = time.monotonic() + wait_s
@@ -85,6 +82,21 @@ class BenchRun:
             except OSError:
                 pass
         return [*left, *segments]
+
+
+@pytest.fixture(autouse=True)
+def no_orphan_segments():
+    """Every test, skipped or not, leaves /dev/shm as it found it: an MPI segment it made that no
+    live process maps fails the test (and is removed, so one leak does not fail the next test)."""
+    before = shm_segments()
+    yield
+    left = orphan_segments(before)
+    for path in left:
+        try:
+            Path(path).unlink()
+        except OSError:
+            pass
+    assert not left, f"the test left MPI shared-memory segments in /dev/shm that no process maps: {left}"
 
 
 @pytest.fixture

@@ -55,11 +55,11 @@ def test_a_signal_to_the_driver_keeps_what_finished_and_leaves_no_process(bench_
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        def broadcast_started():
+        def all_reduce_done():
             cases = list(bench_run.results.glob("*/cases.jsonl"))
             return cases and '"op": "all_reduce"' in cases[0].read_text()
-        _wait_for(broadcast_started, what="the all_reduce case to finish")
-        time.sleep(1.5)  # the broadcast case is now in flight, rank 1 hanging in it
+        _wait_for(all_reduce_done, what="the all_reduce case to finish")
+        _wait_for(lambda: bench_run.rank_said("asked this rank to hang in broadcast"), what="rank 1 to hang in broadcast")
         child.send_signal(sig)
         output = child.communicate(timeout=60)[0]
     finally:
@@ -377,9 +377,7 @@ def test_a_session_under_nohup_ignores_sighup(bench_run):
                              cwd=ROOT, env=bench_run.env({"HCCL_BENCH_FAULT": "hang:1:broadcast"}),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
-    _wait_for(lambda: any('"op": "all_reduce"' in p.read_text() for p in bench_run.results.glob("*/cases.jsonl")),
-              what="the all_reduce case to finish")
-    time.sleep(1.0)
+    _wait_for(lambda: bench_run.rank_said("asked this rank to hang in broadcast"), what="rank 1 to hang in broadcast")
     child.send_signal(signal.SIGHUP)
     output = child.communicate(timeout=120)[0]
     assert child.returncode == 1 and "1 failed, 1 passed" in output, output[-2000:]   # the hang, reported; no interrupt

@@ -7,6 +7,7 @@ import re
 
 import matplotlib.image
 import numpy as np
+import pytest
 
 from reports import summary
 from reports.history import analyse, change_points
@@ -256,3 +257,27 @@ def test_a_step_on_nights_that_all_kept_their_stack_is_the_machines(tmp_path):
                        cann=lambda n: "8.1.RC1" if n >= 8 else "8.0.RC3")
     proc = run_cli("history", in_place)
     assert proc.returncode == 1 and "cann.cann: 8.0.RC3 -> 8.1.RC1" in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow   # four real sweeps of two MPI ranks (a history judges from 4 runs)
+def test_a_switch_exported_in_the_environment_is_measured_and_its_night_shows_in_the_history(bench_run):
+    """The night a job script exports MPICH's all_reduce switch: the sweep runs (exit 0), its series
+    is 'recexch (environment)' with the variable recorded, and the history says which series began and
+    ended and that the variable is what changed."""
+    var = {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "recexch"}
+    for env in ({}, {}, var, var):
+        proc = bench_run("--backend", "mpi", "--nproc", "2", "--ops", "all_reduce,broadcast", "--sizes", "1K",
+                         target="benches/test_collectives.py", env=env)
+        assert proc.returncode == 0, proc.output[-2000:]
+    assert "mpi/recexch (environment)" in proc.output
+    runs = sorted(p for p in bench_run.results.iterdir() if p.is_dir())
+    rows = [json.loads(line) for line in (runs[-1] / "cases.jsonl").read_text().splitlines()]
+    forced = [r for r in rows if r.get("op") == "all_reduce"]
+    assert forced and all(r["algo"] == "recexch (environment)" and r["algo_env"] == var for r in forced)
+    assert all(r["algo"] == "default" for r in rows if r.get("op") == "broadcast")
+    out = run_cli("history", bench_run.results).stdout
+    assert f"began in {runs[2].name}: all_reduce float32 sum 2 ranks mpi/recexch (environment)" in out, out
+    assert f"ended after {runs[1].name}: all_reduce float32 sum 2 ranks mpi/default" in out, out
+    assert re.search(rf"what changed from {runs[1].name} to {runs[2].name}: .*MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM: - -> recexch",
+                     out), out
+    assert bench_run.leftovers() == []
