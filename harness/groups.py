@@ -111,7 +111,7 @@ class WorkerGroup:
     watches: list[socket.socket] = field(default_factory=list)   # one per host leader: closing them ends the ranks
     local_env: dict[str, str] = field(default_factory=dict)      # what the harness set to keep a local group on loopback
     store: object = None          # a launcher's torch group: the TCPStore the driver serves (ranks may be anywhere)
-    log_offsets: dict[str, int] = field(default_factory=dict)   # where each log ended when this case began
+    log_offsets: dict[str, int] = field(default_factory=dict)   # where each log ended (bytes) when this case began
     startup_s: float = 0.0        # from start() to the last watch connection and rank 0's hello
     driver_sockets: int = 0       # sockets the driver process held right after this group started
     segments: set[str] = field(default_factory=set)   # MPI shared-memory files its local ranks map (kill removes them)
@@ -252,23 +252,29 @@ class WorkerGroup:
         stuck = []
         for path in self.log_dir.glob("rank*.log"):
             m = re.match(r"rank(\d+)\.log$", path.name)
-            if m and _TIMEOUT_MARK.search(self._since_last_case(path)):
+            if m and _TIMEOUT_MARK.search(self.since_last_case(path)):
                 stuck.append(int(m.group(1)))
         stuck.sort()
         logs = self._logs(stacks_only=True)
-        raised = [p.stem for p in sorted(self.log_dir.glob("rank*.log")) if CASE_ERROR in self._since_last_case(p)]
+        raised = [p.stem for p in sorted(self.log_dir.glob("rank*.log")) if CASE_ERROR in self.since_last_case(p)]
         self.kill()
         cause = f"; {', '.join(raised)} raised first (see its log below)" if raised else ""
         raise RankHang(f"timed out after {spec.timeout_s:g}s; ranks that did not finish: "
                        f"{stuck or 'unknown (no stack dumps arrived)'}{cause}\n{logs}")
 
-    def _since_last_case(self, path: Path) -> str:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        return text[self.log_offsets.get(path.name, 0):]
+    def since_last_case(self, path: Path) -> str:
+        """What `path` gained since mark_logs, read from that byte offset: a case costs what its own
+        lines cost, never the whole log (NCCL_DEBUG=INFO adds megabytes a case)."""
+        try:
+            with open(path, "rb") as log:
+                log.seek(self.log_offsets.get(path.name, 0))
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def mark_logs(self) -> None:
-        """Remember where each log ends, so a later dump is attributed to the current case only."""
-        self.log_offsets = {p.name: len(p.read_text(errors="replace")) for p in self.log_dir.glob("*.log")}
+        """Remember where each log ends (bytes), so a later dump is attributed to the current case only."""
+        self.log_offsets = {p.name: p.stat().st_size for p in self.log_dir.glob("*.log")}
 
     def _raise_if_dead(self, when: str) -> None:
         dead = [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
@@ -291,7 +297,7 @@ class WorkerGroup:
     def _logs(self, stacks_only: bool = False) -> str:
         parts = []
         for path in sorted(self.log_dir.glob("*.log")):
-            text = self._since_last_case(path) if stacks_only else _tail(path)
+            text = self.since_last_case(path) if stacks_only else _tail(path)
             if stacks_only:
                 m = _TIMEOUT_MARK.search(text) or re.search(re.escape(CASE_ERROR), text)
                 text = text[m.start():] if m else ""

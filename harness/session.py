@@ -160,7 +160,7 @@ class BenchSession:
         reader = backend_info(case.backend).algo_ran
         group = self.pool.alive.get(case.group) if reader and case.group else None
         if reader and group is not None and (log := group.log_dir / "rank0.log").exists():   # e.g. NCCL_DEBUG_SUBSYS=TUNING
-            row.algo_ran = reader(group._since_last_case(log), case.op, case.nbytes, case.nranks)
+            row.algo_ran = reader(group.since_last_case(log), case.op, case.nbytes, case.nranks)
         return self._keep(row, self.rows)
 
     def run_layer(self, case: LayerCase) -> dict:
