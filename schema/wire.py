@@ -148,6 +148,10 @@ class DoctorSkewSpec(Spec):
     rounds: int
     work: int
     matrix: int
+    slow: float = 1.0               # set on the faulting rank only (HCCL_BENCH_FAULT=slow:RANK:doctor:FACTOR)
+
+    def fault_names(self) -> set[str]:
+        return {"doctor"}
 
 
 SPECS: dict[str, type[Spec]] = {kind: t for t in (Step, CollectiveSpec, OverheadSpec, LayerSpec, TuningSpec, DoctorSpec,
