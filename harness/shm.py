@@ -16,7 +16,7 @@ SHM_PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.")   # MPICH's; Open
 
 def segment_files() -> set[str]:
     """This user's MPI shared-memory files in /dev/shm (SHM_PREFIXES), mapped or not."""
-    found = set()
+    found: set[str] = set()
     try:
         entries = list(Path("/dev/shm").iterdir())
     except OSError:
