@@ -13,7 +13,9 @@ the cell's rounds (the first `skipped_iterations` kept aside), the per-process r
 matrix; without `-I` each entry's headline time is one sample. Repeated entries (`-N`, and the
 same cell again) add samples. A file cut off mid-entry (a killed run) or closed early keeps its
 complete entries and says where it ends. `nwrong` > 0, `out_of_bounds.okay` "false",
-`average_bus_bandwidth.okay` "false" or a non-empty `errors` entry mark the run failed.
+`average_bus_bandwidth.okay` "false" or a non-empty `errors` entry mark the run failed. A file the
+writer closed after a failure (2.18.4+ finalize: lists and objects closed, no footer) with no complete
+result is the run FAILED, not a file of another kind.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from collectives.ops import OPS
 from reports.log_rows import NCCL_TYPES, PERF, LogRun, Sample, canonical_op, cross_check, entry, need, result_of
+from reports.run_failures import RunFailed
 from schema.results import ResultError
 
 ENV_PREFIXES = ("NCCL_", "RCCL_", "UCX_", "HSA_", "CUDA_", "SLURM_", "OMPI_")   # never the whole environment
@@ -194,6 +197,7 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
     parsed = parse(text, where)
     data = parsed.data
     results = data.get("results")
+    _died_early(data, parsed.cut, where)
     if not isinstance(results, list):
         raise ResultError(f"{where}: 'results' is not a list: not nccl-tests -J output")
     tool = "rccl-tests" if "rccl_version" in data else "nccl-tests"
@@ -279,6 +283,27 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
     run.last_line = max(h.entry for hs in halves.values() for h in hs)
     return [result_of(path, f"{tool}-json", tool, json_op, n, benches, run, hosts,
                     [str(d.get("device_info") or d.get("name") or d.get("device_name") or "") for d in devices], label)]
+
+
+def _died_early(data: dict, cut: str, where: str) -> None:
+    """A writer's file closed by jsonOutputFinalize after run() failed: no footer, no complete result.
+    The error line went to stdout, not here; say where the file stops."""
+    results = data.get("results")
+    entries = [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+    if cut or "out_of_bounds" in data or not isinstance(data.get("args"), list) or "version" not in data or any(
+            isinstance(r.get(k), dict) for r in entries for k in ("out_of_place", "in_place")):
+        return
+    config = data.get("config")
+    if isinstance(results, list):
+        stage = f"inside its first size ({entries[0].get('size')} B)" if entries else "before its first size"
+    elif isinstance(config, dict):
+        stage = "after 'config', before 'results'" if "devices" in config else \
+            "inside 'config', before its devices (e.g. 'Invalid number of GPUs')"
+    else:
+        stage = "before 'config'"
+    errors = [str(e) for e in data.get("errors") or [] if str(e).strip()]
+    said = f"; its errors: {errors[0][:160]}" if errors else "; the error line is in the run's output, not in the -J file"
+    raise RunFailed(f"{where}: the run FAILED before its first result: nccl-tests closed its -J file {stage}{said}")
 
 
 def _verdicts(run, data: dict, results: list, incomplete: list[str]) -> None:

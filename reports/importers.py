@@ -8,7 +8,7 @@ in the documentation, `aveg_time(us)` in the binary) here; nccl-tests / rccl-tes
 import_nccl_json, rccl-tests' `-Z json|csv` reporter in import_rccl_reporter, NCCL Inspector logs
 (field data) in import_inspector. A file may hold several runs and several ops (a campaign's log, a
 README with two runs): each run becomes its own result, in file order. Lines may carry Open MPI's
-`[1,0]<stdout>:` or an ISO timestamp (`kubectl logs --timestamps`) in front.
+`[1,0]<stdout>:`, MPICH's `[0] ` or an ISO timestamp (`kubectl logs --timestamps`) in front.
 
 Per run: the op from the run's own command or banner (`--op` only where the log does not say);
 the rank count from `# Rank` lines, else nThread x nGpus x the launcher's `-n`, else from
@@ -17,6 +17,10 @@ prose names, "128 GPU all reduce", is one of those allowed); otherwise refused, 
 named, --nranks asked for. Printed algbw/busbw are kept and cross-checked against size/time; a
 mismatch beyond rounding refuses the file. `#wrong`, `Out of bounds values ... FAILED` and
 hccl_test `failed` mark the run failed; a run cut off mid-table keeps its rows and says where.
+A run that died says FAILED with its own error line (reports.run_failures): refused when it died
+before its first row, marked failed when after. NCCL's own log lines (NCCL_DEBUG=INFO, e.g. the
+COLL/TUNING lines printed during each op) may split a row anywhere: its pieces are joined again.
+Old nccl-tests print no redop for alltoall/all_gather/broadcast under a header that names one.
 Times are microseconds in every format; bandwidths are recomputed in GB/s (1e9 B/s).
 """
 from __future__ import annotations
@@ -25,7 +29,7 @@ import re
 from pathlib import Path
 
 from collectives.ops import ITEMSIZE, OPS
-from reports import import_inspector, import_nccl_json, import_rccl_reporter
+from reports import import_inspector, import_nccl_json, import_rccl_reporter, run_failures
 from reports.import_nccl_json import fits, ratio_candidates, span_text
 from reports.log_rows import (
     HCCL_TYPES,
@@ -41,9 +45,12 @@ from reports.log_rows import (
     result_of,
 )
 from reports.result_files import size_limit
+from reports.run_failures import FirstFailure, RunFailed
 from schema.results import ResultError
 
-_PREFIXES = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? )+")
+# Open MPI's --tag-output, MPICH's -prepend-rank "[RANK] ", an ISO timestamp (kubectl logs --timestamps)
+_PREFIXES = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\[\d+\] "
+                       r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? )+")
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
 _NTHREAD = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _LAUNCH_N = re.compile(r"\b(?:mpirun|mpiexec|srun|orterun|prterun)\b.*?\s(?:-n|-np|--np|--ntasks)[\s=]+(\d+)")
@@ -51,11 +58,26 @@ _HCCL_RANK_FAILED = re.compile(r"local rank_id (\d+), check result failed,\s*(\d
 HCCL_REDOPS = ("sum", "prod", "max", "min")   # hccl_test's -o
 _TITLE = re.compile(r"\b(\d{1,6})[ -]?(?:x ?)?(?:GPUs?|gpus?|ranks?|NPUs?|devices)\b")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
+# rccl-tests' Reporter record, one a line: "numCycle" first, or "name" first (the older writer's lines)
+_REPORTER_LINE = re.compile(r'\{\s*"(?:numCycle|name)"\s*:')
+# NCCL's own log line (debug.cc: "HOST:PID:TID [DEV] NCCL INFO ", WARN with "FILE:LINE " before NCCL),
+# maybe behind an MPICH "[RANK] " tag; printed mid-row, it starts right after the row's last character
+_NCCL_LOG = re.compile(r"(?:\[\d+\] ?)?(?P<host>[^\s:\[\]]+):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|WARN|TRACE|ABORT)\b")
+
+
 def _float(token: str) -> float | None:
     try:
         return float(token)
     except ValueError:
         return None
+
+
+def _columns(header: list[str], tokens: list[str]) -> list[str]:
+    """The header's columns a row has: nccl-tests before 2.13.2 print alltoall, all_gather and
+    broadcast rows with an empty redop ("%6s" of "") under a header that names one."""
+    if len(tokens) == len(header) - 1 and "redop" in header and _float(tokens[header.index("redop")]) is not None:
+        return [c for c in header if c != "redop"]
+    return header
 
 
 def _dedupe(header: list[str]) -> list[str]:
@@ -70,19 +92,55 @@ def _dedupe(header: list[str]) -> list[str]:
 class NcclTextReader:
     """nccl-tests / rccl-tests text: splits a log into runs at each banner or table header."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.runs: list[LogRun] = []
         self.pending_op: str | None = None      # the op named since the last run ended
         self.pending_n: int | None = None
+        self.pending: list[str] = []             # a row's first pieces, split by library log lines
+        self.pending_line = 0
+        self.hosts: set[str] = set()            # from `# Rank` lines: how NCCL's log lines begin
+        self.failures: dict[int, FirstFailure] = {}
 
     def current(self, number: int) -> LogRun:
         if not self.runs or self.runs[-1].samples or self.runs[-1].summary:
             self.runs.append(LogRun(first_line=number, op=self.pending_op, launch_n=self.pending_n))
         return self.runs[-1]
 
+    def finish(self) -> None:
+        """A row still in pieces when the log or its table ends was cut off."""
+        if self.pending:
+            run = self.runs[-1]
+            run.cut = f"line {self.pending_line}: row cut off ({len(self.pending)} of {len(run.header)} columns), ignored"
+            run.warnings.append(run.cut)
+            self.pending = []
+
+    def _failure(self, number: int, found: tuple[str, bool]) -> None:
+        run = self.runs[-1] if self.runs and not self.runs[-1].summary else self.current(number)
+        first = self.failures.setdefault(id(run), FirstFailure())
+        before = first.text
+        first.see(number, found)
+        if not run.failed or run.failed == before:
+            run.failed = first.text
+        self.pending = []                       # the row it interrupted is abandoned
+
+    def _without_library_log(self, s: str) -> str:
+        """The row text before an NCCL log line printed into it (its host glued to the row's end)."""
+        m = _NCCL_LOG.search(s)
+        if not m:
+            return s
+        if m.start("host") > m.start():         # "[RANK] " in front: the host starts clean
+            return s[:m.start()]
+        host = m.group("host")
+        known = next((h for h in self.hosts if host.endswith(h)), None)
+        lead = len(host) - len(known) if known else (g.end() if (g := re.match(r"[-+\d.]+(?=[A-Za-z])", host)) else 0)
+        return s[:m.start("host") + lead]
+
     def feed(self, number: int, line: str) -> None:
         s = line.strip()
         if not s:
+            return
+        if found := run_failures.nccl_tests(s):
+            self._failure(number, found)
             return
         perf = PERF.search(s)
         if perf and canonical_op(perf.group(1)):
@@ -96,6 +154,7 @@ class NcclTextReader:
             if self.runs and not (self.runs[-1].samples or self.runs[-1].summary):
                 self.runs[-1].launch_n = self.pending_n
         if m := _NTHREAD.match(s):
+            self.finish()
             run = self.current(number)
             if run.header and not run.samples:   # a second banner before any row: a new launch
                 run = LogRun(first_line=number, op=self.pending_op, launch_n=self.pending_n)
@@ -105,8 +164,10 @@ class NcclTextReader:
         if m := _RANK.match(s):
             run = self.current(number)
             run.ranks.setdefault(int(m.group(1)), (m.group(2), m.group(3).strip()))
+            self.hosts.add(m.group(2))
             return
         if s.startswith("#"):
+            self.finish()
             tokens = s.lstrip("#").split()
             if tokens[:3] == ["size", "count", "type"] and "time" in tokens:
                 run = self.current(number)
@@ -118,29 +179,30 @@ class NcclTextReader:
                     run = self.runs[-1]
                     run.summary, run.last_line = s.lstrip("# "), number
                     if m.group(2).upper() != "OK" or int(m.group(1)):
-                        run.failed = f"the log says: {run.summary}"
+                        run.failed = run.failed or f"the log says: {run.summary}"
                     self.pending_op = self.pending_n = None
             return
         if not self.runs or not self.runs[-1].header or self.runs[-1].summary:
             return
         run = self.runs[-1]
-        tokens = s.split()
-        if not tokens[0].isdigit():
+        tokens = self._without_library_log(s).split()
+        starts = len(tokens) >= 2 and tokens[0].isdigit() and tokens[1].isdigit()   # size and count
+        if self.pending and not starts:
+            tokens, number, self.pending = self.pending + tokens, self.pending_line, []
+        elif not starts:
             return                                  # a library's log line inside the table
-        if len(tokens) < len(run.header):
-            if len(tokens) >= 3 and tokens[1].isdigit():
-                run.cut = f"line {number}: row cut off ({len(tokens)} of {len(run.header)} columns), ignored"
-                run.warnings.append(run.cut)
+        else:
+            self.finish()                           # a new row while another was in pieces: that one was cut
+        columns = _columns(run.header, tokens)
+        if len(tokens) < len(columns):
+            self.pending, self.pending_line = tokens, number
             return
-        if not tokens[1].isdigit():
-            return
-        if len(tokens) > len(run.header) or any(_float(t.rstrip("*")) is None and t != "N/A"
-                                                for t in tokens[len(tokens) - 4:]):
+        if len(tokens) > len(columns) or any(_float(t.rstrip("*")) is None and t != "N/A" for t in tokens[len(tokens) - 4:]):
             # a row the tool abandoned: nccl-tests prints its error where the numbers would be
             run.failed = run.failed or f"line {number}: the run failed mid-row: {' '.join(tokens[:12])[:120]}"
             run.cut = run.cut or f"line {number}: the run stopped inside this row"
             return
-        self._row(run, number, dict(zip(run.header, tokens)))
+        self._row(run, number, dict(zip(columns, tokens)))
 
     def _row(self, run: LogRun, number: int, row: dict[str, str]) -> None:
         size, count = int(row["size"]), int(row["count"])
@@ -212,13 +274,17 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
         if (m := _TITLE.search(clean)) and not clean.lstrip().startswith("#"):
             hints.append((number, int(m.group(1)), clean.strip()))
         reader.feed(number, clean)
+    reader.finish()
     runs = [r for r in reader.runs if r.samples]
+    dead = [r for r in reader.runs if r.failed and not r.samples]
     if not runs:
-        crashed = next((r.failed for r in reader.runs if r.failed), "")
-        if crashed:
-            raise ResultError(f"{path}: the run failed before its first complete row ({crashed})")
+        if dead:
+            raise RunFailed(f"{path}: the run FAILED before its first result row: {dead[0].failed}")
         raise ResultError(f"{path}: no nccl-tests result rows found (expected a '# size count type ...' header "
                           "followed by rows)")
+    for d in dead:   # told beside the run before it, never dropped silently
+        near = max((r for r in runs if r.first_line < d.first_line), key=lambda r: r.first_line, default=runs[0])
+        near.warnings.append(f"the run at line {d.first_line} FAILED before its first result row: {d.failed}")
     out = []
     for index, run in enumerate(runs):
         where_run = f"{path} (run {index + 1}, line {run.first_line})" if len(runs) > 1 else where
@@ -265,6 +331,12 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
     segments: list[dict] = []
     current: dict | None = None
     for number, line in _logical_lines(text):
+        if error := run_failures.hccl_test(line.strip()):
+            if current is None:
+                current = {"cmd": [], "header": None, "rows": {}, "run": LogRun(first_line=number)}
+                segments.append(current)
+            current.setdefault("failure", FirstFailure()).see(number, error)
+            continue
         if "_test" in line and ("mpirun" in line or " -b " in line):
             if current is None or current["rows"]:
                 current = {"cmd": [], "header": None, "rows": {}, "run": LogRun(first_line=number)}
@@ -290,8 +362,13 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
         if current is None or current["header"] is None or not cols[0].isdigit():
             continue
         _hccl_row(current, number, cols)
+    for seg in segments:
+        if "failure" in seg:
+            seg["run"].failed = seg["run"].failed or seg["failure"].text
     found = [seg for seg in segments if seg["rows"]]
     if not found:
+        if died := next((seg["run"].failed for seg in segments if seg["run"].failed), ""):
+            raise RunFailed(f"{path}: the run FAILED before its first result row: {died}")
         raise ResultError(f"{path}: no hccl_test result rows found (expected 'data_size(Bytes): | avg_time(us): | ...')")
     return [_hccl_result(path if len(found) == 1 else f"{path} (run {i + 1})", path, seg, op, nranks, dtype, label)
             for i, seg in enumerate(found)]
@@ -392,13 +469,13 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
     head = text.lstrip()[:4096]
     if head.startswith("{\"header\"") or head.startswith("{\n  \"header\""):
         return import_inspector.read([path], label)
-    if re.match(r"\[\s*(?:\{|\])", head) or head.startswith(("{\"numCycle\"", "numCycle,")):
+    if re.match(r"\[\s*(?:\{|\])", head) or _REPORTER_LINE.match(head) or head.startswith("numCycle,"):
         return import_rccl_reporter.read(path, text, op, nranks, label)
     if head.startswith("{"):
         return import_nccl_json.read(path, text, op, nranks, label)
     if not head:
         raise ResultError(f"{path} is empty (rccl-tests leaves its -x output empty when the run crashed)")
-    if "data_size(Bytes)" in text:
+    if "data_size(Bytes)" in text or run_failures.HCCL_TEST_BANNER.search(text) or run_failures.hccl_test_died(text):
         return hccl_test(path, text, op, nranks, dtype, label)
     return nccl_text(path, text, op, nranks, label)
 

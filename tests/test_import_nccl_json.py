@@ -9,6 +9,7 @@ import pytest
 from reports.compare import compare
 from reports.importers import import_runs
 from reports.result_files import load, run_from_rows
+from reports.run_failures import RunFailed
 from schema.results import CollectiveRow, ResultError
 from tests.conftest import run_cli
 
@@ -220,3 +221,25 @@ def test_an_imported_per_iteration_pair_compares_like_a_native_pair(tmp_path):
         assert (a.samples, a.n_base, a.n_cand) == (b.samples, b.n_base, b.n_cand) == ("rounds", 20, 20)
         assert (a.ratio, a.low, a.high, a.p) == pytest.approx((b.ratio, b.low, b.high, b.p))
         assert a.ratio == pytest.approx(1.25, rel=1e-3) and a.verdict == b.verdict
+
+
+# ---- a -J file the writer closed after the run failed (jsonOutputFinalize: no footer, no result) says FAILED
+
+@pytest.mark.parametrize("name, stage", [
+    ("nccl_tests_2.19.6_v3_died_in_config_2x8.json", "inside 'config', before its devices (e.g. 'Invalid number of GPUs')"),
+    ("nccl_tests_2.19.6_v3_died_in_first_size_2x8.json", "inside its first size (1024 B)")])
+def test_a_J_file_closed_after_a_failure_says_the_run_failed(tmp_path, name, stage):
+    with pytest.raises(RunFailed) as err:
+        import_runs(DATA / name)
+    assert str(err.value) == (f"{DATA / name}: the run FAILED before its first result: nccl-tests closed its -J file {stage}; "
+                              "the error line is in the run's output, not in the -J file")
+    proc = run_cli("import", DATA / name, "-o", tmp_path / "out.json")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "FAILED" in proc.stderr, proc.stderr
+
+
+def test_rccl_reporter_json_lines_are_the_older_writers_records():
+    """The older Reporter::addResult wrote each record as it came, "name" first and no numCycle, one
+    a line and no list around them (ROCm/rccl-tests src/common.cu); writeFile's list puts numCycle first."""
+    first = (DATA / "rccl_tests_Z_json_lines.json").read_text().splitlines()[0]
+    assert first.startswith('{"name":"AllReduce", "nodes":2, "ranks":16,') and '"numCycle"' not in first
+    assert one(DATA / "rccl_tests_Z_json_lines.json")["hccl_bench"]["format"] == "rccl-tests-reporter-jsonl"

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from reports.importers import import_file
+from reports.run_failures import RunFailed
 from schema.results import ResultError
 from tests.conftest import run_cli
 
@@ -277,7 +278,8 @@ def test_rccl_tests_runs_with_their_own_ranks_hosts_and_devices():
 
 
 def test_a_run_that_died_inside_its_first_row_is_refused_with_the_tools_error():
-    with pytest.raises(ResultError, match=r"failed before its first complete row \(line 27: .*illegal"):
+    with pytest.raises(RunFailed, match=r"the run FAILED before its first result row: line 27: node0: Test CUDA failure "
+                                        r"common.cu:389 'an illegal memory access was encountered'$"):
         runs_of(DATA / "nccl_tests_alltoall_h800_crash.txt")
 
 
@@ -289,3 +291,121 @@ def test_without_rank_lines_the_launchers_own_count_is_used(tmp_path):
     runs = runs_of(bare)
     assert [r["benchmarks"][0]["extra_info"]["nranks"] for r in runs] == [8, 16]
     assert [r["hccl_bench"]["warnings"] for r in runs] == [[], []]
+
+
+# ---- a run that died says FAILED and quotes the tool's own error line (SOURCES.md: real logs)
+
+@pytest.mark.parametrize("name, said", [
+    ("nccl_tests_cuda_failure_before_rows.txt", "line 5: test: Test CUDA failure common.cu:941 'system not yet initialized'"),
+    ("nccl_tests_mpirun_invalid_device_ordinal.txt",
+     "line 5: majidnc24MPTXTH: Test CUDA failure common.cu:892 'invalid device ordinal'"),
+    ("nccl_tests_mpirun_invalid_number_of_gpus.txt", "line 7: Invalid number of GPUs: 297 requested but only 8 were found."),
+    ("nccl_tests_old_unhandled_system_error.txt", "line 6: NCCL failure common.cu:921 'unhandled system error'"),
+    ("rccl_tests_mi210_nccl_failure.txt",
+     "line 8: sharbox-ultra: Test NCCL failure common.cu:1285 'internal error - please report this issue to the NCCL "
+     "developers'"),
+    ("hccl_test_retcode_7.txt", "line 2: hccl interface return errreturn err ./common/src/hccl_test_common.cc:538, retcode: 7"),
+])
+def test_a_run_that_died_before_its_first_row_says_failed_with_its_error(name, said):
+    with pytest.raises(RunFailed) as err:
+        runs_of(DATA / name)
+    assert str(err.value) == f"{DATA / name}: the run FAILED before its first result row: {said}"
+    proc = run_cli("import", DATA / name)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "FAILED" in proc.stderr and said in proc.stderr
+
+
+# nccl-tests issue #322: the lines a run printed when NCCLCHECK failed after its rows (two of its ranks)
+DIED_AFTER_ROWS = ("HCA-128: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '\n"
+                   " .. HCA-128 pid 757466: Test failure common.cu:915\n"
+                   "HCA-108: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '\n")
+
+
+def test_a_run_that_died_after_its_rows_keeps_them_and_is_marked_failed(tmp_path):
+    died = derived(tmp_path, TWO_CASES, lambda t: t.replace("# Out of bounds values : 0 OK\n", DIED_AFTER_ROWS, 1))
+    first, second = runs_of(died)
+    meta = first["hccl_bench"]
+    assert len(first["benchmarks"]) == 48 and not meta["complete"]
+    assert meta["failed"].endswith(": HCA-128: Test NCCL failure common.cu:1204 'unhandled cuda error (run with "
+                                   "NCCL_DEBUG=INFO for details) / '")
+    assert second["hccl_bench"]["failed"] is None and second["hccl_bench"]["complete"]
+
+
+def test_a_later_run_that_died_before_its_rows_is_named_not_dropped(tmp_path):
+    both = derived(tmp_path, TWO_CASES, lambda t: t + (DATA / "nccl_tests_cuda_failure_before_rows.txt").read_text())
+    runs = runs_of(both)
+    assert len(runs) == 2
+    assert any("FAILED before its first result row" in w and "Test CUDA failure common.cu:941 'system not yet initialized'"
+               in w for w in runs[1]["hccl_bench"]["warnings"])
+
+
+# ---- rows split by NCCL's own log lines (NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=COLL or TUNING): nccl-tests
+# prints a row in three printf calls without a newline (preamble, out-of-place, in-place) and NCCL's lines
+# land between them, the first glued to the row's end. Lines quoted from NVIDIA/nccl#1453 (TUNING, under
+# MPICH's "[0] " tag, as that log shows it) and NVIDIA/nccl#203 (COLL); the rows are TWO_CASES' own.
+TUNING = "h100clust-worker-1:497888:497888 [0] NCCL INFO 4096 Bytes -> Algo 0 proto 0 time 25.874907"
+COLL = ("gpu1:13135:13922 [0] NCCL INFO AllReduce: opCount 1a sendbuff 0x10048f82700 recvbuff 0x10048f82800 count 64 "
+        "datatype 7 op 0 root 0 comm 0x7f0c741162f0 [nranks=2] stream 0x7f0c74002f00")
+ROW = re.compile(r"^(\s*(?:\S+\s+){4}\S+)(\s+(?:\S+\s+){3}\S+)(\s+.*)$")
+
+
+def split_rows(text: str, info: str, tag: str) -> str:
+    out = []
+    for line in text.splitlines():
+        tokens = line.split()
+        m = ROW.match(line) if len(tokens) == 13 and tokens[0].isdigit() else None
+        if m is None:
+            out.append(tag + line)
+            continue
+        pre, oop, ip = m.groups()
+        out += [tag + pre + tag + info, tag + info, tag + oop + tag + info, tag + info, tag + ip]
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("info, tag", [(COLL, ""), (TUNING, "[0] ")])
+def test_rows_split_by_nccl_log_lines_are_joined_again(tmp_path, info, tag):
+    split = derived(tmp_path, TWO_CASES, lambda t: split_rows(t, info, tag))
+    assert f"-1{tag}{info}" in split.read_text()
+    runs, plain = runs_of(split), runs_of(TWO_CASES)
+    assert len(runs) == 2
+    for got, want in zip(runs, plain):
+        assert got["hccl_bench"]["complete"] and not got["hccl_bench"]["failed"]
+        assert {k: v["time_us"] for k, v in cells(got).items()} == {k: v["time_us"] for k, v in cells(want).items()}
+        assert {k: v["time_us"] for k, v in cells(got, True).items()} == {k: v["time_us"] for k, v in cells(want, True).items()}
+
+
+# ---- old alltoall tables: no redop printed under a header that names one (nccl-tests src/alltoall.cu and
+# common.cu at 119a0ec, v2.10-2.12: "%12li  %12li  %6s  %6s" with opName "", header without root; at
+# 51af557, v2.13.0-2.13.1: "%12li  %12li  %8s  %6s  %6s" with opName "" and root -1), made from the
+# published H20 rows (nccl-tests issue #314)
+
+ALLTOALL = DATA / "nccl_tests_alltoall_h20_8gpu_first_rows.txt"
+
+
+def v2_13_0(text: str) -> str:
+    return text.replace("    none", " " * 8)
+
+
+def v2_10(text: str) -> str:
+    out = []
+    for line in text.splitlines():
+        tokens = line.split()
+        if tokens[:1] == ["#"] and tokens[1:4] == ["size", "count", "type"]:
+            line = "# %10s  %12s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s" % (  # noqa: UP031 (the writer's printf)
+                "size", "count", "type", "redop", "time", "algbw", "busbw", "error", "time", "algbw", "busbw", "error")
+        elif len(tokens) == 13 and tokens[0].isdigit():
+            line = "%12s  %12s  %6s  %6s" % (tokens[0], tokens[1], tokens[2], "") + line[line.index(" -1") + 3:]  # noqa: UP031
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("edit", [v2_13_0, v2_10])
+def test_old_alltoall_tables_without_a_redop_import(tmp_path, edit):
+    old = derived(tmp_path, ALLTOALL, edit)
+    assert " none " not in old.read_text()
+    run = runs_of(old)[0]
+    want = runs_of(ALLTOALL)[0]
+    assert {i["op"] for i in (b["extra_info"] for b in run["benchmarks"])} == {"all_to_all"}
+    assert run["hccl_bench"]["groups"]["imported"]["nranks"] == 8 and len(run["benchmarks"]) == 6
+    assert {k: v["time_us"] for k, v in cells(run).items()} == {1048576: 58.14, 2097152: 58.94, 4194304: 59.35}
+    assert [b["extra_info"]["time_us"] for b in run["benchmarks"]] == [b["extra_info"]["time_us"] for b in want["benchmarks"]]

@@ -164,8 +164,24 @@ def early_closed(full: str, entries: int) -> str:
     return full[:cut] + "}]}"
 
 
+def died_in_config(full: str) -> str:
+    """A run that failed while listing its devices ("Invalid number of GPUs", before `devices`),
+    its -J file closed by jsonOutputFinalize: config and the top object closed, no end_time (the
+    stack is 2 deep), no results, no footer."""
+    return full[:full.index(',"devices":[')] + "}}"
+
+
+def died_in_first_size(full: str) -> str:
+    """A run that failed inside its first size: writeBenchmarkLinePreamble had opened the entry
+    (size .. root), then finalize closed the entry, `results` and the top object."""
+    head = full.index('"root":', full.index('"results":[')) + len('"root":"    -1"')
+    return full[:head] + "}]}"
+
+
 def rccl_reporter(fmt: str, mpi: bool = True, nranks: int = 16) -> str:
-    """rccl-tests' Reporter (-Z json|csv, -x FILE): std::to_string values, strings quoted."""
+    """rccl-tests' Reporter (-Z json|csv, -x FILE): std::to_string values, strings quoted. The
+    JSON-lines form is the older Reporter's (addResult wrote each record as it came, "name" first,
+    no numCycle); the list and CSV forms are writeFile's, numCycle first."""
     keys = ["numCycle", "name", *(["nodes", "ranks", "ranksPerNode", "gpusPerRank"] if mpi else ["gpus"]),
             "size", "type", "redop", "inPlace", "time", "algBw", "busBw", "wrong"]
     records = []
@@ -179,9 +195,9 @@ def rccl_reporter(fmt: str, mpi: bool = True, nranks: int = 16) -> str:
     if fmt == "csv":
         head = "numCycle,collective," + ("nodes,ranks,ranksPerNode,gpusPerRank," if mpi else "gpus,")
         return head + "size,type,redop,inplace,time,algbw,busbw,#wrong\n" + "".join(",".join(r) + "\n" for r in records)
-    lines = ["{" + ", ".join(f'"{k}":{v}' for k, v in zip(keys, r)) + "}" for r in records]
     if fmt == "jsonl":
-        return "".join(line + "\n" for line in lines)
+        return "".join("{" + ", ".join(f'"{k}":{v}' for k, v in zip(keys[1:], r[1:])) + "}\n" for r in records)
+    lines = ["{" + ", ".join(f'"{k}":{v}' for k, v in zip(keys, r)) + "}" for r in records]
     return "[\n" + ",\n".join(lines) + "\n]\n"
 
 
@@ -271,6 +287,8 @@ def main() -> None:
     full = nccl_json("2.19.6", per_iteration=True, extra_args=("-I", "1"))
     samples["nccl_tests_2.19.6_v3_early_close_2x8.json"] = early_closed(nccl_json("2.19.6"), 5)
     samples["nccl_tests_2.19.6_v3_killed_2x8.json"] = full[:full.index('"size":131072') + 200]
+    samples["nccl_tests_2.19.6_v3_died_in_config_2x8.json"] = died_in_config(nccl_json("2.19.6"))
+    samples["nccl_tests_2.19.6_v3_died_in_first_size_2x8.json"] = died_in_first_size(nccl_json("2.19.6"))
     for name, text in samples.items():
         (HERE / name).write_text(text)
     inspector_logs(HERE / "nccl_inspector_8ranks")

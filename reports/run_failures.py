@@ -1,0 +1,73 @@
+"""A run that died says so in its own words: the error lines nccl-tests, rccl-tests and hccl_test
+print when a CUDA/HIP/NCCL/ACL/HCCL call fails. Recognising them lets an import of a dead run say
+FAILED and quote the tool, instead of calling the file 'not a log of this kind'.
+
+nccl-tests / rccl-tests (src/common.h): CUDACHECK prints "HOST: Test CUDA failure FILE:LINE 'msg'",
+NCCLCHECK "HOST: Test NCCL failure FILE:LINE 'msg'" (2.13+: "'msg / last error'"), a timeout
+"HOST: Test timeout (Ns) FILE:LINE", and every TESTCHECK on the way up " .. HOST pid N: Test failure
+FILE:LINE" (a trace, quoted only when nothing better was printed); before 2019 "Cuda failure ..." /
+"NCCL failure ..."; util.cu "Invalid number of GPUs: N requested but only M were found."; rccl-tests
+"Hip error: 'msg'(N) at FILE:LINE". hccl_test (common/src/hccl_test_common.h, hccl_test_main.cc):
+ACLCHECK "acl interface return err FILE:LINE, retcode: N.", HCCLCHECK "hccl interface return
+errreturn err FILE:LINE, retcode: N", argument checks "Error: ...", then "This is an error in STEP."
+(a trace).
+"""
+from __future__ import annotations
+
+import re
+
+from schema.results import ResultError
+
+_NCCL_TESTS = re.compile(r"(?:[\w.-]+: )?(?:Test (?:CUDA|NCCL) failure \S+:\d+|Test timeout \(\d+s\) \S+:\d+).*"
+                         r"|^(?:Cuda|NCCL) failure \S+:\d+ '.*|^Invalid number of GPUs: \d+ requested.*"
+                         r"|^Hip error: '.*'\(-?\d+\) at \S+:\d+.*")
+_NCCL_TRACE = re.compile(r"\.\. \S+(?: pid \d+)?: Test failure \S+:\d+")
+_HCCL_TEST = re.compile(r"(?:acl|hccl) interface return err.*retcode: -?\d+.*|^Error: .*"
+                        r"|^memory allocation error, check whether the current memory space is sufficient.*")
+_HCCL_TRACE = re.compile(r"^This is an error in \w+\.|^\w+ execute failed, Detailed logs are stored in path: \S*")
+HCCL_TEST_BANNER = re.compile(r"^the minbytes is \d+, maxbytes is \d+, iters is \d+, warmup_iters is \d+", re.M)
+
+
+class RunFailed(ResultError):
+    """A log of the tool, of a run that died before its first result: its own error line quoted."""
+
+
+def _quote(match: re.Match[str]) -> str:
+    return match.group(0).strip()[:200]
+
+
+def nccl_tests(line: str) -> tuple[str, bool] | None:
+    """(the error as printed, whether it is the error itself rather than a TESTCHECK trace)."""
+    if m := _NCCL_TESTS.search(line):
+        return _quote(m), True
+    if m := _NCCL_TRACE.search(line):
+        return _quote(m), False
+    return None
+
+
+def hccl_test(line: str) -> tuple[str, bool] | None:
+    """(the error as printed, whether it is the error itself rather than hccl_test's step trace)."""
+    if m := _HCCL_TEST.search(line):
+        return _quote(m), True
+    if m := _HCCL_TRACE.search(line):
+        return _quote(m), False
+    return None
+
+
+class FirstFailure:
+    """The first error line of a run, a trace replaced by the error it traces (mpirun interleaves ranks)."""
+
+    def __init__(self) -> None:
+        self.text, self.primary = "", False
+
+    def see(self, number: int, found: tuple[str, bool] | None) -> bool:
+        if found is None:
+            return False
+        if not self.text or (found[1] and not self.primary):
+            self.text, self.primary = f"line {number}: {found[0]}", found[1]
+        return True
+
+
+def hccl_test_died(text: str) -> bool:
+    """hccl_test's own check failed (a log that never reached its table)."""
+    return bool(re.search(r"(?:acl|hccl) interface return err|^This is an error in \w+\.", text, re.M))
