@@ -50,19 +50,20 @@ class Target:
     def of(cls, facts: DeviceFacts, nproc: int, launcher: str = "") -> Target:
         """Without a launcher every rank is on this node. With one, the ranks per node are what its
         template says (srun --ntasks-per-node, torchrun --nproc-per-node, hydra -ppn, Open MPI
-        -npernode or --map-by ppr:N:node); nested launchers multiply (srun --ntasks-per-node 1 running
-        torchrun --nproc-per-node 8 puts 8 on a node); a template that does not say leaves them unknown."""
+        -npernode or --map-by ppr:N:node); a per-node count of {nproc} puts every rank on one node;
+        nested launchers multiply (srun --ntasks-per-node 1 running torchrun --nproc-per-node 8 puts 8
+        on a node); a template that does not say leaves them unknown."""
         if not launcher:
             return cls(facts, max(1, nproc), 1)
-        counts = [int(next(g for g in m.groups() if g)) for m in PER_NODE.finditer(launcher)]
+        counts = [nproc if n == "{nproc}" else int(n) for m in PER_NODE.finditer(launcher) for n in m.groups() if n]
         if not counts:   # one device per node can only hold one rank; otherwise the launcher decides
             return cls(facts, 1, nproc) if facts.devices == 1 else cls(facts, 0, 0)
         per_node = min(nproc, math.prod(counts))
         return cls(facts, max(1, per_node), max(1, math.ceil(nproc / max(1, per_node))))
 
 
-PER_NODE = re.compile(r"(?:--ntasks-per-node|--nproc[-_]per[-_]node|-ppn|-npernode|--npernode)[= ](\d+)"
-                      r"|--map-by[= ]ppr:(\d+):node")
+PER_NODE = re.compile(r"(?:--ntasks-per-node|--nproc[-_]per[-_]node|-ppn|-npernode|--npernode)[= ](\d+|\{nproc\})"
+                      r"|--map-by[= ]ppr:(\d+|\{nproc\}):node")
 
 
 def hccl_product(soc: str) -> str:
@@ -95,6 +96,9 @@ HCCL_REDUCE_DTYPES = {
     "910": ("float32", "float16", "int32", "int64", "int8"),
 }
 HCCL_MOVE_DTYPES = {"A2": ALL, "A3": ALL, "Ascend950": ALL, "910": tuple(d for d in ALL if d != "bfloat16")}
+# Ascend 950: "针对int64、uint64、float64，当前仅支持节点内通信" (int64/uint64/float64: intra-node only), hicann/hccl
+# v9.1.0 docs/zh/api_ref/comm_op_interface/HcclAllReduce.md:47, HcclReduce.md:48, HcclReduceScatter.md:47.
+HCCL_INTRA_SERVER_REDUCE = {"Ascend950": ("int64", "float64")}
 # "The prod operation does not support int16 and bfp16" (A2, A3, Ascend 950; same docs, op lists).
 HCCL_PROD_LACKS = {"A2": ("bfloat16",), "A3": ("bfloat16",), "Ascend950": ("bfloat16",), "910": ()}
 # torch_npu's ProcessGroupHCCL casts uint8 (and bool) all_reduce/reduce inputs to int32 with
@@ -159,6 +163,9 @@ NCCL_NVLS_REDOPS = {"int32": ("sum", "max", "min"), "int64": ("sum", "max", "min
                     "float64": ("sum",), "float16": ("sum", "max", "min"), "bfloat16": ("sum", "max", "min")}
 NCCL_PAT_SINCE = (2, 23)   # NCCL 2.23 added PAT, for one GPU per node only (NVIDIA/nccl#1473, #1964)
 NCCL_NVLS_ARCH = (9, 0)    # generate.py: NVLS kernels need __CUDA_ARCH__ >= 900 (and NVSwitch NVLink SHARP)
+# enqueue.cc (v2.21.5:1503 .. v2.29): NVLS is skipped when collNetSupport != 1 && nNodes > 1; up to 2.26
+# (v2.26.6 enqueue.cc:1689) NVLS AllGather/ReduceScatter is skipped whenever nNodes > 1.
+NCCL_NVLS_AG_RS_NODES_SINCE = (2, 27)
 
 
 def hccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "") -> str:
@@ -212,6 +219,12 @@ def nccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "
             return f"NCCL's {native} needs sm_90 or newer (NVLink SHARP); {facts.name} is sm_{arch}"
         if target.ranks_per_node == 1:
             return f"NCCL's {native} needs several GPUs on one NVSwitch node; this group has {target.ranks_per_node} per node"
+        if native == "NVLS" and target.nodes > 1:   # enqueue.cc: NVLS is left out when collNetSupport != 1 && nNodes > 1
+            if not facts.collnet:
+                return (f"NCCL's NVLS across nodes needs CollNet (a CollNet plugin and NCCL_COLLNET_ENABLE=1); this group "
+                        f"spans {target.nodes} nodes without it")
+            if op in ("all_gather", "reduce_scatter") and facts.version and facts.version < NCCL_NVLS_AG_RS_NODES_SINCE:
+                return f"NCCL {'.'.join(map(str, facts.version))}'s NVLS {op} runs on one node only (NCCL >= 2.27 spans nodes)"
         if native == "NVLSTree" and target.nodes == 1:
             return "NCCL's NVLSTree spans nodes (NVLS inside, Tree between); this group is on one node"
         if dtype and OPS[op].reduces and redop and redop not in NCCL_NVLS_REDOPS.get(dtype, ()):
@@ -245,16 +258,22 @@ def hccl_dtype_reason(target: Target, op: str, dtype: str, redop: str) -> str:
         return f"HCCL on {where} has no {dtype} {op}"
     if reduces and redop == "prod" and dtype in HCCL_PROD_LACKS[product]:
         return f"HCCL on {where} has no {dtype} prod"
+    if reduces and dtype in HCCL_INTRA_SERVER_REDUCE.get(product, ()) and target.nodes > 1:
+        return f"HCCL on {where} reduces {dtype} within one server only; this group spans {target.nodes} servers"
     return ""
 
 
 # --- What NCCL says it ran. NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING makes rank 0 print one line
-# per collective (NVIDIA/nccl src/enqueue.cc): since 2.22 INFO(NCCL_TUNING, "%s: %ld Bytes -> Algo
-# %s proto %s channel{Lo..Hi}={%d..%d}") (later versions append " comm %p"); 2.20-2.21 printed
-# "%ld Bytes -> Algo %d proto %d time %f" with numeric ids. The COLL lines ("AllReduce: opCount ...
-# count ... datatype ... [nranks=N]") name no algorithm.
+# per collective (NVIDIA/nccl src/enqueue.cc), in two formats:
+# - 2.20-2.23: "%ld Bytes -> Algo %d proto %d time %f" with
+#   numeric ids (v2.20.5 enqueue.cc:1498, v2.21.5:1534, v2.22.3:1613), 2.23 prefixed "%s: " with the op
+#   (v2.23.4 enqueue.cc:1855). The bytes are the whole buffer: AllGather/ReduceScatter count x size x nranks
+#   (v2.21.5 info.h:84 nBytes *= nRanks; 2.22/2.23 ncclFuncMaxSendRecvCount).
+# - 2.24 on: "%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}" (later " comm %p"), the bytes
+#   task->count x size: one rank's part for AllGather/ReduceScatter (v2.24.3 enqueue.cc:678).
+# The COLL lines ("AllReduce: opCount ... count ... datatype ... [nranks=N]") name no algorithm.
 _TUNING = re.compile(r"NCCL INFO (?:(?P<op>AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): )?(?P<bytes>\d+) Bytes "
-                     r"-> Algo (?P<algo>\w+) proto (?P<proto>\w+)")
+                     r"-> Algo (?P<algo>\w+) proto (?P<proto>\w+)(?P<timed> time )?")
 _ALGO_IDS = NCCL_ALGOS
 _PROTO_IDS = ("LL", "LL128", "Simple")
 _ALGO_NAMES = {a.lower(): a for a in _ALGO_IDS}
@@ -263,10 +282,11 @@ _PROTO_NAMES = {p.lower(): p for p in _PROTO_IDS}
 
 @dataclass(frozen=True)
 class NcclCall:
-    op: str          # NCCL's name ("AllReduce"); '' in 2.20-2.21 lines, which do not say
-    nbytes: int      # NCCL's count x type size: the per-rank part for AllGather and ReduceScatter
+    op: str          # NCCL's name ("AllReduce"); '' in 2.20-2.22 lines, which do not say
+    nbytes: int      # as NCCL printed it: see whole
     algo: str        # NCCL_ALGO spelling: Ring, Tree, NVLS, ...
     proto: str       # LL, LL128, Simple
+    whole: bool = False   # nbytes is the whole buffer (2.20-2.23), not one rank's part of an AllGather/ReduceScatter
 
 
 def parse_nccl_tuning(text: str) -> list[NcclCall]:
@@ -278,7 +298,7 @@ def parse_nccl_tuning(text: str) -> list[NcclCall]:
             _ALGO_NAMES.get(algo.lower().replace("_", ""), algo)
         proto = _PROTO_IDS[int(proto)] if proto.isdigit() and int(proto) < len(_PROTO_IDS) else \
             _PROTO_NAMES.get(proto.lower(), proto)
-        calls.append(NcclCall(m["op"] or "", int(m["bytes"]), algo, proto))
+        calls.append(NcclCall(m["op"] or "", int(m["bytes"]), algo, proto, whole=bool(m["timed"])))
     return calls
 
 
@@ -292,7 +312,7 @@ def nccl_algo_ran(text: str, op: str, nbytes: int, nranks: int) -> str | None:
     per_call = nbytes // nranks if coll.per_rank_log_bytes() else nbytes
     seen: dict[str, int] = {}
     for call in parse_nccl_tuning(text):
-        if call.op in (func, "") and call.nbytes == per_call:
+        if call.op in (func, "") and call.nbytes == (nbytes if call.whole else per_call):
             key = f"{call.algo}/{call.proto}"
             seen[key] = seen.get(key, 0) + 1
     if not seen:

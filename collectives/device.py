@@ -11,11 +11,15 @@ import platform
 import re
 import resource
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping
 
 GRAPHS = {"cuda": "CUDAGraph", "npu": "NPUGraph"}   # the graph class each device module has where it can capture
 NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"
 GRAPH_NEEDS_DEVICE = "graph capture needs a device backend: nccl or hccl"
+# torch CUDAGraph::capture_end's TORCH_WARN when cudaGraphGetNodes counts 0 nodes; the NPU text is what
+# torch_npu's test_graph_warn_if_has_zero_nodes expects (its NPUGraph.cpp warns nothing today)
+EMPTY_GRAPH = re.compile(r"The (CUDA|NPU) Graph is empty")
 
 
 class DeviceUnavailable(RuntimeError):
@@ -27,8 +31,8 @@ def import_torch_npu():
     try:
         import torch_npu  # noqa: F401
     except ModuleNotFoundError as exc:
-        raise DeviceUnavailable("backend hccl needs torch_npu: it is not installed (pip install 'hccl-bench[npu]' "
-                                "with the torch_npu matching your torch and CANN)") from exc
+        raise DeviceUnavailable("backend hccl needs torch_npu: it is not installed; install the torch_npu release made for "
+                                "this host's torch and CANN (e.g. pip install torch-npu==<your torch version>)") from exc
     except (ImportError, OSError) as exc:
         raise DeviceUnavailable(f"backend hccl: torch_npu cannot load CANN ({str(exc).splitlines()[0]}); source the "
                                 "toolkit's set_env.sh (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh)") from exc
@@ -77,7 +81,8 @@ class Device:
         """Capture loop(k) once into a device graph and return its replay: k iterations launched by
         one host call (nccl-tests -G). One iteration runs first on a side stream, as torch asks
         before capturing collectives; the replay runs on the current stream, where the timer's
-        events are recorded."""
+        events are recorded. A capture that recorded nothing raises EmptyGraph; one replay runs
+        here, untimed, as a graph's first launch also uploads it."""
         mod, reason = self._mod, graph_unsupported_on(self.kind, self._mod)
         if mod is None or reason:
             raise DeviceUnavailable(reason)
@@ -91,8 +96,12 @@ class Device:
         # thread_local: the process group's watchdog thread may query its events while this thread captures
         import inspect
         thread_local = "capture_error_mode" in inspect.signature(mod.graph).parameters   # older torch_npu lacks it
-        with (mod.graph(graph, capture_error_mode="thread_local") if thread_local else mod.graph(graph)):
-            loop(k)
+
+        def record() -> None:
+            with (mod.graph(graph, capture_error_mode="thread_local") if thread_local else mod.graph(graph)):
+                loop(k)
+        refusing_empty_graph(record)
+        graph.replay()
         mod.synchronize()
         return graph.replay
 
@@ -182,6 +191,27 @@ def cuda_driver_version() -> str | None:
     return f"{version.value // 1000}.{version.value % 1000 // 10}"
 
 
+class EmptyGraph(RuntimeError):
+    """A capture recorded no device work: its replays would time nothing."""
+
+
+def refusing_empty_graph(capture: Callable[[], None]) -> None:
+    """capture(), with the library's empty-graph warning (EMPTY_GRAPH) raised as EmptyGraph: torch
+    only warns, and an empty graph replays in microseconds as if the calls had run. The warnings are
+    recorded and judged after capture() returns, never raised inside it: torch.cuda.graph.__exit__
+    restores the current stream only after capture_end returns. Other warnings are issued again."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        capture()
+    for w in caught:
+        if EMPTY_GRAPH.search(str(w.message)):
+            raise EmptyGraph(f"the captured graph is empty ({str(w.message).split('. ')[0]}): the library enqueued no device "
+                             "work for these calls (NCCL enqueues none for an in-place collective on a one-rank "
+                             "communicator), so its replays would time nothing")
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
 def graph_unsupported_on(kind: str, mod) -> str:
     """'' where this device module can capture and replay a graph, else why not."""
     if kind not in GRAPHS or mod is None:
@@ -192,11 +222,32 @@ def graph_unsupported_on(kind: str, mod) -> str:
     return ""
 
 
-def graph_unsupported(kind: str) -> str:
-    """Driver side, at collection: '' where a device of `kind` can replay captured graphs, else
-    the skip reason. Device backends were probed first, so their module imports here."""
+def graph_env_unsupported(kind: str, env: Mapping[str, str]) -> str:
+    """'' where `env` (the ranks inherit it) lets a device of `kind` capture collectives, else the skip
+    reason: these settings fail every capture in the call. torch_npu's NPUGraph::capture_begin has
+    TORCH_CHECK(_task_queue_enable != 2) (Ascend/pytorch v7.0.0-pytorch2.1.0 NPUGraph.cpp:103,
+    v7.3.0-pytorch2.7.1 :148; ASCEND_LAUNCH_BLOCKING=1 turns the queue off); a blocking wait makes
+    every wait() poll `while (!isCompleted())` on a collective that runs only at replay."""
+    def on(name: str) -> bool:
+        return (env.get(name) or "").strip().lower() in ("1", "true")
+    if kind == "npu" and (env.get("TASK_QUEUE_ENABLE") or "").strip() == "2" and not on("ASCEND_LAUNCH_BLOCKING"):
+        return "TASK_QUEUE_ENABLE=2: torch_npu refuses to capture an NPU graph with it (set TASK_QUEUE_ENABLE=1 or 0 for --graph)"
+    blocking = {"cuda": ("TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"),
+                "npu": ("TORCH_HCCL_BLOCKING_WAIT", "HCCL_BLOCKING_WAIT")}
+    for name in blocking.get(kind, ()):
+        if on(name):
+            return f"{name}=1: wait() would spin in the capture on a collective that runs only at replay (unset it for --graph)"
+    return ""
+
+
+def graph_unsupported(kind: str, env: Mapping[str, str] | None = None) -> str:
+    """Driver side, at collection: '' where a device of `kind` can replay captured graphs with the
+    ranks' environment (`env`, default this process's), else the skip reason. Device backends were
+    probed first, so their module imports here."""
     if kind == "cpu":
         return GRAPH_NEEDS_DEVICE
+    if why := graph_env_unsupported(kind, os.environ if env is None else env):
+        return why
     import torch
     return graph_unsupported_on(kind, _npu() if kind == "npu" else torch.cuda)
 

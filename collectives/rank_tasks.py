@@ -1,10 +1,13 @@
 """Runs one collective case on one rank: buffers, one checked call, then the timed rounds."""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import Any
+
 import numpy as np
 
-from collectives.ops import OPS, Pattern, count_wrong
-from collectives.timing import Plan, begin, measure, repeat
+from collectives.ops import ITEMSIZE, OPS, Pattern, count_wrong
+from collectives.timing import Plan, begin, below_floor, measure, repeat
 from schema.wire import CollectiveResult, CollectiveSpec, OverheadResult, OverheadSpec
 
 
@@ -20,9 +23,25 @@ def corrupt_one(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool, asynchronous: bool = False):
-    """Allocate and fill this rank's buffers; return (call, recv buffer, pattern). asynchronous:
-    the call starts the collective and returns a handle to wait() on."""
+@dataclass
+class Buffers:
+    """A case's buffers on this rank, with what filled them (kept to fill them again in place)."""
+    send: Any
+    recv: Any
+    pattern: Pattern
+    x: np.ndarray          # this rank's input
+    recv_n: int
+
+    def refill(self, backend) -> None:
+        """The buffers as `buffers` left them, written in place (a captured graph replays on these
+        addresses): the sentinel into recv, then the input into send, which an in-place layout may
+        place inside recv (all_gather) or around it (reduce_scatter)."""
+        backend.write(self.recv, np.full(self.recv_n, self.pattern.sentinel()))
+        backend.write(self.send, self.x)
+
+
+def buffers(backend, op: str, dtype: str, redop: str, count: int, inplace: bool) -> Buffers:
+    """Allocate and fill this rank's buffers."""
     pattern = Pattern(op, dtype, redop, count, backend.world)
     send_n, recv_n = OPS[op].buffer_counts(count, backend.world)
     x = pattern.input(backend.rank)
@@ -31,16 +50,44 @@ def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool,
     else:
         send = backend.from_numpy(x, dtype)
         recv = backend.full(recv_n, pattern.sentinel(), dtype)
-    return backend.call(op, send, recv, redop, inplace, asynchronous), recv, pattern
+    return Buffers(send, recv, pattern, x, recv_n)
+
+
+def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool, asynchronous: bool = False):
+    """Allocate and fill this rank's buffers; return (call, recv buffer, pattern). asynchronous:
+    the call starts the collective and returns a handle to wait() on."""
+    b = buffers(backend, op, dtype, redop, count, inplace)
+    return backend.call(op, b.send, b.recv, redop, inplace, asynchronous), b.recv, b.pattern
 
 
 def _checked_call(backend, spec: CollectiveSpec):
-    """Prepare the case and run it once on fresh data: (call, #wrong elements on this rank)."""
-    call, recv, pattern = prepare(backend, spec.op, spec.dtype, spec.redop, spec.count, spec.inplace)
+    """Prepare the case and run it once on fresh data: (call, #wrong elements on this rank). A
+    captured case (--graph) is also checked as its rounds run it, as nccl-tests -G does: one call
+    captured, the buffers refilled, the graph replayed once; its #wrong adds to the eager call's.
+    One call, not the rounds' k: k in-place calls compound (a sum all_reduce k times is not the sum)."""
+    b = buffers(backend, spec.op, spec.dtype, spec.redop, spec.count, spec.inplace)
+    call = backend.call(spec.op, b.send, b.recv, spec.redop, spec.inplace)
+    expected = b.pattern.expected(backend.rank)
+
+    def wrong() -> int:
+        backend.device.synchronize()
+        got = backend.to_numpy(b.recv)
+        return count_wrong(corrupt_one(got) if spec.corrupt else got, expected)
     call()
-    backend.device.synchronize()
-    got = backend.to_numpy(recv)
-    return call, count_wrong(corrupt_one(got) if spec.corrupt else got, pattern.expected(backend.rank))
+    eager = wrong()
+    if not Plan(**spec.plan).graph:
+        return call, eager
+    replay = backend.device.capture(repeat(call), 1)
+    b.refill(backend)
+    replay()
+    return call, eager + wrong()
+
+
+def _result(spec: CollectiveSpec, wrong: int, k: int, times: list[int]) -> CollectiveResult:
+    """This rank's result; captured rounds faster than their bytes allow fail the case (timing.below_floor)."""
+    if Plan(**spec.plan).graph and (why := below_floor(times, k, spec.count * ITEMSIZE[spec.dtype])):
+        raise RuntimeError(why)
+    return CollectiveResult(wrong=wrong, iters=k, round_ns=times)
 
 
 class CollectiveRank:
@@ -51,15 +98,14 @@ class CollectiveRank:
         """Check once on fresh data (#wrong), then time; returns this rank's share of the result."""
         call, wrong = _checked_call(backend, spec)
         cal, (times,) = measure([repeat(call)], backend, Plan(**spec.plan))
-        return CollectiveResult(wrong=wrong, iters=cal.k, round_ns=times, calibration=cal.record())
+        return replace(_result(spec, wrong, cal.k, times), calibration=cal.record())
 
     @staticmethod
     def begin(backend, spec: CollectiveSpec) -> None:
         """Round-interleaved A/B: check now and keep the case for the driver's single rounds
         (collectives.timing.begin); `end` returns what run would."""
         call, wrong = _checked_call(backend, spec)
-        begin([repeat(call)], lambda k, times: CollectiveResult(wrong=wrong, iters=k, round_ns=times[0]), backend,
-              Plan(**spec.plan))
+        begin([repeat(call)], lambda k, times: _result(spec, wrong, k, times[0]), backend, Plan(**spec.plan))
 
 
 class OverheadRank:

@@ -8,7 +8,8 @@ round (ARCHITECTURE.md, Measurement method).
 
 With ``Plan.graph`` (--graph, device backends) a round is one replay of a device graph holding its
 K iterations, captured once before any timed span: the library's time without Python's launch
-cost per call, which at small sizes is most of an eager round.
+cost per call, which at small sizes is most of an eager round. A graph that held less than its K
+calls replays too fast: rounds under what the bytes allow are refused (`below_floor`).
 
 ``Plan.slow`` (set only by the fault hook HCCL_BENCH_FAULT=slow:RANK:NAME:FACTOR, harness/worker.py)
 makes this rank's timed rounds take FACTOR times as long: a known effect for measuring power.
@@ -24,6 +25,12 @@ from dataclasses import asdict, dataclass, replace
 MAX_ITERS = 1_000_000
 MAX_GRAPH_ITERS = 10_000    # a captured round holds K kernels: capture time and graph memory grow with it
 CALIBRATION_SHARE = 0.5     # a calibration run must last this share of the round time
+# A captured call no device can finish faster (floor_ns): S (the op's bytes, as nccl-tests counts them) at
+# MAX_BYTES_PER_S, a rate above every path S takes (HBM: H200 4.8 TB/s, B200 8 TB/s, a local copy both reads
+# and writes; NVLink 5: 1.8 TB/s a GPU; Ascend 910B HBM 1.6 TB/s), and MIN_CALL_NS, under the latency of one
+# L2 access (~150-250 ns on H100) that every call pays at least once before the next call in stream order starts.
+MAX_BYTES_PER_S = 10e12
+MIN_CALL_NS = 100
 
 
 @dataclass
@@ -71,6 +78,23 @@ class Captured:
         self.prime(k)
         assert self.replay is not None
         self.replay()
+
+
+def floor_ns(nbytes: int) -> float:
+    """The least time a device can take for one call moving nbytes (MAX_BYTES_PER_S, MIN_CALL_NS)."""
+    return max(MIN_CALL_NS, nbytes / MAX_BYTES_PER_S * 1e9)
+
+
+def below_floor(round_ns: list[int], k: int, nbytes: int) -> str:
+    """'' where every round of k captured calls took at least k x floor_ns(nbytes), else why not: a
+    graph that holds less than its k calls (or nothing) replays faster than the bytes allow, and its
+    rounds would pass as a result."""
+    fastest = min(round_ns, default=0) / max(1, k)
+    floor = floor_ns(nbytes)
+    if not round_ns or fastest >= floor:
+        return ""
+    return (f"a captured round took {fastest:.3g} ns a call for {nbytes} B, under the {floor:.3g} ns any device needs "
+            f"(S / {MAX_BYTES_PER_S / 1e12:g} TB/s, at least {MIN_CALL_NS} ns): the graph did not hold its {k} calls")
 
 
 def _prime(loop: Callable[[int], None], k: int) -> None:

@@ -77,17 +77,34 @@ def environment_algo(forced: dict[str, str]) -> str:
     return "; ".join(dict.fromkeys(forced.values())) + ENVIRONMENT
 
 
+ONE_RANK_IN_PLACE = ("at one rank an in-place collective moves no data: NCCL enqueues nothing for it "
+                     "(ncclLaunchOneRank copies only between two buffers), so its captured graph is empty")
+
+
 def with_graph(cases: list[Case], modes: tuple[bool, ...]) -> list[Case]:
     """--graph: each case once per mode (eager, captured), side by side; a captured case where the
-    backend cannot replay graphs is skipped with the reason (collectives.device.graph_unsupported)."""
+    backend cannot replay graphs with its group's environment (--knobs values included) is
+    skipped with the reason (collectives.device.graph_unsupported), and so is an in-place case at
+    one rank (nothing to capture)."""
     if modes == (False,):
         return cases
     from collectives.device import graph_unsupported
-    reasons = {b: graph_unsupported(info(b).device_kind) for b in {c.backend for c in cases}}
+    reasons: dict[tuple, str] = {}
+
+    def captured_skip(case: Case) -> str:
+        if case.nranks == 1 and case.inplace:
+            return ONE_RANK_IN_PLACE
+        env = dict(os.environ)
+        for name, value in (case.group.rank_env if case.group else {}).items():   # None: the group unsets it
+            env.pop(name, None) if value is None else env.__setitem__(name, value)
+        key = (case.backend, tuple(sorted(env.items())))
+        if key not in reasons:
+            reasons[key] = graph_unsupported(info(case.backend).device_kind, env)
+        return reasons[key]
     out = []
     for case in cases:
         for graph in modes:
-            skip = case.skip or (reasons[case.backend] if graph else "")
+            skip = case.skip or (captured_skip(case) if graph else "")
             out.append(replace(case, graph=graph, skip=skip, group=None if skip else case.group))
     return out
 
@@ -129,7 +146,7 @@ def with_knobs(templates: list, knobs: dict[str, list[str]]) -> list:
     return out
 
 
-def launches(opts: Options, build_one) -> list:
+def launches(opts: Options, build_one, per_knobs=lambda templates: templates) -> list:
     """Every launch repeats the whole selection in fresh groups, one launch after the other. With
     --ab-env both sides' groups stay alive and each case has an A item (the environment as it is)
     and a B item (plus --ab-env) side by side, A first in even launches and B first in odd ones;
@@ -139,7 +156,7 @@ def launches(opts: Options, build_one) -> list:
     cases = []
     for launch in range(opts.repeat):
         order = sides if launch % 2 == 0 else sides[::-1]
-        for template in with_knobs(build_one(opts), opts.knobs):
+        for template in per_knobs(with_knobs(build_one(opts), opts.knobs)):
             groups = {}
             for side in sides:
                 extra = {k: v for k, v in opts.ab_env.items() if k != "HCCL_BENCH_PYTHON"} if side == "B" else {}
@@ -168,7 +185,7 @@ def build(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[Case]:
     backend without them is read from the device here (BackendInfo.read_facts)."""
     given = {f.backend: f for f in facts}
     known = {b: given.get(b) or info(b).facts() for b in opts.backends}
-    return launches(opts, lambda o: _build_launch(o, known))
+    return launches(opts, lambda o: _build_launch(o, known), lambda templates: with_graph(templates, opts.graph))
 
 
 def _capability_skip(target: capabilities.Target, algo: str, op: str, dtype: str, redop: str) -> str:
@@ -248,7 +265,7 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
                                     if resolved_b:
                                         case.side_b = (env_b, group_env_b)
                                 cases.append(case)
-    return with_graph(cases, opts.graph)
+    return cases
 
 
 

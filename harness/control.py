@@ -234,7 +234,7 @@ def _hand_off(post: socket.socket, read_end: int, pids: set[int]) -> None:
             post.settimeout(left)
             try:
                 conn, _ = post.accept()
-            except TimeoutError:
+            except socket.timeout:   # not TimeoutError on 3.9
                 break
             with conn:
                 try:

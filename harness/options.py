@@ -25,6 +25,7 @@ from collectives.sizes import SizeError, parse_size, parse_sizes
 from collectives.timing import MAX_GRAPH_ITERS, SMOKE, Plan
 from harness import files
 from harness.launchers import validate_template
+from harness.provenance import numpy_torch_problem
 from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, ESTIMATORS
 
 BENCH_SIZES = "8:32M:4"
@@ -357,6 +358,8 @@ def prepare(o: Options, getoption) -> Options:
     level; raise OptionError on the first problem (the same lines as before the split)."""
     resolved_world = not o.nproc
     o.backends = o.backends or auto_backends()
+    if any(info(b).family == "torch" for b in o.backends) and (abi := numpy_torch_problem()):
+        raise OptionError(abi)
     for name in o.backends:
         try:
             info(name).probe()

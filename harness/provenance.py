@@ -95,6 +95,20 @@ def _dist(name: str) -> str | None:
         return None
 
 
+def numpy_torch_problem(numpy: str | None = None, torch: str | None = None) -> str:
+    """One line when numpy is 2 and torch older than 2.3 (built against numpy 1: every rank's
+    torch.from_numpy raises "Numpy is not available"), else "". numpy>=1.24 and scipy>=1.11 can pull
+    numpy 2 in under an NPU host's torch 2.1. Versions not given are the installed distributions'."""
+    numpy, torch = numpy or _dist("numpy"), torch or _dist("torch")
+
+    def major_minor(version: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in re.findall(r"\d+", version)[:2])
+    if numpy and torch and major_minor(numpy) >= (2,) and major_minor(torch) < (2, 3):
+        return (f"numpy {numpy} does not work with torch {torch}, which was built against numpy 1 (torch < 2.3): "
+                "pip install 'numpy<2'")
+    return ""
+
+
 def mpi_library_version() -> str | None:
     try:
         import mpi4py

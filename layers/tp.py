@@ -58,11 +58,13 @@ def _resized(x, group, timer, collective, rows):
 
 
 def _all_gather(x, group, timer):
-    return _resized(x, group, timer, dist.all_gather_into_tensor, lambda rows, n: rows * n)
+    call = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor   # torch 2.13's name first
+    return _resized(x, group, timer, call, lambda rows, n: rows * n)
 
 
 def _reduce_scatter(x, group, timer):
-    return _resized(x, group, timer, dist.reduce_scatter_tensor, lambda rows, n: rows // n)
+    call = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return _resized(x, group, timer, call, lambda rows, n: rows // n)
 
 
 def _identity(x, group, timer):

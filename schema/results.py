@@ -14,8 +14,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Union
 
+from schema.kwonly import keyword_dataclass
 from schema.stats import RankView, median
 
 SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
@@ -159,7 +160,7 @@ class _Row:
         """What no single field's check can see: fields that must fit together."""
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class _Measured(_Row):
     """What every measured case has: where it ran, its launch and side, and the round statistics
     of schema/stats.summarize (from the rank x round matrix: kept whole up to
@@ -203,7 +204,7 @@ class _Measured(_Row):
         return RankView.of(self)
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class CollectiveRow(_Measured):
     """One collective case: what ran, how long it took, whether the result was right."""
     KEY: ClassVar[tuple[str, ...]] = ("backend", "algo", "op", "dtype", "redop", "inplace", "nranks")
@@ -226,7 +227,7 @@ class CollectiveRow(_Measured):
     graph: bool = _field("flag", False)                # --graph: rounds replayed from a captured device graph
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class LayerRow(_Measured):
     """One layer case: a TP block (bench "linear") or a pipeline step (bench "pipeline")."""
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "tp", "pp", "dp", "layer", "sequence_parallel", "impl",
@@ -272,7 +273,7 @@ class LayerRow(_Measured):
     stages_per_rank: list = _field("list", [])
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class TuningRow(_Measured):
     """One tuning case (benches/test_tuning.py): compute/communication overlap at one message size,
     a DDP-style gradient all_reduce at one bucket size, or one communication dtype of the gradients.
@@ -306,7 +307,7 @@ class TuningRow(_Measured):
     error_bound: float | None = metric("bound", ".2e", "lower", ("table",), benches=("compress",))   # relative to max |exact|
 
 
-Row = CollectiveRow | LayerRow | TuningRow
+Row = Union[CollectiveRow, LayerRow, TuningRow]   # not `|`: a runtime alias, and 3.9 has no type union
 
 
 SIDE_ROLES = {"A": "side A, baseline", "B": "side B, candidate"}

@@ -13,7 +13,9 @@ from __future__ import annotations
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Optional, TypeVar
+
+from schema.kwonly import keyword_dataclass
 
 
 class WireError(ValueError):
@@ -22,7 +24,7 @@ class WireError(ValueError):
 
 # ---- specs: driver -> ranks ----
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class Spec:
     KINDS: ClassVar[tuple[str, ...]] = ()
     REQUIRED: ClassVar[tuple[str, ...]] = ()   # fields a message must carry although the class gives a default
@@ -40,13 +42,13 @@ class Spec:
         return set()
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class Step(Spec):
     """An A/B pair's next round ("round") or its result ("end") for the case begun in this group."""
     KINDS = ("round", "end")
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class OpCall(Spec):
     """The one collective call a collective case or an overlap bench times: `count` elements of
     `dtype` through `op` (reduced by `redop`, in place or not); op "" is no call (bucketing)."""
@@ -57,7 +59,7 @@ class OpCall(Spec):
     inplace: bool = False
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class CollectiveSpec(OpCall):
     KINDS = ("collective", "collective_begin")
     REQUIRED = ("op", "dtype", "redop", "count", "inplace")
@@ -68,7 +70,7 @@ class CollectiveSpec(OpCall):
         return {self.op}
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class OverheadSpec(Spec):
     """The harness's loop against a bare loop of the same all_reduce on the same buffer."""
     KINDS = ("overhead",)
@@ -86,7 +88,7 @@ TASK_OF_BENCH = {"linear": "tp_bench", "pipeline": "pp_bench"}   # a layer bench
 LAYER_BENCH_OF_TASK = {task: bench for bench, task in TASK_OF_BENCH.items()}
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class LayerSpec(Spec):
     """A TP block (task tp_bench; tp_check: its check alone) or a pipeline step (pp_bench, pp_check)."""
     KINDS = ("layer", "layer_begin")
@@ -114,7 +116,7 @@ class LayerSpec(Spec):
         return {n for n in (LAYER_BENCH_OF_TASK.get(self.task, ""), self.layer) if n}
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class TuningSpec(OpCall):
     """Overlap (op at a size), bucketing (bucket_bytes, 0: per tensor) or compression (comm_dtype)."""
     KINDS = ("tuning", "tuning_begin")
@@ -130,7 +132,7 @@ class TuningSpec(OpCall):
         return {n for n in (self.bench, self.op) if n}
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class DoctorSpec(Spec):
     """hccl-bench doctor's exchanges: links (rounds of disjoint pairs), rings (rounds of disjoint rings)."""
     KINDS = ("doctor_links", "doctor_rings")
@@ -140,7 +142,7 @@ class DoctorSpec(Spec):
     small_reps: int = 0             # 0: reps
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class DoctorSkewSpec(Spec):
     """hccl-bench doctor's arrival skew: `rounds` of `work` fixed matmuls (matrix x matrix), then an all_reduce."""
     KINDS = ("doctor_skew",)
@@ -194,7 +196,7 @@ class RankLaunch:
 
 # ---- results: each rank -> driver ----
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class Timed:
     """What every timed bench returns: #wrong of its check, K, this rank's round times, K's calibration."""
     wrong: int
@@ -203,56 +205,56 @@ class Timed:
     calibration: dict = field(default_factory=dict)
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class CollectiveResult(Timed):
     pass
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class OverheadResult(Timed):
     plain_round_ns: list[int]
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class Checked(Timed):
     """A layer bench: elements checked against the single-rank reference, the worst error / tolerance."""
     checked: int
     err_to_tol: float
-    peak_memory_bytes: int | None
+    peak_memory_bytes: Optional[int]   # not `int | None`: _build evaluates annotations, and 3.9 cannot
     params_local: int
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class TpResult(Checked):
     fwd_ns: list[int]
     fwd_bwd_ns: list[int]
     matmul_ns: list[int]
     flops_per_iter: float
     tokens_per_iter: int
-    comm_share: float | None
+    comm_share: Optional[float]
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class PipelineResult(Checked):
     compute_ns: list[int]
     stages: list[int]
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class OverlapResult(Timed):
     comm_round_ns: list[int]
     comp_round_ns: list[int]
     matmul_n: int
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class BucketResult(Timed):
     calls: int
     tensors: int
     model_bytes: int
 
 
-@dataclass(kw_only=True)
+@keyword_dataclass
 class CompressResult(BucketResult):
     bucket_bytes: int
     max_rel_error: float
@@ -303,7 +305,7 @@ def _build(cls: type[T], data: dict, where: str) -> T:
 def _is(value: Any, hint: Any) -> bool:
     """value matches the annotation: bool is not an int, an int is a float, list[X] checks each item."""
     origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
+    if origin in (typing.Union, getattr(types, "UnionType", typing.Union)):   # UnionType: `X | Y`, 3.10+
         return any(_is(value, h) for h in typing.get_args(hint))
     if hint is type(None):
         return value is None

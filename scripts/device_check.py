@@ -78,9 +78,56 @@ def _nothing_measured(step: str, run) -> list[str]:
     rows = rows_of(run)
     if not rows:
         return ["NOTHING MEASURED: every collective case was skipped"]
-    if step == "sweep" and any(r.backend in ("nccl", "hccl") for r in rows) and not any(r.graph for r in rows):
+    if step == "captured" and any(r.backend in ("nccl", "hccl") for r in rows) and not any(r.graph for r in rows):
         return ["NOTHING MEASURED: no graph-captured case ran on the device"]
     return []
+
+
+def _refusals(run, context: dict) -> tuple[list[str], list[str]]:
+    """(lines, problems) of the refusals step, whose failures are what it checks: the captured
+    all_gather corrupted on rank 0 counts #wrong 2 (the eager and the captured check each find it);
+    the captured all_reduce is refused as an empty graph on one rank (NCCL enqueues nothing for an
+    in-place call there) and runs clean on more. On a CPU backend every captured case skips."""
+    from reports.table import rows_of
+    if context.get("backend") not in ("nccl", "hccl"):
+        return ["  captured cases skip on a CPU backend: nothing to refuse"], []
+    rows, failures = rows_of(run), run.meta.get("failures", [])
+    gather = [r.wrong for r in rows if r.op == "all_gather" and r.graph]
+    reduce = [r for r in rows if r.op == "all_reduce" and r.graph]
+    refused = [f.get("error", "") for f in failures if "all_reduce" in str(f.get("id", f.get("what", "")))]
+    lines = [f"  captured all_gather corrupted on rank 0: #wrong {gather} (want [2]: eager 1 + captured 1)"]
+    problems = [] if gather == [2] else [f"the captured check did not count the corrupted element: #wrong {gather}, want [2]"]
+    if context.get("nproc") == 1:
+        lines.append(f"  captured in-place all_reduce on one rank: {refused[0] if refused else 'not refused'}")
+        if not (len(refused) == 1 and "captured graph is empty" in refused[0]) or reduce:
+            problems.append("an empty capture (in-place all_reduce, one rank) was not refused as an empty graph")
+    else:
+        lines.append(f"  captured all_reduce: #wrong {[r.wrong for r in reduce]}")
+        if refused or [r.wrong for r in reduce] != [0]:
+            problems.append(f"captured all_reduce failed: {'; '.join(refused) or [r.wrong for r in reduce]}")
+    others = [f for f in failures if not any(op in str(f.get("id", f.get("what", ""))) for op in ("all_gather", "all_reduce"))]
+    return lines, problems + [f"FAILED {f.get('what', f.get('id', '?'))}: {f.get('error', '')}" for f in others]
+
+
+def _tuning(run, context: dict) -> tuple[list[str], list[str]]:
+    """(lines, problems): NCCL_DEBUG_SUBSYS=TUNING's choice read into every row (algo_ran) with 2
+    ranks or more; one rank makes no choice to print (enqueue.cc: nRanks == 1 goes to ncclLaunchOneRank)."""
+    from reports.table import rows_of
+    rows = rows_of(run)
+    lines = [f"  {r.op} {r.bytes} B, {r.nranks} rank(s): algo_ran {r.algo_ran!r}" for r in rows]
+    if context.get("backend") != "nccl":
+        return lines + ["  not nccl: no TUNING lines to read"], _problems(run)
+    if context.get("nproc") == 1:
+        return lines + ["  one rank: NCCL makes no algorithm choice (nothing to read)"], _problems(run)
+    empty = [f"algo_ran not read for {r.op} at {r.bytes} B" for r in rows if not r.algo_ran]
+    return lines, _problems(run) + empty + ([] if rows else ["NOTHING MEASURED: no tuning case ran"])
+
+
+def _pat(run, context: dict) -> tuple[list[str], list[str]]:
+    """(lines, problems): --algos nccl:PAT's groups start and their cases pass, or are skipped with a reason."""
+    from reports.table import rows_of
+    lines = [f"  {r.op} {r.bytes} B: #wrong {r.wrong}, algo_ran {r.algo_ran!r}" for r in rows_of(run)]
+    return lines, _problems(run)
 
 
 def _skips(run) -> list[str]:
@@ -104,6 +151,8 @@ def _sweep(run) -> list[str]:
     for (op, graph), r in sorted(peaks.items()):
         out.append(f"  peak busbw {op:>14} {'captured' if graph else 'eager':>8}: {r.busbw_gbps or 0:9.2f} GB/s "
                    f"at {format_size(r.bytes)} (algbw {r.algbw_gbps or 0:.2f} GB/s)")
+    if not any(r.graph for r in rows):
+        return out
     cost = host_cost_lines([r for r in rows if r.bytes in SIDE_BY_SIDE])
     return out + ["  " + line for line in cost[1:]] if cost else out + ["  no eager/captured pair at 8B, 1KiB, 64KiB, 1MiB"]
 
@@ -143,23 +192,36 @@ def summary(folder: str) -> int:
     notes = (base / "notes.txt").read_text().splitlines() if (base / "notes.txt").exists() else []
     status = dict(line.split(" ", 1) for line in (base / "steps.txt").read_text().splitlines()) \
         if (base / "steps.txt").exists() else {}
+    context = json.loads((base / "context.json").read_text()) if (base / "context.json").exists() else {}
     bad: list[str] = []
     out = ["", "==== device check summary ====", *notes]
-    for step, title, show in (("sweep", "collective sweep, eager and graph-captured", _sweep),
+    for step, title, show in (("sweep", "collective sweep, eager", _sweep),
+                              ("captured", "graph-captured beside eager, each captured case checked after one replay", _sweep),
+                              ("refusals", "what the captured check must refuse", None),
+                              ("tuning", "NCCL_DEBUG_SUBSYS=TUNING read into algo_ran", None),
+                              ("pat", "--algos nccl:PAT", None),
                               ("dtypes", "every dtype and reduction, smoke sizes", _dtypes),
                               ("layers", "layer benches", _layers)):
         out.append(f"-- {title} ({step}: {status.get(step, 'not run')})")
-        if status.get(step, "").split(" ")[0] not in ("0",):
+        ran = status.get(step, "").split(" ")[0]
+        if ran not in ("0",) and not (step == "refusals" and ran == "1"):   # refusals' cases fail by design
             bad.append(f"{step}: {status.get(step, 'not run')}")
         run, why = _load(base / step)
-        if run is None:
-            out.append(f"  {why}")
+        if run is None:   # every case skipped (the log says why, pytest -rs), or the step never ran
+            log = base / f"{step}.log"
+            out += [f"  {why}"] + ["  " + line for line in (log.read_text().splitlines() if log.exists() else [])
+                                    if line.startswith("SKIPPED")][:10]
+            if not (step == "pat" or (step == "refusals" and context.get("backend") not in ("nccl", "hccl"))):
+                bad.append(f"{step}: {why}")
             continue
-        problems = _problems(run) + _nothing_measured(step, run)
+        judge = {"refusals": _refusals, "tuning": _tuning, "pat": _pat}.get(step)
+        if judge is not None:
+            lines, problems = judge(run, context)
+        else:
+            lines, problems = show(run) if show else [], _problems(run) + _nothing_measured(step, run)
         bad += problems
         out += ["  " + p for p in problems[:20]] + (["  ..."] if len(problems) > 20 else [])
-        if show is not None:
-            out += show(run)
+        out += lines
         out += _skips(run)
         if step == "sweep":
             out += ["-- provenance recorded", *_provenance(run)]
@@ -174,7 +236,7 @@ def summary(folder: str) -> int:
                    f"synchronised; the call alone returns in {s['enqueue_us']:.1f} us (enqueue)")
     if status.get("skew", "0").split(" ")[0] != "0":
         bad.append(f"skew: {status['skew']}")
-    if status.get("doctor", "0").split(" ")[0] not in ("0", "skipped"):
+    if status.get("doctor", "0").split(" ")[0] != "0" and not status["doctor"].startswith("skipped (the doctor compares"):
         bad.append(f"doctor: {status['doctor']}")
     out.append("==== " + ("every check passed" if not bad else f"{len(bad)} problem(s): " + "; ".join(bad[:5])) + " ====")
     print("\n".join(out))

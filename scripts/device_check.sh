@@ -1,10 +1,29 @@
 #!/usr/bin/env bash
-# The GPU path on an NVIDIA machine, in one command and at most 8 minutes, with one summary:
-#   1. the NCCL sweep: every op, 8 B to 1 GiB (x2), eager and graph-captured (--graph both);
-#   2. every dtype and reduction at 1 KiB and 1 MiB (each case checked, #wrong);
-#   3. the layer benches on the GPU with their checks;
-#   4. the doctor's arrival skew on nccl (the doctor itself needs 2 GPUs; its skew step runs on one);
-#   5. the provenance the sweep recorded (drivers, topology, versions, adapter variables).
+# The GPU path on an NVIDIA machine, in one command, with one summary. What it costs on one GPU (world 1),
+# estimated from the rehearsal's per-case costs plus a device group's start (~10 s a step), not yet
+# measured on a GPU; each step is stopped at its cap, the whole check at DEVICE_CHECK_BUDGET_S (300 s;
+# 420 s with 2 GPUs or more, where every op is captured and the doctor runs):
+#   1. sweep     every op eager, 8 B to 128 MiB (x8), 5 rounds of 5 ms     ~63 cases  ~45 s  (cap 75 s)
+#                (no 1 GiB: building and checking its exact data takes the host 15-30 s a case)
+#   2. captured  --graph both at 8 B, 64 KiB, 64 MiB, float32 only: each captured case checked after one
+#                replay and held to the floor its bytes allow; about 7 captures a captured case (the
+#                check's, then calibration's); world 1: all_gather and reduce_scatter only (NCCL enqueues
+#                nothing for an in-place call on one rank: an empty graph)  ~12 cases  ~35 s  (cap 75 s)
+#   3. refusals  captured all_gather with HCCL_BENCH_FAULT=corrupt on rank 0 (#wrong 2: the eager and the
+#                captured check each count it); captured all_reduce (world 1: refused, an empty graph)
+#                                                                            2 cases  ~15 s  (cap 25 s)
+#   4. tuning    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING, a smoke run whose times are not used (the
+#                logging slows every call): algo_ran read from rank 0's log; world 1 makes no choice to read
+#                                                                            2 cases  ~13 s  (cap 25 s)
+#   5. pat       --algos nccl:PAT, all_gather and reduce_scatter at 1 KiB and 1 MiB  4 cases  ~13 s  (cap 25 s)
+#   6. dtypes    every dtype and reduction at 1 KiB and 1 MiB, eager, checked   ~256 cases  ~36 s  (cap 50 s)
+#   7. layers    the layer benches on the GPU with their checks, tp=pp=1                   ~20 s  (cap 45 s;
+#                90 s with 2 ranks or more: tp and pp 1,2, the pipelines too)
+#   8. skew      the doctor's arrival skew on nccl (the doctor itself needs 2 GPUs)         ~8 s  (cap 20 s)
+#   9. doctor    2 GPUs or more                                                             ~30 s  (cap 45 s)
+#   then the provenance the sweep recorded (drivers, topology, versions, adapter variables).
+# About 3 minutes on one GPU; a step stopped at its cap, or skipped once the budget is spent, is a
+# problem in the summary (exit 1), never a pass.
 # NCCL refuses two ranks on one GPU: ranks = GPUs (a one-GPU machine runs world 1 and says so).
 # Runs from a copy of the repository without installing anything (PYTHONPATH; needs torch with CUDA,
 # pytest, pytest-benchmark, numpy, scipy, matplotlib, jinja2). Writes only under $OUT/device_check
@@ -15,7 +34,6 @@
 set -u
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py=${PYTHON:-python3}
-budget=${DEVICE_CHECK_BUDGET_S:-480}
 started=$SECONDS
 rehearse=0
 [ "${1:-}" = "--rehearse-on-cpu" ] && rehearse=1
@@ -45,7 +63,7 @@ note() { echo "$*" | tee -a "$out/notes.txt"; }
 
 if [ $rehearse = 1 ]; then
     backend=gloo; nproc=2
-    sweep_sizes=8:64K:8; dtype_sizes=1K; layer_args=(--tp 1,2 --pp 1,2)
+    sweep_sizes=8:64K:8; captured_sizes=8,64K; captured_ops=(); dtype_sizes=1K; layer_args=(--tp 1,2 --pp 1,2)
     note "REHEARSAL on gloo with 2 CPU ranks: this checks the script, not a GPU (captured cases skip on gloo)"
 else
     backend=nccl
@@ -53,13 +71,17 @@ else
     if [ "${nproc:-0}" -lt 1 ]; then
         echo "device_check: an NVIDIA driver is here but $py's torch sees no CUDA GPU (a CPU-only torch build?)"; exit 2
     fi
-    sweep_sizes=8:1G:2; dtype_sizes=1K,1M; layer_args=()
-    [ "$nproc" = 1 ] && layer_args=(--tp 1 --pp 1)
+    sweep_sizes=8:128M:8; captured_sizes=8,64K,64M; captured_ops=(); dtype_sizes=1K,1M; layer_args=()
+    [ "$nproc" = 1 ] && layer_args=(--tp 1 --pp 1) && captured_ops=(--ops all_gather,reduce_scatter)
     name=$("$py" -c 'import torch; print(torch.cuda.get_device_name(0))' 2>/dev/null)
     note "device: $nproc x $name; one rank per GPU (NCCL refuses two ranks on one GPU): --nproc $nproc"
     [ "$nproc" = 1 ] && note "one GPU: world 1 everywhere (launch path, events, graph replay, dtypes, layers at tp=pp=1);" \
-                             "busbw is 0 at world 1 (no peer), algbw and per-call times are what it measured; sendrecv skips"
+                             "busbw is 0 at world 1 (no peer), algbw and per-call times are what it measured; sendrecv skips;" \
+                             "captured: out-of-place ops only (an in-place call on one rank enqueues nothing: an empty graph)"
 fi
+printf '{"backend": "%s", "nproc": %s}\n' "$backend" "$nproc" > "$out/context.json"
+budget=${DEVICE_CHECK_BUDGET_S:-$([ "$nproc" -ge 2 ] && echo 420 || echo 300)}
+layer_cap=$([ "$nproc" -ge 2 ] && echo 90 || echo 45)   # 2 ranks or more: tp and pp 1,2, pipelines too
 note "results: $out"
 
 left() { echo $(( budget - (SECONDS - started) )); }
@@ -78,15 +100,23 @@ step() {
     echo "[$name] exit $rc in $((SECONDS - t0))s (log $out/$name.log)"
 }
 
-bench=("$py" -m pytest -q -p no:randomly -p no:timeout --backend "$backend" --nproc "$nproc" --timeout 60)
-step sweep 240 "${bench[@]}" benches/test_collectives.py --benchmark --sizes "$sweep_sizes" --graph both \
-    --rounds 10 --round-time 0.01 --results "$out/sweep"
-step dtypes 75 "${bench[@]}" benches/test_collectives.py --sizes "$dtype_sizes" \
+bench=("$py" -m pytest -q -rs -p no:randomly -p no:timeout --backend "$backend" --nproc "$nproc" --timeout 60)
+step sweep 75 "${bench[@]}" benches/test_collectives.py --benchmark --sizes "$sweep_sizes" \
+    --rounds 5 --round-time 0.005 --results "$out/sweep"
+step captured 75 "${bench[@]}" benches/test_collectives.py --benchmark --sizes "$captured_sizes" --graph both \
+    ${captured_ops[@]+"${captured_ops[@]}"} --rounds 5 --round-time 0.005 --results "$out/captured"
+step refusals 25 env HCCL_BENCH_FAULT=corrupt:0:all_gather "${bench[@]}" benches/test_collectives.py --graph on \
+    --ops all_gather,all_reduce --sizes 1K --results "$out/refusals"
+step tuning 25 env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING "${bench[@]}" benches/test_collectives.py \
+    --ops all_reduce,all_gather --sizes 1M --results "$out/tuning"
+step pat 25 "${bench[@]}" benches/test_collectives.py --algos nccl:PAT --ops all_gather,reduce_scatter --sizes 1K,1M \
+    --results "$out/pat"
+step dtypes 50 "${bench[@]}" benches/test_collectives.py --sizes "$dtype_sizes" \
     --dtypes float32,float16,bfloat16,float64,int32,int64,int8,uint8 --redops sum,prod,max,min --results "$out/dtypes"
-step layers 90 "${bench[@]}" benches/test_layers.py ${layer_args[@]+"${layer_args[@]}"} --results "$out/layers"
-step skew 30 "$py" scripts/device_check.py skew "$backend" "$out/skew.json"
+step layers "$layer_cap" "${bench[@]}" benches/test_layers.py ${layer_args[@]+"${layer_args[@]}"} --results "$out/layers"
+step skew 20 "$py" scripts/device_check.py skew "$backend" "$out/skew.json"
 if [ "$nproc" -ge 2 ]; then
-    step doctor 60 "$py" -m harness.cli doctor --backend "$backend" --nproc "$nproc" --repeat 3 -o "$out/doctor" \
+    step doctor 45 "$py" -m harness.cli doctor --backend "$backend" --nproc "$nproc" --repeat 3 -o "$out/doctor" \
         --launcher "$py -m torch.distributed.run --standalone --nproc-per-node {nproc} --no-python {cmd}" --timeout 45
 else
     echo "doctor skipped (the doctor compares ranks: one GPU gives one rank; its skew step ran on it above)" >> "$out/steps.txt"

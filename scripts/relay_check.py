@@ -52,7 +52,7 @@ def ping(address: str, count: int) -> list[float]:
             while True:
                 try:
                     reply = sock.recv(2048)
-                except TimeoutError:
+                except socket.timeout:   # not TimeoutError on 3.9
                     break
                 header = (reply[0] & 0x0F) * 4
                 kind, _, _, rid, rseq = struct.unpack("!BBHHH", reply[header:header + 8])

@@ -99,3 +99,17 @@ def test_coll_tuned_ids_are_read_from_open_mpi_4_and_5():
                               text=True, timeout=60).stdout
         listed = listed_ids(text)
         assert listed["allreduce"]["ring"] == 4 and listed["alltoall"] and listed["bcast"]
+
+
+def test_a_new_nccl_group_warms_up_with_an_op_its_forced_algorithm_covers():
+    """A device group makes its communicator with one call before any case. NCCL has no PAT
+    AllReduce (src/device/generate.py algos_of_coll): warming an NCCL_ALGO=PAT group up with
+    all_reduce failed 'no algorithm/protocol available', and with it every nccl:PAT case."""
+    from collectives.backends.torch_dist import warmup_op
+    from collectives.capabilities import NCCL_ALGO_OPS
+    pat = merge_group_env([resolve("nccl", "nccl:PAT", op) for op in ("all_gather", "reduce_scatter")])
+    assert warmup_op(pat) == "all_gather"
+    for algo, ops in NCCL_ALGO_OPS.items():
+        assert warmup_op(resolve("nccl", f"nccl:{algo}", ops[0])) in ops, algo
+    assert warmup_op({}) == warmup_op({"NCCL_ALGO": "Ring"}) == warmup_op({"NCCL_ALGO": "^NVLS"}) == "all_reduce"
+    assert warmup_op({"NCCL_ALGO": "pat,nvls"}) == "all_reduce" and warmup_op({"NCCL_ALGO": "pat"}) == "all_gather"

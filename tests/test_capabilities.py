@@ -263,3 +263,73 @@ def test_tuning_cases_obey_the_same_table_as_the_sweep():
     sweep = skip(cases(A2, ops=("all_reduce",), dtypes=("uint8",)), "default", "all_reduce", "uint8")
     assert sweep and tuning[("overlap", "uint8")] == sweep and tuning[("overlap", "float32")] == ""
     assert tuning[("compress", "uint8")]
+
+
+@pytest.mark.parametrize("launcher", [
+    "torchrun --nproc-per-node {nproc} --no-python {cmd}", "python -m torch.distributed.run --nproc_per_node={nproc} {cmd}",
+    "srun -N 1 --ntasks-per-node {nproc}", "srun --ntasks-per-node={nproc} -n {nproc}", "mpirun -ppn {nproc} -n {nproc}",
+    "mpirun -npernode {nproc} -np {nproc}", "mpirun --map-by ppr:{nproc}:node -np {nproc}"])
+def test_a_per_node_count_of_nproc_puts_every_rank_on_one_node(launcher):
+    """`torchrun --nproc-per-node {nproc}` starts all ranks on the node it runs on: HCCL's one-server
+    refusal and NCCL's PAT rule apply; an unread count left them unjudged and the cases failed in the call."""
+    from collectives.capabilities import Target
+    assert (Target.of(A2, 8, launcher).ranks_per_node, Target.of(A2, 8, launcher).nodes) == (8, 1)
+    one = dict(launcher=launcher, dtypes=("float32",), redops=("sum",))
+    assert "this group is on one server" in skip(cases(A2, algos=("ring",), **one), "ring", "all_reduce")
+    assert "this group has 8 per node" in skip(cases(H200_223, algos=("nccl:PAT",), **one), "nccl:PAT", "all_gather")
+
+
+def test_nccl_nvls_across_nodes_needs_collnet():
+    """enqueue.cc: NVLS is left out of the choice when collNetSupport != 1 && nNodes > 1, so
+    NCCL_ALGO=NVLS fails 'no algorithm/protocol available'; before 2.27 NVLS AllGather/ReduceScatter
+    is single-node whatever CollNet says."""
+    one = dict(algos=("nccl:NVLS",), dtypes=("float32",), redops=("sum",))
+    plain = cases(H200_223, **one, **TWO_SERVERS)
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        why = skip(plain, "nccl:NVLS", op)
+        assert "NVLS across nodes needs CollNet" in why and "spans 2 nodes without it" in why
+    assert skip(cases(H200_223, **one), "nccl:NVLS", "all_reduce") == ""
+    h200 = dict(name="NVIDIA H200", devices=8, capability=(9, 0), collnet=True)
+    collnet = cases(DeviceFacts("nccl", version=(2, 23, 4), **h200), **one, **TWO_SERVERS)
+    assert skip(collnet, "nccl:NVLS", "all_reduce") == ""
+    assert "NCCL 2.23.4's NVLS all_gather runs on one node only" in skip(collnet, "nccl:NVLS", "all_gather")
+    assert skip(cases(DeviceFacts("nccl", version=(2, 27, 3), **h200), **one, **TWO_SERVERS), "nccl:NVLS", "reduce_scatter") == ""
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "reduce", "reduce_scatter"])
+def test_ascend950_reduces_64_bit_types_within_one_server_only(op):
+    """HcclAllReduce / HcclReduce / HcclReduceScatter (CANN 9.1 docs): int64, uint64 and float64 on
+    Ascend 950 intra-node only; across servers the call fails."""
+    two = cases(A950, ops=(op,), dtypes=("int64", "float64", "int32"), redops=("sum",), **TWO_SERVERS)
+    for dtype in ("int64", "float64"):
+        assert f"reduces {dtype} within one server only; this group spans 2 servers" in skip(two, "default", op, dtype)
+    assert skip(two, "default", op, "int32") == ""
+    assert skip(cases(A950, ops=(op,), dtypes=("int64", "float64"), redops=("sum",)), "default", op, "float64") == ""
+    assert skip(cases(A950, ops=("all_gather",), dtypes=("float64",), **TWO_SERVERS), "default", "all_gather", "float64") == ""
+    assert "Atlas A2" in skip(cases(A2, ops=(op,), dtypes=("float64",), redops=("sum",), **TWO_SERVERS), "default", op, "float64")
+
+
+# TUNING lines in each version's own format (INFO(NCCL_TUNING, ...) in NVIDIA/nccl src/enqueue.cc at
+# v2.20.5-1:1498, v2.21.5-1:1534, v2.22.3-1:1613, v2.23.4-1:1855, v2.24.3-1:678), for a 1 MiB
+# AllGather on 8 ranks (128 KiB a rank) and a 1 MiB AllReduce: up to 2.23 the bytes are the whole buffer.
+TUNING_BY_VERSION = {
+    (2, 20): "h:1:2 [0] NCCL INFO 1048576 Bytes -> Algo 1 proto 2 time 38.400002\n",
+    (2, 21): "h:1:2 [0] NCCL INFO 1048576 Bytes -> Algo 1 proto 2 time 38.400002\n",
+    (2, 22): "h:1:2 [0] NCCL INFO 1048576 Bytes -> Algo 4 proto 2 time 21.120001\n",
+    (2, 23): "h:1:2 [0] NCCL INFO AllGather: 1048576 Bytes -> Algo 6 proto 2 time 30.720001\n"
+             "h:1:2 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo 0 proto 1 time 25.000000\n",
+    (2, 24): "h:1:2 [0] NCCL INFO AllGather: 131072 Bytes -> Algo PAT proto SIMPLE channel{Lo..Hi}={0..1}\n"
+             "h:1:2 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo TREE proto LL128 channel{Lo..Hi}={0..15}\n",
+}
+
+
+@pytest.mark.parametrize("version", sorted(TUNING_BY_VERSION), ids=lambda v: f"nccl-{v[0]}.{v[1]}")
+def test_algo_ran_reads_allgather_lines_of_every_nccl_version(version):
+    """NCCL 2.20-2.23 count an AllGather's whole buffer (v2.21.5 info.h:84
+    nBytes *= nRanks; 2.22/2.23 ncclFuncMaxSendRecvCount), 2.24 on one rank's part: both are read."""
+    log = TUNING_BY_VERSION[version]
+    ran = {(2, 20): "Ring/Simple", (2, 21): "Ring/Simple", (2, 22): "NVLS/Simple"}.get(version, "PAT/Simple")
+    assert nccl_algo_ran(log, "all_gather", 1 << 20, 8) == ran
+    assert nccl_algo_ran(log, "all_gather", 1 << 17, 8) is None        # another size: not this case's lines
+    if version >= (2, 23):
+        assert nccl_algo_ran(log, "all_reduce", 1 << 20, 8) == ("Tree/LL128")

@@ -142,6 +142,7 @@ def test_the_table_prints_the_host_cost_per_call_for_small_sizes():
 @pytest.fixture
 def gloo_alone(tmp_path, monkeypatch):
     """A real gloo TorchBackend in this process, a world of one (its side channel is gloo itself)."""
+    pytest.importorskip("torch", reason="a gloo backend needs torch")
     import torch.distributed as dist
 
     from collectives.backends import TorchBackend

@@ -3,6 +3,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("torch", reason="the layer tests need torch")
 import torch
 
 from harness.groups import GroupKey, GroupPool

@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from collectives import capabilities
 from collectives.backends.base import BackendInfo, Unsupported, encode, family_call, no_switch, page_aligned
 from collectives.capabilities import DeviceFacts, Target
 from collectives.device import Device, accelerator_facts, probe_device
+from collectives.ops import OPS
 
 
 class TorchBackend:
@@ -37,15 +39,17 @@ class TorchBackend:
                                     rank=rank, world_size=world, timeout=timeout)
         # a CPU backend's own group doubles as the side channel; device backends get a CPU gloo group
         self.side = None if self.info.device_kind == "cpu" else dist.new_group(backend="gloo")
+        self.redops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
+                       "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
         if self.info.device_kind != "cpu":
             # NCCL/HCCL make the default group's communicator at its first call, with every rank:
             # made here, so the doctor's first batched pair exchange (ranks 0 and 1 only, the rest
             # waiting on the gloo side group) does not wait for ranks that never join it
-            warm = torch.zeros(1, device=self.device.torch_device)
-            dist.all_reduce(warm)
+            op = OPS[warmup_op(os.environ)]
+            send, recv = (torch.zeros(1 if per_rank else world, device=self.device.torch_device)
+                          for per_rank in (op.send_per_rank, op.recv_per_rank))
+            self.call(op.name, send, recv, "sum", inplace=False)()
             self.device.synchronize()
-        self.redops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
-                       "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
     # -- buffers
     def _dtype(self, name: str):
@@ -88,22 +92,27 @@ class TorchBackend:
         """buf *= float32(factor): the same rounding as the mpi backend's numpy."""
         buf.mul_(float(np.float32(factor)))
 
-    # -- point to point (the doctor's link measurements)
-    def exchange(self, peer: int, send, recv) -> None:
-        """Send to and receive from `peer` at once; both sides call it."""
+    # -- point to point (the doctor's link measurements). Always batched (batch_isend_irecv): a batch
+    # runs on the group's own communicator, while a bare send/recv makes a 2-rank communicator per pair
+    # (torch ProcessGroupNCCL::pointToPoint getKeySendRecv; torch_npu ProcessGroupHCCL the same while
+    # P2P_HCCL_BUFFSIZE != 0, its default 20 MB), each with its init time and its own buffers.
+    def _p2p(self, *ops) -> None:
+        """Run (isend|irecv, buffer, peer) triples as one batch and wait for them."""
         d = self.dist
-        for req in d.batch_isend_irecv([d.P2POp(d.isend, send, peer), d.P2POp(d.irecv, recv, peer)]):
+        for req in d.batch_isend_irecv([d.P2POp(getattr(d, kind), buf, peer) for kind, buf, peer in ops]):
             req.wait()
         self.device.synchronize()
 
+    def exchange(self, peer: int, send, recv) -> None:
+        """Send to and receive from `peer` at once; both sides call it."""
+        self._p2p(("isend", send, peer), ("irecv", recv, peer))
+
     def send(self, peer: int, buf) -> None:
         """Blocking point to point (the doctor's ping-pong latency: one message in flight)."""
-        self.dist.send(buf, peer)
-        self.device.synchronize()
+        self._p2p(("isend", buf, peer))
 
     def recv(self, peer: int, buf) -> None:
-        self.dist.recv(buf, peer)
-        self.device.synchronize()
+        self._p2p(("irecv", buf, peer))
 
     def plain_all_reduce_loop(self, buf, redop: str):
         """The same library call written as a bare loop: the overhead bench's reference."""
@@ -152,6 +161,20 @@ class TorchBackend:
 
     def close(self) -> None:
         self.dist.destroy_process_group()
+
+
+def warmup_op(env: Mapping[str, str]) -> str:
+    """The op that makes a new group's communicator: all_reduce, unless NCCL_ALGO forces only
+    algorithms without one (PAT: NCCL fails 'no algorithm/protocol available'), then an op they cover.
+    Not the per-op form of NCCL_ALGO ('allgather:pat;reducescatter:pat', v2.24.3 src/graph/tuning.cc
+    parseList): 2.23, the first NCCL with PAT, skips tokens it does not know and would enable no algorithm."""
+    value = (env.get("NCCL_ALGO") or "").strip()
+    if not value or any(c in value for c in "^:;"):   # NCCL's own choice, or a negated / per-op list: the user's
+        return "all_reduce"
+    names = {a.strip().lower() for a in value.split(",")}
+    covered = {op for algo, ops in capabilities.NCCL_ALGO_OPS.items() if algo.lower() in names for op in ops}
+    return next((op for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce") if op in covered),
+                "all_reduce")
 
 
 # --- algorithm switches (ARCHITECTURE.md, Algorithm switches)

@@ -27,7 +27,9 @@ def traffic(algo: str, p: int) -> tuple[float, float]:
 
 
 def _torch(b, send, recv, red, inplace, asynchronous):
-    return functools.partial(b.dist.all_gather_into_tensor, recv, send, async_op=asynchronous)
+    # all_gather_single: torch 2.13's name; all_gather_into_tensor (1.13 on) warns FutureWarning there
+    call = getattr(b.dist, "all_gather_single", None) or b.dist.all_gather_into_tensor
+    return functools.partial(call, recv, send, async_op=asynchronous)
 
 
 def _mpi(b, send, recv, red, inplace, asynchronous):

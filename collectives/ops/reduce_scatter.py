@@ -25,7 +25,9 @@ def traffic(algo: str, p: int) -> tuple[float, float]:
 
 
 def _torch(b, send, recv, red, inplace, asynchronous):
-    return functools.partial(b.dist.reduce_scatter_tensor, recv, send, op=red, async_op=asynchronous)
+    # reduce_scatter_single: torch 2.13's name; reduce_scatter_tensor (1.13 on) is deprecated there
+    call = getattr(b.dist, "reduce_scatter_single", None) or b.dist.reduce_scatter_tensor
+    return functools.partial(call, recv, send, op=red, async_op=asynchronous)
 
 
 def _mpi(b, send, recv, red, inplace, asynchronous):

@@ -1,0 +1,46 @@
+"""`keyword_dataclass`: `@dataclass(kw_only=True)` on Python 3.10+, and the same keyword-only
+__init__ written here on 3.9, whose dataclass has no kw_only (openEuler 22.03, the OS of many
+Atlas NPU servers, ships 3.9). Rows and wire messages are built by field name only, so a field
+added in the middle of a class can never shift a positional argument into the wrong field."""
+from __future__ import annotations
+
+import sys
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:
+    def dataclass_transform(**_: object):
+        return lambda decorator: decorator
+
+T = TypeVar("T")
+
+
+@dataclass_transform(kw_only_default=True, field_specifiers=(field, Field))
+def keyword_dataclass(cls: type[T]) -> type[T]:
+    """A dataclass whose __init__ takes keywords only; a field without a default stays required."""
+    if sys.version_info >= (3, 10):
+        return dataclass(kw_only=True)(cls)
+    cls = dataclass(init=False)(cls)   # 3.9 refuses a required field after a defaulted one only in the __init__ it writes
+    params = [f for f in fields(cls) if f.init]
+
+    def __init__(self: Any, **values: Any) -> None:
+        unknown = sorted(set(values) - {f.name for f in params})
+        if unknown:
+            raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument {unknown[0]!r}")
+        for f in params:
+            if f.name in values:
+                value = values[f.name]
+            elif f.default is not MISSING:
+                value = f.default
+            elif f.default_factory is not MISSING:
+                value = f.default_factory()
+            else:
+                raise TypeError(f"{cls.__name__}.__init__() missing 1 required keyword-only argument: {f.name!r}")
+            object.__setattr__(self, f.name, value)
+        if hasattr(self, "__post_init__"):
+            self.__post_init__()
+
+    cls.__init__ = __init__
+    return cls
