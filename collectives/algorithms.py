@@ -68,6 +68,20 @@ def resolve(backend: str, algo: str, op: str, library: str = "",
     return BACKENDS[backend].switch(OPS[op], value, owner is None, target, library)
 
 
+def forced_for_op(var: str, value: str, op) -> str:
+    """The part of an algorithm switch's `value` that applies to `op` ('' where it names other ops only):
+    NCCL_ALGO's per-op form 'allreduce:tree;allgather:pat' (NCCL >= 2.24, names as NCCL's ncclFuncStr,
+    any case) and HCCL_ALGO's 'allreduce=level0:NA;level1:ring/allgather=...' name their ops; the plain
+    forms ('Tree', 'level0:NA;level1:ring') apply to every collective. Other variables are per op already."""
+    if var == "NCCL_ALGO" and ":" in value:
+        parts = {k.strip().lower(): v.strip() for k, _, v in (p.partition(":") for p in value.split(";"))}
+        return parts.get(op.log.nccl_func.lower(), "") if op.log.nccl_func else ""
+    if var == "HCCL_ALGO" and "=" in value:
+        parts = {k.strip().lower(): v.strip() for k, _, v in (p.partition("=") for p in value.split("/"))}
+        return parts.get(op.switches.hccl_op.lower(), "") if op.switches.hccl_op else ""
+    return value
+
+
 def merge_group_env(envs: list[dict[str, str]]) -> dict[str, str]:
     """One worker group serves every op of an algorithm: union the per-op settings.
 

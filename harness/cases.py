@@ -13,6 +13,7 @@ from collectives import algorithms, capabilities
 from collectives.backends import BACKENDS, info, oversubscribed
 from collectives.capabilities import DeviceFacts
 from collectives.ops import ITEMSIZE, OPS
+from collectives.ops.base import ENVIRONMENT, algo_id
 from collectives.sizes import format_size
 from harness.group_key import GroupKey
 from harness.options import Options
@@ -44,14 +45,8 @@ class Case:
     def id(self) -> str:
         place = "ip" if self.inplace else "oop"
         red = f"-{self.redop}" if OPS[self.op].reduces else ""
-        algo = self.algo
-        if algo.endswith(ENVIRONMENT):   # 'recexch (environment)' -> 'recexch-env': an id without spaces
-            algo = re.sub(r"[^\w.-]+", "_", algo[:-len(ENVIRONMENT)]) + "-env"
-        return (f"{self.backend}-{algo}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}"
+        return (f"{self.backend}-{algo_id(self.algo)}-{self.op}-{self.dtype}{red}-{format_size(self.size)}-{place}"
                 f"{'-graph' if self.graph else ''}{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
-
-
-ENVIRONMENT = " (environment)"   # the series suffix of an algorithm forced by the job's own environment
 
 
 def environment_switch(backend: str, op: str, env) -> dict[str, str]:
@@ -67,40 +62,58 @@ def environment_switch(backend: str, op: str, env) -> dict[str, str]:
     for var, value in env.items():
         for pattern in info(backend).switch_vars:
             m = re.fullmatch(pattern.replace(r"\w+", r"(\w+)"), var) if value else None
-            if m and (not m.groups() or m.group(1).lower() in names):
+            if m and (not m.groups() or m.group(1).lower() in names) and algorithms.forced_for_op(var, value, OPS[op]):
                 found[var] = value
     return dict(sorted(found.items()))
 
 
-def environment_algo(forced: dict[str, str]) -> str:
-    """The series name of what the environment forces: its values, e.g. 'recexch (environment)'."""
-    return "; ".join(dict.fromkeys(forced.values())) + ENVIRONMENT
+def environment_algo(op: str, forced: dict[str, str]) -> str:
+    """The series name of what the environment forces on `op`: its values, e.g. 'recexch (environment)'."""
+    return "; ".join(dict.fromkeys(algorithms.forced_for_op(k, v, OPS[op]) for k, v in forced.items())) + ENVIRONMENT
+
+
+def _as_native(backend: str, algo: str) -> str:
+    """'<backend>:VALUE' for a series forced by the environment with one plain algorithm name (so the
+    capability table judges it as --algos would: NCCL_ALGO=PAT exported skips all_reduce), else `algo`."""
+    value = algo[:-len(ENVIRONMENT)] if algo.endswith(ENVIRONMENT) else ""
+    return f"{backend}:{value}" if value and re.fullmatch(r"[\w-]+", value) else algo
 
 
 ONE_RANK_IN_PLACE = ("at one rank an in-place collective moves no data: NCCL enqueues nothing for it "
                      "(ncclLaunchOneRank copies only between two buffers), so its captured graph is empty")
 
 
-def with_graph(cases: list[Case], modes: tuple[bool, ...]) -> list[Case]:
+def with_graph(cases: list[Case], modes: tuple[bool, ...], side_b: dict | None = None) -> list[Case]:
     """--graph: each case once per mode (eager, captured), side by side; a captured case where the
-    backend cannot replay graphs with its group's environment (--knobs values included) is
-    skipped with the reason (collectives.device.graph_unsupported), and so is an in-place case at
-    one rank (nothing to capture)."""
+    backend cannot replay graphs with its group's environment (--knobs values included; with an A/B,
+    either side's: `side_b` is --ab-env/--ab-source, and a pair runs both or neither) is skipped with
+    the reason (collectives.device.graph_unsupported), and so is an in-place case at one rank on nccl
+    (nothing to capture)."""
     if modes == (False,):
         return cases
     from collectives.device import graph_unsupported
     reasons: dict[tuple, str] = {}
 
-    def captured_skip(case: Case) -> str:
-        if case.nranks == 1 and case.inplace:
-            return ONE_RANK_IN_PLACE
-        env = dict(os.environ)
-        for name, value in (case.group.rank_env if case.group else {}).items():   # None: the group unsets it
-            env.pop(name, None) if value is None else env.__setitem__(name, value)
-        key = (case.backend, tuple(sorted(env.items())))
+    def reason(kind: str, env: dict) -> str:
+        key = (kind, tuple(sorted(env.items())))
         if key not in reasons:
-            reasons[key] = graph_unsupported(info(case.backend).device_kind, env)
+            reasons[key] = graph_unsupported(kind, env)
         return reasons[key]
+
+    def captured_skip(case: Case) -> str:
+        kind = info(case.backend).device_kind
+        if kind == "cuda" and case.nranks == 1 and case.inplace:
+            return ONE_RANK_IN_PLACE
+        sides = [case.group.rank_env if case.group else {}]
+        if side_b is not None:
+            sides.append({**sides[0], **{k: v for k, v in side_b.items() if k != "HCCL_BENCH_PYTHON"}})
+        for side in sides:
+            env = dict(os.environ)
+            for name, value in side.items():   # None: the group unsets it
+                env.pop(name, None) if value is None else env.__setitem__(name, value)
+            if why := reason(kind, env):
+                return why
+        return ""
     out = []
     for case in cases:
         for graph in modes:
@@ -185,7 +198,8 @@ def build(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[Case]:
     backend without them is read from the device here (BackendInfo.read_facts)."""
     given = {f.backend: f for f in facts}
     known = {b: given.get(b) or info(b).facts() for b in opts.backends}
-    return launches(opts, lambda o: _build_launch(o, known), lambda templates: with_graph(templates, opts.graph))
+    side_b = opts.ab_env if opts.two_sides else None
+    return launches(opts, lambda o: _build_launch(o, known), lambda templates: with_graph(templates, opts.graph, side_b))
 
 
 def _capability_skip(target: capabilities.Target, algo: str, op: str, dtype: str, redop: str) -> str:
@@ -233,7 +247,7 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
             for op in opts.ops:
                 env = inherited.get(op) or resolved[op]
                 env_b = resolved_b.get(op, env)
-                series_algo = environment_algo(inherited[op]) if inherited.get(op) else algo
+                series_algo = environment_algo(op, inherited[op]) if inherited.get(op) else algo
                 for dtype in opts.dtypes:
                     redops = opts.redops if OPS[op].reduces else ["none"]
                     for redop in redops:
@@ -251,7 +265,7 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
                                     case.skip = f"side B ({library_b}): {env_b.reason}"
                                 elif dtype not in info(backend).dtypes:
                                     case.skip = f"{backend} has no {dtype} datatype (has {', '.join(info(backend).dtypes)})"
-                                elif why := _capability_skip(target, algo, op, dtype, redop):
+                                elif why := _capability_skip(target, _as_native(backend, series_algo), op, dtype, redop):
                                     case.skip = why
                                 elif inplace_skip:
                                     case.skip = inplace_skip

@@ -115,10 +115,11 @@ class WorkerGroup:
     startup_s: float = 0.0        # from start() to the last watch connection and rank 0's hello
     driver_sockets: int = 0       # sockets the driver process held right after this group started
     segments: set[str] = field(default_factory=set)   # MPI shared-memory files its local ranks map (kill removes them)
-    shm_before: set[str] = field(default_factory=set)  # the MPI files in /dev/shm before its ranks started
+    shm_before: set[str] | None = None   # the MPI files in /dev/shm before its ranks started (None: not started)
 
     def start(self) -> None:
         began = time.monotonic()
+        self.shm_before = segment_files()
         token = secrets.token_hex(16)
         master_port = _free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -136,7 +137,6 @@ class WorkerGroup:
                                   if k not in os.environ and k not in self.key.rank_env}
         except launchers.LauncherError as exc:
             raise CaseFailure(str(exc)) from None
-        self.shm_before = segment_files()
         listener = socket.socket()
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -351,7 +351,8 @@ class WorkerGroup:
                 pass
         # ranks with no pid here (another network namespace, killed before they said hello) leave
         # theirs unseen: what appeared while the group lived and nobody maps now goes too
-        self.segments |= segment_files() - self.shm_before
+        if self.shm_before is not None:
+            self.segments |= segment_files() - self.shm_before
         self._remove_segments(local)
 
     def _remove_segments(self, pids: set[int]) -> None:

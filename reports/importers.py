@@ -115,6 +115,11 @@ class NcclTextReader:
             self.pending = []
 
     def _failure(self, number: int, found: tuple[str, bool]) -> None:
+        if self.runs and self.runs[-1].summary:
+            # after a run's '# Avg bus bandwidth' (nccl-tests tears its communicators down then): that
+            # run's rows stand, the error is said with it, and the next banner still starts a clean run
+            self.runs[-1].warnings.append(f"line {number}: an error after its summary: {found[0]}")
+            return
         run = self.runs[-1] if self.runs and not self.runs[-1].summary else self.current(number)
         first = self.failures.setdefault(id(run), FirstFailure())
         before = first.text

@@ -20,6 +20,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa:
 
 from collectives.backends import algo_label  # noqa: E402
 from collectives.ops import bandwidths  # noqa: E402
+from collectives.ops.base import algo_id  # noqa: E402
 from collectives.sizes import format_size  # noqa: E402
 from reports import provenance_diff, summary, sweep_fits, table  # noqa: E402
 from reports.compare import compare, size_ranges  # noqa: E402
@@ -285,7 +286,7 @@ def case_id(row: results.Row, size: int) -> str:
     if not isinstance(row, CollectiveRow):
         return f"{Series.of(row).label(algo_label)} {format_size(size)}{knobs}"
     red = f"-{row.redop}" if row.redop not in ("none", "") else ""
-    return (f"{row.backend}-{row.algo}-{row.op}-{row.dtype}{red}-{format_size(row.size or row.bytes)}-"
+    return (f"{row.backend}-{algo_id(row.algo)}-{row.op}-{row.dtype}{red}-{format_size(row.size or row.bytes)}-"
             f"{'ip' if row.inplace else 'oop'}{'-graph' if row.graph else ''}{knobs}")
 
 

@@ -267,7 +267,7 @@ def _history_lines(hist) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
                 sorted(hist.ended.items(), key=lambda kv: (kv[1], kv[0].sort_key()))]
     if renamed:
         sections.append(("series that began or ended (not judged across the change: see what changed)", renamed))
-        changed_at += sorted({at for at in hist.began.values()} | {at + 1 for at in hist.ended.values()} - set(changed_at))
+        changed_at += sorted(({*hist.began.values()} | {at + 1 for at in hist.ended.values()}) - set(changed_at))
     what = []
     for at in changed_at:
         diff = changed_between(hist, at)

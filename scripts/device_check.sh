@@ -16,6 +16,9 @@
 #                logging slows every call): algo_ran read from rank 0's log; world 1 makes no choice to read
 #                                                                            2 cases  ~13 s  (cap 25 s)
 #   5. pat       --algos nccl:PAT, all_gather and reduce_scatter at 1 KiB and 1 MiB  4 cases  ~13 s  (cap 25 s)
+#                (a group under NCCL_ALGO=PAT starts: its warm-up op is one PAT covers. World 1 takes NCCL's
+#                one-rank path and several GPUs on one node skip PAT, so the fault it guards against shows
+#                only with one GPU on each of 2+ nodes; here it shows the group starts and the cases run or skip)
 #   6. dtypes    every dtype and reduction at 1 KiB and 1 MiB, eager, checked   ~256 cases  ~36 s  (cap 50 s)
 #   7. layers    the layer benches on the GPU with their checks, tp=pp=1                   ~20 s  (cap 45 s;
 #                90 s with 2 ranks or more: tp and pp 1,2, the pipelines too)

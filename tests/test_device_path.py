@@ -56,6 +56,10 @@ def test_a_groups_own_setting_and_an_in_place_case_at_one_rank_skip_the_capture(
                    redops=["sum"], graph=(True,), knobs={"TORCH_NCCL_BLOCKING_WAIT": ["0", "1"]})
     skips = {c.knobs["TORCH_NCCL_BLOCKING_WAIT"]: c.skip for c in build(opts, [H200])}
     assert skips["1"].startswith("TORCH_NCCL_BLOCKING_WAIT=1: ") and not skips["0"].startswith("TORCH_NCCL_BLOCKING_WAIT")
+    ab = Options(backends=["nccl"], nproc=8, sizes=[1 << 20], ops=["all_reduce"], dtypes=["float32"], redops=["sum"],
+                 graph=(True,), ab_env={"TORCH_NCCL_BLOCKING_WAIT": "1"})
+    pair = build(ab, [H200])   # side B's setting skips the pair: both sides' captured cases or neither
+    assert len(pair) == 2 and all(c.skip.startswith("TORCH_NCCL_BLOCKING_WAIT=1: ") for c in pair), [c.skip for c in pair]
     one = Options(backends=["nccl"], nproc=1, sizes=[1 << 20], ops=["all_reduce", "all_gather"], dtypes=["float32"],
                   redops=["sum"], graph=(True,), inplace=("out", "in"))
     got = {(c.op, c.inplace): c.skip for c in build(one, [H200])}

@@ -29,3 +29,4 @@ def test_a_case_reads_its_own_log_lines_at_the_cost_of_those_lines_alone_at_100_
     assert read < 2**20, f"read {read} bytes of a 100 MB log for a case that wrote {len(case.encode())}"
     group.mark_logs()
     assert group.since_last_case(log) == "" and group.since_last_case(tmp_path / "rank9.log") == ""
+    log.unlink()   # pytest keeps its last tmp folders: 100 MB each

@@ -331,6 +331,18 @@ def test_a_run_that_died_after_its_rows_keeps_them_and_is_marked_failed(tmp_path
     assert second["hccl_bench"]["failed"] is None and second["hccl_bench"]["complete"]
 
 
+def test_an_error_after_a_runs_summary_stays_with_that_run(tmp_path):
+    """nccl-tests tears its communicators down after '# Avg bus bandwidth': an error there is said
+    with the run it followed, whose rows stand; the next run, clean, is not charged with it."""
+    teardown = "HCA-128: Test NCCL failure common.cu:1100 'unhandled system error (run with NCCL_DEBUG=INFO for details) / '\n"
+    both = derived(tmp_path, TWO_CASES, lambda t: t.replace("# Avg bus bandwidth    : 17.8413 \n",
+                                                            "# Avg bus bandwidth    : 17.8413 \n" + teardown, 1))
+    first, second = runs_of(both)
+    assert first["hccl_bench"]["failed"] is None and len(first["benchmarks"]) == 48
+    assert any("an error after its summary" in w and "common.cu:1100" in w for w in first["hccl_bench"]["warnings"])
+    assert second["hccl_bench"]["failed"] is None and second["hccl_bench"]["complete"]
+
+
 def test_a_later_run_that_died_before_its_rows_is_named_not_dropped(tmp_path):
     both = derived(tmp_path, TWO_CASES, lambda t: t + (DATA / "nccl_tests_cuda_failure_before_rows.txt").read_text())
     runs = runs_of(both)

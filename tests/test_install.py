@@ -1,5 +1,6 @@
 """What an NPU host's Python and packages need: 3.9 (openEuler 22.03) works, 3.8 is refused in
 one line, and numpy 2 under a torch built against numpy 1 is refused before any rank starts."""
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +11,7 @@ from harness.options import OptionError, Options, prepare
 from harness.provenance import numpy_torch_problem
 
 ROOT = Path(__file__).resolve().parent.parent
+NO_PYC = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}   # another Python's .pyc files would stay in the checkout
 
 
 def _python(version: str) -> str:
@@ -54,12 +56,12 @@ print("ok")
 
 def test_rows_and_wire_messages_work_on_python_3_9():
     """kw_only dataclasses and `X | None` evaluated by the wire are 3.10+: schema/kwonly.py and Optional replace them."""
-    proc = subprocess.run([_python("3.9"), "-c", ON_39], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([_python("3.9"), "-c", ON_39], cwd=ROOT, capture_output=True, text=True, timeout=60, env=NO_PYC)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
 def test_python_3_8_is_refused_in_one_line():
-    proc = subprocess.run([_python("3.8"), "-m", "harness.cli", "compare", "a", "b"], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([_python("3.8"), "-m", "harness.cli", "compare", "a", "b"], cwd=ROOT, capture_output=True, env=NO_PYC,
                           text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
     assert proc.stderr.startswith("hccl-bench needs Python 3.9 or newer") and proc.stderr.count("\n") == 1, proc.stderr

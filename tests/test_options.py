@@ -168,6 +168,41 @@ def test_an_algorithm_switch_in_the_environment_is_measured_under_its_own_name(m
     assert [c.id for c in built if c.algo.endswith("(environment)")][0].startswith("mpi-recexch-env-all_reduce-")
 
 
+@pytest.mark.parametrize("var, value, named", [
+    ("NCCL_ALGO", "allreduce:tree;allgather:ring", {"all_reduce": "tree (environment)", "all_gather": "ring (environment)",
+                                                    "broadcast": "default"}),
+    ("HCCL_ALGO", "allreduce=level0:NA;level1:H-D_R", {"all_reduce": "level0:NA;level1:H-D_R (environment)",
+                                                       "all_gather": "default", "broadcast": "default"}),
+    ("HCCL_ALGO", "level0:NA;level1:ring", {"all_reduce": "level0:NA;level1:ring (environment)",
+                                            "all_gather": "level0:NA;level1:ring (environment)",
+                                            "broadcast": "level0:NA;level1:ring (environment)"}),
+])
+def test_a_per_op_switch_in_the_environment_renames_only_the_ops_it_names(monkeypatch, var, value, named):
+    from collectives.algorithms import forced_for_op
+    from collectives.ops import OPS
+    monkeypatch.setenv(var, value)
+    got = {op: (forced_for_op(var, value, OPS[op]) + " (environment)") if forced_for_op(var, value, OPS[op]) else "default"
+           for op in named}
+    assert got == named
+
+
+def test_a_series_forced_by_the_environment_is_judged_and_counted_by_its_algorithm(monkeypatch):
+    """NCCL_ALGO=NVLS exported: all_reduce's busbw uses NVLS's factor (n-1)/(n+1) as --algos nccl:NVLS
+    does; NCCL_ALGO=PAT exported: all_reduce (no PAT AllReduce) is skipped with the table's reason."""
+    from collectives.capabilities import DeviceFacts
+    from collectives.ops import OPS
+    from harness.cases import build
+    from harness.options import Options
+    assert OPS["all_reduce"].bus_factor(8, "NVLS (environment)") == OPS["all_reduce"].bus_factor(8, "nccl:NVLS") == 7 / 9
+    h200 = DeviceFacts("nccl", name="NVIDIA H200", devices=8, version=(2, 27, 3), capability=(9, 0))
+    monkeypatch.setenv("NCCL_ALGO", "PAT")
+    opts = Options(backends=["nccl"], nproc=8, sizes=[1 << 20], ops=["all_reduce", "all_gather"], dtypes=["float32"],
+                   redops=["sum"])
+    by_op = {c.op: c for c in build(opts, [h200])}
+    assert by_op["all_reduce"].algo == by_op["all_gather"].algo == "PAT (environment)"
+    assert by_op["all_reduce"].skip and "PAT" in by_op["all_reduce"].skip
+
+
 def _prepared(args):
     getoption = _getoption(args)
     return parse(getoption), getoption

@@ -95,7 +95,8 @@ class TorchBackend:
     # -- point to point (the doctor's link measurements). Always batched (batch_isend_irecv): a batch
     # runs on the group's own communicator, while a bare send/recv makes a 2-rank communicator per pair
     # (torch ProcessGroupNCCL::pointToPoint getKeySendRecv; torch_npu ProcessGroupHCCL the same while
-    # P2P_HCCL_BUFFSIZE != 0, its default 20 MB), each with its init time and its own buffers.
+    # P2P_HCCL_BUFFSIZE != 0, its default 20 MB), each with its init time and its own buffers. torch 2.1's
+    # batch_isend_irecv coalesces only device.type "cuda"; on NPU that rests on torch_npu (not yet verified).
     def _p2p(self, *ops) -> None:
         """Run (isend|irecv, buffer, peer) triples as one batch and wait for them."""
         d = self.dist

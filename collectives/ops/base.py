@@ -6,6 +6,7 @@ reduce_scatter); busbw = algbw x factor.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,16 @@ def unit_factor(nranks: int, algo: str) -> float:
 def chunk_factor(nranks: int, algo: str) -> float:
     """(n-1)/n: every rank sends (or receives) all chunks but its own (nccl-tests all_gather.cu)."""
     return (nranks - 1) / nranks
+
+
+ENVIRONMENT = " (environment)"   # the series suffix of an algorithm forced by the job's own environment
+
+
+def algo_id(algo: str) -> str:
+    """`algo` as a case id spells it: 'recexch (environment)' -> 'recexch-env' (no spaces in an id)."""
+    if not algo.endswith(ENVIRONMENT):
+        return algo
+    return re.sub(r"[^\w.-]+", "_", algo[:-len(ENVIRONMENT)]) + "-env"
 
 
 @dataclass(frozen=True)
@@ -79,7 +90,8 @@ class Op:
     traffic: Callable[[str, int], tuple[float, float]] | None = None   # predict: (algo, p) -> (steps, share of S)
 
     def bus_factor(self, nranks: int, algo: str = "") -> float:
-        return self.factor(nranks, algo)
+        """The busbw factor under `algo`; a series forced by the environment ('NVLS (environment)') by its value."""
+        return self.factor(nranks, algo[:-len(ENVIRONMENT)] if algo.endswith(ENVIRONMENT) else algo)
 
     def count_for(self, nbytes: int, itemsize: int, nranks: int) -> int:
         """Elements in the full buffer for a requested size, adjusted to what the op needs."""
