@@ -68,8 +68,12 @@ def environment_switch(backend: str, op: str, env) -> dict[str, str]:
 
 
 def environment_algo(op: str, forced: dict[str, str]) -> str:
-    """The series name of what the environment forces on `op`: its values, e.g. 'recexch (environment)'."""
-    return "; ".join(dict.fromkeys(algorithms.forced_for_op(k, v, OPS[op]) for k, v in forced.items())) + ENVIRONMENT
+    """The series name of what the environment forces on `op`: its values, e.g. 'recexch (environment)'
+    (Open MPI's numeric coll_tuned ids by their names: 'pairwise (environment)', not '2 (environment)')."""
+    names = {str(i): name for name, i in OPS[op].switches.ompi_ids.items()}
+    values = (algorithms.forced_for_op(k, v, OPS[op]) for k, v in forced.items())
+    return "; ".join(dict.fromkeys(names.get(v, v) if k.startswith("OMPI_MCA_") else v
+                                   for k, v in zip(forced, values))) + ENVIRONMENT
 
 
 def _as_native(backend: str, algo: str) -> str:

@@ -166,6 +166,8 @@ def test_an_algorithm_switch_in_the_environment_is_measured_under_its_own_name(m
     assert series[("mpi", "ring", "all_reduce")][0]["MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"] == "ring"
     assert series[("gloo", "default", "all_reduce")] == ({}, {})
     assert [c.id for c in built if c.algo.endswith("(environment)")][0].startswith("mpi-recexch-env-all_reduce-")
+    from harness.cases import environment_algo
+    assert environment_algo("all_to_all", {"OMPI_MCA_coll_tuned_alltoall_algorithm": "2"}) == "pairwise (environment)"
 
 
 @pytest.mark.parametrize("var, value, named", [
