@@ -35,6 +35,7 @@ from harness.doctor_schedule import flagged as _flagged
 from harness.doctor_schedule import median as _median
 from harness.doctor_schedule import worse as _worse
 from harness.groups import CaseFailure, GroupKey, GroupPool
+from harness.provenance import numpy_torch_problem
 from schema.exit_codes import ExitCode
 from schema.wire import DoctorSkewSpec, DoctorSpec
 
@@ -364,6 +365,8 @@ def main(argv: list[str] | None = None) -> ExitCode:
         if not (args.min_effect > 0 and args.rank_effect > 0):
             raise ValueError(f"--min-effect {args.min_effect} --rank-effect {args.rank_effect}: give numbers > 0")
         (nbytes,) = parse_sizes(args.bytes)
+        if BACKENDS[args.backend].family == "torch" and (abi := numpy_torch_problem()):
+            raise ValueError(abi)   # every rank's torch.from_numpy would fail: said once, before any rank starts
         out = Path(args.output) if args.output else files.new_run_dir("results", time.strftime("doctor-%Y%m%d-%H%M%S"))
         diag = diagnose(args.launcher, args.nproc, args.backend, args.driver_host, out / "logs", args.repeat, nbytes,
                         args.min_effect, args.rank_effect, args.timeout, args.full, args.groups)

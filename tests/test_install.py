@@ -84,3 +84,14 @@ def test_the_session_refuses_it_before_any_probe_for_a_torch_backend_only(monkey
     with pytest.raises(OptionError, match=r"^numpy 2\.0\.2 does not work with torch 2\.1\.0"):
         prepare(Options(backends=["gloo"]), lambda name: None)
     assert numpy_torch_problem() and not numpy_torch_problem("1.26.4")
+
+
+def test_the_doctor_refuses_it_in_one_line_before_any_rank_starts(monkeypatch):
+    """`hccl-bench doctor` does not go through the plugin's prepare: it makes the same check, for a
+    torch backend only (its ranks would all fail in torch.from_numpy)."""
+    from tests.conftest import run_cli
+    monkeypatch.setattr("harness.provenance._dist", {"numpy": "2.0.2", "torch": "2.1.0"}.get)
+    proc = run_cli("doctor", "--launcher", "mpiexec -n {nproc}", "--nproc", "2", "--backend", "gloo")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "hccl-bench doctor: numpy 2.0.2 does not work with torch 2.1.0, which was built against numpy 1 (torch < 2.3): "
+        "pip install 'numpy<2'"], proc.stderr
