@@ -113,8 +113,11 @@ def with_graph(cases: list[Case], modes: tuple[bool, ...], side_b: dict | None =
             sides.append({**sides[0], **{k: v for k, v in side_b.items() if k != "HCCL_BENCH_PYTHON"}})
         for side in sides:
             env = dict(os.environ)
-            for name, value in side.items():   # None: the group unsets it
-                env.pop(name, None) if value is None else env.__setitem__(name, value)
+            for name, value in side.items():
+                if value is None:   # the group unsets it
+                    env.pop(name, None)
+                else:
+                    env[name] = value
             if why := reason(kind, env):
                 return why
         return ""
