@@ -13,8 +13,7 @@ pytestmark = pytest.mark.benchmark(timer=REPLAY_CLOCK)
 
 def test_collective(collective_case, bench_session, benchmark):
     case = collective_case
-    extra = bench_session.run_collective(case)
-    record(benchmark, per_op_seconds(extra["round_ns_per_rank"], extra["iters_per_round"]),
-           f"{case.backend} {case.algo} {case.op} {case.dtype}", extra)
-    assert extra["wrong"] == 0, (f"{case.id}: {extra['wrong']} wrong elements "
-                                 f"(per rank {extra['wrong_per_rank']})")
+    row = bench_session.run(case)
+    record(benchmark, per_op_seconds(row.round_ns_per_rank, row.iters_per_round),
+           f"{case.backend} {case.algo} {case.op} {case.dtype}", row.to_json())
+    assert row.wrong == 0, f"{case.id}: {row.wrong} wrong elements (per rank {row.wrong_per_rank})"

@@ -14,33 +14,31 @@ from schema.stats import per_op_seconds
 pytestmark = pytest.mark.benchmark(timer=REPLAY_CLOCK)
 
 
-def _record(benchmark, case, extra) -> None:
-    record(benchmark, per_op_seconds(extra["round_ns_per_rank"], extra["iters_per_round"]),
-           f"{case.backend} {case.bench}", extra)
+def _run(bench_session, benchmark, case):
+    row = bench_session.run(case)
+    record(benchmark, per_op_seconds(row.round_ns_per_rank, row.iters_per_round), f"{case.backend} {row.bench}", row.to_json())
+    return row
 
 
-def test_overlap(tuning_case, bench_session, benchmark):
-    extra = bench_session.run_tuning(tuning_case)
-    _record(benchmark, tuning_case, extra)
-    assert extra["wrong"] == 0, f"{tuning_case.id}: {extra['wrong']} wrong elements in the async collective's result"
-    comm, comp, both = extra["t_comm_us"], extra["t_comp_us"], extra["t_both_us"]
+def test_overlap(overlap_case, bench_session, benchmark):
+    row = _run(bench_session, benchmark, overlap_case)
+    assert row.wrong == 0, f"{overlap_case.id}: {row.wrong} wrong elements in the async collective's result"
+    comm, comp, both = row.t_comm_us, row.t_comp_us, row.t_both_us
     # the raw efficiency is the formula of the three loop times, the step is the "both" loop, and the
     # shown value is the raw one clipped to [0, 1] (noise can push the raw one past either end)
-    raw = extra["overlap_efficiency_raw"]
+    raw = row.overlap_efficiency_raw
     assert raw == pytest.approx((comm + comp - both) / min(comm, comp), rel=1e-9), (comm, comp, both, raw)
-    assert both == pytest.approx(extra["time_us"], rel=1e-9) and extra["overlap_efficiency"] == min(1.0, max(0.0, raw))
+    assert both == pytest.approx(row.time_us, rel=1e-9) and row.overlap_efficiency == min(1.0, max(0.0, raw))
 
 
-def test_bucket(tuning_case, bench_session, benchmark):
-    extra = bench_session.run_tuning(tuning_case)
-    _record(benchmark, tuning_case, extra)
-    assert extra["wrong"] == 0, f"{tuning_case.id}: {extra['wrong']} gradient elements differ from the exact mean"
-    assert extra["calls"] >= 1 and extra["step_us"] > 0
+def test_bucket(bucket_case, bench_session, benchmark):
+    row = _run(bench_session, benchmark, bucket_case)
+    assert row.wrong == 0, f"{bucket_case.id}: {row.wrong} gradient elements differ from the exact mean"
+    assert row.calls >= 1 and row.step_us > 0
 
 
-def test_compress(tuning_case, bench_session, benchmark):
-    extra = bench_session.run_tuning(tuning_case)
-    _record(benchmark, tuning_case, extra)
-    assert extra["wrong"] == 0, (f"{tuning_case.id}: {extra['wrong']} elements past the stated error bound "
-                                 f"(max rel error {extra['max_rel_error']:.2e}, bound {extra['error_bound']:.2e})")
-    assert extra["max_rel_error"] <= extra["error_bound"]
+def test_compress(compress_case, bench_session, benchmark):
+    row = _run(bench_session, benchmark, compress_case)
+    assert row.wrong == 0, (f"{compress_case.id}: {row.wrong} elements past the stated error bound "
+                            f"(max rel error {row.max_rel_error:.2e}, bound {row.error_bound:.2e})")
+    assert row.max_rel_error <= row.error_bound

@@ -2,12 +2,14 @@
 
 ``resolve(backend, algo, op, library)`` returns the environment a worker group needs before its
 communicator exists, or an ``Unsupported`` reason. The switches themselves are declared by each
-backend (``BackendInfo.switch``) from each op module's ``Switches``; this module keeps the portable
-names and the dispatch. An algorithm a backend or op lacks is never run as the default under another name.
+backend (``BackendInfo.switch``) from its library's own op -> switch table (collectives/backends/);
+this module keeps the portable names and the dispatch. An algorithm a backend or op lacks is never
+run as the default under another name.
 """
 from __future__ import annotations
 
 from collectives.backends import BACKENDS, Unsupported
+from collectives.backends.hccl import HCCL_OPS
 from collectives.capabilities import Target
 from collectives.ops import OPS
 
@@ -78,7 +80,7 @@ def forced_for_op(var: str, value: str, op) -> str:
         return parts.get(op.log.nccl_func.lower(), "") if op.log.nccl_func else ""
     if var == "HCCL_ALGO" and "=" in value:
         parts = {k.strip().lower(): v.strip() for k, _, v in (p.partition("=") for p in value.split("/"))}
-        return parts.get(op.switches.hccl_op.lower(), "") if op.switches.hccl_op else ""
+        return parts.get(HCCL_OPS[op.name].lower(), "") if op.name in HCCL_OPS else ""
     return value
 
 

@@ -91,7 +91,7 @@ def _result(spec: CollectiveSpec, wrong: int, k: int, times: list[int]) -> Colle
 
 
 class CollectiveRank:
-    """The rank half of the collective bench (the driver half: harness.case_rows.CollectiveBench)."""
+    """The rank half of the collective bench (the driver half: kinds/collective.py)."""
 
     @staticmethod
     def run(backend, spec: CollectiveSpec) -> CollectiveResult:

@@ -10,14 +10,15 @@ from pathlib import Path
 from harness import files
 from reports.result_files import load
 from schema.results import ResultError
+from schema.run_meta import RunMeta
 
 ROOT = Path(__file__).resolve().parent.parent / "baselines"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
-def platform_key(meta: dict, backends: list[str]) -> str:
+def platform_key(meta: RunMeta, backends: list[str]) -> str:
     """e.g. 'amd-epyc-1x2-gloo+mpi': what a baseline is only comparable within."""
-    groups = list(meta.get("groups", {}).values())
+    groups = list(meta.groups.values())
     device = next((d for g in groups for d in g.get("devices", [])), "unknown-device")
     hosts: dict = max((g.get("hosts", {}) for g in groups), key=len, default={})
     per_host = max(hosts.values(), default=0)
@@ -29,18 +30,19 @@ def save(result: str, name: str, root: Path = ROOT) -> Path:
     if not _NAME.match(name):
         raise ResultError(f"baseline name {name!r}: use letters, digits and . _ + - (e.g. cann-8.0.RC3)")
     run = load(result)
+    meta = RunMeta.of(run.meta)
     if not run.complete:
-        raise ResultError(f"{result} is an incomplete run ({run.meta.get('interrupted') or 'ended early'}): "
+        raise ResultError(f"{result} is an incomplete run ({meta.interrupted or 'ended early'}): "
                           "a baseline must be a whole run")
     backends = run.backends()
-    target = root / platform_key(run.meta, backends) / name
+    target = root / platform_key(meta, backends) / name
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         target.mkdir()
     except FileExistsError:
         raise ResultError(f"baseline {target.relative_to(root)} exists: pick another name or remove it") from None
     files.write_atomic(target / "results.json", Path(run.path).read_text())
-    prov = run.meta.get("provenance", {})
+    prov = meta.provenance
     # meta.json last: a baseline is listed only once its results are whole
     files.write_atomic(target / "meta.json", json.dumps({
         "name": name, "saved": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": run.path, "cells": len(run.cells),
@@ -66,7 +68,7 @@ def find(name: str, root: Path = ROOT) -> dict:
 def auto(result: str, root: Path = ROOT) -> str:
     """The most recently saved baseline of the same platform as `result`."""
     run = load(result)
-    key = platform_key(run.meta, run.backends())
+    key = platform_key(RunMeta.of(run.meta), run.backends())
     same = [e for e in entries(root) if e["platform"] == key]
     if not same:
         raise ResultError(f"no stored baseline for platform {key} (save one: hccl-bench baseline save RESULT --name NAME)")

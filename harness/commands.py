@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness import baselines, files, provenance
 from layers import memory
-from reports import summary, table
+from reports import calibration, summary, table
 from reports.result_files import load
 from schema.exit_codes import ExitCode
 
@@ -54,10 +54,10 @@ def run_table(args) -> ExitCode:
 
 def run_calibrate(args) -> ExitCode:
     first, second = _pair(args, args.a, args.b, "calibrate takes two runs A B, or one interleaved A/A run with --ab")
-    result = summary.calibrate(first, second, estimator=args.estimator)
+    result = calibration.calibrate(first, second, estimator=args.estimator)
     print(summary.calibration_text(result))
     if args.output:
-        files.write_atomic(args.output, json.dumps(result, indent=1))
+        files.write_atomic(args.output, json.dumps(result.to_json(), indent=1))
     return ExitCode.OK
 
 
@@ -115,7 +115,7 @@ def _write_outputs(args, judgement) -> None:
 def run_compare(args) -> ExitCode:
     from reports.gate import judge_pair
     base, cand = _pair(args, args.base, args.cand, "compare takes BASE CAND, or one interleaved --ab-env run with --ab")
-    cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
+    cal = calibration.read(args.calibration) if args.calibration else None
     t0 = time.perf_counter()
     judgement = judge_pair(base, cand, calibration=cal, min_effect=args.min_effect, force=args.force,
                            estimator=args.estimator)
@@ -154,7 +154,7 @@ def run_history(args) -> ExitCode:
     if too_few(runs):
         print(too_few(runs) + ("; no history page written" if args.report else ""))
         return ExitCode.OK
-    cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
+    cal = calibration.read(args.calibration) if args.calibration else None
     ab = None
     if args.ab:   # judged as compare --ab does: a sequential run's looks replayed, its estimator, a setup check
         from reports.gate import judge_pair

@@ -22,10 +22,10 @@ from collectives.backends import for_python
 from collectives.backends import info as backend_info
 from harness import launchers
 from harness.control import Channel, ChannelClosed, accept_group, node_key
-from harness.group_key import GroupKey
 from harness.shm import segment_files, shm_mapped, still_mapped
 from harness.worker import CASE_ERROR
 from schema import wire
+from schema.group_key import GroupKey
 from schema.wire import Spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

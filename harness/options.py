@@ -26,6 +26,8 @@ from collectives.timing import MAX_GRAPH_ITERS, SMOKE, Plan
 from harness import files
 from harness.launchers import validate_template
 from harness.provenance import numpy_torch_problem
+from kinds import KINDS
+from kinds.base import KindOption
 from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, ESTIMATORS
 
 BENCH_SIZES = "8:32M:4"
@@ -89,6 +91,7 @@ class Options:
     seq: int = 128
     batch: int = 8
     layers: int = 8
+    kind_options: dict = field(default_factory=dict)   # each bench kind's own options (kinds.base.KindOption), converted
 
     def plan(self) -> dict:
         return {"warmup": self.warmup, "rounds": self.rounds, "iters": self.iters, "round_time_s": self.round_time_s}
@@ -144,6 +147,11 @@ def add_options(parser) -> None:
                 help=f"gradient communication types of the compression bench: {', '.join(COMM_DTYPES)}")
     _add_verdict_options(parser.getgroup("hccl-bench A/B and verdicts", "comparing stacks and judging changes"))
     _add_layer_options(parser.getgroup("hccl-bench layers", "tensor- and pipeline-parallel layer benches"))
+    for kind in KINDS:
+        if kind.options:
+            group = parser.getgroup(f"hccl-bench {kind.name}", f"the {kind.name} benches")
+            for option in kind.options:
+                group.addoption(option.flag, default=option.default, help=option.help)
 
 
 def _add_verdict_options(g) -> None:
@@ -220,6 +228,14 @@ def _float(text, name: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise OptionError(f"--{name} must be a finite positive number of seconds, got {text!r}")
     return value
+
+
+def _kind_option(option: KindOption, text) -> object:
+    """A kind's option through the converter declared beside it; its ValueError is the one line."""
+    try:
+        return option.convert(str(text))
+    except ValueError as exc:
+        raise OptionError(f"{option.flag} {str(text)!r}: {exc}") from None
 
 
 def auto_backends() -> list[str]:
@@ -347,6 +363,7 @@ def parse(getoption) -> Options:
         if o.mpi_thread_level not in MPI_THREAD_LEVELS:
             raise OptionError(f"--mpi-thread-level {o.mpi_thread_level!r}: allowed {', '.join(MPI_THREAD_LEVELS)}")
     _parse_layer_options(o, getoption)
+    o.kind_options = {opt.dest: _kind_option(opt, getoption(opt.dest)) for kind in KINDS for opt in kind.options}
     if o.nproc:
         check_world(o)
     return o

@@ -2,10 +2,11 @@
 that follows: a group costs seconds to start, so cases sharing one run back to back."""
 from __future__ import annotations
 
-from harness.group_key import GroupKey
+import kinds
 from harness.options import Options
+from schema.group_key import GroupKey
 
-CASE_FIXTURES = ("collective_case", "linear_case", "pipeline_case", "tuning_case")
+CASE_FIXTURES = tuple(kind.fixture for kind in kinds.KINDS)
 
 
 def _params(item) -> dict:
@@ -13,15 +14,13 @@ def _params(item) -> dict:
 
 
 def group_of(item, opts: Options) -> GroupKey | None:
-    params = _params(item)
-    for name in CASE_FIXTURES:
-        case = params.get(name)
-        if case is not None:
-            return case.group
-    oc = params.get("overhead_case")
-    if oc:
-        return GroupKey(oc[0], opts.nproc, (), opts.launcher)
-    return None
+    case = _case(item)
+    return case.group if case is not None else None
+
+
+def _case(item):
+    """The item's case of whichever kind (None outside the sweep)."""
+    return next((_params(item)[n] for n in CASE_FIXTURES if n in _params(item)), None)
 
 
 def launch_of(item, opts: Options) -> int:
@@ -31,8 +30,8 @@ def launch_of(item, opts: Options) -> int:
 
 def base_id(item) -> str | None:
     """The item's case id without its launch and side ends (what --cases names); None outside the sweep."""
-    from harness.cases import launch_suffix
-    case = next((_params(item)[n] for n in CASE_FIXTURES if n in _params(item)), None)
+    from kinds.base import launch_suffix
+    case = _case(item)
     if case is None:
         return None
     end = launch_suffix(getattr(case, "launch", 0), getattr(case, "side", ""))
@@ -41,11 +40,10 @@ def base_id(item) -> str | None:
 
 def where_of(item) -> tuple | None:
     """(backend, op or bench, side) for the progress lines; None for an item outside the sweep."""
-    case = next((v for v in _params(item).values() if hasattr(v, "group")), None)
+    case = _case(item)
     if case is None or case.group is None:   # a case skipped at collection has no group
         return None
-    what = getattr(case, "bench", "") or getattr(case, "op", "")
-    return case.group.backend, what, getattr(case, "side", "") and f"side {case.side}"
+    return case.group.backend, kinds.of_case(case).topic(case), case.side and f"side {case.side}"
 
 
 def sort(items: list, opts: Options) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import cases as cases_mod
+import kinds
 from harness import files, ordering, run_output, session_end, signals
 from harness.options import OptionError, add_options, parse, prepare
 from harness.progress import Progress
@@ -14,9 +14,7 @@ from harness.session import BenchSession
 from schema.exit_codes import ExitCode
 
 _SESSION = pytest.StashKey[BenchSession]()
-_CASES = pytest.StashKey[list]()
-_LAYER_CASES = pytest.StashKey[list]()
-_TUNING_CASES = pytest.StashKey[list]()
+_CASES = pytest.StashKey[dict]()   # kind name -> its cases, built once per session
 _PREVIOUS_HANDLERS = pytest.StashKey[dict]()   # signal handlers to restore at unconfigure
 _RUNNING: dict[str, tuple] = {}   # pytest_runtest_logstart gets no config: the progress and where it is written
 
@@ -57,25 +55,13 @@ def _params(cases) -> list:
 
 
 def pytest_generate_tests(metafunc):
-    session, stash = metafunc.config.stash[_SESSION], metafunc.config.stash
-    if "collective_case" in metafunc.fixturenames:
-        if _CASES not in stash:
-            stash[_CASES] = cases_mod.build(session.opts)
-        metafunc.parametrize("collective_case", _params(stash[_CASES]))
-    for fixture, bench in (("linear_case", "linear"), ("pipeline_case", "pipeline")):
-        if fixture in metafunc.fixturenames:
-            if _LAYER_CASES not in stash:
-                stash[_LAYER_CASES] = cases_mod.build_layers(session.opts)
-            metafunc.parametrize(fixture, _params(c for c in stash[_LAYER_CASES] if c.bench == bench))
-    if "tuning_case" in metafunc.fixturenames:   # test_overlap, test_bucket, test_compress: their bench's cases
-        if _TUNING_CASES not in stash:
-            stash[_TUNING_CASES] = cases_mod.build_tuning(session.opts)
-        bench = metafunc.function.__name__.removeprefix("test_")
-        metafunc.parametrize("tuning_case", _params(c for c in stash[_TUNING_CASES] if c.bench == bench))
-    if "overhead_case" in metafunc.fixturenames:
-        opts = session.opts
-        params = [pytest.param((b, s), id=f"{b}-{s}B") for b in opts.backends for s in (8, 1 << 10, 64 << 10, 1 << 20, 4 << 20)]
-        metafunc.parametrize("overhead_case", params)
+    """Each bench function takes one kind's fixture (kinds.KINDS): its cases, built once a session."""
+    session, built = metafunc.config.stash[_SESSION], metafunc.config.stash.setdefault(_CASES, {})
+    for kind in kinds.KINDS:
+        if kind.fixture in metafunc.fixturenames:
+            if kind.name not in built:
+                built[kind.name] = kind.build(session.opts)
+            metafunc.parametrize(kind.fixture, _params(built[kind.name]))
 
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: record only what this session runs

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import textwrap
 
+import kinds
 from harness import files
 from harness.options import Options
 from harness.session import BenchSession
-from reports import table
 
 
 def benchmark_session(config):
@@ -55,15 +55,15 @@ def header_lines(opts: Options) -> list[str] | None:
 
 
 def has_output(bench: BenchSession) -> bool:
-    return bool(bench.rows or bench.overhead or bench.layer_rows or bench.tuning_rows)
+    return bool(bench.rows)
 
 
 def write_results(bench: BenchSession, output: dict) -> None:
-    """results.json (pytest-benchmark's JSON with the hccl_bench section) and table.txt, each whole or not at all."""
+    """results.json (pytest-benchmark's JSON with the hccl_bench section) and table.txt (every kind's
+    table of compared cells), each whole or not at all."""
     output["hccl_bench"] = bench.metadata()
     files.write_atomic(bench.run_dir / "results.json", json.dumps(output, indent=1, default=str))
-    text = "\n\n".join([table.render(bench.rows), table.render_layers(bench.layer_rows),
-                        table.render_tuning(bench.tuning_rows)]) + "\n"
+    text = "\n\n".join(kinds.tables(bench.rows, tuple(k for k in kinds.KINDS if k.cells))) + "\n"
     files.write_atomic(bench.run_dir / "table.txt", text)
 
 
@@ -75,14 +75,8 @@ def _block(text: str, gap: bool = True) -> list[str]:
 def summary_lines(bench: BenchSession) -> list[str]:
     """The hccl-bench section of the terminal summary: tables, skipped count, verdicts, closing block."""
     out: list[str] = []
-    if bench.rows:
-        out += _block(table.render(bench.rows), gap=False)
-    if bench.overhead:
-        out += _block(table.render_overhead(bench.overhead))
-    if bench.layer_rows:
-        out += _block(table.render_layers(bench.layer_rows))
-    if bench.tuning_rows:
-        out += _block(table.render_tuning(bench.tuning_rows))
+    for i, section in enumerate(kinds.tables(bench.rows)):
+        out += _block(section, gap=i > 0)
     if bench.skipped:
         out += _block(f"# {len(bench.skipped)} cases skipped (reasons in results.json; -rs lists them)")
     for verdict in bench.verdicts:
@@ -97,7 +91,7 @@ def closing_block(bench: BenchSession) -> list[str]:
     if bench.store.made:
         state = f"incomplete: {bench.interrupted}" if bench.interrupted else "complete"
         out.append(f"# results: {bench.run_dir / 'results.json'} ({state})")
-    out += table.peak_lines(bench.rows)
+    out += [line for kind in kinds.KINDS for line in kind.closing_lines(bench.kept(kind))]
     if bench.failures:
         out += wrapped(f"# failures: {len(bench.failures)} cases, first: {bench.failures[0]['what']}: "
                        f"{bench.failures[0]['error']}")

@@ -48,11 +48,9 @@ def child_args(invocation: list[str]) -> list[str]:
 
 def selection(opts: Options, keys: set[tuple]) -> list[str]:
     """The case ids (first launch, no side) whose cells are `keys`: what the child's --cases names."""
-    from harness import cases
-    from harness.case_rows import cell_key
-    built: list[cases.Case | cases.LayerCase | cases.TuningCase] = [*cases.build(opts), *cases.build_layers(opts),
-                                                                     *cases.build_tuning(opts)]
-    return sorted({c.id for c in built if getattr(c, "launch", 0) == 0 and not c.skip and cell_key(c) in keys})
+    import kinds
+    return sorted({c.id for kind in kinds.KINDS if kind.cells for c in kind.build(opts)
+                   if c.launch == 0 and not c.skip and kind.cell_key(c) in keys})
 
 
 def budget(invocation: list[str]) -> int:

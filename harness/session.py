@@ -1,6 +1,6 @@
 """One pytest session's benchmark state: which case runs where, what ran, what failed, what was
 skipped. The pieces it wires: the worker pool (harness/groups.py), A/B pairing (ab_pairing.py),
-rows and their metrics (case_rows.py), and the run folder (run_store.py)."""
+each case's kind (kinds/: its spec, row and table), and the run folder (run_store.py)."""
 from __future__ import annotations
 
 import functools
@@ -11,18 +11,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from collectives.backends import info as backend_info
-from collectives.sizes import format_size
+import kinds
 from harness import provenance
 from harness.ab_pairing import ABPairing, PartnerFailed
-from harness.case_rows import CollectiveBench, LayerBench, OverheadBench, TuningBench, cell_key
-from harness.cases import Case, LayerCase, TuningCase
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
 from harness.run_store import RunStore
-from schema import stats
-from schema.results import SCHEMA, CollectiveRow, LayerRow, Row, TuningRow
-from schema.wire import CollectiveSpec, LayerSpec, Spec, TuningSpec
+from kinds.base import Case, Kind, Ran
+from schema.results import SCHEMA, Row
+from schema.wire import Spec
 
 if TYPE_CHECKING:
     from reports.sequential import Sequential
@@ -34,10 +31,7 @@ class BenchSession:
         self.started = datetime.now(timezone.utc)
         self.interrupted: str | None = None   # the signal or reason the session ended early
         self.running = ""                      # the case in flight: named if a signal ends the session
-        self.rows: list[CollectiveRow] = []   # every measured collective case, for the tables
-        self.overhead: list[dict] = []
-        self.layer_rows: list[LayerRow] = []
-        self.tuning_rows: list[TuningRow] = []
+        self.rows: list = []                 # every measured case's row, of every kind, in the order they ran
         self.skipped: list[dict] = []
         self.failures: list[dict] = []
         self.groups: dict[str, dict] = {}   # hosts/devices/versions per group, from the ranks
@@ -109,7 +103,7 @@ class BenchSession:
         self.looked = launches
         if launches not in planned_looks(self.opts.repeat):
             return []
-        rows: list[Row] = [*self.rows, *self.layer_rows, *self.tuning_rows]
+        rows: list[Row] = [r for kind in kinds.KINDS if kind.cells for r in kinds.rows_of(kind, self.rows)]
         meta = {"options": asdict(self.opts)}
         base, cand = (run_from_rows(rows, side, str(self.run_dir), meta) for side in "AB")
         if not (set(base.cells) & set(cand.cells)):
@@ -123,11 +117,12 @@ class BenchSession:
         self.store.append({"look": vars(self.sequential.looks[-1])})
         return self.sequential.progress()[-1:]
 
-    def decided(self, case) -> str:
+    def decided(self, case: Case) -> str:
         """Why a sequential A/B needs no more launches of this case ('' while it is undecided)."""
-        return self._decided.get(cell_key(case), "") if self._decided else ""
+        kind = kinds.of_case(case)
+        return self._decided.get(kind.cell_key(case), "") if self._decided and kind.cells else ""
 
-    def _measure(self, case, label, spec: CollectiveSpec | LayerSpec | TuningSpec) -> tuple[list[dict], dict]:
+    def _measure(self, case: Case, label, spec: Spec) -> tuple[list[dict], dict]:
         """A case measured alone, or with its A/B partner (rounds interleaved)."""
         assert case.group is not None, "a skipped case is never run"
         if why := self.decided(case):
@@ -135,67 +130,39 @@ class BenchSession:
         if case.partner is None:
             return self._run(case.group, spec, label(case))
         try:
-            return self.pairing.measure(case, label, replace(spec, kind=f"{spec.kind}_begin"), spec.plan["rounds"])
+            return self.pairing.measure(case, label, replace(spec, kind=f"{spec.kind}_begin"),
+                                        spec.plan["rounds"])  # type: ignore[attr-defined]
         except PartnerFailed as exc:
             self.failures.append({**label(case), "error": f"its A/B partner failed: {exc}"})
             pytest.fail(f"{case.id}: its A/B partner failed: {exc}", pytrace=False)
 
-    @staticmethod
-    def _label(case: Case) -> dict:
-        side = f" side {case.side}" if case.side else ""
-        return {"id": case.id, "what": f"{case.op} {format_size(case.size)} {case.dtype} algo={case.algo} "
-                                       f"backend={case.backend} nranks={case.nranks}{side}"}
+    def run(self, case: Case):
+        """Run one case of any kind: its spec to its group, its ranks' results into its row, the row
+        kept (the tables, results.json) and written to cases.jsonl at once; the bench gets the row."""
+        kind = kinds.of_case(case)
+        results, info = self._measure(case, lambda c: {"id": c.id, "what": kind.what(c)}, kind.spec(case, self.opts))
+        row = kind.row(case, self.opts, Ran(results, info["hosts"], self._places(case), lambda: self._rank0_log(case)))
+        self.rows.append(row)
+        self.store.append({kind.record_key: row.to_json()} if kind.record_key else row.to_json())
+        return row
 
-    @staticmethod
-    def _tuning_label(case: TuningCase) -> dict:
-        return {"id": case.id, "what": f"{case.id} nranks={case.nranks}"}
+    def _group(self, case: Case):
+        return (self.pool.alive.get(case.group) if case.group else None) or self.pool.current
 
-    @staticmethod
-    def _layer_label(case: LayerCase) -> dict:
-        return {"id": case.id, "what": f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"}
-
-    def run_collective(self, case: Case) -> dict:
-        results, info = self._measure(case, self._label, CollectiveBench.spec(case, self.opts))
-        row = CollectiveBench.row(case, results, info["hosts"], self._places(case))
-        reader = backend_info(case.backend).algo_ran
-        group = self.pool.alive.get(case.group) if reader and case.group else None
-        if reader and group is not None and (log := group.log_dir / "rank0.log").exists():   # e.g. NCCL_DEBUG_SUBSYS=TUNING
-            row.algo_ran = reader(group.since_last_case(log), case.op, case.nbytes, case.nranks)
-        return self._keep(row, self.rows)
-
-    def run_layer(self, case: LayerCase) -> dict:
-        results, info = self._measure(case, self._layer_label, LayerBench.spec(case, self.opts))
-        group = (self.pool.alive.get(case.group) if case.group else None) or self.pool.current
-        rank_hosts = {r["rank"]: r["host"] for r in group.ranks} if group else {}
-        return self._keep(LayerBench.row(case, self.opts, results, info["hosts"], rank_hosts, self._places(case)),
-                          self.layer_rows)
-
-    def run_tuning(self, case: TuningCase) -> dict:
-        results, info = self._measure(case, self._tuning_label, TuningBench.spec(case, self.opts))
-        return self._keep(TuningBench.row(case, results, info["hosts"], self._places(case)), self.tuning_rows)
-
-    def _places(self, case) -> dict[int, tuple[str, int]]:
+    def _places(self, case: Case) -> dict[int, tuple[str, int]]:
         """rank -> (host, local rank) as the case's group's ranks reported them: the row names its slowest ranks."""
-        group = (self.pool.alive.get(case.group) if case.group else None) or self.pool.current
+        group = self._group(case)
         return {r["rank"]: (r["host"], r.get("local_rank", 0)) for r in group.ranks} if group else {}
 
-    def _keep(self, row, rows: list) -> dict:
-        rows.append(row)
-        extra = row.to_json()
-        self.store.append(extra)
-        return extra
+    def _rank0_log(self, case: Case) -> str:
+        """Rank 0's log since the case began (what a library printed of it, e.g. NCCL_DEBUG_SUBSYS=TUNING)."""
+        group = self.pool.alive.get(case.group) if case.group else None
+        log = group.log_dir / "rank0.log" if group is not None else None
+        return group.since_last_case(log) if group is not None and log is not None and log.exists() else ""
 
-    def run_overhead(self, backend: str, size: int, key: GroupKey) -> dict:
-        count = max(1, size // 4)
-        plan = self.opts.plan()
-        if self.opts.benchmark:
-            plan["rounds"] = max(plan["rounds"], 40)
-        label = {"id": f"overhead-{backend}-{size}", "what": f"overhead all_reduce {size}B backend={backend}"}
-        results, _ = self._run(key, OverheadBench.spec(count, plan), label)
-        row = OverheadBench.row(backend, key.nproc, count, results)
-        self.overhead.append(row)
-        self.store.append({"overhead": row})
-        return {"per_op_seconds": stats.per_op_seconds(row["round_ns_per_rank"], row["iters_per_round"]), "row": row}
+    def kept(self, kind: Kind) -> list:
+        """The rows of one kind this session measured."""
+        return kinds.rows_of(kind, self.rows)
 
     def skip(self, case_id: str, reason: str) -> None:
         self.skipped.append({"id": case_id, "reason": reason})
@@ -213,7 +180,7 @@ class BenchSession:
         return {"schema": SCHEMA, "options": asdict(self.opts), "provenance": self.provenance,
                 "sequential": self.sequential.record() if self.sequential else None,
                 "groups": self.groups, "skipped": self.skipped, "failures": self.failures,
-                "overhead": self.overhead, "complete": self.interrupted is None,
+                "overhead": [r.to_json() for r in self.kept(kinds.overhead.KIND)], "complete": self.interrupted is None,
                 "interrupted": self.interrupted, "wall_s": (datetime.now(timezone.utc) - self.started).total_seconds(),
                 **({"canary": self.canary_spanning} if self.canary else {})}
 

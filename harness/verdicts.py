@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from harness import files
 from harness.session import BenchSession
 from schema.exit_codes import ExitCode
+from schema.judgement import GateResult
 
 if TYPE_CHECKING:
     from reports.gate import Judgement
@@ -21,20 +22,22 @@ UNUSABLE = ExitCode.BAD_OPTION
 
 def judge(bench: BenchSession) -> ExitCode | None:
     """Every gate the options ask for, appended to bench.verdicts; the session's exit status if one fails."""
+    gates: list[GateResult] = []
     if bench.opts.ab_until_decided:
-        bench.verdicts.append(judge_sequential_ab(bench))
+        gates.append(judge_sequential_ab(bench))
     if bench.opts.baseline:
-        bench.verdicts.append(compare_with_baseline(bench))
+        gates.append(compare_with_baseline(bench))
     if bench.opts.history:
-        bench.verdicts.append(judge_history(bench))
-    codes = [v.get("exit", ExitCode.REGRESSION) for v in bench.verdicts if v["fail"]]
+        gates.append(judge_history(bench))
+    bench.verdicts += [g.as_dict() for g in gates]
+    codes = [g.exit for g in gates if g.fail]
     if not codes:
         return None
     # a regression (1) outranks inconclusive cells (6) and a changed machine (7)
     return ExitCode.REGRESSION if ExitCode.REGRESSION in codes else ExitCode(codes[0])
 
 
-def compare_with_baseline(bench: BenchSession) -> dict:
+def compare_with_baseline(bench: BenchSession) -> GateResult:
     """--baseline: compare this run with a stored one; a confirmed regression, or a baseline of
     another setup, fails the session."""
     from harness import baselines
@@ -46,23 +49,22 @@ def compare_with_baseline(bench: BenchSession) -> dict:
         base = baselines.auto(result) if bench.opts.baseline == "auto" else bench.opts.baseline
         judgement = judge_pair(load(base), load(result))
     except ResultError as exc:
-        return {"text": f"# baseline comparison impossible: {exc}", "fail": True, "exit": UNUSABLE}
+        return GateResult(f"# baseline comparison impossible: {exc}", UNUSABLE)
     if judgement.refused:
-        return {"text": f"# baseline refused: {judgement.refused}", "fail": True, "exit": UNUSABLE}
+        return GateResult(f"# baseline refused: {judgement.refused}", UNUSABLE)
     return gate(bench, judgement, "compare", f"{judgement.headline} vs baseline {base}")
 
 
-def gate(bench: BenchSession, judgement, stem: str, headline: str) -> dict:
+def gate(bench: BenchSession, judgement, stem: str, headline: str) -> GateResult:
     """A pair's verdict as the session's: STEM.md and STEM.json in the run folder, and its exit
     status (1 regression, 6 inconclusive cells unless --inconclusive pass)."""
     from reports.gate import dumps
     files.write_atomic(bench.run_dir / f"{stem}.md", judgement.markdown + "\n")
     files.write_atomic(bench.run_dir / f"{stem}.json", dumps(judgement))
-    code = judgement.exit_status(bench.opts.inconclusive)
-    return {"text": judgement.text, "fail": code != ExitCode.OK, "exit": code, "headline": headline}
+    return GateResult(judgement.text, judgement.exit_status(bench.opts.inconclusive), headline)
 
 
-def judge_sequential_ab(bench: BenchSession) -> dict:
+def judge_sequential_ab(bench: BenchSession) -> GateResult:
     """--ab-until-decided: side B (candidate) against side A (baseline), the looks replayed from
     the results just written (what `hccl-bench compare RUN --ab` prints); its verdict is the gate."""
     from reports.gate import judge_pair
@@ -72,14 +74,14 @@ def judge_sequential_ab(bench: BenchSession) -> dict:
     try:
         judgement = judge_pair(load(result, side="A"), load(result, side="B"))
     except ResultError as exc:
-        return {"text": f"# A/B verdict impossible: {exc}", "fail": True, "exit": ExitCode.REGRESSION}
+        return GateResult(f"# A/B verdict impossible: {exc}", ExitCode.REGRESSION)
     if judgement.refused:
-        return {"text": f"# A/B refused: {judgement.refused}", "fail": True, "exit": ExitCode.REGRESSION}
+        return GateResult(f"# A/B refused: {judgement.refused}", ExitCode.REGRESSION)
     used = bench.sequential.launches_used if bench.sequential else 0
     return gate(bench, judgement, "ab", f"{judgement.headline}; A/B launches used {used} of {bench.opts.repeat}")
 
 
-def judge_history(bench: BenchSession) -> dict:
+def judge_history(bench: BenchSession) -> GateResult:
     """--history: this run against the earlier ones in its --results folder (the nightly guard);
     a new confirmed regression, or a folder mixing setups, fails the session."""
     from reports.gate import judge_history as judge_runs
@@ -88,19 +90,18 @@ def judge_history(bench: BenchSession) -> dict:
     try:
         runs, _ = load_runs([str(bench.run_dir.parent)])
     except ResultError as exc:
-        return {"text": f"# history impossible: {exc}", "fail": True, "exit": UNUSABLE}
+        return GateResult(f"# history impossible: {exc}", UNUSABLE)
     if too_few(runs):
-        return {"text": too_few(runs), "fail": False}
+        return GateResult(too_few(runs))
     judgement = judge_runs(runs)
     if judgement.refused:
-        return {"text": f"# history refused: {judgement.refused}", "fail": True, "exit": UNUSABLE}
+        return GateResult(f"# history refused: {judgement.refused}", UNUSABLE)
     prefix = ""
     if bench.opts.previous_stack and judgement.history is not None:
         prefix, judgement = confirm_same_night(bench, runs, judgement)
     files.write_atomic(bench.run_dir / "history.md", judgement.markdown + "\n")
-    code = judgement.exit_status("pass")   # 1 a software regression, 7 the machine changed (reports/gate.py)
-    return {"text": prefix + judgement.text, "fail": code != ExitCode.OK, "exit": code,
-            "headline": f"{judgement.headline} in the history of {bench.run_dir.parent}"}
+    return GateResult(prefix + judgement.text, judgement.exit_status("pass"),   # 1 a software regression, 7 the machine's
+                      f"{judgement.headline} in the history of {bench.run_dir.parent}")
 
 
 def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) -> tuple[str, Judgement]:

@@ -17,6 +17,7 @@ import time
 import traceback
 from dataclasses import replace
 
+from kinds import KINDS
 from schema import wire
 from schema.exit_codes import ExitCode
 from schema.wire import Spec
@@ -117,14 +118,12 @@ def _inject_fault(spec: Spec, rank: int) -> Spec:
     return replace(spec, corrupt=True)
 
 
-# the rank half of each bench kind: (module, class) with run(backend, spec) and begin(backend, spec),
-# imported when its first spec arrives (torch layers only for a layer case)
+# the rank half of each bench kind (kinds.KINDS) and of the A/B steps and the doctor's exchanges:
+# (module, class) with run(backend, spec) and begin(backend, spec), imported when its first spec
+# arrives (torch layers only for a layer case)
 RANK_BENCHES: dict[type[Spec], tuple[str, str]] = {
     wire.Step: ("collectives.timing", "StepRank"),
-    wire.CollectiveSpec: ("collectives.rank_tasks", "CollectiveRank"),
-    wire.OverheadSpec: ("collectives.rank_tasks", "OverheadRank"),
-    wire.LayerSpec: ("layers.rank_tasks", "LayerRank"),
-    wire.TuningSpec: ("layers.tuning_tasks", "TuningRank"),
+    **{spec: kind.rank for kind in KINDS for spec in kind.spec_types},
     wire.DoctorSpec: ("collectives.doctor_tasks", "DoctorRank"),
     wire.DoctorSkewSpec: ("collectives.doctor_tasks", "DoctorRank"),
 }

@@ -312,7 +312,7 @@ def _loops(backend, spec):
 
 
 class LayerRank:
-    """The rank half of the layer benches (the driver half: harness.case_rows.LayerBench); the
+    """The rank half of the layer benches (the driver halves: kinds/linear.py, kinds/pipeline.py); the
     checks alone (tp_check, pp_check: the tests') return their record as a plain object."""
 
     @staticmethod

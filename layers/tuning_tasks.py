@@ -234,7 +234,7 @@ BENCHES = {"overlap": overlap, "bucket": bucket, "compress": compress}
 
 
 class TuningRank:
-    """The rank half of the tuning benches (the driver half: harness.case_rows.TuningBench)."""
+    """The rank half of the tuning benches (the driver halves: kinds/overlap.py, bucket.py, compress.py)."""
 
     @staticmethod
     def run(backend, spec: TuningSpec):

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from reports.change_points import change_points
+from schema.run_meta import RunMeta
+from schema.stats import median
 
 MIN_STEP = 0.05           # a canary step smaller than this is not a change of the machine
 NOISY_Z = 3.5             # robust z beyond which a night is noisy (Iglewicz & Hoaglin's cut)
@@ -71,17 +73,17 @@ def _nights(runs: list) -> CanaryView:
     """Nights measured the way the newest canary was (its version): a canary that changed what a
     night's figure is starts its levels afresh instead of showing as a step of the machine."""
     view = CanaryView()
-    versions = [c.get("version") if isinstance(c := run.meta.get("canary"), dict) else None for run in runs]
+    canaries = [RunMeta.of(run.meta).canary for run in runs]
+    versions = [c.get("version") if c is not None else None for c in canaries]
     newest = next((v for v in reversed(versions) if v is not None), None)
-    for i, run in enumerate(runs):
-        canary = run.meta.get("canary")
-        workloads = canary.get("workloads") if isinstance(canary, dict) and versions[i] == newest else None
+    for i, canary in enumerate(canaries):
+        workloads = canary.get("workloads") if canary is not None and versions[i] == newest else None
         for name, w in (workloads or {}).items() if isinstance(workloads, dict) else ():
             samples = w.get("samples") if isinstance(w, dict) else None
             if not isinstance(samples, list) or not samples or not all(
                     isinstance(s, (int, float)) and np.isfinite(s) and s > 0 for s in samples):
                 continue
-            view.seconds.setdefault(str(name), [None] * len(runs))[i] = float(np.median(samples))
+            view.seconds.setdefault(str(name), [None] * len(runs))[i] = median(samples)
             view.meta.setdefault(str(name), {k: v for k, v in w.items() if k != "samples"})
     return view
 
@@ -96,7 +98,7 @@ def judge(runs: list, alpha: float) -> CanaryView:
         edges = [0]
         cuts = [at for at, _ in change_points(y, alpha)]
         for at, stop in zip(cuts, [*cuts[1:], len(y)]):
-            before, after = float(np.median(y[edges[-1]:at])), float(np.median(y[at:stop]))
+            before, after = median(y[edges[-1]:at]), median(y[at:stop])
             if abs(after - before) >= np.log(1 + MIN_STEP):
                 edges.append(at)
                 view.steps.append(Step(name, idx[at], float(np.exp(after - before)),
@@ -109,15 +111,15 @@ def judge(runs: list, alpha: float) -> CanaryView:
                 others = np.delete(y[a:b], j - a)
                 if others.size < NOISY_MIN_NIGHTS:
                     continue
-                center = float(np.median(others))
-                sd = 1.4826 * float(np.median(np.abs(others - center)))
+                center = median(others)
+                sd = 1.4826 * median(np.abs(others - center))
                 spreads.append(sd)
                 if y[j] - center > max(NOISY_Z * sd, np.log(1 + NOISY_FLOOR)):
                     reasons.setdefault(idx[j], []).append(
                         f"canary {name} {figure(name, view.meta[name], float(np.exp(y[j])))} against its usual "
                         f"{figure(name, view.meta[name], float(np.exp(center)))} ({np.exp(y[j] - center) - 1:+.0%} time)")
         if spreads:
-            view.spread[name] = float(np.median(spreads))
+            view.spread[name] = median(spreads)
     view.noisy = {i: "; ".join(r) for i, r in sorted(reasons.items())}
     return view
 

@@ -4,7 +4,6 @@ lives apart from both."""
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats as sps
 
 from reports.compare import ALPHA
 
@@ -49,6 +48,7 @@ def _bump_t(y: np.ndarray, lo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 def _best_split(y: np.ndarray, alpha: float) -> tuple[list[int], float]:
     """Where new levels begin in this stretch (one step, or a stretch that came back) and the p of
     the largest |t|, Bonferroni over every split tried; alpha is shared by the two searches."""
+    from scipy import stats as sps
     n = y.size
     if n < MIN_RUNS:
         return [], 1.0

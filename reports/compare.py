@@ -13,19 +13,22 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
-from scipy import stats as sps
 
 from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, launch_value
 from reports.result_files import setup_of
+from schema.calibration import Calibration
+from schema.judgement import CHANGES, INCONCLUSIVE, REGRESSION, Cause, Direction, Verdict, VerdictKind
 from schema.results import Cell, Run, Series, key_order, metrics
+from schema.run_meta import RunMeta
+from schema.stats import median
 
 ALPHA = 0.05
 MIN_LAUNCHES = 2   # launches (fresh worker groups) are the sample whenever both sides have several
 TRIM = 0.2         # share trimmed from each end of paired launch differences (Tukey-McLaughlin)
 POWER_Z = 0.8416   # z of 80% power: what "could have seen" means in the minimum detectable effect
-DECIDED = ("regression", "improvement", "no change")
 BANDS = (("small (<= 8 KiB)", 8 << 10), ("medium (<= 1 MiB)", 1 << 20), ("large (> 1 MiB)", float("inf")))
 
 
@@ -53,9 +56,14 @@ class CellResult:
     n_cand: int = 0
     min_effect: float = DEFAULT_MIN_EFFECT
     detectable: float = float("inf")   # the change this cell's sample could have seen (80% power)
-    verdict: str = "inconclusive"
+    outcome: Verdict = Verdict()
     note: str = ""
     metrics: dict = field(default_factory=dict)   # metric -> [baseline, candidate], pooled over launches
+
+    @property
+    def verdict(self) -> str:
+        """The verdict's words, for what prints them (a session's progress line, scripts); nothing decides on them."""
+        return self.outcome.text()
 
 
 @dataclass
@@ -72,17 +80,19 @@ class Comparison:
     estimator: str = DEFAULT_ESTIMATOR   # each launch's statistic of its rounds the verdicts rest on
     budget: dict = field(default_factory=dict)   # what the verdict cost: launches, timed and cluster time (budget())
 
-    def by_verdict(self, verdict: str) -> list[CellResult]:
-        return [c for c in self.cells if c.verdict == verdict]
+    def by_verdict(self, kind: VerdictKind) -> list[CellResult]:
+        if not isinstance(kind, VerdictKind):   # a verdict's words match nothing: say so rather than find no cell
+            raise TypeError(f"by_verdict takes a VerdictKind (schema.judgement), not {kind!r}")
+        return [c for c in self.cells if c.outcome.kind == kind]
 
     @property
     def regressed(self) -> bool:
-        return bool(self.by_verdict("regression"))
+        return bool(self.by_verdict(REGRESSION))
 
     @property
     def inconclusive(self) -> int:
         """Cells without the evidence to say regression, improvement or no change."""
-        return len(self.by_verdict("inconclusive"))
+        return len(self.by_verdict(INCONCLUSIVE))
 
 
 def _pair_shift(a: list[float], b: list[float], estimator: str = DEFAULT_ESTIMATOR) -> float:
@@ -97,8 +107,8 @@ def _pair_shift(a: list[float], b: list[float], estimator: str = DEFAULT_ESTIMAT
     if len(a) == len(b) and len(a) >= 2:
         d = np.log(b) - np.log(a)
         even = len(d) - len(d) % 2
-        return float(np.median((d[0:even:2] + d[1:even:2]) / 2))
-    return float(np.log(np.median(b)) - np.log(np.median(a)))
+        return median((d[0:even:2] + d[1:even:2]) / 2)
+    return float(np.log(median(b)) - np.log(median(a)))
 
 
 def _samples(base: Cell, cand: Cell, paired: bool, estimator: str = DEFAULT_ESTIMATOR) -> tuple[np.ndarray, np.ndarray, str]:
@@ -118,6 +128,7 @@ def detectable(low: float, high: float, alpha: float) -> float:
     """The change a cell's sample could have seen: with the interval's half-width h (log scale) at
     level 1 - alpha, a true effect of h x (z_alpha/2 + z_0.8) / z_alpha/2 is flagged about 80% of
     the time (normal approximation)."""
+    from scipy import stats as sps
     z = float(sps.norm.ppf(1 - alpha / 2))
     half = (np.log(high) - np.log(low)) / 2
     return float(np.exp(half * (z + POWER_Z) / z) - 1) if np.isfinite(half) else float("inf")
@@ -129,6 +140,7 @@ def _paired_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarra
     winsorized standard error and n - 2g - 1 degrees of freedom (g = floor(0.2 n) trimmed from each
     end; with 4 launches or fewer it is the plain paired t). On a busy machine one launch in ten had
     a side descheduled and a 10x ratio; the plain t's variance took it whole and decided nothing."""
+    from scipy import stats as sps
     d = np.sort(y - x, axis=1)
     n = d.shape[1]
     g = int(TRIM * n)
@@ -146,6 +158,7 @@ def _paired_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarra
 def _welch_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised Welch t on log launch medians: (shift, CI low, CI high, p). With a handful of
     launches a rank test cannot reach 95%; the t interval can, and it charges launch-to-launch drift."""
+    from scipy import stats as sps
     n, m = x.shape[1], y.shape[1]
     shift = y.mean(axis=1) - x.mean(axis=1)
     vx, vy = x.var(axis=1, ddof=1) / n, y.var(axis=1, ddof=1) / m
@@ -161,6 +174,7 @@ def _welch_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray
 def _shift_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised over cells: x (k, n) base log times, y (k, m) candidate log times.
     Returns HL shift, CI low, CI high, two-sided Mann-Whitney p (normal approximation)."""
+    from scipy import stats as sps
     k, n = x.shape
     m = y.shape[1]
     diffs = np.sort((y[:, None, :] - x[:, :, None]).reshape(k, n * m), axis=1)
@@ -176,7 +190,7 @@ def _shift_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray
     return shift, diffs[:, c], diffs[:, nm - 1 - c], p
 
 
-def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
+def compare(base: Run, cand: Run, calibration: Optional[Calibration] = None, min_effect: float = DEFAULT_MIN_EFFECT,
             alpha: float = ALPHA, settled: list[CellResult] | None = None,
             estimator: str = DEFAULT_ESTIMATOR) -> Comparison:
     """Every shared cell judged at level `alpha` (intervals at 1 - alpha). `settled`: cells a
@@ -201,51 +215,58 @@ def compare(base: Run, cand: Run, calibration: dict | None = None, min_effect: f
         grouped[(x.size, y.size, kind)].append((key, np.log(x), np.log(y)))
     # an A/A of separate runs says nothing about paired A/B launches (the pairing cancels the drift
     # it measured) and vice versa: a calibration applies only to cells sampled its way
-    cal_kind = (calibration or {}).get("samples", "launches")
-    cal_estimator = (calibration or {}).get("estimator", DEFAULT_ESTIMATOR)
-    bands = (calibration or {}).get("bands", {}) if cal_estimator == estimator else {}
+    cal = calibration if calibration and calibration.estimator == estimator else None
     stats = {"paired launches": _paired_stats, "launches": _welch_stats, "rounds": _shift_stats}
     for (n, m, kind), items in grouped.items():
         shift, low, high, p = stats[kind](np.stack([i[1] for i in items]), np.stack([i[2] for i in items]), alpha)
         for (key, _, _), s, lo, hi, pv in zip(items, shift, low, high, p):
             cell = base.cells[key]
-            band = bands.get(band_key(cell.series, cell.size), {}) if kind == cal_kind else {}
-            effect = max(min_effect, band.get("min_effect", 0.0))
+            effect = max(min_effect, cal.min_effect(band_key(cell.series, cell.size)) if cal and kind == cal.samples else 0.0)
             shown = {mt.name: [cell.pooled(mt.name), cand.cells[key].pooled(mt.name)]
                      for mt in metrics(type(cell.row), "compare")}
             out.cells.append(CellResult(key, cell.series, cell.size, float(np.exp(s)), float(np.exp(lo)), float(np.exp(hi)),
                                         float(pv), samples=kind, n_base=n, n_cand=m, min_effect=effect, metrics=shown,
                                         detectable=max(effect, detectable(float(np.exp(lo)), float(np.exp(hi)), alpha))))
-    if calibration and cal_estimator != estimator:
-        out.calibration = (f"A/A calibration not applied: it was made with the {cal_estimator} of each launch, "
+    if calibration and not cal:
+        out.calibration = (f"A/A calibration not applied: it was made with the {calibration.estimator} of each launch, "
                            f"this comparison judges the {estimator}")
-    elif calibration:
-        used = sum(c.samples == cal_kind for c in out.cells)
-        out.calibration = (f"A/A calibration ({cal_kind}) applied to {used} of {len(out.cells)} cells"
+    elif cal:
+        used = sum(c.samples == cal.samples for c in out.cells)
+        out.calibration = (f"A/A calibration ({cal.samples}) applied to {used} of {len(out.cells)} cells"
                            + ("" if used == len(out.cells) else "; the others were sampled differently"))
-    if out.cells:
-        qs = sps.false_discovery_control([c.p for c in out.cells])
-        for c, q in zip(out.cells, qs):
-            c.q = float(q)
+    fdr(out.cells)
     assign_verdicts(out.cells, alpha, settled or [])
     out.cells.sort(key=lambda c: key_order(c.key))
     return out
 
 
-def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellResult] | None = None) -> None:
+def fdr(cells: list[CellResult]) -> None:
+    """Each cell's q: Benjamini-Hochberg across the sweep."""
+    if cells:
+        from scipy import stats as sps
+        for c, q in zip(cells, sps.false_discovery_control([c.p for c in cells])):
+            c.q = float(q)
+
+
+def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellResult] | None = None,
+                    cause: Cause = Cause.BASELINE) -> None:
+    """Each cell's verdict at level `alpha`, resting on `cause` (the cells' samples against a
+    baseline's, or a history's levels)."""
+    decided = lambda d: Verdict(d, confirmed=True, cause=cause)  # noqa: E731
+    undecided = Verdict(cause=cause)
     for c in cells:
         band = 1 + c.min_effect
         if c.n_base < 2 or c.n_cand < 2:
-            c.verdict = "no change" if 1 / band < c.ratio < band else "inconclusive"
+            c.outcome = decided(Direction.NO_CHANGE) if 1 / band < c.ratio < band else undecided
             c.note = "one sample per side: no confidence interval"
         elif c.q < alpha and c.ratio > band and c.low > 1:
-            c.verdict = "regression"
+            c.outcome = decided(Direction.REGRESSION)
         elif c.q < alpha and c.ratio < 1 / band and c.high < 1:
-            c.verdict = "improvement"
+            c.outcome = decided(Direction.IMPROVEMENT)
         elif 1 / band <= c.low and c.high <= band or (c.q < alpha and 1 / band < c.ratio < band):
-            c.verdict = "no change"
+            c.outcome = decided(Direction.NO_CHANGE)
         else:
-            c.verdict = "inconclusive"
+            c.outcome = undecided
     # neighbouring sizes must lean the same way, or a lone cell stays inconclusive
     by_series: dict[Series, list[CellResult]] = defaultdict(list)
     for c in [*cells, *(settled or [])]:
@@ -254,22 +275,23 @@ def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellRes
     for series in by_series.values():
         series.sort(key=lambda c: c.size)
         for i, c in enumerate(series):
-            if id(c) not in judged or c.verdict not in ("regression", "improvement") or len(series) == 1:
+            if id(c) not in judged or c.outcome.direction not in CHANGES or len(series) == 1:
                 continue
-            worse = c.verdict == "regression"
+            worse = c.outcome.direction is Direction.REGRESSION
             neighbours = series[max(0, i - 1):i] + series[i + 1:i + 2]
             leaning = [nb for nb in neighbours
                        if (nb.ratio > 1 + nb.min_effect / 2 if worse else nb.ratio < 1 / (1 + nb.min_effect / 2))]
             if not leaning:
-                c.verdict, c.note = "inconclusive", f"isolated {c.verdict}: no neighbouring size agrees"
+                c.outcome, c.note = undecided, f"isolated {c.outcome.direction.value}: no neighbouring size agrees"
     # rounds of one launch are not independent samples of a stack: at most a suspicion, never a failure
     for c in cells:
-        if c.samples == "rounds" and c.verdict in ("regression", "improvement"):
-            c.verdict, c.note = f"suspected {c.verdict}", "one launch per side: rounds are not independent samples of a stack"
+        if c.samples == "rounds" and c.outcome.direction in CHANGES:
+            c.outcome = Verdict(c.outcome.direction, confirmed=False, cause=cause)
+            c.note = "one launch per side: rounds are not independent samples of a stack"
 
 
-def size_ranges(cmp: Comparison, verdict: str = "regression") -> list[dict]:
-    """Consecutive sizes of one series with the same verdict, pooled: the lines people read."""
+def size_ranges(cmp: Comparison, kind: VerdictKind = REGRESSION) -> list[dict]:
+    """Consecutive sizes of one series with verdicts of one kind, pooled: the lines people read."""
     ranges = []
     by_series: dict[Series, list[CellResult]] = defaultdict(list)
     for c in cmp.cells:
@@ -279,7 +301,7 @@ def size_ranges(cmp: Comparison, verdict: str = "regression") -> list[dict]:
         run: list[CellResult] = []
         ended: list[CellResult | None] = [*cells, None]   # None closes the last range
         for entry in ended:
-            if entry is not None and entry.verdict == verdict:
+            if entry is not None and entry.outcome.kind == kind:
                 run.append(entry)
                 continue
             if run:
@@ -298,7 +320,7 @@ def detectable_bands(cmp: Comparison) -> list[dict]:
     for c in cmp.cells:
         groups[band_key(c.series, c.size) if c.series.kind == "collective" else f"{c.series.backend} {c.series.kind}"].append(c)
     return [{"band": key, "first": min(c.size for c in cells), "last": max(c.size for c in cells), "cells": len(cells),
-             "detectable": float(np.median([c.detectable for c in cells])), "kind": cells[0].series.kind}
+             "detectable": median([c.detectable for c in cells]), "kind": cells[0].series.kind}
             for key, cells in groups.items()]
 
 
@@ -313,8 +335,8 @@ def budget(*runs: Run) -> dict:
                          for cell in run.cells.values() for i, times in cell.launches.items()))
     ranks = max((c.row.nranks or 1 for r in runs for c in r.cells.values()), default=1)
     launches = [max((len(c.launches) for c in r.cells.values()), default=0) for r in runs]
-    walls = {r.path: r.meta.get("wall_s") for r in runs}   # one A/B run: one wall for both sides
-    known = [float(w) for w in walls.values() if isinstance(w, (int, float))]
+    walls = {r.path: RunMeta.of(r.meta).wall_s for r in runs}   # one A/B run: one wall for both sides
+    known = [float(w) for w in walls.values() if w is not None]
     wall = sum(known) if len(known) == len(walls) else None
     seconds = sum(timed(r) for r in runs)
     return {"launches": launches, "ranks": int(ranks), "timed_s": seconds, "wall_s": wall,

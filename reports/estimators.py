@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from schema.stats import median
+
 ESTIMATORS = ("median", "p10", "min")
 # scripts/estimator_aa.py on this VM's recorded A/A and slow-1.10 A/B runs did not single out a
 # better statistic clearly (docs/statistics.md), so the median stays the default
@@ -21,9 +23,9 @@ DEFAULT_MIN_EFFECT = 0.05      # the smallest change a verdict counts (reports/c
 def launch_value(times, estimator: str = DEFAULT_ESTIMATOR) -> float:
     """One launch's per-op time (s) from its rounds' per-op times: their median, 10th percentile
     (linear interpolation between order statistics) or minimum."""
-    t = np.asarray(times, dtype=np.float64)
     if estimator == "median":
-        return float(np.median(t))
+        return median(times)
+    t = np.asarray(times, dtype=np.float64)
     if estimator == "p10":
         return float(np.percentile(t, 10))
     if estimator == "min":

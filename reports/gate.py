@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Optional
 
 from reports import summary
 from reports.compare import DEFAULT_MIN_EFFECT, Comparison, compare
 from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
-from reports.history import DEFAULT_WINDOW
+from reports.history import DEFAULT_WINDOW, History, analyse, confirm_with_ab, platform, recorded_ab, too_few
+from reports.result_files import load
+from reports.sequential import run_looks
+from schema.calibration import Calibration
 from schema.exit_codes import ExitCode
-from schema.results import Run
+from schema.judgement import REGRESSION
+from schema.results import ResultError, Run
+from schema.run_meta import RunMeta
 
 EXIT_INCONCLUSIVE = ExitCode.INCONCLUSIVE   # the old names, kept for their importers
 EXIT_MACHINE = ExitCode.MACHINE_CHANGED
-
-if TYPE_CHECKING:
-    from reports.history import History
 
 
 @dataclass
@@ -45,29 +47,27 @@ class Judgement:
 
 def sequential_budget(base: Run, cand: Run) -> int:
     """The launch budget when these are the two sides of one --ab-until-decided run, else 0."""
-    options = base.meta.get("options")
-    if base.side and cand.side and base.path == cand.path and isinstance(options, dict) and options.get("ab_until_decided"):
-        return int(options.get("repeat") or 0)
+    options = RunMeta.of(base.meta).options
+    if base.side and cand.side and base.path == cand.path and options is not None and options.ab_until_decided:
+        return options.repeat or 0
     return 0
 
 
 def recorded_estimator(run: Run) -> str:
     """The --estimator a run was made with (what its session judged by), else the default."""
-    options = run.meta.get("options")
-    value = options.get("estimator") if isinstance(options, dict) else None
+    options = RunMeta.of(run.meta).options
+    value = options.estimator if options is not None else None
     return value if value in ESTIMATORS else DEFAULT_ESTIMATOR
 
 
 def recorded_min_effect(run: Run) -> float:
     """The --min-effect a run was made with (what its session judged by), else the default."""
-    options = run.meta.get("options")
-    value = options.get("min_effect") if isinstance(options, dict) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1:
-        return float(value)
-    return DEFAULT_MIN_EFFECT
+    options = RunMeta.of(run.meta).options
+    value = options.min_effect if options is not None else None
+    return float(value) if value is not None and 0 < value < 1 else DEFAULT_MIN_EFFECT
 
 
-def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect: float | None = None,
+def judge_pair(base: Run, cand: Run, calibration: Optional[Calibration] = None, min_effect: float | None = None,
                force: bool = False, estimator: str | None = None) -> Judgement:
     """Base (side A) against candidate (side B). The two sides of an --ab-until-decided run are
     judged by replaying its looks (reports/sequential.py), as the session did. `estimator` (each
@@ -76,7 +76,6 @@ def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect
     estimator = estimator or recorded_estimator(cand)
     min_effect = recorded_min_effect(cand) if min_effect is None else min_effect
     if budget := sequential_budget(base, cand):
-        from reports.sequential import run_looks
         seq = run_looks(base, cand, budget, min_effect=min_effect, calibration=calibration, estimator=estimator)
         cmp = seq.comparison
         prefix = "\n".join([*seq.progress(), f"# sequential A/B: {seq.launches_used} launches used of {budget}; "
@@ -92,13 +91,12 @@ def judge_pair(base: Run, cand: Run, calibration: dict | None = None, min_effect
                      cmp.regressed, cmp.inconclusive, comparison=cmp)
 
 
-def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: float | None = None,
+def judge_history(runs: list[Run], calibration: Optional[Calibration] = None, min_effect: float | None = None,
                   window: int = DEFAULT_WINDOW, force: bool = False, ab: Comparison | None = None,
                   estimator: str | None = None) -> Judgement:
     """`runs`: enough for a history (callers say `history.too_few` themselves). `ab`: a same-day
     interleaved A/B of the newest run (base: the previous stack); every earlier night's recorded one is applied too.
     `estimator`: each launch's statistic; None: the one the newest run was made with."""
-    from reports.history import analyse, confirm_with_ab, platform, recorded_ab, too_few
     newest = max(runs, key=lambda r: r.started)
     prefix = ""
     newest_platform = platform(newest)
@@ -129,7 +127,7 @@ def judge_history(runs: list[Run], calibration: dict | None = None, min_effect: 
         prefix += line
     if ab is not None:
         suspected = len(hist.screened())   # the newest night's moved cells, each on its own p
-        regressed = sum(c.verdict == "regression" for c in hist.judged.cells)
+        regressed = len(hist.judged.by_verdict(REGRESSION))
         confirmed, unexplained = confirm_with_ab(hist, ab)
         prefix += (f"# same-day A/B: confirmed {confirmed} of the {len(ab.cells)} cells it measured ({suspected} suspected); "
                    f"{unexplained} of {regressed} regressed cells the stacks ran alike (the machine's)\n")
@@ -145,8 +143,6 @@ def same_night(path) -> tuple[Comparison | None, str]:
     """The same-night A/B a --previous-stack session recorded: its run has this stack as side A and
     the previous one as side B (--ab-source gives side B the other environment), so it is judged
     previous (base) against this (candidate), its looks replayed; and a line saying what it was."""
-    from reports.result_files import load
-    from schema.results import ResultError
     try:
         judgement = judge_pair(load(path, side="B"), load(path, side="A"))
     except ResultError as exc:

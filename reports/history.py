@@ -18,8 +18,8 @@ The history knows its noise: each cell's `detectable` is the change a new level 
 nights could be found at (80% power) given the cell's own night-to-night spread and the search's
 Bonferroni threshold. Runs that carry the canary (harness/canary.py, reports/canary.py) are read
 with it: a noisy night is left out of every cell, with the canary's figures as the reason, and a
-change that began with a canary step in the same direction is the machine's ("machine
-regression"), which never fails the guard as a software regression.
+change that began with a canary step in the same direction is the machine's (Cause.CANARY), which
+never fails the guard as a software regression.
 """
 from __future__ import annotations
 
@@ -27,20 +27,23 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
-from scipy import stats as sps
-from scipy.optimize import brentq
 
 from reports.canary import CanaryView, coinciding
 from reports.canary import judge as judge_canary
 from reports.change_points import MIN_RUNS, MIN_SEGMENT, change_points
-from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, assign_verdicts, band_key
+from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, assign_verdicts, band_key, fdr
 from reports.estimators import DEFAULT_ESTIMATOR, launch_value
 from reports.provenance_diff import provenance_diff, run_provenance
 from reports.result_files import load, setup_of
+from schema.calibration import Calibration
+from schema.judgement import CHANGES, REGRESSION, Cause, Direction, Verdict
 from schema.results import NoCells, ResultError, Run, Series, key_order
+from schema.run_meta import RunMeta
 
+NEWEST_UNDECIDED = Verdict(cause=Cause.HISTORY, newest=True)   # the newest night, before it is judged against its level
 PLATFORM = ("nranks", "hosts")   # what makes a night another platform (a night that lost a backend is not)
 DEFAULT_WINDOW = 7       # a change fails the job only if it began within the last N runs
 POWER = 0.8              # what "could have seen" means: the change found this often
@@ -48,9 +51,10 @@ POWER = 0.8              # what "could have seen" means: the change found this o
 
 @dataclass
 class History:
-    """Verdicts per cell: regression / improvement / no change / inconclusive for changes that began
-    within the last `window` runs, "standing ..." for older ones; `suspected` holds the newest run's
-    departures from its level ("suspected regression" / "suspected improvement")."""
+    """Verdicts per cell (reports/compare.CellResult.outcome): a regression, improvement, no change or
+    inconclusive for changes that began within the last `window` runs, standing for older ones, the
+    machine's where the canary, a kept stack or a same-night A/B says so; `suspected` holds the
+    newest run's departures from its level (suspected until a same-night A/B confirms them)."""
     runs: list[Run]                                          # oldest first
     judged: Comparison                                       # per cell: level before vs after its newest change
     suspected: Comparison
@@ -77,14 +81,23 @@ class History:
     @property
     def machine_changed(self) -> bool:
         """A change within the window that the canary made too: the machine's, not the stack's."""
-        return any(c.verdict.startswith("machine ") for c in self.judged.cells)
+        return any(c.outcome.machine for c in self.judged.cells)
 
     def screened(self, alpha: float = ALPHA) -> list[CellResult]:
         """The newest night's moved cells, each on its own p, without the correction across the
         sweep: what a same-day A/B's line counts as suspected (the A/B itself measures every cell
         of an upgrade night; with the correction a +35% all_reduce over 10 noisy nights, q 0.052,
         was not even suspected)."""
-        return [c for c in self.suspected.cells if c.verdict.startswith("suspected") or departs(c, c.p, alpha)]
+        return [c for c in self.suspected.cells if c.outcome.suspected or departs(c, c.p, alpha)]
+
+    def change_run(self, series: Series, first: int, last: int) -> int:
+        """The run where most cells of a size range changed."""
+        return Counter(self.change_at[c.key] for c in self.judged.cells
+                       if c.series == series and first <= c.size <= last).most_common(1)[0][0]
+
+    def changed_between(self, at: int) -> list[tuple[str, list[str]]]:
+        """What differs between the run before a change and the run where it begins."""
+        return provenance_diff([run_provenance(self.runs[at - 1]), run_provenance(self.runs[at])]) if at > 0 else []
 
 
 def departs(c: CellResult, p: float, alpha: float = ALPHA) -> bool:
@@ -136,6 +149,8 @@ def detectable_change(y: np.ndarray, cuts: list[int], alpha: float = ALPHA, min_
     the current one, found with 80% power. The spread is the pooled sd of log time within the
     levels between `cuts`; the threshold the split search's (Bonferroni over its splits, alpha / 2
     for the step search), as a real change would face it. inf when the spread cannot be told."""
+    from scipy import stats as sps
+    from scipy.optimize import brentq
     edges = [0, *cuts, y.size]
     resid = np.concatenate([y[a:b] - y[a:b].mean() for a, b in zip(edges[:-1], edges[1:]) if b > a])
     dof = y.size - (len(edges) - 1)
@@ -154,6 +169,7 @@ def detectable_change(y: np.ndarray, cuts: list[int], alpha: float = ALPHA, min_
 def _level_shift(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float]:
     """Shift of mean log time with its pooled-t 95% CI (conditional on where the split was found;
     the Bonferroni p is what accounts for the search)."""
+    from scipy import stats as sps
     n, m = before.size, after.size
     shift = after.mean() - before.mean()
     dof = n + m - 2
@@ -162,10 +178,11 @@ def _level_shift(before: np.ndarray, after: np.ndarray) -> tuple[float, float, f
     return shift, shift - half, shift + half
 
 
-def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
+def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effect: float = DEFAULT_MIN_EFFECT,
             window: int = DEFAULT_WINDOW, alpha: float = ALPHA, estimator: str = DEFAULT_ESTIMATOR) -> History:
     """`runs` in any order; they are put in time order. Setup mismatches are in judged.mismatch.
     Nights the canary marks noisy are left out of every cell; a change with a canary step is the machine's."""
+    from scipy import stats as sps
     runs = sorted(runs, key=lambda r: r.started)
     newest = runs[-1]
     sn = setup_of(newest)
@@ -179,9 +196,9 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
     hist.judged.mismatch = sorted({f"{k}: {r.path} has {s[k]}, the newest run {sn[k]}"
                                    for r in runs[:-1] for s in [setup_of(r)] for k in PLATFORM if s[k] != sn[k]})
     hist.began, hist.ended = series_changes(runs)
-    bands = (calibration or {}).get("bands", {}) if (calibration or {}).get("samples", "launches") == "launches" else {}
+    cal = calibration if calibration and calibration.samples == "launches" else None
     if calibration:
-        hist.judged.calibration = ("A/A calibration (launches) applied" if bands else
+        hist.judged.calibration = ("A/A calibration (launches) applied" if cal and cal.bands else
                                    "A/A calibration not applied: it was made from paired launches, a history is separate runs")
     for key, cell in newest.cells.items():
         idx = [i for i, r in enumerate(runs) if key in r.cells and i not in hist.left_out]
@@ -189,7 +206,7 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
             hist.too_short += 1
             continue
         y = np.array([night_values(runs[i], key, estimator) for i in idx])
-        effect = max(min_effect, bands.get(band_key(cell.series, cell.size), {}).get("min_effect", 0.0))
+        effect = max(min_effect, cal.min_effect(band_key(cell.series, cell.size)) if cal else 0.0)
         cps = change_points(y, alpha)
         start = cps[-2][0] if len(cps) > 1 else 0
         at, p = cps[-1] if cps else (len(y) - MIN_SEGMENT, 1.0)   # no change: the latest runs against the rest
@@ -208,30 +225,30 @@ def analyse(runs: list[Run], calibration: dict | None = None, min_effect: float 
             ratio, low, high = np.exp([shift, shift - half, shift + half]).tolist()
             hist.suspected.cells.append(CellResult(key, cell.series, cell.size, ratio, low, high,
                                                    float(2 * sps.t.sf(abs(shift) / sd, dof)), samples="newest run",
-                                                   min_effect=effect))
+                                                   min_effect=effect, outcome=NEWEST_UNDECIDED))
     for cmp in (hist.judged, hist.suspected):
-        if cmp.cells:
-            for c, q in zip(cmp.cells, sps.false_discovery_control([c.p for c in cmp.cells])):
-                c.q = float(q)
+        fdr(cmp.cells)
         cmp.cells.sort(key=lambda c: key_order(c.key))
-    assign_verdicts(hist.judged.cells, alpha)
+    assign_verdicts(hist.judged.cells, alpha, cause=Cause.HISTORY)
     for c in hist.judged.cells:
-        if c.verdict not in ("regression", "improvement"):
+        if c.outcome.direction not in CHANGES:
             continue
         if hist.change_at[c.key] < 0:
-            c.verdict, c.note = "inconclusive", "no change point: the latest runs drift within the history's noise"
+            c.outcome, c.note = Verdict(cause=Cause.HISTORY), "no change point: the latest runs drift within the history's noise"
         elif hist.change_at[c.key] < len(runs) - window:
-            c.verdict = f"standing {c.verdict}"
+            c.outcome = replace(c.outcome, standing=True)
         elif step := coinciding(hist.canary, hist.change_at[c.key], worse=c.ratio > 1):
-            c.verdict, c.note = f"machine {c.verdict}", step.text(f"{runs[step.at].label} ({runs[step.at].started[:16]})")
+            c.outcome, c.note = replace(c.outcome, cause=Cause.CANARY), step.text(
+                f"{runs[step.at].label} ({runs[step.at].started[:16]})")
         elif stack_kept(runs, hist.level_from[c.key], len(runs) - 1, declared=True):
             first = runs[hist.level_from[c.key]]
-            c.verdict, c.note = f"machine {c.verdict}", (
+            c.outcome, c.note = replace(c.outcome, cause=Cause.KEPT_STACK), (
                 f"the stack stayed that of {first.label} ({first.started[:16]}): every night since ran the stack of the "
                 "night before (its --previous-stack changed nothing) and nothing recorded changed: not the software stack")
     for c in hist.suspected.cells:
         if departs(c, c.q, alpha):
-            c.verdict = "suspected regression" if c.ratio > 1 else "suspected improvement"
+            c.outcome = Verdict(Direction.REGRESSION if c.ratio > 1 else Direction.IMPROVEMENT, cause=Cause.HISTORY,
+                                newest=True)
     return hist
 
 
@@ -255,27 +272,28 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
     unexplained = 0
     for i, c in enumerate(hist.judged.cells):
         a, began = by_key.get(c.key), hist.change_at.get(c.key, -1)
-        if c.verdict == "regression" and a is not None and a.verdict == "no change" and 0 < began <= at \
+        if c.outcome.kind == REGRESSION and a is not None and a.outcome.direction is Direction.NO_CHANGE and 0 < began <= at \
                 and stack_kept(hist.runs, hist.level_from.get(c.key, 0), at, declared=False):
             note = (f"the same-night A/B against the previous stack found no change "
                     f"(x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}]): not the software stack")
-            hist.judged.cells[i] = replace(c, verdict="machine regression", note=note)
+            hist.judged.cells[i] = replace(c, outcome=replace(c.outcome, cause=Cause.STACKS_ALIKE), note=note)
             unexplained += 1
     suspects = {s.key: s for s in hist.suspected.cells} if at == len(hist.runs) - 1 else {}
     confirmed = 0
     for a in ab.cells:
-        if a.verdict not in ("regression", "improvement") or a.key not in judged:
+        direction = a.outcome.direction
+        if not (direction in CHANGES and a.outcome.confirmed) or a.key not in judged:
             continue
-        held, began = hist.judged.cells[judged[a.key]], hist.change_at.get(a.key, -1)
-        if (held.verdict.removeprefix("standing ") == a.verdict and began <= at) or \
-                (began > at and not held.verdict.startswith("machine ")):
+        held, began = hist.judged.cells[judged[a.key]].outcome, hist.change_at.get(a.key, -1)
+        if (held.direction is direction and held.confirmed and not held.machine and began <= at) or \
+                (began > at and not held.machine):
             continue   # the history's own change (the A/B reproduces it), or a later one of the stack it saw
-        standing = "standing " if at < len(hist.runs) - hist.window else ""
-        hist.judged.cells[judged[a.key]] = replace(a, verdict=standing + a.verdict,
+        verdict = Verdict(direction, confirmed=True, standing=at < len(hist.runs) - hist.window, cause=Cause.SAME_NIGHT_AB)
+        hist.judged.cells[judged[a.key]] = replace(a, outcome=verdict,
                                                    note=f"confirmed by a same-day interleaved A/B of {hist.runs[at].label}")
         hist.change_at[a.key] = at
         if a.key in suspects:
-            suspects[a.key].verdict = f"{a.verdict} (confirmed by A/B)"
+            suspects[a.key].outcome = Verdict(direction, confirmed=True, cause=Cause.SAME_NIGHT_AB, newest=True)
         confirmed += 1
     return confirmed, unexplained
 
@@ -300,9 +318,8 @@ def stack_kept(runs: list[Run], first: int, last: int, declared: bool) -> bool:
     what neither records (a library rebuilt under the same version) is not seen."""
     newest = run_provenance(runs[last])
     for i in range(first, last + 1):
-        options = runs[i].meta.get("options")
-        if declared and i > first and (not isinstance(options, dict) or not options.get("previous_stack")
-                                       or options.get("previous_differs") is not False):
+        options = RunMeta.of(runs[i].meta).options
+        if declared and i > first and (options is None or not options.previous_stack or options.previous_differs is not False):
             return False
         if provenance_diff([run_provenance(runs[i]), newest]):
             return False
@@ -321,14 +338,3 @@ def recorded_ab(run: Run) -> tuple[Path, dict] | None:
         return record_file.parent.parent / str(record["run"]), record
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def changed_between(hist: History, at: int) -> list[tuple[str, list[str]]]:
-    """What differs between the run before a change and the run where it begins."""
-    return provenance_diff([run_provenance(hist.runs[at - 1]), run_provenance(hist.runs[at])]) if at > 0 else []
-
-
-def change_run(hist: History, series: Series, first: int, last: int) -> int:
-    """The run where most cells of a size range changed."""
-    return Counter(hist.change_at[c.key] for c in hist.judged.cells
-                   if c.series == series and first <= c.size <= last).most_common(1)[0][0]

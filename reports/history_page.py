@@ -11,11 +11,19 @@ import numpy as np
 from collectives.sizes import format_size
 from reports import summary
 from reports.compare import size_ranges
-from reports.history import History, change_run, night_values
+from reports.history import History, night_values
 from reports.report_page import TEMPLATES, figure_png, plt
+from schema.judgement import (
+    IMPROVEMENT,
+    MACHINE_IMPROVEMENT,
+    MACHINE_REGRESSION,
+    REGRESSION,
+    STANDING_IMPROVEMENT,
+    STANDING_REGRESSION,
+)
+from schema.stats import median
 
-FLAGGED = ("regression", "improvement", "machine regression", "machine improvement", "standing regression",
-           "standing improvement")
+FLAGGED = (REGRESSION, IMPROVEMENT, MACHINE_REGRESSION, MACHINE_IMPROVEMENT, STANDING_REGRESSION, STANDING_IMPROVEMENT)
 
 PAGE = TEMPLATES.get_template("history.html.j2")
 
@@ -33,7 +41,7 @@ def _figure(hist: History, r: dict) -> str:
             after = [k for k, i in enumerate(idx) if i >= at]
             ax.hlines([np.exp(np.log(times[before]).mean()), np.exp(np.log(times[after]).mean())],
                       [idx[before[0]], at], [idx[before[-1]], idx[-1]], colors=line.get_color(), linestyles="--", lw=1)
-    at = change_run(hist, r["series"], r["first"], r["last"])
+    at = hist.change_run(r["series"], r["first"], r["last"])
     if at >= 0:
         ax.axvline(at - 0.5, color="r", lw=1)
         ax.annotate(f"change: {runs[at].label}", (at - 0.5, ax.get_ylim()[1]), fontsize=7, color="r", va="top")
@@ -53,7 +61,7 @@ def _canary_figure(hist: History) -> str:
     fig, ax = plt.subplots(figsize=(8, 2.8))
     for name, secs in hist.canary.seconds.items():
         idx = [i for i, s in enumerate(secs) if s is not None]
-        rel = np.array([secs[i] for i in idx]) / np.median([secs[i] for i in idx])
+        rel = np.array([secs[i] for i in idx]) / median([secs[i] for i in idx])
         line, = ax.plot(idx, rel, marker="o", ms=3, label=name)
         noisy = [k for k, i in enumerate(idx) if i in hist.left_out]
         ax.plot([idx[k] for k in noisy], rel[noisy], "x", color="r", ms=8)
@@ -69,11 +77,11 @@ def _canary_figure(hist: History) -> str:
 def render_history(hist: History, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = []
-    for verdict in FLAGGED:
-        for r in size_ranges(hist.judged, verdict):
-            figures.append({"title": f"{verdict}: {summary.range_text(r)}", "png": _figure(hist, r)})
+    for kind in FLAGGED:
+        for r in size_ranges(hist.judged, kind):
+            figures.append({"title": f"{kind.text()}: {summary.range_text(r)}", "png": _figure(hist, r)})
     canary = _canary_figure(hist) if hist.canary.seconds else ""
-    cells = [{"label": c.series.label(), "size": format_size(c.size) if c.size else "", "verdict": c.verdict,
+    cells = [{"label": c.series.label(), "size": format_size(c.size) if c.size else "", "verdict": c.outcome.text(),
               "detectable": f"{c.detectable:.0%}" if np.isfinite(c.detectable) else "nothing", "note": c.note}
              for c in hist.judged.cells]
     html = PAGE.render(runs=hist.runs, regressed=hist.regressed, machine=hist.machine_changed,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+from schema.run_meta import RunMeta
+
 
 def flatten(d: dict, prefix: str = "") -> dict[str, str]:
     out = {}
@@ -44,13 +46,14 @@ def run_provenance(run) -> dict:
         for k, v in cell.row.group_env.items():
             rank_env.setdefault(k, set()).add("(unset)" if v is None else str(v))
     seen: dict[str, dict[str, set]] = {"versions": {}, "adapter_env": {}}
-    for group in (run.meta.get("groups") or {}).values():
-        if not isinstance(group, dict) or group.get("side", "") != run.side:
+    meta = RunMeta.of(run.meta)
+    for group in meta.groups.values():
+        if group.get("side", "") != run.side:
             continue   # the other side's groups: both sides' env can be empty (another interpreter only)
         if tuple(sorted((group.get("env") or {}).items())) in envs:
             for what, values in seen.items():
                 for k, v in (group.get(what) or {}).items():
                     values.setdefault(k, set()).add(str(v))
     joined = {what: {k: " | ".join(sorted(v)) for k, v in values.items()} for what, values in seen.items()}
-    return {**run.meta.get("provenance", {}), "rank_env": {k: " | ".join(sorted(v)) for k, v in rank_env.items()},
+    return {**meta.provenance, "rank_env": {k: " | ".join(sorted(v)) for k, v in rank_env.items()},
             "ranks": joined["versions"], "rank_vars": joined["adapter_env"]}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,13 +25,22 @@ from collectives.sizes import format_size  # noqa: E402
 from reports import provenance_diff, summary, sweep_fits, table  # noqa: E402
 from reports.compare import compare, size_ranges  # noqa: E402
 from schema import results  # noqa: E402
+from schema.judgement import (  # noqa: E402
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    NO_CHANGE,
+    REGRESSION,
+    SUSPECTED_IMPROVEMENT,
+    SUSPECTED_REGRESSION,
+)
 from schema.results import Cell, CollectiveRow, LayerRow, Metric, ResultError, Run, Series, TuningRow, layout, metrics, side_role  # noqa: E402
+from schema.run_meta import RunMeta  # noqa: E402
 from schema.stats import NAMED_RANKS_OVER  # noqa: E402
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"), autoescape=True)
 SIZE_TICKS = FuncFormatter(lambda x, _: format_size(int(x)) if x >= 1 else "")
 RATIO_RANGE = (0.25, 4.0)   # the ratio panel's y range: a CI band beyond it is clipped and marked
-VERDICT_ORDER = ("regression", "suspected regression", "improvement", "suspected improvement")
+VERDICT_ORDER = (REGRESSION, SUSPECTED_REGRESSION, IMPROVEMENT, SUSPECTED_IMPROVEMENT)
 
 
 def names_by_difference(runs: list[Run]) -> list[str]:
@@ -379,22 +388,22 @@ PAGE = TEMPLATES.get_template("report.html.j2")
 def _verdict_rows(cmp) -> list[dict]:
     """The flagged size ranges as the verdict table's rows, worst kind first."""
     rows = []
-    for verdict in VERDICT_ORDER:
-        for r in size_ranges(cmp, verdict):
+    for kind in VERDICT_ORDER:
+        for r in size_ranges(cmp, kind):
             sizes = format_size(r["first"]) if r["first"] == r["last"] else f"{format_size(r['first'])}-{format_size(r['last'])}"
             rows.append({"what": r["series"].label(algo_label), "sizes": sizes if r["first"] else "-",
-                         "verdict": verdict, "effect": summary.effect_text(r["series"], r["ratio"], r["low"], r["high"]),
+                         "verdict": kind.text(), "effect": summary.effect_text(r["series"], r["ratio"], r["low"], r["high"]),
                          "samples": f"{r['samples']} ({r['cells']} sizes)"})
     return rows
 
 
 def _sentence(cmp) -> str:
-    counts = {v: sum(c.verdict == v for c in cmp.cells) for v in summary.VERDICTS}
+    counts = Counter(c.outcome.kind for c in cmp.cells)
+    suspected = counts[SUSPECTED_REGRESSION] + counts[SUSPECTED_IMPROVEMENT]
     head = "Regression" if cmp.regressed else "Inconclusive (not a pass)" if cmp.inconclusive else "No regression"
-    return (f"{head}: {counts['regression']} regressions, {counts['improvement']} improvements, "
-            f"{counts['no change']} unchanged, {counts['inconclusive']} inconclusive"
-            + (f", {counts['suspected regression'] + counts['suspected improvement']} suspected" if
-               counts['suspected regression'] + counts['suspected improvement'] else "") + f" of {len(cmp.cells)} cells.")
+    return (f"{head}: {counts[REGRESSION]} regressions, {counts[IMPROVEMENT]} improvements, "
+            f"{counts[NO_CHANGE]} unchanged, {counts[INCONCLUSIVE]} inconclusive"
+            + (f", {suspected} suspected" if suspected else "") + f" of {len(cmp.cells)} cells.")
 
 
 def _worst(cells: list[Cell], shown: list[Metric]) -> list[str]:
@@ -494,7 +503,7 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                        tuning=tuning, tuning_cells=tuning_cells, tuning_heads=tuning_heads,
                        tuning_png=_tuning_figure(runs, names), slowest=_slowest_ranks(runs, names),
                        named_over=NAMED_RANKS_OVER, heatmaps=heatmaps,
-                       field_note=sorted({str(r.meta.get("field_limits")) for r in runs if r.meta.get("field_limits")}))
+                       field_note=sorted({limits for r in runs if (limits := RunMeta.of(r.meta).field_limits)}))
     (out_dir / "report.html").write_text(html)
     md = [f"## hccl-bench report: {summary.md(', '.join(r.label for r in runs))}", ""]
     md += [summary.markdown(last)] if last else ["(one run: no comparison)"]

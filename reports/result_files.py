@@ -10,7 +10,8 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from schema.results import SCHEMA, Cell, NoCells, ResultError, Row, Run, Series, knob_text, row_from_json
+from schema.results import Cell, NoCells, ResultError, Row, Run, Series, knob_text, row_from_json
+from schema.run_meta import RunMeta
 from schema.stats import median
 
 
@@ -112,15 +113,7 @@ def load(path: str | Path, side: str = "") -> Run:
     data, path, notes = _read(Path(path))
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise ResultError(f"{path} is not an hccl-bench/pytest-benchmark result file (no 'benchmarks' list)")
-    if not isinstance(data.get("hccl_bench") or {}, dict):
-        raise ResultError(f"{path}: 'hccl_bench' must be an object")
-    groups = (data.get("hccl_bench") or {}).get("groups", {})
-    if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
-        raise ResultError(f"{path}: hccl_bench.groups must be an object of objects (group -> hosts, devices, versions)")
-    schema = (data.get("hccl_bench") or {}).get("schema", SCHEMA)
-    if schema != SCHEMA:
-        raise ResultError(f"{path}: written in schema {str(schema)[:40]!r}; this hccl-bench reads {SCHEMA!r} "
-                          "(use the hccl-bench that wrote it)")
+    meta = RunMeta.from_json(data.get("hccl_bench"), str(path))
     cells: dict[tuple, Cell] = {}
     for number, bench in enumerate(data["benchmarks"]):
         where = f"{path}: benchmark {number}"
@@ -138,10 +131,9 @@ def load(path: str | Path, side: str = "") -> Run:
     started = data.get("datetime") or datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat()
     run = Run(str(path), cells, data.get("hccl_bench") or {}, side, str(started), notes)
     if not run.complete:
-        run.notes.append(f"{path.parent} is an incomplete run ({run.meta.get('interrupted') or 'ended early'}): "
-                         f"{len(cells)} cells")
-    if run.meta.get("failed"):
-        run.notes.append(f"{path} is marked failed: {run.meta['failed']}")
+        run.notes.append(f"{path.parent} is an incomplete run ({meta.interrupted or 'ended early'}): {len(cells)} cells")
+    if meta.failed:
+        run.notes.append(f"{path} is marked failed: {meta.failed}")
     return run
 
 
@@ -203,7 +195,7 @@ def knob_sides(run: Run, name: str, base: str, cand: str) -> tuple[Run, Run]:
 
 def setup_of(run: Run) -> dict:
     """What must match between two runs for a comparison to mean anything."""
-    groups = run.meta.get("groups", {}).values()
+    groups = RunMeta.of(run.meta).groups.values()
     hosts = sorted({len(g.get("hosts", {})) for g in groups})
     return {"backends": run.backends(),
             "nranks": sorted({c.row.nranks for c in run.cells.values()}),

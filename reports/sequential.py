@@ -18,10 +18,15 @@ The procedure is a pure function of the launches recorded, so the live session a
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
-from reports.compare import ALPHA, DECIDED, DEFAULT_MIN_EFFECT, CellResult, Comparison, budget, compare
+from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, budget, compare
 from reports.estimators import DEFAULT_ESTIMATOR
+from schema.calibration import Calibration
+from schema.judgement import Direction, Verdict
 from schema.results import Cell, Run, key_order
+
+DECIDED = (Direction.REGRESSION, Direction.IMPROVEMENT, Direction.NO_CHANGE)
 
 # launches after which a look is planned; none before 6: four launches whose ratios happened to be
 # alike in size gave a t of 17 on 3 degrees of freedom in one draw of eight from a real A/A
@@ -47,7 +52,7 @@ def look_alpha(launches: int, max_launches: int, alpha: float = ALPHA) -> float:
 class Look:
     launches: int                 # launches the look rests on
     alpha: float                  # the level it judged at
-    decided: dict[str, int]       # verdict -> cells decided at this look
+    decided: dict[str, int]       # direction ("regression", "improvement", "no change") -> cells decided at this look
     remaining: int                # cells still undecided after it
 
     def text(self, total: int, spent: float) -> str:
@@ -106,7 +111,7 @@ def launches_in(run: Run) -> int:
 
 
 def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAULT_MIN_EFFECT,
-              alpha: float = ALPHA, calibration: dict | None = None, estimator: str = DEFAULT_ESTIMATOR) -> Sequential:
+              alpha: float = ALPHA, calibration: Optional[Calibration] = None, estimator: str = DEFAULT_ESTIMATOR) -> Sequential:
     """Replay every look the recorded launches allow (base = side A, cand = side B), judging each
     launch by `estimator` (reports/estimators.py)."""
     keys = set(base.cells) & set(cand.cells)
@@ -122,18 +127,18 @@ def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAU
         a_look = look_alpha(n, max_launches, alpha)
         last = compare(_upto(base, n, active), _upto(cand, n, active), calibration=calibration, min_effect=min_effect,
                        alpha=a_look, settled=list(settled.values()), estimator=estimator)
-        decided = {v: 0 for v in DECIDED}
+        decided = {d.value: 0 for d in DECIDED}
         for c in last.cells:
-            if c.verdict in DECIDED:
+            if c.outcome.confirmed:   # a regression, an improvement or no change, confirmed at this look's level
                 settled[c.key] = c
                 out.decided_at[c.key] = n
-                decided[c.verdict] += 1
+                decided[c.outcome.direction.value] += 1
         out.looks.append(Look(n, a_look, decided, len(keys) - len(settled)))
     if last is None:   # before the first planned look: every cell open
         last = compare(_upto(base, done, keys), _upto(cand, done, keys), calibration=calibration, min_effect=min_effect,
                        estimator=estimator)
         for c in last.cells:
-            c.verdict, c.note = "inconclusive", f"{done} launches: before the first look"
+            c.outcome, c.note = Verdict(), f"{done} launches: before the first look"
     cells = {c.key: c for c in last.cells if c.key not in settled}
     cells.update(settled)
     out.comparison = replace(last, base=base.path, cand=cand.path,

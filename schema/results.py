@@ -20,8 +20,7 @@ from schema.kwonly import keyword_dataclass
 from schema.stats import RankView, median
 
 SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
-LAYER_BENCHES = ("linear", "pipeline")
-TUNING_BENCHES = ("overlap", "bucket", "compress")
+ROW_OF_BENCH: dict[str, Any] = {}   # a row's bench -> its row type, filled as each row type is defined
 
 
 class ResultError(ValueError):
@@ -127,8 +126,15 @@ def _copied(value):
 
 
 class _Row:
-    """to_json / from_json for the row dataclasses below."""
+    """to_json / from_json for the row dataclasses below (and a bench kind's own, kinds/)."""
     KEY: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A row type that names its benches is the row of those benches' cells (ROW_OF_BENCH)."""
+        super().__init_subclass__(**kwargs)
+        for bench in cls.__dict__.get("BENCHES", ()):
+            if ROW_OF_BENCH.setdefault(bench, cls) is not cls:
+                raise TypeError(f"bench {bench!r} has two row types: {ROW_OF_BENCH[bench].__name__} and {cls.__name__}")
 
     def to_json(self) -> dict:
         """The fields as a dict, its lists and dicts copied two levels down (a row holds scalars,
@@ -207,6 +213,8 @@ class _Measured(_Row):
 @keyword_dataclass
 class CollectiveRow(_Measured):
     """One collective case: what ran, how long it took, whether the result was right."""
+    KIND: ClassVar[str] = "collective"
+    BENCHES: ClassVar[tuple[str, ...]] = ()    # a collective row names no bench
     KEY: ClassVar[tuple[str, ...]] = ("backend", "algo", "op", "dtype", "redop", "inplace", "nranks")
     algo: str = _field("text", MISSING)
     op: str = _field("text", MISSING)
@@ -226,10 +234,18 @@ class CollectiveRow(_Measured):
     algo_ran: str | None = _field("text")              # nccl: what NCCL_DEBUG_SUBSYS=TUNING says ran ("Ring/LL128")
     graph: bool = _field("flag", False)                # --graph: rounds replayed from a captured device graph
 
+    @staticmethod
+    def series_label(s: Series, algo_label: Callable[[str, str], str]) -> str:
+        red = f" {s.redop}" if s.redop not in (None, "none") else ""
+        return (f"{s.op} {s.dtype}{red} {s.nranks} ranks {s.backend}/{algo_label(s.backend, s.algo or '')}"
+                f"{' in-place' if s.inplace else ''}{' graph' if s.graph else ''}")
+
 
 @keyword_dataclass
 class LayerRow(_Measured):
     """One layer case: a TP block (bench "linear") or a pipeline step (bench "pipeline")."""
+    KIND: ClassVar[str] = "layer"
+    BENCHES: ClassVar[tuple[str, ...]] = ("linear", "pipeline")
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "tp", "pp", "dp", "layer", "sequence_parallel", "impl",
                                       "schedule", "microbatches")
     bench: str = _field("text", MISSING)
@@ -272,6 +288,12 @@ class LayerRow(_Measured):
     bubble_theory: float | None = metric("theory", ".3f", "lower", ("table", "report"), "ratio", ("pipeline",))
     stages_per_rank: list = _field("list", [])
 
+    @staticmethod
+    def series_label(s: Series, algo_label: Callable[[str, str], str]) -> str:
+        what = (f"{s.layer}{'+sp' if s.sequence_parallel else ''} {s.impl}" if s.layer is not None
+                else f"{s.schedule} m={s.microbatches}")
+        return f"{s.bench} {s.backend} tp={s.tp} pp={s.pp} dp={s.dp} {what}"
+
 
 @keyword_dataclass
 class TuningRow(_Measured):
@@ -279,6 +301,8 @@ class TuningRow(_Measured):
     a DDP-style gradient all_reduce at one bucket size, or one communication dtype of the gradients.
     time_us is a step: overlap's collective started, the matmul, the wait; bucket's and compress's
     whole gradient all_reduce (copies in and out included)."""
+    KIND: ClassVar[str] = "tuning"
+    BENCHES: ClassVar[tuple[str, ...]] = ("overlap", "bucket", "compress")
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "op", "dtype", "nranks", "comm_dtype")
     bench: str = _field("text", MISSING)
     bytes: int = _field("whole", 0)                    # the size axis: message, bucket (0: per tensor), gradients
@@ -305,6 +329,29 @@ class TuningRow(_Measured):
     max_rel_error: float | None = metric("max rel err", ".2e", "lower", ("table", "compare", "report"), benches=("compress",))
     mean_rel_error: float | None = metric("mean rel err", ".2e", "lower", ("table",), benches=("compress",))
     error_bound: float | None = metric("bound", ".2e", "lower", ("table",), benches=("compress",))   # relative to max |exact|
+
+    @staticmethod
+    def series_label(s: Series, algo_label: Callable[[str, str], str]) -> str:
+        what = f" {s.op} {s.dtype}" if s.op else f" {s.comm_dtype}" if s.comm_dtype else ""
+        return f"{s.bench}{what} {s.nranks} ranks {s.backend}"
+
+
+@keyword_dataclass
+class OverheadRow(_Row):
+    """The harness loop against a bare loop of the same all_reduce (benches/test_overhead.py): the
+    harness's own cost per op. A session record, not a cell: it is never compared."""
+    backend: str = _field("text", MISSING)
+    op: str = _field("text", "all_reduce")
+    dtype: str = _field("text", "float32")
+    bytes: int = _field("whole", MISSING)
+    nranks: int = _field("count", 1)
+    iters_per_round: int = _field("count", MISSING)
+    time_us: float = _field("amount", MISSING)
+    plain_us: float = _field("amount", MISSING)
+    ratio: float = _field("amount", MISSING)
+    added_us: float = _field("real", MISSING)
+    round_ns_per_rank: list = _field("list", [])
+    plain_round_ns_per_rank: list = _field("list", [])
 
 
 Row = Union[CollectiveRow, LayerRow, TuningRow]   # not `|`: a runtime alias, and 3.9 has no type union
@@ -338,10 +385,8 @@ def link_class(hosts: dict[str, int]) -> str:
 def row_from_json(info: dict, where: str) -> Row | None:
     """The row an extra_info holds, or None for entries that are not cells (overhead rows,
     foreign benchmarks)."""
-    if info.get("bench") in LAYER_BENCHES:
-        return LayerRow.from_json(info, where)
-    if info.get("bench") in TUNING_BENCHES:
-        return TuningRow.from_json(info, where)
+    if info.get("bench") in ROW_OF_BENCH:
+        return ROW_OF_BENCH[info["bench"]].from_json(info, where)
     if "op" in info and "algo" in info:   # overhead rows carry no algo: they are not cells
         return CollectiveRow.from_json(info, where)
     return None
@@ -374,6 +419,7 @@ class Series:
     comm_dtype: str | None = None
     knobs: str | None = None        # --knobs: "NAME=value ..." of the case's group, a series of its own
     graph: bool | None = None       # --graph: True for graph-captured rounds (eager series and old files: None)
+    params: tuple | None = None     # (name, value) pairs of a kind's KEY fields that are none of the above
 
     @classmethod
     def of(cls, row: Row) -> Series:
@@ -383,13 +429,21 @@ class Series:
     def of_fields(cls, row_type: type[Row], values: dict) -> Series:
         """The one derivation of a series: the row type's KEY fields, its knobs and its graph flag,
         from a row's fields or from the identity fields a row is about to be built with (the
-        driver names a case's cell before its rows exist: harness/case_rows.cell_key)."""
-        key: dict[str, Any] = {"bench": "collective", **{k: values.get(k) for k in row_type.KEY}}
-        return cls(**key, knobs=knob_text(values.get("knobs") or {}), graph=True if values.get("graph") else None)
+        driver names a case's cell before its rows exist: kinds.base.Kind.cell_key)."""
+        own = {f.name for f in fields(cls)}
+        key: dict[str, Any] = {"bench": "collective", **{k: values.get(k) for k in row_type.KEY if k in own}}
+        params = tuple((k, values.get(k)) for k in row_type.KEY if k not in own) or None
+        return cls(**key, knobs=knob_text(values.get("knobs") or {}), graph=True if values.get("graph") else None,
+                   params=params)
+
+    @property
+    def row_type(self) -> Any:
+        """The row type of the series' bench (a kind's own, kinds/, once its module is imported)."""
+        return ROW_OF_BENCH.get(self.bench, CollectiveRow)
 
     @property
     def kind(self) -> str:
-        return "layer" if self.bench in LAYER_BENCHES else "tuning" if self.bench in TUNING_BENCHES else "collective"
+        return self.row_type.KIND
 
     def without_knobs(self) -> Series:
         return replace(self, knobs=None)
@@ -398,22 +452,14 @@ class Series:
         return tuple(str(getattr(self, f.name)) for f in fields(self))
 
     def to_json(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return {**out, **dict(out.pop("params", ()))}
 
     def label(self, algo_label: Callable[[str, str], str] = lambda backend, algo: algo) -> str:
         """What a reader calls the series; `algo_label(backend, algo)` says how a backend's
-        algorithm is named (collectives.capabilities.algo_label: HCCL's is only "requested")."""
+        algorithm is named (collectives.backends.algo_label: HCCL's is only "requested")."""
         knobs = f" [{self.knobs}]" if self.knobs else ""
-        if self.kind == "layer":
-            what = (f"{self.layer}{'+sp' if self.sequence_parallel else ''} {self.impl}" if self.bench == "linear"
-                    else f"{self.schedule} m={self.microbatches}")
-            return f"{self.bench} {self.backend} tp={self.tp} pp={self.pp} dp={self.dp} {what}{knobs}"
-        if self.kind == "tuning":
-            what = {"overlap": f" {self.op} {self.dtype}", "compress": f" {self.comm_dtype}"}.get(self.bench, "")
-            return f"{self.bench}{what} {self.nranks} ranks {self.backend}{knobs}"
-        red = f" {self.redop}" if self.redop not in (None, "none") else ""
-        return (f"{self.op} {self.dtype}{red} {self.nranks} ranks {self.backend}/{algo_label(self.backend, self.algo or '')}"
-                f"{' in-place' if self.inplace else ''}{' graph' if self.graph else ''}{knobs}")
+        return self.row_type.series_label(self, algo_label) + knobs
 
 
 def key_order(key: tuple) -> tuple:

@@ -4,9 +4,10 @@ keys are the field names; `to_json` and `spec_from_json` / `result_from_json` ar
 that turns them into each other, checking every field against its annotation, so a malformed
 message is refused in one `WireError` line before any rank code reads it.
 
-A spec's `kind` says its type (SPECS); "<kind>_begin" asks for the round-interleaved A/B form of
-the same case (the driver then sends `Step` "round"s and one "end"). Both sides import this
-module, and it imports nothing of ours, so the driver and the ranks cannot disagree on a key.
+A spec's `kind` says its type (SPECS: every Spec subclass registers its KINDS as it is defined, so a
+bench kind may declare its spec in its own module); "<kind>_begin" asks for the round-interleaved
+A/B form of the same case (the driver then sends `Step` "round"s and one "end"). Both sides import
+this module, and it imports nothing of ours, so the driver and the ranks cannot disagree on a key.
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ class WireError(ValueError):
     """A message that is not a spec or result of a known kind; the text names the kind and field."""
 
 
+SPECS: dict[str, type[Spec]] = {}   # spec kind -> its type, filled as each Spec subclass is defined
+
+
 # ---- specs: driver -> ranks ----
 
 @keyword_dataclass
@@ -31,6 +35,12 @@ class Spec:
     kind: str
     timeout_s: float = 0.0          # set by the driver when it sends the spec (the hang dump's delay)
     corrupt: bool = False           # set on the faulting rank only (HCCL_BENCH_FAULT=corrupt, harness/worker.py)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for kind in cls.__dict__.get("KINDS", ()):
+            if SPECS.setdefault(kind, cls) is not cls:
+                raise TypeError(f"spec kind {kind!r} is declared twice: {SPECS[kind].__name__} and {cls.__name__}")
 
     @property
     def begins(self) -> bool:
@@ -156,9 +166,6 @@ class DoctorSkewSpec(Spec):
         return {"doctor"}
 
 
-SPECS: dict[str, type[Spec]] = {kind: t for t in (Step, CollectiveSpec, OverheadSpec, LayerSpec, TuningSpec, DoctorSpec,
-                                                             DoctorSkewSpec)
-                                for kind in t.KINDS}
 EXIT = {"cmd": "exit"}              # the driver's last message to a group (not a spec)
 
 

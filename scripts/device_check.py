@@ -97,7 +97,7 @@ def _refusals(run, context: dict) -> tuple[list[str], list[str]]:
     refused = [f.get("error", "") for f in failures if "all_reduce" in str(f.get("id", f.get("what", "")))]
     lines = [f"  captured all_gather corrupted on rank 0: #wrong {gather} (want [2]: eager 1 + captured 1)"]
     problems = [] if gather == [2] else [f"the captured check did not count the corrupted element: #wrong {gather}, want [2]"]
-    if context.get("nproc") == 1:   # nothing to capture: skipped at collection (harness/cases.py ONE_RANK_IN_PLACE);
+    if context.get("nproc") == 1:   # nothing to capture: skipped at collection (kinds/collective.py ONE_RANK_IN_PLACE);
         # the empty-graph error itself is shown by tests/test_capture_check.py
         skipped = [s.get("reason", "") for s in run.meta.get("skipped", []) if "all_reduce" in str(s.get("id", ""))
                    and "graph" in str(s.get("id", ""))]

@@ -38,6 +38,7 @@ from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS  # noqa: E402
 from reports.gate import recorded_min_effect  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from reports.sequential import run_looks  # noqa: E402
+from schema.judgement import IMPROVEMENT, REGRESSION  # noqa: E402
 
 CLEARLY = 0.8   # a new default must see at most this share of the default's detectable change in every band
 
@@ -69,7 +70,7 @@ def draws(path: str, estimator: str, trials: int, seed: int) -> tuple[float, flo
     for _ in range(trials):
         flip = {i for i in launches if rng.random() < 0.5}
         seq = run_looks(*swapped(a, b, flip), _budget(a), min_effect=recorded_min_effect(b), estimator=estimator)
-        flagged = sum(c.verdict in ("regression", "improvement") for c in seq.comparison.cells)
+        flagged = sum(c.outcome.kind in (REGRESSION, IMPROVEMENT) for c in seq.comparison.cells)
         any_flagged += flagged > 0
         cells_flagged += flagged
         cells += len(seq.comparison.cells)

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from reports.gate import judge_history  # noqa: E402
 from reports.history import load_runs, too_few  # noqa: E402
+from schema.judgement import REGRESSION, SUSPECTED_REGRESSION  # noqa: E402
 
 
 def night(results: Path, args, changed: bool, previous: Path | None) -> int:
@@ -57,8 +58,9 @@ def verdict(results: Path) -> dict:
     hist = j.history
     assert hist is not None
     return {"text": j.headline, "regressed": j.regressed, "machine": j.machine_changed,
-            "all_reduce": any(c.series.op == "all_reduce" for c in hist.judged.by_verdict("regression")),
-            "suspected": any(c.series.op == "all_reduce" and c.verdict == "suspected regression" for c in hist.suspected.cells),
+            "all_reduce": any(c.series.op == "all_reduce" for c in hist.judged.by_verdict(REGRESSION)),
+            "suspected": any(c.series.op == "all_reduce" and c.outcome.kind == SUSPECTED_REGRESSION
+                             for c in hist.suspected.cells),
             "noisy": len(hist.left_out)}
 
 

@@ -50,6 +50,7 @@ from reports.estimators import DEFAULT_MIN_EFFECT, ESTIMATORS  # noqa: E402
 from reports.gate import recorded_min_effect, sequential_budget  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from reports.sequential import run_looks  # noqa: E402
+from schema.judgement import IMPROVEMENT, REGRESSION  # noqa: E402
 from schema.results import ResultError  # noqa: E402
 
 AA = "aa"
@@ -107,13 +108,13 @@ def report(backend_dir: Path, trials: int) -> None:
             for path in paths:
                 seq = judged(path, estimator)
                 for c in seq.comparison.cells:
-                    confirmed = c.verdict in ("regression", "improvement")
+                    confirmed = c.outcome.kind in (REGRESSION, IMPROVEMENT)
                     if slowed == AA:
                         aa_cells += 1
                         aa_confirmed += confirmed
                     elif c.series.op == slowed:
                         tried[(c.series.op, c.size, factor)] += 1
-                        if c.verdict == "regression":
+                        if c.outcome.kind == REGRESSION:
                             flagged[(c.series.op, c.size, factor)].append(seq.decided_at.get(c.key, seq.max_launches))
                     else:
                         control[c.size][0] += confirmed

@@ -3,8 +3,8 @@
 SYNTHETIC DATA: this machine has 2 cores, so no real run of 1,024 ranks happens here. This plans
 past it: the per-rank round times are made up (a latency + size / bandwidth model, 2% noise per
 rank and round, a few ranks slower), everything else is the real code. The sweep is the default
-`--benchmark` one (harness.cases.build: every op, sizes 8:32M:4, float32, sum, 20 rounds), each
-case's row made by the real row builder (harness/case_rows.collective_row, which keeps the whole
+`--benchmark` one (kinds.collective.build: every op, sizes 8:32M:4, float32, sum, 20 rounds), each
+case's row made by the real row builder (kinds/collective.py's row, which keeps the whole
 matrix up to schema.stats.FULL_MATRIX_RANKS ranks and summarises past it), each entry by
 schema.results.bench_entry, the file by result_file written as the session writes results.json
 (json indent=1, harness/plugin.py). Two runs per rank count, B with one op 10% slower, then
@@ -30,9 +30,10 @@ sys.path.insert(0, str(ROOT))
 
 from collectives.ops import OPS  # noqa: E402
 from collectives.sizes import parse_sizes  # noqa: E402
-from harness import cases, files  # noqa: E402
-from harness.case_rows import collective_row  # noqa: E402
+from harness import files  # noqa: E402
 from harness.options import BENCH_SIZES, Options  # noqa: E402
+from kinds import collective  # noqa: E402
+from kinds.base import Ran  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from schema.results import bench_entry, result_file  # noqa: E402
 from schema.stats import FULL_MATRIX_RANKS, per_op_seconds, rank_rounds  # noqa: E402
@@ -68,9 +69,9 @@ def write_run(path: Path, nranks: int, seed: int, slower_op: str | None, full: b
     rng = np.random.default_rng(seed)
     entries = []
     t0 = time.perf_counter()
-    for case in cases.build(opts):
+    for case in collective.build(opts):
         results = synthetic_results(case, opts.rounds, rng, 1.10 if case.op == slower_op else 1.0)
-        row = collective_row(case, results, hosts, places)
+        row = collective.KIND.row(case, opts, Ran(results, hosts, places))
         if full:   # today's form: the whole matrix, whatever the rank count
             from dataclasses import replace
             row = replace(row, kept_ranks=[], rank_summary={},

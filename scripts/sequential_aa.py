@@ -23,6 +23,7 @@ from reports.compare import ALPHA  # noqa: E402
 from reports.gate import recorded_min_effect  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from reports.sequential import run_looks  # noqa: E402
+from schema.judgement import IMPROVEMENT, REGRESSION  # noqa: E402
 from schema.results import Cell, Run  # noqa: E402
 
 
@@ -55,7 +56,7 @@ def main() -> int:
     for _ in range(args.trials):
         flip = {i for i in launches if rng.random() < 0.5}
         seq = run_looks(*swapped(a, b, flip), budget, min_effect=recorded_min_effect(b))
-        flagged += any(c.verdict in ("regression", "improvement") for c in seq.comparison.cells)
+        flagged += any(c.outcome.kind in (REGRESSION, IMPROVEMENT) for c in seq.comparison.cells)
         decided.append(len(seq.decided_at))
     cells = len(set(a.cells) & set(b.cells))
     print(f"# {args.run}: {cells} cells, {len(launches)} launches recorded, budget {budget}")

@@ -105,8 +105,7 @@ def test_a_new_nccl_group_warms_up_with_an_op_its_forced_algorithm_covers():
     """A device group makes its communicator with one call before any case. NCCL has no PAT
     AllReduce (src/device/generate.py algos_of_coll): warming an NCCL_ALGO=PAT group up with
     all_reduce failed 'no algorithm/protocol available', and with it every nccl:PAT case."""
-    from collectives.backends.torch_dist import warmup_op
-    from collectives.capabilities import NCCL_ALGO_OPS
+    from collectives.backends.nccl import NCCL_ALGO_OPS, warmup_op
     pat = merge_group_env([resolve("nccl", "nccl:PAT", op) for op in ("all_gather", "reduce_scatter")])
     assert warmup_op(pat) == "all_gather"
     for algo, ops in NCCL_ALGO_OPS.items():

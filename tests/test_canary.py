@@ -11,6 +11,7 @@ from harness import canary as canary_workload
 from reports import summary
 from reports.gate import EXIT_MACHINE, judge_history
 from reports.history import MIN_SEGMENT, analyse, change_points, detectable_change
+from schema.judgement import IMPROVEMENT, MACHINE_REGRESSION, REGRESSION, SUSPECTED_REGRESSION
 from tests.conftest import run_cli
 from tests.test_history import SLOW_RANGE, nightly, runs_of
 
@@ -72,17 +73,17 @@ def test_a_noisy_night_is_left_out_with_the_canary_figures(tmp_path):
     hist = analyse(runs_of(folder))
     assert list(hist.left_out) == [6] and "canary memory" in hist.left_out[6], hist.left_out
     assert all(f"canary {name}" in hist.left_out[6] for name in ("memory", "loopback", "compute"))
-    assert not hist.regressed and not hist.machine_changed and not hist.judged.by_verdict("improvement")
+    assert not hist.regressed and not hist.machine_changed and not hist.judged.by_verdict(IMPROVEMENT)
     text = summary.history_text(hist)
     assert "noisy night left out of every cell: 8.0.RC3 (2026-11-07T02:00):" in text and "GB/s against its usual" in text
     newest = with_canary(nightly(tmp_path / "b", 8, drift=0.02), lambda night: 1.6 if night == 7 else 1.0,
                          lambda night, op, size: 1.6 if night == 7 else 1.0)
     hist = analyse(runs_of(newest))
-    assert list(hist.left_out) == [7] and not [c for c in hist.suspected.cells if c.verdict.startswith("suspected")]
+    assert list(hist.left_out) == [7] and not [c for c in hist.suspected.cells if c.outcome.suspected]
     without = runs_of(newest)   # the same nights, the canary removed: a suspicion
     for run in without:
         run.meta.pop("canary")
-    assert [c for c in analyse(without).suspected.cells if c.verdict.startswith("suspected regression")]
+    assert analyse(without).suspected.by_verdict(SUSPECTED_REGRESSION)
 
 
 def test_a_step_the_canary_shows_too_is_the_machine_exit_7(tmp_path):
@@ -94,7 +95,7 @@ def test_a_step_the_canary_shows_too_is_the_machine_exit_7(tmp_path):
     judgement = judge_history(runs_of(folder))
     hist = judgement.history
     assert not hist.regressed and hist.machine_changed
-    machine = hist.judged.by_verdict("machine regression")
+    machine = hist.judged.by_verdict(MACHINE_REGRESSION)
     assert {(c.series.op, c.size) for c in machine} == {("all_gather", s) for s in (4, 16, 64, 256, 1024)}
     assert all(c.note.startswith("canary ") and "+40% time" in c.note for c in machine), [c.note for c in machine]
     assert judgement.headline.startswith("MACHINE CHANGED: 1 size ranges moved with the canary (canary ")
@@ -110,7 +111,7 @@ def test_a_software_change_beside_a_quiet_canary_is_a_regression_exit_1(tmp_path
     folder = with_canary(nightly(tmp_path, 12, slow_from=9, drift=0.02))
     judgement = judge_history(runs_of(folder))
     assert judgement.regressed and not judgement.machine_changed and judgement.exit_status() == 1
-    assert {(c.series.op, c.size) for c in judgement.history.judged.by_verdict("regression")} == {
+    assert {(c.series.op, c.size) for c in judgement.history.judged.by_verdict(REGRESSION)} == {
         ("all_reduce", s) for s in (256 << 10, 1 << 20, 4 << 20)} and all(SLOW_RANGE("all_reduce", s) for s in (256 << 10,))
     assert run_cli("history", folder).returncode == 1
 

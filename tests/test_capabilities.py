@@ -5,10 +5,12 @@ import pytest
 
 from collectives import capabilities
 from collectives.backends import algo_label, oversubscribed
-from collectives.capabilities import DeviceFacts, hccl_product, nccl_algo_ran, parse_nccl_tuning
+from collectives.backends.hccl import HCCL_FALLBACK_NOTE, hccl_product
+from collectives.backends.nccl import nccl_algo_ran, parse_nccl_tuning
+from collectives.capabilities import DeviceFacts
 from collectives.ops import OPS
-from harness.cases import build
 from harness.options import Options
+from kinds.collective import build
 
 A2 = DeviceFacts("hccl", name="Ascend910B3", devices=8)
 A3 = DeviceFacts("hccl", name="Ascend910_9391", devices=16)
@@ -106,7 +108,7 @@ def test_hccl_algo_on_one_server_is_skipped_as_hccls_own_choice():
 
 def test_hccl_unknown_soc_refuses_algorithms_but_not_default():
     table = cases(DeviceFacts("hccl", name="Ascend999X", devices=8), algos=("default", "ring"), dtypes=("float32",))
-    assert "SoC Ascend999X is not in collectives/capabilities.py" in skip(table, "ring", "all_reduce")
+    assert "SoC Ascend999X is not in collectives/backends/hccl.py" in skip(table, "ring", "all_reduce")
     assert skip(table, "default", "all_reduce") == ""
 
 
@@ -179,7 +181,7 @@ def test_cpu_backends_read_nothing_and_skip_nothing_new():
 def test_hccl_series_are_labelled_as_requested():
     assert algo_label("hccl", "ring") == "ring (requested)" and algo_label("hccl", "default") == "default"
     assert algo_label("nccl", "ring") == "ring" and algo_label("mpi", "mpi:ring") == "mpi:ring"
-    assert "may ignore it" in capabilities.HCCL_FALLBACK_NOTE and "without saying so" in capabilities.HCCL_FALLBACK_NOTE
+    assert "may ignore it" in HCCL_FALLBACK_NOTE and "without saying so" in HCCL_FALLBACK_NOTE
 
 
 # Lines in the formats NCCL prints (NVIDIA/nccl src/enqueue.cc; logs quoted in NVIDIA/nccl issues).
@@ -256,10 +258,11 @@ def test_nested_launchers_multiply_their_ranks_per_node():
 def test_tuning_cases_obey_the_same_table_as_the_sweep():
     """The overlap and compress benches skip what the collective sweep skips (HCCL has no uint8
     all_reduce on Atlas A2; torch_npu would time its cast to int32 under that name)."""
-    from harness.cases import build_tuning
+    from kinds import compress, overlap
     opts = Options(backends=["hccl"], nproc=8, sizes=[1 << 20], ops=["all_reduce"], dtypes=["uint8", "float32"],
                    comm_dtypes=["float32", "uint8"])
-    tuning = {(c.bench, c.comm_dtype if c.bench == "compress" else c.dtype): c.skip for c in build_tuning(opts, [A2])}
+    tuning = {**{("overlap", c.dtype): c.skip for c in overlap.build(opts, [A2])},
+              **{("compress", c.comm_dtype): c.skip for c in compress.build(opts, [A2])}}
     sweep = skip(cases(A2, ops=("all_reduce",), dtypes=("uint8",)), "default", "all_reduce", "uint8")
     assert sweep and tuning[("overlap", "uint8")] == sweep and tuning[("overlap", "float32")] == ""
     assert tuning[("compress", "uint8")]

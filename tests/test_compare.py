@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from reports import summary
+from reports.calibration import calibrate
 from reports.compare import compare, size_ranges
 from reports.result_files import load
+from schema.judgement import IMPROVEMENT, INCONCLUSIVE, REGRESSION, SUSPECTED_REGRESSION
 from schema.results import CollectiveRow, bench_entry, result_file
 
 SIZES = [4 << (2 * i) for i in range(11)]          # 4 B .. 4 MiB, like --sizes 4:4M:4
@@ -52,7 +54,7 @@ def write_ab(path, slow=1.0, launches=6, drift_sd=0.0, seed=7):
 
 def test_a_a_flags_nothing(tmp_path):
     cmp = compare(load(write_run(tmp_path / "a.json", 1)), load(write_run(tmp_path / "b.json", 2)))
-    assert len(cmp.cells) == 33 and not cmp.regressed and cmp.by_verdict("improvement") == []
+    assert len(cmp.cells) == 33 and not cmp.regressed and cmp.by_verdict(IMPROVEMENT) == []
 
 
 def test_slowdown_is_flagged_exactly_on_its_size_range(tmp_path):
@@ -61,7 +63,7 @@ def test_slowdown_is_flagged_exactly_on_its_size_range(tmp_path):
     ranges = size_ranges(cmp)
     assert [(r["series"].op, r["first"], r["last"]) for r in ranges] == [("all_reduce", 64 << 10, 1 << 20)]
     assert ranges[0]["low"] < 1.25 < ranges[0]["high"] * 1.05
-    line = summary.range_lines(cmp, "regression")[0]
+    line = summary.range_lines(cmp, REGRESSION)[0]
     assert line.startswith("all_reduce float32 sum 2 ranks mpi/default 64KiB-1MiB: busbw -") and 1.15 < ranges[0]["ratio"] < 1.35
 
 
@@ -70,7 +72,7 @@ def test_an_isolated_blip_stays_inconclusive(tmp_path):
     cmp = compare(load(write_run(tmp_path / "a.json", 1)), load(write_run(tmp_path / "c.json", 2, blip)))
     assert not cmp.regressed
     cell = next(c for c in cmp.cells if c.series.op == "broadcast" and c.size == 16 << 10)
-    assert cell.verdict == "inconclusive" and cell.note.startswith("isolated regression")
+    assert cell.outcome.kind == INCONCLUSIVE and cell.note.startswith("isolated regression")
 
 
 def test_launches_are_the_sample_when_both_sides_have_several(tmp_path):
@@ -87,8 +89,8 @@ def test_one_launch_a_side_can_only_suspect(tmp_path):
     sweep that would settle it, and never a failing verdict."""
     slow = lambda op, size: 1.25 if op == "all_reduce" and (64 << 10) <= size <= (1 << 20) else 1.0  # noqa: E731
     cmp = compare(load(write_run(tmp_path / "a.json", 1)), load(write_run(tmp_path / "c.json", 2, slow)))
-    assert not cmp.regressed and cmp.by_verdict("regression") == []
-    assert [(r["first"], r["last"]) for r in size_ranges(cmp, "suspected regression")] == [(64 << 10, 1 << 20)]
+    assert not cmp.regressed and cmp.by_verdict(REGRESSION) == []
+    assert [(r["first"], r["last"]) for r in size_ranges(cmp, SUSPECTED_REGRESSION)] == [(64 << 10, 1 << 20)]
     out = summary.text(cmp)
     assert "suspected regressions" in out and "REGRESSIONS" not in out
     assert "--repeat 3 --backend mpi --ops all_reduce --dtypes float32 --sizes 64KiB,256KiB,1MiB" in summary.settle_command(cmp)
@@ -106,21 +108,21 @@ def test_calibration_raises_the_minimum_effect(tmp_path):
     misses, and the minimum effect rises until none of those A/A cells would have been flagged."""
     noisy_a = load(write_run(tmp_path / "a.json", 1, noise=0.01, drift=0.1))
     noisy_b = load(write_run(tmp_path / "b.json", 2, noise=0.01, drift=0.1))
-    cal = summary.calibrate(noisy_a, noisy_b)
-    assert set(cal["bands"]) == {"mpi small (<= 8 KiB)", "mpi medium (<= 1 MiB)", "mpi large (> 1 MiB)"}
-    assert all(b["ci_missed"] > 0.5 and b["min_effect"] > 0.07 for b in cal["bands"].values())
+    cal = calibrate(noisy_a, noisy_b)
+    assert set(cal.bands) == {"mpi small (<= 8 KiB)", "mpi medium (<= 1 MiB)", "mpi large (> 1 MiB)"}
+    assert all(b.ci_missed > 0.5 and b.min_effect > 0.07 for b in cal.bands.values())
     assert not compare(noisy_a, noisy_b, calibration=cal).regressed
     # a 7% slowdown: real for a quiet machine (default 5% minimum), below what this noisy one can resolve
     slow = lambda op, size: 1.07 if op == "all_reduce" else 1.0  # noqa: E731
     base, cand = load(write_run(tmp_path / "q1.json", 4)), load(write_run(tmp_path / "q2.json", 5, slow))
-    assert compare(base, cand).by_verdict("suspected regression")
+    assert compare(base, cand).by_verdict(SUSPECTED_REGRESSION)
     calibrated = compare(base, cand, calibration=cal)
-    assert not calibrated.by_verdict("suspected regression")
-    assert {round(c.min_effect, 6) for c in calibrated.cells} == {round(b["min_effect"], 6) for b in cal["bands"].values()}
+    assert not calibrated.by_verdict(SUSPECTED_REGRESSION)
+    assert {round(c.min_effect, 6) for c in calibrated.cells} == {round(b.min_effect, 6) for b in cal.bands.values()}
     # honest intervals (pairs sharing the drift) miss about 5% of the time and raise little
-    aa = summary.calibrate(load(write_ab(tmp_path / "aa.json", drift_sd=0.3), side="A"),
+    aa = calibrate(load(write_ab(tmp_path / "aa.json", drift_sd=0.3), side="A"),
                            load(tmp_path / "aa.json", side="B"))
-    assert aa["samples"] == "paired launches" and all(b["min_effect"] < 0.05 for b in aa["bands"].values())
+    assert aa.samples == "paired launches" and all(b.min_effect < 0.05 for b in aa.bands.values())
 
 
 @pytest.mark.parametrize("count", [0, 1])
@@ -152,8 +154,8 @@ def test_calibration_applies_only_to_cells_sampled_its_way(tmp_path):
     """Separate-run A/A drift is what interleaved pairs cancel: it must not mute a paired A/B."""
     # the second A/A run found the machine 20% slower throughout: launch CIs of separate runs miss it
     noisy = [load(write_run(tmp_path / f"n{i}.json", i, launches=3, run_shift=0.2 * (i - 1))) for i in (1, 2)]
-    cal = summary.calibrate(*noisy)
-    assert cal["samples"] == "launches" and all(b["min_effect"] > 0.15 for b in cal["bands"].values())
+    cal = calibrate(*noisy)
+    assert cal.samples == "launches" and all(b.min_effect > 0.15 for b in cal.bands.values())
     a, b = (load(write_run(tmp_path / f"q{i}.json", i, launches=3)) for i in (3, 4))
     assert compare(a, b, calibration=cal).calibration.startswith("A/A calibration (launches) applied to 33 of 33")
     path = write_ab(tmp_path / "ab.json", slow=1.15, launches=4)

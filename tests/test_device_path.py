@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("torch", reason="the doctor exchange runs real gloo ranks and the capture skips read torch: they need torch")
 from collectives.capabilities import DeviceFacts
 from collectives.device import graph_env_unsupported, graph_unsupported
-from harness.cases import build
 from harness.options import Options
+from kinds.collective import build
 
 A2 = DeviceFacts("hccl", name="Ascend910B3", devices=8)
 H200 = DeviceFacts("nccl", name="NVIDIA H200", devices=8, version=(2, 21, 5), capability=(9, 0))
@@ -51,7 +51,7 @@ def test_a_groups_own_setting_and_an_in_place_case_at_one_rank_skip_the_capture(
     """--knobs sets a variable in the groups of its values only: the captured cases of the value that
     fails every capture are skipped for it, the others are not (here they skip for this machine's lack of
     a GPU); at one rank an in-place collective captures nothing (NCCL enqueues no work)."""
-    from harness.cases import ONE_RANK_IN_PLACE
+    from kinds.collective import ONE_RANK_IN_PLACE
     opts = Options(backends=["nccl"], nproc=8, sizes=[1 << 20], ops=["all_reduce"], dtypes=["float32"],
                    redops=["sum"], graph=(True,), knobs={"TORCH_NCCL_BLOCKING_WAIT": ["0", "1"]})
     skips = {c.knobs["TORCH_NCCL_BLOCKING_WAIT"]: c.skip for c in build(opts, [H200])}

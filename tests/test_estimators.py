@@ -13,6 +13,7 @@ from reports.estimators import ESTIMATORS, launch_value
 from reports.gate import judge_pair
 from reports.result_files import load
 from reports.sequential import run_looks
+from schema.judgement import IMPROVEMENT, REGRESSION
 from schema.results import CollectiveRow, bench_entry, result_file
 from tests.conftest import run_cli
 from tests.test_options import parsed
@@ -66,7 +67,7 @@ def test_a_low_quantile_sees_an_eight_percent_change_that_the_median_cannot(tmp_
         seen = {est: float(np.median([c.detectable for c in cmp.cells])) for est, cmp in seq.items()}
         assert seen["min"] <= seen["p10"] < seen["median"] and seen["median"] > 0.2, seen   # 0.05: the minimum effect
         for est, cmp in seq.items():
-            found[est] += sum(c.verdict == "regression" for c in cmp.cells)
+            found[est] += sum(c.outcome.kind == REGRESSION for c in cmp.cells)
     assert found["min"] == found["p10"] == 5 * len(SIZES) and found["median"] <= 5, found
 
 
@@ -76,7 +77,7 @@ def test_an_a_a_under_one_sided_noise_stays_within_alpha(tmp_path, est):
     flagged = 0
     for seed in range(20):
         cmp = run_looks(*sides(write_noisy_ab(tmp_path / f"aa{seed}.json", seed=seed)), 6, estimator=est).comparison
-        flagged += any(c.verdict in ("regression", "improvement") for c in cmp.cells)
+        flagged += any(c.outcome.kind in (REGRESSION, IMPROVEMENT) for c in cmp.cells)
     assert flagged <= 2, flagged
 
 

@@ -7,9 +7,10 @@ import pytest
 
 from collectives import timing
 from collectives.device import GRAPH_NEEDS_DEVICE, Device, DeviceUnavailable
-from harness import cases
-from harness.case_rows import CollectiveBench
 from harness.options import OptionError
+from kinds import collective
+from kinds.collective import KIND as COLLECTIVE
+from kinds.collective import CollectiveCase
 from reports.table import host_cost_lines, render
 from schema.results import CollectiveRow, Series
 from schema.wire import DoctorSkewSpec
@@ -36,18 +37,19 @@ def test_captured_cases_on_cpu_backends_are_skipped_at_collection(backend):
     if backend == "mpi":
         pytest.importorskip("mpi4py")
     opts = parsed(["--backend", backend, "--graph", "both", "--ops", "all_reduce,broadcast", "--sizes", "8,1K"])
-    built = cases.build(opts)
+    built = collective.build(opts)
     eager, captured = [c for c in built if not c.graph], [c for c in built if c.graph]
     assert len(eager) == len(captured) == 4
     assert all(not c.skip and c.group is not None for c in eager)
     assert all(c.skip == GRAPH_NEEDS_DEVICE and c.group is None and c.id.endswith("-graph") for c in captured)
     assert len({c.id for c in built}) == len(built)
-    assert all("graph" not in CollectiveBench.spec(c, opts).plan for c in eager)
+    assert all("graph" not in COLLECTIVE.spec(c, opts).plan for c in eager)
 
 
 def test_a_captured_case_asks_its_rank_for_graph_rounds():
-    case = cases.Case("nccl", "default", "all_reduce", "float32", "sum", True, 8, 2, graph=True)
-    plan = timing.Plan(**CollectiveBench.spec(case, parsed(["--backend", "gloo"])).plan)
+    case = CollectiveCase(backend="nccl", algo="default", op="all_reduce", dtype="float32", redop="sum", inplace=True, size=8,
+                          nranks=2, graph=True)
+    plan = timing.Plan(**COLLECTIVE.spec(case, parsed(["--backend", "gloo"])).plan)
     assert plan.graph is True
 
 

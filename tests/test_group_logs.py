@@ -2,8 +2,8 @@
 megabytes a case, and reading it whole every case made a sweep's log reads grow quadratically."""
 from pathlib import Path
 
-from harness.group_key import GroupKey
 from harness.groups import WorkerGroup
+from schema.group_key import GroupKey
 
 
 def _bytes_read() -> int:

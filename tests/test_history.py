@@ -12,6 +12,7 @@ import pytest
 from reports import summary
 from reports.history import analyse, change_points
 from reports.result_files import load
+from schema.judgement import IMPROVEMENT, REGRESSION, STANDING_REGRESSION, SUSPECTED_REGRESSION, Cause, Direction, Verdict
 from tests.conftest import run_cli
 from tests.test_compare import write_run
 
@@ -49,7 +50,7 @@ def test_change_points_find_a_step_and_ignore_noise():
 def test_drifting_history_flags_nothing(tmp_path):
     for seed in range(3):
         hist = analyse(runs_of(nightly(tmp_path / str(seed), 12, seed=seed)))
-        assert not hist.regressed and hist.judged.by_verdict("improvement") == [], summary.history_text(hist)
+        assert not hist.regressed and hist.judged.by_verdict(IMPROVEMENT) == [], summary.history_text(hist)
         assert len(hist.judged.cells) == 33
 
 
@@ -57,7 +58,7 @@ def test_slowdown_is_flagged_from_its_night_over_its_size_range(tmp_path):
     folder = nightly(tmp_path, 12, slow_from=9, cann=lambda night: "8.1.RC1" if night >= 9 else "8.0.RC3")
     hist = analyse(runs_of(folder))
     assert hist.regressed
-    bad = hist.judged.by_verdict("regression")
+    bad = hist.judged.by_verdict(REGRESSION)
     assert {(c.series.op, c.size) for c in bad} == {("all_reduce", s) for s in (256 << 10, 1 << 20, 4 << 20)}
     assert all(hist.change_at[c.key] == 9 for c in bad)
     text = summary.history_text(hist)
@@ -74,21 +75,21 @@ def test_slowdown_is_flagged_from_its_night_over_its_size_range(tmp_path):
 def test_one_bad_newest_night_is_suspected_not_failed(tmp_path):
     hist = analyse(runs_of(nightly(tmp_path, 10, slow_from=9, factor=1.6, drift=0.03)))
     assert not hist.regressed
-    suspects = hist.suspected.by_verdict("suspected regression")
+    suspects = hist.suspected.by_verdict(SUSPECTED_REGRESSION)
     assert {c.size for c in suspects} >= {1 << 20, 4 << 20} and {c.series.op for c in suspects} == {"all_reduce"}
     assert "suspected regressions in the newest run alone" in summary.history_text(hist)
 
 
 def test_an_old_change_stands_and_a_revert_is_not_a_regression(tmp_path):
     old = analyse(runs_of(nightly(tmp_path / "old", 14, slow_from=4, drift=0.05)), window=7)
-    assert not old.regressed and {c.size for c in old.judged.by_verdict("standing regression")} >= {1 << 20, 4 << 20}
+    assert not old.regressed and {c.size for c in old.judged.by_verdict(STANDING_REGRESSION)} >= {1 << 20, 4 << 20}
     # slower on nights 4-8, then back: the newest change is an improvement back to the old level
     folder = nightly(tmp_path / "revert", 13, slow_from=4, drift=0.05)
     for night in range(9, 13):
         path = folder / f"202611{night + 1:02d}-020000" / "results.json"
         write_run(path, night, launches=3, when=f"2026-11-{night + 1:02d}T02:00:00")
     hist = analyse(runs_of(folder))
-    assert not hist.regressed and {c.size for c in hist.judged.by_verdict("improvement")} >= {1 << 20, 4 << 20}
+    assert not hist.regressed and {c.size for c in hist.judged.by_verdict(IMPROVEMENT)} >= {1 << 20, 4 << 20}
 
 
 def test_history_cli_bad_and_short_input(tmp_path):
@@ -180,12 +181,14 @@ def test_the_same_night_screen_takes_each_cell_on_its_own_p():
     from schema.results import Series
     series = Series("collective", "mpi", "default", "all_reduce", "float32", "sum", False, 2)
 
-    def cell(size, ratio, low, high, p, q, verdict="inconclusive"):
-        c = CellResult((series, size), series, size, ratio, low, high, p, samples="newest run", min_effect=0.05)
-        c.q, c.verdict = q, verdict
+    undecided, suspected = (Verdict(d, cause=Cause.HISTORY, newest=True) for d in (Direction.INCONCLUSIVE, Direction.REGRESSION))
+
+    def cell(size, ratio, low, high, p, q, verdict=undecided):
+        c = CellResult((series, size), series, size, ratio, low, high, p, samples="newest run", min_effect=0.05, outcome=verdict)
+        c.q = q
         return c
     cells = [cell(4, 1.35, 1.2, 1.52, 0.002, 0.052), cell(16, 1.03, 1.01, 1.05, 0.01, 0.1),
-             cell(64, 1.3, 0.9, 1.8, 0.2, 0.5), cell(256, 1.4, 1.3, 1.5, 0.001, 0.01, "suspected regression")]
+             cell(64, 1.3, 0.9, 1.8, 0.2, 0.5), cell(256, 1.4, 1.3, 1.5, 0.001, 0.01, suspected)]
     hist = History([], Comparison("", "", []), Comparison("", "", cells))
     assert [c.size for c in hist.screened()] == [4, 256]
 

@@ -220,7 +220,7 @@ def test_an_imported_per_iteration_pair_compares_like_a_native_pair(tmp_path):
     for a, b in zip(imported.cells, own.cells):
         assert (a.samples, a.n_base, a.n_cand) == (b.samples, b.n_base, b.n_cand) == ("rounds", 20, 20)
         assert (a.ratio, a.low, a.high, a.p) == pytest.approx((b.ratio, b.low, b.high, b.p))
-        assert a.ratio == pytest.approx(1.25, rel=1e-3) and a.verdict == b.verdict
+        assert a.ratio == pytest.approx(1.25, rel=1e-3) and a.outcome == b.outcome
 
 
 # ---- a -J file the writer closed after the run failed (jsonOutputFinalize: no footer, no result) says FAILED

@@ -32,8 +32,8 @@ def test_a_side_b_rank_gets_its_stacks_path_and_unsets_but_the_cases_own_switch(
     the stack unsets is gone; the case's forced algorithm wins over the stack's environment."""
     import os
 
-    from harness.group_key import GroupKey
     from harness.groups import REPO_ROOT, WorkerGroup
+    from schema.group_key import GroupKey
     monkeypatch.setenv("PYTHONPATH", "/opt/this-stack/site-packages")
     monkeypatch.setenv("HCCL_BENCH_GONE", "1")
     key = GroupKey("gloo", 2, env=(("HCCL_ALGO", "level0:NA;level1:ring"),), side="B",

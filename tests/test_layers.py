@@ -147,12 +147,12 @@ def test_corrupt_changes_exactly_the_first_result_compared():
 
 
 def test_a_missing_torch_api_skips_the_layer_case_with_its_reason(monkeypatch):
-    from harness.cases import build_layers
     from harness.options import Options
+    from kinds import linear, pipeline
     assert support.missing("tp_bench", impl="dtensor") == "" and support.missing("pp_bench", schedule="zbv") == ""
     monkeypatch.setattr(support, "_has", lambda module, name: name not in ("ScheduleZBVZeroBubble", "parallelize_module"))
     opts = Options(backends=["gloo"], nproc=2, tp=[1], pp=[2], schedules=["1f1b", "zbv"], microbatches=[2], layers=4)
-    skips = {c.id: c.skip for c in build_layers(opts)}
+    skips = {c.id: c.skip for kind in (linear.KIND, pipeline.KIND) for c in kind.build(opts)}
     version = torch.__version__
     assert skips["gloo-pipeline-tp1-pp2-zbv-m2"] == f"torch {version} has no torch.distributed.pipelining.schedules." \
                                                     "ScheduleZBVZeroBubble (torch >= 2.6)"
@@ -163,29 +163,30 @@ def test_a_missing_torch_api_skips_the_layer_case_with_its_reason(monkeypatch):
 
 def _tp_row(impl: str, fwd_bwd_ns: int, shares: list, launch: int = 0) -> LayerRow:
     """A TP block's row as the driver makes it, from what two ranks of layers/rank_tasks.tp_bench return."""
-    from harness import case_rows
-    from harness.cases import LayerCase
     from harness.options import Options
+    from kinds import linear
+    from kinds.base import Ran
     ranks = [{"iters": 1, "round_ns": [fwd_bwd_ns + 100_000 + 1000 * i for i in range(5)], "fwd_ns": [fwd_bwd_ns // 3] * 5,
               "fwd_bwd_ns": [fwd_bwd_ns] * 5, "matmul_ns": [fwd_bwd_ns // 2] * 5, "flops_per_iter": 6e9,
               "tokens_per_iter": 1024, "comm_share": share, "peak_memory_bytes": 1 << 20, "wrong": 0, "checked": 10,
               "err_to_tol": 0.1, "params_local": 1000} for share in shares]
-    case = LayerCase("gloo", "linear", 2, 1, 2, layer="mlp", impl=impl, launch=launch)
-    return case_rows.layer_row(case, Options(), ranks, {"node1": 2}, {0: "node1", 1: "node1"})
+    case = linear.LinearCase(backend="gloo", tp=2, pp=1, nranks=2, layer="mlp", impl=impl, launch=launch)
+    return linear.KIND.row(case, Options(), Ran(ranks, {"node1": 2}, {0: ("node1", 0), 1: ("node1", 1)}))
 
 
 def test_comm_exposed_is_one_declaration_seen_in_the_table_compare_and_report(tmp_path):
     """comm_exposed_us (the time per fwd+bwd inside the block's blocking collectives: comm_share x
     fwd+bwd, none of it under compute) is declared once in schema.results.LayerRow and computed
     where rows are made; table, compare JSON and report show it with no edit of theirs."""
-    from reports import report_page, summary, table
+    from kinds import linear
+    from reports import report_page, summary
     from reports.compare import compare
     from reports.result_files import load
     from schema.results import bench_entry, result_file
     row = _tp_row("manual", 2_000_000, [0.25, 0.35])               # 2 ms fwd+bwd, 30% of it in collectives
     assert row.comm_exposed_us == pytest.approx(600.0) and row.efficiency == pytest.approx(0.5)
     assert _tp_row("dtensor", 2_000_000, [None, None]).comm_exposed_us is None   # DTensor's collectives are not timed
-    text = table.render_layers([row])
+    text = linear.KIND.table([row])
     head = next(line for line in text.splitlines() if line.startswith("# backend"))
     assert head.endswith("exposed comm(us)") and text.splitlines()[3].endswith(" 600.0")
     runs = []

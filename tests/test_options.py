@@ -154,7 +154,7 @@ def test_an_algorithm_switch_in_the_environment_is_measured_under_its_own_name(m
     """MPICH's switch exported by a job script is the site's production setting: the 'default' series
     of the op it names runs it, named 'recexch (environment)' with the variable recorded in its setting
     and its group; other ops stay 'default', another backend is not touched, and a forced series wins."""
-    from harness.cases import build
+    from kinds.collective import build
     monkeypatch.setenv("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "recexch")
     var = {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "recexch"}
     built = build(prepare(*_prepared(["--backend", "mpi,gloo", "--ops", "all_reduce,broadcast", "--sizes", "1K",
@@ -166,7 +166,7 @@ def test_an_algorithm_switch_in_the_environment_is_measured_under_its_own_name(m
     assert series[("mpi", "ring", "all_reduce")][0]["MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"] == "ring"
     assert series[("gloo", "default", "all_reduce")] == ({}, {})
     assert [c.id for c in built if c.algo.endswith("(environment)")][0].startswith("mpi-recexch-env-all_reduce-")
-    from harness.cases import environment_algo
+    from kinds.collective import environment_algo
     assert environment_algo("all_to_all", {"OMPI_MCA_coll_tuned_alltoall_algorithm": "2"}) == "pairwise (environment)"
 
 
@@ -193,8 +193,8 @@ def test_a_series_forced_by_the_environment_is_judged_and_counted_by_its_algorit
     does; NCCL_ALGO=PAT exported: all_reduce (no PAT AllReduce) is skipped with the table's reason."""
     from collectives.capabilities import DeviceFacts
     from collectives.ops import OPS
-    from harness.cases import build
     from harness.options import Options
+    from kinds.collective import build
     assert OPS["all_reduce"].bus_factor(8, "NVLS (environment)") == OPS["all_reduce"].bus_factor(8, "nccl:NVLS") == 7 / 9
     h200 = DeviceFacts("nccl", name="NVIDIA H200", devices=8, version=(2, 27, 3), capability=(9, 0))
     monkeypatch.setenv("NCCL_ALGO", "PAT")

@@ -5,8 +5,9 @@ import pytest
 from collectives import algorithms
 from collectives.backends import BACKENDS, algo_label, create, forms, info
 from collectives.ops import ITEMSIZE, OPS, Op, by_log_name
-from harness.cases import OVERLAP_OPS, build
 from harness.options import Options
+from kinds.collective import build
+from kinds.overlap import OPS_WITH_ASYNC
 
 
 @pytest.mark.parametrize("name", list(OPS))
@@ -34,7 +35,7 @@ def test_one_itemsize_table():
 def test_cases_take_the_op_set_and_async_ops_from_the_registry():
     opts = Options(backends=["gloo"], nproc=2, sizes=[1024], dtypes=["float32"], redops=["sum"])
     assert list(dict.fromkeys(c.op for c in build(opts))) == list(OPS)
-    assert set(OVERLAP_OPS) == set(info("gloo").async_ops) == {n for n, o in OPS.items() if o.has_async}
+    assert set(OPS_WITH_ASYNC) == set(info("gloo").async_ops) == {n for n, o in OPS.items() if o.has_async}
 
 
 def test_backends_declare_what_the_driver_asks():

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from collectives.ops import OPS, bandwidths
-from harness.case_rows import collective_row
-from harness.cases import Case
 from harness.groups import GroupKey
+from harness.options import Options
+from kinds.base import Ran
+from kinds.collective import KIND as COLLECTIVE
+from kinds.collective import CollectiveCase
 from reports import table
 from reports.compare import compare
 from reports.report_page import _heatmaps, case_id, render
@@ -23,10 +25,10 @@ SLOW_RANK = 77                          # 1.3x slower every round
 PER_HOST = 16
 
 
-def case(op: str, size: int, nranks: int) -> Case:
+def case(op: str, size: int, nranks: int) -> CollectiveCase:
     count = OPS[op].count_for(size, 4, nranks)
-    return Case("mpi", "default", op, "float32", "sum" if OPS[op].reduces else "none", False, size, nranks,
-                count=count, nbytes=count * 4, group=GroupKey("mpi", nranks))
+    return CollectiveCase(backend="mpi", algo="default", op=op, dtype="float32", redop="sum" if OPS[op].reduces else "none",
+                          inplace=False, size=size, nranks=nranks, count=count, nbytes=count * 4, group=GroupKey("mpi", nranks))
 
 
 def rank_results(nranks: int, seed: int, rounds: int = 20) -> list[dict]:
@@ -46,8 +48,8 @@ def places(nranks: int) -> dict:
 def rows_both_forms(op: str, size: int, nranks: int, seed: int) -> tuple[CollectiveRow, CollectiveRow]:
     """(summarised, whole-matrix) rows of the same rank x round data."""
     results = rank_results(nranks, seed)
-    row = collective_row(case(op, size, nranks), results, {f"node{h:03d}": PER_HOST for h in range(nranks // PER_HOST)},
-                         places(nranks))
+    row = COLLECTIVE.row(case(op, size, nranks), Options(),
+                         Ran(results, {f"node{h:03d}": PER_HOST for h in range(nranks // PER_HOST)}, places(nranks)))
     whole = dataclasses.replace(row, kept_ranks=[], rank_summary={}, **stats.rank_rounds(
         [r["round_ns"] for r in results], places(nranks), full_up_to=1 << 30))
     return row, whole

@@ -7,6 +7,7 @@ import numpy as np
 from reports.compare import ALPHA
 from reports.result_files import load
 from reports.sequential import look_alpha, planned_looks, run_looks
+from schema.judgement import REGRESSION
 from schema.results import CollectiveRow, bench_entry, result_file
 from tests.test_compare import SIZES
 
@@ -73,5 +74,5 @@ def test_a_a_false_positive_rate_is_within_alpha(tmp_path):
     flagged = 0
     for seed in range(120):
         seq = run_looks(*sides(write_paired(tmp_path / "aa.json", lambda size: 1.0, 8, seed=seed, drift_sd=0.3)), 8)
-        flagged += any(c.verdict == "regression" for c in seq.comparison.cells)
+        flagged += any(c.outcome.kind == REGRESSION for c in seq.comparison.cells)
     assert flagged / 120 <= ALPHA, flagged

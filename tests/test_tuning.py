@@ -5,7 +5,8 @@ import json
 import pytest
 
 from collectives.ops import OPS
-from harness.cases import build, build_tuning
+from kinds import bucket, compress, overlap
+from kinds.collective import build
 from layers.memory import bucket_plan, mlp_gradient_sizes
 from reports import table
 from reports.result_files import load
@@ -25,12 +26,12 @@ def test_buckets_fill_back_to_front_like_ddp():
 def test_tuning_cases_skip_what_would_repeat_or_cannot_run():
     opts = parsed(["--backend", "gloo,mpi", "--sizes", "1K", "--hidden", "64", "--layers", "4",
                    "--buckets", "0,16K,64K,1M,4M"])
-    cases = {c.id: c for c in build_tuning(opts)}
+    cases = {c.id: c for c in [*overlap.build(opts), *bucket.KIND.build(opts), *compress.build(opts)]}
     model = 4 * sum(mlp_gradient_sizes(64, 4))                   # 260 KiB
     assert cases["gloo-bucket-1MiB"].skip == "" and "the same 1 bucket as 1MiB" in cases["gloo-bucket-4MiB"].skip
     assert cases["gloo-compress-float16"].skip == "" and "MPI has no float16" in cases["mpi-compress-float16"].skip
-    assert {c.size for c in cases.values() if c.bench == "compress"} == {model}
-    assert sorted(c.op for c in cases.values() if c.bench == "overlap" and c.backend == "mpi") == \
+    assert {c.gradient_bytes for c in cases.values() if isinstance(c, compress.CompressCase)} == {model}
+    assert sorted(c.op for c in cases.values() if isinstance(c, overlap.OverlapCase) and c.backend == "mpi") == \
         sorted(name for name, op in OPS.items() if op.has_async)   # every op with an asynchronous form
 
 
@@ -149,13 +150,14 @@ def test_a_knob_sweep_over_an_mpich_cvar_is_series_in_one_table_report_and_compa
 
 def _bucket_row(cap: int, step_ns: int, launch: int = 0) -> TuningRow:
     """A bucket case's row as the driver makes it, from what two bucketing ranks return."""
-    from harness import case_rows
-    from harness.cases import TuningCase
+    from harness.options import Options
+    from kinds.base import Ran
     sizes = mlp_gradient_sizes(64, 4)
     calls = len(bucket_plan([4 * n for n in sizes], cap))
     ranks = [{"iters": 1, "round_ns": [step_ns + 1000 * i for i in range(5)], "calls": calls, "tensors": len(sizes),
               "model_bytes": 4 * sum(sizes), "wrong": 0} for _ in range(2)]
-    return case_rows.tuning_row(TuningCase("gloo", "bucket", 2, size=cap, launch=launch), ranks, {"node1": 2})
+    case = bucket.BucketCase(backend="gloo", nranks=2, bucket_bytes=cap, launch=launch)
+    return bucket.KIND.row(case, Options(), Ran(ranks, {"node1": 2}))
 
 
 def test_bucket_fill_is_one_declaration_seen_in_the_table_compare_and_report(tmp_path):

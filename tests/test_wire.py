@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import case_rows, worker
-from harness.cases import Case, LayerCase, TuningCase
+import kinds
+from harness import worker
 from harness.groups import CaseFailure, GroupKey, GroupPool
 from harness.options import Options
+from kinds.base import Ran
+from kinds.collective import CollectiveCase
+from kinds.compress import CompressCase
+from kinds.overhead import OverheadCase
+from kinds.pipeline import PipelineCase
 from schema import wire
 
 SPECS = [
@@ -42,7 +47,8 @@ def test_results_are_typed_and_a_missing_field_is_named():
     got = wire.result_from_json(wire.OverheadResult, raw)
     assert got.plain_round_ns == [9, 9] and got.calibration == {}
     with pytest.raises(wire.WireError, match=r"^rank 1's result: field plain_round_ns is missing$"):
-        case_rows.overhead_row("gloo", 2, 2, [raw, {"wrong": 0, "iters": 3, "round_ns": [1]}])
+        kinds.overhead.KIND.row(OverheadCase(backend="gloo", nranks=2, size=8), Options(),
+                                Ran([raw, {"wrong": 0, "iters": 3, "round_ns": [1]}], {}))
 
 
 @pytest.mark.parametrize("message, error", [
@@ -66,16 +72,19 @@ def test_a_malformed_spec_is_one_line(message, error):
 def test_the_driver_halves_make_the_specs_of_today():
     """Field names are the JSON keys the ranks read: a case's spec has its kind and every value it had."""
     opts = Options()
-    case = Case("gloo", "default", "all_reduce", "float32", "sum", True, 64, 2, count=16, graph=True)
-    assert wire.to_json(case_rows.CollectiveBench.spec(case, opts)) == {
+    case = CollectiveCase(backend="gloo", algo="default", op="all_reduce", dtype="float32", redop="sum", inplace=True,
+                          size=64, nranks=2, count=16, graph=True)
+    assert wire.to_json(kinds.collective.KIND.spec(case, opts)) == {
         "kind": "collective", "timeout_s": 0.0, "corrupt": False, "op": "all_reduce", "dtype": "float32", "redop": "sum",
         "inplace": True, "count": 16, "plan": {**opts.plan(), "graph": True}}
-    layer = case_rows.LayerBench.spec(LayerCase("gloo", "pipeline", 1, 2, 2, schedule="1f1b", microbatches=4), opts)
+    layer = kinds.pipeline.KIND.spec(PipelineCase(backend="gloo", tp=1, pp=2, nranks=2, schedule="1f1b", microbatches=4), opts)
     assert (layer.kind, layer.schedule, layer.microbatches, layer.layers, layer.plan["warmup"]) == \
            ("layer", "1f1b", 4, opts.layers, max(1, min(opts.warmup, 2)))
-    tuning = case_rows.TuningBench.spec(TuningCase("gloo", "compress", 2, 4096, comm_dtype="bfloat16"), opts)
+    tuning = kinds.compress.KIND.spec(CompressCase(backend="gloo", nranks=2, gradient_bytes=4096, comm_dtype="bfloat16"), opts)
     assert (tuning.kind, tuning.bucket_bytes, tuning.comm_dtype, tuning.op) == ("tuning", 4096, "bfloat16", "")
-    assert set(case_rows.BENCHES) == {Case, LayerCase, TuningCase}
+    compress = CompressCase(backend="gloo", nranks=2, gradient_bytes=1, comm_dtype="float32")
+    assert (kinds.of_case(case).name, kinds.of_case(compress).name) == ("collective", "compress")
+    assert compress.id == "gloo-compress-float32"
 
 
 @pytest.mark.slow  # two real gloo ranks

@@ -1,12 +1,14 @@
-"""The communication libraries, one module per family, each declaring a ``BackendInfo`` per backend
+"""The communication libraries: the modules in ``_MODULES`` each declare a ``BackendInfo`` per backend
 name (collectives/backends/base.py); the rest of the code asks ``info(name)`` instead of comparing
-names. Adding a backend = its module + one line in ``_MODULES``."""
+names. Adding a backend = its module + one line in ``_MODULES``. Each library's knowledge (its switch
+per op, what it supports) is its own module's: torch_dist.py declares gloo, nccl and hccl from nccl.py
+and hccl.py; mpich.py and openmpi.py declare theirs over the shared MPI rank side, mpi_ranks.py."""
 from __future__ import annotations
 
 import importlib
 
 from collectives.backends.base import Backend, BackendInfo, Unsupported, page_aligned
-from collectives.backends.mpich import MpiBackend
+from collectives.backends.mpi_ranks import MpiBackend
 from collectives.backends.torch_dist import TorchBackend
 
 __all__ = ["BACKENDS", "Backend", "BackendInfo", "MpiBackend", "TorchBackend", "Unsupported", "algo_label", "create",

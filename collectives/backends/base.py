@@ -64,6 +64,8 @@ class BackendInfo:
     rank_env: tuple[tuple[str, str], ...] = ()   # defaults every rank's environment gets
     switch: Switch = field(default=no_switch("this backend", "none declared"))
     switch_vars: tuple[str, ...] = ()    # regexes of the variables `switch` sets: one already set would force the default series
+    switch_names: Callable[[str], tuple[str, ...]] = lambda op: ()   # op -> its name in a per-op variable ('allreduce')
+    value_names: Callable[[str], dict[str, str]] = lambda op: {}    # op -> {value a variable holds: algorithm name}
     native_algos: tuple[str, ...] = ()   # BACKEND:VALUE names --algos accepts
     portable: dict[str, str] = field(default_factory=dict)   # ring/tree -> the library's name, where op-independent
     skip_reason: Callable[[Target, str, str, str, str], str] = nothing_to_skip   # (target, native, op, dtype, redop)

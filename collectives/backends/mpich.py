@@ -1,205 +1,71 @@
-"""The "mpi" backend: MPI through mpi4py on numpy buffers, started by the MPI library's own mpiexec.
-MPICH is the default build; the Open MPI family is detected from the library's version string and
-switches algorithms through coll_tuned instead of MPICH's CVARs."""
+"""The "mpi" backend: MPI through mpi4py (mpi_ranks.py), started by the MPI library's own mpiexec.
+MPICH is the default build and switches algorithms through one CVAR per op (its table here); under
+an interpreter whose mpi4py loads Open MPI the same backend switches through Open MPI's coll/tuned
+(openmpi.py)."""
 from __future__ import annotations
 
-import functools
-import json
-import os
-import subprocess
-import sys
-import time
+from dataclasses import dataclass, field
 
-import numpy as np
-
-from collectives.backends.base import BackendInfo, Unsupported, encode, family_call, page_aligned
+from collectives.backends import openmpi
+from collectives.backends.base import BackendInfo, Unsupported
+from collectives.backends.mpi_ranks import DTYPES, MpiBackend, unstarted_mpi, variant
 from collectives.capabilities import DeviceFacts, Target
-from collectives.device import Device, DeviceUnavailable
-from collectives.ops import OPS
+from collectives.device import DeviceUnavailable
 
-SPEC_TAG = 4242
-DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
-# MPICH: MPIR_CVAR_<OP>_INTRA_ALGORITHM (each op's Switches); these make a forced algorithm fail
-# instead of falling back silently
+
+@dataclass(frozen=True)
+class Cvar:
+    """An op's MPIR_CVAR_<name>_INTRA_ALGORITHM and the values it takes."""
+    name: str
+    values: tuple[str, ...]                                      # as `mpivars` of MPICH 4.x/5.0 lists them
+    portable: dict[str, str] = field(default_factory=dict)      # ring/tree -> MPICH value
+
+
+# An op not listed has no CVAR (sendrecv is point-to-point).
+MPICH_CVARS = {
+    "all_reduce": Cvar("ALLREDUCE", ("nb", "smp", "recursive_doubling", "recursive_multiplying", "reduce_scatter_allgather",
+                                     "tree", "recexch", "ring", "k_reduce_scatter_allgather"),
+                       {"ring": "ring", "tree": "tree"}),
+    "all_gather": Cvar("ALLGATHER", ("nb", "brucks", "k_brucks", "recursive_doubling", "ring", "recexch_doubling",
+                                     "recexch_halving"), {"ring": "ring"}),
+    "reduce_scatter": Cvar("REDUCE_SCATTER_BLOCK", ("nb", "noncommutative", "recursive_doubling", "pairwise",
+                                                    "recursive_halving")),
+    "all_to_all": Cvar("ALLTOALL", ("nb", "brucks", "k_brucks", "pairwise", "pairwise_sendrecv_replace", "scattered")),
+    "all_to_all_v": Cvar("ALLTOALLV", ("nb", "pairwise_sendrecv_replace", "scattered")),   # mpivars, MPICH 4.x
+    "broadcast": Cvar("BCAST", ("nb", "smp", "binomial", "scatter_recursive_doubling_allgather", "scatter_ring_allgather",
+                                "pipelined_tree", "tree"), {"ring": "scatter_ring_allgather", "tree": "tree"}),
+    "reduce": Cvar("REDUCE", ("nb", "smp", "binomial", "reduce_scatter_gather"), {"tree": "binomial"}),
+}
+# these make a forced algorithm fail instead of falling back silently
 MPICH_GUARDS = {"MPIR_CVAR_DEVICE_COLLECTIVES": "none", "MPIR_CVAR_COLLECTIVE_FALLBACK": "error"}
-
-
-class MpiBackend:
-    """One MPI rank of COMM_WORLD."""
-
-    def __init__(self, name: str, rank: int, world: int, local_rank: int):
-        import mpi4py
-        # mpi4py asks for MPI_THREAD_MULTIPLE unless told otherwise; a plain C MPI_Init gets SINGLE, and
-        # some libraries' small-message paths differ between the two (--mpi-thread-level)
-        if level := os.environ.get("HCCL_BENCH_MPI_THREAD_LEVEL"):
-            mpi4py.rc.thread_level = level
-        from mpi4py import MPI
-
-        from collectives.backends import info  # the registry: every MPI-family backend's ranks are this class
-        self.info = info(name)
-        self.MPI = MPI
-        self.comm = MPI.COMM_WORLD
-        self.name, self.rank, self.world = name, self.comm.Get_rank(), self.comm.Get_size()
-        if self.world != world:   # e.g. srun without --mpi=pmi2: every rank alone in a world of 1
-            raise RuntimeError(f"MPI sees a world of {self.world} ranks but the launcher started {world}: the launcher "
-                               "and the MPI library do not share a process manager (srun needs --mpi=pmi2 for "
-                               "MPICH; or use the library's own mpiexec)")
-        self.device = Device("cpu")
-        self.redops = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
-
-    def from_numpy(self, values: np.ndarray, dtype: str):
-        buf = page_aligned(values.size * np.dtype(dtype).itemsize).view(dtype)
-        buf[:] = values
-        return buf
-
-    def full(self, count: int, value: float, dtype: str):
-        buf = page_aligned(count * np.dtype(dtype).itemsize).view(dtype)
-        buf[:] = value
-        return buf
-
-    def write(self, buf, values: np.ndarray) -> None:
-        buf[:] = values
-
-    def view(self, buf, start: int, stop: int):
-        return buf[start:stop]
-
-    def to_numpy(self, buf) -> np.ndarray:
-        return buf.astype(np.float64)
-
-    def call(self, op: str, send, recv, redop: str, inplace: bool, asynchronous: bool = False):
-        """asynchronous: MPI's non-blocking form (Iallreduce, ...), returning a request to wait() on."""
-        red = self.redops.get(redop, self.MPI.OP_NULL)   # OP_NULL: ops that do not reduce
-        return family_call(self, op, send, recv, red, inplace, asynchronous)
-
-    def copy(self, dst, src) -> None:
-        dst[:] = src
-
-    def scale(self, buf, factor: float) -> None:
-        buf *= np.float32(factor)
-
-    def exchange(self, peer: int, send, recv) -> None:
-        self.comm.Sendrecv(send, peer, 7, recv, peer, 7)
-
-    def send(self, peer: int, buf) -> None:
-        self.comm.Send(buf, peer, 8)
-
-    def recv(self, peer: int, buf) -> None:
-        self.comm.Recv(buf, peer, 8)
-
-    def plain_all_reduce_loop(self, buf, redop: str):
-        allreduce, in_place, red = self.comm.Allreduce, self.MPI.IN_PLACE, self.redops[redop]
-
-        def loop(k):
-            for _ in range(k):
-                allreduce(in_place, buf, red)
-        return loop
-
-    def barrier(self) -> None:
-        self.comm.Barrier()
-
-    def max_float(self, value: float) -> float:
-        return self.comm.allreduce(float(value), op=self.MPI.MAX)
-
-    def bcast_json(self, obj=None):
-        """Idle ranks wait here between cases, polling a point-to-point Irecv with a growing nap
-        instead of spinning a core in MPI_Bcast (an idle A/B partner group shares the cores)."""
-        data = encode(obj) if self.rank == 0 else b""
-        size = np.array([len(data)], dtype=np.int64)
-        if self.rank == 0:
-            self.MPI.Request.Waitall([self.comm.Isend(size, dest=r, tag=SPEC_TAG) for r in range(1, self.world)])
-        else:
-            req, nap = self.comm.Irecv(size, source=0, tag=SPEC_TAG), 0.0001
-            while not req.Test():  # back off: an idle A/B partner group must not steal the cores
-                time.sleep(nap)
-                nap = min(nap * 2, 0.002)
-        buf = np.frombuffer(data, dtype=np.uint8).copy() if self.rank == 0 else np.empty(int(size[0]), np.uint8)
-        self.comm.Bcast(buf, root=0)
-        return json.loads(buf.tobytes().decode())
-
-    def gather_json(self, obj):
-        data = np.frombuffer(encode(obj), dtype=np.uint8)
-        sizes = np.array(self.comm.gather(int(data.size), root=0) or [], dtype=np.int64)
-        if self.rank == 0:
-            out = np.empty(int(sizes.sum()), np.uint8)
-            self.comm.Gatherv(data, [out, sizes.tolist()], root=0)
-            offsets = np.concatenate([[0], np.cumsum(sizes)])
-            return [json.loads(out[offsets[i]:offsets[i + 1]].tobytes().decode()) for i in range(self.world)]
-        self.comm.Gatherv(data, None, root=0)
-        return None
-
-    def versions(self) -> dict[str, str]:
-        import mpi4py
-        levels = {self.MPI.THREAD_SINGLE: "single", self.MPI.THREAD_FUNNELED: "funneled",
-                  self.MPI.THREAD_SERIALIZED: "serialized", self.MPI.THREAD_MULTIPLE: "multiple"}
-        library = self.MPI.Get_library_version().rstrip("\x00").strip()   # Open MPI's ends in a NUL
-        return {"mpi4py": mpi4py.__version__, "mpi_library": library.splitlines()[0],
-                "mpi_thread_level": levels.get(self.MPI.Query_thread(), str(self.MPI.Query_thread()))}
-
-    def close(self) -> None:
-        """Finalize now, with every rank, not at interpreter exit: a host leader then waits for its
-        followers to exit (harness.control.Watch.release), and a follower in MPI_Finalize waits
-        for the leader's (the process manager's barrier): finalizing after that wait deadlocks."""
-        from mpi4py import MPI
-        if not MPI.Is_finalized():
-            MPI.Finalize()
-
-
-def _mpi4py():
-    """mpi4py's MPI with the library loaded but not initialised (the driver never calls MPI_Init)."""
-    import mpi4py
-    mpi4py.rc.initialize = False
-    from mpi4py import MPI
-    return MPI
 
 
 def probe() -> None:
     try:
-        _mpi4py()
+        unstarted_mpi()
     except (ImportError, RuntimeError) as exc:
         raise DeviceUnavailable("backend mpi needs mpi4py and an MPI library: "
                                 "pip install 'hccl-bench[mpi]' (mpi4py + the mpich wheel)") from exc
 
 
-def library_version(python: str = "") -> str:
-    """The version string of the MPI library mpi4py loads under `python` ("" = this interpreter),
-    read without initialising MPI; another interpreter (an A/B side) is asked in a child process."""
-    if not python or os.path.abspath(python) == os.path.abspath(sys.executable):   # venvs share one real binary
-        return _mpi4py().Get_library_version().rstrip("\x00").strip()
-    code = "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version())"
-    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
-    if proc.returncode:
-        why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        raise DeviceUnavailable(f"{python} cannot load mpi4py and an MPI library: {why}")
-    return proc.stdout.rstrip("\x00\n").strip()
-
-
-@functools.cache
-def variant(python: str = "") -> str:
-    """'mpich' or 'openmpi' as `python` loads it. The backend was probed before this runs, so a
-    failure here is a real error, not a reason to guess MPICH."""
-    return "openmpi" if "Open MPI" in library_version(python) else "mpich"
-
-
 def switch(op, value: str, portable: bool, target: Target | None, library: str):
-    s = op.switches
     if library == "openmpi":
-        name = s.ompi_portable.get(value) if portable else value
-        if name is None or name not in s.ompi_ids:
-            return Unsupported(f"Open MPI coll/tuned has no {value} algorithm for {op.name}")
-        return {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
-                f"OMPI_MCA_coll_tuned_{s.ompi_param}_algorithm": str(s.ompi_ids[name])}
-    name = s.mpich_portable.get(value) if portable else value
-    if name is None or name not in s.mpich_values:
+        return openmpi.coll_tuned(op, value, portable)
+    cvar = MPICH_CVARS.get(op.name, Cvar("", ()))
+    name = cvar.portable.get(value) if portable else value
+    if name not in cvar.values:
         return Unsupported(f"MPICH has no {value} algorithm for {op.name}")
-    return {**MPICH_GUARDS, f"MPIR_CVAR_{s.mpich_cvar}_INTRA_ALGORITHM": name}
+    return {**MPICH_GUARDS, f"MPIR_CVAR_{cvar.name}_INTRA_ALGORITHM": name}
 
 
-NATIVE = tuple(sorted({v for op in OPS.values() for v in (*op.switches.mpich_values, *op.switches.ompi_ids)}))
-BACKENDS = {
+NATIVE = tuple(sorted({v for c in MPICH_CVARS.values() for v in c.values} | set(openmpi.NATIVE)))
+BACKENDS: dict[str, BackendInfo] = {
     "mpi": BackendInfo("mpi", family="mpi", device_kind="cpu", dtypes=DTYPES, library="MPI", api="mpi4py",
-                       create=MpiBackend, launcher="mpiexec", rendezvous_store=False, numpy_buffers=True, layers=False,
+                       create=lambda name, *at: MpiBackend(BACKENDS[name], *at), launcher="mpiexec",
+                       rendezvous_store=False, numpy_buffers=True, layers=False,
                        switch=switch, native_algos=NATIVE, probe=probe,
                        switch_vars=(r"MPIR_CVAR_\w+_INTRA_ALGORITHM", r"OMPI_MCA_coll_tuned_\w+_algorithm"),
+                       switch_names=lambda op: (MPICH_CVARS[op].name,) if op in MPICH_CVARS else (),
                        variant=variant, thread_level=True,
                        build="mpich", mpiexec_flags=lambda nproc: ("-bind-to", "core"), packages=("mpi4py", "mpich"),
                        read_facts=lambda: DeviceFacts("mpi"), version_keys=("mpi4py", "mpi_library", "mpi_thread_level")),

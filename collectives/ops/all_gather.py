@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import math
 
-from collectives.ops.base import LogNames, Op, Switches, chunk_factor
+from collectives.ops.base import LogNames, Op, chunk_factor
 
 
 def expect(p, rank: int):
@@ -42,15 +42,5 @@ OP = Op(
     factor=chunk_factor, expect=expect, inplace=inplace,
     calls={"torch": _torch, "mpi": _mpi}, forms={"torch": frozenset({True, False}), "mpi": frozenset({True, False})},
     has_async=True, traffic=traffic,
-    switches=Switches(
-        hccl_op="allgather",
-        mpich_cvar="ALLGATHER",
-        mpich_values=("nb", "brucks", "k_brucks", "recursive_doubling", "ring", "recexch_doubling", "recexch_halving"),
-        mpich_portable={"ring": "ring"},
-        ompi_param="allgather",
-        ompi_ids={"linear": 1, "bruck": 2, "recursive_doubling": 3, "ring": 4, "neighbor": 5, "two_proc": 6},
-        ompi_portable={"ring": "ring"},
-        nccl_algos=("Ring", "CollnetDirect", "NVLS", "PAT"),
-    ),
     log=LogNames(nccl_tests="allgather", nccl_func="AllGather", inspector=("AllGather",)),
 )

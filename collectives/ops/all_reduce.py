@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import math
 
-from collectives.ops.base import LogNames, Op, Switches
+from collectives.ops.base import LogNames, Op
 
 NVLS = ("NVLS", "NVLSTREE")
 
@@ -37,17 +37,5 @@ OP = Op(
     factor=factor, expect=lambda p, rank: p.reduced(p.count),
     calls={"torch": _torch, "mpi": _mpi}, forms={"torch": frozenset({True}), "mpi": frozenset({True, False})},
     has_async=True, traffic=traffic,
-    switches=Switches(
-        hccl_op="allreduce",
-        mpich_cvar="ALLREDUCE",
-        mpich_values=("nb", "smp", "recursive_doubling", "recursive_multiplying", "reduce_scatter_allgather",
-                      "tree", "recexch", "ring", "k_reduce_scatter_allgather"),
-        mpich_portable={"ring": "ring", "tree": "tree"},
-        ompi_param="allreduce",
-        ompi_ids={"basic_linear": 1, "nonoverlapping": 2, "recursive_doubling": 3, "ring": 4, "segmented_ring": 5,
-                  "rabenseifner": 6},
-        ompi_portable={"ring": "ring"},
-        nccl_algos=("Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree"),
-    ),
     log=LogNames(nccl_tests="allreduce", nccl_func="AllReduce", inspector=("AllReduce",)),
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import math
 
-from collectives.ops.base import LogNames, Op, Switches, chunk_factor
+from collectives.ops.base import LogNames, Op, chunk_factor
 
 
 def expect(p, rank: int):
@@ -31,12 +31,5 @@ OP = Op(
     factor=chunk_factor, expect=expect,
     calls={"torch": _torch, "mpi": _mpi}, forms={"torch": frozenset({False}), "mpi": frozenset({True, False})},
     traffic=traffic,
-    switches=Switches(
-        hccl_op="alltoall",
-        mpich_cvar="ALLTOALL",
-        mpich_values=("nb", "brucks", "k_brucks", "pairwise", "pairwise_sendrecv_replace", "scattered"),
-        ompi_param="alltoall",
-        ompi_ids={"linear": 1, "pairwise": 2, "modified_bruck": 3, "linear_sync": 4, "two_proc": 5},
-    ),
     log=LogNames(nccl_tests="alltoall", nccl_func="AllToAll", inspector=("All2All", "AllToAll")),
 )

@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from collectives.ops.base import Op, Switches
+from collectives.ops.base import Op
 
 
 def units(n: int) -> int:
@@ -85,12 +85,6 @@ OP = AllToAllV(
     calls={"torch": _torch, "mpi": _mpi}, forms={"torch": frozenset({False}), "mpi": frozenset({False})},
     has_async=True,   # async_op=True and MPI_Ialltoallv
     traffic=traffic,
-    switches=Switches(
-        mpich_cvar="ALLTOALLV",
-        mpich_values=("nb", "pairwise_sendrecv_replace", "scattered"),   # mpivars, MPICH 4.x
-        ompi_param="alltoallv",
-        ompi_ids={"basic_linear": 1, "pairwise": 2},
-    ),
     # log names left empty: nccl-tests' alltoallv_perf and hccl_test's alltoallv_test split evenly
     # (count/n per peer, busbw (n-1)/n), so their rows are not this op's split
 )

@@ -49,19 +49,6 @@ def algo_id(algo: str) -> str:
 
 
 @dataclass(frozen=True)
-class Switches:
-    """An op's name in each library's algorithm switch ('' / empty: the switch has no setting for it)."""
-    hccl_op: str = ""                       # HCCL_ALGO="<hccl_op>=level0:NA;level1:<algo>"
-    mpich_cvar: str = ""                    # MPIR_CVAR_<mpich_cvar>_INTRA_ALGORITHM
-    mpich_values: tuple[str, ...] = ()      # as `mpivars` of MPICH 4.x/5.0 lists them
-    mpich_portable: dict[str, str] = field(default_factory=dict)   # ring/tree -> MPICH value
-    ompi_param: str = ""                    # OMPI_MCA_coll_tuned_<ompi_param>_algorithm
-    ompi_ids: dict[str, int] = field(default_factory=dict)         # ompi_info --param coll tuned --level 9
-    ompi_portable: dict[str, str] = field(default_factory=dict)
-    nccl_algos: tuple[str, ...] = ()        # NCCL_ALGO values NCCL builds for this collective (generate.py)
-
-
-@dataclass(frozen=True)
 class LogNames:
     """How other tools name the op in their logs."""
     nccl_tests: str = ""                    # <name>_perf (rccl-tests, hccl_test <name>_test alike)
@@ -85,7 +72,6 @@ class Op:
     inplace: Callable[..., tuple[Any, Any]] = one_buffer  # (backend, x, pattern, send_n, recv_n) -> (send, recv)
     point_to_point: bool = False                        # no collective algorithm applies
     min_ranks: int = 1
-    switches: Switches = field(default_factory=Switches)
     log: LogNames = field(default_factory=LogNames)
     traffic: Callable[[str, int], tuple[float, float]] | None = None   # predict: (algo, p) -> (steps, share of S)
 

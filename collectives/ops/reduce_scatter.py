@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import math
 
-from collectives.ops.base import LogNames, Op, Switches, chunk_factor
+from collectives.ops.base import LogNames, Op, chunk_factor
 
 
 def expect(p, rank: int):
@@ -40,13 +40,5 @@ OP = Op(
     factor=chunk_factor, expect=expect, inplace=inplace,
     calls={"torch": _torch, "mpi": _mpi}, forms={"torch": frozenset({True, False}), "mpi": frozenset({False})},
     has_async=True, traffic=traffic,
-    switches=Switches(
-        hccl_op="reducescatter",
-        mpich_cvar="REDUCE_SCATTER_BLOCK",
-        mpich_values=("nb", "noncommutative", "recursive_doubling", "pairwise", "recursive_halving"),
-        ompi_param="reduce_scatter_block",
-        ompi_ids={"basic_linear": 1, "recursive_doubling": 2, "recursive_halving": 3, "butterfly": 4},
-        nccl_algos=("Ring", "CollnetDirect", "NVLS", "PAT"),
-    ),
     log=LogNames(nccl_tests="reducescatter", nccl_func="ReduceScatter", inspector=("ReduceScatter",)),
 )

@@ -1,0 +1,165 @@
+"""MPI through mpi4py on numpy buffers: the rank side and the library detection every MPI build's
+backend shares (mpich.py declares "mpi", openmpi.py "openmpi"). A rank gets its declaration from the
+one that starts it, never from the registry above it."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from collectives.backends.base import BackendInfo, encode, family_call, page_aligned
+from collectives.device import Device, DeviceUnavailable
+
+SPEC_TAG = 4242
+DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
+
+
+class MpiBackend:
+    """One MPI rank of COMM_WORLD."""
+
+    def __init__(self, info: BackendInfo, rank: int, world: int, local_rank: int):
+        import mpi4py
+        # mpi4py asks for MPI_THREAD_MULTIPLE unless told otherwise; a plain C MPI_Init gets SINGLE, and
+        # some libraries' small-message paths differ between the two (--mpi-thread-level)
+        if level := os.environ.get("HCCL_BENCH_MPI_THREAD_LEVEL"):
+            mpi4py.rc.thread_level = level
+        from mpi4py import MPI
+        self.info = info
+        self.MPI = MPI
+        self.comm = MPI.COMM_WORLD
+        self.name, self.rank, self.world = info.name, self.comm.Get_rank(), self.comm.Get_size()
+        if self.world != world:   # e.g. srun without --mpi=pmi2: every rank alone in a world of 1
+            raise RuntimeError(f"MPI sees a world of {self.world} ranks but the launcher started {world}: the launcher "
+                               "and the MPI library do not share a process manager (srun needs --mpi=pmi2 for "
+                               "MPICH; or use the library's own mpiexec)")
+        self.device = Device("cpu")
+        self.redops = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+
+    def from_numpy(self, values: np.ndarray, dtype: str):
+        buf = page_aligned(values.size * np.dtype(dtype).itemsize).view(dtype)
+        buf[:] = values
+        return buf
+
+    def full(self, count: int, value: float, dtype: str):
+        buf = page_aligned(count * np.dtype(dtype).itemsize).view(dtype)
+        buf[:] = value
+        return buf
+
+    def write(self, buf, values: np.ndarray) -> None:
+        buf[:] = values
+
+    def view(self, buf, start: int, stop: int):
+        return buf[start:stop]
+
+    def to_numpy(self, buf) -> np.ndarray:
+        return buf.astype(np.float64)
+
+    def call(self, op: str, send, recv, redop: str, inplace: bool, asynchronous: bool = False):
+        """asynchronous: MPI's non-blocking form (Iallreduce, ...), returning a request to wait() on."""
+        red = self.redops.get(redop, self.MPI.OP_NULL)   # OP_NULL: ops that do not reduce
+        return family_call(self, op, send, recv, red, inplace, asynchronous)
+
+    def copy(self, dst, src) -> None:
+        dst[:] = src
+
+    def scale(self, buf, factor: float) -> None:
+        buf *= np.float32(factor)
+
+    def exchange(self, peer: int, send, recv) -> None:
+        self.comm.Sendrecv(send, peer, 7, recv, peer, 7)
+
+    def send(self, peer: int, buf) -> None:
+        self.comm.Send(buf, peer, 8)
+
+    def recv(self, peer: int, buf) -> None:
+        self.comm.Recv(buf, peer, 8)
+
+    def plain_all_reduce_loop(self, buf, redop: str):
+        allreduce, in_place, red = self.comm.Allreduce, self.MPI.IN_PLACE, self.redops[redop]
+
+        def loop(k):
+            for _ in range(k):
+                allreduce(in_place, buf, red)
+        return loop
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def max_float(self, value: float) -> float:
+        return self.comm.allreduce(float(value), op=self.MPI.MAX)
+
+    def bcast_json(self, obj=None):
+        """Idle ranks wait here between cases, polling a point-to-point Irecv with a growing nap
+        instead of spinning a core in MPI_Bcast (an idle A/B partner group shares the cores)."""
+        data = encode(obj) if self.rank == 0 else b""
+        size = np.array([len(data)], dtype=np.int64)
+        if self.rank == 0:
+            self.MPI.Request.Waitall([self.comm.Isend(size, dest=r, tag=SPEC_TAG) for r in range(1, self.world)])
+        else:
+            req, nap = self.comm.Irecv(size, source=0, tag=SPEC_TAG), 0.0001
+            while not req.Test():  # back off: an idle A/B partner group must not steal the cores
+                time.sleep(nap)
+                nap = min(nap * 2, 0.002)
+        buf = np.frombuffer(data, dtype=np.uint8).copy() if self.rank == 0 else np.empty(int(size[0]), np.uint8)
+        self.comm.Bcast(buf, root=0)
+        return json.loads(buf.tobytes().decode())
+
+    def gather_json(self, obj):
+        data = np.frombuffer(encode(obj), dtype=np.uint8)
+        sizes = np.array(self.comm.gather(int(data.size), root=0) or [], dtype=np.int64)
+        if self.rank == 0:
+            out = np.empty(int(sizes.sum()), np.uint8)
+            self.comm.Gatherv(data, [out, sizes.tolist()], root=0)
+            offsets = np.concatenate([[0], np.cumsum(sizes)])
+            return [json.loads(out[offsets[i]:offsets[i + 1]].tobytes().decode()) for i in range(self.world)]
+        self.comm.Gatherv(data, None, root=0)
+        return None
+
+    def versions(self) -> dict[str, str]:
+        import mpi4py
+        levels = {self.MPI.THREAD_SINGLE: "single", self.MPI.THREAD_FUNNELED: "funneled",
+                  self.MPI.THREAD_SERIALIZED: "serialized", self.MPI.THREAD_MULTIPLE: "multiple"}
+        library = self.MPI.Get_library_version().rstrip("\x00").strip()   # Open MPI's ends in a NUL
+        return {"mpi4py": mpi4py.__version__, "mpi_library": library.splitlines()[0],
+                "mpi_thread_level": levels.get(self.MPI.Query_thread(), str(self.MPI.Query_thread()))}
+
+    def close(self) -> None:
+        """Finalize now, with every rank, not at interpreter exit: a host leader then waits for its
+        followers to exit (harness.control.Watch.release), and a follower in MPI_Finalize waits
+        for the leader's (the process manager's barrier): finalizing after that wait deadlocks."""
+        from mpi4py import MPI
+        if not MPI.Is_finalized():
+            MPI.Finalize()
+
+
+def unstarted_mpi():
+    """mpi4py's MPI with the library loaded but not initialised (the driver never calls MPI_Init)."""
+    import mpi4py
+    mpi4py.rc.initialize = False
+    from mpi4py import MPI
+    return MPI
+
+
+def library_version(python: str = "") -> str:
+    """The version string of the MPI library mpi4py loads under `python` ("" = this interpreter),
+    read without initialising MPI; another interpreter (an A/B side) is asked in a child process."""
+    if not python or os.path.abspath(python) == os.path.abspath(sys.executable):   # venvs share one real binary
+        return unstarted_mpi().Get_library_version().rstrip("\x00").strip()
+    code = "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print(MPI.Get_library_version())"
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    if proc.returncode:
+        why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise DeviceUnavailable(f"{python} cannot load mpi4py and an MPI library: {why}")
+    return proc.stdout.rstrip("\x00\n").strip()
+
+
+@functools.cache
+def variant(python: str = "") -> str:
+    """'mpich' or 'openmpi' as `python` loads it. The backend was probed before this runs, so a
+    failure here is a real error, not a reason to guess MPICH."""
+    return "openmpi" if "Open MPI" in library_version(python) else "mpich"

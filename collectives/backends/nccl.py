@@ -1,0 +1,172 @@
+"""NCCL, everything the harness knows of it: its algorithm switch (NCCL_ALGO) per op, what it builds
+per version, GPU and layout, each table with its source, and what its TUNING lines say it ran. A
+forced NCCL_ALGO the op lacks fails in the call, so it is skipped with the reason instead. The
+backend is declared with gloo and hccl in torch_dist.py (one rank class for the three)."""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from collectives.backends.base import Unsupported
+from collectives.capabilities import ALL, Target
+from collectives.ops import OPS
+
+# --- NCCL. Source: NVIDIA/nccl src/device/generate.py (algos_of_coll, all_tys, all_redops,
+# required_cuda / ncclNvlsSupported), NCCL env reference (NCCL_ALGO, NCCL_COLLNET_ENABLE).
+# Every harness dtype and redop is built for every collective (i8 u8 i32 u64 f16 f32 f64 bf16;
+# Sum Prod MinMax), so NCCL skips no dtype; a forced NCCL_ALGO the op lacks fails in the call
+# ("no algorithm/protocol available"), so those are skipped here.
+NCCL_DTYPES = ALL
+NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")   # ncclAlgoStr order
+# NCCL_ALGO applies to collectives: the values NCCL builds for each (generate.py algos_of_coll). An op
+# not listed has none (alltoall, alltoallv and send/recv are point-to-point in NCCL).
+NCCL_ALGOS_OF = {
+    "all_reduce": ("Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree"),
+    "all_gather": ("Ring", "CollnetDirect", "NVLS", "PAT"),
+    "reduce_scatter": ("Ring", "CollnetDirect", "NVLS", "PAT"),
+    "broadcast": ("Ring",),
+    "reduce": ("Ring",),
+}
+NCCL_ALGO_OPS = {algo: tuple(op for op, algos in NCCL_ALGOS_OF.items() if algo in algos) for algo in NCCL_ALGOS}
+NCCL_PORTABLE = {"ring": "Ring", "tree": "Tree"}
+# ncclNvlsSupported: i32/u32/i64/u64 with sum/min/max; f32/f64 sum only; f16/bf16 sum/min/max.
+NCCL_NVLS_REDOPS = {"int32": ("sum", "max", "min"), "int64": ("sum", "max", "min"), "float32": ("sum",),
+                    "float64": ("sum",), "float16": ("sum", "max", "min"), "bfloat16": ("sum", "max", "min")}
+NCCL_PAT_SINCE = (2, 23)   # NCCL 2.23 added PAT, for one GPU per node only (NVIDIA/nccl#1473, #1964)
+NCCL_NVLS_ARCH = (9, 0)    # generate.py: NVLS kernels need __CUDA_ARCH__ >= 900 (and NVSwitch NVLink SHARP)
+# enqueue.cc (v2.21.5:1503 .. v2.29): NVLS is skipped when collNetSupport != 1 && nNodes > 1; up to 2.26
+# (v2.26.6 enqueue.cc:1689) NVLS AllGather/ReduceScatter is skipped whenever nNodes > 1.
+NCCL_NVLS_AG_RS_NODES_SINCE = (2, 27)
+
+
+def nccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "", redop: str = "",
+                     asked: str = "") -> str:
+    """Why NCCL_ALGO=`native` cannot run `op` here ('' if it can): NCCL fails the call instead."""
+    name = asked or native
+    ops = NCCL_ALGO_OPS.get(native, ())
+    if op not in ops:
+        return f"NCCL has no {name} algorithm for {op} ({native} covers {', '.join(ops)})"
+    if target is None:
+        return ""
+    facts = target.facts
+    if native.startswith("Collnet") and not facts.collnet:
+        return (f"NCCL's {native} needs a CollNet network plugin (e.g. SHARP) and NCCL_COLLNET_ENABLE=1, "
+                "not set here")
+    if native == "PAT":
+        if facts.version and facts.version < NCCL_PAT_SINCE:
+            return f"NCCL {'.'.join(map(str, facts.version))} has no PAT (NCCL >= 2.23)"
+        if target.ranks_per_node > 1:   # 0: not known from the launcher
+            return f"NCCL's PAT runs with one GPU per node only; this group has {target.ranks_per_node} per node"
+    if native.startswith("NVLS"):
+        if facts.capability != (0, 0) and facts.capability < NCCL_NVLS_ARCH:
+            arch = "".join(map(str, facts.capability))
+            return f"NCCL's {native} needs sm_90 or newer (NVLink SHARP); {facts.name} is sm_{arch}"
+        if target.ranks_per_node == 1:
+            return f"NCCL's {native} needs several GPUs on one NVSwitch node; this group has {target.ranks_per_node} per node"
+        if native == "NVLS" and target.nodes > 1:   # enqueue.cc: NVLS is left out when collNetSupport != 1 && nNodes > 1
+            if not facts.collnet:
+                return (f"NCCL's NVLS across nodes needs CollNet (a CollNet plugin and NCCL_COLLNET_ENABLE=1); this group "
+                        f"spans {target.nodes} nodes without it")
+            if op in ("all_gather", "reduce_scatter") and facts.version and facts.version < NCCL_NVLS_AG_RS_NODES_SINCE:
+                return f"NCCL {'.'.join(map(str, facts.version))}'s NVLS {op} runs on one node only (NCCL >= 2.27 spans nodes)"
+        if native == "NVLSTree" and target.nodes == 1:
+            return "NCCL's NVLSTree spans nodes (NVLS inside, Tree between); this group is on one node"
+        if dtype and OPS[op].reduces and redop and redop not in NCCL_NVLS_REDOPS.get(dtype, ()):
+            return (f"NCCL's {native} has no {dtype} {redop} {op} (NVLS reduces int32/int64 sum/min/max, "
+                    "fp32/fp64 sum, fp16/bf16 sum/min/max)")
+    return ""
+
+
+def nccl_dtype_reason(target: Target, op: str, dtype: str, redop: str) -> str:
+    """Why NCCL cannot run `op` on `dtype` ('' if it can)."""
+    return "" if dtype in NCCL_DTYPES else f"NCCL has no {dtype} datatype"
+
+
+# --- What NCCL says it ran. NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING makes rank 0 print one line
+# per collective (NVIDIA/nccl src/enqueue.cc), in two formats:
+# - 2.20-2.23: "%ld Bytes -> Algo %d proto %d time %f" with
+#   numeric ids (v2.20.5 enqueue.cc:1498, v2.21.5:1534, v2.22.3:1613), 2.23 prefixed "%s: " with the op
+#   (v2.23.4 enqueue.cc:1855). The bytes are the whole buffer: AllGather/ReduceScatter count x size x nranks
+#   (v2.21.5 info.h:84 nBytes *= nRanks; 2.22/2.23 ncclFuncMaxSendRecvCount).
+# - 2.24 on: "%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}" (later " comm %p"), the bytes
+#   task->count x size: one rank's part for AllGather/ReduceScatter (v2.24.3 enqueue.cc:678).
+# The COLL lines ("AllReduce: opCount ... count ... datatype ... [nranks=N]") name no algorithm.
+_TUNING = re.compile(r"NCCL INFO (?:(?P<op>AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): )?(?P<bytes>\d+) Bytes "
+                     r"-> Algo (?P<algo>\w+) proto (?P<proto>\w+)(?P<timed> time )?")
+_ALGO_IDS = NCCL_ALGOS
+_PROTO_IDS = ("LL", "LL128", "Simple")
+_ALGO_NAMES = {a.lower(): a for a in _ALGO_IDS}
+_PROTO_NAMES = {p.lower(): p for p in _PROTO_IDS}
+
+
+@dataclass(frozen=True)
+class NcclCall:
+    op: str          # NCCL's name ("AllReduce"); '' in 2.20-2.22 lines, which do not say
+    nbytes: int      # as NCCL printed it: see whole
+    algo: str        # NCCL_ALGO spelling: Ring, Tree, NVLS, ...
+    proto: str       # LL, LL128, Simple
+    whole: bool = False   # nbytes is the whole buffer (2.20-2.23), not one rank's part of an AllGather/ReduceScatter
+
+
+def parse_nccl_tuning(text: str) -> list[NcclCall]:
+    """Every algorithm/protocol choice NCCL printed in `text` (a rank log), in order."""
+    calls = []
+    for m in _TUNING.finditer(text):
+        algo, proto = m["algo"], m["proto"]
+        algo = _ALGO_IDS[int(algo)] if algo.isdigit() and int(algo) < len(_ALGO_IDS) else \
+            _ALGO_NAMES.get(algo.lower().replace("_", ""), algo)
+        proto = _PROTO_IDS[int(proto)] if proto.isdigit() and int(proto) < len(_PROTO_IDS) else \
+            _PROTO_NAMES.get(proto.lower(), proto)
+        calls.append(NcclCall(m["op"] or "", int(m["bytes"]), algo, proto, whole=bool(m["timed"])))
+    return calls
+
+
+def nccl_algo_ran(text: str, op: str, nbytes: int, nranks: int) -> str | None:
+    """'Ring/LL128' (or 'Ring/LL 90%, Tree/LL 10%' when it changed) for the calls of `op` moving
+    `nbytes` (the harness's full buffer) in `text`; None when NCCL printed nothing for them."""
+    coll = OPS[op]
+    func = coll.log.nccl_func
+    if op not in NCCL_ALGOS_OF or not func:   # NCCL prints a choice only for what NCCL_ALGO applies to
+        return None
+    per_call = nbytes // nranks if coll.per_rank_log_bytes() else nbytes
+    seen: dict[str, int] = {}
+    for call in parse_nccl_tuning(text):
+        if call.op in (func, "") and call.nbytes == (nbytes if call.whole else per_call):
+            key = f"{call.algo}/{call.proto}"
+            seen[key] = seen.get(key, 0) + 1
+    if not seen:
+        return None
+    if len(seen) == 1:
+        return next(iter(seen))
+    total = sum(seen.values())
+    return ", ".join(f"{k} {100 * v // total}%" for k, v in sorted(seen.items(), key=lambda kv: -kv[1]))
+
+
+def switch(op, value: str, portable: bool, target: Target | None, variant: str):
+    native = NCCL_PORTABLE[value] if portable else value
+    if op.name not in NCCL_ALGOS_OF:
+        return Unsupported(f"NCCL_ALGO does not apply to {op.name} (point-to-point)")
+    if why := nccl_algo_reason(native, op.name, target, asked=value):
+        return Unsupported(why)
+    return {"NCCL_ALGO": native}
+
+
+def skip_reason(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
+    if why := nccl_dtype_reason(target, op, dtype, redop):
+        return why
+    return nccl_algo_reason(native, op, target, dtype, redop) if native else ""
+
+
+def warmup_op(env: Mapping[str, str]) -> str:
+    """The op that makes a new group's communicator: all_reduce, unless NCCL_ALGO forces only
+    algorithms without one (PAT: NCCL fails 'no algorithm/protocol available'), then an op they cover.
+    Not the per-op form of NCCL_ALGO ('allgather:pat;reducescatter:pat', v2.24.3 src/graph/tuning.cc
+    parseList): 2.23, the first NCCL with PAT, skips tokens it does not know and would enable no algorithm."""
+    value = (env.get("NCCL_ALGO") or "").strip()
+    if not value or any(c in value for c in "^:;"):   # NCCL's own choice, or a negated / per-op list: the user's
+        return "all_reduce"
+    names = {a.strip().lower() for a in value.split(",")}
+    covered = {op for algo, ops in NCCL_ALGO_OPS.items() if algo.lower() in names for op in ops}
+    return next((op for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce") if op in covered),
+                "all_reduce")

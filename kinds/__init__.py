@@ -1,0 +1,34 @@
+"""The bench kinds, one module each: a new kind is its module and one line in KINDS.
+
+Everything that iterates kinds (the pytest plugin's parametrisation, the session's run, the
+worker's rank halves, the run's tables, the cell a case will be) reads KINDS and asks the kind;
+no module outside a kind's own knows what a kind holds."""
+from __future__ import annotations
+
+from kinds import bucket, collective, compress, linear, overhead, overlap, pipeline
+from kinds.base import Case, Kind
+
+KINDS: tuple[Kind, ...] = (
+    collective.KIND,
+    overhead.KIND,
+    linear.KIND,
+    pipeline.KIND,
+    overlap.KIND,
+    bucket.KIND,
+    compress.KIND,
+)
+
+
+def of_case(case: Case) -> Kind:
+    """The kind whose cases `case` is one of."""
+    return next(k for k in KINDS if isinstance(case, k.case_type))
+
+
+def rows_of(kind: Kind, rows: list) -> list:
+    """The rows among `rows` that are this kind's (its row type, and its bench where the type is shared)."""
+    return [r for r in rows if isinstance(r, kind.row_type) and getattr(r, "bench", kind.name) == kind.name]
+
+
+def tables(rows: list, kinds: tuple[Kind, ...] = KINDS) -> list[str]:
+    """Each kind's table section of `rows`, in KINDS order, the kinds without rows left out."""
+    return [text for kind in kinds if (mine := rows_of(kind, rows)) and (text := kind.table(mine).strip("\n"))]

@@ -1,0 +1,235 @@
+"""What every bench kind is made of (`Kind`), what every case of every kind holds (`Case`), and the
+steps all kinds share: one launch of a selection repeated per --repeat and A/B side (`launches`),
+--knobs values as series of their own (`with_knobs`), the ranks' typed results (`typed`) and the
+columns every table prints (`heads`, `values`, `wrong_text`)."""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Optional, TypeVar, cast
+
+from collectives import algorithms, capabilities
+from collectives.backends import info
+from schema.group_key import GroupKey
+from schema.kwonly import keyword_dataclass
+from schema.results import Metric, Series
+from schema.wire import Spec, Timed, result_from_json
+
+if TYPE_CHECKING:   # the options are the session's (harness/options.py); a kind only reads them
+    from harness.options import Options
+
+
+@keyword_dataclass
+class Case:
+    """Where and how often a case runs: its backend and world size, its worker group (None: skipped,
+    with the reason), its launch (--repeat) and A/B side, the other side's group, its --knobs values."""
+    backend: str
+    nranks: int
+    group: Optional[GroupKey] = None
+    skip: str = ""
+    launch: int = 0
+    side: str = ""                   # --ab-env: "A" or "B"
+    partner: Optional[GroupKey] = None   # --ab-env: the other side's group (rounds alternate between them)
+    knobs: dict = field(default_factory=dict)   # --knobs: this case's values (set in its group)
+
+    @property
+    def id(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class KindOption:
+    """A pytest option a kind declares, with the converter beside it: `convert` turns the command
+    line's text into the value (Options.kind_options[dest]) or raises ValueError with one line that
+    says what is allowed."""
+    flag: str
+    default: str
+    help: str
+    convert: Callable[[str], Any] = str
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass
+class Ran:
+    """What the session knows of a case that ran, beside its ranks' results: the group's hosts
+    (host -> ranks), rank -> (host, local rank), and rank 0's log since the case began."""
+    results: list[dict]
+    hosts: dict
+    places: dict = field(default_factory=dict)
+    rank0_log: Callable[[], str] = lambda: ""
+
+    @property
+    def rank_hosts(self) -> dict[int, str]:
+        return {rank: host for rank, (host, _) in self.places.items()}
+
+
+C = TypeVar("C", bound=Case)
+
+
+class Kind(Generic[C]):
+    """One bench kind: the cases a session builds for it, the spec its ranks run (their half is
+    `rank`, imported on a rank when its first spec arrives), the row made of their results and the
+    table section showing those rows. The plugin, session, worker and run output iterate
+    kinds.KINDS and ask each kind; nothing outside a kind's module knows what a kind holds."""
+    name: ClassVar[str]                       # the row's bench ("collective" for the sweep)
+    fixture: ClassVar[str]                    # the pytest fixture its bench file takes cases from
+    case_type: ClassVar[type]
+    row_type: ClassVar[type]                  # schema.results
+    spec_types: ClassVar[tuple[type[Spec], ...]]
+    rank: ClassVar[tuple[str, str]]           # (module, class) of the rank half: run(backend, spec), begin(...)
+    record_key: ClassVar[str] = ""            # "": its rows are cells in cases.jsonl; else written under this key
+    cells: ClassVar[bool] = True              # its rows are compared (cells of a run)
+    options: ClassVar[tuple[KindOption, ...]] = ()   # its own pytest options (their values: opts.kind_options)
+
+    def build(self, opts: Options) -> list[C]:
+        """Every launch's cases (skipped ones with their reason)."""
+        raise NotImplementedError
+
+    def spec(self, case: C, opts: Options) -> Spec:
+        raise NotImplementedError
+
+    def row(self, case: C, opts: Options, ran: Ran) -> Any:
+        raise NotImplementedError
+
+    def what(self, case: C) -> str:
+        """The case as a failure names it."""
+        return f"{case.id} nranks={case.nranks}"
+
+    def topic(self, case: C) -> str:
+        """What the progress lines call the case's part of the sweep."""
+        return self.name
+
+    def identity(self, case: C) -> dict:
+        """The row fields that name the case's cell: the row builder starts from them and
+        cell_key derives the cell from them, so the two cannot disagree."""
+        return {"backend": case.backend, "nranks": case.nranks, "knobs": case.knobs}
+
+    def cell_key(self, case: C) -> tuple[Series, int]:
+        """The (series, size) the case's rows will have (Series.of_fields, the one derivation)."""
+        fields = self.identity(case)
+        return Series.of_fields(self.row_type, fields), fields.get("bytes", 0)
+
+    def table(self, rows: list) -> str:
+        """This kind's section of the tables ("" without rows)."""
+        raise NotImplementedError
+
+    def closing_lines(self, rows: list) -> list[str]:
+        """What the closing summary says of these rows (the peak busbw of the collective sweep)."""
+        return []
+
+
+def placed(case: Case) -> dict:
+    """The row fields every measured case carries from its placement."""
+    return {"launch": case.launch, "side": case.side, "rounds_interleaved": case.partner is not None}
+
+
+T = TypeVar("T", bound=Timed)
+
+
+def typed(cls: type[T], results: list[dict]) -> list[T]:
+    """The ranks' results as `cls` (schema.wire), each checked: a reply missing a field is one line."""
+    return [cast(T, result_from_json(cls, r, f"rank {i}'s result")) for i, r in enumerate(results)]
+
+
+def launch_suffix(launch: int, side: str = "") -> str:
+    return (f"-L{launch}" if launch else "") + (f"-{side}" if side else "")
+
+
+def knob_suffix(knobs: dict) -> str:
+    return "".join(f"-{k}={v}" for k, v in sorted(knobs.items()))
+
+
+def with_knobs(templates: list, knobs: dict[str, list[str]]) -> list:
+    """--knobs: every template once per combination of values, its group's environment extended
+    by them (a worker group of its own, so the library reads them at start), as its own series."""
+    if not knobs:
+        return templates
+    combos = [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())]
+    out = []
+    for template in templates:
+        for combo in combos:
+            group = template.group and replace(template.group, env=tuple(sorted({**dict(template.group.env), **combo}.items())))
+            out.append(replace(template, knobs=combo, group=group))
+    return out
+
+
+def side_python(opts: Options, side: str) -> str:
+    """The interpreter a side's ranks run ("" = this one): side B's HCCL_BENCH_PYTHON in --ab-env/--ab-source."""
+    return (opts.ab_env.get("HCCL_BENCH_PYTHON") or "") if side == "B" else ""
+
+
+def launches(opts: Options, build_one: Callable[[Options], list], per_knobs: Callable[[list], list] = lambda t: t) -> list:
+    """Every launch repeats the whole selection in fresh groups, one launch after the other. With
+    --ab-env both sides' groups stay alive and each case has an A item (the environment as it is)
+    and a B item (plus --ab-env) side by side, A first in even launches and B first in odd ones;
+    collectives and layers alternate single rounds between the two groups (harness/session.py), because this
+    VM's speed flips 2x within seconds and only rounds milliseconds apart see the same machine."""
+    sides = ("A", "B") if opts.two_sides else ("",)
+    cases = []
+    for launch in range(opts.repeat):
+        order = sides if launch % 2 == 0 else sides[::-1]
+        for template in per_knobs(with_knobs(build_one(opts), opts.knobs)):
+            groups = {}
+            for side in sides:
+                extra = {k: v for k, v in opts.ab_env.items() if k != "HCCL_BENCH_PYTHON"} if side == "B" else {}
+                # side B's interpreter loads another MPI build: its own algorithm variables, the knobs kept
+                own = ({"env": tuple(sorted({**dict(template.side_b[1]), **template.knobs}.items()))}
+                       if side == "B" and getattr(template, "side_b", None) else {})
+                groups[side] = template.group and replace(template.group, launch=launch, side=side,
+                                                          python=side_python(opts, side), side_env=tuple(sorted(extra.items())),
+                                                          **own)
+            for side in order:
+                own = {"env": template.side_b[0]} if side == "B" and getattr(template, "side_b", None) else {}
+                case = replace(template, launch=launch, side=side, group=groups[side], **own)
+                if side and case.group is not None:
+                    case.partner = groups["B" if side == "A" else "A"]
+                cases.append(case)
+    return cases
+
+
+def inplace_choices(backend: str, op: str, modes: tuple[str, ...]) -> list[tuple[bool, str]]:
+    """(in-place?, skip reason) per requested mode; 'auto' prefers out-of-place where it exists."""
+    have = info(backend).forms(op)
+    lib = info(backend).api
+    out = []
+    for mode in modes:
+        if mode == "auto":
+            out.append((False not in have, ""))
+        else:
+            want = mode == "in"
+            reason = "" if want in have else f"{lib} has no {'in-place' if want else 'out-of-place'} {op}"
+            out.append((want, reason))
+    return list(dict.fromkeys(out))
+
+
+def capability_skip(target: capabilities.Target, algo: str, op: str, dtype: str, redop: str) -> str:
+    """Why the capability table says this (op, dtype, redop) under `algo` cannot run here ('' if it can)."""
+    backend = target.facts.backend
+    return info(backend).skip_reason(target, algorithms.native_name(backend, algo), op, dtype, redop)
+
+
+def no_dtype(backend: str, dtype: str) -> str:
+    """Why `backend` cannot run `dtype` ('' if it can)."""
+    have = info(backend).dtypes
+    return "" if dtype in have else f"{backend} has no {dtype} datatype (has {', '.join(have)})"
+
+
+# ---- the columns every table section prints ----
+
+def heads(shown: list[Metric]) -> str:
+    return "".join(f" {m.heading:>{m.width}}" for m in shown)
+
+
+def values(row, shown: list[Metric]) -> str:
+    return "".join(f" {m.text(getattr(row, m.name)):>{m.width}}" for m in shown)
+
+
+def wrong_text(value) -> str:
+    """#wrong as nccl-tests prints it: a count, N/A when the tool did not check."""
+    if value is None:
+        return "N/A"
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,104 @@
+"""Gradient bucketing (benches/test_tuning.py::test_bucket): the layer benches' MLP stack's gradients
+all_reduced one per tensor and in buckets of each size (flatten, all_reduce, unflatten, as DDP does);
+spec -> (layers.tuning_tasks.TuningRank) -> TuningRow with the step, the calls and how full buckets are."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from collectives.sizes import format_size
+from kinds import tuning
+from kinds.base import Case, Kind, Ran, heads, knob_suffix, launch_suffix, launches, typed, values, wrong_text
+from schema import stats
+from schema.group_key import GroupKey
+from schema.kwonly import keyword_dataclass
+from schema.results import TuningRow, metrics
+from schema.wire import BucketResult, TuningSpec
+
+if TYPE_CHECKING:
+    from harness.options import Options
+
+
+@keyword_dataclass
+class BucketCase(Case):
+    bucket_bytes: int               # the bucket cap; 0: one all_reduce per tensor
+
+    @property
+    def id(self) -> str:
+        what = format_size(self.bucket_bytes) if self.bucket_bytes else "per-tensor"
+        return f"{self.backend}-bucket-{what}{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}"
+
+
+class BucketKind(Kind[BucketCase]):
+    name = "bucket"
+    fixture = "bucket_case"
+    case_type = BucketCase
+    row_type = TuningRow
+    spec_types = (TuningSpec,)
+    rank = ("layers.tuning_tasks", "TuningRank")
+
+    def build(self, opts: Options) -> list[BucketCase]:
+        """Every --buckets cap; a cap that makes the same buckets as a smaller one is skipped with the reason."""
+        return launches(opts, _build_launch)
+
+    def identity(self, case: BucketCase) -> dict:
+        return {**super().identity(case), "bench": "bucket", "bytes": case.bucket_bytes}
+
+    def spec(self, case: BucketCase, opts: Options) -> TuningSpec:
+        return TuningSpec(**tuning.spec_fields("bucket", opts), bucket_bytes=case.bucket_bytes)
+
+    def row(self, case: BucketCase, opts: Options, ran: Ran) -> TuningRow:
+        """The step time, calls per step and how full the buckets are (gradient bytes / (calls x cap));
+        DDP closes a bucket once it holds the cap, so a bucket can pass it: fill > 1 is an overshoot."""
+        ranks = typed(BucketResult, ran.results)
+        first = ranks[0]
+        fill = first.model_bytes / (first.calls * case.bucket_bytes) if case.bucket_bytes else None
+        return replace(tuning.measured_row(case, self.identity(case), ran, ranks),
+                       step_us=stats.median_seconds([r.round_ns for r in ranks], first.iters) * 1e6, calls=first.calls,
+                       tensors=first.tensors, model_bytes=first.model_bytes, bucket_bytes=case.bucket_bytes, bucket_fill=fill)
+
+    def table(self, rows: list[TuningRow]) -> str:
+        """Per bucket size, with the best and its gain over one all_reduce per tensor."""
+        shown = metrics(TuningRow, "table", "bucket")
+        out: list[str] = []
+        for where, block in tuning.blocks(rows):
+            out += ["", f"# gradient bucketing: {block[0].tensors} gradient tensors, {format_size(block[0].model_bytes or 0)} "
+                        f"float32, DDP-style flatten, all_reduce, x 1/world, unflatten  {where}",
+                    f"#{'bucket':>12}" + heads(shown) + tuning.TAIL]
+            for r in sorted(block, key=lambda r: (r.bytes, r.launch)):
+                out.append(f" {format_size(r.bytes) if r.bytes else 'per-tensor':>12}" + values(r, shown)
+                           + f" {wrong_text(r.wrong):>7} {r.launch:>6}")
+            out.append(_best(block))
+        return "\n".join(out)
+
+
+def _best(rows: list[TuningRow]) -> str:
+    sizes = sorted({r.bytes for r in rows})
+    steps = {s: tuning.pooled_step(rows, size=s) for s in sizes}
+    best = min((s for s in sizes if steps[s]), key=lambda s: steps[s] or 0.0)
+    best_step, per_tensor = steps[best] or 0.0, steps.get(0)
+    gain = f", {per_tensor / best_step:.2f}x faster than one all_reduce per tensor" if per_tensor and best else ""
+    what = f"{format_size(best)} buckets" if best else "one all_reduce per tensor"
+    return f"# best: {what} ({best_step:.1f} us per step){gain}"
+
+
+def _build_launch(opts: Options) -> list[BucketCase]:
+    from layers.memory import bucket_plan
+    sizes = tuning.gradient_sizes(opts)
+    model = 4 * sum(sizes)
+    out: list[BucketCase] = []
+    for backend in opts.backends:
+        key = GroupKey(backend, opts.nproc, (), opts.launcher)
+        seen: dict[int, int] = {}
+        for cap in opts.buckets:
+            case = BucketCase(backend=backend, nranks=opts.nproc, bucket_bytes=cap, group=key)
+            n = len(bucket_plan([4 * s for s in sizes], cap))
+            if cap and n in seen:
+                case.skip = (f"the same {n} bucket{'s' if n > 1 else ''} as {format_size(seen[n])} for the "
+                             f"{format_size(model)} of gradients")
+            seen.setdefault(n, cap)
+            out.append(case)
+    return out
+
+
+KIND = BucketKind()

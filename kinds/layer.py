@@ -1,0 +1,59 @@
+"""What the two layer kinds share (kinds/linear.py: TP blocks, kinds/pipeline.py: pipeline steps):
+a case on a tp x pp x dp layout, the spec fields of the model, and the row's measured common part
+(round times, the check against the single-rank reference, memory, placement warnings)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from collectives.backends import BACKENDS, info
+from kinds.base import Case, Ran, placed
+from layers import memory
+from layers.mesh import ParallelDims, tp_placement
+from schema import stats
+from schema.kwonly import keyword_dataclass
+from schema.results import LayerRow
+from schema.wire import Checked
+
+if TYPE_CHECKING:
+    from harness.options import Options
+
+
+@keyword_dataclass
+class LayerCase(Case):
+    tp: int
+    pp: int
+
+    @property
+    def dp(self) -> int:
+        return self.nranks // (self.tp * self.pp) if self.nranks % (self.tp * self.pp) == 0 else 0
+
+
+def spec_fields(case: LayerCase, opts: Options) -> dict[str, Any]:
+    """The spec fields of every layer case: its layout, the model's shape and the timing plan."""
+    return {"tp": case.tp, "pp": case.pp, "hidden": opts.hidden, "seq": opts.seq, "batch": opts.batch,
+            "plan": {**opts.plan(), "warmup": max(1, min(opts.warmup, 2))}}
+
+
+def no_torch(backend: str) -> str:
+    """Why `backend` cannot run a layer bench ('' if it can)."""
+    if info(backend).layers:
+        return ""
+    layered = ", ".join(b for b, i in BACKENDS.items() if i.layers)
+    return f"layer benches need torch.distributed ({layered}), not {info(backend).api}"
+
+
+def measured_row(case: LayerCase, identity: dict, opts: Options, ran: Ran, ranks: Sequence[Checked]) -> LayerRow:
+    """The row's common part; wrong: the elements past the tolerance in the check against the
+    single-rank reference (layers.check)."""
+    k = ranks[0].iters
+    step = [r.round_ns for r in ranks]
+    return LayerRow(
+        **placed(case), **identity, hidden=opts.hidden, seq=opts.seq, batch=opts.batch, **stats.summarize(step, k),
+        iters_per_round=k, calibration=ranks[0].calibration, **stats.rank_rounds(step, ran.places), hosts=ran.hosts,
+        wrong=sum(r.wrong for r in ranks), wrong_per_rank=[r.wrong for r in ranks],
+        checked=sum(r.checked for r in ranks), err_to_tol=max(r.err_to_tol for r in ranks),
+        group_env=case.group.rank_env if case.group else {},
+        peak_memory_bytes_per_rank=[r.peak_memory_bytes for r in ranks],
+        model_states_estimate_bytes=int(sum(memory.model_states(max(r.params_local for r in ranks), 1, 1))),
+        placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks), ran.rank_hosts))

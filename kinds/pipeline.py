@@ -1,0 +1,109 @@
+"""Pipeline steps (benches/test_layers.py::test_pipeline): torch.distributed.pipelining schedules at
+every (tp, pp > 1), schedule and microbatch count; spec -> (layers.rank_tasks.LayerRank) -> LayerRow
+with the step time and the measured bubble against the schedule's theory."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from kinds.base import Kind, Ran, heads, knob_suffix, launch_suffix, launches, typed, values
+from kinds.layer import LayerCase, measured_row, no_torch, spec_fields
+from layers import schedules
+from schema import stats
+from schema.group_key import GroupKey
+from schema.kwonly import keyword_dataclass
+from schema.results import LayerRow, metrics
+from schema.wire import LayerSpec, PipelineResult
+
+if TYPE_CHECKING:
+    from harness.options import Options
+
+
+@keyword_dataclass
+class PipelineCase(LayerCase):
+    schedule: str
+    microbatches: int
+
+    @property
+    def id(self) -> str:
+        name = f"{self.backend}-pipeline-tp{self.tp}-pp{self.pp}-{self.schedule}-m{self.microbatches}"
+        return name + knob_suffix(self.knobs) + launch_suffix(self.launch, self.side)
+
+
+class PipelineKind(Kind[PipelineCase]):
+    name = "pipeline"
+    fixture = "pipeline_case"
+    case_type = PipelineCase
+    row_type = LayerRow
+    spec_types = (LayerSpec,)
+    rank = ("layers.rank_tasks", "LayerRank")
+
+    def build(self, opts: Options) -> list[PipelineCase]:
+        """Every (tp, pp > 1), schedule and microbatch count; layouts whose tp x pp does not divide
+        the world size are skipped with the reason."""
+        return launches(opts, _build_launch)
+
+    def what(self, case: PipelineCase) -> str:
+        return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
+
+    def identity(self, case: PipelineCase) -> dict:
+        return {**super().identity(case), "tp": case.tp, "pp": case.pp, "dp": case.dp, "bench": "pipeline",
+                "schedule": case.schedule, "microbatches": case.microbatches}
+
+    def spec(self, case: PipelineCase, opts: Options) -> LayerSpec:
+        return LayerSpec(task="pp_bench", **spec_fields(case, opts), schedule=case.schedule,
+                         microbatches=case.microbatches, layers=opts.layers)
+
+    def row(self, case: PipelineCase, opts: Options, ran: Ran) -> LayerRow:
+        """The step ends when its slowest rank does; each rank's own compute fills part of it:
+        bubble = 1 - microbatches x compute / step, per rank, against the schedule's theory."""
+        ranks = typed(PipelineResult, ran.results)
+        k = ranks[0].iters
+        step_s = stats.median_seconds([r.round_ns for r in ranks], k)
+        m = case.microbatches
+        compute = stats.per_rank_median_seconds([r.compute_ns for r in ranks], k)
+        bubbles = [float(1 - m * c / step_s) for c in compute]
+        return replace(measured_row(case, self.identity(case), opts, ran, ranks), layers=opts.layers,
+                       step_us=step_s * 1e6, tokens_per_s=opts.seq * opts.batch / step_s,
+                       stage_compute_us_per_microbatch=[float(c) * 1e6 for c in compute],
+                       bubble_measured=sum(bubbles) / len(bubbles), bubble_per_rank=bubbles,
+                       bubble_theory=schedules.bubble_theory(case.schedule, case.pp, m),
+                       stages_per_rank=[r.stages for r in ranks])
+
+    def table(self, rows: list[LayerRow]) -> str:
+        """Step time and bubble; the measured columns are the row's table metrics for this bench."""
+        if not rows:
+            return ""
+        shown = metrics(LayerRow, "table", "pipeline")
+        out = ["# pipeline steps (bubble measured = 1 - microbatches x stage compute alone / step time;",
+               "# theory (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble -)",
+               f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3}" + heads(shown)]
+        for r in rows:
+            out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule:>16} {r.microbatches:>3}" + values(r, shown))
+        return "\n".join(out)
+
+
+def _build_launch(opts: Options) -> list[PipelineCase]:
+    from layers import support  # what the installed torch lacks (imports torch: only when layer benches are collected)
+    out: list[PipelineCase] = []
+    for backend in opts.backends:
+        key = GroupKey(backend, opts.nproc, (), opts.launcher)
+        for tp in opts.tp:
+            for pp in opts.pp:
+                for schedule in opts.schedules:
+                    for m in opts.microbatches:
+                        case = PipelineCase(backend=backend, tp=tp, pp=pp, nranks=opts.nproc, schedule=schedule,
+                                            microbatches=m, group=key)
+                        if no_torch(backend):
+                            case.skip = no_torch(backend)
+                        elif opts.nproc % (tp * pp):
+                            case.skip = f"tp x pp = {tp} x {pp} = {tp * pp} does not divide the world size {opts.nproc}"
+                        elif pp == 1:
+                            case.skip = f"pp=1 has no pipeline: tp={tp} is measured by the linear benches"
+                        else:
+                            case.skip = support.missing("pp_bench", schedule=schedule)
+                        out.append(case)
+    return out
+
+
+KIND = PipelineKind()

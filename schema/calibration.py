@@ -1,0 +1,52 @@
+"""An A/A calibration (`hccl-bench calibrate`, reports/calibration.py): per backend and size band,
+how far two runs of one stack drifted and the minimum effect that would have flagged none of its
+cells. Written as JSON and read back with a load check, like the rows."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from schema.records import load_fields
+from schema.results import ResultError, _field
+
+METHOD = "A/A: min effect per size band = the largest A/A effect whose 95% CI excluded no change"
+
+
+@dataclass(frozen=True)
+class Band:
+    cells: int = _field("whole", 0)
+    noise: float = _field("amount", 0.0)        # 95th percentile of |A/A ratio - 1|
+    ci_missed: float = _field("amount", 0.0)    # share of cells whose 95% CI excluded 1 (~5% is honest)
+    min_effect: float = _field("amount", 0.0)   # the smallest minimum effect under which no A/A cell was flagged
+
+
+@dataclass(frozen=True)
+class Calibration:
+    a: str = _field("text", "")
+    b: str = _field("text", "")
+    bands: dict[str, Band] = _field("object", {})   # band_key (reports/compare.py) -> Band
+    samples: str = _field("text", "launches")       # what it was made from: "launches", "paired launches", "rounds", "mixed"
+    estimator: str = _field("text", "median")       # each launch's statistic (a file from before --estimator: the median)
+    method: str = _field("text", METHOD)
+
+    def min_effect(self, band: str) -> float:
+        """The minimum effect this calibration asks of a band (0: it did not measure that band)."""
+        return self.bands[band].min_effect if band in self.bands else 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def __getitem__(self, key: str):
+        """The JSON by key, as the dict this type replaced was read (tests/test_estimators.py)."""
+        return self.to_json()[key]
+
+    @classmethod
+    def from_json(cls, data, where: str) -> Calibration:
+        """A calibration file's content, every field checked; ResultError names the file and the field."""
+        if not isinstance(data, dict):
+            raise ResultError(f"{where}: a calibration must be a JSON object (hccl-bench calibrate -o FILE)")
+        values = load_fields(cls, data, where)
+        bands = values.get("bands", {})
+        if not all(isinstance(b, dict) for b in bands.values()):
+            raise ResultError(f"{where}.bands must be an object of objects (band -> cells, noise, ci_missed, min_effect)")
+        values["bands"] = {str(k): Band(**load_fields(Band, b, f"{where}.bands.{k}")) for k, b in bands.items()}
+        return cls(**values)

@@ -1,0 +1,57 @@
+"""What a result file says about its run beside its rows (`hccl_bench` in results.json): the
+fields the readers judge by, typed, with a load check like the rows. Fields no reader needs are
+left out; older files lack some fields (None: not recorded) and still load."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from schema.records import load_fields
+from schema.results import SCHEMA, ResultError, _field
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The session's options a reader judges by (harness/options.Options, recorded whole)."""
+    estimator: Optional[str] = _field("text")          # --estimator: each launch's statistic
+    min_effect: Optional[float] = _field("real")       # --min-effect
+    repeat: Optional[int] = _field("whole")            # --repeat: with ab_until_decided, the launch budget
+    ab_until_decided: bool = _field("flag", False)
+    previous_stack: Optional[str] = _field("text")     # --previous-stack
+    previous_differs: Optional[bool] = _field("flag")  # ... and it was another stack than this one
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    groups: dict = _field("object", {})                # group -> hosts, devices, versions, env, side
+    provenance: dict = _field("object", {})            # versions, environment, commit (harness/provenance.py)
+    options: Optional[RunOptions] = _field("object")   # None: not a pytest session (an import, an older file)
+    canary: Optional[dict] = _field("object")          # harness/canary.py's measurement; reports/canary.py reads it
+    wall_s: Optional[float] = _field("real")           # the session's wall-clock
+    interrupted: Optional[str] = _field("text")        # why it ended early
+    failed: Optional[str] = _field("text")             # an imported log's failure
+    field_limits: Optional[str] = _field("text")       # field data (NCCL Inspector): what it cannot show
+
+    @classmethod
+    def from_json(cls, data, where: str) -> RunMeta:
+        """A file's `hccl_bench` object (None: a plain pytest-benchmark file), checked; ResultError
+        names the file and the field."""
+        data = data or {}
+        if not isinstance(data, dict):
+            raise ResultError(f"{where}: 'hccl_bench' must be an object")
+        groups = data.get("groups", {})
+        if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
+            raise ResultError(f"{where}: hccl_bench.groups must be an object of objects (group -> hosts, devices, versions)")
+        schema = data.get("schema", SCHEMA)
+        if schema != SCHEMA:
+            raise ResultError(f"{where}: written in schema {str(schema)[:40]!r}; this hccl-bench reads {SCHEMA!r} "
+                              "(use the hccl-bench that wrote it)")
+        values = load_fields(cls, data, f"{where}: hccl_bench")
+        if "options" in values:
+            values["options"] = RunOptions(**load_fields(RunOptions, values["options"], f"{where}: hccl_bench.options"))
+        return cls(**values)
+
+    @classmethod
+    def of(cls, meta: dict) -> RunMeta:
+        """A loaded run's metadata (checked when its file was read), or a session's own in memory."""
+        return cls.from_json(meta, "run metadata")
