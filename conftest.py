@@ -1,2 +1,2 @@
 """Root conftest: registers the hccl-bench plugin so its options exist for benches/ and tests/."""
-pytest_plugins = ["harness.plugin"]
+pytest_plugins = ["harness.session.plugin"]

@@ -5,7 +5,7 @@ ranks), and extra_info holds bandwidths, #wrong, per-rank times and the algorith
 """
 import pytest
 
-from harness.replay_clock import REPLAY_CLOCK, record
+from harness.session.replay_clock import REPLAY_CLOCK, record
 from schema.stats import per_op_seconds
 
 pytestmark = pytest.mark.benchmark(timer=REPLAY_CLOCK)

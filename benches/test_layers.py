@@ -7,7 +7,7 @@ same model on one rank (outputs, loss, gradients; layers/check.py): #wrong > 0 f
 """
 import pytest
 
-from harness.replay_clock import REPLAY_CLOCK, record
+from harness.session.replay_clock import REPLAY_CLOCK, record
 from schema.stats import per_op_seconds
 
 pytestmark = pytest.mark.benchmark(timer=REPLAY_CLOCK)

@@ -2,7 +2,7 @@
 same worker, rounds interleaved. Printed per size as a ratio and as added microseconds."""
 import pytest
 
-from harness.replay_clock import REPLAY_CLOCK, record
+from harness.session.replay_clock import REPLAY_CLOCK, record
 from schema.stats import per_op_seconds
 
 pytestmark = pytest.mark.benchmark(timer=REPLAY_CLOCK)

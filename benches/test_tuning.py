@@ -8,7 +8,7 @@ test_compress: the same gradients in float32, bfloat16, float16 and int8, with t
 """
 import pytest
 
-from harness.replay_clock import REPLAY_CLOCK, record
+from harness.session.replay_clock import REPLAY_CLOCK, record
 from schema.stats import per_op_seconds
 
 pytestmark = pytest.mark.benchmark(timer=REPLAY_CLOCK)

@@ -2,7 +2,7 @@
 bandwidth and latency, many pairs at the same time), its clock offset to rank 0, and when it
 arrives at a collective after a fixed piece of work (who is late, who waits).
 
-Times are this rank's own clocks; the driver turns them into judgements (harness/doctor.py).
+Times are this rank's own clocks; the driver turns them into judgements (harness/doctor/__init__.py).
 """
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def rings(backend, spec: DoctorSpec) -> dict:
 
 
 class DoctorRank:
-    """The rank half of `hccl-bench doctor` (the driver half: harness/doctor.py): a spec's kind names its task."""
+    """The rank half of `hccl-bench doctor` (the driver half: harness/doctor/__init__.py): a spec's kind names its task."""
 
     @staticmethod
     def run(backend, spec: DoctorSpec | DoctorSkewSpec) -> dict:

@@ -12,7 +12,7 @@ from schema.wire import CollectiveResult, CollectiveSpec, OverheadResult, Overhe
 
 
 def corrupt_one(a: np.ndarray) -> np.ndarray:
-    """HCCL_BENCH_FAULT=corrupt (harness/worker.py sets spec.corrupt on the faulting rank): a
+    """HCCL_BENCH_FAULT=corrupt (harness/engine/worker.py sets spec.corrupt on the faulting rank): a
     copy of a result with its first element changed, floats by 1 + 2 max|a| (past any tolerance
     a check allows), integers by 1 (wrapping), so the check that follows must count it."""
     out = np.array(a, copy=True, order="C")

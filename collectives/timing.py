@@ -11,7 +11,7 @@ K iterations, captured once before any timed span: the library's time without Py
 cost per call, which at small sizes is most of an eager round. A graph that held less than its K
 calls replays too fast: rounds under what the bytes allow are refused (`below_floor`).
 
-``Plan.slow`` (set only by the fault hook HCCL_BENCH_FAULT=slow:RANK:NAME:FACTOR, harness/worker.py)
+``Plan.slow`` (set only by the fault hook HCCL_BENCH_FAULT=slow:RANK:NAME:FACTOR, harness/engine/worker.py)
 makes this rank's timed rounds take FACTOR times as long: a known effect for measuring power.
 """
 from __future__ import annotations
@@ -202,7 +202,7 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Ca
 def run(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan):
     """`measure`, then finish(K, round ns per loop) (a schema.wire result) with the calibration added."""
     cal, times = measure(loops, backend, plan)
-    return replace(finish(cal.k, times), calibration=cal.record())
+    return with_calibration(finish(cal.k, times), cal)
 
 
 def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> None:
@@ -225,7 +225,13 @@ def time_round(backend) -> dict:
 def end(backend):
     _, cal, _, times, finish, _ = backend.prepared
     backend.prepared = None
-    return replace(finish(cal.k, times), calibration=cal.record())
+    return with_calibration(finish(cal.k, times), cal)
+
+
+def with_calibration(result, cal):
+    """The result with how K was chosen: a schema.wire result, or the JSON object of a kind whose
+    result type is declared in its kind module (kinds/), which the rank code cannot import."""
+    return {**result, "calibration": cal.record()} if isinstance(result, dict) else replace(result, calibration=cal.record())
 
 
 class StepRank:

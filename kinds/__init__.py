@@ -1,22 +1,25 @@
-"""The bench kinds, one module each: a new kind is its module and one line in KINDS.
+"""The bench kinds, one module each: a new kind is its module (exposing KIND) and one line in _MODULES.
 
 Everything that iterates kinds (the pytest plugin's parametrisation, the session's run, the
 worker's rank halves, the run's tables, the cell a case will be) reads KINDS and asks the kind;
 no module outside a kind's own knows what a kind holds."""
 from __future__ import annotations
 
-from kinds import bucket, collective, compress, linear, overhead, overlap, pipeline
+import importlib
+
 from kinds.base import Case, Kind
 
-KINDS: tuple[Kind, ...] = (
-    collective.KIND,
-    overhead.KIND,
-    linear.KIND,
-    pipeline.KIND,
-    overlap.KIND,
-    bucket.KIND,
-    compress.KIND,
+_MODULES = (   # kinds/<name>.py, each exposing KIND; the order is the tables' and the sweep's
+    "collective",
+    "overhead",
+    "linear",
+    "pipeline",
+    "overlap",
+    "bucket",
+    "compress",
+    "expert",
 )
+KINDS: tuple[Kind, ...] = tuple(importlib.import_module(f"kinds.{name}").KIND for name in _MODULES)
 
 
 def of_case(case: Case) -> Kind:

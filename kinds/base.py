@@ -7,17 +7,17 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Optional, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Optional, TypeVar, Union, cast
 
 from collectives import algorithms, capabilities
 from collectives.backends import info
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
-from schema.results import Metric, Series
+from schema.results import Cell, Metric, Series
 from schema.wire import Spec, Timed, result_from_json
 
-if TYPE_CHECKING:   # the options are the session's (harness/options.py); a kind only reads them
-    from harness.options import Options
+if TYPE_CHECKING:   # the options are the session's (harness/session/options.py); a kind only reads them
+    from harness.session.options import Options
 
 
 @keyword_dataclass
@@ -53,6 +53,31 @@ class KindOption:
         return self.flag.lstrip("-").replace("-", "_")
 
 
+@dataclass(frozen=True)
+class Bars:
+    """A report panel of horizontal bars: a row per label, a bar per named series (side by side,
+    or end to end when `stacked`: a step's breakdown)."""
+    xlabel: str
+    labels: list[str]
+    series: dict[str, list[float]]   # name -> one value per label
+    log: bool = False
+    stacked: bool = False
+
+
+@dataclass(frozen=True)
+class Lines:
+    """A report panel of lines against message size: a point at size 0 is a level, drawn dashed in
+    its line's colour (one all_reduce per tensor); or, with `x_is_size` False, points against `xlabel`."""
+    ylabel: str
+    xlabel: str
+    lines: dict[str, list[tuple[float, float]]]   # label -> (x, y)
+    log: bool = False
+    x_is_size: bool = True
+
+
+Panel = Union[Bars, Lines]
+
+
 @dataclass
 class Ran:
     """What the session knows of a case that ran, beside its ranks' results: the group's hosts
@@ -76,6 +101,7 @@ class Kind(Generic[C]):
     table section showing those rows. The plugin, session, worker and run output iterate
     kinds.KINDS and ask each kind; nothing outside a kind's module knows what a kind holds."""
     name: ClassVar[str]                       # the row's bench ("collective" for the sweep)
+    title: ClassVar[str] = ""                 # its section of the report page
     fixture: ClassVar[str]                    # the pytest fixture its bench file takes cases from
     case_type: ClassVar[type]
     row_type: ClassVar[type]                  # schema.results
@@ -117,9 +143,18 @@ class Kind(Generic[C]):
         """This kind's section of the tables ("" without rows)."""
         raise NotImplementedError
 
+    def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
+        """What the report page draws of this kind's cells ((run name, cell) pairs); the page draws."""
+        return []
+
     def closing_lines(self, rows: list) -> list[str]:
         """What the closing summary says of these rows (the peak busbw of the collective sweep)."""
         return []
+
+
+def cell_label(name: str, cell: Cell) -> str:
+    """A cell as a report panel names it: its series, and the run it is from."""
+    return f"{cell.series.label()} [{name}]"
 
 
 def placed(case: Case) -> dict:
@@ -166,7 +201,7 @@ def launches(opts: Options, build_one: Callable[[Options], list], per_knobs: Cal
     """Every launch repeats the whole selection in fresh groups, one launch after the other. With
     --ab-env both sides' groups stay alive and each case has an A item (the environment as it is)
     and a B item (plus --ab-env) side by side, A first in even launches and B first in odd ones;
-    collectives and layers alternate single rounds between the two groups (harness/session.py), because this
+    collectives and layers alternate single rounds between the two groups (harness/session/session.py), because this
     VM's speed flips 2x within seconds and only rounds milliseconds apart see the same machine."""
     sides = ("A", "B") if opts.two_sides else ("",)
     cases = []

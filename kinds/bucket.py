@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING
 
 from collectives.sizes import format_size
 from kinds import tuning
-from kinds.base import Case, Kind, Ran, heads, knob_suffix, launch_suffix, launches, typed, values, wrong_text
+from kinds.base import Case, Kind, Lines, Panel, Ran, heads, knob_suffix, launch_suffix, launches, typed, values, wrong_text
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
-from schema.results import TuningRow, metrics
+from schema.results import Cell, TuningRow, metrics
 from schema.wire import BucketResult, TuningSpec
 
 if TYPE_CHECKING:
-    from harness.options import Options
+    from harness.session.options import Options
 
 
 @keyword_dataclass
@@ -31,6 +31,7 @@ class BucketCase(Case):
 
 class BucketKind(Kind[BucketCase]):
     name = "bucket"
+    title = "Gradient buckets"
     fixture = "bucket_case"
     case_type = BucketCase
     row_type = TuningRow
@@ -56,6 +57,11 @@ class BucketKind(Kind[BucketCase]):
         return replace(tuning.measured_row(case, self.identity(case), ran, ranks),
                        step_us=stats.median_seconds([r.round_ns for r in ranks], first.iters) * 1e6, calls=first.calls,
                        tensors=first.tensors, model_bytes=first.model_bytes, bucket_bytes=case.bucket_bytes, bucket_fill=fill)
+
+    def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
+        """The gradient step against bucket size; one all_reduce per tensor (size 0) as a dashed level."""
+        return [Lines("gradient step (us, pooled), log", "bucket size (dashed: one all_reduce per tensor)",
+                      tuning.lines(cells, "step_us"), log=True)] if cells else []
 
     def table(self, rows: list[TuningRow]) -> str:
         """Per bucket size, with the best and its gain over one all_reduce per tensor."""

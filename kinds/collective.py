@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 from collections.abc import Iterable
 from dataclasses import field, replace
 from typing import TYPE_CHECKING, Optional
@@ -41,7 +40,7 @@ from schema.stats import NAMED_RANKS_OVER, median
 from schema.wire import CollectiveResult, CollectiveSpec
 
 if TYPE_CHECKING:
-    from harness.options import Options
+    from harness.session.options import Options
 
 
 @keyword_dataclass
@@ -235,6 +234,7 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
 class CollectiveKind(Kind[CollectiveCase]):
     """A collective op at one size: spec -> (collectives.rank_tasks.CollectiveRank) -> CollectiveRow."""
     name = "collective"
+    title = "Collectives"
     fixture = "collective_case"
     case_type = CollectiveCase
     row_type = CollectiveRow
@@ -378,7 +378,7 @@ def host_cost_lines(rows: list[CollectiveRow]) -> list[str]:
                    f"#{'op':>14} {'backend':>8} {'dtype':>9} {'size':>10} {'place':>5} {'eager(us)':>10} "
                    f"{'graph(us)':>10} {'host(us)':>9}"]
         backend, _, op, dtype, _, inplace, _, side, _, size = key
-        eager, graph = statistics.median(by_mode[False]), statistics.median(by_mode[True])
+        eager, graph = median(by_mode[False]), median(by_mode[True])
         out.append(f" {op:>14} {backend:>8} {dtype:>9} {format_size(size):>10} {'ip' if inplace else 'oop':>5} "
                    f"{eager:>10.2f} {graph:>10.2f} {eager - graph:>9.2f}" + (f"  {side_role(side)}" if side else ""))
     return out

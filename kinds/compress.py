@@ -20,7 +20,7 @@ from schema.results import TuningRow, metrics
 from schema.wire import CompressResult, TuningSpec
 
 if TYPE_CHECKING:
-    from harness.options import Options
+    from harness.session.options import Options
 
 
 @keyword_dataclass
@@ -35,6 +35,7 @@ class CompressCase(Case):
 
 class CompressKind(Kind[CompressCase]):
     name = "compress"
+    title = "Compressed gradients"
     fixture = "compress_case"
     case_type = CompressCase
     row_type = TuningRow

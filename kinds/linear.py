@@ -6,16 +6,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from kinds.base import Kind, Ran, heads, knob_suffix, launch_suffix, launches, typed, values
+from kinds.base import Bars, Kind, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, launches, typed, values
 from kinds.layer import LayerCase, measured_row, no_torch, spec_fields
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
-from schema.results import LayerRow, metrics
+from schema.results import Cell, LayerRow, metrics
 from schema.wire import LayerSpec, TpResult
 
 if TYPE_CHECKING:
-    from harness.options import Options
+    from harness.session.options import Options
 
 BLOCKS = (("linear", False), ("mlp", False), ("mlp", True))   # (layer, sequence parallel)
 IMPLS = ("manual", "dtensor")
@@ -35,6 +35,7 @@ class LinearCase(LayerCase):
 
 class LinearKind(Kind[LinearCase]):
     name = "linear"
+    title = "Tensor-parallel blocks"
     fixture = "linear_case"
     case_type = LinearCase
     row_type = LayerRow
@@ -71,6 +72,10 @@ class LinearKind(Kind[LinearCase]):
                        tokens_per_s=ranks[0].tokens_per_iter / step_s, achieved_flops=flops / fb_s,
                        matmul_flops=flops / mm_s, efficiency=mm_s / fb_s,
                        comm_share=share, comm_exposed_us=share * fb_s * 1e6 if share is not None else None)
+
+    def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
+        return [Bars("step time (us), log", [cell_label(n, c) for n, c in cells],
+                     {"step": [c.pooled("step_us") or 0.0 for _, c in cells]}, log=True)] if cells else []
 
     def table(self, rows: list[LayerRow]) -> str:
         """Times, throughput and efficiency vs a plain matmul; the measured columns are the row's

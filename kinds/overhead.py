@@ -14,7 +14,7 @@ from schema.results import OverheadRow
 from schema.wire import OverheadResult, OverheadSpec
 
 if TYPE_CHECKING:
-    from harness.options import Options
+    from harness.session.options import Options
 
 SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 4 << 20)
 
@@ -34,6 +34,7 @@ class OverheadCase(Case):
 
 class OverheadKind(Kind[OverheadCase]):
     name = "overhead"
+    title = "Harness overhead"
     fixture = "overhead_case"
     case_type = OverheadCase
     row_type = OverheadRow

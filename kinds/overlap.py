@@ -16,6 +16,8 @@ from kinds import tuning
 from kinds.base import (
     Case,
     Kind,
+    Lines,
+    Panel,
     Ran,
     capability_skip,
     heads,
@@ -31,11 +33,11 @@ from kinds.base import (
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
-from schema.results import TuningRow, metrics
+from schema.results import Cell, TuningRow, metrics
 from schema.wire import OverlapResult, TuningSpec
 
 if TYPE_CHECKING:
-    from harness.options import Options
+    from harness.session.options import Options
 
 OPS_WITH_ASYNC = tuple(name for name, op in OPS.items() if op.has_async)   # the ones with an asynchronous form everywhere
 
@@ -58,6 +60,7 @@ class OverlapCase(Case):
 
 class OverlapKind(Kind[OverlapCase]):
     name = "overlap"
+    title = "Compute/communication overlap"
     fixture = "overlap_case"
     case_type = OverlapCase
     row_type = TuningRow
@@ -87,6 +90,10 @@ class OverlapKind(Kind[OverlapCase]):
         return replace(tuning.measured_row(case, self.identity(case), ran, ranks), t_comm_us=comm * 1e6,
                        t_comp_us=comp * 1e6, t_both_us=both * 1e6, overlap_efficiency=min(1.0, max(0.0, raw)),
                        overlap_efficiency_raw=raw, matmul_n=ranks[0].matmul_n)
+
+    def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
+        """Overlap efficiency against message size, a line per run, backend, op and knob value."""
+        return [Lines("overlap efficiency (pooled)", "message size", tuning.lines(cells, "overlap_efficiency"))] if cells else []
 
     def table(self, rows: list[TuningRow]) -> str:
         shown = metrics(TuningRow, "table", "overlap")

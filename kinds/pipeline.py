@@ -6,17 +6,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from kinds.base import Kind, Ran, heads, knob_suffix, launch_suffix, launches, typed, values
+from kinds.base import Bars, Kind, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, launches, typed, values
 from kinds.layer import LayerCase, measured_row, no_torch, spec_fields
 from layers import schedules
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
-from schema.results import LayerRow, metrics
+from schema.results import Cell, LayerRow, metrics
 from schema.wire import LayerSpec, PipelineResult
 
 if TYPE_CHECKING:
-    from harness.options import Options
+    from harness.session.options import Options
 
 
 @keyword_dataclass
@@ -32,6 +32,7 @@ class PipelineCase(LayerCase):
 
 class PipelineKind(Kind[PipelineCase]):
     name = "pipeline"
+    title = "Pipeline steps"
     fixture = "pipeline_case"
     case_type = PipelineCase
     row_type = LayerRow
@@ -69,6 +70,16 @@ class PipelineKind(Kind[PipelineCase]):
                        bubble_measured=sum(bubbles) / len(bubbles), bubble_per_rank=bubbles,
                        bubble_theory=schedules.bubble_theory(case.schedule, case.pp, m),
                        stages_per_rank=[r.stages for r in ranks])
+
+    def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
+        """The step per configuration, and its measured bubble against the schedule's theory."""
+        if not cells:
+            return []
+        labels = [cell_label(n, c) for n, c in cells]
+        return [Bars("step time (us), log", labels, {"step": [c.pooled("step_us") or 0.0 for _, c in cells]}, log=True),
+                Bars("pipeline bubble (share of the step)", labels,
+                     {"measured": [c.pooled("bubble_measured") or 0.0 for _, c in cells],
+                      "theory": [c.pooled("bubble_theory") or 0.0 for _, c in cells]})]
 
     def table(self, rows: list[LayerRow]) -> str:
         """Step time and bubble; the measured columns are the row's table metrics for this bench."""

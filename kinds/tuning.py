@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from kinds.base import Case, Ran, placed
 from schema import stats
-from schema.results import TuningRow, knob_text, side_role
+from schema.results import Cell, TuningRow, knob_text, side_role
 from schema.wire import Timed
 
 if TYPE_CHECKING:
-    from harness.options import Options
+    from harness.session.options import Options
 
 
 def spec_fields(bench: str, opts: Options) -> dict[str, Any]:
@@ -50,3 +50,12 @@ def pooled_step(rows: list[TuningRow], comm_dtype: str | None = None, size: int 
 
 
 TAIL = f" {'#wrong':>7} {'launch':>6}"
+
+
+def lines(cells: list[tuple[str, Cell]], metric: str) -> dict[str, list[tuple[float, float]]]:
+    """A line per series and run: (size, the metric pooled over launches) at each size it has."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for name, c in cells:
+        if (value := c.pooled(metric)) is not None:
+            out.setdefault(f"{c.series.label()} [{name}]", []).append((c.size, value))
+    return {label: sorted(points) for label, points in out.items()}

@@ -1,7 +1,7 @@
 """The canary's nights: which were noisy, and where the machine itself changed (docs/statistics.md,
 "The canary").
 
-Each run of a history may carry the canary (harness/canary.py): a fixed workload's samples. Per
+Each run of a history may carry the canary (harness/session/canary.py): a fixed workload's samples. Per
 workload a night is one point, the log of its median sample. Its steps are found like a cell's
 (reports/change_points.py) and count when the level moved by at least MIN_STEP. Within the
 canary's levels a night is noisy when it is slower than its own usual spread allows: more than

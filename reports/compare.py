@@ -328,7 +328,7 @@ def budget(*runs: Run) -> dict:
     """What a verdict cost, so time can be traded for resolution: launches per run (the most any
     cell has: a side of a compare, a night of a history), ranks, the seconds of timed rounds of all
     runs (per-op time x K, summed over cells and launches: warm-up, checks and start-up not
-    included), and their wall-clock where every run recorded it (harness/session.py); cluster
+    included), and their wall-clock where every run recorded it (harness/session/session.py); cluster
     time = ranks x wall (rank-seconds the allocation held), else ranks x timed."""
     def timed(run: Run) -> float:
         return float(sum(sum(times) * (cell.rows[i].iters_per_round or 1) if i in cell.rows else 0.0

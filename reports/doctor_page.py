@@ -1,4 +1,4 @@
-"""The doctor's outputs beside its text (harness/doctor.py): doctor.md, the host x host bandwidth
+"""The doctor's outputs beside its text (harness/doctor/__init__.py): doctor.md, the host x host bandwidth
 heatmap and doctor.html, from its Diagnosis. Rendering lives in reports/, the driver only asks for it."""
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ within the last `window` runs fail the guard; older ones are listed as standing.
 
 The history knows its noise: each cell's `detectable` is the change a new level held MIN_SEGMENT
 nights could be found at (80% power) given the cell's own night-to-night spread and the search's
-Bonferroni threshold. Runs that carry the canary (harness/canary.py, reports/canary.py) are read
+Bonferroni threshold. Runs that carry the canary (harness/session/canary.py, reports/canary.py) are read
 with it: a noisy night is left out of every cell, with the canary's figures as the reason, and a
 change that began with a canary step in the same direction is the machine's (Cause.CANARY), which
 never fails the guard as a software regression.
@@ -330,7 +330,7 @@ SAME_NIGHT = "same_night_ab.json"   # in a run's folder: the same-night A/B agai
 
 
 def recorded_ab(run: Run) -> tuple[Path, dict] | None:
-    """The same-night A/B a session recorded beside this run (harness/verdicts.py): its results'
+    """The same-night A/B a session recorded beside this run (harness/session/verdicts.py): its results'
     path (a sibling folder in the same --results folder) and the record; None when there is none."""
     record_file = Path(run.path).parent / SAME_NIGHT
     try:

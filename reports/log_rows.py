@@ -5,12 +5,12 @@ import_inspector) import it and none imports another's dispatcher."""
 from __future__ import annotations
 
 import re
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectives.ops import OPS, bandwidths, by_log_name
 from schema.results import CollectiveRow, ResultError, bench_entry, result_file
+from schema.stats import median
 
 NCCL_TYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int32": "int32",
               "int": "int32", "int8": "int8", "uint8": "uint8", "int64": "int64", "uint32": "uint32",
@@ -100,7 +100,7 @@ def entry(tool: str, op: str, dtype: str, redop: str, inplace: bool, nbytes: int
         from schema.stats import per_op_seconds, summarize
         stats = {**summarize(matrix_ns, 1), "round_ns_per_rank": matrix_ns, "iters_per_round": 1}
         times_us = [t * 1e6 for t in per_op_seconds(matrix_ns, 1).tolist()]
-    t_us = float(stats.get("time_us") or statistics.median(times_us))
+    t_us = float(stats.get("time_us") or median(list(times_us)))
     algbw, busbw = bandwidths(op, nbytes, t_us * 1e-6, nranks)
     stats.update(time_us=t_us, algbw_gbps=algbw, busbw_gbps=busbw)
     row = CollectiveRow(backend=backend or tool, algo="default", op=op, dtype=dtype, redop=redop, inplace=inplace,

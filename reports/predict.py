@@ -17,14 +17,13 @@ move the ring's volume), least squares weighted by 1/t so every size counts alik
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 import numpy as np
 
 from collectives.ops import OPS as ALL_OPS
 from schema.results import CollectiveRow, ResultError, Run, link_class
-from schema.stats import relative_fit
+from schema.stats import median, relative_fit
 
 OPS = tuple(name for name, op in ALL_OPS.items() if op.traffic)   # the ops whose module declares a traffic model
 
@@ -106,7 +105,7 @@ def against(predicted: list[dict], measured: Run) -> dict[str, float]:
             row["measured_us"] = t
             row["error"] = row["ring_us"] / t - 1
             errors.setdefault(row["op"], []).append(abs(row["error"]))
-    return {op: float(statistics.median(e)) for op, e in errors.items()}
+    return {op: median(list(e)) for op, e in errors.items()}
 
 
 def text(fits: dict, predicted: list[dict], errors: dict[str, float], hosts: int, per_host: int) -> str:

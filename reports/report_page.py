@@ -18,10 +18,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
+import kinds  # noqa: E402
 from collectives.backends import algo_label  # noqa: E402
 from collectives.ops import bandwidths  # noqa: E402
 from collectives.ops.base import algo_id  # noqa: E402
 from collectives.sizes import format_size  # noqa: E402
+from kinds.base import Bars, Lines, Panel  # noqa: E402
 from reports import provenance_diff, summary, sweep_fits, table  # noqa: E402
 from reports.compare import compare, size_ranges  # noqa: E402
 from schema import results  # noqa: E402
@@ -33,7 +35,7 @@ from schema.judgement import (  # noqa: E402
     SUSPECTED_IMPROVEMENT,
     SUSPECTED_REGRESSION,
 )
-from schema.results import Cell, CollectiveRow, LayerRow, Metric, ResultError, Run, Series, TuningRow, layout, metrics, side_role  # noqa: E402
+from schema.results import Cell, CollectiveRow, Metric, ResultError, Run, Series, layout, metrics, side_role  # noqa: E402
 from schema.run_meta import RunMeta  # noqa: E402
 from schema.stats import NAMED_RANKS_OVER  # noqa: E402
 
@@ -188,70 +190,78 @@ def _ratio_figure(comparisons, members: list[Series]) -> str | None:
     return figure_png(fig)
 
 
-def _layer_label(row: LayerRow) -> str:
-    what = row.schedule if row.bench == "pipeline" else f"{row.layer}{'+sp' if row.sequence_parallel else ''} {row.impl}"
-    return f"{row.bench} tp={row.tp} pp={row.pp} {what}"
-
-
-def _layer_figure(runs: list[Run], names: list[str]) -> str | None:
-    """Step time per layer configuration, and the pipelines' measured bubble against theory."""
-    rows = [(name, c.row) for run, name in zip(runs, names) for c in run.cells.values() if isinstance(c.row, LayerRow)]
-    if not rows:
+def _panels_png(panels: list[Panel]) -> str | None:
+    """A kind's panels (kinds.base.Bars, Lines) side by side in one figure; the kind says what, this draws."""
+    if not panels:
         return None
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 0.9 + 0.22 * max(4, len(rows))))
-    labels = [f"{_layer_label(r)} [{name}]" for name, r in rows]
-    ax1.barh(range(len(rows)), [r.step_us or r.time_us or 0 for _, r in rows], color="#4c72b0")
-    ax1.set_yticks(range(len(rows)), labels, fontsize=6)
-    ax1.set_xscale("log")
-    ax1.xaxis.set_minor_formatter(NullFormatter())
-    ax1.set_xlabel("step time (us), log")
-    pipes = [(lab, r) for lab, (_, r) in zip(labels, rows) if r.bench == "pipeline"]
-    if pipes:
-        y = range(len(pipes))
-        ax2.barh([v - 0.2 for v in y], [r.bubble_measured or 0 for _, r in pipes], height=0.4, label="measured")
-        ax2.barh([v + 0.2 for v in y], [r.bubble_theory or 0 for _, r in pipes], height=0.4, label="theory")
-        ax2.set_yticks(list(y), [lab for lab, _ in pipes], fontsize=6)
-        ax2.set_xlabel("pipeline bubble (share of the step)")
-        ax2.legend(fontsize=7)
-    else:
-        ax2.axis("off")
+    tall = max((len(p.labels) for p in panels if isinstance(p, Bars)), default=0)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), max(3.4, 0.9 + 0.22 * tall)), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        if isinstance(panel, Bars):
+            _draw_bars(ax, panel)
+        else:
+            _draw_lines(ax, panel)
     fig.tight_layout()
     return figure_png(fig)
 
 
-def _tuning_figure(runs: list[Run], names: list[str]) -> str | None:
-    """Overlap efficiency against message size, and the gradient step against bucket size (one
-    all_reduce per tensor drawn as a dashed level): a line per run, backend, op and knob value."""
-    cells = [(name, c) for run, name in zip(runs, names) for c in run.cells.values() if c.kind == "tuning"]
-    overlap = [(n, c) for n, c in cells if c.series.bench == "overlap"]
-    bucket = [(n, c) for n, c in cells if c.series.bench == "bucket"]
-    if not overlap and not bucket:
-        return None
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
-    for ax, chosen, value, ylabel in ((ax1, overlap, "overlap_efficiency", "overlap efficiency (pooled)"),
-                                      (ax2, bucket, "step_us", "gradient step (us, pooled), log")):
-        lines: dict[str, list] = defaultdict(list)
-        for name, c in chosen:
-            lines[f"{c.series.label(algo_label)} [{name}]"].append((c.size, c.pooled(value)))
-        for label, points in lines.items():
-            points = sorted(p for p in points if p[1] is not None)
-            sized = [p for p in points if p[0] > 0]
-            if sized:
-                line, = ax.plot(*zip(*sized), marker="o", ms=3, label=label)
-                for _, level in (p for p in points if p[0] == 0):
-                    ax.axhline(level, ls="--", lw=1, color=line.get_color())
-        if not lines:
-            ax.axis("off")
-            continue
+def _draw_bars(ax, bars: Bars) -> None:
+    y = list(range(len(bars.labels)))
+    height = 0.8 if bars.stacked else 0.8 / len(bars.series)
+    left = [0.0] * len(y)
+    for i, (name, values) in enumerate(bars.series.items()):
+        at = y if bars.stacked else [v - 0.4 + height * (i + 0.5) for v in y]
+        ax.barh(at, values, height=height, left=left if bars.stacked else None, label=name)
+        if bars.stacked:
+            left = [a + b for a, b in zip(left, values)]
+    ax.set_yticks(y, bars.labels, fontsize=6)
+    if bars.log:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(bars.xlabel)
+    if len(bars.series) > 1:
+        ax.legend(fontsize=7)
+
+
+def _draw_lines(ax, lines: Lines) -> None:
+    for label, points in lines.lines.items():
+        drawn = [p for p in points if p[0] > 0 or not lines.x_is_size]
+        if drawn:
+            line, = ax.plot(*zip(*drawn), marker="o", ms=3, label=label)
+            for _, level in (p for p in points if lines.x_is_size and p[0] == 0):
+                ax.axhline(level, ls="--", lw=1, color=line.get_color())
+    if not lines.lines:
+        ax.axis("off")
+        return
+    if lines.x_is_size:
         _size_axis(ax)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6, frameon=False)
-    if bucket:
-        ax2.set_yscale("log")
-        ax2.set_xlabel("bucket size (dashed: one all_reduce per tensor)")
-    fig.tight_layout()
-    return figure_png(fig)
+    ax.set_xlabel(lines.xlabel)
+    if lines.log:
+        ax.set_yscale("log")
+    ax.set_ylabel(lines.ylabel)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=6, frameon=False)
+
+
+def _kind_sections(runs: list[Run], names: list[str]) -> list[dict]:
+    """A section per bench kind beyond the collective sweep that the runs hold: the kind's figure
+    (its panels), one row per cell with the kind's report metrics pooled over launches, and its table."""
+    out = []
+    for kind in kinds.KINDS:
+        if not kind.cells or kind.row_type is results.CollectiveRow:
+            continue
+        cells = [(name, c) for run, name in zip(runs, names)
+                 for c in sorted(run.cells.values(), key=lambda c: (c.series.sort_key(), c.size)) if kinds.rows_of(kind, [c.row])]
+        if not cells:
+            continue
+        shown = metrics(kind.row_type, "report", kind.name)
+        rows = [{"run": name, "what": c.series.label(algo_label) + (f" {format_size(c.size)}" if c.size else ""),
+                 "values": [m.text(c.pooled(m.name)) for m in shown]} for name, c in cells]
+        texts = [{"run": name, "text": text} for run, name in zip(runs, names)
+                 if (text := kind.table(kinds.rows_of(kind, table.launch_rows(run))).strip("\n"))]
+        out.append({"title": kind.title, "png": _panels_png(kind.panels(cells)), "heads": [m.heading for m in shown],
+                    "rows": rows, "texts": texts})
+    return out
 
 
 def _algo_figures(run: Run) -> list[dict]:
@@ -415,19 +425,6 @@ def _worst(cells: list[Cell], shown: list[Metric]) -> list[str]:
     return out
 
 
-def _metric_rows(runs: list[Run], names: list[str], row_type: type) -> tuple[list[dict], list[str]]:
-    """One report row per cell of this row type (LayerRow, TuningRow): what it is and the type's
-    report metrics (schema.results), each pooled over the cell's launches; and the headings."""
-    shown = metrics(row_type, "report")
-    rows = []
-    for run, name in zip(runs, names):
-        for c in sorted(run.cells.values(), key=lambda c: (c.series.sort_key(), c.size)):
-            if isinstance(c.row, row_type):
-                rows.append({"run": name, "what": c.series.label(algo_label) + (f" {format_size(c.size)}" if c.size else ""),
-                             "values": [m.text(c.pooled(m.name)) for m in shown]})
-    return rows, [m.heading for m in shown]
-
-
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -485,10 +482,6 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                           "half_peak": format_size(st["half_peak_size"]) if st["half_peak_size"] else "-",
                           "peak_at": format_size(st["peak_at"]), "alpha": _fmt(st["alpha_us"], ".2f"),
                           "bw": _fmt(st["bandwidth_gbps"], ".3f"), "r2": _fmt(st["r2"], ".3f")})
-    layers, layer_heads = _metric_rows(runs, names, LayerRow)
-    tuning_cells, tuning_heads = _metric_rows(runs, names, TuningRow)
-    tuning = [{"run": name, "text": table.render_tuning(rows).strip("\n")} for run, name in zip(runs, names)
-              if (rows := table.tuning_rows_of(run))]
     last = comparisons[-1][1] if comparisons else None
     kinds = sorted({c.samples for c in last.cells}) if last else []
     layouts = [", ".join(sorted({layout(c.row.hosts) for c in r.cells.values()})) for r in runs]
@@ -496,12 +489,11 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                        sentence=_sentence(last) if last else "", ranges=_verdict_rows(last) if last else [],
                        detectable=summary.detectable_lines(last) if last else [],
                        samples_note="samples: " + ", ".join(kinds) if kinds else "",
-                       layer_png=_layer_figure(runs, names), mismatch=last.mismatch if last else [],
+                       mismatch=last.mismatch if last else [],
                        prov_diff=provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs]),
                        stats=stats, metric_heads=[f"worst {m.heading}" for m in shown], sweeps=sweeps,
-                       algos=[f for r in runs for f in _algo_figures(r)], layers=layers, layer_heads=layer_heads,
-                       tuning=tuning, tuning_cells=tuning_cells, tuning_heads=tuning_heads,
-                       tuning_png=_tuning_figure(runs, names), slowest=_slowest_ranks(runs, names),
+                       algos=[f for r in runs for f in _algo_figures(r)], kind_sections=_kind_sections(runs, names),
+                       slowest=_slowest_ranks(runs, names),
                        named_over=NAMED_RANKS_OVER, heatmaps=heatmaps,
                        field_note=sorted({limits for r in runs if (limits := RunMeta.of(r.meta).field_limits)}))
     (out_dir / "report.html").write_text(html)

@@ -10,6 +10,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+import kinds  # noqa: F401  the kinds declare their rows (schema.results.ROW_OF_BENCH) as they are imported
 from schema.results import Cell, NoCells, ResultError, Row, Run, Series, knob_text, row_from_json
 from schema.run_meta import RunMeta
 from schema.stats import median

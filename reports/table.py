@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import kinds
 from collectives.ops import bandwidths
 from kinds.collective import host_cost_lines, render
-from schema.results import CollectiveRow, Run, TuningRow
+from schema.results import CollectiveRow, Run
 from schema.stats import median
 
-__all__ = ["host_cost_lines", "render", "render_tuning", "rows_of", "tuning_rows_of"]
+__all__ = ["host_cost_lines", "launch_rows", "render", "rows_of"]
 
 
 def rows_of(run: Run) -> list[CollectiveRow]:
@@ -28,12 +27,8 @@ def rows_of(run: Run) -> list[CollectiveRow]:
     return rows
 
 
-def tuning_rows_of(run: Run) -> list[TuningRow]:
-    """A loaded run's tuning cells, one row per launch, for render_tuning."""
-    return [replace(row, side=run.side) for cell in run.cells.values() for _, row in sorted(cell.rows.items())
-            if isinstance(row, TuningRow)]
-
-
-def render_tuning(rows: list[TuningRow]) -> str:
-    """The tuning kinds' tables (overlap, bucketing, compression) of these rows."""
-    return "\n\n".join(kinds.tables(rows, tuple(k for k in kinds.KINDS if k.row_type is TuningRow)))
+def launch_rows(run: Run) -> list:
+    """Every cell's row of each launch (a collective's with its launch's median time), for the kinds' tables."""
+    collective = rows_of(run)
+    return collective + [replace(row, side=run.side) for cell in run.cells.values() for _, row in sorted(cell.rows.items())
+                         if not isinstance(row, CollectiveRow)]

@@ -24,4 +24,4 @@ class ExitCode(IntEnum):
     # history: no software regression, but cells moved with the canary, ran alike on both stacks, or moved on nights
     # that all kept their stack (the machine changed)
     MACHINE_CHANGED = 7
-    DRIVER_GONE = 70      # a rank's own status: its driver, or its host leader, vanished (harness/control.py)
+    DRIVER_GONE = 70      # a rank's own status: its driver, or its host leader, vanished (harness/engine/control.py)

@@ -129,5 +129,5 @@ class GateResult:
         return self.exit != ExitCode.OK
 
     def as_dict(self) -> dict:
-        """The form the session's list of verdicts holds (harness/session.py, run_output.py)."""
+        """The form the session's list of verdicts holds (harness/session/session.py, run_output.py)."""
         return {"text": self.text, "fail": self.fail, "exit": self.exit, "headline": self.headline}

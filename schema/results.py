@@ -360,6 +360,18 @@ Row = Union[CollectiveRow, LayerRow, TuningRow]   # not `|`: a runtime alias, an
 SIDE_ROLES = {"A": "side A, baseline", "B": "side B, candidate"}
 
 
+def side_labels(items: list[str]) -> dict[str, str]:
+    """--label ['A=mpich 4.2.3', 'B=mpich 5.0'] -> {"A": ..., "B": ...} (pytest and the CLI alike);
+    ValueError, one line, on anything else."""
+    labels = {}
+    for item in items:
+        side, sep, name = str(item).partition("=")
+        if not sep or side.strip() not in SIDE_ROLES or not name.strip():
+            raise ValueError(f"--label {item!r}: use A=NAME or B=NAME (A the baseline, B the candidate)")
+        labels[side.strip()] = name.strip()
+    return labels
+
+
 def side_role(side: str) -> str:
     """One convention everywhere: side A is the baseline (the stack as started), side B the
     candidate (with --ab-env/--ab-source); every compare, history and report reads B against A."""
@@ -453,7 +465,8 @@ class Series:
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
-        return {**out, **dict(out.pop("params", ()))}
+        params = dict(out.pop("params", ()))
+        return {**out, **params}
 
     def label(self, algo_label: Callable[[str, str], str] = lambda backend, algo: algo) -> str:
         """What a reader calls the series; `algo_label(backend, algo)` says how a backend's

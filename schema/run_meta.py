@@ -26,7 +26,7 @@ class RunMeta:
     groups: dict = _field("object", {})                # group -> hosts, devices, versions, env, side
     provenance: dict = _field("object", {})            # versions, environment, commit (harness/provenance.py)
     options: Optional[RunOptions] = _field("object")   # None: not a pytest session (an import, an older file)
-    canary: Optional[dict] = _field("object")          # harness/canary.py's measurement; reports/canary.py reads it
+    canary: Optional[dict] = _field("object")          # harness/session/canary.py's measurement; reports/canary.py reads it
     wall_s: Optional[float] = _field("real")           # the session's wall-clock
     interrupted: Optional[str] = _field("text")        # why it ended early
     failed: Optional[str] = _field("text")             # an imported log's failure

@@ -34,7 +34,7 @@ class Spec:
     REQUIRED: ClassVar[tuple[str, ...]] = ()   # fields a message must carry although the class gives a default
     kind: str
     timeout_s: float = 0.0          # set by the driver when it sends the spec (the hang dump's delay)
-    corrupt: bool = False           # set on the faulting rank only (HCCL_BENCH_FAULT=corrupt, harness/worker.py)
+    corrupt: bool = False           # set on the faulting rank only (HCCL_BENCH_FAULT=corrupt, harness/engine/worker.py)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -182,7 +182,7 @@ class RankLaunch:
     backend: str
     driver_host: str
     driver_port: int
-    token: str                      # the start-up accept's shared secret (harness/control.py)
+    token: str                      # the start-up accept's shared secret (harness/engine/control.py)
     log_dir: str = ""               # rank<R>.log goes here ("" = stdout/stderr stay as the launcher set them)
 
     def to_env(self) -> dict[str, str]:

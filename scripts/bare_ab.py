@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness.groups import RANK_ENV_DEFAULTS  # noqa: E402  (the ranks' environment, not measuring code)
+from harness.engine.groups import RANK_ENV_DEFAULTS  # noqa: E402  (the ranks' environment, not measuring code)
 
 SIZES = [4 << (2 * i) for i in range(11)]   # 4 B .. 4 MiB, x4
 

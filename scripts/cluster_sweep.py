@@ -9,7 +9,7 @@ BACKEND --nproc H x RANKS_PER_HOST --ops all_reduce,all_to_all,broadcast --sizes
 with that launcher's template from `up --json` (hydra, Slurm's srun, one torchrun per host), and
 `cluster down` on every path (an error, Ctrl-C, SIGTERM). Prints one row per run: cases passed /
 run, #wrong, whether every case recorded H hosts x RANKS_PER_HOST, and from the driver.log line
-each group start writes (harness/groups.py, as scripts/scale_check.py reads it) the start-up
+each group start writes (harness/engine/groups.py, as scripts/scale_check.py reads it) the start-up
 time, watch connections, driver open sockets and RSS. Needs root; one cluster on the machine at a
 time. Exit status 0 when every run passed, 1 otherwise, 2 for bad arguments or a failed `up`.
 """

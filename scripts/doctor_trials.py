@@ -66,7 +66,7 @@ def ranks_in(netns: str) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            if os.stat(entry / "ns" / "net").st_ino == target and b"harness.worker" in (entry / "cmdline").read_bytes():
+            if os.stat(entry / "ns" / "net").st_ino == target and b"harness.engine.worker" in (entry / "cmdline").read_bytes():
                 found.append(int(entry.name))
         except OSError:
             continue

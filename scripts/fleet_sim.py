@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import doctor_schedule as schedule  # noqa: E402
+from harness.doctor import schedule  # noqa: E402
 
 # fitted by --fit (see the docstring); BASE_* are the healthy medians, only their ratios to a culprit matter
 BASE_GBPS, BASE_US = 0.0946, 3.9
@@ -80,7 +80,7 @@ class Noise:
 
 
 def link_model(rate: list[float], delay_us: list[float], noise: Noise, rng: random.Random, repeat: int = 5):
-    """The measure() of harness.doctor_schedule.search, from the link model."""
+    """The measure() of harness.doctor.schedule.search, from the link model."""
     def measure(tests: list[schedule.Test]) -> list[list[tuple[float, float]]]:
         true = [(BASE_GBPS * min(rate[h] for h in t.hosts), BASE_US + max(delay_us[h] for h in t.hosts)) for t in tests]
         return [[(noise.bandwidth(rng, bw), noise.latency(rng, lat)) for bw, lat in true] for _ in range(repeat)]

@@ -16,7 +16,7 @@ day; --busy N runs N busy loops beside the sweep, as a shared machine has them. 
 every night runs with `--previous-stack` of a script that clears HCCL_BENCH_FAULT (the stack before
 the change): on a same-stack night it changes nothing (no A/B runs; the night records that it kept
 its stack), on a changed night it is another stack, so every cell is A/B-tested the same night
-(harness/same_night.py) and the change can be confirmed on the first changed night.
+(harness/session/same_night.py) and the change can be confirmed on the first changed night.
 """
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def main() -> int:
     up = json.loads(subprocess.run([*cluster, "up", "--hosts", str(args.tp), "--link", args.link, "--json"], cwd=ROOT,
                                    capture_output=True, text=True, check=True).stdout)
     try:
-        from harness.launchers import find_mpiexec
+        from harness.engine.launchers import find_mpiexec
         inside = f"{PY} -m harness.cluster exec node1 -- {find_mpiexec()} -n {{nproc}}"
         with tempfile.TemporaryDirectory() as tmp:
             one = layer_run(inside, up["driver_host"], args.tp, Path(tmp, "inside"))

@@ -7,7 +7,7 @@ rank and round, a few ranks slower), everything else is the real code. The sweep
 case's row made by the real row builder (kinds/collective.py's row, which keeps the whole
 matrix up to schema.stats.FULL_MATRIX_RANKS ranks and summarises past it), each entry by
 schema.results.bench_entry, the file by result_file written as the session writes results.json
-(json indent=1, harness/plugin.py). Two runs per rank count, B with one op 10% slower, then
+(json indent=1, harness/session/plugin.py). Two runs per rank count, B with one op 10% slower, then
 `hccl-bench compare A B` and `hccl-bench report A B` in their own processes, timed; the report
 must name the slow ranks. --full also writes today's form (the whole matrix) for its size.
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from collectives.ops import OPS  # noqa: E402
 from collectives.sizes import parse_sizes  # noqa: E402
 from harness import files  # noqa: E402
-from harness.options import BENCH_SIZES, Options  # noqa: E402
+from harness.session.options import BENCH_SIZES, Options  # noqa: E402
 from kinds import collective  # noqa: E402
 from kinds.base import Ran  # noqa: E402
 from reports.result_files import load  # noqa: E402

@@ -6,7 +6,7 @@ For each rank count, one session: `pytest benches/test_collectives.py --backend 
 --ops all_reduce,all_to_all,broadcast --sizes 8,64K --rounds 5` in a temporary results folder.
 Prints per rank count: cases passed / run, #wrong summed over the cases, the group's start-up
 time, its watch connections and the driver's open sockets and RSS (the driver.log line each
-group start writes, harness/groups.py), the session's wall time, and the most memory the
+group start writes, harness/engine/groups.py), the session's wall time, and the most memory the
 machine had in use while it ran. A session that passes --timeout, or the machine past
 --max-used-gib in use, is ended (SIGTERM, then SIGKILL: the watch tree ends its ranks) and its
 row says so. Exit status 0 when every row passed, 1 otherwise, 2 for bad arguments.

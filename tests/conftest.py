@@ -29,14 +29,14 @@ def processes_with_tag(tag: str) -> list[int]:
 
 
 def shm_segments() -> set[str]:
-    """This user's MPI shared-memory files in /dev/shm (harness.shm.SHM_PREFIXES)."""
-    from harness.shm import segment_files
+    """This user's MPI shared-memory files in /dev/shm (harness.engine.shm.SHM_PREFIXES)."""
+    from harness.engine.shm import segment_files
     return segment_files()
 
 
 def orphan_segments(before: set[str]) -> list[str]:
     """MPI segments made since `before` that no live process maps: what a killed rank's MPI left."""
-    from harness.shm import still_mapped
+    from harness.engine.shm import still_mapped
     new = shm_segments() - before
     return sorted(new - still_mapped(new))
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from harness import canary as canary_workload
+from harness.session import canary as canary_workload
 from reports import summary
 from reports.gate import EXIT_MACHINE, judge_history
 from reports.history import MIN_SEGMENT, analyse, change_points, detectable_change

@@ -9,7 +9,7 @@ from collectives.backends.hccl import HCCL_FALLBACK_NOTE, hccl_product
 from collectives.backends.nccl import nccl_algo_ran, parse_nccl_tuning
 from collectives.capabilities import DeviceFacts
 from collectives.ops import OPS
-from harness.options import Options
+from harness.session.options import Options
 from kinds.collective import build
 
 A2 = DeviceFacts("hccl", name="Ascend910B3", devices=8)

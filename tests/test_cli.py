@@ -104,14 +104,14 @@ def test_exit_codes_keep_their_values_and_agree_with_pytest():
 def test_the_plugin_finds_pytest_benchmarks_session_by_its_public_plugin_name(pytestconfig):
     """results.json is built from pytest-benchmark's session: found through pluggy's get_plugin, it
     must be the very object the plugin keeps privately (a new pytest-benchmark that renames it fails here)."""
-    from harness import run_output
+    from harness.session import run_output
     found = run_output.benchmark_session(pytestconfig)
     assert found is not None and found is pytestconfig._benchmarksession
     assert isinstance(found.benchmarks, list) and callable(found.get_machine_info)
 
 
 def test_progress_lines_name_each_move_and_count_what_started():
-    from harness.progress import Progress
+    from harness.session.progress import Progress
     progress = Progress({"a": ("gloo", "all_reduce", ""), "b": ("gloo", "all_reduce", ""),
                          "c": ("mpi", "broadcast", "side B")})
     assert progress.lines_at("a") == ["# [0/3] now: gloo all_reduce"]

@@ -111,7 +111,7 @@ def test_a_sweep_crosses_two_hosts_through_each_launcher(two_hosts, bench_run, t
 
 def test_the_shaped_link_makes_inter_host_slower_than_intra_host(two_hosts, bench_run, tmp_path):
     """Two ranks on node1's loopback against one rank on each host across the 1 Gbit links."""
-    from harness.launchers import find_mpiexec
+    from harness.engine.launchers import find_mpiexec
     inside = f"{sys.executable} -m harness.cluster exec node1 -- {find_mpiexec()} -n {{nproc}}"
     args = ("--backend", "mpi", "--nproc", "2", "--ops", "all_reduce", "--sizes", "1M", "--benchmark",
             "--rounds", "10")

@@ -1,4 +1,4 @@
-"""The watch tree (harness/control.py) with real processes: one watch connection per node reaches
+"""The watch tree (harness/engine/control.py) with real processes: one watch connection per node reaches
 the driver, a host leader's death ends exactly its followers, and the driver's end closing ends
 them all. Then a real 8-rank MPI group: the driver holds one watch connection."""
 import json
@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from harness import control
+from harness.engine import control
 from tests.conftest import ROOT
 
 RANK = """
 import json, sys, time
-from harness import control
+from harness.engine import control
 token, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 post = control.open_post(token, rank)
 print(json.dumps(control.whoami()), flush=True)
@@ -170,7 +170,7 @@ def test_the_watch_connection_finds_a_vanished_driver_by_keepalive():
     """A real TCP connection gets keepalive probes: a driver gone without a FIN is noticed."""
     import socket as socketlib
 
-    from harness.control import KEEPALIVE, keep_alive
+    from harness.engine.control import KEEPALIVE, keep_alive
     server = socketlib.create_server(("127.0.0.1", 0))
     client = socketlib.create_connection(server.getsockname())
     try:

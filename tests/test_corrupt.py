@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from collectives.rank_tasks import corrupt_one
-from harness.worker import _inject_fault, fault_names
+from harness.engine.worker import _inject_fault, fault_names
 from schema.wire import CollectiveSpec, LayerSpec, Step, TuningSpec
 
 LAYER_SPEC = LayerSpec(task="tp_bench", layer="mlp", impl="manual", tp=2, hidden=16, seq=8, batch=2)

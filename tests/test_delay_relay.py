@@ -1,4 +1,4 @@
-"""The link-delay relay (harness/delay_relay.py): its queue (fast), and on the emulated cluster (slow,
+"""The link-delay relay (harness/cluster/delay_relay.py): its queue (fast), and on the emulated cluster (slow,
 root, /dev/net/tun) a delayed host's round trips grow by the delay both ways, and `down` ends the
 relay and its device exactly, also one killed by SIGKILL. Run the slow ones under the cluster lock
 (`flock /tmp/hccl-cluster.lock pytest ...`)."""
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from harness.delay_relay import DelayQueue, parse_delay
+from harness.cluster.delay_relay import DelayQueue, parse_delay
 from tests.conftest import ROOT
 from tests.test_cluster import SKIP, cluster, leftovers
 
@@ -48,7 +48,8 @@ def _rtt_ms() -> float:
 
 
 def _relays() -> list[str]:
-    return subprocess.run(["pgrep", "-a", "-f", "harness.delay_relay"], capture_output=True, text=True).stdout.splitlines()
+    found = subprocess.run(["pgrep", "-a", "-f", "harness.cluster.delay_relay"], capture_output=True, text=True)
+    return found.stdout.splitlines()
 
 
 @pytest.fixture

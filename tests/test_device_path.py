@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("torch", reason="the doctor exchange runs real gloo ranks and the capture skips read torch: they need torch")
 from collectives.capabilities import DeviceFacts
 from collectives.device import graph_env_unsupported, graph_unsupported
-from harness.options import Options
+from harness.session.options import Options
 from kinds.collective import build
 
 A2 = DeviceFacts("hccl", name="Ascend910B3", devices=8)

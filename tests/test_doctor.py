@@ -13,8 +13,7 @@ import sys
 import pytest
 
 from collectives.doctor_tasks import ring_steps
-from harness import doctor_schedule as schedule
-from harness.doctor import pair_rounds
+from harness.doctor import pair_rounds, schedule
 from tests.conftest import ROOT, run_cli
 
 

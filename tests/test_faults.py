@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import baselines, control, files
+from harness import files
+from harness.engine import control
+from harness.session import baselines
 from reports.result_files import load
 from tests.conftest import ROOT, processes_with_tag, run_cli
 from tests.test_compare import write_run
@@ -358,7 +360,7 @@ def test_a_rank_exits_when_its_driver_connection_closes():
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(4)
-    code = ("import time, sys; from harness import control; "
+    code = ("import time, sys; from harness.engine import control; "
             f"control.watch_driver('127.0.0.1', {listener.getsockname()[1]}, 'tok', 0); time.sleep(600)")
     child = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -2,7 +2,7 @@
 megabytes a case, and reading it whole every case made a sweep's log reads grow quadratically."""
 from pathlib import Path
 
-from harness.groups import WorkerGroup
+from harness.engine.groups import WorkerGroup
 from schema.group_key import GroupKey
 
 

@@ -224,7 +224,7 @@ def test_an_upgrade_nights_ab_stands_the_nights_after_and_an_aa_of_the_new_stack
                      cann=lambda night: "8.1.RC1" if night >= 10 else "8.0.RC3")
     assert run_cli("history", folder).returncode == 0
     (folder / "20261111-030000").mkdir()
-    # a recorded same-night run has this stack as side A, the previous one as side B (harness/same_night.py)
+    # a recorded same-night run has this stack as side A, the previous one as side B (harness/session/same_night.py)
     write_ab(folder / "20261111-030000" / "results.json", slow=1 / 1.25)
     (folder / "20261111-020000" / "same_night_ab.json").write_text(json.dumps({"run": "20261111-030000"}))
     proc = run_cli("history", folder, "--ab", write_ab(tmp_path / "aa.json", slow=1.0))

@@ -1,8 +1,8 @@
 """Rank discovery across launchers and launcher templates."""
 import sys
 
-from harness.launchers import from_template, validate_template
-from harness.worker import launcher_rank
+from harness.engine.launchers import from_template, validate_template
+from harness.engine.worker import launcher_rank
 
 
 def test_rank_from_each_launcher_family():
@@ -23,8 +23,9 @@ def test_templates():
     assert "{nproc}" in validate_template("mpirun -np 4")
     assert "placeholders" in validate_template("srun -n {nproc} {oops}")
     plan = from_template("torchrun --nproc-per-node {nproc} --no-python {cmd} --x", 4)
-    assert plan.commands[0] == ["torchrun", "--nproc-per-node", "4", "--no-python", sys.executable, "-m", "harness.worker", "--x"]
-    assert from_template("srun -n {nproc}", 2).commands[0][-2:] == ["-m", "harness.worker"]
+    assert plan.commands[0] == ["torchrun", "--nproc-per-node", "4", "--no-python", sys.executable, "-m",
+                                "harness.engine.worker", "--x"]
+    assert from_template("srun -n {nproc}", 2).commands[0][-2:] == ["-m", "harness.engine.worker"]
 
 
 def test_a_side_b_rank_gets_its_stacks_path_and_unsets_but_the_cases_own_switch(tmp_path, monkeypatch):
@@ -32,7 +33,7 @@ def test_a_side_b_rank_gets_its_stacks_path_and_unsets_but_the_cases_own_switch(
     the stack unsets is gone; the case's forced algorithm wins over the stack's environment."""
     import os
 
-    from harness.groups import REPO_ROOT, WorkerGroup
+    from harness.engine.groups import REPO_ROOT, WorkerGroup
     from schema.group_key import GroupKey
     monkeypatch.setenv("PYTHONPATH", "/opt/this-stack/site-packages")
     monkeypatch.setenv("HCCL_BENCH_GONE", "1")

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("torch", reason="the layer tests need torch")
 import torch
 
-from harness.groups import GroupKey, GroupPool
+from harness.engine.groups import GroupKey, GroupPool
 from layers import check, memory, schedules, support
 from layers.mesh import Axis, MeshError, ParallelDims, tp_placement
 from schema.results import LayerRow
@@ -147,7 +147,7 @@ def test_corrupt_changes_exactly_the_first_result_compared():
 
 
 def test_a_missing_torch_api_skips_the_layer_case_with_its_reason(monkeypatch):
-    from harness.options import Options
+    from harness.session.options import Options
     from kinds import linear, pipeline
     assert support.missing("tp_bench", impl="dtensor") == "" and support.missing("pp_bench", schedule="zbv") == ""
     monkeypatch.setattr(support, "_has", lambda module, name: name not in ("ScheduleZBVZeroBubble", "parallelize_module"))
@@ -163,7 +163,7 @@ def test_a_missing_torch_api_skips_the_layer_case_with_its_reason(monkeypatch):
 
 def _tp_row(impl: str, fwd_bwd_ns: int, shares: list, launch: int = 0) -> LayerRow:
     """A TP block's row as the driver makes it, from what two ranks of layers/rank_tasks.tp_bench return."""
-    from harness.options import Options
+    from harness.session.options import Options
     from kinds import linear
     from kinds.base import Ran
     ranks = [{"iters": 1, "round_ns": [fwd_bwd_ns + 100_000 + 1000 * i for i in range(5)], "fwd_ns": [fwd_bwd_ns // 3] * 5,

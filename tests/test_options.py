@@ -7,7 +7,7 @@ import os
 import pytest
 
 from collectives.backends import BACKENDS
-from harness.options import OptionError, add_options, parse, prepare, sourced_env
+from harness.session.options import OptionError, add_options, parse, prepare, sourced_env
 
 
 class _Options:
@@ -87,6 +87,14 @@ def test_a_bad_option_is_one_line_naming_what_is_allowed(args, message):
     with pytest.raises(OptionError) as raised:
         parsed(["--backend", "gloo", *args])   # a later --backend (the rccl case) wins
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_every_core_option_fills_an_options_field_or_is_read_by_name():
+    """A declaration's Options field comes from its flag or `into`: a misspelt one would drop the
+    value silently, so the names Options lacks are exactly the ones read elsewhere."""
+    from harness.session.options import DECLARED, OPTION_FIELDS
+    assert {o.field for o in DECLARED} - OPTION_FIELDS == {"max_repeat", "benchmark_tables", "harness_benches"}
+    assert len({o.flag for o in DECLARED}) == len(DECLARED)
 
 
 def test_defaults_are_the_smoke_plan_and_benchmark_the_full_one():
@@ -193,7 +201,7 @@ def test_a_series_forced_by_the_environment_is_judged_and_counted_by_its_algorit
     does; NCCL_ALGO=PAT exported: all_reduce (no PAT AllReduce) is skipped with the table's reason."""
     from collectives.capabilities import DeviceFacts
     from collectives.ops import OPS
-    from harness.options import Options
+    from harness.session.options import Options
     from kinds.collective import build
     assert OPS["all_reduce"].bus_factor(8, "NVLS (environment)") == OPS["all_reduce"].bus_factor(8, "nccl:NVLS") == 7 / 9
     h200 = DeviceFacts("nccl", name="NVIDIA H200", devices=8, version=(2, 27, 3), capability=(9, 0))
@@ -214,7 +222,7 @@ def test_parse_imports_no_torch():
     """Options parse in a process that never loads torch (the probe that needs it is prepare's)."""
     import subprocess
     import sys
-    code = ("import sys, argparse; from tests.test_options import _getoption; from harness.options import parse; "
+    code = ("import sys, argparse; from tests.test_options import _getoption; from harness.session.options import parse; "
             "parse(_getoption(['--backend', 'nccl,hccl'])); print('torch' in sys.modules)")
     from tests.conftest import ROOT
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -5,7 +5,7 @@ import pytest
 from collectives import algorithms
 from collectives.backends import BACKENDS, algo_label, create, forms, info
 from collectives.ops import ITEMSIZE, OPS, Op, by_log_name
-from harness.options import Options
+from harness.session.options import Options
 from kinds.collective import build
 from kinds.overlap import OPS_WITH_ASYNC
 

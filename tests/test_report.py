@@ -13,7 +13,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from harness import baselines
+from harness.session import baselines
 from reports.report_page import render
 from reports.result_files import load
 from tests.conftest import ROOT

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from collectives.ops import OPS, bandwidths
-from harness.groups import GroupKey
-from harness.options import Options
+from harness.engine.groups import GroupKey
+from harness.session.options import Options
 from kinds.base import Ran
 from kinds.collective import KIND as COLLECTIVE
 from kinds.collective import CollectiveCase

@@ -1,5 +1,5 @@
 """--previous-stack: a --history suspicion settled the same night by a child A/B session
-(harness/same_night.py). Fast: the option's validation and the child's arguments; slow: real mpi
+(harness/session/same_night.py). Fast: the option's validation and the child's arguments; slow: real mpi
 nights, then a night slowed by HCCL_BENCH_FAULT=slow, confirmed (exit 1) against a script that
 clears the fault, and not confirmed against the same stack (A/A)."""
 import re
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from harness.options import OptionError
-from harness.same_night import child_args
+from harness.session.options import OptionError
+from harness.session.same_night import child_args
 from reports.result_files import load
 from tests.conftest import run_cli
 from tests.test_options import parsed

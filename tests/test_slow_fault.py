@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from collectives.timing import Plan, one_round, round_step
-from harness.worker import _inject_fault
+from harness.engine.worker import _inject_fault
 from reports.result_files import load
 from schema.wire import CollectiveSpec, Step
 

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+import kinds
 from collectives.ops import OPS
 from kinds import bucket, compress, overlap
 from kinds.collective import build
@@ -87,7 +88,7 @@ def test_the_tuning_table_names_the_best_bucket_and_the_speed_up():
             for b, c, t in ((0, 8, 900.0), (256 << 10, 4, 500.0), (1 << 20, 1, 600.0))]
     rows += [TuningRow(bench="compress", bytes=1 << 20, comm_dtype=d, step_us=t, max_rel_error=e, error_bound=2 * e,
                        **common) for d, t, e in (("float32", 600.0, 1e-7), ("int8", 300.0, 4e-3))]
-    text = table.render_tuning(rows)
+    text = kinds.tables(rows)[0] + "\n" + kinds.tables(rows)[1]
     assert "# best: 256KiB buckets (500.0 us per step), 1.80x faster than one all_reduce per tensor" in text
     assert "   per-tensor " in text and " 2.00x " in text and "4.00e-03" in text
 
@@ -150,7 +151,7 @@ def test_a_knob_sweep_over_an_mpich_cvar_is_series_in_one_table_report_and_compa
 
 def _bucket_row(cap: int, step_ns: int, launch: int = 0) -> TuningRow:
     """A bucket case's row as the driver makes it, from what two bucketing ranks return."""
-    from harness.options import Options
+    from harness.session.options import Options
     from kinds.base import Ran
     sizes = mlp_gradient_sizes(64, 4)
     calls = len(bucket_plan([4 * n for n in sizes], cap))
@@ -171,7 +172,7 @@ def test_bucket_fill_is_one_declaration_seen_in_the_table_compare_and_report(tmp
     assert _bucket_row(0, 10 ** 6).bucket_fill is None             # one all_reduce per tensor: no bucket
     over = _bucket_row(100_000, 10 ** 6)                             # DDP closes a bucket once it holds the cap
     assert over.calls == 4 and over.bucket_fill == pytest.approx(model / 400_000) and over.bucket_fill > 1   # a block each
-    text = table.render_tuning([_bucket_row(2 * model, 10 ** 6)])
+    text = bucket.KIND.table([_bucket_row(2 * model, 10 ** 6)])
     head = next(line for line in text.splitlines() if line.startswith("#      bucket"))
     assert head.split()[-3:] == ["fill", "#wrong", "launch"] and " 0.50 " in text
     runs = []

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import kinds
-from harness import worker
-from harness.groups import CaseFailure, GroupKey, GroupPool
-from harness.options import Options
+from harness.engine import worker
+from harness.engine.groups import CaseFailure, GroupKey, GroupPool
+from harness.session.options import Options
 from kinds.base import Ran
 from kinds.collective import CollectiveCase
 from kinds.compress import CompressCase

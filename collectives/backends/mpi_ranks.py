@@ -130,7 +130,7 @@ class MpiBackend:
 
     def close(self) -> None:
         """Finalize now, with every rank, not at interpreter exit: a host leader then waits for its
-        followers to exit (harness.control.Watch.release), and a follower in MPI_Finalize waits
+        followers to exit (harness.engine.control.Watch.release), and a follower in MPI_Finalize waits
         for the leader's (the process manager's barrier): finalizing after that wait deadlocks."""
         from mpi4py import MPI
         if not MPI.Is_finalized():

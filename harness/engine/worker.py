@@ -1,4 +1,4 @@
-"""A rank process: ``python -m harness.worker``. Started by the harness or a cluster launcher.
+"""A rank process: ``python -m harness.engine.worker``. Started by the harness or a cluster launcher.
 
 Reads its rank from whichever launcher started it, joins the backend's communicator, and serves
 case specs: rank 0 takes them from the driver and fans them out over the side channel; results
@@ -180,17 +180,17 @@ def main() -> ExitCode:
     from collectives import backends
     from harness.provenance import adapter_env
     backend = backends.create(backend_name, rank, world, local_rank)
-    from harness import control, shm
+    from harness.engine import control, shm
     info = {"rank": backend.rank, "host": socket.gethostname(), "node": control.node_key(), "pid": os.getpid(),
             "local_rank": local_rank, "device": backend.device.name(),
             "versions": {**backend.versions(), "python": f"{sys.version.split()[0]} {sys.executable}"},
             "env": adapter_env()}
-    # every rank is watched (a host leader by the driver, a follower by its leader: harness/control.py)
+    # every rank is watched (a host leader by the driver, a follower by its leader: harness/engine/control.py)
     # before rank 0 says hello: the gather orders them
     driver = (launch.driver_host, launch.driver_port, launch.token)
     post = control.open_post(driver[2], backend.rank)   # listening before anyone learns who leads this node
     peers = backend.bcast_json(backend.gather_json(control.whoami()))
-    shm.release_attached()   # every rank is past MPI_Init and a collective (harness/shm.py)
+    shm.release_attached()   # every rank is past MPI_Init and a collective (harness/engine/shm.py)
     watch = control.join_watch(post, driver, backend.rank, peers, log=lambda line: print(line, file=sys.stderr, flush=True))
     ranks = backend.gather_json(info)
     chan = None

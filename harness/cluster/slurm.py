@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.cluster_state import SLURM_PORTS, Cluster, ClusterError
+from harness.cluster.state import SLURM_PORTS, Cluster, ClusterError
 
 START_TIMEOUT_S = 60
 

@@ -17,7 +17,7 @@ from collectives.backends import for_python
 
 def worker_cmd(python: str = "") -> list[str]:
     """The rank process; `python` runs it under another installed stack's interpreter (A/B)."""
-    return [python or sys.executable, "-m", "harness.worker"]
+    return [python or sys.executable, "-m", "harness.engine.worker"]
 
 
 class LauncherError(ValueError):

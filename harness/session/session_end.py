@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from harness import run_output, verdicts
-from harness.session import BenchSession
+from harness.session import run_output, verdicts
+from harness.session.session import BenchSession
 from schema.exit_codes import ExitCode
 
 RAN_TO_THE_END = (ExitCode.OK, ExitCode.TESTS_FAILED, ExitCode.NO_TESTS)   # pytest statuses of a session not cut short

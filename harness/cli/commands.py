@@ -1,4 +1,4 @@
-"""What each `hccl-bench` subcommand does (harness/cli.py only parses and dispatches): each reads
+"""What each `hccl-bench` subcommand does (harness/cli/__init__.py only parses and dispatches): each reads
 its parsed arguments, prints its answer and returns an ExitCode."""
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import sys
 import time
 from pathlib import Path
 
-from harness import baselines, files, provenance
+import kinds
+from harness import files, provenance
+from harness.session import baselines
 from layers import memory
 from reports import calibration, summary, table
 from reports.result_files import load
 from schema.exit_codes import ExitCode
+from schema.results import side_labels
 
 
 def fail(message: str) -> ExitCode:
@@ -43,12 +46,10 @@ def run_provenance(args) -> ExitCode:
 
 def run_table(args) -> ExitCode:
     runs = [_load(args.result, side="A"), load(args.result, side="B")] if args.ab else [_load(args.result)]
-    rows = [row for run in runs for row in table.rows_of(run)]
-    tuning = [row for run in runs for row in table.tuning_rows_of(run)]
-    if not rows and not tuning:
-        return fail(f"{args.result} holds no collective or tuning cells (layer results are in its table.txt)")
-    texts = (table.render(rows) if rows else "", table.render_tuning(tuning).strip("\n"))
-    print("\n\n".join(text for text in texts if text))
+    sections = kinds.tables([row for run in runs for row in table.launch_rows(run)])
+    if not sections:
+        return fail(f"{args.result} holds no cells")
+    print("\n\n".join(sections))
     return ExitCode.OK
 
 
@@ -74,11 +75,7 @@ def _load(path: str, side: str = ""):
 
 def _named(runs: list, labels: list[str] | None) -> list:
     """--label A=NAME / B=NAME: the first run (side A, the baseline) and the second (side B)."""
-    from harness.options import OptionError, parse_labels
-    try:
-        given = parse_labels(labels or [])
-    except OptionError as exc:
-        raise ValueError(str(exc)) from None
+    given = side_labels(labels or [])   # ValueError: one line, as every bad argument
     for run, side in zip(runs, "AB"):
         if side in given:
             run.meta["labels"] = {**(run.meta.get("labels") or {}), (run.side or ""): given[side]}

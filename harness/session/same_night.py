@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import files
-from harness.options import Options
+from harness.session.options import Options
 from reports.history import SAME_NIGHT
 
 # options the child sets itself, or must not inherit: (name, takes a value)

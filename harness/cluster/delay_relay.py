@@ -11,7 +11,7 @@ checksums pass as they are: a 64 KiB segment is one read, not 44. Rate shaping s
 eth0 (before the relay) and on VETH (after it). A constant delay keeps arrival order, so each
 direction is a deque: frames leave in the order they came. Plain ioctl, no dependency. Needs root.
 
-  python -m harness.delay_relay --dev VETH --tap TAP --delay 1ms
+  python -m harness.cluster.delay_relay --dev VETH --tap TAP --delay 1ms
 """
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def relay(tap: int, dev: socket.socket, delay: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> ExitCode:
-    parser = argparse.ArgumentParser(prog="python -m harness.delay_relay", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.cluster.delay_relay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dev", required=True, help="the bridge side of the host's veth (out of the bridge)")
     parser.add_argument("--tap", required=True, help="the TAP device that is the host's bridge port")
     parser.add_argument("--delay", required=True, help="held this long each way: 1ms, 200us")

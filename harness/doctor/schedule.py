@@ -1,6 +1,6 @@
 """The doctor's link search as pure functions over measurements: which groups of hosts to test
 next, which tests ran slow, which hosts are named. The same code runs against real ranks
-(harness/doctor.py measures) and against a link model (scripts/fleet_sim.py).
+(harness/doctor/__init__.py measures) and against a link model (scripts/fleet_sim.py).
 
 Adaptive group testing: round 1 splits the hosts into `groups` rings (strided, so a slow rack
 spreads over rings); every round measures all of its rings at once (disjoint, concurrent); a ring
@@ -18,16 +18,13 @@ in most of `repeat` independent measurements (bandwidth: more than half; latency
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from schema.stats import median
+
 LATENCY_RESOLUTION_US = 10.0   # one-way latency floors 2-7 us apart between healthy pairs here (2 shared cores)
 FIRST_GROUPS = 8
-
-
-def median(values) -> float:
-    return float(statistics.median(values))
 
 
 def worse(values: dict, higher_is_better: bool, resolution: float = 0.0) -> dict:

@@ -4,7 +4,7 @@ Each host is a Linux network namespace with its own address on a bridge, and a U
 its own hostname, so `socket.gethostname()` differs per host and every library sees separate
 nodes. Ranks on one host talk over that host's loopback; traffic between hosts crosses the host's
 veth, shaped with tc (tbf for the rate; a delay through netem, or through the userspace relay
-harness/delay_relay.py where the kernel has no netem). The launchers are the
+harness/cluster/delay_relay.py where the kernel has no netem). The launchers are the
 real ones: MPICH's hydra (its proxies start on each host through `nsenter`), one torchrun per host
 with c10d rendezvous, and Slurm (`--slurm`: slurmctld, one slurmd per host, munge). The hosts
 share one kernel, so UCX's shared-memory transports would join ranks of different hosts past the
@@ -29,7 +29,7 @@ import typing
 import uuid
 from pathlib import Path
 
-from harness.cluster_state import STATE_DIR, SUBNET, UCX_TLS, Cluster, ClusterError, Host
+from harness.cluster.state import STATE_DIR, SUBNET, UCX_TLS, Cluster, ClusterError, Host
 from schema.exit_codes import ExitCode
 
 BRIDGE = "hbcbr0"
@@ -61,7 +61,7 @@ def _link_spec(text: str, what: str) -> tuple[str, str]:
 def _shape(cluster: Cluster, host: Host, link: str) -> None:
     """The host's link both ways: egress of its eth0 (uplink) and of the bridge's veth (downlink).
     A delay goes to netem where the kernel has it; else (or with HCCL_BENCH_CLUSTER_RELAY=1) the
-    rate stays with tbf on both devices and the userspace relay (harness/delay_relay.py) adds the delay."""
+    rate stays with tbf on both devices and the userspace relay (harness/cluster/delay_relay.py) adds the delay."""
     rate, delay = _link_spec(link, "--link")
     bits = _rate_bits(rate)
     burst = max(int(bits / 8 * 0.004), 32 * 1024)      # 4 ms at the rate, at least 32 KiB
@@ -92,11 +92,11 @@ def _start_relay(cluster: Cluster, host: Host, delay: str) -> None:
     _run(["ip", "link", "set", host.veth, "nomaster"], f"moving {host.name} behind its relay")
     log = Path(cluster.state_dir, f"relay-{host.name}.log")
     with open(log, "ab") as err:
-        proc = subprocess.Popen([cluster.python, "-m", "harness.delay_relay", "--dev", host.veth, "--tap", tap,
+        proc = subprocess.Popen([cluster.python, "-m", "harness.cluster.delay_relay", "--dev", host.veth, "--tap", tap,
                                  "--delay", delay], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
                                 start_new_session=True)
     cluster.daemons.append({"what": f"delay relay {host.name}", "pid": proc.pid,
-                            "exe": os.path.realpath(cluster.python), "mark": "harness.delay_relay"})
+                            "exe": os.path.realpath(cluster.python), "mark": "harness.cluster.delay_relay"})
     cluster.save()
     assert proc.stdout is not None
     ready = select.select([proc.stdout], [], [], RELAY_START_S)[0] and proc.stdout.readline().startswith(b"ready")
@@ -151,8 +151,8 @@ def up(hosts: int, link: str = "", slow: dict[str, str] | None = None, slurm: bo
     try:
         _make(cluster, hosts, link, slow or {})
         if slurm:
-            from harness import cluster_slurm
-            cluster_slurm.start(cluster)
+            from harness.cluster import slurm as slurm_daemons  # slurmctld, slurmd and munge on the hosts
+            slurm_daemons.start(cluster)
     except BaseException:
         down()
         raise
@@ -290,7 +290,7 @@ def launch(kind: str, nproc: int, command: list[str]) -> ExitCode:
 
 def _mpiexec(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> typing.NoReturn:
     """hydra's mpiexec over the hosts' ssh stand-in; it replaces this process."""
-    from harness.launchers import find_mpiexec
+    from harness.engine.launchers import find_mpiexec
     os.environ.setdefault("UCX_TLS", UCX_TLS)
     mpiexec = find_mpiexec(command[0])   # the MPI library beside the ranks' interpreter
     os.execvp(mpiexec, [mpiexec, "-localhost", DRIVER_NAME, "-launcher", "ssh", "-launcher-exec",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 from collectives.device import preload_mpi_library
-from harness.session import BenchSession
+from harness.session.session import BenchSession
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import files
-from harness.session import BenchSession
+from harness.session.session import BenchSession
 from schema.exit_codes import ExitCode
 from schema.judgement import GateResult
 
@@ -40,7 +40,7 @@ def judge(bench: BenchSession) -> ExitCode | None:
 def compare_with_baseline(bench: BenchSession) -> GateResult:
     """--baseline: compare this run with a stored one; a confirmed regression, or a baseline of
     another setup, fails the session."""
-    from harness import baselines
+    from harness.session import baselines
     from reports.gate import judge_pair
     from reports.result_files import load
     from schema.results import ResultError
@@ -106,13 +106,13 @@ def judge_history(bench: BenchSession) -> GateResult:
 
 def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) -> tuple[str, Judgement]:
     """--previous-stack: this run's cells A/B-tested against the previous stack by a child session
-    (harness/same_night.py), then the history judged again with it (the record it leaves in this
+    (harness/session/same_night.py), then the history judged again with it (the record it leaves in this
     run's folder is what the judgement reads); the text says what it did. When the previous stack is
     another one (the night of an upgrade) every cell is measured: the history's night-to-night noise
     may hide a 25% change that the interleaved launches resolve. When it is this one, nothing runs:
     an A/A of one stack says nothing of a software change, and the run's recorded options say the
     stack was kept (reports/history.py stack_kept)."""
-    from harness import same_night
+    from harness.session import same_night
     from reports.gate import judge_history as judge_runs
     newest = max(runs, key=lambda r: r.started)
     hist = judgement.history

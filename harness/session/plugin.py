@@ -1,5 +1,5 @@
 """The pytest plugin (registered by the root conftest): only wiring. Each hook hands its job to the
-module that owns it: options (harness/options.py), cases (cases.py), run order (ordering.py),
+module that owns it: options (harness/session/options.py), cases (cases.py), run order (ordering.py),
 signals (signals.py), progress lines (progress.py), the session's end and its gates
 (session_end.py, verdicts.py), and what is written and shown (run_output.py)."""
 from __future__ import annotations
@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 import kinds
-from harness import files, ordering, run_output, session_end, signals
-from harness.options import OptionError, add_options, parse, prepare
-from harness.progress import Progress
-from harness.session import BenchSession
+from harness import files
+from harness.session import ordering, run_output, session_end, signals
+from harness.session.options import OptionError, add_options, parse, prepare
+from harness.session.progress import Progress
+from harness.session.session import BenchSession
 from schema.exit_codes import ExitCode
 
 _SESSION = pytest.StashKey[BenchSession]()

@@ -12,7 +12,7 @@ from reports.result_files import load
 from schema.results import ResultError
 from schema.run_meta import RunMeta
 
-ROOT = Path(__file__).resolve().parent.parent / "baselines"
+ROOT = Path(__file__).resolve().parents[2] / "baselines"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 

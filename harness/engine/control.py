@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.shm import release_own
+from harness.engine.shm import release_own
 from schema.exit_codes import ExitCode
 
 MAX_LINE = 64 << 20          # an authenticated message (a case's results for many ranks)

@@ -1,8 +1,8 @@
 """An MPI library's shared-memory files in /dev/shm: MPI_Finalize removes them, a killed rank (by
 the driver, by hydra when another rank died, by a signal, by the driver's own death) leaves them
 holding memory until the next boot. Ranks unlink MPICH's init segment once all have attached
-(release_attached, harness/worker.py); a rank whose driver vanished unlinks its own before it exits
-(harness/control.py); the driver removes what a killed group still left (harness/groups.py): the
+(release_attached, harness/engine/worker.py); a rank whose driver vanished unlinks its own before it exits
+(harness/engine/control.py); the driver removes what a killed group still left (harness/engine/groups.py): the
 segments its local ranks mapped, and those made while the group lived that no process maps once it
 is gone (ranks on other network namespaces or killed before they said hello have no pid here)."""
 from __future__ import annotations

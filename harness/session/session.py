@@ -1,5 +1,5 @@
 """One pytest session's benchmark state: which case runs where, what ran, what failed, what was
-skipped. The pieces it wires: the worker pool (harness/groups.py), A/B pairing (ab_pairing.py),
+skipped. The pieces it wires: the worker pool (harness/engine/groups.py), A/B pairing (ab_pairing.py),
 each case's kind (kinds/: its spec, row and table), and the run folder (run_store.py)."""
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 
 import kinds
 from harness import provenance
-from harness.ab_pairing import ABPairing, PartnerFailed
-from harness.groups import CaseFailure, GroupKey, GroupPool
-from harness.options import Options
-from harness.run_store import RunStore
+from harness.engine.groups import CaseFailure, GroupKey, GroupPool
+from harness.session.ab_pairing import ABPairing, PartnerFailed
+from harness.session.options import Options
+from harness.session.run_store import RunStore
 from kinds.base import Case, Kind, Ran
 from schema.results import SCHEMA, Row
 from schema.wire import Spec
@@ -53,19 +53,19 @@ class BenchSession:
     @functools.cached_property
     def canary(self) -> dict | None:
         """A timed single-stack sweep measures the canary once, as its run folder is made
-        (harness/canary.py): a history tells a machine's change from the stack's by it."""
+        (harness/session/canary.py): a history tells a machine's change from the stack's by it."""
         if not self.opts.benchmark or self.opts.two_sides:
             return None
-        from harness import canary
+        from harness.session import canary
         return canary.measure()
 
     @functools.cached_property
     def canary_spanning(self) -> dict | None:
-        """The canary measured again once the sweep has run, joined to the first (harness/canary.py,
+        """The canary measured again once the sweep has run, joined to the first (harness/session/canary.py,
         spanning); an interrupted session keeps the first alone rather than spend time on it."""
         if self.canary is None or self.interrupted is not None:
             return self.canary
-        from harness import canary
+        from harness.session import canary
         return canary.spanning(self.canary, canary.measure())
 
     def _fail(self, label: dict, failure: str) -> None:
@@ -180,7 +180,8 @@ class BenchSession:
         return {"schema": SCHEMA, "options": asdict(self.opts), "provenance": self.provenance,
                 "sequential": self.sequential.record() if self.sequential else None,
                 "groups": self.groups, "skipped": self.skipped, "failures": self.failures,
-                "overhead": [r.to_json() for r in self.kept(kinds.overhead.KIND)], "complete": self.interrupted is None,
+                **{k.record_key: [r.to_json() for r in self.kept(k)] for k in kinds.KINDS if k.record_key},
+                "complete": self.interrupted is None,
                 "interrupted": self.interrupted, "wall_s": (datetime.now(timezone.utc) - self.started).total_seconds(),
                 **({"canary": self.canary_spanning} if self.canary else {})}
 

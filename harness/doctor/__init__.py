@@ -2,7 +2,7 @@
 
 Through any launcher, one worker group of every rank measures:
 - links, one rank per host, a large message for bandwidth and 8 bytes for latency: by default
-  adaptive group testing (harness/doctor_schedule.py: rings of hosts measured at once, the slow
+  adaptive group testing (harness/doctor/schedule.py: rings of hosts measured at once, the slow
   ones halved, suspects confirmed against a known-good host; about log2(N) rounds); with --full,
   every host pair, all pairs of a round at once and no host in two pairs (the circle method: N-1
   rounds for N hosts, N for odd N; also the default under 4 hosts); plus a round of pairs inside
@@ -28,15 +28,15 @@ from pathlib import Path
 
 from collectives.backends import BACKENDS
 from collectives.sizes import SizeError, format_size, parse_sizes
-from harness import doctor_schedule as schedule
 from harness import files
-from harness.doctor_schedule import LATENCY_RESOLUTION_US
-from harness.doctor_schedule import flagged as _flagged
-from harness.doctor_schedule import median as _median
-from harness.doctor_schedule import worse as _worse
-from harness.groups import CaseFailure, GroupKey, GroupPool
+from harness.doctor import schedule
+from harness.doctor.schedule import LATENCY_RESOLUTION_US
+from harness.doctor.schedule import flagged as _flagged
+from harness.doctor.schedule import worse as _worse
+from harness.engine.groups import CaseFailure, GroupKey, GroupPool
 from harness.provenance import numpy_torch_problem
 from schema.exit_codes import ExitCode
+from schema.stats import median
 from schema.wire import DoctorSkewSpec, DoctorSpec
 
 EXIT_HEALTHY, EXIT_SUSPECT, EXIT_UNUSABLE = ExitCode.OK, ExitCode.SUSPECT, ExitCode.BAD_INPUT
@@ -102,12 +102,12 @@ def judge(diag: Diagnosis, link_repeats: list[dict], arrival_repeats: list[dict]
         peers = diag.bandwidth_gbps.get(host, {})
         diag.suspects.append(Suspect(host, None, "link", round(ratio, 2),
                                      f"even its best link runs {ratio:.1f}x below the other hosts' best "
-                                     f"(its links: median {_median(peers.values()):.3f} GB/s)" if peers else "slow links"))
+                                     f"(its links: median {median(list(peers.values())):.3f} GB/s)" if peers else "slow links"))
     for host, ratio in sorted(lat_host.items(), key=lambda kv: -kv[1]):
         if host not in bw_host:
             diag.suspects.append(Suspect(host, None, "link", round(ratio, 2),
                                          f"even its fastest link's latency is {ratio:.1f}x the other hosts' "
-                                         f"(median {_median(diag.latency_us[host].values()):.1f} us one way)"))
+                                         f"(median {median(list(diag.latency_us[host].values())):.1f} us one way)"))
     named = set(bw_host) | set(lat_host)
     pairs = _flagged([_worse(r["pair_bw"], True) for r in link_repeats], threshold, share=0.75)
     for (a, b), ratio in sorted(pairs.items(), key=lambda kv: -kv[1]):
@@ -138,7 +138,7 @@ def _link_repeat(results: list[dict], schedule: list[list[tuple[int, int]]], hos
     for index, round_pairs in enumerate(schedule):
         for a, b in round_pairs:
             got = by_rank[rep_rank[hosts[a]]]["rounds"][index]
-            pair_bw[(hosts[a], hosts[b])] = nbytes / _median(got["big_ns"])      # bytes/ns = GB/s
+            pair_bw[(hosts[a], hosts[b])] = nbytes / median(got["big_ns"])      # bytes/ns = GB/s
             # latency by the floor of its ping-pong round trips: scheduling noise only ever adds to a round
             # trip, a slow link adds to all
             pair_lat[(hosts[a], hosts[b])] = min(got["small_ns"]) / 2 / 1e3
@@ -146,7 +146,7 @@ def _link_repeat(results: list[dict], schedule: list[list[tuple[int, int]]], hos
         index = len(schedule)
         for a, _ in intra_pairs:
             got = by_rank[a]["rounds"][index]
-            intra_bw[host_of[a]] = nbytes / _median(got["big_ns"])
+            intra_bw[host_of[a]] = nbytes / median(got["big_ns"])
     # a host is judged by its best link: a bad NIC, cable or port slows every link of the host, while a
     # healthy host keeps at least one good peer even when a slow pair beside it takes the CPUs or switch
     host_bw = {h: max(v for (a, b), v in pair_bw.items() if h in (a, b)) for h in hosts if len(hosts) > 1}
@@ -159,12 +159,12 @@ def _arrival_repeat(results: list[dict]) -> dict:
     rounds = len(results[0]["entry_ns"])
     late: dict[int, list[float]] = {rank: [] for rank in range(len(results))}
     for i in range(rounds):
-        median_entry = _median([r["entry_ns"][i] for r in results])
+        median_entry = median([r["entry_ns"][i] for r in results])
         for rank, r in enumerate(results):
             late[rank].append((r["entry_ns"][i] - median_entry) / 1e3)
-    return {"work": {rank: _median(r["work_ns"]) / 1e3 for rank, r in enumerate(results)},
-            "late": {k: _median(v) for k, v in late.items()},
-            "wait": {rank: _median([x - e for x, e in zip(r["exit_ns"], r["entry_ns"])]) / 1e3
+    return {"work": {rank: median(r["work_ns"]) / 1e3 for rank, r in enumerate(results)},
+            "late": {k: median(v) for k, v in late.items()},
+            "wait": {rank: median([x - e for x, e in zip(r["exit_ns"], r["entry_ns"])]) / 1e3
                      for rank, r in enumerate(results)}}
 
 
@@ -178,7 +178,7 @@ def _ring_repeats(results: list[dict], rings: list[list[int]], repeat: int, nbyt
         row = []
         for ring in rings:
             got = [results[r]["rounds"][index] for r in ring]
-            row.append((min(nbytes * len(m["steps"]) / _median(m["big_ns"]) for m in got),
+            row.append((min(nbytes * len(m["steps"]) / median(m["big_ns"]) for m in got),
                         min(got[0]["small_ns"]) / len(ring) / 1e3))
         out.append(row)
     return out
@@ -186,7 +186,7 @@ def _ring_repeats(results: list[dict], rings: list[list[int]], repeat: int, nbyt
 
 def _search_links(pool, key, diag: Diagnosis, rep_rank: dict, repeat: int, nbytes: int, min_effect: float,
                   timeout_s: float, groups: int) -> None:
-    """Adaptive group testing (harness/doctor_schedule.py), each round's rings measured `repeat` times
+    """Adaptive group testing (harness/doctor/schedule.py), each round's rings measured `repeat` times
     in one call; the suspects, the pairs measured on the way (heatmap) and each round's record into diag."""
     hosts = diag.hosts
     measured: list[list[list[tuple[float, float]]]] = []
@@ -210,8 +210,8 @@ def _search_links(pool, key, diag: Diagnosis, rep_rank: dict, repeat: int, nbyte
             if len(test.hosts) == 2:   # a pair: its link goes into the host x host matrix (the latest measurement)
                 a, b = (hosts[h] for h in test.hosts)
                 for x, y in ((a, b), (b, a)):
-                    diag.bandwidth_gbps.setdefault(x, {})[y] = _median(gbps)
-                    diag.latency_us.setdefault(x, {})[y] = _median(lat)
+                    diag.bandwidth_gbps.setdefault(x, {})[y] = median(gbps)
+                    diag.latency_us.setdefault(x, {})[y] = median(lat)
         diag.search.append({"round": r + 1, "tests": tests})
     for host, (verdict, _) in sorted(found.named.items(), key=lambda kv: -kv[1][0].ratio):
         slow = [(i, t) for i, t, v in schedule.groups_of(found, host) if v]
@@ -254,7 +254,7 @@ def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str =
                 results, _ = pool.run(key, DoctorSpec(kind="doctor_links", rounds=rounds * repeat, bytes=nbytes, reps=5,
                                                        small_reps=20), timeout_s)
                 link_repeats = [{"host_bw": {}, "host_lat": {}, "pair_bw": {}, "pair_lat": {},
-                                 "intra_bw": {host_of[a]: nbytes / _median(results[a]["rounds"][i]["big_ns"])
+                                 "intra_bw": {host_of[a]: nbytes / median(results[a]["rounds"][i]["big_ns"])
                                               for a, _ in intra_pairs}} for i in range(repeat)]
             _search_links(pool, key, diag, rep_rank, repeat, nbytes, min_effect, timeout_s, groups)
         for _ in range(repeat):
@@ -270,14 +270,14 @@ def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str =
         pool.close_all()
     for (a, b) in (link_repeats[0]["pair_bw"] if link_repeats else {}):
         for x, y in ((a, b), (b, a)):
-            diag.bandwidth_gbps.setdefault(x, {})[y] = _median([r["pair_bw"][(a, b)] for r in link_repeats])
-            diag.latency_us.setdefault(x, {})[y] = _median([r["pair_lat"][(a, b)] for r in link_repeats])
+            diag.bandwidth_gbps.setdefault(x, {})[y] = median([r["pair_bw"][(a, b)] for r in link_repeats])
+            diag.latency_us.setdefault(x, {})[y] = median([r["pair_lat"][(a, b)] for r in link_repeats])
     for host in (link_repeats[0]["intra_bw"] if link_repeats else {}):
-        diag.intra_gbps[host] = _median([r["intra_bw"][host] for r in link_repeats])
+        diag.intra_gbps[host] = median([r["intra_bw"][host] for r in link_repeats])
     for rank in host_of:
-        diag.arrival[rank] = {"host": host_of[rank], "work_us": _median([r["work"][rank] for r in arrival_repeats]),
-                              "late_us": _median([r["late"][rank] for r in arrival_repeats]),
-                              "wait_us": _median([r["wait"][rank] for r in arrival_repeats])}
+        diag.arrival[rank] = {"host": host_of[rank], "work_us": median([r["work"][rank] for r in arrival_repeats]),
+                              "late_us": median([r["late"][rank] for r in arrival_repeats]),
+                              "wait_us": median([r["wait"][rank] for r in arrival_repeats])}
     for i, arrival in enumerate(arrival_repeats):
         links = link_repeats[i] if i < len(link_repeats) else {}
         diag.repeats.append({"host_gbps": links.get("host_bw", {}), "host_latency_us": links.get("host_lat", {}),

@@ -27,7 +27,7 @@ class Host:
     uts: str           # the file holding its UTS namespace
     veth: str          # the bridge side of its link
     link: str = ""     # RATE[,DELAY] of its link, "" for unshaped
-    delay_via: str = ""   # what holds its link's delay: "netem", "relay" (harness/delay_relay.py) or ""
+    delay_via: str = ""   # what holds its link's delay: "netem", "relay" (harness/cluster/delay_relay.py) or ""
 
 
 @dataclass

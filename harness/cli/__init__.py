@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from harness import commands
+from harness.cli import commands
 from layers import memory
 from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, ESTIMATORS
 from reports.history import DEFAULT_WINDOW

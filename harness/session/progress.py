@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from harness.session import BenchSession
+from harness.session.session import BenchSession
 
 
 @dataclass

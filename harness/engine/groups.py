@@ -20,15 +20,15 @@ from pathlib import Path
 
 from collectives.backends import for_python
 from collectives.backends import info as backend_info
-from harness import launchers
-from harness.control import Channel, ChannelClosed, accept_group, node_key
-from harness.shm import segment_files, shm_mapped, still_mapped
-from harness.worker import CASE_ERROR
+from harness.engine import launchers
+from harness.engine.control import Channel, ChannelClosed, accept_group, node_key
+from harness.engine.shm import segment_files, shm_mapped, still_mapped
+from harness.engine.worker import CASE_ERROR
 from schema import wire
 from schema.group_key import GroupKey
 from schema.wire import Spec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 120.0
 # and per rank: starting an interpreter per rank costs ~0.2 s of CPU each (52 s for 256 MPI ranks,
 # 76 s for 384 on 2 shared cores, scripts/scale_check.py), so a big group on few cores is not a hang
@@ -420,7 +420,7 @@ def _alive(pid: int) -> bool:
 
 def _is_our_worker(pid: int) -> bool:
     try:
-        return b"harness.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"harness.engine.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 

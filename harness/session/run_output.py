@@ -7,8 +7,8 @@ import textwrap
 
 import kinds
 from harness import files
-from harness.options import Options
-from harness.session import BenchSession
+from harness.session.options import Options
+from harness.session.session import BenchSession
 
 
 def benchmark_session(config):

@@ -1,0 +1,661 @@
+"""Command-line options of the benches, parsed and validated once before any rank starts.
+
+Two steps: `parse` turns the option values into `Options` and nothing else (no torch, no shell,
+no environment change), so it can be tested and reused anywhere: each option is declared with its
+converter beside it (`CoreOption`, as a kind's `KindOption`), and `parse` applies them, then the few
+checks that span options; `prepare` then asks this machine
+what the options leave to it (which backends `auto` means, the device count, a device backend's
+probe, the environment an --ab-source script sets) and exports what ranks inherit. Every problem in
+either step becomes one `OptionError` line saying what is wrong and what is allowed; the plugin
+turns it into pytest's usage error (exit code 4).
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from collectives import algorithms
+from collectives.backends import BACKENDS, info, oversubscribed
+from collectives.capabilities import ALL as TORCH_BACKEND_DTYPES
+from collectives.device import DeviceUnavailable, device_count
+from collectives.ops import OPS, REDOPS
+from collectives.sizes import SizeError, parse_size, parse_sizes
+from collectives.timing import MAX_GRAPH_ITERS, SMOKE, Plan
+from harness import files
+from harness.engine.launchers import validate_template
+from harness.provenance import numpy_torch_problem
+from kinds import KINDS
+from kinds.base import KindOption
+from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, ESTIMATORS
+from schema.results import side_labels
+
+BENCH_SIZES = "8:32M:4"
+SMOKE_SIZES = "8,4K,64K"
+MPI_THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
+COMM_DTYPES = ("float32", "bfloat16", "float16", "int8")
+BUCKETS = "0,1M,4M,16M,64M,256M"   # the bucketing bench's default bucket sizes (0: one all_reduce per tensor)
+GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True)}   # --graph: eager and/or captured rounds
+INPLACE_MODES = {"auto": ("auto",), "0": ("out",), "1": ("in",), "out": ("out",), "in": ("in",), "both": ("out", "in")}
+
+
+class OptionError(ValueError):
+    pass
+
+
+@dataclass
+class Options:
+    benchmark: bool = False
+    backends: list[str] = field(default_factory=list)
+    nproc: int = 2
+    launcher: str = ""
+    ops: list[str] = field(default_factory=lambda: list(OPS))
+    sizes: list[int] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=lambda: ["float32"])
+    redops: list[str] = field(default_factory=lambda: ["sum"])
+    algos: list[str] = field(default_factory=lambda: ["default"])
+    inplace: tuple[str, ...] = ("auto",)
+    graph: tuple[bool, ...] = (False,)   # --graph: which of eager (False) and graph-captured (True) rounds to time
+    iters: int = 0
+    warmup: int = Plan.warmup
+    rounds: int = Plan.rounds
+    round_time_s: float = Plan.round_time_s
+    timeout_s: float = 300.0
+    repeat: int = 1
+    baseline: str = ""
+    history: bool = False
+    previous_stack: str = ""          # --previous-stack: the night before's stack, A/B-tested against this one the same night
+    previous_is_python: bool = False  # ... given as its python interpreter (else a shell script to source)
+    previous_differs: bool = False    # ... and it is another stack than this one: the A/B measures every cell (else none runs)
+    invocation: list[str] = field(default_factory=list)   # pytest's arguments (set by the plugin): the same-night A/B reruns them
+    ab_env: dict = field(default_factory=dict)
+    ab_source: str = ""              # --ab-source: the script side B's environment is sourced from
+    only_cases: list = field(default_factory=list)   # --cases: the case ids to run (none: all)
+    ab_until_decided: bool = False   # sequential A/B: --repeat is the budget (--max-repeat), undecided cells rerun
+    inconclusive: str = "fail"       # the gate on cells without enough evidence: "fail" (exit 6) or "pass"
+    estimator: str = DEFAULT_ESTIMATOR   # each launch's statistic of its rounds that verdicts rest on (reports/estimators.py)
+    min_effect: float = DEFAULT_MIN_EFFECT   # the smallest change a verdict counts (reports/compare.py assign_verdicts)
+    labels: dict = field(default_factory=dict)   # side -> what to call it ("A": "mpich 4.2.3")
+    knobs: dict = field(default_factory=dict)    # --knobs: variable -> values, each value a series in its own group
+    buckets: list[int] = field(default_factory=lambda: [0 if b == "0" else parse_size(b) for b in BUCKETS.split(",")])
+    comm_dtypes: list[str] = field(default_factory=lambda: list(COMM_DTYPES))
+    mpi_thread_level: str = ""   # "" = mpi4py's default (multiple)
+    results: str = "results"
+    driver_host: str = "127.0.0.1"
+    # layer benches
+    tp: list[int] = field(default_factory=lambda: [1, 2])
+    pp: list[int] = field(default_factory=lambda: [1, 2])
+    microbatches: list[int] = field(default_factory=lambda: [4])
+    schedules: list[str] = field(default_factory=lambda: ["gpipe", "1f1b", "interleaved1f1b"])
+    hidden: int = 256
+    seq: int = 128
+    batch: int = 8
+    layers: int = 8
+    kind_options: dict = field(default_factory=dict)   # each bench kind's own options (kinds.base.KindOption), converted
+
+    def plan(self) -> dict:
+        return {"warmup": self.warmup, "rounds": self.rounds, "iters": self.iters, "round_time_s": self.round_time_s}
+
+    @property
+    def two_sides(self) -> bool:
+        """An A/B session: --ab-env or --ab-source, even one that changes nothing here (an A/A then)."""
+        return bool(self.ab_env or self.ab_source)
+
+
+Convert = Callable[[Any, str], Any]   # (pytest's value, the flag) -> the Options value; ValueError: the one line
+
+
+@dataclass(frozen=True)
+class CoreOption:
+    """A core option with its converter beside it, as a kind's KindOption: `convert(value, flag)`
+    turns pytest's value into the Options field `into` (default: the dest; a name Options lacks is
+    parse's own or the plugin's) or raises ValueError with one line saying what is allowed. `needs`:
+    read only with that option on (a bad budget without --ab-until-decided is ignored, as always)."""
+    flag: str
+    default: Any
+    help: str
+    convert: Convert
+    into: str = ""
+    action: str | None = None
+    needs: str = ""
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def field(self) -> str:
+        return self.into or self.dest
+
+
+def _list(text: str, allowed, what: str) -> list[str]:
+    items = [s.strip() for s in str(text).split(",") if s.strip()]
+    if not items:
+        raise OptionError(f"--{what} is empty: allowed {', '.join(allowed)}")
+    for item in items:
+        if item not in allowed:
+            raise OptionError(f"unknown {what[:-1] if what.endswith('s') else what} {item!r}: allowed {', '.join(allowed)}")
+    return list(dict.fromkeys(items))
+
+
+def _int(text, name: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise OptionError(f"--{name} must be an integer >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise OptionError(f"--{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(text, name: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise OptionError(f"--{name} must be a positive number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise OptionError(f"--{name} must be a finite positive number of seconds, got {text!r}")
+    return value
+
+
+def _switch(value, flag: str) -> bool:
+    return bool(value)
+
+
+def _text(value, flag: str) -> str:
+    return str(value or "")
+
+
+def _whole(minimum: int) -> Convert:
+    return lambda value, flag: _int(value, flag[2:], minimum)
+
+
+def _wholes(value, flag: str) -> list[int]:
+    return _ints(value, flag[2:])
+
+
+def _seconds(value, flag: str) -> float:
+    return _float(value, flag[2:])
+
+
+def _list_of(allowed) -> Convert:
+    """A comma list of names in `allowed`, repeats dropped (a registry is read when parsing)."""
+    return lambda value, flag: _list(value, list(allowed), flag[2:])
+
+
+def _choice(allowed) -> Convert:
+    def convert(value, flag: str) -> str:
+        text = str(value).strip()
+        if text not in allowed:
+            raise OptionError(f"{flag} {text!r}: allowed {', '.join(allowed)}")
+        return text
+    return convert
+
+
+def _mode(modes: dict) -> Convert:
+    """A name in `modes`, as the value it stands for."""
+    choice = _choice(modes)
+    return lambda value, flag: modes[choice(value, flag)]
+
+
+def _backends(value, flag: str) -> list[str]:
+    """auto is [] here: `prepare` asks the machine."""
+    text = str(value).strip()
+    return [] if text == "auto" else _list(text, list(BACKENDS), "backend")
+
+
+def _launcher(value, flag: str) -> str:
+    template = str(value or "")
+    if template and (err := validate_template(template)):
+        raise OptionError(err)
+    return template
+
+
+def _sizes(value, flag: str) -> list[int]:
+    if not str(value).strip():
+        raise OptionError(f"--sizes is empty: give min:max:factor (e.g. {BENCH_SIZES}) or a list (e.g. {SMOKE_SIZES})")
+    return parse_sizes(str(value))   # its SizeError is the line
+
+
+def _algos(value, flag: str) -> list[str]:
+    algos = [a.strip() for a in str(value).split(",") if a.strip()]
+    if not algos:
+        raise OptionError("--algos is empty: use default, ring, tree or BACKEND:NATIVE")
+    for algo in algos:
+        if err := algorithms.validate(algo):
+            raise OptionError(err)
+    return algos
+
+
+def _results(value, flag: str) -> str:
+    folder = str(value)
+    if not folder.strip():
+        raise OptionError("--results is empty: give a folder for results/<timestamp>/")
+    files.check_creatable(folder)   # its ResultsFolderError is the line
+    return folder
+
+
+def _thread_level(value, flag: str) -> str:
+    """'' is mpi4py's default (multiple)."""
+    level = str(value or "")
+    if level and level not in MPI_THREAD_LEVELS:
+        raise OptionError(f"--mpi-thread-level {level!r}: allowed {', '.join(MPI_THREAD_LEVELS)}")
+    return level
+
+
+def _knobs(value, flag: str) -> dict[str, list[str]]:
+    return parse_knobs(value or [])
+
+
+def _buckets(value, flag: str) -> list[int]:
+    try:
+        buckets = sorted({0 if b.strip() == "0" else parse_size(b.strip()) for b in str(value).split(",") if b.strip()})
+    except SizeError as exc:
+        raise OptionError(f"--buckets: {exc}") from None
+    if not buckets:
+        raise OptionError("--buckets is empty: give sizes like 0,1M,4M,16M (0: one all_reduce per tensor)")
+    return buckets
+
+
+def _fraction(value, flag: str) -> float:
+    try:
+        effect = float(value)
+    except (TypeError, ValueError):
+        effect = math.nan
+    if not 0 < effect < 1:
+        raise OptionError(f"--min-effect {value!r}: give a fraction above 0 and below 1 (0.05 = 5%)")
+    return effect
+
+
+def _labels(value, flag: str) -> dict[str, str]:
+    return side_labels(value or [])   # its ValueError is the line
+
+
+def _baseline(value, flag: str) -> str:
+    path = str(value or "")
+    if path not in ("", "auto") and not os.path.exists(path):
+        raise OptionError(f"--baseline {path!r} does not exist: give a results.json (or its folder) or 'auto'")
+    return path
+
+
+def _schedules(value, flag: str) -> list[str]:
+    from layers import schedules
+    return _list(value, list(schedules.SCHEDULES), "schedules")
+
+
+def _case_ids(value, flag: str) -> list[str]:
+    """--cases FILE: its case ids, one per line (exact, so knob values with '=' or ';' need no -k quoting)."""
+    path = str(value or "")
+    if not path:
+        return []
+    try:
+        ids = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OptionError(f"--cases {path!r} cannot be read ({getattr(exc, 'strerror', None) or exc}): "
+                          "give a text file of case ids, one per line") from None
+    if not ids:
+        raise OptionError(f"--cases {path!r} names no case: give a text file of case ids, one per line")
+    return ids
+
+
+def _env_list(value, flag: str) -> dict[str, str]:
+    """'K=V,K2=V2' -> {K: V, K2: V2}; values may contain ';' and ':' (HCCL_ALGO) but not ','."""
+    env = {}
+    for item in filter(None, (t.strip() for t in str(value or "").split(","))):
+        key, sep, setting = item.partition("=")
+        if not sep or not key.replace("_", "").isalnum():
+            raise OptionError(f"--ab-env item {item!r}: use NAME=VALUE[,NAME=VALUE...]")
+        env[key] = setting
+    return env
+
+
+CORE = (
+    CoreOption("--benchmark", False,
+               "run the full timed sweep (without it: a quick correctness smoke on a few small sizes)", _switch,
+               action="store_true"),
+    CoreOption("--backend", "auto",
+               "gloo, mpi, nccl, hccl, comma list, or auto (hccl/nccl when their device exists, else gloo and mpi)",
+               _backends, into="backends"),
+    CoreOption("--nproc", None, "ranks per group (default 2 on CPU, the device count on GPU/NPU)", _whole(1)),
+    CoreOption("--launcher", "", "cluster launcher template with {nproc}, e.g. 'mpirun -np {nproc} -hostfile h'", _launcher),
+    CoreOption("--ops", ",".join(OPS), f"comma list of: {', '.join(OPS)}", _list_of(OPS)),
+    CoreOption("--sizes", None,
+               f"min:max:factor or a list, K/M/G = 2^10/2^20/2^30 (default {BENCH_SIZES}; smoke {SMOKE_SIZES})", _sizes),
+    CoreOption("--dtypes", "float32", f"comma list of: {', '.join(TORCH_BACKEND_DTYPES)}", _list_of(TORCH_BACKEND_DTYPES)),
+    CoreOption("--redops", "sum", f"comma list of: {', '.join(REDOPS)}", _list_of(REDOPS)),
+    CoreOption("--algos", "default",
+               "default, ring, tree, or BACKEND:NATIVE (mpi:recursive_doubling, hccl:NHR, nccl:CollnetDirect)", _algos),
+    CoreOption("--inplace", "auto", "auto (out-of-place where the library has it), 0/out, 1/in, both", _mode(INPLACE_MODES)),
+    CoreOption("--graph", "off",
+               "device backends: time each round as one replay of its K iterations captured in a CUDA graph "
+               "(nccl) or NPUGraph (hccl): off, on, or both (eager and captured as separate series)", _mode(GRAPH_MODES)),
+    CoreOption("--iters", "0", "iterations per round (0: chosen so a round lasts --round-time)", _whole(0)),
+    CoreOption("--warmup", None, f"warm-up iterations (default {Plan.warmup}; smoke {SMOKE.warmup})", _whole(0)),
+    CoreOption("--rounds", None, f"timed rounds per case (default {Plan.rounds}; smoke {SMOKE.rounds})", _whole(1)),
+    CoreOption("--round-time", None,
+               f"target seconds per round when choosing iterations (default {Plan.round_time_s:g}; "
+               f"smoke {SMOKE.round_time_s:g})", _seconds, into="round_time_s"),
+    CoreOption("--timeout", "300", "seconds before a case counts as hung", _seconds, into="timeout_s"),
+    CoreOption("--results", "results", "folder for results/<timestamp>/", _results),
+    CoreOption("--repeat", "1", "run the whole selection N times, each launch in fresh worker groups", _whole(1)),
+    CoreOption("--driver-host", "127.0.0.1", "address ranks use to reach the driver", _text),
+    CoreOption("--mpi-thread-level", "", "the MPI thread level the mpi backend asks for: "
+                                         f"{', '.join(MPI_THREAD_LEVELS)} (default: mpi4py's, multiple); "
+                                         "it changes results, and compare keeps levels apart", _thread_level),
+    CoreOption("--benchmark-tables", False,
+               "also print pytest-benchmark's own per-case tables (off: they are long and wide; the JSON is the same)",
+               _switch, action="store_true"),
+    CoreOption("--harness-benches", False,
+               "also run the harness's own speed checks (benches marked harness_bench, e.g. comparing 10,000 cells)",
+               _switch, action="store_true"),
+    CoreOption("--knobs", [],
+               "NAME=v1,v2,... (repeatable): run each selected case once per value, in its own worker group with "
+               "the variable set, as its own series (HCCL_BUFFSIZE=100,200,400, NCCL_PROTO=LL,Simple, MPIR_CVAR_*)",
+               _knobs, action="append"),
+    CoreOption("--buckets", BUCKETS, "gradient bucket sizes of the bucketing bench (0: one all_reduce per tensor)", _buckets),
+    CoreOption("--comm-dtypes", ",".join(COMM_DTYPES),
+               f"gradient communication types of the compression bench: {', '.join(COMM_DTYPES)}", _list_of(COMM_DTYPES)),
+)
+
+VERDICTS = (
+    CoreOption("--ab-env", "", "interleaved A/B: each launch runs as is (A) and with these "
+                               "variables set (B), e.g. 'HCCL_ALGO=level0:NA;level1:ring,HCCL_BUFFSIZE=400'", _env_list),
+    CoreOption("--ab-source", "", "interleaved A/B against another installed stack: side B gets the "
+                                  "environment a shell has after sourcing this file (e.g. another CANN's "
+                                  "set_env.sh); HCCL_BENCH_PYTHON=PATH in it or --ab-env picks B's interpreter", _text),
+    CoreOption("--ab-until-decided", False,
+               "sequential A/B: add interleaved launches, only for the cells still undecided, until every cell "
+               "is a regression, an improvement or no change, or --max-repeat launches are spent", _switch,
+               action="store_true"),
+    CoreOption("--max-repeat", "12", "the launch budget of --ab-until-decided (default 12)", _whole(3),
+               needs="ab_until_decided"),
+    CoreOption("--inconclusive", "fail", "the gate on cells without enough evidence to say 'no change' "
+                                         "(--baseline, --ab-until-decided): fail (exit 6) or pass", _choice(("fail", "pass"))),
+    CoreOption("--estimator", DEFAULT_ESTIMATOR,
+               f"the statistic of each launch's rounds that the --baseline, --ab-until-decided and --history "
+               f"verdicts rest on: {', '.join(ESTIMATORS)} (default {DEFAULT_ESTIMATOR}; tables show medians)",
+               _choice(ESTIMATORS)),
+    CoreOption("--min-effect", str(DEFAULT_MIN_EFFECT),
+               f"the smallest change (a fraction) the --baseline, --ab-until-decided and --history verdicts count "
+               f"(default {DEFAULT_MIN_EFFECT:g}; below it a confirmed change is 'no change'); recorded with the run",
+               _fraction),
+    CoreOption("--label", [],
+               "SIDE=NAME, repeatable: what to call side A (the baseline: the stack as started) and side B "
+               "(the candidate: with --ab-env/--ab-source) in tables, reports and verdicts",
+               _labels, into="labels", action="append"),
+    CoreOption("--baseline", "", "compare with a stored result at the end: PATH or 'auto' "
+                                 "(the latest baseline saved for this platform)", _baseline),
+    CoreOption("--history", False, "nightly guard at the end: judge this run against the earlier "
+                                   "runs in its --results folder; a new confirmed regression fails", _switch,
+               action="store_true"),
+    CoreOption("--cases", "", "run only these cases: a file of case ids, one per line, as the tables "
+                              "name them without their -L<launch>/-A/-B ends (the same-night A/B's child gets one)",
+               _case_ids, into="only_cases"),
+    CoreOption("--previous-stack", "", "with --history: the stack of the night before (its env script to "
+                                       "source, CANN's set_env.sh, or its python); when it differs from this "
+                                       "one, every cell is settled the same night by a sequential interleaved "
+                                       "A/B against it; when it is this one, none runs and the night records "
+                                       "that it kept its stack", _text),
+)
+
+LAYERS = (
+    CoreOption("--tp", "1,2", "tensor-parallel degrees for the layer benches (dp = nproc / (tp x pp))", _wholes),
+    CoreOption("--pp", "1,2", "pipeline-parallel degrees for the layer benches", _wholes),
+    CoreOption("--microbatches", "4", "microbatch counts for the pipeline benches", _wholes),
+    CoreOption("--schedules", "gpipe,1f1b,interleaved1f1b",
+               "pipeline schedules: gpipe, 1f1b, interleaved1f1b, interleavedzb, zbv", _schedules),
+    CoreOption("--hidden", "256", "hidden size of the layer benches' MLP blocks (ffn = 4 x hidden)", _whole(1)),
+    CoreOption("--seq", "128", "sequence length", _whole(1)),
+    CoreOption("--batch", "8", "global batch per data-parallel replica (split into microbatches)", _whole(1)),
+    CoreOption("--layers", "8", "MLP blocks in the pipelined model (split evenly over stages)", _whole(1)),
+)
+
+GROUPS = (("hccl-bench", "collective and layer benchmarks", CORE),
+          ("hccl-bench A/B and verdicts", "comparing stacks and judging changes", VERDICTS),
+          ("hccl-bench layers", "tensor- and pipeline-parallel layer benches", LAYERS))
+DECLARED = CORE + VERDICTS + LAYERS   # parse converts them in this order
+PLAN_FIELDS = ("warmup", "rounds", "round_time_s")   # Options fields that --benchmark's plan fills when not given
+OPTION_FIELDS = {f.name for f in fields(Options)}
+
+
+def add_options(parser) -> None:
+    """Each group's table, then each kind's own options; converted by `parse`, not by argparse's
+    type= (whose failure is pytest's multi-line usage text, not our one line)."""
+    for name, description, declared in GROUPS:
+        group = parser.getgroup(name, description)
+        for core in declared:
+            group.addoption(core.flag, default=core.default, help=core.help,
+                            **({"action": core.action} if core.action else {}))
+    for kind in KINDS:
+        if kind.options:
+            group = parser.getgroup(f"hccl-bench {kind.name}", f"the {kind.name} benches")
+            for option in kind.options:
+                group.addoption(option.flag, default=option.default, help=option.help)
+
+
+def _converted(option: CoreOption, value) -> Any:
+    """An option without a default stays None when not given (parse fills it in); a converter's
+    ValueError becomes the OptionError line as it is."""
+    if value is None and option.default is None:
+        return None
+    try:
+        return option.convert(value, option.flag)
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
+
+
+def _kind_option(option: KindOption, text) -> object:
+    """A kind's option through the converter declared beside it; its ValueError is the one line."""
+    try:
+        return option.convert(str(text))
+    except ValueError as exc:
+        raise OptionError(f"{option.flag} {str(text)!r}: {exc}") from None
+
+
+def auto_backends() -> list[str]:
+    """hccl where torch_npu is installed, nccl where an NVIDIA driver is, else gloo (+ mpi if installed)."""
+    if importlib.util.find_spec("torch_npu") is not None:
+        return ["hccl"]
+    if os.path.exists("/proc/driver/nvidia/version"):
+        return ["nccl"]
+    return ["gloo"] + (["mpi"] if importlib.util.find_spec("mpi4py") is not None else [])
+
+
+def parse(getoption) -> Options:
+    """Build Options from pytest's config.getoption; raise OptionError on the first problem. What
+    only the machine can say is left for `prepare`: `backends` is empty for --backend auto, `nproc`
+    0 without --nproc, and --ab-source's variables are not in `ab_env` yet."""
+    values = {option.field: _converted(option, getoption(option.dest)) for option in DECLARED
+              if not option.needs or getoption(option.needs)}
+    o = Options(**{name: value for name, value in values.items() if name in OPTION_FIELDS})
+    o.kind_options = {opt.dest: _kind_option(opt, getoption(opt.dest)) for kind in KINDS for opt in kind.options}
+    plan = Plan() if o.benchmark else SMOKE   # what is not given: --benchmark's plan or the smoke one
+    for name in (n for n in PLAN_FIELDS if values[n] is None):
+        setattr(o, name, getattr(plan, name))
+    o.sizes = o.sizes or parse_sizes(BENCH_SIZES if o.benchmark else SMOKE_SIZES)
+    o.nproc = o.nproc or 0   # prepare's choice
+    _check_across(o, values)
+    return o
+
+
+def _check_across(o: Options, values: dict) -> None:
+    """What no option's converter can see alone: the combinations, in the order parse always checked them."""
+    if True in o.graph and o.iters > MAX_GRAPH_ITERS:
+        raise OptionError(f"--iters {o.iters} with --graph: a captured round holds at most {MAX_GRAPH_ITERS} iterations")
+    if o.ab_until_decided:
+        if not o.two_sides:
+            raise OptionError("--ab-until-decided needs two sides: add --ab-env VAR=VALUE or --ab-source FILE")
+        if o.repeat > 1:
+            raise OptionError("--ab-until-decided chooses the launches itself: give its budget as --max-repeat, "
+                              "not --repeat")
+        o.repeat = values["max_repeat"]
+    if both := sorted(set(o.knobs) & set(o.ab_env)):
+        raise OptionError(f"{both[0]} is both a --knobs variable and an --ab-env one: give it in one place "
+                          "(--knobs sweeps it on both sides, --ab-env sets it for side B)")
+    if o.history and o.two_sides:
+        raise OptionError("--history judges single-stack nightly runs; an --ab-env/--ab-source run has two sides "
+                          "(compare them with hccl-bench compare RUN --ab, or give it to hccl-bench history --ab)")
+    if o.baseline and o.two_sides:
+        raise OptionError("--baseline compares a single-stack run with a stored one; an --ab-env/--ab-source run has "
+                          "two sides, judged against each other (--ab-until-decided, or hccl-bench compare RUN --ab)")
+    if o.previous_stack:
+        if not o.history:
+            raise OptionError("--previous-stack settles a --history suspicion: add --history")
+        o.previous_is_python = previous_stack_kind(o.previous_stack) == "python"
+        o.previous_stack = os.path.abspath(o.previous_stack)   # recorded with the run; symlinks kept (a venv's python)
+        o.previous_differs = (o.previous_stack != os.path.abspath(sys.executable) if o.previous_is_python
+                              else bool(sourced_env(o.previous_stack, "--previous-stack")))
+    if o.nproc:
+        check_world(o)
+
+
+def prepare(o: Options, getoption) -> Options:
+    """The machine's part, after `parse`: resolve --backend auto and the default --nproc, probe each
+    backend's device, merge --ab-source's environment under --ab-env's, and export the MPI thread
+    level; raise OptionError on the first problem (the same lines as before the split)."""
+    resolved_world = not o.nproc
+    o.backends = o.backends or auto_backends()
+    if any(info(b).family == "torch" for b in o.backends) and (abi := numpy_torch_problem()):
+        raise OptionError(abi)
+    for name in o.backends:
+        try:
+            info(name).probe()
+        except DeviceUnavailable as exc:
+            raise OptionError(str(exc)) from None
+    o.nproc = o.nproc or _default_nproc(o.backends)
+    for name in (b for b in o.backends if info(b).one_rank_per_device):   # one line here, not NCCL's duplicate-GPU error
+        if crowded := oversubscribed(name, o.nproc, device_count(info(name).device_kind), o.launcher):
+            raise OptionError(crowded)
+    if resolved_world:
+        check_world(o)
+    o.ab_env = {**sourced_env(o.ab_source), **o.ab_env}
+    python = o.ab_env.get("HCCL_BENCH_PYTHON")
+    if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise OptionError(f"HCCL_BENCH_PYTHON={python!r} is not an executable file: give side B's python interpreter")
+    if o.mpi_thread_level:
+        os.environ["HCCL_BENCH_MPI_THREAD_LEVEL"] = o.mpi_thread_level   # every rank inherits it, under any launcher
+    return o
+
+
+def parse_knobs(items: list[str]) -> dict[str, list[str]]:
+    """['HCCL_BUFFSIZE=100,200'] -> {"HCCL_BUFFSIZE": ["100", "200"]}; OptionError on anything else."""
+    knobs: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, values = str(item).partition("=")
+        name = name.strip()
+        chosen = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not name or not name.replace("_", "").isalnum() or not chosen:
+            raise OptionError(f"--knobs {item!r}: use NAME=value1,value2,... (an environment variable and its values)")
+        if name in knobs:
+            raise OptionError(f"--knobs {name} is given twice: put every value in one list")
+        knobs[name] = list(dict.fromkeys(chosen))
+    return knobs
+
+
+BASH_OWN = {"_", "SHLVL", "PWD", "OLDPWD", "COLUMNS", "LINES"}   # set by the shell itself, never by the script
+
+
+def sourced_env(path: str, option: str = "--ab-source") -> dict[str, str | None]:
+    """What sourcing a stack's env script (CANN's set_env.sh, a module file wrapper) changes, as
+    NAME -> VALUE, and NAME -> None for what it unsets (else `unset HCCL_ALGO` in the previous
+    stack's script left the variable on both sides: an A/A read as the change). Run once in a
+    throwaway bash, its environment read before and after, so its shell logic ($PATH appends) works
+    and bash's own variables (SHLVL, PWD) never count."""
+    if not path:
+        return {}
+    if not os.path.isfile(path):
+        raise OptionError(f"{option} {path!r} is not a file: give a shell script to source (e.g. set_env.sh)")
+    shell = 'env -0; printf "\\1\\0"; source "$1" >/dev/null 2>&1 || exit 97; env -0; printf "\\2\\0"'
+    try:
+        proc = subprocess.run(["bash", "-c", shell, "ab-source", path], capture_output=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise OptionError(f"{option} {path!r}: sourcing it did not return within 60 s in bash "
+                          "(does it wait for input?)") from None
+    if proc.returncode:
+        raise OptionError(f"{option} {path!r}: sourcing it failed (exit {proc.returncode}) in bash")
+    before, _, after = proc.stdout.decode(errors="replace").partition("\1\0")
+    if not after.endswith("\2\0"):   # `exit` in the script ended the shell: nothing after it is known
+        raise OptionError(f"{option} {path!r} ended the shell (exit) while being sourced: give a script that "
+                          "returns, as set_env.sh does")
+
+    def parsed(text: str) -> dict[str, str]:
+        pairs = (item.split("=", 1) for item in text.split("\0") if "=" in item)
+        return {k: v for k, v in pairs if k not in BASH_OWN}
+    was, now = parsed(before), parsed(after)
+    return {**{k: v for k, v in now.items() if not _same_value(was.get(k), v)}, **{k: None for k in was if k not in now}}
+
+
+def _same_value(was: str | None, now: str) -> bool:
+    """Equal, or the same path list once repeated entries are dropped: CANN's set_env.sh sourced again
+    where it was sourced already prepends its paths to PATH and LD_LIBRARY_PATH a second time, and
+    that stack is this one."""
+    if was is None or was == now:
+        return was == now
+    entries = lambda value: list(dict.fromkeys(value.split(":")))  # noqa: E731
+    return ":" in now and entries(was) == entries(now)
+
+
+def previous_stack_kind(path: str) -> str:
+    """'script' (a text file, sourced in bash like --ab-source) or 'python' (an executable binary
+    named python*, run like HCCL_BENCH_PYTHON); OptionError for anything else."""
+    what = f"--previous-stack {path!r}"
+    if not os.path.isfile(path):
+        raise OptionError(f"{what} is not a file: give the previous stack's env script (set_env.sh) or its python interpreter")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8192)
+    except OSError as exc:
+        raise OptionError(f"{what} cannot be read: {exc.strerror or exc}") from None
+    if head.startswith(b"\x7fELF"):
+        if not any(os.path.basename(p).startswith("python") for p in (path, os.path.realpath(path))):
+            raise OptionError(f"{what} is a program but not a python interpreter: "
+                              "give the previous stack's python or its env script")
+        if not os.access(path, os.X_OK):
+            raise OptionError(f"{what} is a python interpreter but not executable")
+        return "python"
+    first = head.split(b"\n", 1)[0]
+    if b"\0" in head or (first.startswith(b"#!") and b"python" in first):
+        raise OptionError(f"{what} is neither a shell script to source nor a python interpreter "
+                          "(a Python script or another binary): give set_env.sh or the previous stack's python")
+    return "script"
+
+
+def _ints(text, name: str) -> list[int]:
+    items = [s.strip() for s in str(text).split(",") if s.strip()]
+    if not items:
+        raise OptionError(f"--{name} is empty: give a comma list of integers >= 1")
+    return list(dict.fromkeys(_int(i, name, 1) for i in items))
+
+
+def check_world(o: Options) -> None:
+    """The layer benches' degrees and shapes against the world size --nproc: each constraint is
+    checked here, before any rank starts."""
+    from layers import schedules
+    valid = [(t, p) for t in o.tp for p in o.pp if o.nproc % (t * p) == 0]
+    if not valid:
+        raise OptionError(f"no tp x pp x dp equals the world size {o.nproc}: tp in {o.tp}, pp in {o.pp} "
+                          f"(tp x pp must divide --nproc)")
+    for t in {t for t, _ in valid}:
+        if o.hidden % t:
+            raise OptionError(f"--hidden {o.hidden} is not divisible by tp {t}")
+        if o.seq % t:
+            raise OptionError(f"--seq {o.seq} is not divisible by tp {t} (sequence parallelism shards it)")
+    for m in o.microbatches:
+        if o.batch % m:
+            raise OptionError(f"--batch {o.batch} does not split into {m} microbatches")
+        for p in {p for _, p in valid if p > 1}:
+            for schedule in o.schedules:
+                if err := schedules.validate(schedule, p, m, o.layers):
+                    raise OptionError(f"pp {p}: {err}")
+
+
+def _default_nproc(backends: list[str]) -> int:
+    for backend in backends:
+        if info(backend).one_rank_per_device:
+            return max(1, device_count(info(backend).device_kind))
+    return 2

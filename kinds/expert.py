@@ -1,0 +1,401 @@
+"""Expert parallelism (benches/test_expert.py): a seeded top-k router over E experts spread over the
+ep group, tokens dispatched (permute, counts exchanged, AlltoAllV; or Megatron's all-gather
+dispatcher; or torch_npu's fused dispatch/combine), the experts' MLPs, combined back and
+un-permuted, forward and backward, checked against the same model on one rank. Spec ->
+(layers.expert_tasks.ExpertRank) -> ExpertRow: dispatch and combine time, bytes moved, load
+imbalance and dropped tokens; the table says what the imbalance costs against uniform routing.
+
+The kind is this module: its case, spec, rank result, row, options and table are declared here."""
+from __future__ import annotations
+
+import math
+from dataclasses import field, replace
+from typing import TYPE_CHECKING, ClassVar
+
+from collectives.backends import info
+from collectives.sizes import format_size
+from kinds.base import (
+    Bars,
+    Case,
+    Kind,
+    KindOption,
+    Lines,
+    Panel,
+    Ran,
+    cell_label,
+    heads,
+    knob_suffix,
+    launch_suffix,
+    launches,
+    placed,
+    typed,
+    values,
+    wrong_text,
+)
+from kinds.layer import no_torch
+from schema import stats
+from schema.group_key import GroupKey
+from schema.kwonly import keyword_dataclass
+from schema.results import MISSING, Cell, _field, _Measured, metric, metrics
+from schema.wire import Checked, Spec
+
+if TYPE_CHECKING:
+    from harness.session.options import Options
+
+IMPLS = ("alltoallv", "allgather", "fused")
+FUSED_NEEDS = "torch_npu's npu_moe_distribute_dispatch/combine (Atlas A2/A3, hccl)"
+
+
+# ---- the wire ----
+
+@keyword_dataclass
+class ExpertSpec(Spec):
+    """One MoE layer step on ep ranks (groups of ep consecutive ranks; the rest data-parallel replicas)."""
+    KINDS = ("expert", "expert_begin")
+    kind: str = "expert"
+    ep: int
+    experts: int
+    topk: int
+    hidden: int
+    ffn: int
+    tokens: int                     # per rank
+    routing: str                    # uniform, skewed, file
+    hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0
+    expert_ids: list[int] = field(default_factory=list)   # file: the replayed expert ids, cycled
+    capacity_factor: float = 0.0    # 0: no capacity; else slots past ceil(cf x tokens x ep x topk / experts) per expert drop
+    impl: str
+    seed: int = 1234
+    dtype: str = "float32"
+    plan: dict
+
+    def fault_names(self) -> set[str]:
+        return {"expert"}
+
+
+@keyword_dataclass
+class ExpertResult(Checked):
+    dispatch_ns: list[int]
+    combine_ns: list[int]
+    expert_ns: list[int]
+    tokens_per_expert: list[int]    # routed slots per expert over the ep group, before drops
+    tokens_per_rank: list[int]      # slots each ep rank's experts received, after drops
+    dropped: int                    # slots this rank's tokens lost to capacity
+    sent_bytes: int                 # bytes this rank sends to other ranks per step (dispatch + combine, forward)
+    comm_share: float
+
+
+# ---- the row ----
+
+@keyword_dataclass
+class ExpertRow(_Measured):
+    """One expert-parallel case: the step (fwd+bwd) and its dispatch/expert/combine parts, what moved,
+    how unevenly the router loaded experts and ranks, and what it dropped."""
+    KIND: ClassVar[str] = "expert"
+    BENCHES: ClassVar[tuple[str, ...]] = ("expert",)
+    KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "nranks", "ep", "experts", "topk", "routing", "capacity_factor",
+                                      "impl", "tokens", "hidden")
+    bench: str = _field("text", MISSING)
+    ep: int = _field("count", 1)
+    experts: int = _field("count", 1)
+    topk: int = _field("count", 1)
+    routing: str = _field("text", "uniform")
+    capacity_factor: float = _field("amount", 0.0)
+    impl: str = _field("text", MISSING)
+    tokens: int = _field("count", 1)
+    hidden: int = _field("count", 1)
+    ffn: int | None = _field("count")
+    step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "report"))
+    dispatch_us: float | None = metric("dispatch(us)", ".1f", "lower", ("table", "compare", "report"))
+    expert_us: float | None = metric("experts(us)", ".1f", "lower", ("table",))
+    combine_us: float | None = metric("combine(us)", ".1f", "lower", ("table", "compare", "report"))
+    comm_share: float | None = metric("comm", ".2f", "lower", ("table", "report"), "ratio")
+    sent_bytes_per_rank: int | None = _field("whole")
+    busbw_gbps: float | None = metric("busbw(GB/s)", ".3f", "higher", ("table", "compare"))
+    expert_imbalance: float | None = metric("imb(exp)", ".2f", "lower", ("table", "report"))
+    rank_imbalance: float | None = metric("imb(rank)", ".2f", "lower", ("table", "report"))
+    dropped: int | None = metric("dropped", "d", "lower", ("table",), "whole")
+    tokens_per_expert: list = _field("list", [])
+    tokens_per_rank: list = _field("list", [])
+    wrong_per_rank: list = _field("list", [])
+    checked: int | None = _field("whole")
+    err_to_tol: float | None = _field("amount")
+    peak_memory_bytes_per_rank: list = _field("list", [])
+    placement_warnings: list = _field("list", [])
+
+    @staticmethod
+    def series_label(s, algo_label) -> str:
+        p = dict(s.params or ())
+        return (f"expert {s.backend} ep={p.get('ep')} E={p.get('experts')} top{p.get('topk')} {p.get('routing')} {s.impl}"
+                + (f" cf={p.get('capacity_factor'):g}" if p.get("capacity_factor") else ""))
+
+
+# ---- options, each with its converter ----
+
+def _counts(text: str) -> list[int]:
+    values = [int(v) for v in text.split(",") if v.strip()]
+    if not values or min(values) < 1:
+        raise ValueError("give whole numbers >= 1, comma separated")
+    return values
+
+
+def _topk(text: str) -> list[int]:
+    values = _counts(text)
+    if max(values) > 8:
+        raise ValueError("top-k is 1 to 8")
+    return values
+
+
+def _routing(text: str) -> list[str]:
+    """uniform, skewed:SHARE (0 < SHARE < 1: the hot expert's share of routed slots), file:PATH."""
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        name, _, arg = item.partition(":")
+        if name == "uniform" and not arg:
+            out.append(item)
+        elif name == "skewed" and 0 < _share(arg) < 1:
+            out.append(f"skewed:{_share(arg):g}")
+        elif name == "file" and arg:
+            read_expert_ids(arg)
+            out.append(item)
+        else:
+            raise ValueError("allowed uniform, skewed:SHARE (0 < SHARE < 1), file:PATH (expert ids, whitespace separated)")
+    if not out:
+        raise ValueError("give at least one routing profile")
+    return out
+
+
+def _share(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _impls(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items or any(i not in IMPLS for i in items):
+        raise ValueError(f"allowed {', '.join(IMPLS)}")
+    return items
+
+
+def _capacity(text: str) -> list[float]:
+    values = [float(v) for v in text.split(",") if v.strip()]
+    if not values or any(not (v == 0 or 0 < v < math.inf) for v in values):
+        raise ValueError("give factors > 0 (0: no capacity limit), comma separated")
+    return values
+
+
+def read_expert_ids(path: str) -> list[int]:
+    """A routing file: expert ids (whole numbers >= 0) separated by whitespace or commas."""
+    try:
+        with open(path) as f:
+            ids = [int(v) for v in f.read().replace(",", " ").split()]
+    except OSError as exc:
+        raise ValueError(f"cannot read the routing file: {exc.strerror}") from None
+    except ValueError:
+        raise ValueError("the routing file must hold expert ids (whole numbers), whitespace separated") from None
+    if not ids or min(ids) < 0:
+        raise ValueError("the routing file holds no expert ids (or a negative one)")
+    return ids
+
+
+# ---- the case and the kind ----
+
+@keyword_dataclass
+class ExpertCase(Case):
+    ep: int
+    experts: int
+    topk: int
+    routing: str                    # uniform, skewed:SHARE, file:PATH
+    capacity_factor: float
+    impl: str
+    tokens: int
+    hidden: int
+
+    @property
+    def id(self) -> str:
+        routing = self.routing.replace("/", "_")
+        cf = f"-cf{self.capacity_factor:g}" if self.capacity_factor else ""
+        return (f"{self.backend}-expert-ep{self.ep}-e{self.experts}-top{self.topk}-{routing}-{self.impl}{cf}"
+                f"{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
+
+
+class ExpertKind(Kind[ExpertCase]):
+    name = "expert"
+    title = "Expert parallelism"
+    fixture = "expert_case"
+    case_type = ExpertCase
+    row_type = ExpertRow
+    spec_types = (ExpertSpec,)
+    rank = ("layers.expert_tasks", "ExpertRank")
+    options = (
+        KindOption("--ep", "", "expert-parallel group sizes (default: the world size); the rest are data-parallel replicas",
+                   lambda t: _counts(t) if t else []),
+        KindOption("--experts", "8", "total experts E (a multiple of each ep)", lambda t: _counts(t)[0]),
+        KindOption("--topk", "2", "experts per token, 1-8, comma list", _topk),
+        KindOption("--routing", "uniform,skewed:0.5",
+                   "routing profiles: uniform, skewed:SHARE (one hot expert takes SHARE of the slots), file:PATH "
+                   "(your router's expert ids, replayed)", _routing),
+        KindOption("--capacity-factor", "0", "expert capacity factors (0: none; else slots past it are dropped, counted)",
+                   _capacity),
+        KindOption("--moe-impl", "alltoallv,allgather,fused",
+                   f"dispatchers: alltoallv (counts, then AlltoAllV), allgather (Megatron's), fused ({FUSED_NEEDS})", _impls),
+        KindOption("--tokens", "256", "tokens per rank", lambda t: _counts(t)[0]),
+    )
+
+    def build(self, opts: Options) -> list[ExpertCase]:
+        """Every ep x top-k x routing x capacity x dispatcher; a layout the world size or E cannot hold,
+        and a dispatcher the backend lacks, is skipped with the reason."""
+        return launches(opts, _build_launch)
+
+    def what(self, case: ExpertCase) -> str:
+        return f"{case.id} (ep={case.ep} dp={case.nranks // case.ep if case.nranks % case.ep == 0 else '?'})"
+
+    def identity(self, case: ExpertCase) -> dict:
+        return {**super().identity(case), "bench": "expert", "ep": case.ep, "experts": case.experts, "topk": case.topk,
+                "routing": case.routing, "capacity_factor": case.capacity_factor, "impl": case.impl, "tokens": case.tokens,
+                "hidden": case.hidden}
+
+    def spec(self, case: ExpertCase, opts: Options) -> ExpertSpec:
+        name, _, arg = case.routing.partition(":")
+        return ExpertSpec(ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden, ffn=2 * case.hidden,
+                          tokens=case.tokens, routing=name, hot_share=float(arg) if name == "skewed" else 0.0,
+                          expert_ids=read_expert_ids(arg) if name == "file" else [], capacity_factor=case.capacity_factor,
+                          impl=case.impl, plan={**opts.plan(), "warmup": max(1, min(opts.warmup, 2))})
+
+    def row(self, case: ExpertCase, opts: Options, ran: Ran) -> ExpertRow:
+        """Times are medians of the slowest rank per round; busbw is the bytes each rank really sent to
+        others (dispatch + combine) over the dispatch + combine time; imbalance is max / mean tokens."""
+        ranks = typed(ExpertResult, ran.results)
+        k = ranks[0].iters
+        step = [r.round_ns for r in ranks]
+        dispatch_s = stats.median_seconds([r.dispatch_ns for r in ranks], k)
+        combine_s = stats.median_seconds([r.combine_ns for r in ranks], k)
+        sent = max(r.sent_bytes for r in ranks)
+        per_expert, per_rank = ranks[0].tokens_per_expert, ranks[0].tokens_per_rank
+        row = ExpertRow(
+            **placed(case), **self.identity(case), ffn=2 * case.hidden, **stats.summarize(step, k), iters_per_round=k,
+            calibration=ranks[0].calibration, **stats.rank_rounds(step, ran.places), hosts=ran.hosts,
+            group_env=case.group.rank_env if case.group else {},
+            wrong=sum(r.wrong for r in ranks), wrong_per_rank=[r.wrong for r in ranks],
+            checked=sum(r.checked for r in ranks), err_to_tol=max(r.err_to_tol for r in ranks),
+            peak_memory_bytes_per_rank=[r.peak_memory_bytes for r in ranks],
+            tokens_per_expert=per_expert, tokens_per_rank=per_rank, dropped=sum(r.dropped for r in ranks),
+            sent_bytes_per_rank=sent, placement_warnings=ep_placement(case.ep, ran.rank_hosts))
+        return replace(row, step_us=stats.median_seconds(step, k) * 1e6, dispatch_us=dispatch_s * 1e6,
+                       combine_us=combine_s * 1e6,
+                       expert_us=stats.median_seconds([r.expert_ns for r in ranks], k) * 1e6,
+                       comm_share=sum(r.comm_share for r in ranks) / len(ranks),
+                       busbw_gbps=sent / (dispatch_s + combine_s) / 1e9 if dispatch_s + combine_s > 0 else None,
+                       expert_imbalance=_imbalance(per_expert), rank_imbalance=_imbalance(per_rank))
+
+    def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
+        """Each case's step as its parts (dispatch, experts, combine, the rest: backward and the
+        router), and dispatch + combine time against the load imbalance it was routed with."""
+        if not cells:
+            return []
+        parts = {name: [c.pooled(f) or 0.0 for _, c in cells]
+                 for name, f in (("dispatch", "dispatch_us"), ("experts", "expert_us"), ("combine", "combine_us"))}
+        rest = [max(0.0, (c.pooled("step_us") or 0.0) - sum(p[i] for p in parts.values())) for i, (_, c) in enumerate(cells)]
+        against: dict[str, list[tuple[float, float]]] = {}
+        for n, c in cells:
+            imbalance, dispatch, combine = c.pooled("expert_imbalance"), c.pooled("dispatch_us"), c.pooled("combine_us")
+            if imbalance is not None and dispatch is not None and combine is not None:
+                p = dict(c.series.params or ())
+                against.setdefault(f"{c.series.backend} ep={p.get('ep')} {c.series.impl} [{n}]", []).append(
+                    (imbalance, dispatch + combine))
+        return [Bars("step (us); rest: backward, router", [cell_label(n, c) for n, c in cells],
+                     {**parts, "rest": rest}, stacked=True),
+                Lines("dispatch + combine (us)", "imbalance (max / mean tokens per expert)",
+                      {k: sorted(v) for k, v in against.items()}, x_is_size=False)]
+
+    def table(self, rows: list[ExpertRow]) -> str:
+        """Per case its step and parts; per skewed or replayed routing, what the imbalance costs:
+        its step over the same shape's uniformly routed one."""
+        if not rows:
+            return ""
+        shown = metrics(ExpertRow, "table")
+        out = ["# expert parallelism (times: median of the slowest rank per fwd+bwd step; busbw: bytes each rank",
+               "# sent to others in dispatch + combine / their time; imb: max / mean tokens per expert, per ep rank)",
+               f"#{'backend':>8} {'ep':>3} {'E':>4} {'k':>2} {'routing':>12} {'impl':>9} {'cf':>4} {'tokens':>6}"
+               + heads(shown) + f" {'#wrong':>7}"]
+        for r in rows:
+            out.append(f" {r.backend:>8} {r.ep:>3} {r.experts:>4} {r.topk:>2} {r.routing[:12]:>12} {r.impl:>9} "
+                       f"{r.capacity_factor:>4g} {r.tokens:>6}" + values(r, shown) + f" {wrong_text(r.wrong):>7}")
+        out += imbalance_cost_lines(rows)
+        sent = [r for r in rows if r.sent_bytes_per_rank]
+        if sent:
+            worst = max(sent, key=lambda r: r.sent_bytes_per_rank or 0)
+            out.append(f"# most moved: {format_size(worst.sent_bytes_per_rank or 0)} per rank per step "
+                       f"({worst.routing}, {worst.impl})")
+        warned = dict.fromkeys(w for r in rows for w in r.placement_warnings)
+        return "\n".join(out + [f"# WARNING: {w}" for w in warned])
+
+
+KIND = ExpertKind()
+
+
+def _imbalance(counts: list[int]) -> float | None:
+    """max / mean: 1.0 is perfectly even; None without counts."""
+    return max(counts) / (sum(counts) / len(counts)) if counts and sum(counts) else None
+
+
+def imbalance_cost_lines(rows: list[ExpertRow]) -> list[str]:
+    """The step of each non-uniform routing over the uniform one of the same shape (medians over launches)."""
+    def shape(r: ExpertRow) -> tuple:
+        return (r.backend, r.ep, r.experts, r.topk, r.capacity_factor, r.impl, r.tokens, r.hidden, r.side)
+    steps: dict[tuple, dict[str, list[float]]] = {}
+    for r in rows:
+        if r.step_us:
+            steps.setdefault(shape(r), {}).setdefault(r.routing, []).append(r.step_us)
+    out = []
+    for key, by_routing in steps.items():
+        uniform = by_routing.get("uniform")
+        for routing, times in by_routing.items():
+            if uniform and routing != "uniform":
+                cost = stats.median(times) / stats.median(uniform)
+                out.append(f"# imbalance cost: {routing} takes {cost:.2f}x the uniform step "
+                           f"(ep={key[1]} E={key[2]} top{key[3]} {key[5]})")
+    return out
+
+
+def ep_placement(ep: int, rank_hosts: dict[int, str]) -> list[str]:
+    """An ep group spanning hosts sends its AlltoAllV over the inter-host links (RoCE), not inside one (HCCS/NVLink)."""
+    spans = sorted({g for g in range(len(rank_hosts) // ep or 1)
+                    if len({rank_hosts.get(r) for r in range(g * ep, (g + 1) * ep)} - {None}) > 1})
+    if not spans:
+        return []
+    return [f"ep={ep}: {len(spans)} expert-parallel group(s) span hosts, so dispatch and combine cross the inter-host "
+            "links; keep ep within a host (ep <= ranks per host) where the model allows"]
+
+
+def _build_launch(opts: Options) -> list[ExpertCase]:
+    o = opts.kind_options
+    out: list[ExpertCase] = []
+    for backend in opts.backends:
+        key = GroupKey(backend, opts.nproc, (), opts.launcher)
+        for ep in o.get("ep") or [opts.nproc]:
+            for topk in o.get("topk", [2]):
+                for routing in o.get("routing", ["uniform"]):
+                    for cf in o.get("capacity_factor", [0.0]):
+                        for impl in o.get("moe_impl", ["alltoallv"]):
+                            case = ExpertCase(backend=backend, nranks=opts.nproc, ep=ep, experts=o.get("experts", 8),
+                                              topk=topk, routing=routing, capacity_factor=cf, impl=impl,
+                                              tokens=o.get("tokens", 256), hidden=opts.hidden, group=key)
+                            case.skip = _skip(case, backend)
+                            out.append(case)
+    return out
+
+
+def _skip(case: ExpertCase, backend: str) -> str:
+    if why := no_torch(backend):
+        return why
+    if case.nranks % case.ep:
+        return f"ep {case.ep} does not divide the world size {case.nranks}"
+    if case.experts % case.ep:
+        return f"E={case.experts} experts do not spread evenly over ep={case.ep} ranks"
+    if case.topk > case.experts:
+        return f"top-{case.topk} of {case.experts} experts"
+    if case.impl == "fused" and backend != "hccl":
+        return f"the fused dispatcher is {FUSED_NEEDS}; {info(backend).api} has none"
+    return ""

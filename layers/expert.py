@@ -1,0 +1,302 @@
+"""Expert parallelism: a top-k routed mixture-of-experts layer over an ep group, its token
+dispatchers, and the same layer on one rank as the reference (layers.check compares the two).
+
+The model: a gate Linear(H, E) and E expert MLPs (H -> ffn -> H, GELU; layers.tp.MLP), rank j of
+the ep group holding experts j*E/ep .. (j+1)*E/ep - 1. Which experts a token goes to comes from the
+routing profile, not from the gate's top-k, so that a bench can set the load it measures (uniform,
+a hot expert, a user's replayed trace) while the gate still shapes the result and gets a gradient:
+a token's weights are the gate's softmax at its chosen experts, renormalised over the k (Mixtral;
+top-1 keeps the raw probability, as the Switch Transformer does, else its weight would be 1 and
+the gate would have no gradient). Under skewed and file routing a token may choose one expert
+twice: its two copies travel and add up, the traffic a real router with that load would make.
+
+Capacity (capacity_factor > 0): each expert keeps at most ceil(cf x tokens x ep x topk / E) slots of
+its ep group, first come by (source rank, token, k); the rest are dropped and add nothing.
+
+Dispatchers, each as dispatch (permute + communication), experts, combine (communication + weighted
+un-permute), differentiable through torch.autograd (layers.tp's _Comm: one collective forward,
+its transpose backward):
+  alltoallv  Megatron-core's MoEAlltoAllTokenDispatcher: the per-expert counts all-gathered over the
+             ep group first (capacity needs the counts of the ranks before this one; the split sizes
+             follow from them), then all_to_all_single with input/output split sizes, and back.
+  allgather  Megatron-core's MoEAllGatherTokenDispatcher: all-gather every token, weight and choice
+             of the group, each rank runs its experts' slots, reduce-scatter of the weighted outputs.
+  fused      torch_npu's npu_moe_distribute_dispatch / npu_moe_distribute_combine (Atlas A2/A3):
+             forward only (the ops are documented for inference and have no backward), bfloat16 or
+             float16 tokens, distinct experts per token, no capacity.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from layers.tp import MLP, NO_TIMER, CommTimer, _all_gather, _Comm, f, g
+
+ROUTINGS = ("uniform", "skewed", "file")
+IMPLS = ("alltoallv", "allgather", "fused")
+FUSED_OPS = ("npu_moe_distribute_dispatch", "npu_moe_distribute_combine")
+
+
+class MoE(nn.Module):
+    """The full layer's parameters, built alike on every rank from the same seed."""
+
+    def __init__(self, hidden: int, ffn: int, experts: int):
+        super().__init__()
+        self.gate = nn.Linear(hidden, experts, bias=False)
+        self.experts = nn.ModuleList(MLP(hidden, ffn) for _ in range(experts))
+
+
+def generator(seed: int, rank: int = 0) -> torch.Generator:
+    """A CPU generator per (seed, rank): every rank can make any rank's draws (devices' generators differ)."""
+    return torch.Generator().manual_seed(seed * 65537 + rank)
+
+
+def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed: int, hot_share: float = 0.0,
+            expert_ids: Sequence[int] = ()) -> torch.Tensor:
+    """Rank `rank`'s expert ids, (tokens, topk) int64, the same on every rank that asks.
+    uniform: a seeded permutation of the experts dealt round-robin over the group's slots in rank
+    order (balanced, k distinct experts a token while k <= E); skewed: round(hot_share x slots) on
+    expert 0, the rest dealt round-robin over 1..E-1, shuffled; file: `expert_ids` cycled, rank r
+    starting where rank r-1 stopped."""
+    n = tokens * topk
+    first = rank * n   # this rank's first slot in the group's order
+    if routing == "uniform":
+        perm = torch.randperm(experts, generator=generator(seed))
+        ids = perm[(torch.arange(n) + first) % experts]
+    elif routing == "skewed":
+        if not 0.0 <= hot_share <= 1.0:
+            raise ValueError(f"hot_share must be in [0, 1], got {hot_share}")
+        hot = n if experts == 1 else round(hot_share * n)
+        rest = 1 + (torch.arange(n - hot) + rank * (n - hot)) % max(1, experts - 1)
+        ids = torch.cat([torch.zeros(hot, dtype=torch.long), rest])
+        ids = ids[torch.randperm(n, generator=generator(seed, rank))]
+    elif routing == "file":
+        trace = torch.tensor(list(expert_ids), dtype=torch.long)
+        if trace.numel() == 0 or int(trace.min()) < 0 or int(trace.max()) >= experts:
+            raise ValueError(f"routing 'file' needs expert ids in [0, {experts}), got {len(trace)} ids"
+                             + (f" from {int(trace.min())} to {int(trace.max())}" if trace.numel() else ""))
+        ids = trace[(torch.arange(n) + first) % trace.numel()]
+    else:
+        raise ValueError(f"unknown routing {routing!r}: one of {', '.join(ROUTINGS)}")
+    return ids.view(tokens, topk)
+
+
+def weights(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The gate's weight for each chosen expert (module docstring): softmax at the choices, over the k."""
+    w = torch.softmax(logits, dim=-1).gather(1, ids)
+    return w / w.sum(dim=-1, keepdim=True) if ids.shape[1] > 1 else w
+
+
+def capacity(capacity_factor: float, tokens: int, ep: int, topk: int, experts: int) -> int:
+    """Slots an expert keeps per ep group; 0: no limit."""
+    return math.ceil(capacity_factor * tokens * ep * topk / experts) if capacity_factor > 0 else 0
+
+
+def _exclusive(counts: torch.Tensor) -> torch.Tensor:
+    """Exclusive prefix sums along dim 0: what comes before each entry."""
+    return counts.cumsum(0) - counts
+
+
+def kept(ids: torch.Tensor, before: torch.Tensor, cap: int) -> torch.Tensor:
+    """Which slots (flat ids, in order) an expert keeps: its position among the group's slots for it,
+    `before` (per expert) coming from earlier ranks, under `cap` (0: all)."""
+    if cap <= 0:
+        return torch.ones_like(ids, dtype=torch.bool)
+    order = torch.argsort(ids, stable=True)
+    counts = torch.bincount(ids, minlength=before.numel())
+    pos = torch.empty_like(ids)
+    pos[order] = torch.arange(ids.numel(), device=ids.device) - _exclusive(counts)[ids[order]]
+    return before[ids] + pos < cap
+
+
+def after_drops(routed: torch.Tensor, cap: int) -> torch.Tensor:
+    """(ep, E) slots each rank sends each expert once capacity drops the latecomers (`routed`: before)."""
+    if cap <= 0:
+        return routed
+    return (cap - _exclusive(routed)).clamp(min=0).minimum(routed)
+
+
+def run_experts(experts: Iterable[nn.Module], h: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """Each expert on its consecutive rows of h."""
+    return torch.cat([e(part) for e, part in zip(experts, h.split(list(sizes)))]) if len(h) else h
+
+
+def reference(model: MoE, x: torch.Tensor, ids: torch.Tensor, cap: int) -> torch.Tensor:
+    """The layer on one rank: every token of the group (x, ids in rank order), every expert, no communication."""
+    w = weights(model.gate(x), ids).reshape(-1)
+    flat = ids.reshape(-1)
+    keep = kept(flat, flat.new_zeros(len(model.experts)), cap)
+    token = torch.arange(len(x), device=x.device).repeat_interleave(ids.shape[1])
+    out = torch.zeros_like(x)
+    for e, expert in enumerate(model.experts):
+        sel = (flat == e) & keep
+        out = out.index_add(0, token[sel], expert(x[token[sel]]) * w[sel, None])
+    return out
+
+
+def _a2a(out_splits: list[int], in_splits: list[int]):
+    """all_to_all_single with these splits, as a layers.tp._Comm direction (the transpose swaps them)."""
+    def call(x, group, timer):
+        out = x.new_empty((sum(out_splits), *x.shape[1:]))
+        timer.run(lambda: dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group))
+        return out
+    return call
+
+
+@dataclass
+class Traffic:
+    """The ep group's routing: slots per (source rank, expert) before (`routed`) and after capacity drops (`sent`)."""
+    routed: torch.Tensor    # (ep, E)
+    sent: torch.Tensor      # (ep, E)
+
+    def tokens_per_rank(self) -> list[int]:
+        """Slots each ep rank's experts take in."""
+        ep = len(self.sent)
+        return self.sent.sum(0).view(ep, -1).sum(1).tolist()
+
+    def sent_bytes(self, impl: str, rank: int, tokens: int, topk: int, hidden: int, itemsize: int) -> int:
+        """Bytes this rank sends other ranks in one forward's dispatch and combine. alltoallv (and
+        fused): the counts, its kept slots' tokens out, the outputs of the slots it received back;
+        allgather: its tokens, weights and choices to each, and (ep - 1) / ep of the group's
+        outputs in the reduce-scatter."""
+        ep, experts = self.sent.shape
+        if impl == "allgather":
+            return (ep - 1) * tokens * (2 * hidden * itemsize + topk * (itemsize + 8))
+        per = experts // ep
+        out = self.sent[rank].view(ep, per).sum(1)
+        back = self.sent[:, rank * per:(rank + 1) * per].sum(1)
+        counts = (ep - 1) * experts * 8 if impl == "alltoallv" else 0
+        return counts + int(out.sum() - out[rank] + back.sum() - back[rank]) * hidden * itemsize
+
+
+def traffic(group, flat_ids: torch.Tensor, experts: int, cap: int, timer: CommTimer = NO_TIMER) -> Traffic:
+    """Every rank's per-expert counts, all-gathered over the ep group (Megatron's alltoall dispatcher
+    gathers them too), and what capacity leaves of them."""
+    routed = _all_gather(torch.bincount(flat_ids, minlength=experts).view(1, -1), group, timer)
+    return Traffic(routed, after_drops(routed, cap))
+
+
+class _Dispatcher:
+    """dispatch(x, ids, w) -> (rows for the local experts, expert-major; rows per expert; context),
+    combine(y, context) -> (tokens, H)."""
+
+    def __init__(self, group, experts: int, cap: int, timer: CommTimer = NO_TIMER):
+        self.group, self.experts, self.cap, self.timer = group, experts, cap, timer
+        self.ep, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        self.per = experts // self.ep
+
+    def dispatch(self, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, list[int], tuple]:
+        raise NotImplementedError
+
+    def combine(self, y: torch.Tensor, ctx: tuple) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class AllToAllV(_Dispatcher):
+    def dispatch(self, x, ids, w):
+        ep, k = self.ep, ids.shape[1]
+        flat = ids.reshape(-1)
+        counts = traffic(self.group, flat, self.experts, self.cap, self.timer)
+        keep = kept(flat, _exclusive(counts.routed)[self.rank], self.cap)
+        order = torch.argsort(torch.where(keep, flat, self.experts), stable=True)[:int(keep.sum())]
+        mine = counts.sent[:, self.rank * self.per:(self.rank + 1) * self.per]      # (source rank, local expert)
+        in_splits = counts.sent[self.rank].view(ep, self.per).sum(1).tolist()
+        out_splits = mine.sum(1).tolist()
+        recv = _Comm.apply(x[order // k], _a2a(out_splits, in_splits), _a2a(in_splits, out_splits), self.group, self.timer)
+        # received by source rank, then expert; the experts take them by expert, then source rank
+        sizes = mine.t().reshape(-1)
+        starts = _exclusive(mine.reshape(-1)).view(ep, self.per).t().reshape(-1)
+        idx = torch.repeat_interleave(starts - _exclusive(sizes), sizes) + torch.arange(int(sizes.sum()), device=x.device)
+        return recv[idx], mine.sum(0).tolist(), (order, idx, in_splits, out_splits, w, len(x))
+
+    def combine(self, y, ctx):
+        order, idx, in_splits, out_splits, w, tokens = ctx
+        inverse = torch.empty_like(idx)
+        inverse[idx] = torch.arange(len(idx), device=idx.device)
+        back = _Comm.apply(y[inverse], _a2a(in_splits, out_splits), _a2a(out_splits, in_splits), self.group, self.timer)
+        k = w.shape[1]
+        return back.new_zeros((tokens, back.shape[1])).index_add(0, order // k, back * w.reshape(-1)[order, None])
+
+
+class AllGather(_Dispatcher):
+    def dispatch(self, x, ids, w):
+        k = ids.shape[1]
+        xs = f(x, self.group, self.timer, True)    # all-gather forward, reduce-scatter backward
+        ws = f(w, self.group, self.timer, True)
+        flat = _all_gather(ids, self.group, self.timer).reshape(-1)
+        keep = kept(flat, flat.new_zeros(self.experts), self.cap)
+        lo = self.rank * self.per
+        local = keep & (flat >= lo) & (flat < lo + self.per)
+        order = torch.argsort(torch.where(local, flat, self.experts), stable=True)[:int(local.sum())]
+        sizes = torch.bincount(flat[order] - lo, minlength=self.per).tolist()
+        return xs[order // k], sizes, (order, ws, len(xs))
+
+    def combine(self, y, ctx):
+        order, ws, rows = ctx
+        k = ws.shape[1]
+        partial = y.new_zeros((rows, y.shape[1])).index_add(0, order // k, y * ws.reshape(-1)[order, None])
+        return g(partial, self.group, self.timer, True)   # reduce-scatter forward, all-gather backward
+
+
+class ExpertParallel(nn.Module):
+    """This ep rank's part of the layer: the gate (replicated), its experts, a dispatcher between them."""
+
+    def __init__(self, model: MoE, ep: int, ep_rank: int, dispatcher):
+        super().__init__()
+        self.gate = copy.deepcopy(model.gate)
+        per = len(model.experts) // ep
+        self.experts = copy.deepcopy(model.experts[ep_rank * per:(ep_rank + 1) * per])
+        self.dispatcher = dispatcher
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        h, sizes, ctx = self.dispatcher.dispatch(x, ids, weights(self.gate(x), ids))
+        return self.dispatcher.combine(run_experts(self.experts, h, sizes), ctx)
+
+
+def fused_missing() -> str:
+    """Why this process cannot run the fused dispatcher ('' when torch_npu has both ops)."""
+    try:
+        import torch_npu
+    except (ImportError, OSError) as exc:
+        return f"impl fused needs torch_npu's {' and '.join(FUSED_OPS)} (Ascend): torch_npu does not load ({exc})"
+    lacking = [op for op in FUSED_OPS if not hasattr(torch_npu, op)]
+    return f"torch_npu {getattr(torch_npu, '__version__', '?')} has no {', '.join(lacking)}" if lacking else ""
+
+
+class Fused(_Dispatcher):
+    """torch_npu's fused EP AlltoAllV (its documented signatures, op-plugin
+    docs/context/torch_npu-npu_moe_distribute_{dispatch,combine}.md): forward only."""
+
+    def __init__(self, group, experts: int, cap: int, timer: CommTimer = NO_TIMER, global_rank: int = 0):
+        super().__init__(group, experts, cap, timer)
+        if why := fused_missing():
+            raise RuntimeError(why)
+        if cap:
+            raise ValueError("impl fused has no capacity limit: use capacity_factor 0")
+        import torch_npu
+        self.npu = torch_npu
+        self.name = group._get_backend(torch.device("npu")).get_hccl_comm_name(global_rank)
+
+    def dispatch(self, x, ids, w):
+        if x.dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"impl fused takes bfloat16 or float16 tokens, not {x.dtype}")
+        ids32 = ids.to(torch.int32)
+        expand_x, _, expand_idx, token_nums, ep_recv_counts, tp_recv_counts, expand_scales = self.timer.run(
+            lambda: self.npu.npu_moe_distribute_dispatch(x, ids32, self.name, self.ep, self.rank, self.experts,
+                                                         expert_token_nums_type=1))
+        sizes = token_nums.tolist()   # rows per local expert, in expert order from the first row
+        return expand_x[:sum(sizes)], sizes, (expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales, w)
+
+    def combine(self, y, ctx):
+        expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales, w = ctx
+        full = torch.cat([y, expand_x.new_zeros((len(expand_x) - len(y), y.shape[1]))])   # the rows dispatch gave
+        # dispatch's counts and expand_scales passed back as they came (Atlas A2 requires expand_scales)
+        return self.timer.run(lambda: self.npu.npu_moe_distribute_combine(
+            full, ids32, expand_idx, ep_recv_counts, w.float(), self.name, self.ep, self.rank, self.experts,
+            tp_send_counts=tp_recv_counts, expand_scales=expand_scales))

@@ -1,0 +1,181 @@
+"""Runs the expert-parallel bench on one rank (layers.expert): the MoE layer over groups of `ep`
+consecutive ranks (world / ep such groups: data-parallel replicas, each with its own tokens),
+checked once against the same seeded layer on one rank (layers.check), then timed as the others
+(collectives.timing): the forward+backward step (round_ns) and, in their own loops with the same
+K, the forward's dispatch, experts and combine alone (dispatch_ns, expert_ns, combine_ns, as
+TpResult's fwd_ns). comm_share comes, as the TP bench's, from one extra run of K steps with the
+collectives timed: the share of the step (forward and backward) spent in them.
+
+The spec (decoded by the driver; read here: ep, experts, topk, hidden, ffn, tokens, routing,
+hot_share, expert_ids, capacity_factor, impl, seed, dtype, plan, corrupt) is duck-typed; its A/B
+form (kind "..._begin") is the worker's choice of ExpertRank.begin over run.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from collectives import timing
+from collectives.timing import Plan
+from layers import expert
+from layers.check import Check, dtype_name
+from layers.mesh import Axis, ParallelDims
+from layers.rank_tasks import _need_torch, _reduce_length, groups_for
+from layers.tp import CommTimer
+
+DISPATCHERS = {"alltoallv": expert.AllToAllV, "allgather": expert.AllGather, "fused": expert.Fused}
+
+
+def _validate(spec: Any, world: int) -> None:
+    """Refuse, alike on every rank and before any collective, a spec the layer cannot run."""
+    if spec.impl not in expert.IMPLS:
+        raise ValueError(f"unknown impl {spec.impl!r}: one of {', '.join(expert.IMPLS)}")
+    if spec.routing not in expert.ROUTINGS:
+        raise ValueError(f"unknown routing {spec.routing!r}: one of {', '.join(expert.ROUTINGS)}")
+    if spec.ep < 1 or world % spec.ep:
+        raise ValueError(f"ep {spec.ep} does not divide the world size {world}")
+    if spec.experts % spec.ep:
+        raise ValueError(f"experts {spec.experts} are not divisible by ep {spec.ep}")
+    if not 1 <= spec.topk <= 8:
+        raise ValueError(f"topk must be 1-8, got {spec.topk}")
+
+
+def _inputs(spec: Any, rank: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rank `rank`'s tokens, expert choices and output gradient: any rank can make any rank's."""
+    t, h = spec.tokens, spec.hidden
+    x = torch.randn(t, h, generator=expert.generator(spec.seed + 1, rank)).to(device, dtype)
+    gy = torch.randn(t, h, generator=expert.generator(spec.seed + 2, rank)).to(device, dtype)
+    ids = expert.choices(spec.routing, t, spec.topk, spec.experts, rank, spec.seed, spec.hot_share, spec.expert_ids)
+    return x, ids.to(device), gy
+
+
+def _compare(spec: Any, model: expert.MoE, layer: expert.ExpertParallel, ranks: list[int], ep_rank: int,
+             device, dtype, check: Check) -> None:
+    """One forward and backward of this rank's part against the reference on the whole group's
+    tokens: the output, the input gradient, the gate's gradient from this rank's tokens and every
+    local expert's gradients go into `check` (the fused path: its forward only, the ops have no backward)."""
+    inputs = [_inputs(spec, r, device, dtype) for r in ranks]
+    x_all = torch.cat([x for x, _, _ in inputs]).requires_grad_()
+    gy_all = torch.cat([gy for _, _, gy in inputs])
+    ref = expert.reference(model, x_all, torch.cat([ids for _, ids, _ in inputs]), _cap(spec))
+    mine = slice(ep_rank * spec.tokens, (ep_rank + 1) * spec.tokens)
+    forward_only = spec.impl == "fused"
+    if not forward_only:
+        (ref_gate,) = torch.autograd.grad((ref[mine] * gy_all[mine]).sum(), model.gate.weight, retain_graph=True)
+        (ref * gy_all).sum().backward()
+    x, ids, gy = inputs[ep_rank]
+    x = x.clone().requires_grad_(not forward_only)
+    with torch.inference_mode(forward_only):
+        out = layer(x, ids)
+    if not forward_only:
+        out.backward(gy)
+    n = _reduce_length(nn.ModuleList([model.gate, model.experts[0]]), len(ranks) * spec.tokens * spec.topk,
+                       spec.topk + spec.experts)
+    check.compare(out, ref[mine], n)
+    if forward_only:
+        return
+    check.compare(_grad(x), _grad(x_all)[mine], n)
+    check.compare(_grad(layer.gate.weight), ref_gate, n)
+    first = ep_rank * len(layer.experts)
+    for i, local in enumerate(layer.experts):
+        ref_params = dict(model.experts[first + i].named_parameters())
+        for name, p in local.named_parameters():
+            check.compare(_grad(p), _grad(ref_params[name]), n)
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    """p's gradient; zeros where none reached it (an expert no token chose: autograd leaves .grad None)."""
+    return p.grad if p.grad is not None else torch.zeros_like(p)
+
+
+def _cap(spec: Any) -> int:
+    return expert.capacity(spec.capacity_factor, spec.tokens, spec.ep, spec.topk, spec.experts)
+
+
+def expert_loops(backend, spec: Any):
+    """The step and the forward's three parts as timed loops, and how to finish them (collectives.timing)."""
+    _validate(spec, backend.world)
+    group = groups_for(ParallelDims.fit(spec.ep, 1, backend.world), backend.rank)[Axis.TP]   # ep consecutive ranks
+    ep_rank = dist.get_rank(group)
+    ranks = list(range(backend.rank - ep_rank, backend.rank - ep_rank + spec.ep))
+    device, dtype = backend.device.torch_device, getattr(torch, spec.dtype)
+    timer = CommTimer(backend.device.synchronize, on=False)   # on only in finish's extra run
+    kwargs = {"global_rank": backend.rank} if spec.impl == "fused" else {}
+    dispatcher = DISPATCHERS[spec.impl](group, spec.experts, _cap(spec), timer, **kwargs)
+    torch.manual_seed(spec.seed)
+    model = expert.MoE(spec.hidden, spec.ffn, spec.experts).to(device=device, dtype=dtype)
+    layer = expert.ExpertParallel(model, spec.ep, ep_rank, dispatcher)
+    check = Check(dtype_name(dtype), corrupt=spec.corrupt)   # once, before any timing
+    _compare(spec, model, layer, ranks, ep_rank, device, dtype, check)
+    layer.zero_grad(set_to_none=True)
+    del model
+    x, ids, gy = _inputs(spec, backend.rank, device, dtype)
+    counts = expert.traffic(group, ids.reshape(-1), spec.experts, _cap(spec))
+    forward_only = spec.impl == "fused"
+    x.requires_grad_(not forward_only)
+
+    def step(k):
+        for _ in range(k):
+            if forward_only:
+                with torch.inference_mode():
+                    layer(x, ids)
+            else:
+                layer(x, ids).backward(gy)
+
+    with torch.inference_mode():
+        w = expert.weights(layer.gate(x), ids)
+        h, sizes, ctx = dispatcher.dispatch(x, ids, w)
+        y = expert.run_experts(layer.experts, h, sizes)
+
+    def alone(call):
+        def loop(k):
+            with torch.inference_mode():
+                for _ in range(k):
+                    call()
+        return loop
+
+    def finish(k, times):
+        t_step, t_dispatch, t_experts, t_combine = times
+        timer.seconds, timer.on = 0.0, True
+        clock = backend.device.timer()
+        clock.start()
+        step(k)
+        elapsed = clock.stop() / 1e9
+        timer.on = False
+        # the fields of kinds/expert.py's ExpertResult, which the driver checks this object against
+        return dict(iters=k, round_ns=t_step, dispatch_ns=t_dispatch, expert_ns=t_experts, combine_ns=t_combine,
+                    **check.record(), peak_memory_bytes=backend.device.peak_memory_bytes(),
+                    params_local=sum(p.numel() for p in layer.parameters()),
+                    tokens_per_expert=counts.routed.sum(0).tolist(), tokens_per_rank=counts.tokens_per_rank(),
+                    dropped=int(counts.routed[ep_rank].sum() - counts.sent[ep_rank].sum()),
+                    sent_bytes=counts.sent_bytes(spec.impl, ep_rank, spec.tokens, spec.topk, spec.hidden, x.element_size()),
+                    comm_share=timer.seconds / elapsed if elapsed > 0 else 0.0)
+    loops = [step, alone(lambda: dispatcher.dispatch(x, ids, w)),
+             alone(lambda: expert.run_experts(layer.experts, h, sizes)), alone(lambda: dispatcher.combine(y, ctx))]
+    return loops, finish
+
+
+def _loops(backend, spec: Any):
+    _need_torch(backend)
+    loops, finish = expert_loops(backend, spec)
+    backend.device.reset_peak_memory()
+    return loops, finish
+
+
+class ExpertRank:
+    """The rank half of the expert-parallel bench; the driver half sends the spec and makes the row."""
+
+    @staticmethod
+    def run(backend, spec: Any) -> dict:
+        loops, finish = _loops(backend, spec)
+        return timing.run(loops, finish, backend, Plan(**spec.plan))
+
+    @staticmethod
+    def begin(backend, spec: Any) -> None:
+        """Round-interleaved A/B: check, build and warm up now; the driver's "round" steps time single
+        rounds and "end" returns the result (collectives.timing.StepRank)."""
+        loops, finish = _loops(backend, spec)
+        timing.begin(loops, finish, backend, Plan(**spec.plan))

@@ -1,0 +1,198 @@
+"""The expert-parallel bench's rank half (layers.expert, layers.expert_tasks): routing profiles and
+capacity alone, then real gloo ranks (2 and 4 processes) running every dispatcher against the
+single-rank reference, the corrupt hook failing that check, and the counts the driver reports."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import traceback
+
+import pytest
+
+pytest.importorskip("torch", reason="the layer tests need torch")
+import torch
+
+from layers import expert
+
+KEYS = {"wrong", "iters", "round_ns", "calibration", "checked", "err_to_tol", "peak_memory_bytes", "params_local",
+        "dispatch_ns", "combine_ns", "expert_ns", "tokens_per_expert", "tokens_per_rank", "dropped", "sent_bytes",
+        "comm_share"}
+PLAN = {"warmup": 1, "rounds": 2, "iters": 1, "round_time_s": 0.001}
+BASE = {"kind": "expert", "ep": 2, "experts": 4, "topk": 1, "hidden": 16, "ffn": 24, "tokens": 32, "routing": "uniform",
+        "hot_share": 0.5, "expert_ids": [3, 0, 3, 1, 3, 2, 3, 3, 1], "capacity_factor": 0.0, "impl": "alltoallv",
+        "seed": 7, "dtype": "float32", "plan": PLAN, "corrupt": False}
+
+
+# ---- routing and capacity, no processes -------------------------------------------------------
+def test_uniform_routing_is_balanced_over_the_group_with_distinct_experts_per_token():
+    ids = torch.cat([expert.choices("uniform", 24, 3, 8, r, seed=1) for r in range(2)])
+    assert torch.bincount(ids.reshape(-1), minlength=8).tolist() == [18] * 8
+    assert all(len(set(row)) == 3 for row in ids.tolist())
+    assert torch.equal(ids[:24], expert.choices("uniform", 24, 3, 8, 0, seed=1))   # the same on every asking rank
+
+
+def test_skewed_routing_puts_the_hot_share_on_expert_0_and_spreads_the_rest():
+    ids = expert.choices("skewed", 50, 2, 5, rank=3, seed=2, hot_share=0.3)
+    counts = torch.bincount(ids.reshape(-1), minlength=5).tolist()
+    assert counts[0] == 30 and max(counts[1:]) - min(counts[1:]) <= 1
+
+
+def test_file_routing_replays_the_ids_in_order_and_refuses_unknown_experts():
+    trace = [2, 0, 1, 1, 3]
+    assert expert.choices("file", 3, 2, 4, rank=0, seed=0, expert_ids=trace).reshape(-1).tolist() == [2, 0, 1, 1, 3, 2]
+    assert expert.choices("file", 3, 2, 4, rank=1, seed=0, expert_ids=trace).reshape(-1).tolist() == [0, 1, 1, 3, 2, 0]
+    with pytest.raises(ValueError, match=r"expert ids in \[0, 4\)"):
+        expert.choices("file", 3, 2, 4, rank=0, seed=0, expert_ids=[0, 4])
+
+
+def test_capacity_keeps_the_first_slots_of_the_group_per_expert():
+    ids = [torch.tensor([0, 0, 1, 0]), torch.tensor([0, 1, 1, 1])]   # two ranks, two experts
+    routed = torch.stack([torch.bincount(i, minlength=2) for i in ids])
+    cap = expert.capacity(0.75, tokens=4, ep=2, topk=1, experts=2)
+    assert cap == 3
+    assert expert.after_drops(routed, cap).tolist() == [[3, 1], [0, 2]]
+    before = routed.cumsum(0) - routed
+    assert expert.kept(ids[0], before[0], cap).tolist() == [True, True, True, True]
+    assert expert.kept(ids[1], before[1], cap).tolist() == [False, True, True, False]
+
+
+# ---- real gloo ranks ----------------------------------------------------------------------------
+def _rank(rank: int, world: int, store: str, specs: list[dict], out) -> None:
+    """One gloo rank running every spec (`corrupt_on`: the rank whose result the fault hook changes)."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from collectives.backends import TorchBackend
+    from layers.expert_tasks import ExpertRank
+    torch.set_num_threads(1)   # as the harness's ranks (OMP_NUM_THREADS=1): ranks on few cores must not spin on each other
+    os.environ.pop("HCCL_BENCH_TCP_STORE", None)
+    os.environ["HCCL_BENCH_STORE"] = store
+    backend = TorchBackend("gloo", rank, world, rank)
+    results = []
+    try:
+        for given in specs:
+            spec = {k: v for k, v in given.items() if k != "corrupt_on"}
+            spec["corrupt"] = given.get("corrupt_on") == rank
+            try:
+                results.append(ExpertRank.run(backend, SimpleNamespace(**spec)))
+            except Exception as exc:   # raised alike on every rank (a refused spec) or the group hangs: see run_ranks
+                results.append({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+        out.put((rank, results))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ranks(world: int, specs: list[dict], store: str, timeout: float = 120) -> list[list[dict]]:
+    """Every spec's results, one per rank, from `world` spawned gloo ranks (killed if they hang)."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    ranks = [ctx.Process(target=_rank, args=(r, world, store, specs, out)) for r in range(world)]
+    for p in ranks:
+        p.start()
+    try:
+        got = dict(out.get(timeout=timeout) for _ in ranks)
+    finally:
+        for p in ranks:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return [[got[r][i] for r in range(world)] for i in range(len(specs))]
+
+
+CASES = [{"impl": impl, "routing": routing, "topk": topk, "capacity_factor": cf}
+         for impl in ("alltoallv", "allgather") for routing in ("uniform", "skewed", "file")
+         for topk in (1, 2) for cf in (0.0, 0.5)]
+WORLD4 = [{"impl": impl, "ep": ep, "experts": 8, "routing": routing, "topk": 2, "capacity_factor": cf}
+          for impl in ("alltoallv", "allgather") for ep in (2, 4) for routing, cf in (("uniform", 0.0), ("skewed", 1.0))]
+CORRUPT = {"corrupt_on": 1, "topk": 2}
+FUSED = {"impl": "fused"}
+
+
+def _ids(case: dict) -> str:
+    return "-".join(f"{k}={v}" for k, v in case.items())
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Every case of this module in two groups of rank processes, started once: (world, case) -> per-rank results."""
+    tmp = tmp_path_factory.mktemp("expert")
+    two = [CORRUPT, FUSED, *CASES]
+    four = [CORRUPT, *WORLD4]
+    got = {}
+    for world, cases in ((2, two), (4, four)):
+        for case, per_rank in zip(cases, run_ranks(world, [{**BASE, **c} for c in cases], str(tmp / f"store{world}"))):
+            got[world, _ids(case)] = per_rank
+    return got
+
+
+def _expected_checked(spec: dict) -> int:
+    """The output and input gradient (tokens x H), the gate's gradient and the local experts' parameters."""
+    h, f, e = spec["hidden"], spec["ffn"], spec["experts"]
+    return 2 * spec["tokens"] * h + e * h + e // spec["ep"] * (2 * h * f + f + h)
+
+
+def _assert_passes(spec: dict, per_rank: list[dict]) -> None:
+    ep, slots = spec["ep"], spec["tokens"] * spec["topk"]
+    for rank, r in enumerate(per_rank):
+        assert "error" not in r, r.get("traceback")
+        assert set(r) == KEYS
+        assert r["wrong"] == 0 and r["err_to_tol"] <= 1 and r["checked"] == _expected_checked(spec), (rank, r)
+        assert len(r["round_ns"]) == len(r["dispatch_ns"]) == len(r["expert_ns"]) == len(r["combine_ns"]) == PLAN["rounds"]
+        assert 0 <= r["comm_share"] <= 1 and r["iters"] == 1 and r["params_local"] > 0
+    for first in range(0, len(per_rank), ep):   # each ep group: its ranks agree on the counts
+        group = per_rank[first:first + ep]
+        per_expert = group[0]["tokens_per_expert"]
+        assert all(r["tokens_per_expert"] == per_expert and r["tokens_per_rank"] == group[0]["tokens_per_rank"] for r in group)
+        assert len(per_expert) == spec["experts"] and sum(per_expert) == slots * ep
+        cap = expert.capacity(spec["capacity_factor"], spec["tokens"], ep, spec["topk"], spec["experts"])
+        dropped = sum(max(0, n - cap) for n in per_expert) if cap else 0
+        assert sum(r["dropped"] for r in group) == dropped
+        assert sum(group[0]["tokens_per_rank"]) == slots * ep - dropped and len(group[0]["tokens_per_rank"]) == ep
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_every_dispatcher_equals_the_single_rank_layer_at_2_ranks(results, case):
+    spec = {**BASE, **case}
+    per_rank = results[2, _ids(case)]
+    _assert_passes(spec, per_rank)
+    per_expert = per_rank[0]["tokens_per_expert"]
+    if case["routing"] == "skewed":   # the hot expert takes its share of all routed slots
+        assert per_expert[0] == spec["hot_share"] * sum(per_expert)
+    if case["capacity_factor"]:
+        assert sum(r["dropped"] for r in per_rank) > 0
+    if case["routing"] == "uniform" and not case["capacity_factor"]:   # half of every rank's slots go to the other rank
+        slots, h = spec["tokens"] * spec["topk"], spec["hidden"]
+        if case["impl"] == "alltoallv":   # the counts, the tokens out and the outputs back
+            assert all(r["sent_bytes"] == spec["experts"] * 8 + 2 * slots // 2 * h * 4 for r in per_rank)
+        else:   # tokens, weights and choices gathered, outputs reduce-scattered
+            assert all(r["sent_bytes"] == spec["tokens"] * (2 * h * 4 + spec["topk"] * 12) for r in per_rank)
+
+
+@pytest.mark.parametrize("case", WORLD4, ids=_ids)
+def test_ep_groups_and_their_data_parallel_replicas_at_4_ranks(results, case):
+    spec = {**BASE, **case}
+    per_rank = results[4, _ids(case)]
+    _assert_passes(spec, per_rank)
+    if case["routing"] == "skewed":   # each group: expert 0 takes its share, and no expert more than the capacity
+        cap = expert.capacity(case["capacity_factor"], spec["tokens"], case["ep"], case["topk"], case["experts"])
+        for first in range(0, 4, case["ep"]):
+            per_expert = per_rank[first]["tokens_per_expert"]
+            assert per_expert[0] == spec["hot_share"] * sum(per_expert) > cap
+            assert max(per_rank[first]["tokens_per_rank"]) <= cap * case["experts"] // case["ep"]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_the_corrupt_hook_fails_the_check_on_its_rank_only(results, world):
+    """corrupt (HCCL_BENCH_FAULT=corrupt on rank 1) changes one element of that rank's output."""
+    wrong = [r["wrong"] for r in results[world, _ids(CORRUPT)]]
+    assert wrong == [0, 1] + [0] * (world - 2)
+    assert results[world, _ids(CORRUPT)][1]["err_to_tol"] > 1000
+
+
+def test_the_fused_dispatcher_says_why_it_cannot_run_here(results):
+    if not expert.fused_missing():
+        pytest.skip("torch_npu has the fused dispatch/combine here")
+    for r in results[2, _ids(FUSED)]:
+        assert r["error"].startswith("RuntimeError: ") and "npu_moe_distribute_dispatch" in r["error"]
