@@ -1,10 +1,64 @@
-"""A record's load check, as the rows have theirs (schema/results.py): each field declared with
-`_field(check, default)` carries its check, applied when a JSON object is read."""
+"""Fields with their load checks, for every record read from JSON (the rows of schema/results.py,
+the run metadata, the calibration): a field declared with `_field(check, default)` carries its
+check, and `load_fields` applies them all, naming the record and field it refuses."""
 from __future__ import annotations
 
-from dataclasses import MISSING, fields
+import math
+from dataclasses import MISSING, field, fields
+from typing import Any
 
-from schema.results import CHECKS, ResultError, _valid
+
+class ResultError(ValueError):
+    """A result file or log that cannot be used; the message says which, where and why."""
+
+
+CHECKS = {
+    "text": "a string",
+    "flag": "true or false",
+    "whole": "a whole number >= 0",
+    "count": "a whole number >= 1",
+    "amount": "a finite number >= 0",
+    "real": "a finite number",
+    "ratio": "a finite number or null",
+    "list": "a list",
+    "object": "an object",
+}
+
+
+def _field(check: str, default: Any = None, **meta):
+    """A row field with its load check ("whole", "amount", ...); required when it has no default."""
+    if default is MISSING:
+        return field(metadata={"check": check, **meta})
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(), metadata={"check": check, **meta})
+    return field(default=default, metadata={"check": check, **meta})
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_CHECKS = {
+    "text": lambda v: isinstance(v, str),
+    "flag": lambda v: isinstance(v, bool),
+    "whole": lambda v: _whole(v) and v >= 0,
+    "count": lambda v: _whole(v) and v >= 1,
+    "amount": lambda v: _number(v) and math.isfinite(v) and v >= 0,
+    "real": lambda v: _number(v) and math.isfinite(v),
+    "ratio": lambda v: v is None or (_number(v) and math.isfinite(v)),
+    "list": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
+
+
+def _valid(check: str, value) -> bool:
+    return _CHECKS[check](value)
+
+
 
 
 def load_fields(cls: type, data: dict, where: str) -> dict:

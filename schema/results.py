@@ -9,7 +9,6 @@ find it there, so adding one is a field here plus the code that measures it.
 """
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -17,14 +16,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Union
 
 from schema.kwonly import keyword_dataclass
+from schema.records import ResultError, _field, load_fields
 from schema.stats import RankView, median
 
 SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
 ROW_OF_BENCH: dict[str, Any] = {}   # a row's bench -> its row type, filled as each row type is defined
-
-
-class ResultError(ValueError):
-    """A result file or log that cannot be used; the message says which, where and why."""
 
 
 class NoCells(ResultError):
@@ -32,28 +28,6 @@ class NoCells(ResultError):
 
 
 # ---- fields: each carries the check that load applies to it ----
-
-CHECKS = {
-    "text": "a string",
-    "flag": "true or false",
-    "whole": "a whole number >= 0",
-    "count": "a whole number >= 1",
-    "amount": "a finite number >= 0",
-    "real": "a finite number",
-    "ratio": "a finite number or null",
-    "list": "a list",
-    "object": "an object",
-}
-
-
-def _field(check: str, default: Any = None, **meta):
-    """A row field with its load check ("whole", "amount", ...); required when it has no default."""
-    if default is MISSING:
-        return field(metadata={"check": check, **meta})
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(), metadata={"check": check, **meta})
-    return field(default=default, metadata={"check": check, **meta})
-
 
 def metric(heading: str, fmt: str, better: str, where: tuple[str, ...], check: str = "amount",
            benches: tuple[str, ...] = (), scale: float = 1.0):
@@ -92,31 +66,6 @@ def metrics(row_type: type, where: str, bench: str | None = None) -> list[Metric
     return found
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-_CHECKS = {
-    "text": lambda v: isinstance(v, str),
-    "flag": lambda v: isinstance(v, bool),
-    "whole": lambda v: _whole(v) and v >= 0,
-    "count": lambda v: _whole(v) and v >= 1,
-    "amount": lambda v: _number(v) and math.isfinite(v) and v >= 0,
-    "real": lambda v: _number(v) and math.isfinite(v),
-    "ratio": lambda v: v is None or (_number(v) and math.isfinite(v)),
-    "list": lambda v: isinstance(v, list),
-    "object": lambda v: isinstance(v, dict),
-}
-
-
-def _valid(check: str, value) -> bool:
-    return _CHECKS[check](value)
-
-
 def _copied(value):
     if isinstance(value, list):
         return [list(v) if isinstance(v, list) else v for v in value]
@@ -146,19 +95,7 @@ class _Row:
     def from_json(cls, data: dict, where: str):
         """The row in `data`, every present field checked; unknown keys (newer writers, other
         tools) are left out. ResultError names the entry and the field."""
-        values = {}
-        for f in fields(cls):  # type: ignore[arg-type]
-            if f.name not in data:
-                if f.default is MISSING and f.default_factory is MISSING:
-                    raise ResultError(f"{where}: extra_info.{f.name} is missing")
-                continue
-            if data[f.name] is None and f.default is None:   # optional: not measured, not checked (N/A)
-                continue
-            value, check = data[f.name], f.metadata["check"]
-            if not _valid(check, value):
-                raise ResultError(f"{where}: extra_info.{f.name} must be {CHECKS[check]}, found {str(value)[:40]}")
-            values[f.name] = value
-        row = cls(**values)
+        row = cls(**load_fields(cls, data, f"{where}: extra_info"))
         row.check(where)
         return row
 

@@ -80,7 +80,7 @@ def summary_lines(bench: BenchSession) -> list[str]:
     if bench.skipped:
         out += _block(f"# {len(bench.skipped)} cases skipped (reasons in results.json; -rs lists them)")
     for verdict in bench.verdicts:
-        out += _block(verdict["text"])
+        out += _block(verdict.text)
     return out + [""] + closing_block(bench)
 
 
@@ -96,7 +96,7 @@ def closing_block(bench: BenchSession) -> list[str]:
         out += wrapped(f"# failures: {len(bench.failures)} cases, first: {bench.failures[0]['what']}: "
                        f"{bench.failures[0]['error']}")
     for verdict in bench.verdicts:
-        out += wrapped(f"# verdict: {verdict.get('headline') or verdict['text'].splitlines()[0].lstrip('# ')}")
+        out += wrapped(f"# verdict: {verdict.headline or verdict.text.splitlines()[0].lstrip('# ')}")
     return out
 
 

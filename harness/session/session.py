@@ -18,6 +18,7 @@ from harness.session.ab_pairing import ABPairing, PartnerFailed
 from harness.session.options import Options
 from harness.session.run_store import RunStore
 from kinds.base import Case, Kind, Ran
+from schema.judgement import GateResult
 from schema.results import SCHEMA, Row
 from schema.wire import Spec
 
@@ -35,7 +36,7 @@ class BenchSession:
         self.skipped: list[dict] = []
         self.failures: list[dict] = []
         self.groups: dict[str, dict] = {}   # hosts/devices/versions per group, from the ranks
-        self.verdicts: list[dict] = []      # --baseline comparison, --history guard: filled at session end
+        self.verdicts: list[GateResult] = []   # --baseline comparison, --history guard: filled at session end
         self.sequential: Sequential | None = None   # --ab-until-decided: the latest look
         self.looked = 0                      # launches that look rested on
         self._decided: dict[tuple, str] = {}   # cell key -> why it is not measured again

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from harness.session import run_output, verdicts
 from harness.session.session import BenchSession
 from schema.exit_codes import ExitCode
+from schema.judgement import GateResult
 
 RAN_TO_THE_END = (ExitCode.OK, ExitCode.TESTS_FAILED, ExitCode.NO_TESTS)   # pytest statuses of a session not cut short
 
@@ -24,13 +25,12 @@ def finish(bench: BenchSession, exitstatus: int, stopped: str | bool, benchmark_
     try:
         run_output.write_results(bench, benchmark_output())
     except OSError as exc:
-        bench.verdicts = [{"text": f"hccl-bench: cannot write the results of {bench.run_dir}: {exc.strerror or exc}; "
-                                   f"the finished cases are in {bench.run_dir / 'cases.jsonl'}", "fail": True}]
-        print(bench.verdicts[0]["text"], file=sys.stderr)
+        bench.verdicts = [GateResult(f"hccl-bench: cannot write the results of {bench.run_dir}: {exc.strerror or exc}; "
+                                     f"the finished cases are in {bench.run_dir / 'cases.jsonl'}", ExitCode.INTERNAL)]
+        print(bench.verdicts[0].text, file=sys.stderr)
         return ExitCode.INTERNAL
     if bench.interrupted is not None:
         if bench.opts.baseline or bench.opts.history:
-            bench.verdicts.append({"text": f"# no baseline or history verdict: the session ended early ({bench.interrupted})",
-                                   "fail": False})
+            bench.verdicts.append(GateResult(f"# no baseline or history verdict: the session ended early ({bench.interrupted})"))
         return None
     return verdicts.judge(bench)

@@ -29,7 +29,7 @@ def judge(bench: BenchSession) -> ExitCode | None:
         gates.append(compare_with_baseline(bench))
     if bench.opts.history:
         gates.append(judge_history(bench))
-    bench.verdicts += [g.as_dict() for g in gates]
+    bench.verdicts += gates
     codes = [g.exit for g in gates if g.fail]
     if not codes:
         return None
