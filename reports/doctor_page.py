@@ -34,3 +34,49 @@ def heatmap_png(diag) -> str:
 def html(diag, text: str, heatmap: bool) -> str:
     """doctor.html: the verdict text and, for a few hosts, the heatmap."""
     return TEMPLATES.get_template("doctor.html.j2").render(diag=diag, text=text, png=heatmap_png(diag) if heatmap else None)
+
+
+# ---- --traces / --flight-recorder (reports/traces/): from the JSON the doctor writes ----
+
+_TRACES_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>hccl-bench doctor: a job's traces</title>
+<style>body{font-family:sans-serif;margin:1.5em;max-width:1100px}table{border-collapse:collapse;font-size:12px}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}pre{white-space:pre-wrap;font-size:11px;background:#f7f7f7}
+.bad{color:#b00}.ok{color:#070}img{max-width:100%}</style></head><body>
+<h1>hccl-bench doctor: {{ "hang forensics" if data.source == "flight_recorder" else "a job's traces" }}</h1>
+{% if data.suspects %}<p class=bad>{{ data.suspects|length }} suspect(s):</p>
+<table><tr><th>kind</th><th>rank(s)</th><th>host</th><th>evidence</th></tr>
+{% for s in data.suspects %}<tr><td>{{ s.kind }}</td><td>{{ s.ranks|join(", ") }}</td><td>{{ s.host }}</td>
+<td>{{ s.evidence }}</td></tr>{% endfor %}</table>
+{% else %}<p class=ok>No rank, host or group stands out from its peers.</p>{% endif %}
+{% if png %}<h2>Lateness, rank x collective</h2><img alt="lateness heatmap" src="data:image/png;base64,{{ png }}">{% endif %}
+<h2>Evidence</h2><pre>{{ text }}</pre>
+</body></html>"""
+
+
+def lateness_png(data: dict) -> str | None:
+    """Rank x collective lateness in ms (red: arrived after its peers, blue: waited for them)."""
+    grid = [[float("nan") if x is None else x / 1e3 for x in row] for row in data.get("lateness_us") or []]
+    if not grid or not grid[0]:
+        return None
+    fig, ax = plt.subplots(figsize=(min(12.0, 2 + 0.05 * len(grid[0])), 1.2 + 0.3 * len(grid)))
+    bound = max(1.0, max((abs(x) for row in grid for x in row if x == x), default=1.0))
+    image = ax.imshow(grid, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto", interpolation="nearest")
+    ax.set_xlabel("collective (start order)")
+    ax.set_ylabel("rank")
+    ax.set_yticks(range(len(grid)), [f"{r} {data['hosts'].get(str(r), '')}" for r in range(len(grid))], fontsize=7)
+    fig.colorbar(image, ax=ax, label="ms late vs its peers")
+    return figure_png(fig)
+
+
+def traces_html(data: dict, text: str) -> str:
+    return TEMPLATES.from_string(_TRACES_PAGE).render(data=data, text=text, png=lateness_png(data))
+
+
+def traces_markdown(data: dict) -> str:
+    head = [f"### hccl-bench doctor ({data['source']}): {'suspects found' if data['suspects'] else 'healthy'}", ""]
+    if data["suspects"]:
+        head += ["| kind | rank(s) | host | evidence |", "|---|---|---|---|"]
+        head += [f"| {s['kind']} | {', '.join(map(str, s['ranks']))} | {md(s['host'])} | {md(s['evidence'])} |"
+                 for s in data["suspects"]]
+    return "\n".join(head)

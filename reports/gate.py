@@ -31,16 +31,18 @@ class Judgement:
     regressed: bool = False      # a confirmed regression: fails the job
     inconclusive: int = 0        # cells without enough evidence: fail the job under --inconclusive fail
     machine_changed: bool = False   # history: cells changed with the canary (the machine's change, not the stack's)
+    machine_regressed: bool = False   # ... and some got slower: the only machine change that fails a job (exit 7)
     refused: str = ""            # why there is no verdict (setups differ, nothing shared, too few runs)
     comparison: Comparison | None = None   # what a pair's verdict rests on
     history: History | None = None         # what a history's verdict rests on (its page draws from it)
 
     def exit_status(self, inconclusive: str = "fail") -> ExitCode:
-        """1 a confirmed regression; 7 a history's machine change (never read as the stack's regression);
-        6 inconclusive cells (unless the gate passes them); else 0."""
+        """1 a confirmed regression; 7 a history's machine regression (never read as the stack's regression;
+        a machine improvement is reported and never fails a job); 6 inconclusive cells (unless the gate
+        passes them); else 0."""
         if self.regressed:
             return ExitCode.REGRESSION
-        if self.machine_changed:
+        if self.machine_regressed:
             return ExitCode.MACHINE_CHANGED
         return ExitCode.INCONCLUSIVE if self.inconclusive and inconclusive == "fail" else ExitCode.OK
 
@@ -134,23 +136,30 @@ def judge_history(runs: list[Run], calibration: Optional[Calibration] = None, mi
     as_json = {**summary.as_json(hist.judged), "headline": summary.history_headline(hist), "runs": [r.path for r in hist.runs],
                "change_at": {f"{k[0].label()} {k[1]} B": hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
                "suspected": summary.as_json(hist.suspected)["cells"], "machine_changed": hist.machine_changed,
-               "canary": summary.canary_json(hist)}
+               "machine_regressed": hist.machine_regressed, "canary": summary.canary_json(hist)}
     return Judgement(prefix + summary.history_text(hist), summary.history_markdown(hist), as_json,
-                     summary.history_headline(hist), hist.regressed, machine_changed=hist.machine_changed, history=hist)
+                     summary.history_headline(hist), hist.regressed, machine_changed=hist.machine_changed,
+                     machine_regressed=hist.machine_regressed, history=hist)
 
 
 def same_night(path) -> tuple[Comparison | None, str]:
-    """The same-night A/B a --previous-stack session recorded: its run has this stack as side A and
-    the previous one as side B (--ab-source gives side B the other environment), so it is judged
-    previous (base) against this (candidate), its looks replayed; and a line saying what it was."""
+    """The same-night A/B a --previous-stack session recorded: its session ran this stack as side A
+    and the previous one as side B (--ab-source gives side B the other environment), and its run
+    records that its baseline is side B (hccl_bench.baseline_side), so it loads previous (side A,
+    the baseline) -> this (side B, the candidate) as every reader loads it; a run recorded before
+    runs carried their direction is turned round here. Judged with its looks replayed; and a line
+    saying what it was."""
     try:
-        judgement = judge_pair(load(path, side="B"), load(path, side="A"))
+        base, cand = load(path, side="A"), load(path, side="B")
+        if RunMeta.of(base.meta).baseline_side is None:   # an older record: side A is this stack
+            base, cand = cand, base
+        judgement = judge_pair(base, cand)
     except ResultError as exc:
         return None, f"# same-night A/B {path} unusable: {exc}\n"
     if judgement.comparison is None or judgement.refused:
         return None, f"# same-night A/B {path} refused: {judgement.refused}\n"
     cmp = judgement.comparison
-    return cmp, (f"# same-night A/B {path} (side A this stack, side B the previous one; judged previous -> this): "
+    return cmp, (f"# same-night A/B {path} (judged previous stack -> this stack): "
                  f"{summary.budget_text(cmp.budget)}\n")
 
 

@@ -19,7 +19,10 @@ nights could be found at (80% power) given the cell's own night-to-night spread 
 Bonferroni threshold. Runs that carry the canary (harness/session/canary.py, reports/canary.py) are read
 with it: a noisy night is left out of every cell, with the canary's figures as the reason, and a
 change that began with a canary step in the same direction is the machine's (Cause.CANARY), which
-never fails the guard as a software regression.
+never fails the guard as a software regression. A machine change is judged exactly as a software
+one before its cause is named (the same Benjamini-Hochberg across the sweep, minimum effect and
+neighbouring sizes, in assign_verdicts); a machine regression gives exit 7, a machine improvement
+is reported and never fails a job.
 """
 from __future__ import annotations
 
@@ -82,6 +85,12 @@ class History:
     def machine_changed(self) -> bool:
         """A change within the window that the canary made too: the machine's, not the stack's."""
         return any(c.outcome.machine for c in self.judged.cells)
+
+    @property
+    def machine_regressed(self) -> bool:
+        """A machine change that made cells slower: what may fail a job (exit 7). A machine
+        improvement is reported beside it and never fails one."""
+        return any(c.outcome.machine and c.outcome.direction is Direction.REGRESSION for c in self.judged.cells)
 
     def screened(self, alpha: float = ALPHA) -> list[CellResult]:
         """The newest night's moved cells, each on its own p, without the correction across the

@@ -109,12 +109,36 @@ def rebuild(cases: Path) -> tuple[dict, list[str]]:
     return data, notes
 
 
+OTHER_SIDE = {"A": "B", "B": "A"}
+
+
+def recorded_side(meta: RunMeta, side: str) -> str:
+    """The side of the file that plays `side`'s role (A the baseline, B the candidate): the other one
+    where the run records its baseline as side B (a same-night A/B: hccl_bench.baseline_side)."""
+    return OTHER_SIDE[side] if side in OTHER_SIDE and meta.baseline_side == "B" else side
+
+
+def _as_roles(meta: dict) -> dict:
+    """The metadata of a run whose baseline ran as side B, its sides named by role: each group's side,
+    the --label names (the session's and a reader's) swapped, so every reader sees side A as the baseline."""
+    swap = lambda labels: {OTHER_SIDE.get(k, k): v for k, v in (labels or {}).items()}  # noqa: E731
+    options = meta.get("options")
+    return {**meta, "groups": {name: {**g, "side": OTHER_SIDE.get(g.get("side", ""), g.get("side", ""))}
+                               for name, g in (meta.get("groups") or {}).items()},
+            **({"options": {**options, "labels": swap(options.get("labels"))}} if isinstance(options, dict) else {}),
+            **({"labels": swap(meta["labels"])} if meta.get("labels") else {})}
+
+
 def load(path: str | Path, side: str = "") -> Run:
-    """One run; `side` picks the A or B half of an interleaved --ab-env run."""
+    """One run; `side` picks the A (baseline) or B (candidate) half of an interleaved --ab-env run.
+    A run that records its baseline as side B (the same-night A/B ran this stack, the candidate, as
+    side A) is read by role: side A is its recorded side B, with that side's rows, groups and name,
+    so every reader (compare, report, table, history, export) judges it previous -> this."""
     data, path, notes = _read(Path(path))
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise ResultError(f"{path} is not an hccl-bench/pytest-benchmark result file (no 'benchmarks' list)")
     meta = RunMeta.from_json(data.get("hccl_bench"), str(path))
+    recorded = recorded_side(meta, side)
     cells: dict[tuple, Cell] = {}
     for number, bench in enumerate(data["benchmarks"]):
         where = f"{path}: benchmark {number}"
@@ -123,14 +147,21 @@ def load(path: str | Path, side: str = "") -> Run:
         where = f"{where} ({str(bench.get('name', 'unnamed'))[:80]})"
         info, times = _entry_parts(bench, where)
         row = row_from_json(info, where)
-        if row is None or row.side != side or not times:
+        if row is None or row.side != recorded or not times:
             continue  # overhead rows and foreign benchmarks are not comparison cells
-        add_row(cells, row, times)
+        add_row(cells, row if recorded == side else replace(row, side=side), times)
     if not cells:
         what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
         raise NoCells(f"{path} holds no {what}")
     started = data.get("datetime") or datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat()
-    run = Run(str(path), cells, data.get("hccl_bench") or {}, side, str(started), notes)
+    raw_meta = data.get("hccl_bench") or {}
+    run = Run(str(path), cells, _as_roles(raw_meta) if recorded != side else raw_meta, side, str(started), notes)
+    if recorded != side:
+        given = (raw_meta.get("options") or {}).get("labels") or {}
+        names = {s: given.get(s) or f"side {s}" for s in "AB"}
+        run.notes.append(f"{path}: its session ran the candidate as side A ({names['A']}) and the baseline as side B "
+                         f"({names['B']}); read by role, as it records (baseline_side B): side A (baseline) is "
+                         f"{names['B']}, side B (candidate) {names['A']}")
     if not run.complete:
         run.notes.append(f"{path.parent} is an incomplete run ({meta.interrupted or 'ended early'}): {len(cells)} cells")
     if meta.failed:

@@ -295,8 +295,11 @@ def history_headline(hist: History) -> str:
     why = " or ".join(dict.fromkeys(what for what, _ in reasons))
     if hist.regressed:
         return headline(hist.judged) + (f" (and {len(machine)} size ranges {why}: the machine)" if machine else "")
-    if machine:
+    if hist.machine_regressed:
         return (f"MACHINE CHANGED: {len(machine)} size ranges {why} ({steps}), first: "
+                f"{range_text(machine[0])}; no software regression")
+    if machine:   # faster only: reported, never a failed job
+        return (f"machine improvement (does not fail the job): {len(machine)} size ranges {why} ({steps}), first: "
                 f"{range_text(machine[0])}; no software regression")
     return headline(hist.judged)
 
@@ -362,7 +365,8 @@ def history_text(hist: History) -> str:
 
 def history_markdown(hist: History) -> str:
     headline, sections, what = _history_lines(hist)
-    title = "regression" if hist.regressed else "machine changed" if hist.machine_changed else "no new regression"
+    title = ("regression" if hist.regressed else "machine changed" if hist.machine_regressed else
+             "machine improvement (passes)" if hist.machine_changed else "no new regression")
     out = [f"### hccl-bench nightly: {title}", "", md(history_headline(hist)), "", md(headline), "",
            md(statistic_line(hist.estimator).capitalize())]
     out += [""] + [f"- {md(line.strip())}" for line in [history_budget(hist), *history_detectable_lines(hist),

@@ -31,6 +31,10 @@ class RunMeta:
     interrupted: Optional[str] = _field("text")        # why it ended early
     failed: Optional[str] = _field("text")             # an imported log's failure
     field_limits: Optional[str] = _field("text")       # field data (NCCL Inspector): what it cannot show
+    # which recorded side of an --ab-env/--ab-source run is the baseline: "B" where the session ran the
+    # candidate as side A (the same-night A/B: side A this stack, side B the previous one); None: side A,
+    # the convention. Readers load it previous -> this (reports/result_files.py load)
+    baseline_side: Optional[str] = _field("text")
 
     @classmethod
     def from_json(cls, data, where: str) -> RunMeta:
@@ -47,6 +51,9 @@ class RunMeta:
             raise ResultError(f"{where}: written in schema {str(schema)[:40]!r}; this hccl-bench reads {SCHEMA!r} "
                               "(use the hccl-bench that wrote it)")
         values = load_fields(cls, data, f"{where}: hccl_bench")
+        if values.get("baseline_side") not in (None, "A", "B"):
+            raise ResultError(f"{where}: hccl_bench.baseline_side must be \"A\" or \"B\", "
+                              f"found {str(values['baseline_side'])[:12]}")
         if "options" in values:
             values["options"] = RunOptions(**load_fields(RunOptions, values["options"], f"{where}: hccl_bench.options"))
         return cls(**values)

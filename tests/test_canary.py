@@ -1,6 +1,7 @@
 """A history that knows its noise, on constructed histories with known truth: what each cell could
 have seen, a noisy night the canary marks (left out, with its figures), a step of the machine the
-canary shows too (a machine change, exit 7, not a software regression), a software change beside a
+canary shows too (a machine regression, exit 7, not a software regression; a machine improvement,
+reported, exit 0), a software change beside a
 quiet canary (exit 1), and the canary's own measurement."""
 import json
 
@@ -11,7 +12,7 @@ from harness.session import canary as canary_workload
 from reports import summary
 from reports.gate import EXIT_MACHINE, judge_history
 from reports.history import MIN_SEGMENT, analyse, change_points, detectable_change
-from schema.judgement import IMPROVEMENT, MACHINE_REGRESSION, REGRESSION, SUSPECTED_REGRESSION
+from schema.judgement import IMPROVEMENT, MACHINE_IMPROVEMENT, MACHINE_REGRESSION, REGRESSION, SUSPECTED_REGRESSION
 from tests.conftest import run_cli
 from tests.test_history import SLOW_RANGE, nightly, runs_of
 
@@ -105,6 +106,28 @@ def test_a_step_the_canary_shows_too_is_the_machine_exit_7(tmp_path):
     assert out.returncode == 7, out.stdout + out.stderr
     page = (tmp_path / "page" / "history.html").read_text()
     assert "machine changed" in page and "The canary" in page and "What each cell could have seen" in page
+
+
+def test_a_machine_improvement_is_reported_and_never_fails_the_job(tmp_path):
+    """The mirror of the step above: from night 8 on the machine is faster (canary 0.7x) and so is
+    all_gather up to 1 KiB (0.67x). A machine improvement, judged by the same rules, said in the
+    headline, the text and the JSON, and the job passes: exit 0 from the gate and the CLI."""
+    step = lambda night: 0.7 if night >= 7 else 1.0  # noqa: E731
+    folder = with_canary(nightly(tmp_path, 10, drift=0.02), step,
+                         lambda night, op, size: 0.67 if night >= 7 and SMALL_GATHER(op, size) else 1.0)
+    judgement = judge_history(runs_of(folder))
+    hist = judgement.history
+    assert not hist.regressed and hist.machine_changed and not hist.machine_regressed
+    machine = hist.judged.by_verdict(MACHINE_IMPROVEMENT)
+    assert {(c.series.op, c.size) for c in machine} == {("all_gather", s) for s in (4, 16, 64, 256, 1024)}
+    assert not hist.judged.by_verdict(MACHINE_REGRESSION)
+    assert judgement.headline.startswith("machine improvement (does not fail the job): 1 size ranges moved with "
+                                         "the canary (canary "), judgement.headline
+    assert judgement.exit_status() == 0 and judgement.exit_status("fail") == 0
+    assert judgement.as_json["machine_changed"] is True and judgement.as_json["machine_regressed"] is False
+    assert "machine improvements (the canary moved with them" in judgement.text
+    out = run_cli("history", folder)
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_a_software_change_beside_a_quiet_canary_is_a_regression_exit_1(tmp_path):

@@ -81,7 +81,7 @@ def test_every_command_answers_with_a_member_of_the_exit_code_enum(tmp_path):
     calls = {"provenance": (), "table": (ab, "--ab"), "compare": (ab, "--ab"), "calibrate": (ab, "--ab"),
              "history": (tmp_path / "none",), "report": (ab, "--ab", "-o", tmp_path / "rep"),
              "import": (tmp_path / "missing.log",), "baseline": ("show",), "memory": ("--params", "1e9"),
-             "predict": (ab, "--hosts", "0", "--ranks-per-host", "1")}
+             "predict": (ab, "--hosts", "0", "--ranks-per-host", "1"), "export": (ab, "--prometheus", tmp_path / "m.prom")}
     assert set(calls) == set(COMMANDS)
     for name, args in calls.items():
         proc = run_cli(name, *args)

@@ -2,6 +2,7 @@
 (harness/session/same_night.py). Fast: the option's validation and the child's arguments; slow: real mpi
 nights, then a night slowed by HCCL_BENCH_FAULT=slow, confirmed (exit 1) against a script that
 clears the fault, and not confirmed against the same stack (A/A)."""
+import json
 import re
 import shutil
 import sys
@@ -97,6 +98,14 @@ def test_a_suspected_cell_is_confirmed_the_same_night_and_an_aa_confirms_nothing
     assert "the previous stack differs from this one: all 4 cells of this run" in out, out[-3000:]
     assert int(re.search(r"# same-night A/B: (\d+) cases", out).group(1)) == 4
     assert re.search(r"budget: \d+ launches a side, 2 ranks, .* rank-s of cluster time", out)
+    # the A/B run's own folder, opened alone (a CI link): previous -> this, the slowed all_reduce a regression
+    ab = re.search(r"# same-night A/B: \d+ cases .* against \S+: (\S+)", out)
+    assert ab and load(ab.group(1), side="A").meta["baseline_side"] == "B", out[-3000:]
+    alone = run_cli("compare", ab.group(1), "--ab")
+    assert alone.returncode == 1 and "# baseline:  previous stack (side A, baseline)" in alone.stdout, alone.stdout + alone.stderr
+    after = alone.stdout.split("REGRESSIONS:\n", 1)[-1].splitlines()
+    regressions = after[:next((i for i, line in enumerate(after) if not line.startswith("  ")), len(after))]
+    assert any(line.startswith("  all_reduce float32 sum 2 ranks mpi/default") for line in regressions), alone.stdout
     # a later history reads the record, without --ab, to the same verdict
     later = run_cli("history", bench_run.results)
     assert later.returncode == 1 and confirmed.group(0) in later.stdout, later.stdout + later.stderr
@@ -122,3 +131,51 @@ def test_a_suspected_cell_is_confirmed_the_same_night_and_an_aa_confirms_nothing
     recorded = re.search(r"# results: (.*/nights/[0-9-]+/results\.json)", proc.output)
     assert recorded and load(recorded.group(1)).meta["options"]["previous_differs"] is False, proc.output[-3000:]
     assert bench_run.leftovers() == []
+
+
+def _same_night_run(folder, this_over_previous):
+    """An A/B run as the same-night child writes it: side A this stack, side B the previous one
+    (its labels), this stack `this_over_previous` times as slow; 6 interleaved launches."""
+    from tests.test_compare import write_ab
+    folder.mkdir(parents=True)
+    path = write_ab(folder / "results.json", slow=1 / this_over_previous)   # side B (the previous stack) the faster
+    data = json.loads((folder / "results.json").read_text())
+    data["hccl_bench"]["options"] = {"labels": {"A": "this stack", "B": "previous stack"}}
+    (folder / "results.json").write_text(json.dumps(data))
+    return path
+
+
+def test_the_same_night_ab_run_reads_previous_to_this_in_every_reader(tmp_path):
+    """This stack 30% slower than the previous one. Unmarked (as the child wrote it before runs carried
+    their direction), `compare --ab` reads the upgrade as 11 improvements; marked as the session marks it
+    (same_night.mark_direction), compare, table and report judge previous -> this: a regression, exit 1,
+    with the sides named as the stacks they are; the history's reading of both is the same."""
+    from harness.session.same_night import mark_direction
+    from reports.gate import same_night
+    from schema.judgement import REGRESSION
+    unmarked, marked = tmp_path / "unmarked", tmp_path / "marked"
+    _same_night_run(unmarked, 1.3)
+    _same_night_run(marked, 1.3)
+    before = run_cli("compare", unmarked, "--ab")
+    assert before.returncode == 0 and "11 improvement" in before.stdout, before.stdout + before.stderr
+    mark_direction(marked)
+    assert load(marked, side="A").meta["baseline_side"] == "B"
+    out = run_cli("compare", marked, "--ab")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "# baseline:  previous stack (side A, baseline)" in out.stdout
+    assert "# candidate: this stack (side B, candidate)" in out.stdout
+    assert "REGRESSIONS:\n  all_reduce float32 sum 2 ranks mpi/default 4B-4MiB: busbw -23" in out.stdout, out.stdout
+    assert "read by role, as it records (baseline_side B)" in out.stderr
+    table = run_cli("table", marked, "--ab")
+    ratios = [float(line.split()[5]) for line in table.stdout.splitlines() if line.startswith("     all_reduce      mpi")]
+    assert len(ratios) == 11 and all(1.25 < r < 1.35 for r in ratios), table.stdout   # B/A = this / previous
+    assert "B/A = this / previous" in (marked / "table.txt").read_text()
+    page = run_cli("report", marked, "--ab", "-o", tmp_path / "page")
+    assert page.returncode == 0, page.stdout + page.stderr
+    html = (tmp_path / "page" / "report.html").read_text()
+    assert "previous stack (side A, baseline)" in html and "this stack (side B, candidate)" in html
+    assert html.rstrip().endswith("</html>")
+    assert (tmp_path / "page" / "summary.md").read_text().count("hccl-bench: regression") == 1
+    for folder in (unmarked, marked):   # the history turns an older record round itself: one reading of both
+        cmp, line = same_night(folder)
+        assert cmp is not None and len(cmp.by_verdict(REGRESSION)) == 11 and "judged previous stack -> this stack" in line

@@ -4,7 +4,7 @@ Exit status: 0 ok (compare: no regression and every cell decided; history: none 
 the window), 1 compare or history found a confirmed regression, 2 unusable input (unreadable file,
 mismatched setups without --force, bad arguments), 3 internal error (a bug: it never reads as a
 regression), 6 compare: no confirmed regression but inconclusive cells (--inconclusive pass: 0),
-7 history: no software regression, but cells changed with the canary (the machine changed).
+7 history: no software regression, but the machine got slower (a machine improvement exits 0).
 Sides: A is the baseline (the stack as started), B the candidate (--ab-env/--ab-source), everywhere.
 """
 from __future__ import annotations
@@ -101,6 +101,17 @@ def _report(p: argparse.ArgumentParser) -> None:
                                                         "with the largest rank spread)")
 
 
+def _export(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", help="a run, one --ab-env/--ab-source run, or a history (a --results folder of "
+                                           "nightly runs): its figures, and the verdicts of an A/B run or a history")
+    p.add_argument("--prometheus", required=True, metavar="FILE",
+                   help="write the Prometheus text format here (node_exporter's textfile collector: a FILE.prom in its "
+                        "--collector.textfile.directory), written atomically")
+    p.add_argument("--job", help="the job label (default: $SLURM_JOB_NAME, else hccl-bench)")
+    p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                   help=f"a history's window, as `history --window` (default {DEFAULT_WINDOW})")
+
+
 def _import(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="+")
     p.add_argument("-o", "--output", help="the first run's file (default FILE.hccl-bench.json); more runs get .2, .3, ...")
@@ -163,6 +174,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "calibrate": ("A/A: noise per size band between two runs of the same stack", _calibrate, commands.run_calibrate),
     "history": ("nightly guard: change points in each cell's history of runs", _history, commands.run_history),
     "report": ("HTML page and Markdown summary for one or more runs (oldest first)", _report, commands.run_report),
+    "export": ("a run's figures and a history's verdicts as Prometheus text (node_exporter textfile, Grafana)",
+               _export, commands.run_export),
     "import": ("nccl-tests / rccl-tests (text, -J JSON, rccl -Z json|csv), hccl_test logs or NCCL Inspector logs "
                "(field data) -> result files, one per run (OUT.json, OUT.2.json, ...)", _import, commands.run_import),
     "baseline": ("stored reference results: save, list, show", _baseline, commands.run_baseline),
@@ -172,7 +185,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
 # commands with their own option parsers: argv goes to them whole (argparse cannot pass "--x" through)
 OWN_PARSERS: dict[str, tuple[str, Callable[[list[str]], int]]] = {
     "cluster": ("an emulated cluster on this machine: up --hosts N, status, exec HOST -- CMD, down (root)", _cluster),
-    "doctor": ("which host, link or rank is bad: --launcher TEMPLATE --nproc N [--json FILE] [-o DIR]", _doctor),
+    "doctor": ("which host, link or rank is bad: --launcher TEMPLATE --nproc N, or a job's own --traces DIR / "
+               "--flight-recorder DIR [--json FILE] [-o DIR]", _doctor),
 }
 
 

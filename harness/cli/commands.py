@@ -174,6 +174,20 @@ def run_history(args) -> ExitCode:
     return judgement.exit_status("pass")   # 1 a software regression, 7 the machine changed, else 0
 
 
+def run_export(args) -> ExitCode:
+    """The figures (and an A/B run's or a history's verdicts) as Prometheus text; the export itself
+    never fails on a verdict: the verdict is in the file (hccl_bench_exit_code)."""
+    from reports.export import prometheus
+    if args.window < 1:
+        return fail(f"--window {args.window}: give a number of runs, 1 or more")
+    out = prometheus(args.runs, args.prometheus, job=args.job, window=args.window)
+    for line in out.skipped:
+        print(f"# skipped: {line}")
+    print(f"# export: {out.what}: {out.figures} cells' figures, {out.verdicts} verdicts"
+          + (f", exit status {out.exit_code}" if out.exit_code is not None else "") + f" -> {args.prometheus}")
+    return ExitCode.OK
+
+
 def run_import(args) -> ExitCode:
     """Every run of every file, in order: OUT.json, OUT.2.json, ...; what each log did not say is named."""
     from reports.importers import import_all

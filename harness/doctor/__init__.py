@@ -15,7 +15,9 @@ Through any launcher, one worker group of every rank measures:
 Each host, link and rank is compared with the median of its peers over `repeat` independent
 measurements: a host or link must be worse than `1 + min_effect` times the median in most of them,
 a rank's work `1 + rank_effect` times in three of four.
-Exit 0 healthy, 1 suspect found, 2 unusable (bad options, the group did not start).
+With --traces DIR (a job's own torch.profiler traces, one per rank) or --flight-recorder DIR (its
+flight-recorder dumps) nothing is launched: reports/traces/ reads and judges what the job recorded.
+Exit 0 healthy, 1 suspect found, 2 unusable (bad options or files, the group did not start).
 """
 from __future__ import annotations
 
@@ -331,10 +333,47 @@ def write_outputs(diag: Diagnosis, out_dir: Path | None, json_path: str | None) 
     files.write_atomic(out_dir / "doctor.md", doctor_page.markdown(diag) + "\n")
 
 
+def from_traces(args: argparse.Namespace) -> ExitCode:
+    """--traces / --flight-recorder: judge what a job recorded (reports/traces/), print, write --json and -o."""
+    from reports.traces import flight_recorder, hang, judge, kineto, output
+    from schema.results import ResultError
+    try:
+        if args.ranks_per_host is not None and args.ranks_per_host < 1:
+            raise ValueError(f"--ranks-per-host {args.ranks_per_host}: give at least 1")
+        if args.traces:
+            verdict = judge.judge(kineto.read_dir(Path(args.traces)), args.ranks_per_host, args.min_late_ms * 1e3)
+            words, data, named = output.text(verdict), output.to_json(verdict), bool(verdict.suspects)
+        else:
+            report = hang.forensics(flight_recorder.read_dir(Path(args.flight_recorder)), args.ranks_per_host)
+            words, data, named = output.hang_text(report), output.hang_json(report), bool(report.stops or report.mismatches)
+    except (ResultError, ValueError) as exc:
+        print(f"hccl-bench doctor: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    print(words)
+    if args.json:
+        files.write_atomic(args.json, json.dumps(data, indent=1))
+    if args.output:
+        from reports import doctor_page
+        out = Path(args.output)
+        out.mkdir(parents=True, exist_ok=True)
+        files.write_atomic(out / "doctor.html", doctor_page.traces_html(data, words))
+        files.write_atomic(out / "doctor.md", doctor_page.traces_markdown(data) + "\n")
+        print(f"# doctor.html and doctor.md: {out}")
+    return EXIT_SUSPECT if named else EXIT_HEALTHY
+
+
 def main(argv: list[str] | None = None) -> ExitCode:
     parser = argparse.ArgumentParser(prog="hccl-bench doctor", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--launcher", required=True, help="launcher template with {nproc} (as for the benches)")
-    parser.add_argument("--nproc", type=int, required=True, help="ranks in all; each host needs at least one")
+    parser.add_argument("--launcher", help="launcher template with {nproc} (as for the benches)")
+    parser.add_argument("--nproc", type=int, help="ranks in all; each host needs at least one")
+    parser.add_argument("--traces", metavar="DIR", help="judge a job's own torch.profiler (Kineto) traces, one file per "
+                        "rank, instead of launching anything")
+    parser.add_argument("--flight-recorder", metavar="DIR", help="a hung job's flight-recorder dumps (one per rank): "
+                        "where each rank stopped, and the ranks that never reached the collective the others wait in")
+    parser.add_argument("--ranks-per-host", type=int, help="--traces/--flight-recorder: ranks 0..N-1 are host0, ... "
+                        "(for files that do not name their host)")
+    parser.add_argument("--min-late-ms", type=float, default=1.0, help="--traces: how late a rank must arrive in a "
+                        "collective to count as late in it (default 1 ms)")
     parser.add_argument("--backend", default="mpi", choices=list(BACKENDS))
     parser.add_argument("--driver-host", default="127.0.0.1", help="the address every rank reaches the driver at")
     parser.add_argument("-o", "--output", help="folder for doctor.html (heatmap), doctor.md and the ranks' logs "
@@ -354,6 +393,14 @@ def main(argv: list[str] | None = None) -> ExitCode:
                         "fewer: bigger rings, more rounds)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a measurement counts as hung")
     args = parser.parse_args(argv)
+    if args.traces or args.flight_recorder:
+        if args.traces and args.flight_recorder or args.launcher:
+            print("hccl-bench doctor: give one of --traces, --flight-recorder or --launcher", file=sys.stderr)
+            return EXIT_UNUSABLE
+        return from_traces(args)
+    if not args.launcher or args.nproc is None:
+        print("hccl-bench doctor: give --launcher and --nproc (or --traces DIR, --flight-recorder DIR)", file=sys.stderr)
+        return EXIT_UNUSABLE
     try:
         if args.repeat < 3:
             raise ValueError(f"--repeat {args.repeat}: give at least 3 (a suspect needs a majority of repeats)")

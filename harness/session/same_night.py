@@ -2,7 +2,10 @@
 again by a child session (a real `python -m pytest` of the same benches and options) as a sequential
 interleaved A/B, this stack (side A, the environment as it is) against the previous one (side B:
 --ab-source SCRIPT, or HCCL_BENCH_PYTHON=PYTHON), into the same --results folder; the newest run's
-folder records it (reports/history.py, SAME_NIGHT), so every later `hccl-bench history` reads it."""
+folder records it (reports/history.py, SAME_NIGHT), so every later `hccl-bench history` reads it.
+The child's own run records its direction (hccl_bench.baseline_side "B": its side B, the previous
+stack, is the baseline), so `compare RUN --ab`, `report RUN --ab`, `table RUN --ab` and `export` on
+that folder alone judge previous -> this, as the history does (reports/result_files.py load)."""
 from __future__ import annotations
 
 import json
@@ -100,6 +103,8 @@ def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
     files.write_atomic(log, " ".join(cmd) + "\n" + output)
     made = sorted(set(Path(opts.results).glob("*/")) - before)
     folder = next((d for d in made if (d / "results.json").exists() or (d / "cases.jsonl").exists()), None)
+    if folder is not None and (folder / "results.json").exists():
+        mark_direction(folder)
     what = f"{len(ids)} cases ({', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''}) against {opts.previous_stack}"
     # a finished child exits 0 (no change), 1 (regression either way) or 6 (undecided cells); else it did not finish
     if not isinstance(code, int) or code not in (0, 1, 6) or folder is None or not (folder / "results.json").exists():
@@ -109,3 +114,25 @@ def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
     files.write_atomic(run_dir / SAME_NIGHT, json.dumps({"run": folder.name, "previous_stack": opts.previous_stack,
                                                          "cases": ids, "exit": code}, indent=1))
     return Outcome(folder, f"# same-night A/B: {what}: {folder}", True)
+
+
+def mark_direction(folder: Path) -> None:
+    """The child ran this stack (the candidate) as side A: its results.json records that its baseline
+    is side B, and its table.txt is written again as every reader now reads it (side A the previous
+    stack, B/A = this / previous). A file that cannot be read is left as it is (the caller reports the child)."""
+    import kinds
+    from reports import table
+    from reports.result_files import load
+    from schema.results import ResultError
+    results = folder / "results.json"
+    try:
+        data = json.loads(results.read_text())
+        data["hccl_bench"] = {**(data.get("hccl_bench") or {}), "baseline_side": "B"}
+        files.write_atomic(results, json.dumps(data, indent=1, default=str))
+        rows = [row for side in "AB" for row in table.launch_rows(load(folder, side=side))]
+    except (OSError, ValueError, ResultError):
+        return
+    text = "\n\n".join(kinds.tables(rows, tuple(k for k in kinds.KINDS if k.cells)))
+    head = ("# same-night A/B: side A (baseline) the previous stack, side B (candidate) this stack, B/A = this / "
+            "previous (the session ran them as B and A; results.json records it)")
+    files.write_atomic(folder / "table.txt", f"{head}\n{text}\n")

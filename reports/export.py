@@ -1,0 +1,219 @@
+"""`hccl-bench export`: a night's figures and verdicts where fleets look (docs/results.md, Export).
+
+`--prometheus FILE` writes the Prometheus text format that node_exporter's textfile collector (or a
+Pushgateway) reads, through prometheus_client (a registry of gauges, written atomically by
+write_to_textfile), so the text is the client library's own, never assembled by hand. Metric and
+label names follow NCCL Inspector's textfile output (`nccl_bus_bandwidth_gbs` and
+`nccl_collective_exec_time_microseconds` with collective, message_size, algo_proto, nranks,
+n_nodes, node and job labels), named for hccl-bench:
+
+    hccl_bench_busbw_gbps{op,bytes,message_size,dtype,redop,inplace,backend,algo,nranks,hosts,series,knobs,side,stack,run,job}
+    hccl_bench_algbw_gbps{...}   hccl_bench_time_us{...}   (each cell's median per-op time over its launches)
+    hccl_bench_verdict{<cell labels>,verdict,cause,direction,confirmed,machine} 1
+    hccl_bench_time_ratio{<cell labels>,bound="estimate"|"low"|"high"}   (candidate / baseline time, 95% CI)
+    hccl_bench_detectable_change{<cell labels>}   (the change the cell could have seen, 80% power)
+    hccl_bench_exit_code{run,job}   hccl_bench_canary_seconds{workload,run,job}   hccl_bench_run_start_seconds{run,job}
+
+What is exported depends on what is given: one run, its figures; one --ab-env/--ab-source run, both
+sides' figures (side A the baseline, B the candidate, by role: a same-night A/B reads previous ->
+this, reports/result_files.py) and the pair's verdicts; a history (a --results folder, or at least
+MIN_RUNS runs), its newest night's figures and canary and the history's verdicts, judged exactly as
+`hccl-bench history` judges them (reports/gate.py). Only collective cells have bandwidths; other
+kinds' cells are counted in what the command prints. No sample carries a timestamp (the textfile
+collector refuses them): the scrape's time is the sample's.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from collectives.ops import bandwidths
+from collectives.sizes import format_size
+from reports.compare import CellResult
+from reports.gate import Judgement, judge_history, judge_pair
+from reports.history import DEFAULT_WINDOW, load_runs, too_few
+from reports.result_files import load
+from schema.results import CollectiveRow, NoCells, ResultError, Run, Series
+from schema.run_meta import RunMeta
+
+CELL_LABELS = ("op", "bytes", "message_size", "dtype", "redop", "inplace", "backend", "algo", "nranks", "hosts",
+               "series", "knobs", "side", "stack", "run", "job")
+VERDICT_LABELS = ("verdict", "cause", "direction", "confirmed", "machine")
+
+
+@dataclass
+class Export:
+    """What was exported, for the command's line."""
+    what: str = ""
+    figures: int = 0                 # cells with busbw and time
+    verdicts: int = 0
+    skipped: list[str] = field(default_factory=list)   # cells or runs with nothing to export, and why
+    exit_code: int | None = None     # the judgement's exit status (a history: 1 regression, 7 the machine, else 0)
+
+
+def default_job() -> str:
+    """The job label: the scheduler's job name where there is one, else hccl-bench."""
+    return os.environ.get("SLURM_JOB_NAME") or os.environ.get("JOB_NAME") or "hccl-bench"
+
+
+def _hosts(row) -> str:
+    return str(len(row.hosts)) if getattr(row, "hosts", None) else ""
+
+
+def _series_labels(series: Series, size: int, row, side: str, stack: str, run: str, job: str) -> dict[str, str]:
+    return {"op": series.op or "", "bytes": str(size), "message_size": format_size(size) if size else "",
+            "dtype": series.dtype or "", "redop": series.redop or "", "inplace": "" if series.inplace is None else
+            str(bool(series.inplace)).lower(), "backend": series.backend, "algo": series.algo or "",
+            "nranks": "" if series.nranks is None else str(series.nranks), "hosts": _hosts(row) if row is not None else "",
+            "series": series.label(), "knobs": series.knobs or "", "side": side, "stack": stack, "run": run, "job": job}
+
+
+def _run_name(run: Run) -> str:
+    """The run as a label: its folder (a results.json's parent), else the file."""
+    path = Path(run.path)
+    return path.parent.name if path.name == "results.json" else path.name
+
+
+def _stack(run: Run) -> str:
+    """What the run's stack is called: its --label, else the CANN version, MPI library or folder."""
+    prov = run.meta.get("provenance") or {}
+    return (run.given_name or (prov.get("cann") or {}).get("cann") or str(prov.get("mpi_library") or "")
+            or _run_name(run))
+
+
+class _Metrics:
+    def __init__(self):
+        from prometheus_client import CollectorRegistry, Gauge
+        self.registry = CollectorRegistry()
+        g = lambda name, doc, labels: Gauge(name, doc, labels, registry=self.registry)  # noqa: E731
+        self.busbw = g("hccl_bench_busbw_gbps", "Bus bandwidth of a cell, GB/s (1e9 B/s), nccl-tests' definition, "
+                       "at its median per-op time over launches", CELL_LABELS)
+        self.algbw = g("hccl_bench_algbw_gbps", "Algorithm bandwidth (size / time) of a cell, GB/s (1e9 B/s)", CELL_LABELS)
+        self.time = g("hccl_bench_time_us", "A cell's per-op time, us: the median over its launches of each launch's "
+                      "median round (the slowest rank's per-op time)", CELL_LABELS)
+        self.verdict = g("hccl_bench_verdict", "A cell's verdict (1 for the verdict it has): regression, improvement, "
+                         "machine regression, suspected ..., no change, inconclusive", CELL_LABELS + VERDICT_LABELS)
+        self.ratio = g("hccl_bench_time_ratio", "Candidate / baseline time of a judged cell (a history: level after / "
+                       "level before its newest change), with its 95% CI", CELL_LABELS + ("bound",))
+        self.detectable = g("hccl_bench_detectable_change", "The change a judged cell's samples could have seen "
+                            "(80% power), as a fraction", CELL_LABELS)
+        self.exit_code = g("hccl_bench_exit_code", "The judgement's exit status: 0 pass, 1 a confirmed software "
+                           "regression, 6 inconclusive (compare), 7 a machine regression (history)", ("run", "job"))
+        self.canary = g("hccl_bench_canary_seconds", "The canary's median sample of the night, s", ("workload", "run", "job"))
+        self.started = g("hccl_bench_run_start_seconds", "When the run began (Unix time)", ("run", "job"))
+
+
+def _figures(m: _Metrics, run: Run, side: str, job: str, out: Export) -> None:
+    """Each collective cell's busbw, algbw and time (median over launches) with its labels."""
+    name, stack = _run_name(run), _stack(run)
+    other = 0
+    for (series, size), cell in sorted(run.cells.items(), key=lambda kv: (kv[0][0].sort_key(), kv[0][1])):
+        row = cell.row
+        if not isinstance(row, CollectiveRow) or not size:
+            other += 1
+            continue
+        seconds = cell.pooled_s
+        algbw, busbw = bandwidths(row.op, size, seconds, row.nranks, row.algo)
+        labels = _series_labels(series, size, row, side, stack, name, job)
+        m.busbw.labels(**labels).set(busbw)
+        m.algbw.labels(**labels).set(algbw)
+        m.time.labels(**labels).set(seconds * 1e6)
+        out.figures += 1
+    if other:
+        out.skipped.append(f"{other} cells of {name}{' side ' + side if side else ''} are not collectives "
+                           "(no bandwidth): not exported")
+    try:
+        started = datetime.fromisoformat(run.started.replace("Z", "+00:00")).timestamp()
+        m.started.labels(run=name, job=job).set(started)
+    except ValueError:
+        pass
+
+
+def _verdicts(m: _Metrics, cells: list[CellResult], rows: dict, side: str, stack: str, run: str, job: str,
+              out: Export) -> None:
+    for c in cells:
+        labels = _series_labels(c.series, c.size, rows.get(c.key), side, stack, run, job)
+        v = c.outcome
+        m.verdict.labels(**labels, verdict=v.text(), cause=v.cause.value, direction=v.direction.value,
+                         confirmed=str(v.confirmed).lower(), machine=str(v.machine).lower()).set(1)
+        for bound, value in (("estimate", c.ratio), ("low", c.low), ("high", c.high)):
+            m.ratio.labels(**labels, bound=bound).set(value)
+        m.detectable.labels(**labels).set(c.detectable)
+        out.verdicts += 1
+
+
+def _canary(m: _Metrics, run: Run, job: str) -> None:
+    canary = RunMeta.of(run.meta).canary or {}
+    from schema.stats import median
+    for workload, w in (canary.get("workloads") or {}).items():
+        samples = w.get("samples") if isinstance(w, dict) else None
+        if isinstance(samples, list) and samples and all(isinstance(s, (int, float)) and s > 0 for s in samples):
+            m.canary.labels(workload=str(workload), run=_run_name(run), job=job).set(median(samples))
+
+
+def _ab_sides(path: str) -> tuple[Run, Run] | None:
+    """Sides A (baseline) and B (candidate) of one interleaved run, by role; None when it is not one."""
+    try:
+        return load(path, side="A"), load(path, side="B")
+    except NoCells:
+        return None
+
+
+def collect(paths: list[str], job: str | None = None, window: int = DEFAULT_WINDOW) -> tuple[_Metrics, Export]:
+    """The gauges for `paths` (one run, one A/B run, several runs or a --results folder of nights)."""
+    job = job or default_job()
+    m, out = _Metrics(), Export()
+    runs, skipped = load_runs(paths)
+    if not runs and len(paths) == 1 and (sides := _ab_sides(paths[0])) is not None:
+        base, cand = sides
+        for run in sides:
+            _figures(m, run, run.side, job, out)
+        judgement = judge_pair(base, cand)
+        if judgement.comparison is not None and not judgement.refused:
+            rows = {k: c.row for k, c in cand.cells.items()}
+            _verdicts(m, judgement.comparison.cells, rows, "", f"{_stack(base)} -> {_stack(cand)}", _run_name(cand), job,
+                      out)
+            _exit(m, judgement, _run_name(cand), job, out, "fail")   # as `compare --ab` exits
+        else:
+            out.skipped.append(f"no verdicts: {judgement.refused}")
+        out.what = f"the A/B run {paths[0]}: {base.label} -> {cand.label}"
+        return m, out
+    if not runs:
+        raise ResultError(f"{', '.join(paths)}: no run with cells to export ({'; '.join(skipped) or 'nothing found'})")
+    out.skipped += [f"run: {line}" for line in skipped]
+    runs.sort(key=lambda r: r.started)
+    newest = runs[-1]
+    if too_few(runs):   # a run or two: their figures, nothing to judge
+        for run in runs:
+            _figures(m, run, "", job, out)
+            _canary(m, run, job)
+        out.what = f"{len(runs)} run{'s' if len(runs) > 1 else ''}' figures ({too_few(runs).removeprefix('# ')})"
+        return m, out
+    judgement = judge_history(runs, window=window)
+    _figures(m, newest, "", job, out)
+    _canary(m, newest, job)
+    hist = judgement.history
+    if hist is None or judgement.refused:
+        out.skipped.append(f"no verdicts: {judgement.refused or judgement.headline}")
+    else:
+        rows = {k: c.row for k, c in newest.cells.items()}
+        _verdicts(m, hist.judged.cells, rows, "", _stack(newest), _run_name(newest), job, out)
+        _exit(m, judgement, _run_name(newest), job, out, "pass")
+    out.what = f"the history of {len(runs)} runs: the newest night {_run_name(newest)}'s figures and the history's verdicts"
+    return m, out
+
+
+def _exit(m: _Metrics, judgement: Judgement, run: str, job: str, out: Export, inconclusive: str) -> None:
+    out.exit_code = int(judgement.exit_status(inconclusive))
+    m.exit_code.labels(run=run, job=job).set(out.exit_code)
+
+
+def prometheus(paths: list[str], file: str | Path, job: str | None = None, window: int = DEFAULT_WINDOW) -> Export:
+    """Write the Prometheus text format of `paths` to `file` (atomically: a scrape never sees half a file)."""
+    from prometheus_client import write_to_textfile
+    m, out = collect(paths, job, window)
+    Path(file).parent.mkdir(parents=True, exist_ok=True)
+    write_to_textfile(str(file), m.registry)
+    return out

@@ -1,0 +1,200 @@
+"""Which rank, host or group the job waits for, from every rank's collectives (records.RankTrace).
+
+Matching: a collective is (group, order within the group) on each of the group's ranks; it counts
+when every member has it with the same op and shape. A collective ends at about the same moment on
+every member, so the rank that arrived last spent the least time in it: a rank's **lateness** in a
+collective is the median duration of its peers minus its own (no clocks compared across hosts), and
+its **wait** is its duration minus the group's shortest. The late arriver is the culprit; the
+ranks that wait for it are its victims, never suspects (as the synthetic doctor judges).
+
+A rank is named when, over all its collectives, (1) it arrives after its peers' median more often
+than not, by a one-sided sign test at alpha / ranks: a healthy rank, like its peers, does so half
+the time (by symmetry, whatever the noise), so this is the false-alarm budget, alpha a job
+(Bonferroni over ranks), for collectives that are independent; and (2) its median lateness is
+above `min_late_us`, so a consistent but harmless skew is not named. Medians and signs, with a
+bootstrap interval of the median: a job's first collective (connections made) or a descheduled
+moment can last a second and must not outweigh forty ordinary steps. A rank late once, however
+much, is not named; one late by 2 ms in 70% of 40 collectives is. When every rank of a host (two
+or more) is named, the host is the suspect. A group is named (a link) when its collectives' floor (the shortest member's time: the
+transfer once the last rank arrived) is `1 + group_effect` times other groups' floor for the same
+op and shape, by a one-sided Mann-Whitney test at alpha / groups.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+from reports.traces.job import checked
+from reports.traces.records import Collective, RankTrace
+
+MIN_LATE_US = 1000.0   # below a millisecond, gloo collectives on shared cores differ by scheduling alone
+ALPHA = 0.05
+GROUP_EFFECT = 0.5
+
+
+@dataclass
+class Suspect:
+    kind: str              # "rank", "host" or "link" (a group's collectives slow)
+    host: str              # its host(s), "+"-joined for a link over several
+    ranks: list[int]
+    group: str | None      # the group, for a link
+    late_us: float         # median lateness (rank, host) or the floor's excess over the other groups (link)
+    ci_us: tuple[float, float]
+    share: float           # of its collectives late by more than min_late_us (rank, host); 1.0 for a link
+    ratio: float           # its peers' time over its own (rank, host); its floor over the others' (link)
+    evidence: str
+
+    @property
+    def name(self) -> str:
+        return {"rank": f"rank {self.ranks[0]}", "host": f"host {self.host}"}.get(self.kind, f"link group {self.group}")
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "rank": self.ranks[0] if len(self.ranks) == 1 else None,
+                "ranks": self.ranks, "host": self.host, "group": self.group, "late_us": round(self.late_us, 1),
+                "ci_us": [round(x, 1) for x in self.ci_us], "share": round(self.share, 3), "ratio": round(self.ratio, 2),
+                "evidence": self.evidence}
+
+
+@dataclass
+class RankStats:
+    rank: int
+    host: str
+    collectives: int
+    late_us: float          # median over its collectives
+    ci_us: tuple[float, float]   # the median's bootstrap interval at 1 - alpha / ranks
+    share: float
+    wait_us: float          # median
+    p: float                # the sign test's: arrives after its peers' median more often than not
+
+
+@dataclass
+class Verdict:
+    world: int
+    hosts: dict[int, str]
+    groups: dict[str, list[int]]
+    matched: int
+    unmatched: int
+    mismatched: list[str]
+    ranks: list[RankStats]
+    floors_us: dict[str, float]                  # group -> median floor
+    lateness: list[list[float]]                  # rank x matched collective, us (NaN: not a member)
+    suspects: list[Suspect] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+
+def _matched(traces: list[RankTrace], world: int) -> tuple[list[tuple[str, dict[int, Collective]]], int, list[str]]:
+    by_key: dict[tuple[str, int], dict[int, Collective]] = defaultdict(dict)
+    for t in traces:
+        for c in t.collectives:
+            by_key[(c.group, c.seq)][t.rank] = c
+    groups = traces[0].groups
+    out, unmatched, mismatched = [], 0, []
+    for (g, seq), got in sorted(by_key.items(), key=lambda kv: min(c.start_us for c in kv[1].values())):
+        members = groups.get(g, list(range(world))) if g else list(range(world))
+        if sorted(got) != sorted(members):
+            unmatched += 1       # the profiler's window cut it on some rank
+            continue
+        if len({(c.op, c.shape) for c in got.values()}) > 1:
+            said = ", ".join(f"rank {r} {c.op} {c.shape}" for r, c in sorted(got.items()))
+            mismatched.append(f"group {g or '?'} #{seq}: {said}")
+            continue
+        out.append((g, got))
+    return out, unmatched, mismatched
+
+
+def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_us: float = MIN_LATE_US,
+          alpha: float = ALPHA, group_effect: float = GROUP_EFFECT) -> Verdict:
+    traces = checked(traces)
+    world = traces[0].world
+    hosts = {t.rank: (f"host{t.rank // ranks_per_host}" if ranks_per_host else t.host or "?") for t in traces}
+    matched, unmatched, mismatched = _matched(traces, world)
+    late = np.full((world, len(matched)), np.nan)
+    wait = np.full((world, len(matched)), np.nan)
+    floors: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for j, (g, got) in enumerate(matched):
+        ranks = sorted(got)
+        d = np.array([got[r].dur_us for r in ranks])
+        for i, r in enumerate(ranks):
+            late[r, j] = np.median(np.delete(d, i)) - d[i]
+            wait[r, j] = d[i] - d.min()
+        c = got[ranks[0]]
+        floors[(g, c.op, c.shape)].append(float(d.min()))
+    verdict = Verdict(world, hosts, traces[0].groups, len(matched), unmatched, mismatched, [],
+                      {g: float(np.median([x for (h, _, _), v in floors.items() if h == g for x in v]))
+                       for g in {k[0] for k in floors}},
+                      late.tolist(), notes=sorted({t.note for t in traces if t.note}),
+                      settings={"min_late_us": min_late_us, "alpha": alpha, "group_effect": group_effect})
+    named = []
+    for r in range(world):
+        x = late[r][~np.isnan(late[r])]
+        if len(x) < 3:
+            verdict.notes.append(f"rank {r}: {len(x)} matched collectives, too few to judge")
+            continue
+        p = stats.binomtest(int(np.sum(x > 0)), len(x), 0.5, alternative="greater").pvalue
+        ci = stats.bootstrap((x,), np.median, confidence_level=1 - alpha / world, n_resamples=2000,
+                             method="percentile", rng=np.random.default_rng(r)).confidence_interval
+        frac = float(np.mean(x > min_late_us))
+        verdict.ranks.append(RankStats(r, hosts[r], len(x), float(np.median(x)), (float(ci.low), float(ci.high)), frac,
+                                       float(np.nanmedian(wait[r])), float(p)))
+        if np.median(x) > min_late_us and p < alpha / world:
+            named.append(verdict.ranks[-1])
+    _name_ranks_and_hosts(verdict, named, wait)
+    _name_groups(verdict, floors, alpha, group_effect)
+    return verdict
+
+
+def _name_ranks_and_hosts(verdict: Verdict, named: list[RankStats], wait: np.ndarray) -> None:
+    on_host: dict[str, list[int]] = defaultdict(list)
+    for r, h in verdict.hosts.items():
+        on_host[h].append(r)
+    named_ranks = {s.rank for s in named}
+    for host, ranks in sorted(on_host.items()):
+        mine = [s for s in named if s.host == host]
+        if not mine:
+            continue
+        victims = sorted(r for r in range(verdict.world) if r not in named_ranks
+                         and np.nanmean(wait[r]) > max(s.wait_us for s in mine))
+        if len(ranks) >= 2 and len(mine) == len(ranks) and host != "?":
+            mean = float(np.mean([s.late_us for s in mine]))
+            verdict.suspects.append(Suspect(
+                "host", host, ranks, None, mean, (min(s.ci_us[0] for s in mine), max(s.ci_us[1] for s in mine)),
+                float(np.mean([s.share for s in mine])), 0.0,
+                f"every rank of {host} ({', '.join(map(str, ranks))}) arrives late together: {mean / 1e3:.2f} ms "
+                f"(median), in {min(s.share for s in mine):.0%}+ of collectives; ranks {victims} wait for them"))
+            continue
+        for s in mine:
+            verdict.suspects.append(Suspect(
+                "rank", host, [s.rank], None, s.late_us, s.ci_us, s.share, 0.0,
+                f"rank {s.rank} on {host} arrives {s.late_us / 1e3:.2f} ms after its peers (median) "
+                f"({s.ci_us[0] / 1e3:.2f}-{s.ci_us[1] / 1e3:.2f} ms), late by over "
+                f"{verdict.settings['min_late_us'] / 1e3:g} ms in {s.share:.0%} of its {s.collectives} collectives; "
+                f"ranks {victims} wait for it inside them"))
+
+
+def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float]], alpha: float,
+                 group_effect: float) -> None:
+    by_sig: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(dict)
+    for (g, op, shape), v in floors.items():
+        if g:
+            by_sig[(op, shape)][g] = v
+    for (op, shape), per_group in sorted(by_sig.items()):
+        if len(per_group) < 2:
+            continue
+        for g, mine in sorted(per_group.items()):
+            others = [x for h, v in per_group.items() if h != g for x in v]
+            ratio = float(np.median(mine) / np.median(others))
+            p = stats.mannwhitneyu(mine, others, alternative="greater").pvalue
+            if ratio > 1 + group_effect and p < alpha / len(per_group) and len(mine) >= 3:
+                ranks = verdict.groups.get(g, [])
+                hosts = sorted({verdict.hosts[r] for r in ranks})
+                lo, hi = np.percentile(mine, [25, 75])
+                verdict.suspects.append(Suspect(
+                    "link", "+".join(hosts), ranks, g, float(np.median(mine) - np.median(others)), (float(lo), float(hi)),
+                    1.0, round(ratio, 2),
+                    f"group {g}'s {op} ({shape}) takes {np.median(mine) / 1e3:.2f} ms once its last rank arrived, "
+                    f"{ratio:.1f}x the {np.median(others) / 1e3:.2f} ms of the same op over the other groups on the same "
+                    f"hosts ({', '.join(hosts)}): its link or transport, not a rank"))

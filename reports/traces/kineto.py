@@ -1,0 +1,84 @@
+"""torch.profiler (Kineto) Chrome-trace JSON, one file per rank, into RankTraces.
+
+What torch 2.13 writes, and what is read of it (nothing else is assumed):
+- `distributedInfo`: `rank`, `world_size`, `pg_config` (each group's `pg_name`, `ranks`), written when
+  torch.distributed was initialised before the profiler started; a trace without it names no rank
+  and is refused;
+- `host_name`: the host (gethostname) the rank ran on;
+- gloo collectives as complete events (`ph` "X") named `gloo:<op>` on the group's own runloop
+  threads (`pt_gloo_runloop`), `dur` the time from the rank's entry to its completion, with `Input
+  Dims` / `Input type` when record_shapes was on. gloo makes 2 runloop threads per group, when the
+  group is made, so the trace's runloop threads in id order are the groups in `pg_config` order
+  when every group left events; otherwise all of a rank's collectives are taken as one stream in
+  start order (the job's groups unknown), which still matches collectives when every rank runs the
+  same sequence.
+NCCL/CUDA collectives (`record_param_comms`, GPU kernels) are not read yet: no such trace was made
+here to build and test the reader on.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from reports.traces.files import listed, read_bytes
+from reports.traces.records import Collective, RankTrace
+from schema.results import ResultError
+
+SUFFIXES = (".json", ".json.gz")
+GLOO_THREADS = 2      # ProcessGroupGloo::Options threads, the default every torch job gets
+
+
+def read(path: Path) -> RankTrace:
+    raw = read_bytes(path)
+    try:
+        trace = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultError(f"{path}: truncated or not JSON ({exc}): not a whole torch.profiler trace") from None
+    except RecursionError:
+        raise ResultError(f"{path}: JSON nested too deeply") from None
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise ResultError(f"{path}: JSON without 'traceEvents': not a torch.profiler (Kineto) trace")
+    info = trace.get("distributedInfo")
+    if not isinstance(info, dict) or not isinstance(info.get("rank"), int) or not isinstance(info.get("world_size"), int):
+        raise ResultError(f"{path}: a trace without distributedInfo (rank, world_size): start the profiler after "
+                          "torch.distributed.init_process_group")
+    groups: dict[str, list[int]] = {}
+    for pg in info.get("pg_config") or []:
+        if isinstance(pg, dict) and isinstance(pg.get("ranks"), list):
+            groups[str(pg.get("pg_name"))] = [int(r) for r in pg["ranks"]]
+    events = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
+              and str(e.get("name", "")).startswith("gloo:")]
+    out = RankTrace(info["rank"], info["world_size"], str(trace.get("host_name") or ""), str(path), groups)
+    base_us = float(trace.get("baseTimeNanoseconds") or 0) / 1e3   # ts + base: wall-clock microseconds
+    if not events:
+        return out
+    try:
+        threads = sorted({int(e["tid"]) for e in events})
+        rows = [(float(e["ts"]), float(e["dur"]), int(e["tid"]), e["name"][len("gloo:"):], _shape(e.get("args")))
+                for e in events]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultError(f"{path}: a gloo event without a number where one belongs ({exc})") from None
+    names = list(groups)
+    if len(threads) == GLOO_THREADS * len(names):
+        group_of = {t: names[i // GLOO_THREADS] for i, t in enumerate(threads)}
+        out.note = "groups from gloo's runloop threads in creation order"
+    else:
+        group_of = {t: "" for t in threads}
+        out.note = (f"{len(threads)} gloo threads for {len(names)} groups: collectives matched in start order, "
+                    "groups unknown")
+    seq: dict[str, int] = {}
+    for ts, dur, tid, op, shape in sorted(rows):
+        g = group_of[tid]
+        out.collectives.append(Collective(g, seq.get(g, 0), op, shape, base_us + ts, dur))
+        seq[g] = seq.get(g, 0) + 1
+    return out
+
+
+def _shape(args) -> str:
+    args = args if isinstance(args, dict) else {}
+    return f"{args.get('Input Dims', '?')} {args.get('Input type', '?')}"
+
+
+def read_dir(folder: Path) -> list[RankTrace]:
+    """Every rank's trace in the folder, in rank order."""
+    return [read(p) for p in listed(Path(folder), SUFFIXES)]

@@ -1,0 +1,76 @@
+"""What people read of a trace verdict or a hang report: terminal text and the JSON (`--json`),
+shaped like the synthetic doctor's (suspects first, each naming its kind, rank(s) and host)."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from reports.traces.hang import HangReport
+from reports.traces.judge import Verdict
+
+
+def budget(v: Verdict) -> str:
+    s = v.settings
+    return (f"false-alarm budget: alpha {s['alpha']:g} a job (sign test, Bonferroni over {v.world} ranks; groups likewise); "
+            f"a named rank's median lateness is also over {s['min_late_us'] / 1e3:g} ms")
+
+
+def text(v: Verdict) -> str:
+    out = [f"# doctor --traces: {v.world} ranks on {len(set(v.hosts.values()))} hosts; {v.matched} collectives matched "
+           f"across ranks ({v.unmatched} cut by the profiler's window, {len(v.mismatched)} mismatched)"]
+    out += [f"# {n}" for n in v.notes]
+    out.append("# per rank: median lateness (its interval; + arrives after its peers), share late by over the margin, "
+               "sign test p, median wait")
+    for s in v.ranks:
+        out.append(f"  rank {s.rank:>3} {s.host[:16]:>16}: {s.late_us / 1e3:+8.2f} ms ({s.ci_us[0] / 1e3:+.2f} .. "
+                   f"{s.ci_us[1] / 1e3:+.2f}), late in {s.share:4.0%} of {s.collectives}, p {s.p:.2g}, "
+                   f"waits {s.wait_us / 1e3:7.2f} ms")
+    if v.floors_us:
+        out.append("# per group: median time once the last rank arrived: "
+                   + ", ".join(f"group {g} {f / 1e3:.2f} ms" for g, f in sorted(v.floors_us.items())))
+    out += [f"# mismatch: {m}" for m in v.mismatched[:5]]
+    out.append(f"# {budget(v)}")
+    if v.suspects:
+        out.append(f"SUSPECTS ({len(v.suspects)}):")
+        out += [f"  {s.name}{' on ' + s.host if s.kind == 'rank' else ''}: {s.evidence}" for s in v.suspects]
+    else:
+        out.append("healthy: no rank, host or group stands out from its peers")
+    return "\n".join(out)
+
+
+def to_json(v: Verdict) -> dict:
+    return {"source": "traces", "suspects": [s.to_json() for s in v.suspects], "world": v.world,
+            "hosts": {str(r): h for r, h in v.hosts.items()}, "groups": v.groups, "matched": v.matched,
+            "unmatched": v.unmatched, "mismatched": v.mismatched, "ranks": [asdict(s) for s in v.ranks],
+            "group_floor_us": v.floors_us, "settings": v.settings, "budget": budget(v), "notes": v.notes,
+            # rank x matched collective in start order (null: not a member): the page's heatmap
+            "lateness_us": [[None if x != x else round(x, 1) for x in row] for row in v.lateness]}
+
+
+def hang_text(h: HangReport) -> str:
+    out = ["# doctor --flight-recorder: the last collective each rank entered (completed), per group"]
+    out += [f"# {n}" for n in h.notes]
+    for g, last in h.last.items():
+        out.append(f"  group {g}: " + ", ".join(f"rank {r} #{seq} {op}" + (f" ({done})" if done is not None else "")
+                                               for r, (seq, op, done) in last.items()))
+    out += [f"# mismatch: {m}" for m in h.mismatches]
+    if h.stops:
+        out.append(f"SUSPECTS ({len(h.culprits)}):")
+        for s in h.stops:
+            for r in s.missing:
+                out.append(f"  hang rank {r} on {h.hosts.get(r, '?')}: never reached group {s.group}'s collective #{s.seq} "
+                           f"({s.op}), where ranks {s.waiting} wait")
+    elif h.mismatches:
+        out.append("MISMATCH: ranks entered different collectives at one sequence number (above)")
+    else:
+        out.append("no wavefront: every rank entered the same last collective of each group (a hang inside it, or none)")
+    return "\n".join(out)
+
+
+def hang_json(h: HangReport) -> dict:
+    suspects = [{"kind": "hang", "rank": r, "ranks": [r], "host": h.hosts.get(r, "?"), "group": s.group, "seq": s.seq,
+                 "op": s.op, "waiting": s.waiting,
+                 "evidence": f"never reached group {s.group}'s collective #{s.seq} ({s.op})"}
+                for s in h.stops for r in s.missing]
+    return {"source": "flight_recorder", "suspects": suspects, "mismatches": h.mismatches, "notes": h.notes,
+            "last": {g: {str(r): {"seq": seq, "op": op, "completed": done} for r, (seq, op, done) in last.items()}
+                     for g, last in h.last.items()}, "stops": [asdict(s) for s in h.stops]}
