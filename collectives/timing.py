@@ -234,6 +234,22 @@ def with_calibration(result, cal):
     return {**result, "calibration": cal.record()} if isinstance(result, dict) else replace(result, calibration=cal.record())
 
 
+class LoopRank:
+    """A rank half made of timed loops: `build(backend, spec) -> (loops, finish)`; `run` measures them
+    (warm-up, K, rounds) and `begin` keeps them for the driver's single A/B rounds, for every bench alike."""
+
+    def __init__(self, build: Callable):
+        self.build = build
+
+    def run(self, backend, spec):
+        loops, finish = self.build(backend, spec)
+        return run(loops, finish, backend, Plan(**spec.plan))
+
+    def begin(self, backend, spec) -> None:
+        loops, finish = self.build(backend, spec)
+        begin(loops, finish, backend, Plan(**spec.plan))
+
+
 class StepRank:
     """The driver's steps of a begun A/B case (schema.wire.Step): "round" times one round, "end" returns the result."""
 

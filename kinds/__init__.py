@@ -18,6 +18,7 @@ _MODULES = (   # kinds/<name>.py, each exposing KIND; the order is the tables' a
     "bucket",
     "compress",
     "expert",
+    "hybrid",
 )
 KINDS: tuple[Kind, ...] = tuple(importlib.import_module(f"kinds.{name}").KIND for name in _MODULES)
 

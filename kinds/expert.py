@@ -27,12 +27,11 @@ from kinds.base import (
     knob_suffix,
     launch_suffix,
     launches,
-    placed,
     typed,
     values,
     wrong_text,
 )
-from kinds.layer import no_torch
+from kinds.layer import checked_fields, no_torch
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
@@ -274,12 +273,7 @@ class ExpertKind(Kind[ExpertCase]):
         sent = max(r.sent_bytes for r in ranks)
         per_expert, per_rank = ranks[0].tokens_per_expert, ranks[0].tokens_per_rank
         row = ExpertRow(
-            **placed(case), **self.identity(case), ffn=2 * case.hidden, **stats.summarize(step, k), iters_per_round=k,
-            calibration=ranks[0].calibration, **stats.rank_rounds(step, ran.places), hosts=ran.hosts,
-            group_env=case.group.rank_env if case.group else {},
-            wrong=sum(r.wrong for r in ranks), wrong_per_rank=[r.wrong for r in ranks],
-            checked=sum(r.checked for r in ranks), err_to_tol=max(r.err_to_tol for r in ranks),
-            peak_memory_bytes_per_rank=[r.peak_memory_bytes for r in ranks],
+            **checked_fields(case, ran, ranks), **self.identity(case), ffn=2 * case.hidden,
             tokens_per_expert=per_expert, tokens_per_rank=per_rank, dropped=sum(r.dropped for r in ranks),
             sent_bytes_per_rank=sent, placement_warnings=ep_placement(case.ep, ran.rank_hosts))
         return replace(row, step_us=stats.median_seconds(step, k) * 1e6, dispatch_us=dispatch_s * 1e6,

@@ -43,17 +43,21 @@ def no_torch(backend: str) -> str:
     return f"layer benches need torch.distributed ({layered}), not {info(backend).api}"
 
 
-def measured_row(case: LayerCase, identity: dict, opts: Options, ran: Ran, ranks: Sequence[Checked]) -> LayerRow:
-    """The row's common part; wrong: the elements past the tolerance in the check against the
-    single-rank reference (layers.check)."""
+def checked_fields(case: Case, ran: Ran, ranks: Sequence[Checked]) -> dict:
+    """The row fields of every case checked against a single-rank reference (layers.check): its
+    placement, round statistics, where it ran, and the check (wrong: elements past the tolerance)."""
     k = ranks[0].iters
     step = [r.round_ns for r in ranks]
+    return {**placed(case), **stats.summarize(step, k), "iters_per_round": k, "calibration": ranks[0].calibration,
+            **stats.rank_rounds(step, ran.places), "hosts": ran.hosts, "group_env": case.group.rank_env if case.group else {},
+            "wrong": sum(r.wrong for r in ranks), "wrong_per_rank": [r.wrong for r in ranks],
+            "checked": sum(r.checked for r in ranks), "err_to_tol": max(r.err_to_tol for r in ranks),
+            "peak_memory_bytes_per_rank": [r.peak_memory_bytes for r in ranks]}
+
+
+def measured_row(case: LayerCase, identity: dict, opts: Options, ran: Ran, ranks: Sequence[Checked]) -> LayerRow:
+    """A TP block's or pipeline step's row, its common part."""
     return LayerRow(
-        **placed(case), **identity, hidden=opts.hidden, seq=opts.seq, batch=opts.batch, **stats.summarize(step, k),
-        iters_per_round=k, calibration=ranks[0].calibration, **stats.rank_rounds(step, ran.places), hosts=ran.hosts,
-        wrong=sum(r.wrong for r in ranks), wrong_per_rank=[r.wrong for r in ranks],
-        checked=sum(r.checked for r in ranks), err_to_tol=max(r.err_to_tol for r in ranks),
-        group_env=case.group.rank_env if case.group else {},
-        peak_memory_bytes_per_rank=[r.peak_memory_bytes for r in ranks],
+        **checked_fields(case, ran, ranks), **identity, hidden=opts.hidden, seq=opts.seq, batch=opts.batch,
         model_states_estimate_bytes=int(sum(memory.model_states(max(r.params_local for r in ranks), 1, 1))),
         placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks), ran.rank_hosts))

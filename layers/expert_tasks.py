@@ -19,11 +19,10 @@ import torch.distributed as dist
 from torch import nn
 
 from collectives import timing
-from collectives.timing import Plan
 from layers import expert
 from layers.check import Check, dtype_name
 from layers.mesh import Axis, ParallelDims
-from layers.rank_tasks import _need_torch, _reduce_length, groups_for
+from layers.rank_tasks import _reduce_length, groups_for, torch_loops
 from layers.tp import CommTimer
 
 DISPATCHERS = {"alltoallv": expert.AllToAllV, "allgather": expert.AllGather, "fused": expert.Fused}
@@ -158,24 +157,5 @@ def expert_loops(backend, spec: Any):
     return loops, finish
 
 
-def _loops(backend, spec: Any):
-    _need_torch(backend)
-    loops, finish = expert_loops(backend, spec)
-    backend.device.reset_peak_memory()
-    return loops, finish
-
-
-class ExpertRank:
-    """The rank half of the expert-parallel bench; the driver half sends the spec and makes the row."""
-
-    @staticmethod
-    def run(backend, spec: Any) -> dict:
-        loops, finish = _loops(backend, spec)
-        return timing.run(loops, finish, backend, Plan(**spec.plan))
-
-    @staticmethod
-    def begin(backend, spec: Any) -> None:
-        """Round-interleaved A/B: check, build and warm up now; the driver's "round" steps time single
-        rounds and "end" returns the result (collectives.timing.StepRank)."""
-        loops, finish = _loops(backend, spec)
-        timing.begin(loops, finish, backend, Plan(**spec.plan))
+# the rank half of the expert-parallel bench; the driver half (kinds/expert.py) sends the spec and makes the row
+ExpertRank = timing.LoopRank(torch_loops(expert_loops))

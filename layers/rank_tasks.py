@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 from collectives import timing
-from collectives.timing import Plan
 from layers import pipeline
 from layers.check import Check, dtype_name
 from layers.mesh import Axis, ParallelDims
@@ -304,28 +303,25 @@ def _need_torch(backend) -> None:
         raise RuntimeError(f"layer benches need torch.distributed, not the {backend.name} backend ({backend.info.api})")
 
 
-def _loops(backend, spec):
-    _need_torch(backend)
-    loops, finish = BENCHES[spec.task](backend, spec)
-    backend.device.reset_peak_memory()
-    return loops, finish
+def torch_loops(build):
+    """`build(backend, spec)` behind the torch check, with the peak memory counted from its loops on."""
+    def loops(backend, spec):
+        _need_torch(backend)
+        made = build(backend, spec)
+        backend.device.reset_peak_memory()
+        return made
+    return loops
 
 
-class LayerRank:
+class _LayerRank(timing.LoopRank):
     """The rank half of the layer benches (the driver halves: kinds/linear.py, kinds/pipeline.py); the
     checks alone (tp_check, pp_check: the tests') return their record as a plain object."""
 
-    @staticmethod
-    def run(backend, spec: LayerSpec):
+    def run(self, backend, spec: LayerSpec):
         if spec.task in CHECKS:
             _need_torch(backend)
             return CHECKS[spec.task](backend, spec)
-        loops, finish = _loops(backend, spec)
-        return timing.run(loops, finish, backend, Plan(**spec.plan))
+        return super().run(backend, spec)
 
-    @staticmethod
-    def begin(backend, spec: LayerSpec) -> None:
-        """Round-interleaved A/B: build the block and keep its loops for the driver's single rounds
-        (collectives.timing.begin), as for collectives."""
-        loops, finish = _loops(backend, spec)
-        timing.begin(loops, finish, backend, Plan(**spec.plan))
+
+LayerRank = _LayerRank(torch_loops(lambda backend, spec: BENCHES[spec.task](backend, spec)))

@@ -233,16 +233,5 @@ def _int8_step(backend, views, bounds):
 BENCHES = {"overlap": overlap, "bucket": bucket, "compress": compress}
 
 
-class TuningRank:
-    """The rank half of the tuning benches (the driver halves: kinds/overlap.py, bucket.py, compress.py)."""
-
-    @staticmethod
-    def run(backend, spec: TuningSpec):
-        loops, finish = BENCHES[spec.bench](backend, spec)
-        return timing.run(loops, finish, backend, Plan(**spec.plan))
-
-    @staticmethod
-    def begin(backend, spec: TuningSpec) -> None:
-        """Round-interleaved A/B: prepare the bench and keep its loops for the driver's single rounds."""
-        loops, finish = BENCHES[spec.bench](backend, spec)
-        timing.begin(loops, finish, backend, Plan(**spec.plan))
+# the rank half of the tuning benches (the driver halves: kinds/overlap.py, bucket.py, compress.py)
+TuningRank = timing.LoopRank(lambda backend, spec: BENCHES[spec.bench](backend, spec))

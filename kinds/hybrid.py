@@ -1,0 +1,327 @@
+"""The hybrid step (benches/test_hybrid.py): one training step of `--layers` MLP blocks on tp x pp x dp
+ranks of one group (Megatron's placement, layers/mesh.py), the dp gradient all_reduce bucketed and
+overlapped with backward as DDP does; spec -> (layers.hybrid_tasks.HybridRank) -> HybridRow with the
+step, its breakdown and each part against the repository's models. No expert-parallel (MoE) blocks
+yet: a layout is tp x pp x dp.
+
+The breakdown (times per step; step and nodp: the median over rounds of the slowest rank, the
+others the mean over ranks of each rank's median):
+  compute  this rank's stages' forward and backward of every microbatch and the SGD step, timed
+           alone (no pipeline, tp collectives left out)
+  tp       the time inside the tp collectives during the step (timers around each, an extra run):
+           Megatron's f/g are blocking, so all of it is on the critical path
+  dp       exposed dp: the step minus the same step with the dp reduction off, timed in the same
+           rounds (what the overlap did not hide, the buckets' copies included); dp_wait, the
+           timed wait for the buckets at the end of the step, is shown beside it
+  bubble   the rest of the step without dp: nodp - compute - tp (the pipeline's idle time and
+           its point-to-point transfers; at pp = 1 the step's own overhead: loss, hooks, Python)
+so compute + tp + bubble + dp is the step by construction. The model the parts are held against:
+the bubble share against (p-1)/(m+p-1) (layers.schedules.bubble_theory), the predicted step
+(compute + tp) / (1 - theory) + dp with its residual, the tp traffic (2 all-reduces of a block's
+activations per block and microbatch) with the busbw it ran at, and model states per rank
+(layers.memory). The kind is this module: case, spec, rank result, row, options and table."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import TYPE_CHECKING, ClassVar
+
+from collectives.ops import bandwidths
+from collectives.sizes import SizeError, parse_size
+from kinds.base import (
+    Bars,
+    Case,
+    Kind,
+    KindOption,
+    Panel,
+    Ran,
+    cell_label,
+    heads,
+    knob_suffix,
+    launch_suffix,
+    launches,
+    typed,
+    values,
+    wrong_text,
+)
+from kinds.layer import checked_fields, no_torch
+from layers import memory, schedules
+from layers.mesh import ParallelDims, tp_placement
+from schema import stats
+from schema.group_key import GroupKey
+from schema.kwonly import keyword_dataclass
+from schema.results import MISSING, Cell, _field, _Measured, metric, metrics
+from schema.wire import Checked, Spec
+
+if TYPE_CHECKING:
+    from harness.session.options import Options
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")   # the zero-bubble ones split weight gradients out of autograd's hooks
+ROUNDS = 8   # at most: a step of the default shape takes ~0.3 s on 2 CPU cores, and its check step warms it up
+
+
+# ---- the wire ----
+
+@keyword_dataclass
+class HybridSpec(Spec):
+    """One training step on tp x pp x dp ranks (layers/hybrid_tasks.py)."""
+    KINDS = ("hybrid", "hybrid_begin")
+    kind: str = "hybrid"
+    tp: int
+    pp: int
+    dp: int
+    hidden: int
+    seq: int
+    batch: int                      # per dp replica
+    layers: int
+    microbatches: int
+    schedule: str                   # pp > 1
+    bucket_bytes: int               # DDP's bucket cap (0: one bucket per gradient)
+    seed: int = 1234
+    dtype: str = "float32"
+    plan: dict
+
+    def fault_names(self) -> set[str]:
+        return {"hybrid"}
+
+
+@keyword_dataclass
+class HybridResult(Checked):
+    nodp_ns: list[int]              # the step with the dp reduction off (dp = 1: the step)
+    compute_ns: list[int]
+    tp_ns: float                    # per step, inside the tp collectives
+    dp_wait_ns: float               # per step, waiting for the dp buckets at its end
+    stages: list[int]
+    buckets: int
+    dp_bytes: int                   # gradient bytes this rank all_reduces per step
+
+
+# ---- the row ----
+
+@keyword_dataclass
+class HybridRow(_Measured):
+    """One layout's training step: its time, its breakdown and each part against the model."""
+    KIND: ClassVar[str] = "hybrid"
+    BENCHES: ClassVar[tuple[str, ...]] = ("hybrid",)
+    KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "nranks", "tp", "pp", "dp", "schedule", "microbatches", "hidden",
+                                      "seq", "batch", "layers", "bucket_bytes")
+    bench: str = _field("text", MISSING)
+    tp: int = _field("count", 1)
+    pp: int = _field("count", 1)
+    dp: int = _field("count", 1)
+    schedule: str = _field("text", "")
+    microbatches: int = _field("count", 1)
+    hidden: int = _field("count", 1)
+    seq: int = _field("count", 1)
+    batch: int = _field("count", 1)
+    layers: int = _field("count", 1)
+    bucket_bytes: int = _field("whole", 0)
+    step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "compare", "report"))
+    tokens_per_s: float | None = metric("tokens/s", ".0f", "higher", ("table", "compare", "report"))
+    compute_us: float | None = metric("compute(us)", ".1f", "lower", ("table",))
+    tp_us: float | None = metric("tp(us)", ".1f", "lower", ("table",))
+    bubble_us: float | None = metric("bubble(us)", ".1f", "lower", ("table",), "real")   # a difference: noise can make it < 0
+    dp_us: float | None = metric("dp(us)", ".1f", "lower", ("table",), "real")
+    dp_wait_us: float | None = _field("amount")
+    bubble: float | None = metric("bubble", ".3f", "lower", ("table", "report"), "real")   # bubble_us / the step without dp
+    bubble_theory: float | None = metric("theory", ".3f", "lower", ("table",), "ratio")
+    model_us: float | None = _field("amount")        # (compute + tp) / (1 - theory) + dp
+    residual: float | None = metric("resid", ".3f", "lower", ("table",), "real")   # (step - model) / step
+    tp_bytes: int | None = _field("whole")          # all-reduced per rank per step (the model's)
+    tp_busbw_gbps: float | None = metric("tp busbw", ".3f", "higher", ("table",))
+    dp_bytes: int | None = _field("whole")
+    buckets: int | None = _field("whole")
+    model_states_estimate_bytes: int | None = _field("whole")
+    peak_memory_bytes_per_rank: list = _field("list", [])
+    stages_per_rank: list = _field("list", [])
+    wrong_per_rank: list = _field("list", [])
+    checked: int | None = _field("whole")
+    err_to_tol: float | None = _field("amount")
+    placement_warnings: list = _field("list", [])
+
+    @staticmethod
+    def series_label(s, algo_label) -> str:
+        p = dict(s.params or ())
+        return (f"hybrid {s.backend} {s.tp}x{s.pp}x{s.dp} (tp x pp x dp) {s.schedule if (s.pp or 1) > 1 else ''} "
+                f"m={s.microbatches} h={p.get('hidden')} L={p.get('layers')}").replace("  ", " ")
+
+
+# ---- options, each with its converter ----
+
+def _layouts(text: str) -> list[tuple[int, int, int]]:
+    """TPxPPxDP, comma separated ("": every layout of --nproc)."""
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        parts = item.lower().split("x")
+        if len(parts) == 4:
+            raise ValueError("the hybrid step has no expert-parallel (MoE) blocks yet: give TPxPPxDP")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+            raise ValueError("give layouts as TPxPPxDP (whole numbers >= 1), comma separated, e.g. 1x2x1,2x1x1,1x1x2")
+        tp, pp, dp = (int(p) for p in parts)
+        out.append((tp, pp, dp))
+    return out
+
+
+def _schedule(text: str) -> str:
+    if text not in SCHEDULES:
+        raise ValueError(f"allowed {', '.join(SCHEDULES)}")
+    return text
+
+
+def _bucket(text: str) -> int:
+    if text == "0":
+        return 0
+    try:
+        return parse_size(text)
+    except SizeError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def every_layout(nranks: int) -> list[tuple[int, int, int]]:
+    """Every tp x pp x dp of `nranks` ranks."""
+    return [(tp, pp, nranks // (tp * pp)) for tp, pp in itertools.product(range(1, nranks + 1), repeat=2)
+            if nranks % (tp * pp) == 0]
+
+
+# ---- the case and the kind ----
+
+@keyword_dataclass
+class HybridCase(Case):
+    tp: int
+    pp: int
+    dp: int
+    microbatches: int
+    schedule: str
+    bucket_bytes: int
+
+    @property
+    def id(self) -> str:
+        sched = f"-{self.schedule}" if self.pp > 1 else ""
+        return (f"{self.backend}-hybrid-{self.tp}x{self.pp}x{self.dp}{sched}-m{self.microbatches}"
+                f"{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
+
+
+class HybridKind(Kind[HybridCase]):
+    name = "hybrid"
+    title = "Hybrid training step"
+    fixture = "hybrid_case"
+    case_type = HybridCase
+    row_type = HybridRow
+    spec_types = (HybridSpec,)
+    rank = ("layers.hybrid_tasks", "HybridRank")
+    options = (
+        KindOption("--layouts", "", "hybrid step layouts TPxPPxDP, comma separated (default: every layout of --nproc)",
+                   _layouts),
+        KindOption("--hybrid-schedule", "1f1b", f"the hybrid step's pipeline schedule at pp > 1: {', '.join(SCHEDULES)}",
+                   _schedule),
+        KindOption("--hybrid-bucket", "4M", "the hybrid step's dp gradient bucket cap (DDP's bucket_cap_mb; 0: a bucket "
+                   "per gradient)", _bucket),
+    )
+
+    def build(self, opts: Options) -> list[HybridCase]:
+        """Every layout x --microbatches; one the world size, the shape or the torch cannot run is skipped with the reason."""
+        return launches(opts, lambda o: _build_launch(self, o))
+
+    def what(self, case: HybridCase) -> str:
+        return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
+
+    def identity(self, case: HybridCase) -> dict:
+        return {**super().identity(case), "bench": "hybrid", "tp": case.tp, "pp": case.pp, "dp": case.dp,
+                "schedule": case.schedule if case.pp > 1 else "", "microbatches": case.microbatches,
+                "bucket_bytes": case.bucket_bytes}
+
+    def spec(self, case: HybridCase, opts: Options) -> HybridSpec:
+        return HybridSpec(tp=case.tp, pp=case.pp, dp=case.dp, hidden=opts.hidden, seq=opts.seq, batch=opts.batch,
+                          layers=opts.layers, microbatches=case.microbatches, schedule=case.schedule,
+                          bucket_bytes=case.bucket_bytes, plan={**opts.plan(), "warmup": 1, "rounds": min(opts.rounds, ROUNDS)})
+
+    def row(self, case: HybridCase, opts: Options, ran: Ran) -> HybridRow:
+        """The breakdown of the module docstring, from the ranks' loops and their extra timed run."""
+        ranks = typed(HybridResult, ran.results)
+        k = ranks[0].iters
+        rounds = [r.round_ns for r in ranks]
+        step = stats.median_seconds(rounds, k)
+        nodp = stats.median_seconds([r.nodp_ns for r in ranks], k)
+        compute = float(stats.per_rank_median_seconds([r.compute_ns for r in ranks], k).mean())
+        tp = sum(r.tp_ns for r in ranks) / len(ranks) / 1e9
+        theory = schedules.bubble_theory(case.schedule, case.pp, case.microbatches) if case.pp > 1 else 0.0
+        model = (compute + tp) / (1 - (theory or 0.0)) + (step - nodp)
+        tp_bytes = 2 * opts.layers // case.pp * opts.batch * opts.seq * opts.hidden * 4 if case.tp > 1 else 0
+        params = sum(memory.mlp_gradient_sizes(opts.hidden, opts.layers))
+        row = HybridRow(
+            **checked_fields(case, ran, ranks), **self.identity(case), hidden=opts.hidden, seq=opts.seq, batch=opts.batch,
+            layers=opts.layers, stages_per_rank=[r.stages for r in ranks],
+            buckets=ranks[0].buckets, dp_bytes=max(r.dp_bytes for r in ranks), tp_bytes=tp_bytes,
+            model_states_estimate_bytes=int(sum(memory.model_states(params, case.tp, case.pp, case.dp))),
+            placement_warnings=tp_placement(ParallelDims(case.tp, case.pp, case.dp, case.nranks), ran.rank_hosts))
+        return replace(row, step_us=step * 1e6, tokens_per_s=case.dp * opts.batch * opts.seq / step,
+                       compute_us=compute * 1e6, tp_us=tp * 1e6, bubble_us=(nodp - compute - tp) * 1e6,
+                       dp_us=(step - nodp) * 1e6, dp_wait_us=sum(r.dp_wait_ns for r in ranks) / len(ranks) / 1e3,
+                       bubble=(nodp - compute - tp) / nodp, bubble_theory=theory, model_us=model * 1e6,
+                       residual=(step - model) / step,
+                       tp_busbw_gbps=bandwidths("all_reduce", tp_bytes, tp, case.tp)[1] if tp_bytes and tp > 0 else None)
+
+    def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
+        """Each layout's step as its parts (stacked), and its tokens/s."""
+        if not cells:
+            return []
+        labels = [cell_label(n, c) for n, c in cells]
+        parts = {part: [c.pooled(f"{part}_us") or 0.0 for _, c in cells] for part in ("compute", "tp", "bubble", "dp")}
+        return [Bars("step (us): compute, exposed tp, pipeline bubble, exposed dp", labels, parts, stacked=True),
+                Bars("tokens/s (higher is better)", labels, {"tokens/s": [c.pooled("tokens_per_s") or 0.0 for _, c in cells]})]
+
+    def table(self, rows: list[HybridRow]) -> str:
+        """Per layout its step and breakdown; per world size and shape, the best layout by tokens/s."""
+        if not rows:
+            return ""
+        shown = metrics(HybridRow, "table")
+        out = ["# hybrid step (per step; compute alone, tp inside its collectives, dp = step - step without dp,",
+               "# bubble = the rest: compute + tp + bubble + dp = step; resid = (step - model) / step, model =",
+               "# (compute + tp) / (1 - theory) + dp; tokens/s = dp x batch x seq / step)",
+               f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3}" + heads(shown) + f" {'#wrong':>7}"]
+        for r in rows:
+            out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule or '-':>16} {r.microbatches:>3}"
+                       + values(r, shown) + f" {wrong_text(r.wrong):>7}")
+        out += best_layout_lines(rows)
+        warned = dict.fromkeys(w for r in rows for w in r.placement_warnings)
+        return "\n".join(out + [f"# WARNING: {w}" for w in warned])
+
+
+KIND = HybridKind()
+
+
+def best_layout_lines(rows: list[HybridRow]) -> list[str]:
+    """Per (backend, ranks, shape, side), the layout with the most tokens/s (median over launches) and the others against it."""
+    by: dict[tuple, dict[str, list[float]]] = {}
+    for r in rows:
+        if r.tokens_per_s:
+            shape = (r.backend, r.nranks, r.hidden, r.seq, r.batch, r.layers, r.microbatches, r.side)
+            by.setdefault(shape, {}).setdefault(f"{r.tp}x{r.pp}x{r.dp}", []).append(r.tokens_per_s)
+    out = []
+    for (backend, n, *_), layouts in by.items():
+        rate = {name: stats.median(v) for name, v in layouts.items()}
+        best = max(rate, key=lambda name: rate[name])
+        others = ", ".join(f"{name} {rate[name] / rate[best]:.2f}x" for name in sorted(rate) if name != best)
+        out.append(f"# best layout for {n} ranks ({backend}): {best} (tp x pp x dp) at {rate[best]:.0f} tokens/s"
+                   + (f"; {others}" if others else ""))
+    return out
+
+
+def _build_launch(kind: HybridKind, opts: Options) -> list[HybridCase]:
+    from layers import support  # these import torch: only when the bench is collected
+    from layers.hybrid_tasks import refusal
+    o = opts.kind_options
+    out: list[HybridCase] = []
+    for backend in opts.backends:
+        key = GroupKey(backend, opts.nproc, (), opts.launcher)
+        for tp, pp, dp in o.get("layouts") or every_layout(opts.nproc):
+            for m in opts.microbatches:
+                case = HybridCase(backend=backend, nranks=opts.nproc, tp=tp, pp=pp, dp=dp, microbatches=m,
+                                  schedule=o.get("hybrid_schedule", "1f1b"), bucket_bytes=o.get("hybrid_bucket", 4 << 20),
+                                  group=key)
+                case.skip = (no_torch(backend) or refusal(kind.spec(case, opts), opts.nproc)
+                             or support.missing("tp_bench", "manual")
+                             or (support.missing("pp_bench", schedule=case.schedule) if pp > 1 else ""))
+                out.append(case)
+    return out
+

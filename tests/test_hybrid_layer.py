@@ -1,0 +1,112 @@
+"""The hybrid step (kinds/hybrid.py, layers/hybrid.py, layers/hybrid_tasks.py): its options and
+refusals alone, then real gloo worker groups running every layout of 2 ranks (and of 4, slow)
+against the single-rank model, the breakdown the driver makes of their results, and the corrupt
+fault hook (HCCL_BENCH_FAULT=corrupt:1:hybrid) failing the check."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the layer tests need torch")
+
+from harness.engine.groups import GroupKey, GroupPool
+from harness.session.options import Options
+from kinds.base import Ran
+from kinds.hybrid import KIND, HybridCase, _layouts, best_layout_lines, every_layout
+from layers import schedules
+from layers.hybrid_tasks import refusal
+
+SHAPE = {"hidden": 32, "seq": 8, "batch": 4, "layers": 4}
+OPTS = Options(**SHAPE, microbatches=[2], warmup=1, rounds=2, iters=1, round_time_s=0.001)
+FAULT = (("HCCL_BENCH_FAULT", "corrupt:1:hybrid"),)
+
+
+def _case(tp: int, pp: int, dp: int, schedule: str = "1f1b") -> HybridCase:
+    return HybridCase(backend="gloo", nranks=tp * pp * dp, tp=tp, pp=pp, dp=dp, microbatches=2, schedule=schedule,
+                      bucket_bytes=4096)
+
+
+# ---- no processes ------------------------------------------------------------------------------
+def test_the_default_layouts_are_every_factorisation_of_the_world():
+    assert every_layout(2) == [(1, 1, 2), (1, 2, 1), (2, 1, 1)]
+    assert sorted(every_layout(8)) == sorted((t, p, 8 // (t * p)) for t in (1, 2, 4, 8) for p in (1, 2, 4, 8) if t * p <= 8)
+
+
+def test_layouts_option_says_what_it_takes():
+    assert _layouts("1x2x1, 2x1x1,1x1x2") == [(1, 2, 1), (2, 1, 1), (1, 1, 2)]
+    with pytest.raises(ValueError, match="no expert-parallel"):
+        _layouts("1x1x1x2")
+    with pytest.raises(ValueError, match="TPxPPxDP"):
+        _layouts("2x0x1")
+
+
+def test_layouts_the_step_cannot_run_are_refused_with_the_numbers():
+    spec = KIND.spec(_case(1, 2, 1), OPTS)
+    assert refusal(spec, 2) == ""
+    assert refusal(spec, 4) == "tp x pp x dp = 1 x 2 x 1 does not equal the world size 4"
+    assert "needs at least pp = 4 microbatches" in refusal(replace(spec, pp=4), 4)
+    assert "not divisible by tp 3" in refusal(replace(spec, tp=3, pp=1, dp=1), 3)
+    assert "weight gradients outside autograd" in refusal(replace(spec, schedule="zbv"), 2)
+    assert spec.fault_names() == {"hybrid"}
+
+
+# ---- real gloo worker groups --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    pool = GroupPool(Path(tmp_path_factory.mktemp("hybrid-logs")))
+    yield pool
+    pool.close_all()
+
+
+def _run(pool, case: HybridCase, env: tuple = ()):
+    """The case's row, made by the kind from the ranks' results as the session makes it."""
+    results, _ = pool.run(GroupKey("gloo", case.nranks, env), KIND.spec(case, OPTS), 120)
+    places = {r: ("localhost", r) for r in range(case.nranks)}
+    return KIND.row(case, OPTS, Ran(results, {"localhost": list(places)}, places))
+
+
+def _assert_checked_and_broken_down(row, case: HybridCase) -> None:
+    assert row.wrong == 0 and row.checked > 0 and row.err_to_tol <= 1, (row.wrong_per_rank, row.err_to_tol)
+    # the parts are the step; each is a real share of it (noise may push a difference a little below 0)
+    assert row.compute_us + row.tp_us + row.bubble_us + row.dp_us == pytest.approx(row.step_us, rel=1e-9)
+    assert 0 < row.compute_us < row.step_us and min(row.bubble_us, row.dp_us) > -0.25 * row.step_us
+    assert (row.tp_us > 0) == (case.tp > 1) and (row.tp_busbw_gbps is not None) == (case.tp > 1)
+    assert (row.buckets > 0) == (case.dp > 1) and row.dp_wait_us >= 0
+    assert row.bubble_theory == (schedules.bubble_theory(case.schedule, case.pp, 2) if case.pp > 1 else 0.0)
+    assert row.tokens_per_s == pytest.approx(case.dp * SHAPE["batch"] * SHAPE["seq"] / (row.step_us * 1e-6))
+    assert row.model_states_estimate_bytes > 0 and not row.placement_warnings
+
+
+@pytest.fixture(scope="module")
+def rows2(pool):
+    """Every layout of 2 ranks, run once in one worker group: layout -> row."""
+    return {layout: _run(pool, _case(*layout)) for layout in every_layout(2)}
+
+
+@pytest.mark.parametrize("layout", every_layout(2), ids=lambda t: "x".join(map(str, t)))
+def test_every_layout_of_2_ranks_equals_the_single_rank_model(rows2, layout):
+    _assert_checked_and_broken_down(rows2[layout], _case(*layout))
+
+
+def test_the_best_layout_is_the_one_with_the_most_tokens_per_second(rows2):
+    rows = list(rows2.values())
+    best = max(rows, key=lambda r: r.tokens_per_s)
+    (line,) = best_layout_lines(rows)
+    assert line.startswith(f"# best layout for 2 ranks (gloo): {best.tp}x{best.pp}x{best.dp} ")
+    assert "hybrid step" in KIND.table(rows) and "#wrong" in KIND.table(rows)
+
+
+def test_the_corrupt_hook_fails_the_check_on_its_rank_only(rows2, pool):
+    row = _run(pool, _case(1, 1, 2), FAULT)
+    assert row.wrong_per_rank == [0, 1] and row.err_to_tol > 1000
+
+
+@pytest.mark.slow  # four real rank processes
+@pytest.mark.parametrize("layout, schedule", [(t, "1f1b") for t in every_layout(4) if t[1] < 4] + [((1, 2, 2), "interleaved1f1b"),
+                                                                                                  ((1, 2, 2), "gpipe")],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_every_layout_of_4_ranks_equals_the_single_rank_model(pool, layout, schedule):
+    case = _case(*layout, schedule=schedule)
+    _assert_checked_and_broken_down(_run(pool, case), case)
