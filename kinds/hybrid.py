@@ -4,28 +4,34 @@ overlapped with backward as DDP does; spec -> (layers.hybrid_tasks.HybridRank) -
 step, its breakdown and each part against the repository's models. No expert-parallel (MoE) blocks
 yet: a layout is tp x pp x dp.
 
-The breakdown (times per step; step and nodp: the median over rounds of the slowest rank, the
-others the mean over ranks of each rank's median):
+The breakdown (times per step; step, nodp and notp: the median over rounds of the slowest rank,
+compute the mean over ranks of each rank's median), each part from its own timed loop, the loops
+interleaved round by round (layers/hybrid_tasks.py):
   compute  this rank's stages' forward and backward of every microbatch and the SGD step, timed
-           alone (no pipeline, tp collectives left out)
-  tp       the time inside the tp collectives during the step (timers around each, an extra run):
-           Megatron's f/g are blocking, so all of it is on the critical path
-  dp       exposed dp: the step minus the same step with the dp reduction off, timed in the same
-           rounds (what the overlap did not hide, the buckets' copies included); dp_wait, the
-           timed wait for the buckets at the end of the step, is shown beside it
-  bubble   the rest of the step without dp: nodp - compute - tp (the pipeline's idle time and
-           its point-to-point transfers; at pp = 1 the step's own overhead: loss, hooks, Python)
-so compute + tp + bubble + dp is the step by construction. The model the parts are held against:
-the bubble share against (p-1)/(m+p-1) (layers.schedules.bubble_theory), the predicted step
-(compute + tp) / (1 - theory) + dp with its residual, the tp traffic (2 all-reduces of a block's
-activations per block and microbatch) with the busbw it ran at, and model states per rank
-(layers.memory). The kind is this module: case, spec, rank result, row, options and table."""
+           alone (no pipeline, no collective)
+  tp       exposed tp: the step without dp minus the same step with the tp collectives left out
+           too (Megatron's f/g block, so this is what tp costs the step, waits for the group's
+           slowest rank included); tp_inside, the time inside the tp collectives (timers around
+           each, an extra run), is beside it and gives the tp busbw
+  dp       exposed dp: the step minus the same step with the dp reduction off (what the overlap
+           did not hide, the buckets' copies included); dp_wait, the timed wait for the buckets at
+           the end of the step, is beside it
+  bubble   the rest: notp - compute (the pipeline's idle time and its point-to-point transfers; at
+           pp = 1 the step's own overhead: loss, hooks, Python)
+so compute + tp + bubble + dp is the step by construction; the check is the model: the bubble
+share against (p-1)/(m+p-1) (layers.schedules.bubble_theory), the predicted step
+(compute + tp) / (1 - theory) + dp with its residual (step - model) / step, the tp traffic (2
+all-reduces of a block's activations per block and microbatch) with the busbw it ran at, and model
+states per rank (layers.memory). The kind is this module: case, spec, rank result, row, options and table."""
 from __future__ import annotations
 
 import itertools
+import os
+from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
+from collectives.backends import info
 from collectives.ops import bandwidths
 from collectives.sizes import SizeError, parse_size
 from kinds.base import (
@@ -88,8 +94,9 @@ class HybridSpec(Spec):
 @keyword_dataclass
 class HybridResult(Checked):
     nodp_ns: list[int]              # the step with the dp reduction off (dp = 1: the step)
+    notp_ns: list[int]              # ... and the tp collectives left out too (tp = 1: nodp)
     compute_ns: list[int]
-    tp_ns: float                    # per step, inside the tp collectives
+    tp_ns: float                    # per step, inside the tp collectives (timed around each)
     dp_wait_ns: float               # per step, waiting for the dp buckets at its end
     stages: list[int]
     buckets: int
@@ -119,11 +126,12 @@ class HybridRow(_Measured):
     step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "compare", "report"))
     tokens_per_s: float | None = metric("tokens/s", ".0f", "higher", ("table", "compare", "report"))
     compute_us: float | None = metric("compute(us)", ".1f", "lower", ("table",))
-    tp_us: float | None = metric("tp(us)", ".1f", "lower", ("table",))
+    tp_us: float | None = metric("tp(us)", ".1f", "lower", ("table",), "real")   # a difference too
     bubble_us: float | None = metric("bubble(us)", ".1f", "lower", ("table",), "real")   # a difference: noise can make it < 0
     dp_us: float | None = metric("dp(us)", ".1f", "lower", ("table",), "real")
     dp_wait_us: float | None = _field("amount")
-    bubble: float | None = metric("bubble", ".3f", "lower", ("table", "report"), "real")   # bubble_us / the step without dp
+    tp_inside_us: float | None = _field("amount")   # inside the tp collectives, timed around each
+    bubble: float | None = metric("bubble", ".3f", "lower", ("table", "report"), "real")   # bubble_us / notp
     bubble_theory: float | None = metric("theory", ".3f", "lower", ("table",), "ratio")
     model_us: float | None = _field("amount")        # (compute + tp) / (1 - theory) + dp
     residual: float | None = metric("resid", ".3f", "lower", ("table",), "real")   # (step - model) / step
@@ -243,7 +251,9 @@ class HybridKind(Kind[HybridCase]):
         step = stats.median_seconds(rounds, k)
         nodp = stats.median_seconds([r.nodp_ns for r in ranks], k)
         compute = float(stats.per_rank_median_seconds([r.compute_ns for r in ranks], k).mean())
-        tp = sum(r.tp_ns for r in ranks) / len(ranks) / 1e9
+        notp = stats.median_seconds([r.notp_ns for r in ranks], k)
+        tp = nodp - notp
+        tp_inside = sum(r.tp_ns for r in ranks) / len(ranks) / 1e9
         theory = schedules.bubble_theory(case.schedule, case.pp, case.microbatches) if case.pp > 1 else 0.0
         model = (compute + tp) / (1 - (theory or 0.0)) + (step - nodp)
         tp_bytes = 2 * opts.layers // case.pp * opts.batch * opts.seq * opts.hidden * 4 if case.tp > 1 else 0
@@ -253,13 +263,15 @@ class HybridKind(Kind[HybridCase]):
             layers=opts.layers, stages_per_rank=[r.stages for r in ranks],
             buckets=ranks[0].buckets, dp_bytes=max(r.dp_bytes for r in ranks), tp_bytes=tp_bytes,
             model_states_estimate_bytes=int(sum(memory.model_states(params, case.tp, case.pp, case.dp))),
-            placement_warnings=tp_placement(ParallelDims(case.tp, case.pp, case.dp, case.nranks), ran.rank_hosts))
+            placement_warnings=(tp_placement(ParallelDims(case.tp, case.pp, case.dp, case.nranks), ran.rank_hosts)
+                                + _crowded(case, ran)))
         return replace(row, step_us=step * 1e6, tokens_per_s=case.dp * opts.batch * opts.seq / step,
-                       compute_us=compute * 1e6, tp_us=tp * 1e6, bubble_us=(nodp - compute - tp) * 1e6,
+                       compute_us=compute * 1e6, tp_us=tp * 1e6, bubble_us=(notp - compute) * 1e6,
                        dp_us=(step - nodp) * 1e6, dp_wait_us=sum(r.dp_wait_ns for r in ranks) / len(ranks) / 1e3,
-                       bubble=(nodp - compute - tp) / nodp, bubble_theory=theory, model_us=model * 1e6,
-                       residual=(step - model) / step,
-                       tp_busbw_gbps=bandwidths("all_reduce", tp_bytes, tp, case.tp)[1] if tp_bytes and tp > 0 else None)
+                       tp_inside_us=tp_inside * 1e6, bubble=(notp - compute) / notp, bubble_theory=theory,
+                       model_us=model * 1e6, residual=(step - model) / step,
+                       tp_busbw_gbps=(bandwidths("all_reduce", tp_bytes, tp_inside, case.tp)[1]
+                                      if tp_bytes and tp_inside > 0 else None))
 
     def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
         """Each layout's step as its parts (stacked), and its tokens/s."""
@@ -275,9 +287,9 @@ class HybridKind(Kind[HybridCase]):
         if not rows:
             return ""
         shown = metrics(HybridRow, "table")
-        out = ["# hybrid step (per step; compute alone, tp inside its collectives, dp = step - step without dp,",
-               "# bubble = the rest: compute + tp + bubble + dp = step; resid = (step - model) / step, model =",
-               "# (compute + tp) / (1 - theory) + dp; tokens/s = dp x batch x seq / step)",
+        out = ["# hybrid step (per step; compute alone, tp = step without dp - the same without tp collectives,",
+               "# dp = step - step without dp, bubble = the rest: compute + tp + bubble + dp = step;",
+               "# resid = (step - model) / step, model = (compute + tp) / (1 - theory) + dp; tokens/s = dp x batch x seq / step)",
                f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3}" + heads(shown) + f" {'#wrong':>7}"]
         for r in rows:
             out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule or '-':>16} {r.microbatches:>3}"
@@ -288,6 +300,18 @@ class HybridKind(Kind[HybridCase]):
 
 
 KIND = HybridKind()
+
+
+def _crowded(case: HybridCase, ran: Ran) -> list[str]:
+    """A pipeline on a CPU host with more ranks than cores (the driver's): a stage's idle time runs
+    the other ranks' compute, so the bubble formula (one device per rank) does not hold there."""
+    busiest = max(Counter(ran.rank_hosts.values()).values(), default=0)
+    cores = len(os.sched_getaffinity(0))
+    if case.pp == 1 or info(case.backend).device_kind != "cpu" or busiest <= cores:
+        return []
+    return [f"{busiest} ranks share {cores} cores on a host: a pipeline stage's idle time runs other ranks' compute, so "
+            "the bubble and the model's residual of pp > 1 layouts say how this CPU shares its cores, not what "
+            "one device per rank would do"]
 
 
 def best_layout_lines(rows: list[HybridRow]) -> list[str]:

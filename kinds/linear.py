@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from collectives.backends import info
 from kinds.base import Bars, Kind, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, launches, typed, values
 from kinds.layer import LayerCase, measured_row, no_torch, spec_fields
 from schema import stats
@@ -105,9 +106,16 @@ def _build_launch(opts: Options) -> list[LinearCase]:
                                       group=key)
                     case.skip = no_torch(backend) or ("" if opts.nproc % tp == 0 else
                                                       f"tp {tp} does not divide the world size {opts.nproc}")
-                    case.skip = case.skip or support.missing("tp_bench", impl=impl)
+                    case.skip = case.skip or support.missing("tp_bench", impl=impl) or _no_dtensor(backend, impl)
                     out.append(case)
     return out
+
+
+def _no_dtensor(backend: str, impl: str) -> str:
+    if impl != "dtensor" or info(backend).dtensor:
+        return ""
+    return (f"DTensor's functional collectives need a per-device c10d backend; {backend}'s torch.distributed "
+            "group is a Python process group (collectives/backends/mpi_torch.py), so only the manual TP runs")
 
 
 KIND = LinearKind()

@@ -10,12 +10,14 @@ Checked once against the same seeded blocks on one rank (layers.check): every re
 through the whole model, the loss averaged over replicas as DDP averages gradients; the loss of
 this replica (on its last stage) and every local gradient shard go into the check.
 
-Timed (collectives.timing, one K): the step (round_ns), the step with the dp reduction off
-(nodp_ns; dp = 1: the step itself), and this rank's compute alone (compute_ns: its stages' forward
-and backward of every microbatch and the SGD step, no pipeline, tp collectives left out). One
-extra run of K steps times, per step, the tp collectives (tp_ns, device synchronised around each)
-and the wait for the dp buckets at the end (dp_wait_ns). The driver (kinds/hybrid.py) makes the
-breakdown from these. The result is a plain dict (the rank code cannot import kinds/, where its
+Timed (collectives.timing, one K, the loops interleaved round by round): the step (round_ns),
+the step with the dp reduction off (nodp_ns; dp = 1: the step itself), the step with the dp
+reduction off and the tp collectives left out too (notp_ns; tp = 1: nodp; values then differ, only
+the time counts), and this rank's compute alone (compute_ns: its stages' forward and backward of
+every microbatch and the SGD step, no pipeline, no collective). One extra run of K steps times, per
+step, the time inside the tp collectives (tp_ns, device synchronised around each: it includes
+waiting for the group's slowest rank) and the wait for the dp buckets at the end (dp_wait_ns). The
+driver (kinds/hybrid.py) makes the breakdown from these. The result is a plain dict (the rank code cannot import kinds/, where its
 type is declared), checked there.
 """
 from __future__ import annotations
@@ -108,11 +110,14 @@ class _Step:
         self.sched.step(self.x, **kwargs) if self.first else self.sched.step(**kwargs)
         return losses
 
-    def train(self, reduce: bool = True) -> list[torch.Tensor]:
-        """One step: forward and backward (the dp buckets' all_reduces started in it), their wait, SGD."""
+    def train(self, reduce: bool = True, tp: bool = True) -> list[torch.Tensor]:
+        """One step: forward and backward (the dp buckets' all_reduces started in it), their wait, SGD;
+        reduce=False leaves the dp reduction out, tp=False the tp collectives (a timing-only step)."""
         if self.buckets:
             self.buckets.on = reduce
+        self.timer.skip = not tp
         losses = self.forward_backward()
+        self.timer.skip = False
         if self.buckets and reduce:
             self.buckets.finish()
         self.opt.step()
@@ -169,9 +174,13 @@ def hybrid_loops(backend, spec: Any):
             for _ in range(k):
                 call()
         return run
-    loops = [loop(step.train), loop(step.compute)]
-    if step.buckets:
-        loops.insert(1, loop(lambda: step.train(reduce=False)))
+    timed = {"step": step.train, "nodp": lambda: step.train(reduce=False),
+             "notp": lambda: step.train(reduce=False, tp=False), "compute": step.compute}
+    if not step.buckets:
+        del timed["nodp"]
+    if spec.tp == 1:
+        del timed["notp"]
+    names, loops = list(timed), [loop(call) for call in timed.values()]
 
     def finish(k, times):
         """The extra run: K steps with the tp collectives and the dp wait timed."""
@@ -191,7 +200,10 @@ def hybrid_loops(backend, spec: Any):
         step.timer.on = False
         params = [p for stage in step.local.values() for p in stage.parameters()]
         # the fields of kinds/hybrid.py's HybridResult, which the driver checks this object against
-        return dict(iters=k, round_ns=times[0], nodp_ns=times[1] if step.buckets else times[0], compute_ns=times[-1],
+        got = dict(zip(names, times))
+        got.setdefault("nodp", got["step"])
+        got.setdefault("notp", got["nodp"])
+        return dict(iters=k, round_ns=got["step"], nodp_ns=got["nodp"], notp_ns=got["notp"], compute_ns=got["compute"],
                     tp_ns=step.timer.seconds / k * 1e9, dp_wait_ns=waited / k * 1e9, **check.record(),
                     peak_memory_bytes=backend.device.peak_memory_bytes(), params_local=sum(p.numel() for p in params),
                     stages=sorted(step.local), buckets=len(step.buckets.plan) if step.buckets else 0,

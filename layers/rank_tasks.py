@@ -301,6 +301,7 @@ CHECKS = {"tp_check": tp_check, "pp_check": pp_check}
 def _need_torch(backend) -> None:
     if not backend.info.layers:
         raise RuntimeError(f"layer benches need torch.distributed, not the {backend.name} backend ({backend.info.api})")
+    backend.torch_world()
 
 
 def torch_loops(build):

@@ -196,3 +196,33 @@ def test_the_fused_dispatcher_says_why_it_cannot_run_here(results):
         pytest.skip("torch_npu has the fused dispatch/combine here")
     for r in results[2, _ids(FUSED)]:
         assert r["error"].startswith("RuntimeError: ") and "npu_moe_distribute_dispatch" in r["error"]
+
+
+# ---- the kind on MPI: torch.distributed over MPICH (collectives/backends/mpi_torch.py) -------------
+@pytest.mark.slow  # rank groups under mpiexec
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_dispatcher_on_mpi_equals_the_single_rank_layer_and_the_hook_fails_it(tmp_path, world):
+    """The driver's rows for skewed routing at capacity 1.0 (dropped slots), each dispatcher, then the
+    corrupt hook on rank 1: real MPI ranks, the same check as on gloo."""
+    from pathlib import Path
+
+    from harness.engine.groups import GroupKey, GroupPool
+    from harness.session.options import Options
+    from kinds.base import Ran
+    from kinds.expert import KIND, ExpertCase
+    opts = Options(warmup=1, rounds=2, iters=1, round_time_s=0.001)
+    pool = GroupPool(Path(tmp_path))
+    places = {r: ("localhost", r) for r in range(world)}
+    try:
+        def row(impl: str, env: tuple = ()):
+            case = ExpertCase(backend="mpi", nranks=world, ep=world, experts=4, topk=2, routing="skewed:0.5",
+                              capacity_factor=1.0, impl=impl, tokens=32, hidden=16)
+            results, _ = pool.run(GroupKey("mpi", world, env), KIND.spec(case, opts), 120)
+            return KIND.row(case, opts, Ran(results, {"localhost": list(places)}, places))
+        for impl in ("alltoallv", "allgather"):
+            ok = row(impl)
+            assert ok.wrong == 0 and ok.checked > 0 and ok.dropped > 0 and ok.expert_imbalance > 1, ok
+        broken = row("alltoallv", (("HCCL_BENCH_FAULT", "corrupt:1:expert"),))
+        assert broken.wrong_per_rank == [0, 1] + [0] * (world - 2)
+    finally:
+        pool.close_all()

@@ -42,7 +42,8 @@ def test_backends_declare_what_the_driver_asks():
     names = list(BACKENDS)   # CPU backends first; a new backend module adds its own name
     assert names[:2] == ["gloo", "mpi"] and names[-2:] == ["nccl", "hccl"]
     assert info("mpi").launcher == "mpiexec" and info("gloo").launcher == "spawn"
-    assert not info("mpi").layers and info("gloo").layers and info("mpi").numpy_buffers
+    assert info("mpi").layers and not info("openmpi").layers and info("gloo").layers and info("mpi").numpy_buffers
+    assert not info("mpi").dtensor and info("gloo").dtensor   # torch.distributed over MPICH: manual TP only
     assert info("nccl").one_rank_per_device and not info("gloo").one_rank_per_device
     assert forms("mpi")["reduce_scatter"] == {False} and forms("gloo")["all_gather"] == {True, False}
     assert algo_label("hccl", "ring") == "ring (requested)" and algo_label("nccl", "ring") == "ring"

@@ -58,7 +58,9 @@ class BackendInfo:
     launcher: str = "spawn"              # "spawn": the driver starts local children; "mpiexec": the library's own
     rendezvous_store: bool = True        # ranks meet through a store the driver serves under a cluster launcher
     numpy_buffers: bool = False          # buffers are numpy arrays (else torch tensors)
-    layers: bool = True                  # the layer benches can run on it (torch.distributed)
+    layers: bool = True                  # the layer benches can run on it (torch.distributed, on MPI through mpi_torch.py)
+    dtensor: bool = True                 # DTensor runs on it: its functional collectives call a group's per-device
+                                         # c10d backend, which mpi_torch.py's Python group has not (torch 2.13)
     one_rank_per_device: bool = False    # the library refuses two ranks on one device
     device_noun: str = ""                # "GPU", "NPU": how messages name one device
     rank_env: tuple[tuple[str, str], ...] = ()   # defaults every rank's environment gets
@@ -118,6 +120,7 @@ class Backend(Protocol):
     def bcast_json(self, obj=None) -> Any: ...
     def gather_json(self, obj) -> Any: ...
     def versions(self) -> dict[str, str]: ...
+    def torch_world(self) -> None: ...   # torch.distributed's default group on this rank's communicator (the layer benches)
     def close(self) -> None: ...
 
 

@@ -128,10 +128,20 @@ class MpiBackend:
         return {"mpi4py": mpi4py.__version__, "mpi_library": library.splitlines()[0],
                 "mpi_thread_level": levels.get(self.MPI.Query_thread(), str(self.MPI.Query_thread()))}
 
+    def torch_world(self) -> None:
+        """torch.distributed on COMM_WORLD for the layer benches (mpi_torch.py), made at the first layer
+        case: a collectives-only run never imports torch."""
+        from collectives.backends import mpi_torch
+        mpi_torch.init_world(self.rank, self.world)
+
     def close(self) -> None:
         """Finalize now, with every rank, not at interpreter exit: a host leader then waits for its
         followers to exit (harness.engine.control.Watch.release), and a follower in MPI_Finalize waits
         for the leader's (the process manager's barrier): finalizing after that wait deadlocks."""
+        if "torch.distributed" in sys.modules:
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
         from mpi4py import MPI
         if not MPI.Is_finalized():
             MPI.Finalize()

@@ -62,7 +62,7 @@ NATIVE = tuple(sorted({v for c in MPICH_CVARS.values() for v in c.values} | set(
 BACKENDS: dict[str, BackendInfo] = {
     "mpi": BackendInfo("mpi", family="mpi", device_kind="cpu", dtypes=DTYPES, library="MPI", api="mpi4py",
                        create=lambda name, *at: MpiBackend(BACKENDS[name], *at), launcher="mpiexec",
-                       rendezvous_store=False, numpy_buffers=True, layers=False,
+                       rendezvous_store=False, numpy_buffers=True, layers=True, dtensor=False,
                        switch=switch, native_algos=NATIVE, probe=probe,
                        switch_vars=(r"MPIR_CVAR_\w+_INTRA_ALGORITHM", r"OMPI_MCA_coll_tuned_\w+_algorithm"),
                        switch_names=lambda op: (MPICH_CVARS[op].name,) if op in MPICH_CVARS else (),

@@ -160,6 +160,9 @@ class TorchBackend:
     def versions(self) -> dict[str, str]:
         return {"torch": self.torch.__version__, **self.device.library_versions()}
 
+    def torch_world(self) -> None:
+        """Made in __init__: this backend is torch.distributed."""
+
     def close(self) -> None:
         self.dist.destroy_process_group()
 
