@@ -288,15 +288,32 @@ class Fused(_Dispatcher):
             raise ValueError(f"impl fused takes bfloat16 or float16 tokens, not {x.dtype}")
         ids32 = ids.to(torch.int32)
         expand_x, _, expand_idx, token_nums, ep_recv_counts, tp_recv_counts, expand_scales = self.timer.run(
-            lambda: self.npu.npu_moe_distribute_dispatch(x, ids32, self.name, self.ep, self.rank, self.experts,
-                                                         expert_token_nums_type=1))
+            lambda: self.npu.npu_moe_distribute_dispatch(**dispatch_args(x, ids32, self.name, self.ep, self.rank,
+                                                                         self.experts)))
         sizes = token_nums.tolist()   # rows per local expert, in expert order from the first row
         return expand_x[:sum(sizes)], sizes, (expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales, w)
 
     def combine(self, y, ctx):
         expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales, w = ctx
         full = torch.cat([y, expand_x.new_zeros((len(expand_x) - len(y), y.shape[1]))])   # the rows dispatch gave
-        # dispatch's counts and expand_scales passed back as they came (Atlas A2 requires expand_scales)
-        return self.timer.run(lambda: self.npu.npu_moe_distribute_combine(
+        return self.timer.run(lambda: self.npu.npu_moe_distribute_combine(**combine_args(
             full, ids32, expand_idx, ep_recv_counts, w.float(), self.name, self.ep, self.rank, self.experts,
-            tp_send_counts=tp_recv_counts, expand_scales=expand_scales))
+            tp_recv_counts, expand_scales)))
+
+
+def dispatch_args(x, ids32, group: str, ep: int, ep_rank: int, experts: int) -> dict:
+    """npu_moe_distribute_dispatch's arguments by their documented names (tests/data/op_plugin holds the
+    prototype they are checked against); its 7 outputs: expand_x, dynamic_scales, expand_idx,
+    expert_token_nums (per local expert: expert_token_nums_type=1), ep_recv_counts, tp_recv_counts,
+    expand_scales."""
+    return {"x": x, "expert_ids": ids32, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
+            "moe_expert_num": experts, "expert_token_nums_type": 1}
+
+
+def combine_args(expand_x, ids32, expand_idx, ep_recv_counts, expert_scales, group: str, ep: int, ep_rank: int,
+                 experts: int, tp_recv_counts, expand_scales) -> dict:
+    """npu_moe_distribute_combine's arguments by their documented names: dispatch's counts and
+    expand_scales passed back as they came (Atlas A2 requires expand_scales)."""
+    return {"expand_x": expand_x, "expert_ids": ids32, "expand_idx": expand_idx, "ep_send_counts": ep_recv_counts,
+            "expert_scales": expert_scales, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
+            "moe_expert_num": experts, "tp_send_counts": tp_recv_counts, "expand_scales": expand_scales}

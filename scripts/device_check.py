@@ -73,8 +73,8 @@ def _problems(run) -> list[str]:
 def _nothing_measured(step: str, run) -> list[str]:
     """A step that skipped everything it was there to check is a problem, not a pass."""
     from reports.table import rows_of
-    if step == "layers":
-        return [] if run.cells else ["NOTHING MEASURED: every layer case was skipped"]
+    if step in ("layers", "moe"):
+        return [] if run.cells else [f"NOTHING MEASURED: every {step} case was skipped"]
     rows = rows_of(run)
     if not rows:
         return ["NOTHING MEASURED: every collective case was skipped"]
@@ -204,7 +204,8 @@ def summary(folder: str) -> int:
                               ("tuning", "NCCL_DEBUG_SUBSYS=TUNING read into algo_ran", None),
                               ("pat", "--algos nccl:PAT", None),
                               ("dtypes", "every dtype and reduction, smoke sizes", _dtypes),
-                              ("layers", "layer benches", _layers)):
+                              ("layers", "layer benches", _layers),
+                              ("moe", "expert-parallel layer and hybrid step (fused dispatch: Ascend only, skipped)", _layers)):
         out.append(f"-- {title} ({step}: {status.get(step, 'not run')})")
         ran = status.get(step, "").split(" ")[0]
         if ran not in ("0",) and not (step == "refusals" and ran == "1"):   # refusals' cases fail by design

@@ -22,6 +22,8 @@
 #   6. dtypes    every dtype and reduction at 1 KiB and 1 MiB, eager, checked   ~256 cases  ~36 s  (cap 50 s)
 #   7. layers    the layer benches on the GPU with their checks, tp=pp=1                   ~20 s  (cap 45 s;
 #                90 s with 2 ranks or more: tp and pp 1,2, the pipelines too)
+#   7b. moe      the expert-parallel layer (alltoallv, allgather; the fused torch_npu path skips with its
+#                reason) and the hybrid step, on NCCL with their checks                    ~20 s  (cap 45 s)
 #   8. skew      the doctor's arrival skew on nccl (the doctor itself needs 2 GPUs)         ~8 s  (cap 20 s)
 #   9. doctor    2 GPUs or more                                                             ~30 s  (cap 45 s)
 #   then the provenance the sweep recorded (drivers, topology, versions, adapter variables).
@@ -117,6 +119,7 @@ step pat 25 "${bench[@]}" benches/test_collectives.py --algos nccl:PAT --ops all
 step dtypes 50 "${bench[@]}" benches/test_collectives.py --sizes "$dtype_sizes" \
     --dtypes float32,float16,bfloat16,float64,int32,int64,int8,uint8 --redops sum,prod,max,min --results "$out/dtypes"
 step layers "$layer_cap" "${bench[@]}" benches/test_layers.py ${layer_args[@]+"${layer_args[@]}"} --results "$out/layers"
+step moe 45 "${bench[@]}" benches/test_expert.py benches/test_hybrid.py --tokens 128 --hidden 128 --seq 64 --results "$out/moe"
 step skew 20 "$py" scripts/device_check.py skew "$backend" "$out/skew.json"
 if [ "$nproc" -ge 2 ]; then
     step doctor 45 "$py" -m harness.cli doctor --backend "$backend" --nproc "$nproc" --repeat 3 -o "$out/doctor" \

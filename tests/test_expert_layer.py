@@ -226,3 +226,26 @@ def test_every_dispatcher_on_mpi_equals_the_single_rank_layer_and_the_hook_fails
         assert broken.wrong_per_rank == [0, 1] + [0] * (world - 2)
     finally:
         pool.close_all()
+
+
+def _documented(op: str) -> tuple[list[str], set[str]]:
+    """(positional names, keyword-only names) of `op`'s prototype in op-plugin's docs."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).parent / "data" / "op_plugin" / "moe_distribute.txt").read_text()
+    (line,) = [t for t in text.splitlines() if t.startswith(f"torch_npu.{op}(")]
+    params = line[line.index("(") + 1:line.index(") ->")]
+    positional, _, keywords = params.partition(", *, ")
+    names = lambda part: [re.match(r"\S+ (\w+)", p.strip()).group(1) for p in part.split(", ")]   # noqa: E731
+    return names(positional), set(names(keywords))
+
+
+def test_the_fused_calls_use_the_documented_names_of_torch_npu():
+    """layers/expert.py's fused dispatch/combine against op-plugin's documented prototypes: every
+    positional parameter given, no name the op lacks (torch_npu is absent here: the calls are built, not made)."""
+    for op, args in (("npu_moe_distribute_dispatch", expert.dispatch_args("x", "ids", "g", 16, 0, 32)),
+                     ("npu_moe_distribute_combine", expert.combine_args(*"abcde", "g", 16, 0, 32, "t", "s"))):
+        positional, keywords = _documented(op)
+        assert set(positional) <= set(args), (op, set(positional) - set(args))
+        assert set(args) <= set(positional) | keywords, (op, set(args) - set(positional) - keywords)
+    assert op in expert.FUSED_OPS
