@@ -275,8 +275,10 @@ def _split(nproc: int, cluster: Cluster) -> int:
     return nproc // hosts
 
 
-def launch(kind: str, nproc: int, command: list[str]) -> ExitCode:
-    """Start `command` as nproc ranks, nproc / hosts per host, with the real launcher `kind`."""
+def launch(kind: str, nproc: int, command: list[str], ppn: int = 0) -> ExitCode:
+    """Start `command` as nproc ranks, nproc / hosts per host, with the real launcher `kind`; `ppn`
+    (hydra's -ppn, mpi only): ranks on a host before the next host's turn, the hosts taken in turn
+    (1: round robin, as Slurm's --distribution=cyclic places them)."""
     cluster = Cluster.load()
     if cluster is None:
         raise ClusterError("no emulated cluster is up (hccl-bench cluster up --hosts N)")
@@ -285,7 +287,11 @@ def launch(kind: str, nproc: int, command: list[str]) -> ExitCode:
     per_host = _split(nproc, cluster)
     if kind not in LAUNCHERS:
         raise ClusterError(f"launch {kind!r}: allowed {', '.join(LAUNCHERS)} (Slurm's srun is a template of its own)")
-    return LAUNCHERS[kind](cluster, per_host, nproc, command)
+    if ppn and kind != "mpi":
+        raise ClusterError(f"launch {kind}: --ppn is hydra's (launch mpi); {kind} places ranks a host at a time")
+    if ppn < 0 or (ppn and per_host % ppn):
+        raise ClusterError(f"--ppn {ppn}: give a whole number that divides the {per_host} ranks per host")
+    return LAUNCHERS[kind](cluster, ppn or per_host, nproc, command)
 
 
 def _mpiexec(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> typing.NoReturn:
@@ -372,6 +378,8 @@ def main(argv: list[str] | None = None) -> ExitCode:
     la = sub.add_parser("launch", help="(what the templates call) start ranks across the hosts")
     la.add_argument("kind", choices=list(LAUNCHERS))
     la.add_argument("-n", "--nproc", type=int, required=True)
+    la.add_argument("--ppn", type=int, default=0, help="(mpi) ranks on a host before the next host's turn: 1 places "
+                    "them round robin (Slurm's --distribution=cyclic); default: a host's share at once")
     la.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     try:
@@ -397,7 +405,7 @@ def main(argv: list[str] | None = None) -> ExitCode:
             if not command:
                 raise ClusterError("exec HOST -- COMMAND...")
             os.execvp("nsenter", [*current.enter(current.host(args.host)), *command])
-        return launch(args.kind, args.nproc, command)   # mpiexec replaces this process: its status is hydra's
+        return launch(args.kind, args.nproc, command, args.ppn)   # mpiexec replaces this process: its status is hydra's
     except ClusterError as exc:
         print(f"hccl-bench cluster: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
