@@ -26,7 +26,6 @@ states per rank (layers.memory). The kind is this module: case, spec, rank resul
 from __future__ import annotations
 
 import itertools
-import os
 from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
@@ -101,6 +100,8 @@ class HybridResult(Checked):
     stages: list[int]
     buckets: int
     dp_bytes: int                   # gradient bytes this rank all_reduces per step
+    cores: int                      # the CPUs this rank may run on
+    machine: str                    # its kernel's boot id: ranks on one machine share its cores
 
 
 # ---- the row ----
@@ -264,7 +265,7 @@ class HybridKind(Kind[HybridCase]):
             buckets=ranks[0].buckets, dp_bytes=max(r.dp_bytes for r in ranks), tp_bytes=tp_bytes,
             model_states_estimate_bytes=int(sum(memory.model_states(params, case.tp, case.pp, case.dp))),
             placement_warnings=(tp_placement(ParallelDims(case.tp, case.pp, case.dp, case.nranks), ran.rank_hosts)
-                                + _crowded(case, ran)))
+                                + _crowded(case, [r.machine for r in ranks], [r.cores for r in ranks])))
         return replace(row, step_us=step * 1e6, tokens_per_s=case.dp * opts.batch * opts.seq / step,
                        compute_us=compute * 1e6, tp_us=tp * 1e6, bubble_us=(notp - compute) * 1e6,
                        dp_us=(step - nodp) * 1e6, dp_wait_us=sum(r.dp_wait_ns for r in ranks) / len(ranks) / 1e3,
@@ -302,15 +303,18 @@ class HybridKind(Kind[HybridCase]):
 KIND = HybridKind()
 
 
-def _crowded(case: HybridCase, ran: Ran) -> list[str]:
-    """A pipeline on a CPU host with more ranks than cores (the driver's): a stage's idle time runs
-    the other ranks' compute, so the bubble formula (one device per rank) does not hold there."""
-    busiest = max(Counter(ran.rank_hosts.values()).values(), default=0)
-    cores = len(os.sched_getaffinity(0))
-    if case.pp == 1 or info(case.backend).device_kind != "cpu" or busiest <= cores:
+def _crowded(case: HybridCase, machines: list[str], cores: list[int]) -> list[str]:
+    """A pipeline on a CPU machine with more ranks than cores (as the ranks saw them; emulated hosts
+    share one machine): a stage's idle time runs the other ranks' compute, so the bubble formula (one
+    device per rank) does not hold there."""
+    if case.pp == 1 or info(case.backend).device_kind != "cpu" or not machines:
         return []
-    return [f"{busiest} ranks share {cores} cores on a host: a pipeline stage's idle time runs other ranks' compute, so "
-            "the bubble and the model's residual of pp > 1 layouts say how this CPU shares its cores, not what "
+    busiest = max(Counter(machines).values())
+    fewest = min(cores)
+    if busiest <= fewest:
+        return []
+    return [f"{busiest} ranks share {fewest} cores on a machine: a pipeline stage's idle time runs other ranks' compute, "
+            "so the bubble and the model's residual of pp > 1 layouts say how this CPU shares its cores, not what "
             "one device per rank would do"]
 
 

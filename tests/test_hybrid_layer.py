@@ -5,7 +5,6 @@ against the single-rank model, the breakdown the driver makes of their results, 
 fault hook (HCCL_BENCH_FAULT=corrupt:1:hybrid) failing the check."""
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -129,18 +128,11 @@ def test_the_corrupt_hook_fails_the_check_on_mpi_too(pool):
     assert row.wrong_per_rank == [0, 1] and row.err_to_tol > 1000
 
 
-def test_a_pipeline_with_more_ranks_than_cores_on_a_host_is_warned():
-    """Which layouts get the warning, from where the ranks ran (this machine's cores): pp > 1 on a CPU
-    backend with more ranks on one host than cores."""
-    cores = len(os.sched_getaffinity(0))
-    crowd = {r: ("localhost", r) for r in range(cores + 1)}
-    spread = {r: (f"host{r}", 0) for r in range(cores + 1)}
-
-    def warned(pp: int, places: dict) -> list[str]:
-        hosts: dict = {}
-        for r, (h, _) in places.items():
-            hosts.setdefault(h, []).append(r)
-        return _crowded(replace(_case(1, pp, 1), nranks=len(places)), Ran([], hosts, places))
-    (line,) = warned(2, crowd)
-    assert line.startswith(f"{cores + 1} ranks share {cores} cores on a host: ")
-    assert warned(1, crowd) == [] and warned(2, spread) == []
+def test_a_pipeline_with_more_ranks_than_cores_on_a_machine_is_warned():
+    """Which layouts get the warning, from what the ranks saw: pp > 1 on a CPU backend with more ranks
+    on one machine (kernel) than the cores they may use."""
+    (line,) = _crowded(_case(1, 2, 2), ["m1"] * 4, [2] * 4)
+    assert line.startswith("4 ranks share 2 cores on a machine: ")
+    assert _crowded(_case(1, 1, 4), ["m1"] * 4, [2] * 4) == []                 # no pipeline
+    assert _crowded(_case(1, 2, 2), ["m1", "m1", "m2", "m2"], [2] * 4) == []   # two machines, two cores each
+    assert _crowded(_case(1, 2, 2), ["m1"] * 4, [4] * 4) == []                 # a core each

@@ -2,13 +2,15 @@
 process group (torch's own extension point, `Backend.register_backend`) whose every collective is one
 MPI call on the CPU tensors' own memory (numpy views, no copy), non-blocking where MPI has the form
 (Iallreduce, Ialltoallv, Isend, ...) and waited for in the Work torch hands back, so a pipeline's
-paired send/recv and a DDP bucket's all_reduce overlap as they do on gloo. Each torch group is an MPI
+paired send/recv and the hybrid step's bucketed all_reduce (layers/hybrid.py, which waits on the
+Work) overlap as they do on gloo. Each torch group is an MPI
 communicator of its members (MPI_Comm_create_group). MPICH progresses a non-blocking collective only
 inside MPI calls (no progress thread unless MPICH_ASYNC_PROGRESS=1): what the overlap hides is
 MPI's own, measured, not gloo's."""
 from __future__ import annotations
 
 import datetime
+import os
 from typing import Any
 
 import numpy as np
@@ -49,9 +51,17 @@ class MpiWork(dist._Work):
         return True
 
     def is_completed(self) -> bool:
+        if not self.finished:
+            from mpi4py import MPI
+            if MPI.Request.Testall(self.requests):
+                if self.then:
+                    self.then()
+                self.finished = True
         return self.finished
 
     def get_future(self) -> Future:
+        """Completed at once (it waits): the harness's buckets call wait(); a caller that chains on the
+        future (torch DDP's Reducer) gets no overlap from this group."""
         self.wait()
         future: Future = Future()
         future.set_result(self.output)
@@ -89,7 +99,8 @@ class MpiProcessGroup(dist.ProcessGroup):
         return MpiWork([self.comm.Iallreduce(self.MPI.IN_PLACE, _array(t), red) for t in tensors], tensors)
 
     def _allgather_base(self, out, tensor, opts):
-        return MpiWork([self.comm.Iallgather(_array(tensor), _array(out))], out)
+        send, recv = _apart(_array(tensor), _array(out))
+        return MpiWork([self.comm.Iallgather(send, recv)], out)
 
     def all_gather_single(self, out, tensor, opts):
         return self._allgather_base(out, tensor, opts)
@@ -108,7 +119,8 @@ class MpiProcessGroup(dist.ProcessGroup):
         return MpiWork(reqs, outs, unpack)
 
     def _reduce_scatter_base(self, out, tensor, opts):
-        return MpiWork([self.comm.Ireduce_scatter_block(_array(tensor), _array(out), self._op(opts))], out)
+        send, recv = _apart(_array(tensor), _array(out))
+        return MpiWork([self.comm.Ireduce_scatter_block(send, recv, self._op(opts))], out)
 
     def reduce_scatter_single(self, out, tensor, opts):
         return self._reduce_scatter_base(out, tensor, opts)
@@ -159,6 +171,16 @@ class MpiProcessGroup(dist.ProcessGroup):
     def barrier(self, opts):
         return MpiWork([self.comm.Ibarrier()], [])
 
+    def shutdown(self) -> None:
+        """destroy_process_group calls it on every rank in the same order: the communicator goes too."""
+        if self.comm != self.MPI.COMM_NULL and not self.MPI.Is_finalized():
+            self.comm.Free()
+
+
+def _apart(send: np.ndarray, recv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """MPI forbids a send buffer inside the receive buffer (an all_gather into its own shard): copy it out."""
+    return (send.copy() if np.shares_memory(send, recv) else send), recv
+
 
 def _create(backend_opts, pg_options) -> MpiProcessGroup:
     """torch's group -> an MPI communicator of its members (only members get here)."""
@@ -168,7 +190,11 @@ def _create(backend_opts, pg_options) -> MpiProcessGroup:
     if not ranks or ranks == list(range(world.Get_size())):
         comm = world.Dup()
     else:
-        comm = world.Create_group(world.Get_group().Incl(ranks))
+        everyone = world.Get_group()
+        members = everyone.Incl(ranks)
+        comm = world.Create_group(members)
+        members.Free()
+        everyone.Free()
     return MpiProcessGroup(comm, backend_opts.group_id)
 
 
@@ -177,6 +203,8 @@ def init_world(rank: int, world: int) -> None:
     the store is a local one nobody else reads)."""
     if dist.is_initialized():
         return
+    # torch's store-based barrier after each new group would wait on a store no other rank sees
+    os.environ["TORCH_DIST_INIT_BARRIER"] = "0"
     if NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
     dist.init_process_group(NAME, store=dist.HashStore(), rank=rank, world_size=world)
