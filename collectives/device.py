@@ -39,6 +39,15 @@ def import_torch_npu():
     return torch_npu
 
 
+def machine_id() -> str:
+    """This kernel's boot id (network namespaces of one machine, emulated hosts, share it), else the host name."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return platform.node()
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as fh:

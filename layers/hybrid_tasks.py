@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from collectives import timing
+from collectives.device import machine_id
 from layers import pipeline
 from layers.check import Check, dtype_name
 from layers.expert import generator
@@ -210,17 +209,9 @@ def hybrid_loops(backend, spec: Any):
                     tp_ns=step.timer.seconds / k * 1e9, dp_wait_ns=waited / k * 1e9, **check.record(),
                     peak_memory_bytes=backend.device.peak_memory_bytes(), params_local=sum(p.numel() for p in params),
                     stages=sorted(step.local), buckets=len(step.buckets.plan) if step.buckets else 0,
-                    cores=len(os.sched_getaffinity(0)), machine=_machine(),
+                    cores=len(os.sched_getaffinity(0)), machine=machine_id(),
                     dp_bytes=step.buckets.nbytes if step.buckets else 0)
     return loops, finish
-
-
-def _machine() -> str:
-    """The kernel this rank runs on (emulated hosts, network namespaces of one machine, share it and its cores)."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return socket.gethostname()
 
 
 # the rank half of the hybrid step; the driver half (kinds/hybrid.py) sends the spec and makes the row

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from collectives.device import machine_id
 from harness.engine.shm import release_own
 from schema.exit_codes import ExitCode
 
@@ -153,10 +154,7 @@ def _exit_when_closed(read: Callable[[], bytes], message: str, log, name: str) -
 
 def node_key() -> str:
     """Where an abstract Unix socket and a pid reach: this kernel (its boot id), network and pid namespace."""
-    try:
-        parts = [Path("/proc/sys/kernel/random/boot_id").read_text().strip()]
-    except OSError:
-        parts = [socket.gethostname()]
+    parts = [machine_id()]
     for ns in ("net", "pid"):
         try:
             parts.append(str(os.stat(f"/proc/self/ns/{ns}").st_ino))
