@@ -20,13 +20,14 @@ interleaved round by round (layers/hybrid_tasks.py):
            pp = 1 the step's own overhead: loss, hooks, Python)
 so compute + tp + bubble + dp is the step by construction; the check is the model: the bubble
 share against (p-1)/(m+p-1) (layers.schedules.bubble_theory), the predicted step
-(compute + tp) / (1 - theory) + dp with its residual (step - model) / step, the tp traffic (2
+(compute + tp) / (1 - theory) + dp with its residual (step - model) / step (on a CPU machine with
+more ranks than cores, compute scaled back by cores / ranks and the step bounded by the machine's CPU
+work per core: machine_work), the tp traffic (2
 all-reduces of a block's activations per block and microbatch) with the busbw it ran at, and model
 states per rank (layers.memory). The kind is this module: case, spec, rank result, row, options and table."""
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
@@ -100,8 +101,9 @@ class HybridResult(Checked):
     stages: list[int]
     buckets: int
     dp_bytes: int                   # gradient bytes this rank all_reduces per step
-    cores: int                      # the CPUs this rank may run on
+    cpus: list[int]                 # the CPUs this rank may run on (its affinity)
     machine: str                    # its kernel's boot id: ranks on one machine share its cores
+    cpu_notp_ns: float              # its process's CPU time per step of the notp loop (median over rounds)
 
 
 # ---- the row ----
@@ -136,6 +138,7 @@ class HybridRow(_Measured):
     bubble_theory: float | None = metric("theory", ".3f", "lower", ("table",), "ratio")
     model_us: float | None = _field("amount")        # (compute + tp) / (1 - theory) + dp
     residual: float | None = metric("resid", ".3f", "lower", ("table",), "real")   # (step - model) / step
+    busy_us: float | None = metric("busy(us)", ".1f", "lower", ("table",))   # crowded machines' CPU work per core (None: none)
     tp_bytes: int | None = _field("whole")          # all-reduced per rank per step (the model's)
     tp_busbw_gbps: float | None = metric("tp busbw", ".3f", "higher", ("table",))
     dp_bytes: int | None = _field("whole")
@@ -256,7 +259,8 @@ class HybridKind(Kind[HybridCase]):
         tp = nodp - notp
         tp_inside = sum(r.tp_ns for r in ranks) / len(ranks) / 1e9
         theory = schedules.bubble_theory(case.schedule, case.pp, case.microbatches) if case.pp > 1 else 0.0
-        model = (compute + tp) / (1 - (theory or 0.0)) + (step - nodp)
+        share, busy = machine_work(ranks)
+        model = max((compute * share + tp) / (1 - (theory or 0.0)), (busy or 0.0) + tp) + (step - nodp)
         tp_bytes = 2 * opts.layers // case.pp * opts.batch * opts.seq * opts.hidden * 4 if case.tp > 1 else 0
         params = sum(memory.mlp_gradient_sizes(opts.hidden, opts.layers))
         row = HybridRow(
@@ -265,12 +269,13 @@ class HybridKind(Kind[HybridCase]):
             buckets=ranks[0].buckets, dp_bytes=max(r.dp_bytes for r in ranks), tp_bytes=tp_bytes,
             model_states_estimate_bytes=int(sum(memory.model_states(params, case.tp, case.pp, case.dp))),
             placement_warnings=(tp_placement(ParallelDims(case.tp, case.pp, case.dp, case.nranks), ran.rank_hosts)
-                                + _crowded(case, [r.machine for r in ranks], [r.cores for r in ranks])))
+                                + _crowded(case, machines_cores(ranks))))
         return replace(row, step_us=step * 1e6, tokens_per_s=case.dp * opts.batch * opts.seq / step,
                        compute_us=compute * 1e6, tp_us=tp * 1e6, bubble_us=(notp - compute) * 1e6,
                        dp_us=(step - nodp) * 1e6, dp_wait_us=sum(r.dp_wait_ns for r in ranks) / len(ranks) / 1e3,
                        tp_inside_us=tp_inside * 1e6, bubble=(notp - compute) / notp, bubble_theory=theory,
                        model_us=model * 1e6, residual=(step - model) / step,
+                       busy_us=busy * 1e6 if busy is not None else None,
                        tp_busbw_gbps=(bandwidths("all_reduce", tp_bytes, tp_inside, case.tp)[1]
                                       if tp_bytes and tp_inside > 0 else None))
 
@@ -290,7 +295,9 @@ class HybridKind(Kind[HybridCase]):
         shown = metrics(HybridRow, "table")
         out = ["# hybrid step (per step; compute alone, tp = step without dp - the same without tp collectives,",
                "# dp = step - step without dp, bubble = the rest: compute + tp + bubble + dp = step;",
-               "# resid = (step - model) / step, model = (compute + tp) / (1 - theory) + dp; tokens/s = dp x batch x seq / step)",
+               "# resid = (step - model) / step, model = max((compute x share + tp) / (1 - theory), busy + tp) + dp;",
+               "# busy = a crowded machine's CPU work per step / its cores, share = its cores / its ranks (no crowded",
+               "# machine: share 1, no busy); tokens/s = dp x batch x seq / step)",
                f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3}" + heads(shown) + f" {'#wrong':>7}"]
         for r in rows:
             out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule or '-':>16} {r.microbatches:>3}"
@@ -303,19 +310,44 @@ class HybridKind(Kind[HybridCase]):
 KIND = HybridKind()
 
 
-def _crowded(case: HybridCase, machines: list[str], cores: list[int]) -> list[str]:
+def machines_cores(ranks: list[HybridResult]) -> dict[str, tuple[list[int], int]]:
+    """Per machine (its kernel's boot id; emulated hosts share one), the indices of its ranks and the
+    cores they may use between them (the union of their affinities)."""
+    out: dict[str, tuple[list[int], set[int]]] = {}
+    for i, r in enumerate(ranks):
+        mine = out.setdefault(r.machine, ([], set()))
+        mine[0].append(i)
+        mine[1].update(r.cpus)
+    return {m: (idx, max(len(cpus), 1)) for m, (idx, cpus) in out.items()}
+
+
+def machine_work(ranks: list[HybridResult]) -> tuple[float, float | None]:
+    """On machines with more ranks than cores, a rank's compute timed alone ran beside every other
+    rank's and took ranks / cores of its own time (share = cores / ranks gives it back), and a
+    pipeline stage's idle time runs other ranks' work, so the step is at least the machine's CPU
+    work per step spread over its cores (busy, seconds). (1.0, None) where no machine is crowded."""
+    share, busy = 1.0, None
+    for idx, cores in machines_cores(ranks).values():
+        if len(idx) > cores:
+            share = min(share, cores / len(idx))
+            work = sum(ranks[i].cpu_notp_ns for i in idx) / 1e9 / cores
+            busy = work if busy is None else max(busy, work)
+    return share, busy
+
+
+def _crowded(case: HybridCase, machines: dict[str, tuple[list[int], int]]) -> list[str]:
     """A pipeline on a CPU machine with more ranks than cores (as the ranks saw them; emulated hosts
     share one machine): a stage's idle time runs the other ranks' compute, so the bubble formula (one
-    device per rank) does not hold there."""
+    device per rank) does not hold there; the model takes the machine's CPU work instead (machine_work)."""
     if case.pp == 1 or info(case.backend).device_kind != "cpu" or not machines:
         return []
-    busiest = max(Counter(machines).values())
-    fewest = min(cores)
-    if busiest <= fewest:
+    crowded = [(len(idx), cores) for idx, cores in machines.values() if len(idx) > cores]
+    if not crowded:
         return []
-    return [f"{busiest} ranks share {fewest} cores on a machine: a pipeline stage's idle time runs other ranks' compute, "
-            "so the bubble and the model's residual of pp > 1 layouts say how this CPU shares its cores, not what "
-            "one device per rank would do"]
+    ranks, cores = max(crowded)
+    return [f"{ranks} ranks share {cores} cores on a machine: a pipeline stage's idle time runs other ranks' compute, "
+            "so the bubble of pp > 1 layouts says how this CPU shares its cores, not what one device per rank would do; "
+            "the model bounds the step by the machine's CPU work (busy)"]
 
 
 def best_layout_lines(rows: list[HybridRow]) -> list[str]:

@@ -13,9 +13,10 @@ this replica (on its last stage) and every local gradient shard go into the chec
 Timed (collectives.timing, one K, the loops interleaved round by round): the step (round_ns),
 the step with the dp reduction off (nodp_ns; dp = 1: the step itself), the step with the dp
 reduction off and the tp collectives left out too (notp_ns; tp = 1: nodp; values then differ, only
-the time counts), and this rank's compute alone (compute_ns: its stages' forward and backward of
-every microbatch and the SGD step, no pipeline, no collective). One extra run of K steps times, per
-step, the time inside the tp collectives (tp_ns, device synchronised around each: it includes
+the time counts; its process CPU time per step beside it, cpu_notp_ns: on a machine with more ranks
+than cores, the machine's CPU work bounds the step), and this rank's compute alone (compute_ns: its
+stages' forward and backward of every microbatch and the SGD step, no pipeline, no collective).
+One extra run of K steps times, per step, the time inside the tp collectives (tp_ns, device synchronised around each: it includes
 waiting for the group's slowest rank) and the wait for the dp buckets at the end (dp_wait_ns). The
 driver (kinds/hybrid.py) makes the breakdown from these. The result is a plain dict (the rank code cannot import kinds/, where its
 type is declared), checked there.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import os
+import statistics
 import time
 from typing import Any
 
@@ -171,10 +173,15 @@ def hybrid_loops(backend, spec: Any):
     del step.blocks   # the single-rank model: no longer needed
     sync = backend.device.synchronize
 
-    def loop(call):
+    cpu_ns: list[float] = []   # per round, this process's CPU time per step of the loop without tp and dp
+
+    def loop(call, cpu=None):
         def run(k):
+            c0 = time.process_time_ns()
             for _ in range(k):
                 call()
+            if cpu is not None:
+                cpu.append((time.process_time_ns() - c0) / k)
         return run
     timed = {"step": step.train, "nodp": lambda: step.train(reduce=False),
              "notp": lambda: step.train(reduce=False, tp=False), "compute": step.compute}
@@ -182,7 +189,9 @@ def hybrid_loops(backend, spec: Any):
         del timed["nodp"]
     if spec.tp == 1:
         del timed["notp"]
-    names, loops = list(timed), [loop(call) for call in timed.values()]
+    names = list(timed)
+    notp_role = "notp" if "notp" in timed else "nodp" if "nodp" in timed else "step"
+    loops = [loop(call, cpu_ns if name == notp_role else None) for name, call in timed.items()]
 
     def finish(k, times):
         """The extra run: K steps with the tp collectives and the dp wait timed."""
@@ -209,7 +218,8 @@ def hybrid_loops(backend, spec: Any):
                     tp_ns=step.timer.seconds / k * 1e9, dp_wait_ns=waited / k * 1e9, **check.record(),
                     peak_memory_bytes=backend.device.peak_memory_bytes(), params_local=sum(p.numel() for p in params),
                     stages=sorted(step.local), buckets=len(step.buckets.plan) if step.buckets else 0,
-                    cores=len(os.sched_getaffinity(0)), machine=machine_id(),
+                    cpus=sorted(os.sched_getaffinity(0)), machine=machine_id(),
+                    cpu_notp_ns=float(statistics.median(cpu_ns)) if cpu_ns else 0.0,
                     dp_bytes=step.buckets.nbytes if step.buckets else 0)
     return loops, finish
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,7 +16,7 @@ pytest.importorskip("torch", reason="the layer tests need torch")
 from harness.engine.groups import GroupKey, GroupPool
 from harness.session.options import Options
 from kinds.base import Ran
-from kinds.hybrid import KIND, HybridCase, _crowded, _layouts, best_layout_lines, every_layout
+from kinds.hybrid import KIND, HybridCase, _crowded, _layouts, best_layout_lines, every_layout, machine_work, machines_cores
 from layers import schedules
 from layers.hybrid_tasks import refusal
 
@@ -128,11 +129,26 @@ def test_the_corrupt_hook_fails_the_check_on_mpi_too(pool):
     assert row.wrong_per_rank == [0, 1] and row.err_to_tol > 1000
 
 
+def _ranks(machines: list[str], cpus: list[list[int]], cpu_s: float = 0.1) -> list:
+    """What the driver reads of each rank's result for machine sharing: its machine, affinity and CPU per step."""
+    return [SimpleNamespace(machine=m, cpus=c, cpu_notp_ns=cpu_s * 1e9) for m, c in zip(machines, cpus)]
+
+
 def test_a_pipeline_with_more_ranks_than_cores_on_a_machine_is_warned():
     """Which layouts get the warning, from what the ranks saw: pp > 1 on a CPU backend with more ranks
-    on one machine (kernel) than the cores they may use."""
-    (line,) = _crowded(_case(1, 2, 2), ["m1"] * 4, [2] * 4)
+    on one machine (kernel) than the cores they may use between them."""
+    (line,) = _crowded(_case(1, 2, 2), machines_cores(_ranks(["m1"] * 4, [[0, 1]] * 4)))
     assert line.startswith("4 ranks share 2 cores on a machine: ")
-    assert _crowded(_case(1, 1, 4), ["m1"] * 4, [2] * 4) == []                 # no pipeline
-    assert _crowded(_case(1, 2, 2), ["m1", "m1", "m2", "m2"], [2] * 4) == []   # two machines, two cores each
-    assert _crowded(_case(1, 2, 2), ["m1"] * 4, [4] * 4) == []                 # a core each
+    assert _crowded(_case(1, 1, 4), machines_cores(_ranks(["m1"] * 4, [[0, 1]] * 4))) == []   # no pipeline
+    assert _crowded(_case(1, 2, 2), machines_cores(_ranks(["m1", "m1", "m2", "m2"], [[0, 1]] * 4))) == []   # 2 machines
+    assert _crowded(_case(1, 2, 2), machines_cores(_ranks(["m1"] * 4, [[0], [1], [2], [3]]))) == []   # a core each
+
+
+def test_a_crowded_machine_bounds_the_model_by_its_cpu_work():
+    """Cores are the union of a machine's ranks' affinities; a crowded machine gives its ranks' compute
+    back their share (cores / ranks) and the step a floor of its CPU work per core; others change nothing."""
+    ranks = _ranks(["m1"] * 4 + ["m2"] * 2, [[0], [1], [0], [1], [0, 1, 2, 3], [0, 1, 2, 3]], cpu_s=0.1)
+    assert machines_cores(ranks) == {"m1": ([0, 1, 2, 3], 2), "m2": ([4, 5], 4)}
+    share, busy = machine_work(ranks)
+    assert share == 0.5 and busy == pytest.approx(0.2)   # 4 x 0.1 s on 2 cores
+    assert machine_work(_ranks(["m1", "m2"], [[0], [0]])) == (1.0, None)
