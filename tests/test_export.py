@@ -122,3 +122,36 @@ def test_a_real_session_exports_and_its_results_json_feeds_the_pytest_benchmark_
         == {("all_reduce", "1024", "1", "2"), ("all_reduce", "65536", "1", "2")}
     assert all(s.value > 0 for s in got["hccl_bench_busbw_gbps"] + got["hccl_bench_time_us"])
     assert "hccl_bench_verdict" not in got or not got["hccl_bench_verdict"]   # one run: figures, nothing judged
+
+
+def test_the_grafana_dashboard_reads_only_metrics_and_labels_that_an_export_writes(tmp_path):
+    """examples/grafana/hccl-bench-nightly.json against two real exports (a history with its canary
+    and a same-night A/B): every metric a panel or variable queries is written, with every label
+    it selects, groups or prints by."""
+    import re
+    from pathlib import Path
+
+    from harness.session.same_night import mark_direction
+    history = with_canary(nightly(tmp_path / "h", 12, slow_from=9, drift=0.02))
+    ab = tmp_path / "ab"
+    _same_night_run(ab, 1.3)
+    mark_direction(ab)
+    labels: dict[str, set[str]] = {}
+    for n, folder in enumerate((history, ab)):
+        assert run_cli("export", folder, "--prometheus", tmp_path / f"{n}.prom").returncode == 0
+        for name, samples in families(tmp_path / f"{n}.prom").items():
+            labels.setdefault(name, set()).update(k for s in samples for k in s.labels)
+    dash = json.loads((Path(__file__).parent.parent / "examples/grafana/hccl-bench-nightly.json").read_text())
+    queries = [(t["expr"], t.get("legendFormat", "")) for p in dash["panels"] for t in p["targets"]]
+    queries += [(v["definition"], "") for v in dash["templating"]["list"]]
+    assert len(queries) >= 10
+    for expr, legend in queries:
+        metrics = re.findall(r"\bhccl_bench_[a-z_]+", expr)
+        assert metrics, expr
+        for metric in metrics:
+            assert metric in labels, f"{metric} is not exported (exported: {sorted(labels)})"
+        used = set(re.findall(r"(\w+)\s*[=!]~?\"", expr)) | set(re.findall(r"\{\{(\w+)\}\}", legend))
+        used |= {x.strip() for by in re.findall(r"by \(([^)]*)\)", expr) for x in by.split(",")}
+        used |= set(re.findall(r"label_values\(\w+, (\w+)\)", expr))
+        have = set.intersection(*(labels[m] for m in metrics))
+        assert used <= have, f"{expr}: {sorted(used - have)} not among {sorted(have)}"
