@@ -10,7 +10,8 @@ from reports.traces.judge import Verdict
 
 def budget(v: Verdict) -> str:
     s = v.settings
-    return (f"false-alarm budget: alpha {s['alpha']:g} a job (sign test, Bonferroni over {v.world} ranks; groups likewise); "
+    return (f"false-alarm budget: alpha {s['alpha']:g} a job (sign and last-arriver tests, Bonferroni over "
+            f"{v.world} ranks and the two tests; groups over groups); "
             f"a named rank's median lateness is also over {s['min_late_us'] / 1e3:g} ms")
 
 
@@ -19,10 +20,11 @@ def text(v: Verdict) -> str:
            f"across ranks ({v.unmatched} cut by the profiler's window, {len(v.mismatched)} mismatched)"]
     out += [f"# {n}" for n in v.notes]
     out.append("# per rank: median lateness (its interval; + arrives after its peers), share late by over the margin, "
-               "sign test p, median wait")
+               "times last to arrive, p of both tests (sign, last-arriver), median wait")
     for s in v.ranks:
         out.append(f"  rank {s.rank:>3} {s.host[:16]:>16}: {s.late_us / 1e3:+8.2f} ms ({s.ci_us[0] / 1e3:+.2f} .. "
-                   f"{s.ci_us[1] / 1e3:+.2f}), late in {s.share:4.0%} of {s.collectives}, p {s.p:.2g}, "
+                   f"{s.ci_us[1] / 1e3:+.2f}), late in {s.share:4.0%} of {s.collectives}, last in {s.last}, "
+                   f"p {s.p:.2g} ({s.p_sign:.2g}, {s.p_last:.2g}), "
                    f"waits {s.wait_us / 1e3:7.2f} ms")
     if v.floors_us:
         out.append("# per group: median time once the last rank arrived: "
