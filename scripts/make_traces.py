@@ -14,12 +14,19 @@ every rank and each rank exports its Kineto JSON. The faults are the job's own, 
               group and group 1, whose
               gloo device is bound to a veth address whose traffic is rate-limited (tc htb on lo, in a
               private network namespace)                                -> group 1 (a link) named
+  slow-link   --world ranks on --hosts emulated hosts (`hccl-bench cluster up`, every link --link,
+              one host's, --slow-host, at a tenth of that): each step an all_reduce over the world,
+              then one over each pair of neighbouring hosts (hosts h and h+1 of a ring, all their
+              ranks: the groups a pipeline's or a hierarchical job's neighbours make)
+                                                                        -> the slow host's link
+  hosts-healthy  the same job on the same cluster with every link alike  -> nobody named
   hang        4 ranks with the flight recorder on (TORCH_FR_BUFFER_SIZE): rank 2 skips the all_reduce
               of step 6 and is stuck elsewhere; the others time out (gloo, 4 s), and every rank writes
               its flight-recorder dump (nccl_trace_rank_<r>, torch's default name) -> rank 2 named
 
-late-host, slow-group (namespaces, tc) need root. --trim keeps each trace's header and its gloo
-collective events and thread names (the rest is Python and aten events the doctor does not read).
+late-host, slow-group, slow-link and hosts-healthy (namespaces, tc) need root; the last two bring
+the emulated cluster up for their runs and down after them. --trim keeps each trace's header, its gloo
+collective events, the steps' ProfilerStep#N marks and thread names (the rest is Python and aten events the doctor does not read).
 
   python scripts/make_traces.py OUT [--jobs healthy,late-rank,...] [--runs 1] [--trim] [--judge]
 
@@ -29,17 +36,22 @@ the named suspects are exactly the ones expected (healthy jobs: nobody).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-JOBS = ("healthy", "late-once", "late-rank", "late-host", "slow-group", "hang")
+JOBS = ("healthy", "late-once", "late-rank", "late-host", "slow-group", "hang", "slow-link", "hosts-healthy")
+CLUSTER_JOBS = ("slow-link", "hosts-healthy")
 EXPECT = {"healthy": [], "late-once": [], "late-rank": ["rank 2"], "late-host": ["host hostB"],
-          "slow-group": ["link group 1"], "hang": ["hang rank 2"]}
+          "slow-group": ["link group 1"], "hang": ["hang rank 2"], "slow-link": ["link of host {slow}"],
+          "hosts-healthy": []}
+PAIR_ELEMENTS = 64 << 10   # float32: 256 KiB over each pair of neighbouring hosts a step
 STEPS, SKIP_STEP, HANG_TIMEOUT_S = 40, 6, 4
 LATE_RANK_MS, LATE_HOST_MS = 2.0, 3.0
 SLOW_ADDR = "10.77.0.1"   # group 2's interface (veth) in the job's private network namespace
@@ -47,20 +59,21 @@ SLOW_ADDR = "10.77.0.1"   # group 2's interface (veth) in the job's private netw
 
 # ---- a rank ----
 
-def rank_main(job: str, rank: int, world: int, out: Path) -> None:
+def rank_main(job: str, rank: int, world: int, out: Path, hosts: int = 1) -> None:
     import socket
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     if job == "late-host":   # this process has a UTS namespace of its own: name its host
         socket.sethostname("hostA" if rank < world // 2 else "hostB")
     if job == "hang":
         os.environ["TORCH_FR_BUFFER_SIZE"] = "2000"
     torch.set_num_threads(1)
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    if job not in CLUSTER_JOBS:   # on the emulated hosts gloo finds this host's address by its name
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     dist.init_process_group("gloo", init_method=f"file://{out}/.store", rank=rank, world_size=world,
                             timeout=timedelta(seconds=HANG_TIMEOUT_S if job == "hang" else 120))
     groups = [dist.group.WORLD]
@@ -68,6 +81,15 @@ def rank_main(job: str, rank: int, world: int, out: Path) -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = "v0"   # read when a gloo group is made: this group's device
         groups.append(dist.new_group(list(range(world))))
         os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    pairs = []   # (group, its all_reduce's tensor): each pair of neighbouring hosts, in one order on every rank
+    if job in CLUSTER_JOBS:
+        per_host = world // hosts
+        for h in range(hosts):
+            members = sorted({*range(h * per_host, (h + 1) * per_host),
+                              *range((h + 1) % hosts * per_host, ((h + 1) % hosts + 1) * per_host)})
+            group = dist.new_group(members)   # every rank makes every group, in the same order
+            if rank in members:
+                pairs.append((group, torch.zeros(PAIR_ELEMENTS)))
     torch.manual_seed(rank)
     a, w = torch.randn(64, 64), torch.randn(64, 64)
     grad = torch.zeros(4096)
@@ -75,6 +97,8 @@ def rank_main(job: str, rank: int, world: int, out: Path) -> None:
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         try:
             for step in range(STEPS):
+                mark = record_function(f"ProfilerStep#{step}")   # what prof.step() marks: HTA reads steps by it
+                mark.__enter__()
                 a = torch.tanh(a @ w)   # the step's work on the host
                 time.sleep(0.004)       # ... and on the device, waited for
                 grad += a.sum()
@@ -89,6 +113,9 @@ def rank_main(job: str, rank: int, world: int, out: Path) -> None:
                         skipped = True
                         break
                     dist.all_reduce(grad, group=g)
+                for group, tensor in pairs:
+                    dist.all_reduce(tensor, group=group)
+                mark.__exit__(None, None, None)
                 if skipped:
                     time.sleep(HANG_TIMEOUT_S + 3)   # stuck elsewhere (data loading, say) while the others wait
                     break
@@ -119,12 +146,19 @@ tc filter add dev lo parent 1: protocol ip u32 match ip src {SLOW_ADDR}/32 flowi
 """
 
 
-def run_job(job: str, out: Path, world: int, trim: bool) -> None:
-    """All ranks of one job, each a process of its own; in a private network namespace for slow-group."""
+def run_job(job: str, out: Path, world: int, trim: bool, hosts: int = 1) -> None:
+    """All ranks of one job, each a process of its own; in a private network namespace for slow-group,
+    on the emulated cluster's hosts (rank r on host r // (world / hosts) + 1) for the cluster jobs."""
     out.mkdir(parents=True, exist_ok=True)
-    me = [sys.executable, str(Path(__file__).resolve()), "--rank-of", job, "--world", str(world), str(out)]
+    me = [sys.executable, str(Path(__file__).resolve()), "--rank-of", job, "--world", str(world), "--hosts", str(hosts),
+          str(out)]
     wrap = ["unshare", "--uts"] if job == "late-host" else []
-    ranks = " & ".join(" ".join([*wrap, *me, "--rank", str(r)]) for r in range(world)) + " & wait"
+
+    def on_host(r: int) -> list[str]:
+        if job in CLUSTER_JOBS:
+            return [sys.executable, "-m", "harness.cluster", "exec", f"node{r // (world // hosts) + 1}", "--"]
+        return wrap
+    ranks = " & ".join(" ".join([*on_host(r), *me, "--rank", str(r)]) for r in range(world)) + " & wait"
     script = (_NET_SETUP if job == "slow-group" else "") + ranks
     cmd = ["unshare", "--net", "sh", "-c", script] if job == "slow-group" else ["sh", "-c", script]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -140,7 +174,7 @@ def run_job(job: str, out: Path, world: int, trim: bool) -> None:
 def trim_trace(path: Path) -> None:
     """Keep the header, the gloo collective events and the thread names (what the doctor reads)."""
     trace = json.loads(path.read_text())
-    keep = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("gloo:")
+    keep = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith(("gloo:", "ProfilerStep#"))
             or e.get("name") == "thread_name"]
     trace["traceEvents"] = keep
     path.write_text(json.dumps(trace, separators=(",", ":")))
@@ -148,14 +182,40 @@ def trim_trace(path: Path) -> None:
 
 # ---- the tally ----
 
-def named(job: str, folder: Path) -> list[str]:
+def named(job: str, folder: Path, min_link_ratio: float) -> list[str]:
     sys.path.insert(0, str(ROOT))
     from reports.traces import flight_recorder, hang, judge, kineto
     if job == "hang":
         report = hang.forensics(flight_recorder.read_dir(folder))
         return [f"hang rank {r}" for r in report.culprits]
-    verdict = judge.judge(kineto.read_dir(folder))
+    verdict = judge.judge(kineto.read_dir(folder), min_link_ratio=min_link_ratio)
     return [s.name for s in verdict.suspects]
+
+
+class Cluster:
+    """The emulated cluster for a cluster job's runs: up (hccl-bench cluster up) on entry, down on exit."""
+
+    def __init__(self, hosts: int, link: str, slow: str):
+        self.cmd = [sys.executable, "-m", "harness.cluster"]
+        self.up = [*self.cmd, "up", "--hosts", str(hosts), "--link", link, *(["--slow", slow] if slow else [])]
+
+    def __enter__(self):
+        proc = subprocess.run(self.up, cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"cluster up: {(proc.stderr or proc.stdout).strip()}")
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run([*self.cmd, "down"], cwd=ROOT, capture_output=True, text=True)
+
+
+def _tenth(rate: str) -> str:
+    """A tenth of a tc rate ("1gbit" -> "100mbit")."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([a-z]+)", rate)
+    if not m:
+        raise SystemExit(f"--link {rate!r}: give a rate as tc writes it, e.g. 1gbit")
+    return f"{float(m.group(1)) * 100:g}{'m' if m.group(2)[0] == 'g' else 'k'}{m.group(2)[1:]}" \
+        if m.group(2)[0] in "gm" else f"{float(m.group(1)) / 10:g}{m.group(2)}"
 
 
 def main() -> None:
@@ -164,6 +224,12 @@ def main() -> None:
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--runs", type=int, default=1, help="jobs of each kind (folders KIND-1, KIND-2, ...)")
     parser.add_argument("--world", type=int, default=4)
+    parser.add_argument("--hosts", type=int, default=4, help="slow-link, hosts-healthy: emulated hosts (--world / "
+                        "--hosts ranks each)")
+    parser.add_argument("--link", default="1gbit", help="slow-link, hosts-healthy: every host's link, as tc writes it")
+    parser.add_argument("--slow-host", default="node2", help="slow-link: the host whose link runs at a tenth of --link")
+    parser.add_argument("--min-link-ratio", type=float, default=None, help="--judge: the doctor's setting (its default "
+                        "if not given)")
     parser.add_argument("--trim", action="store_true")
     parser.add_argument("--judge", action="store_true")
     parser.add_argument("--rank-of", help=argparse.SUPPRESS)
@@ -171,22 +237,27 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out).resolve()
     if args.rank_of:
-        rank_main(args.rank_of, args.rank, args.world, out)
+        rank_main(args.rank_of, args.rank, args.world, out, args.hosts)
         return
+    if args.world % args.hosts:
+        raise SystemExit(f"--world {args.world} does not split over --hosts {args.hosts}")
     tally: dict[str, list[bool]] = {}
     for job in args.jobs.split(","):
         if job not in JOBS:
             raise SystemExit(f"--jobs {job!r}: choose from {', '.join(JOBS)}")
-        for run in range(1, args.runs + 1):
-            folder = out / (f"{job}-{run}" if args.runs > 1 else job)
-            t0 = time.monotonic()
-            run_job(job, folder, args.world, args.trim)
-            line = f"{job} run {run}: {time.monotonic() - t0:.0f} s"
-            if args.judge:
-                got = named(job, folder)
-                tally.setdefault(job, []).append(got == EXPECT[job])
-                line += f"; named {got or 'nobody'} (expected {EXPECT[job] or 'nobody'})"
-            print(line, flush=True)
+        slow = f"{args.slow_host}={_tenth(args.link)}" if job == "slow-link" else ""
+        expect = [e.format(slow=args.slow_host) for e in EXPECT[job]]
+        with Cluster(args.hosts, args.link, slow) if job in CLUSTER_JOBS else contextlib.nullcontext():
+            for run in range(1, args.runs + 1):
+                folder = out / (f"{job}-{run}" if args.runs > 1 else job)
+                t0 = time.monotonic()
+                run_job(job, folder, args.world, args.trim, args.hosts if job in CLUSTER_JOBS else 1)
+                line = f"{job} run {run}: {time.monotonic() - t0:.0f} s"
+                if args.judge:
+                    got = named(job, folder, args.min_link_ratio)
+                    tally.setdefault(job, []).append(got == expect)
+                    line += f"; named {got or 'nobody'} (expected {expect or 'nobody'})"
+                print(line, flush=True)
     for job, right in tally.items():
         print(f"{job}: right in {sum(right)} of {len(right)} runs")
 

@@ -1,8 +1,8 @@
 """hccl-bench doctor --traces / --flight-recorder on real traces of gloo jobs made on this machine by
 scripts/make_traces.py (tests/data/traces/: healthy-1..5, late-once, late-rank, late-host,
-slow-group, hang at 4 ranks, 8ranks-healthy and 8ranks-late-rank at 8; what each job does is in
-the script): through the real CLI, the culprit named and nobody else, healthy jobs left alone, and
-every bad input one line with exit 2."""
+slow-group, hang at 4 ranks, 8ranks-healthy and 8ranks-late-rank at 8, slow-link and
+hosts-healthy on 4 emulated hosts; what each job does is in the script): through the real CLI, the
+culprit named and nobody else, healthy jobs left alone, and every bad input one line with exit 2."""
 from __future__ import annotations
 
 import gzip
@@ -63,6 +63,22 @@ def test_at_8_ranks_the_late_rank_is_named_and_the_healthy_job_left_alone(tmp_pa
     proc, data = doctor(tmp_path, "--traces", DATA / "8ranks-healthy")
     assert proc.returncode == 0 and data["suspects"] == [], proc.stdout + proc.stderr
     assert data["matched"] >= 39
+
+
+def test_a_slow_hosts_link_is_named_as_that_hosts_link_and_nobody_else(tmp_path):
+    """4 emulated hosts x 2 ranks, node2's link at a tenth of the others' (the run of twenty whose
+    slow groups stood out least, 3.8x): both groups through node2 are slow, so its link is named, no
+    rank, no host, no group on its own; the same cluster with every link alike names nobody (the run
+    whose groups differed most, 1.5x). Each rank's trace lists only its own groups."""
+    proc, data = doctor(tmp_path, "--traces", DATA / "slow-link")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (suspect,) = data["suspects"]
+    assert (suspect["kind"], suspect["name"], suspect["host"], suspect["ranks"]) == ("link", "link of host node2", "node2",
+                                                                                 [2, 3])
+    assert "every slow group through node2" in suspect["evidence"] and suspect["ratio"] > 3
+    proc, data = doctor(tmp_path, "--traces", DATA / "hosts-healthy")
+    assert proc.returncode == 0 and data["suspects"] == [], proc.stdout + proc.stderr
+    assert len(data["hosts"]) == 8 and set(data["hosts"].values()) == {"node1", "node2", "node3", "node4"}
 
 
 def test_both_ranks_of_a_late_host_name_the_host(tmp_path):
@@ -142,6 +158,11 @@ def test_bad_inputs_are_one_line_and_exit_2(tmp_path):
     trace["traceEvents"] = [e for e in trace["traceEvents"] if not e["name"].startswith("gloo:")]
     (quiet / "rank0.trace.json").write_text(json.dumps(trace))
     _bad(tmp_path, quiet, "holds no collective events")
+    regrouped = _copy("slow-group", tmp_path / "regrouped")   # rank 1 says group 1 is ranks 0-1 only
+    trace = json.loads((regrouped / "rank1.trace.json").read_text())
+    trace["distributedInfo"]["pg_config"][1]["ranks"] = [0, 1]
+    (regrouped / "rank1.trace.json").write_text(json.dumps(trace))
+    _bad(tmp_path, regrouped, "process group 1 is ranks [0, 1], but", "different jobs mixed")
 
 
 def test_a_gzipped_trace_is_read_and_a_cut_one_refused(tmp_path):

@@ -341,7 +341,8 @@ def from_traces(args: argparse.Namespace) -> ExitCode:
         if args.ranks_per_host is not None and args.ranks_per_host < 1:
             raise ValueError(f"--ranks-per-host {args.ranks_per_host}: give at least 1")
         if args.traces:
-            verdict = judge.judge(kineto.read_dir(Path(args.traces)), args.ranks_per_host, args.min_late_ms * 1e3)
+            verdict = judge.judge(kineto.read_dir(Path(args.traces)), args.ranks_per_host, args.min_late_ms * 1e3,
+                                  min_link_ratio=args.min_link_ratio)
             words, data, named = output.text(verdict), output.to_json(verdict), bool(verdict.suspects)
         else:
             report = hang.forensics(flight_recorder.read_dir(Path(args.flight_recorder)), args.ranks_per_host)
@@ -372,6 +373,9 @@ def main(argv: list[str] | None = None) -> ExitCode:
                         "where each rank stopped, and the ranks that never reached the collective the others wait in")
     parser.add_argument("--ranks-per-host", type=int, help="--traces/--flight-recorder: ranks 0..N-1 are host0, ... "
                         "(for files that do not name their host)")
+    parser.add_argument("--min-link-ratio", type=float, default=None, help="--traces: how much slower a group's "
+                        "collectives must run once its last rank arrived, against other groups' same op and shape, "
+                        "to name its link (default 3)")
     parser.add_argument("--min-late-ms", type=float, default=1.0, help="--traces: how late a rank must arrive in a "
                         "collective to count as late in it (default 1 ms)")
     parser.add_argument("--backend", default="mpi", choices=list(BACKENDS))

@@ -27,9 +27,12 @@ skew is not named. Medians and signs, with a
 bootstrap interval of the median: a job's first collective (connections made) or a descheduled
 moment can last a second and must not outweigh forty ordinary steps. A rank late once, however
 much, is not named; one late by 2 ms in 70% of 40 collectives is. When every rank of a host (two
-or more) is named, the host is the suspect. A group is named (a link) when its collectives' floor (the shortest member's time: the
-transfer once the last rank arrived) is `1 + group_effect` times other groups' floor for the same
-op and shape, by a one-sided Mann-Whitney test at alpha / groups.
+or more) is named, the host is the suspect. A group is named (a link) when its collectives' floor
+(the shortest member's time: the transfer once the last rank arrived) is over `min_link_ratio`
+times other groups' floor for the same op and shape, by a one-sided Mann-Whitney test at alpha /
+groups; the baseline is the groups that share no host with it where there are such (a slow host's
+link slows every group through it). Slow groups that hold one host in common and no other are
+named once, as that host's link.
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ from reports.traces.records import Collective, RankTrace
 
 MIN_LATE_US = 1000.0   # below a millisecond, gloo collectives on shared cores differ by scheduling alone
 ALPHA = 0.05
-GROUP_EFFECT = 0.5
+MIN_LINK_RATIO = 3.0   # a group's floor over the other groups' for the same op and shape
 
 
 @dataclass
@@ -61,7 +64,9 @@ class Suspect:
 
     @property
     def name(self) -> str:
-        return {"rank": f"rank {self.ranks[0]}", "host": f"host {self.host}"}.get(self.kind, f"link group {self.group}")
+        if self.kind == "link":
+            return f"link group {self.group}" if self.group is not None else f"link of host {self.host}"
+        return f"rank {self.ranks[0]}" if self.kind == "rank" else f"host {self.host}"
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "rank": self.ranks[0] if len(self.ranks) == 1 else None,
@@ -101,12 +106,12 @@ class Verdict:
     settings: dict = field(default_factory=dict)
 
 
-def _matched(traces: list[RankTrace], world: int) -> tuple[list[tuple[str, dict[int, Collective]]], int, list[str]]:
+def _matched(traces: list[RankTrace], groups: dict[str, list[int]],
+             world: int) -> tuple[list[tuple[str, dict[int, Collective]]], int, list[str]]:
     by_key: dict[tuple[str, int], dict[int, Collective]] = defaultdict(dict)
     for t in traces:
         for c in t.collectives:
             by_key[(c.group, c.seq)][t.rank] = c
-    groups = traces[0].groups
     out, unmatched, mismatched = [], 0, []
     for (g, seq), got in sorted(by_key.items(), key=lambda kv: min(c.start_us for c in kv[1].values())):
         members = groups.get(g, list(range(world))) if g else list(range(world))
@@ -122,11 +127,12 @@ def _matched(traces: list[RankTrace], world: int) -> tuple[list[tuple[str, dict[
 
 
 def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_us: float = MIN_LATE_US,
-          alpha: float = ALPHA, group_effect: float = GROUP_EFFECT) -> Verdict:
-    traces = checked(traces)
+          alpha: float = ALPHA, min_link_ratio: float | None = None) -> Verdict:
+    traces, groups = checked(traces)
+    min_link_ratio = MIN_LINK_RATIO if min_link_ratio is None else min_link_ratio
     world = traces[0].world
     hosts = {t.rank: (f"host{t.rank // ranks_per_host}" if ranks_per_host else t.host or "?") for t in traces}
-    matched, unmatched, mismatched = _matched(traces, world)
+    matched, unmatched, mismatched = _matched(traces, groups, world)
     late = np.full((world, len(matched)), np.nan)
     wait = np.full((world, len(matched)), np.nan)
     last = np.zeros((world, len(matched)), dtype=bool)
@@ -145,11 +151,11 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
         last[ranks[int(np.argmax(arrival))], j] = True
         c = got[ranks[0]]
         floors[(g, c.op, c.shape)].append(float(d.min()))
-    verdict = Verdict(world, hosts, traces[0].groups, len(matched), unmatched, mismatched, [],
+    verdict = Verdict(world, hosts, groups, len(matched), unmatched, mismatched, [],
                       {g: float(np.median([x for (h, _, _), v in floors.items() if h == g for x in v]))
                        for g in {k[0] for k in floors}},
                       late.tolist(), notes=sorted({t.note for t in traces if t.note}),
-                      settings={"min_late_us": min_late_us, "alpha": alpha, "group_effect": group_effect})
+                      settings={"min_late_us": min_late_us, "alpha": alpha, "min_link_ratio": min_link_ratio})
     named = []
     for r in range(world):
         x = late[r][~np.isnan(late[r])]
@@ -170,7 +176,8 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
         if np.median(x) > min_late_us and p < alpha / world:
             named.append(verdict.ranks[-1])
     _name_ranks_and_hosts(verdict, named, wait)
-    _name_groups(verdict, floors, alpha, group_effect)
+    _name_groups(verdict, floors, alpha, min_link_ratio)
+    _host_link(verdict)
     return verdict
 
 
@@ -225,7 +232,7 @@ def _name_ranks_and_hosts(verdict: Verdict, named: list[RankStats], wait: np.nda
 
 
 def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float]], alpha: float,
-                 group_effect: float) -> None:
+                 min_link_ratio: float) -> None:
     by_sig: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(dict)
     for (g, op, shape), v in floors.items():
         if g:
@@ -233,11 +240,13 @@ def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float
     for (op, shape), per_group in sorted(by_sig.items()):
         if len(per_group) < 2:
             continue
+        hosts_of = {g: {verdict.hosts[r] for r in verdict.groups.get(g, [])} for g in per_group}
         for g, mine in sorted(per_group.items()):
-            others = [x for h, v in per_group.items() if h != g for x in v]
+            apart = [h for h in per_group if h != g and not hosts_of[h] & hosts_of[g]]
+            others = [x for h in (apart or [h for h in per_group if h != g]) for x in per_group[h]]
             ratio = float(np.median(mine) / np.median(others))
             p = stats.mannwhitneyu(mine, others, alternative="greater").pvalue
-            if ratio > 1 + group_effect and p < alpha / len(per_group) and len(mine) >= 3:
+            if ratio > min_link_ratio and p < alpha / len(per_group) and len(mine) >= 3:
                 ranks = verdict.groups.get(g, [])
                 hosts = sorted({verdict.hosts[r] for r in ranks})
                 lo, hi = np.percentile(mine, [25, 75])
@@ -245,5 +254,33 @@ def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float
                     "link", "+".join(hosts), ranks, g, float(np.median(mine) - np.median(others)), (float(lo), float(hi)),
                     1.0, round(ratio, 2),
                     f"group {g}'s {op} ({shape}) takes {np.median(mine) / 1e3:.2f} ms once its last rank arrived, "
-                    f"{ratio:.1f}x the {np.median(others) / 1e3:.2f} ms of the same op over the other groups on the same "
-                    f"hosts ({', '.join(hosts)}): its link or transport, not a rank"))
+                    f"{ratio:.1f}x the {np.median(others) / 1e3:.2f} ms of the same op over "
+                    f"{'the groups that share no host with it' if apart else 'the other groups'} (it is on "
+                    f"{', '.join(hosts)}): its link or transport, not a rank"))
+
+
+def _host_link(verdict: Verdict) -> None:
+    """Slow groups that hold one host in common, and no other, are that host's link (a host's NIC or
+    cable slows every group through it): one suspect instead of each group. Other slow groups stay
+    named on their own (two slow hosts are two links)."""
+    links = [s for s in verdict.suspects if s.kind == "link" and s.group is not None]
+    hosts_of = {s.group: {verdict.hosts[r] for r in verdict.groups.get(s.group or "", [])} for s in links}
+    through: dict[str, list[Suspect]] = defaultdict(list)
+    for s in links:
+        for h in sorted(hosts_of[s.group]):
+            through[h].append(s)
+    merged: list[Suspect] = []
+    for host, mine in sorted(through.items(), key=lambda kv: -len(kv[1])):
+        mine = [s for s in mine if s not in merged]
+        if len(mine) < 2 or set.intersection(*(hosts_of[s.group] for s in mine)) != {host}:
+            continue
+        merged += mine
+        ranks = sorted(r for r, h in verdict.hosts.items() if h == host)
+        ratio = min(s.ratio for s in mine)
+        verdict.suspects.append(Suspect(
+            "link", host, ranks, None, float(np.median([s.late_us for s in mine])),
+            (min(s.ci_us[0] for s in mine), max(s.ci_us[1] for s in mine)), 1.0, ratio,
+            f"every slow group through {host} ({', '.join(sorted(s.group or '' for s in mine))}: {ratio:.1f}x or more "
+            f"the time of the groups apart from them once their last rank arrived) holds no other host in common: "
+            f"{host}'s link or NIC"))
+    verdict.suspects = [s for s in verdict.suspects if s not in merged]
