@@ -173,7 +173,8 @@ def hybrid_loops(backend, spec: Any):
     del step.blocks   # the single-rank model: no longer needed
     sync = backend.device.synchronize
 
-    cpu_ns: list[float] = []   # per round, this process's CPU time per step of the loop without tp and dp
+    cpu_ns: list[float] = []   # CPU time per step of the loop without tp and dp, per call (warm-up and K's
+    # calibration first, the rounds last: finish reads the rounds')
 
     def loop(call, cpu=None):
         def run(k):
@@ -219,7 +220,7 @@ def hybrid_loops(backend, spec: Any):
                     peak_memory_bytes=backend.device.peak_memory_bytes(), params_local=sum(p.numel() for p in params),
                     stages=sorted(step.local), buckets=len(step.buckets.plan) if step.buckets else 0,
                     cpus=sorted(os.sched_getaffinity(0)), machine=machine_id(),
-                    cpu_notp_ns=float(statistics.median(cpu_ns)) if cpu_ns else 0.0,
+                    cpu_notp_ns=float(statistics.median(cpu_ns[-len(times[0]):])) if cpu_ns else 0.0,
                     dp_bytes=step.buckets.nbytes if step.buckets else 0)
     return loops, finish
 

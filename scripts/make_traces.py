@@ -239,7 +239,7 @@ def main() -> None:
     if args.rank_of:
         rank_main(args.rank_of, args.rank, args.world, out, args.hosts)
         return
-    if args.world % args.hosts:
+    if set(args.jobs.split(",")) & set(CLUSTER_JOBS) and args.world % args.hosts:
         raise SystemExit(f"--world {args.world} does not split over --hosts {args.hosts}")
     tally: dict[str, list[bool]] = {}
     for job in args.jobs.split(","):

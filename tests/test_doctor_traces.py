@@ -163,6 +163,8 @@ def test_bad_inputs_are_one_line_and_exit_2(tmp_path):
     trace["distributedInfo"]["pg_config"][1]["ranks"] = [0, 1]
     (regrouped / "rank1.trace.json").write_text(json.dumps(trace))
     _bad(tmp_path, regrouped, "process group 1 is ranks [0, 1], but", "different jobs mixed")
+    proc = run_cli("doctor", "--traces", DATA / "slow-link", "--min-link-ratio", "0.5")
+    assert proc.returncode == 2 and "--min-link-ratio 0.5: give a ratio above 1" in proc.stderr, proc.stderr
 
 
 def test_a_gzipped_trace_is_read_and_a_cut_one_refused(tmp_path):

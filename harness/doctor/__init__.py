@@ -340,6 +340,9 @@ def from_traces(args: argparse.Namespace) -> ExitCode:
     try:
         if args.ranks_per_host is not None and args.ranks_per_host < 1:
             raise ValueError(f"--ranks-per-host {args.ranks_per_host}: give at least 1")
+        if args.min_link_ratio is not None and not args.min_link_ratio > 1:
+            raise ValueError(f"--min-link-ratio {args.min_link_ratio:g}: give a ratio above 1 (3: a group three times "
+                             "slower than the groups apart from it)")
         if args.traces:
             verdict = judge.judge(kineto.read_dir(Path(args.traces)), args.ranks_per_host, args.min_late_ms * 1e3,
                                   min_link_ratio=args.min_link_ratio)

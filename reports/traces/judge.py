@@ -17,9 +17,9 @@ A rank is named when, over all its collectives, (1) it arrives late more often t
 rank would, by two one-sided tests at alpha / ranks together (Bonferroni over ranks; the smaller
 p-value doubled, Bonferroni over the two): the sign test (it arrives after its peers' median more
 often than not; a healthy rank, like its peers, does so half the time by symmetry, whatever the
-noise) and the last-arriver test (it is the last of its group to arrive, the one its group's
-shortest time belongs to, more often than 1 / group size per collective allows: a Poisson-binomial
-tail); the sign test sees a rank a little late nearly always, the last-arriver test one much late
+noise) and the last-arriver test (it is the last of its group to arrive, the longest gap; in a
+first collective the shortest time, more often than 1 / group size per collective allows: a
+Poisson-binomial tail); the sign test sees a rank a little late nearly always, the last-arriver test one much late
 in part of its collectives (at 8 ranks, 2 ms late in 70% of 40 collectives: last in about 28, where
 5 is a healthy rank's share); so this is the false-alarm budget, alpha a job, for collectives that
 are independent; and (2) its median lateness is above `min_late_us`, so a consistent but harmless
@@ -86,7 +86,7 @@ class RankStats:
     wait_us: float          # median
     p: float                # both tests': twice the smaller of p_sign and p_last (at most 1)
     p_sign: float           # arrives after its peers' median more often than not
-    last: int               # collectives it arrived last in (its duration its group's shortest)
+    last: int               # collectives it arrived last in (the longest gap; in a first collective the shortest time)
     p_last: float           # ... more often than 1 / group size per collective allows
 
 
@@ -182,12 +182,16 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
 
 
 def _previous_ends(traces: list[RankTrace]) -> dict[tuple[int, str, int], float]:
-    """(rank, group, seq) -> when that rank's previous collective (any group) ended, on its own clock."""
+    """(rank, group, seq) -> when that rank's last collective before this one (any group) ended, on
+    its own clock; absent where one of its collectives was still running when this one started
+    (overlapped, as DDP's bucket all_reduces are: the gap would measure another collective's wait)."""
     out = {}
     for t in traces:
-        mine = sorted(t.collectives, key=lambda c: c.start_us)
-        for before, c in zip(mine, mine[1:]):
-            out[(t.rank, c.group, c.seq)] = before.start_us + before.dur_us
+        latest_end = None   # of every collective of this rank so far
+        for c in sorted(t.collectives, key=lambda c: c.start_us):
+            if latest_end is not None and latest_end <= c.start_us:
+                out[(t.rank, c.group, c.seq)] = latest_end
+            latest_end = max(latest_end if latest_end is not None else c.start_us, c.start_us + c.dur_us)
     return out
 
 
@@ -195,6 +199,8 @@ def poisson_binomial_sf(k: int, probs: np.ndarray) -> float:
     """P(K >= k) for K a sum of independent Bernoulli(probs): how often a healthy rank is the last
     to arrive k times or more, its group sizes differing. By convolution, exact (scipy.stats.poisson_binom
     needs SciPy 1.15, hence Python 3.10; this project runs on 3.9)."""
+    if k <= 0:
+        return 1.0
     pmf = np.zeros(len(probs) + 1)
     pmf[0] = 1.0
     for n, q in enumerate(probs, start=1):
@@ -261,8 +267,9 @@ def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float
 
 def _host_link(verdict: Verdict) -> None:
     """Slow groups that hold one host in common, and no other, are that host's link (a host's NIC or
-    cable slows every group through it): one suspect instead of each group. Other slow groups stay
-    named on their own (two slow hosts are two links)."""
+    cable slows every group through it): one suspect instead of each group, where that reading is
+    the only one: no other host of those groups has a slow group of its own that avoids this host
+    (two slow hosts close together leave every group named on its own), and hosts are known."""
     links = [s for s in verdict.suspects if s.kind == "link" and s.group is not None]
     hosts_of = {s.group: {verdict.hosts[r] for r in verdict.groups.get(s.group or "", [])} for s in links}
     through: dict[str, list[Suspect]] = defaultdict(list)
@@ -271,8 +278,10 @@ def _host_link(verdict: Verdict) -> None:
             through[h].append(s)
     merged: list[Suspect] = []
     for host, mine in sorted(through.items(), key=lambda kv: -len(kv[1])):
-        mine = [s for s in mine if s not in merged]
-        if len(mine) < 2 or set.intersection(*(hosts_of[s.group] for s in mine)) != {host}:
+        partners = set.union(*(hosts_of[s.group] for s in mine)) - {host}
+        if (host == "?" or len(mine) < 2 or set.intersection(*(hosts_of[s.group] for s in mine)) != {host}
+                or any(s in merged for s in mine)
+                or any(host not in hosts_of[s.group] for p in partners for s in through[p])):
             continue
         merged += mine
         ranks = sorted(r for r, h in verdict.hosts.items() if h == host)
