@@ -9,7 +9,7 @@ previous end, the median duration of its peers minus its own (the rank that arri
 least time in it). The gap reads arrival better than the duration: a collective's end on each rank
 carries its own scheduling noise, the gap the previous end's, and the late rank's lateness shows
 whole (8 gloo ranks on 2 cores, one 2 ms late in 70% of collectives: the gap reads 2.0 ms, and that
-rank arrives last in 20-25 of 39 collectives against 12-18 by duration). Its **wait** is its duration
+rank arrives last in 20-25 of 39 collectives against 12-18 by duration, in 7 of the 20 jobs). Its **wait** is its duration
 minus the group's shortest. The late arriver is the culprit; the
 ranks that wait for it are its victims, never suspects (as the synthetic doctor judges).
 
