@@ -106,7 +106,43 @@ def test_a_sweep_crosses_two_hosts_through_each_launcher(two_hosts, bench_run, t
     assert len(rows) == 3 * 2 * len(backends.split(","))
     assert all(r["hosts"] == {"node1": 2, "node2": 2} and r["wrong"] == 0 and r["link_class"] == "mixed" for r in rows)
     assert "(2 hosts x 2, mixed)" in proc.stdout
+    # MPICH's ranks under srun take OFI (mpi_ranks.slurm_pmi1_netmod), under hydra their own choice
+    netmods = {g["versions"].get("mpich_netmod", "")[:3] for g in data["hccl_bench"]["groups"].values()
+               if "mpi_library" in g["versions"]}
+    assert netmods == ({"ofi"} if launcher == "srun" else {""} if "mpi" in backends.split(",") else set())
     assert bench_run.leftovers() == []
+
+
+PMI1_PUT = """
+import os, socket, sys
+pmi = socket.socket(fileno=int(os.environ["PMI_FD"]))
+pmi.settimeout(10)
+def ask(line):
+    pmi.sendall(line.encode())
+    return pmi.recv(4096).decode().strip()
+ask("cmd=init pmi_version=1 pmi_subversion=1\\n")
+kvs = ask("cmd=get_my_kvsname\\n").split("kvsname=")[1].split()[0]
+line = f"cmd=put kvsname={kvs} key=k{os.environ['PMI_RANK']} value={'A' * int(sys.argv[1])}\\n"
+print(len(line), ask(line), flush=True)
+"""
+
+
+def test_slurms_pmi2_plugin_cuts_a_pmi1_request_at_1024_bytes(two_hosts, tmp_path):
+    """Why MPICH's ranks under srun use OFI (collectives/backends/mpi_ranks.py): a PMI-1 put within
+    Slurm's own vallen_max (1,024) but over 1,024 bytes in all is cut, and its tail read as a request
+    of its own, exactly the errors that failed every MPICH group with UCX's 9-segment business card."""
+    if "srun" not in two_hosts["launchers"]:
+        pytest.skip("Slurm (slurm-wlm, munge) is not installed: apt-get install slurm-wlm munge")
+    script = tmp_path / "pmi1_put.py"
+    script.write_text(PMI1_PUT)
+    srun = two_hosts["launchers"]["srun"].replace("{nproc}", "2")
+    outs = {}
+    for vallen in (900, 1024):
+        proc = subprocess.run([*srun.split(), sys.executable, str(script), str(vallen)], capture_output=True,
+                              text=True, timeout=120)
+        outs[vallen] = proc.stdout + proc.stderr
+    assert "request not begin with 'cmd='" not in outs[900] and outs[900].count("cmd=put_result rc=0") == 2, outs[900]
+    assert "mpi/pmi2: request not begin with 'cmd='" in outs[1024], outs[1024]
 
 
 def test_the_shaped_link_makes_inter_host_slower_than_intra_host(two_hosts, bench_run, tmp_path):

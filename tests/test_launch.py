@@ -42,3 +42,19 @@ def test_a_side_b_rank_gets_its_stacks_path_and_unsets_but_the_cases_own_switch(
     env = WorkerGroup(key, tmp_path)._rank_env("token", 1, 2)
     assert env["PYTHONPATH"] == os.pathsep.join([str(REPO_ROOT), "/opt/previous/site-packages"])
     assert "HCCL_BENCH_GONE" not in env and env["HCCL_ALGO"] == "level0:NA;level1:ring"
+
+
+def test_an_mpich_rank_under_slurms_pmi2_takes_ofi_unless_told():
+    """srun --mpi=pmi2 (SLURM_MPI_TYPE, PMI_FD, PMI_JOBID): UCX's business card overflows Slurm's
+    1,024-byte PMI-1 reads (tests/test_cluster.py shows the limit on a real Slurm). hydra sets no
+    PMI_JOBID; a user's netmod or PMI version wins."""
+    from collectives.backends.mpi_ranks import slurm_pmi1_netmod
+    srun = {"SLURM_MPI_TYPE": "pmi2", "PMI_FD": "11", "PMI_JOBID": "8.0", "PMI_RANK": "0", "PMI_SIZE": "4"}
+    assert slurm_pmi1_netmod(srun) == "ofi"
+    assert slurm_pmi1_netmod({**srun, "MPIR_CVAR_CH4_NETMOD": "ucx"}) == ""
+    assert slurm_pmi1_netmod({**srun, "MPIR_CVAR_PMI_VERSION": "2"}) == ""
+    assert slurm_pmi1_netmod({**srun, "MPIR_CVAR_PMI_VERSION": "1"}) == "ofi"
+    hydra_in_slurm = {k: v for k, v in srun.items() if k != "PMI_JOBID"}
+    assert slurm_pmi1_netmod(hydra_in_slurm) == ""
+    assert slurm_pmi1_netmod({**srun, "SLURM_MPI_TYPE": "none"}) == ""
+    assert slurm_pmi1_netmod({}) == ""

@@ -19,11 +19,32 @@ SPEC_TAG = 4242
 DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
 
 
+# Slurm's mpi/pmi2 plugin takes a PMI-1 request in one read of 1,024 bytes (agent.c handle_pmi1_cmd:
+# "TODO: read until newline"); MPICH's PMI-1 client sends puts of up to 1,024 value characters plus
+# the command and key, about 1,080 bytes. MPICH allgathers UCX's business card as 9 such segments of
+# a fixed-size buffer whose unused part is whatever the heap held: hex with runs of zeros compressed,
+# a segment without zero runs overflows the read and every rank's MPI_Init fails ("mpi/pmi2: request
+# not begin with 'cmd='", then UCX "failed to unpack address"). OFI's card is 16 bytes: one short put.
+SLURM_PMI1_NETMOD = "ofi"
+
+
+def slurm_pmi1_netmod(env=os.environ) -> str:
+    """The netmod an MPICH rank must use ("" = its own choice): OFI when it is a PMI-1 client of
+    Slurm's pmi2 plugin (srun --mpi=pmi2: SLURM_MPI_TYPE, PMI_FD and PMI_JOBID; hydra sets no
+    PMI_JOBID) and nobody chose a netmod or another PMI version."""
+    under_slurm_pmi2 = env.get("SLURM_MPI_TYPE") == "pmi2" and "PMI_FD" in env and "PMI_JOBID" in env
+    chosen = "MPIR_CVAR_CH4_NETMOD" in env or env.get("MPIR_CVAR_PMI_VERSION", "1") != "1"
+    return SLURM_PMI1_NETMOD if under_slurm_pmi2 and not chosen else ""
+
+
 class MpiBackend:
     """One MPI rank of COMM_WORLD."""
 
     def __init__(self, info: BackendInfo, rank: int, world: int, local_rank: int):
         import mpi4py
+        self.netmod_set = slurm_pmi1_netmod() if info.name == "mpi" else ""   # MPICH reads it in MPI_Init
+        if self.netmod_set:
+            os.environ["MPIR_CVAR_CH4_NETMOD"] = self.netmod_set
         # mpi4py asks for MPI_THREAD_MULTIPLE unless told otherwise; a plain C MPI_Init gets SINGLE, and
         # some libraries' small-message paths differ between the two (--mpi-thread-level)
         if level := os.environ.get("HCCL_BENCH_MPI_THREAD_LEVEL"):
@@ -126,7 +147,9 @@ class MpiBackend:
                   self.MPI.THREAD_SERIALIZED: "serialized", self.MPI.THREAD_MULTIPLE: "multiple"}
         library = self.MPI.Get_library_version().rstrip("\x00").strip()   # Open MPI's ends in a NUL
         return {"mpi4py": mpi4py.__version__, "mpi_library": library.splitlines()[0],
-                "mpi_thread_level": levels.get(self.MPI.Query_thread(), str(self.MPI.Query_thread()))}
+                "mpi_thread_level": levels.get(self.MPI.Query_thread(), str(self.MPI.Query_thread())),
+                **({"mpich_netmod": f"{self.netmod_set} (hccl-bench: UCX's business card overflows Slurm's "
+                                    "PMI-1 reads under srun --mpi=pmi2)"} if self.netmod_set and "MPICH" in library else {})}
 
     def torch_world(self) -> None:
         """torch.distributed on COMM_WORLD for the layer benches (mpi_torch.py), made at the first layer

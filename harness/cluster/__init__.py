@@ -8,7 +8,7 @@ harness/cluster/delay_relay.py where the kernel has no netem). The launchers are
 real ones: MPICH's hydra (its proxies start on each host through `nsenter`), one torchrun per host
 with c10d rendezvous, and Slurm (`--slurm`: slurmctld, one slurmd per host, munge). The hosts
 share one kernel, so UCX's shared-memory transports would join ranks of different hosts past the
-shaped links: the templates give MPI ranks UCX_TLS=tcp,self (a user's setting wins). Everything
+shaped links: the templates give MPI ranks UCX_TLS=tcp,self and FI_PROVIDER=tcp (a user's setting wins). Everything
 `up` creates is recorded in the state folder before it is made, and `down` removes exactly that.
 Needs root.
 """

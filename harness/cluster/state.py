@@ -13,6 +13,7 @@ STATE_DIR = Path(os.environ.get("HCCL_BENCH_CLUSTER_DIR", "/run/hccl-bench-clust
 SUBNET = "10.213.0"            # /24 on the bridge; the driver side is .1, host i is .(10+i)
 SLURM_PORTS = (6817, 6818)     # slurmctld on the bridge address, slurmd in each host's namespace
 UCX_TLS = "tcp,self"           # no shared memory between emulated hosts (they share one kernel)
+FI_PROVIDER = "tcp"            # the same for libfabric, which MPICH's ranks use under srun (mpi_ranks.slurm_pmi1_netmod)
 
 
 class ClusterError(Exception):
@@ -66,8 +67,8 @@ class Cluster:
         wrapper = f"{shlex.quote(self.python)} -m harness.cluster launch"
         out = {"mpi": f"{wrapper} -n {{nproc}} mpi --", "torchrun": f"{wrapper} -n {{nproc}} torchrun --"}
         if self.slurm_conf:
-            ucx = os.environ.get("UCX_TLS", UCX_TLS)
-            out["srun"] = (f"env SLURM_CONF={shlex.quote(self.slurm_conf)} UCX_TLS={ucx} srun --mpi=pmi2 "
+            ucx, ofi = os.environ.get("UCX_TLS", UCX_TLS), os.environ.get("FI_PROVIDER", FI_PROVIDER)
+            out["srun"] = (f"env SLURM_CONF={shlex.quote(self.slurm_conf)} UCX_TLS={ucx} FI_PROVIDER={ofi} srun --mpi=pmi2 "
                            f"--nodes {len(self.hosts)} --ntasks {{nproc}} --distribution block --kill-on-bad-exit=1")
         return out
 
