@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -97,6 +99,17 @@ def no_orphan_segments():
         except OSError:
             pass
     assert not left, f"the test left MPI shared-memory segments in /dev/shm that no process maps: {left}"
+
+
+@pytest.fixture(autouse=True)
+def no_torchelastic_folders():
+    """torchrun's agent makes a torchelastic_* log folder in the temp folder and never removes it
+    (torch.distributed.elastic DefaultLogsSpecs without --log-dir): a test that ran one removes it."""
+    temp = Path(tempfile.gettempdir())
+    before = set(temp.glob("torchelastic_*"))
+    yield
+    for path in set(temp.glob("torchelastic_*")) - before:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
