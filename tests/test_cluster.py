@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.test_openmpi import PYTHON as OPENMPI_PYTHON
+from tests.test_openmpi import OpenMpiRun
 
 pytestmark = pytest.mark.slow
 
@@ -199,6 +201,28 @@ def test_four_hosts_one_rank_each_full_sweep_through_srun(bench_run, tmp_path):
         assert {b["extra_info"]["op"] for b in data["benchmarks"]} >= {"all_reduce", "all_gather", "reduce_scatter",
                                                                       "all_to_all", "broadcast", "reduce", "sendrecv"}
         assert all(b["extra_info"]["link_class"] == "inter-host" for b in data["benchmarks"])
+    finally:
+        cluster("down")
+    assert leftovers() == []
+
+
+@pytest.mark.skipif(bool(SKIP) or not os.access(OPENMPI_PYTHON, os.X_OK),
+                    reason=SKIP or "HCCL_BENCH_OPENMPI_PYTHON names no Open MPI python (.ci/run sets it)")
+@pytest.mark.parametrize("hosts, per_host", [(2, 2), (4, 1)])
+def test_open_mpi_sweeps_across_hosts_through_cluster_launch(tmp_path, hosts, per_host):
+    """Open MPI's own launcher (prterun, its daemons on each host through the enter script) from the
+    same `launch mpi` template as hydra: the quick sweep exact on 2 hosts x 2 and 4 hosts x 1."""
+    cluster("down")
+    up = json.loads(cluster("up", "--hosts", str(hosts), "--json").stdout)
+    run = OpenMpiRun(tmp_path)
+    try:
+        proc, data = bench(run, tmp_path, "ompi", up["launchers"]["mpi"], up["driver_host"],
+                           "--backend", "openmpi", "--nproc", str(hosts * per_host), *SWEEP)
+        rows = [b["extra_info"] for b in data["benchmarks"]]
+        assert len(rows) == 3 * 2 and all(r["wrong"] == 0 for r in rows)
+        assert all(r["hosts"] == {f"node{i + 1}": per_host for i in range(hosts)} for r in rows)
+        assert all(g["versions"]["mpi_library"].startswith("Open MPI") for g in data["hccl_bench"]["groups"].values())
+        assert run.leftovers() == []
     finally:
         cluster("down")
     assert leftovers() == []

@@ -295,13 +295,44 @@ def launch(kind: str, nproc: int, command: list[str], ppn: int = 0) -> ExitCode:
 
 
 def _mpiexec(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> typing.NoReturn:
-    """hydra's mpiexec over the hosts' ssh stand-in; it replaces this process."""
+    """The MPI library's own launcher over the hosts' ssh stand-in (the enter script); it replaces this
+    process. The library the ranks' interpreter loads decides: MPICH's hydra, or Open MPI's prterun
+    (whose flags and daemons differ: hydra's `-hosts` would be read as a program there)."""
+    from collectives.backends.mpi_ranks import variant
+    from collectives.device import DeviceUnavailable
     from harness.engine.launchers import find_mpiexec
     os.environ.setdefault("UCX_TLS", UCX_TLS)
     mpiexec = find_mpiexec(command[0])   # the MPI library beside the ranks' interpreter
-    os.execvp(mpiexec, [mpiexec, "-localhost", DRIVER_NAME, "-launcher", "ssh", "-launcher-exec",
-                        str(Path(cluster.state_dir, "enter")), "-hosts", ",".join(h.name for h in cluster.hosts),
-                        "-ppn", str(per_host), "-n", str(nproc), *command])
+    enter = str(Path(cluster.state_dir, "enter"))
+    try:
+        library = variant(command[0])
+    except DeviceUnavailable:   # not a python with mpi4py (a gloo group through this launcher): hydra starts anything
+        library = "mpich"
+    if library == "openmpi":
+        argv = [mpiexec, *_prterun_flags(cluster, nproc // len(cluster.hosts), per_host, mpiexec, enter), "-n", str(nproc)]
+    else:
+        argv = [mpiexec, "-localhost", DRIVER_NAME, "-launcher", "ssh", "-launcher-exec", enter,
+                "-hosts", ",".join(h.name for h in cluster.hosts), "-ppn", str(per_host), "-n", str(nproc)]
+    os.execvp(mpiexec, [*argv, *command])
+
+
+def _prterun_flags(cluster: Cluster, per_host: int, ppn: int, mpiexec: str, enter: str) -> list[str]:
+    """Open MPI 5 (PRRTE) across the emulated hosts: its daemon (prted, beside mpiexec) started on each
+    host through the enter script as its ssh agent, one at a time from here (no tree spawn), its
+    out-of-band wire and the ranks' TCP on the hosts' subnet, the ranks' messages over the ob1/tcp
+    path (shared memory only within a host), unbound as hydra leaves them. A user's MCA setting wins.
+    prterun places a host's share at once (--map-by slot) or round robin (--map-by node: --ppn 1)."""
+    if ppn not in (per_host, 1):
+        raise ClusterError(f"--ppn {ppn}: Open MPI's prterun places a host's {per_host} ranks at once or round robin "
+                           "(--ppn 1), not in blocks of another size")
+    subnet = f"{SUBNET}.0/24"
+    for name, value in (("PRTE_MCA_plm_ssh_agent", enter), ("PRTE_MCA_prte_launch_agent", str(Path(mpiexec).parent / "prted")),
+                        ("PRTE_MCA_plm_ssh_no_tree_spawn", "1"), ("PRTE_MCA_oob_tcp_if_include", subnet),
+                        ("OMPI_MCA_pml", "ob1"), ("OMPI_MCA_btl", "self,sm,tcp"), ("OMPI_MCA_btl_tcp_if_include", subnet)):
+        os.environ.setdefault(name, value)
+    hosts = ",".join(f"{h.name}:{per_host}" for h in cluster.hosts)
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    return ["--host", hosts, "--map-by", "slot" if ppn == per_host else "node", "--bind-to", "none", *root]
 
 
 def _torchrun(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> ExitCode:
