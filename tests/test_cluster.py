@@ -3,6 +3,7 @@ bridge, hydra's proxies on each host, one torchrun per host, and a real Slurm. N
 network namespaces (CI has both); skips with the reason where they are not allowed."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from tests.test_openmpi import OpenMpiRun
 
 pytestmark = pytest.mark.slow
 
+DRIVER_SOCKETS_BESIDE_WATCHES = 4   # its listener, rank 0's channel, the store it serves and that store's own (8 hosts x 2: 12)
 SWEEP = ("--ops", "all_reduce,all_gather,broadcast", "--sizes", "8,64K", "--timeout", "120")
 
 
@@ -112,6 +114,10 @@ def test_a_sweep_crosses_two_hosts_through_each_launcher(two_hosts, bench_run, t
     netmods = {g["versions"].get("mpich_netmod", "")[:3] for g in data["hccl_bench"]["groups"].values()
                if "mpi_library" in g["versions"]}
     assert netmods == ({"ofi"} if launcher == "srun" else {""} if "mpi" in backends.split(",") else set())
+    if launcher == "torchrun":   # ranks meet at torchrun's agent store: the driver holds a watch per host, no store peer per rank
+        sockets = [int(m) for log in tmp_path.glob(f"{launcher}/*/logs/*/driver.log")
+                   for m in re.findall(r"driver open sockets (\d+)", log.read_text())]
+        assert sockets and max(sockets) <= 2 + DRIVER_SOCKETS_BESIDE_WATCHES, sockets
     assert bench_run.leftovers() == []
 
 

@@ -58,3 +58,12 @@ def test_an_mpich_rank_under_slurms_pmi2_takes_ofi_unless_told():
     assert slurm_pmi1_netmod(hydra_in_slurm) == ""
     assert slurm_pmi1_netmod({**srun, "SLURM_MPI_TYPE": "none"}) == ""
     assert slurm_pmi1_netmod({}) == ""
+
+
+def test_torch_ranks_meet_at_torchruns_agent_store_where_it_serves_one():
+    from collectives.backends.torch_dist import agent_store
+    torchrun = {"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_ADDR": "node1", "MASTER_PORT": "29500"}
+    assert agent_store(torchrun)
+    assert not agent_store({**torchrun, "TORCHELASTIC_USE_AGENT_STORE": "False"})
+    assert not agent_store({k: v for k, v in torchrun.items() if k != "MASTER_PORT"})
+    assert not agent_store({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})   # the harness's own defaults

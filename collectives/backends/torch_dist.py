@@ -15,6 +15,13 @@ from collectives.device import Device, accelerator_facts, probe_device
 from collectives.ops import OPS
 
 
+def agent_store(env) -> bool:
+    """Whether torchrun's leader agent serves these ranks a TCPStore (TORCHELASTIC_USE_AGENT_STORE, with
+    MASTER_ADDR and MASTER_PORT naming it: torch.distributed.rendezvous._create_c10d_store connects
+    every rank as a client). Then the ranks meet there, not at the store the driver serves, whose
+    sockets would grow with ranks (28 for 8 hosts x 2 gloo ranks)."""
+    return env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and bool(env.get("MASTER_ADDR")) and bool(env.get("MASTER_PORT"))
+
 class TorchBackend:
     """One rank of a torch.distributed process group."""
 
@@ -30,7 +37,9 @@ class TorchBackend:
         timeout = datetime.timedelta(hours=6)
         store = os.environ.get("HCCL_BENCH_STORE")          # a local group: a file, no listening socket
         served = os.environ.get("HCCL_BENCH_TCP_STORE")     # a launcher's group: the driver serves the store
-        if served:
+        if agent_store(os.environ):   # torchrun's: its leader agent serves one; the driver's sockets stay O(hosts)
+            dist.init_process_group(backend=name, init_method="env://", rank=rank, world_size=world, timeout=timeout)
+        elif served:
             host, port = served.rsplit(":", 1)
             tcp = dist.TCPStore(host, int(port), world, is_master=False, timeout=datetime.timedelta(minutes=5))
             dist.init_process_group(backend=name, store=tcp, rank=rank, world_size=world, timeout=timeout)
