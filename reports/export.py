@@ -7,12 +7,13 @@ label names follow NCCL Inspector's textfile output (`nccl_bus_bandwidth_gbs` an
 `nccl_collective_exec_time_microseconds` with collective, message_size, algo_proto, nranks,
 n_nodes, node and job labels), named for hccl-bench:
 
-    hccl_bench_busbw_gbps{op,bytes,message_size,dtype,redop,inplace,backend,algo,nranks,hosts,series,knobs,side,stack,run,job}
+    hccl_bench_busbw_gbps{op,bytes,message_size,dtype,redop,inplace,backend,algo,nranks,hosts,series,knobs,side,stack,run,job,cluster}
     hccl_bench_algbw_gbps{...}   hccl_bench_time_us{...}   (each cell's median per-op time over its launches)
     hccl_bench_verdict{<cell labels>,verdict,cause,direction,confirmed,machine} 1
     hccl_bench_time_ratio{<cell labels>,bound="estimate"|"low"|"high"}   (candidate / baseline time, 95% CI)
     hccl_bench_detectable_change{<cell labels>}   (the change the cell could have seen, 80% power)
-    hccl_bench_exit_code{run,job}   hccl_bench_canary_seconds{workload,run,job}   hccl_bench_run_start_seconds{run,job}
+    hccl_bench_exit_code{run,job,cluster}   hccl_bench_canary_seconds{workload,run,job,cluster}
+    hccl_bench_run_start_seconds{run,job,cluster}
 
 What is exported depends on what is given: one run, its figures; one --ab-env/--ab-source run, both
 sides' figures (side A the baseline, B the candidate, by role: a same-night A/B reads previous ->
@@ -25,6 +26,7 @@ collector refuses them): the scrape's time is the sample's.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -39,8 +41,9 @@ from schema.results import CollectiveRow, NoCells, ResultError, Run, Series
 from schema.run_meta import RunMeta
 
 CELL_LABELS = ("op", "bytes", "message_size", "dtype", "redop", "inplace", "backend", "algo", "nranks", "hosts",
-               "series", "knobs", "side", "stack", "run", "job")
+               "series", "knobs", "side", "stack", "run", "job", "cluster")
 VERDICT_LABELS = ("verdict", "cause", "direction", "confirmed", "machine")
+RUN_LABELS = ("run", "job", "cluster")
 
 
 @dataclass
@@ -58,16 +61,33 @@ def default_job() -> str:
     return os.environ.get("SLURM_JOB_NAME") or os.environ.get("JOB_NAME") or "hccl-bench"
 
 
+def default_cluster() -> str:
+    """The cluster label: Slurm's cluster name where there is one, else this machine's name."""
+    return os.environ.get("SLURM_CLUSTER_NAME") or socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Where:
+    """The labels every sample of one export carries: which job wrote it, on which cluster (what a
+    fleet's dashboard aggregates and filters by)."""
+    job: str
+    cluster: str
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {"job": self.job, "cluster": self.cluster}
+
+
 def _hosts(row) -> str:
     return str(len(row.hosts)) if getattr(row, "hosts", None) else ""
 
 
-def _series_labels(series: Series, size: int, row, side: str, stack: str, run: str, job: str) -> dict[str, str]:
+def _series_labels(series: Series, size: int, row, side: str, stack: str, run: str, where: Where) -> dict[str, str]:
     return {"op": series.op or "", "bytes": str(size), "message_size": format_size(size) if size else "",
             "dtype": series.dtype or "", "redop": series.redop or "", "inplace": "" if series.inplace is None else
             str(bool(series.inplace)).lower(), "backend": series.backend, "algo": series.algo or "",
             "nranks": "" if series.nranks is None else str(series.nranks), "hosts": _hosts(row) if row is not None else "",
-            "series": series.label(), "knobs": series.knobs or "", "side": side, "stack": stack, "run": run, "job": job}
+            "series": series.label(), "knobs": series.knobs or "", "side": side, "stack": stack, "run": run, **where.labels}
 
 
 def _run_name(run: Run) -> str:
@@ -100,12 +120,12 @@ class _Metrics:
         self.detectable = g("hccl_bench_detectable_change", "The change a judged cell's samples could have seen "
                             "(80% power), as a fraction", CELL_LABELS)
         self.exit_code = g("hccl_bench_exit_code", "The judgement's exit status: 0 pass, 1 a confirmed software "
-                           "regression, 6 inconclusive (compare), 7 a machine regression (history)", ("run", "job"))
-        self.canary = g("hccl_bench_canary_seconds", "The canary's median sample of the night, s", ("workload", "run", "job"))
-        self.started = g("hccl_bench_run_start_seconds", "When the run began (Unix time)", ("run", "job"))
+                           "regression, 6 inconclusive (compare), 7 a machine regression (history)", RUN_LABELS)
+        self.canary = g("hccl_bench_canary_seconds", "The canary's median sample of the night, s", ("workload", *RUN_LABELS))
+        self.started = g("hccl_bench_run_start_seconds", "When the run began (Unix time)", RUN_LABELS)
 
 
-def _figures(m: _Metrics, run: Run, side: str, job: str, out: Export) -> None:
+def _figures(m: _Metrics, run: Run, side: str, where: Where, out: Export) -> None:
     """Each collective cell's busbw, algbw and time (median over launches) with its labels."""
     name, stack = _run_name(run), _stack(run)
     other = 0
@@ -116,7 +136,7 @@ def _figures(m: _Metrics, run: Run, side: str, job: str, out: Export) -> None:
             continue
         seconds = cell.pooled_s
         algbw, busbw = bandwidths(row.op, size, seconds, row.nranks, row.algo)
-        labels = _series_labels(series, size, row, side, stack, name, job)
+        labels = _series_labels(series, size, row, side, stack, name, where)
         m.busbw.labels(**labels).set(busbw)
         m.algbw.labels(**labels).set(algbw)
         m.time.labels(**labels).set(seconds * 1e6)
@@ -126,15 +146,15 @@ def _figures(m: _Metrics, run: Run, side: str, job: str, out: Export) -> None:
                            "(no bandwidth): not exported")
     try:
         started = datetime.fromisoformat(run.started.replace("Z", "+00:00")).timestamp()
-        m.started.labels(run=name, job=job).set(started)
+        m.started.labels(run=name, **where.labels).set(started)
     except ValueError:
         pass
 
 
-def _verdicts(m: _Metrics, cells: list[CellResult], rows: dict, side: str, stack: str, run: str, job: str,
+def _verdicts(m: _Metrics, cells: list[CellResult], rows: dict, side: str, stack: str, run: str, where: Where,
               out: Export) -> None:
     for c in cells:
-        labels = _series_labels(c.series, c.size, rows.get(c.key), side, stack, run, job)
+        labels = _series_labels(c.series, c.size, rows.get(c.key), side, stack, run, where)
         v = c.outcome
         m.verdict.labels(**labels, verdict=v.text(), cause=v.cause.value, direction=v.direction.value,
                          confirmed=str(v.confirmed).lower(), machine=str(v.machine).lower()).set(1)
@@ -144,13 +164,13 @@ def _verdicts(m: _Metrics, cells: list[CellResult], rows: dict, side: str, stack
         out.verdicts += 1
 
 
-def _canary(m: _Metrics, run: Run, job: str) -> None:
+def _canary(m: _Metrics, run: Run, where: Where) -> None:
     canary = RunMeta.of(run.meta).canary or {}
     from schema.stats import median
     for workload, w in (canary.get("workloads") or {}).items():
         samples = w.get("samples") if isinstance(w, dict) else None
         if isinstance(samples, list) and samples and all(isinstance(s, (int, float)) and s > 0 for s in samples):
-            m.canary.labels(workload=str(workload), run=_run_name(run), job=job).set(median(samples))
+            m.canary.labels(workload=str(workload), run=_run_name(run), **where.labels).set(median(samples))
 
 
 def _ab_sides(path: str) -> tuple[Run, Run] | None:
@@ -161,21 +181,22 @@ def _ab_sides(path: str) -> tuple[Run, Run] | None:
         return None
 
 
-def collect(paths: list[str], job: str | None = None, window: int = DEFAULT_WINDOW) -> tuple[_Metrics, Export]:
+def collect(paths: list[str], job: str | None = None, window: int = DEFAULT_WINDOW,
+            cluster: str | None = None) -> tuple[_Metrics, Export]:
     """The gauges for `paths` (one run, one A/B run, several runs or a --results folder of nights)."""
-    job = job or default_job()
+    where = Where(job or default_job(), cluster or default_cluster())
     m, out = _Metrics(), Export()
     runs, skipped = load_runs(paths)
     if not runs and len(paths) == 1 and (sides := _ab_sides(paths[0])) is not None:
         base, cand = sides
         for run in sides:
-            _figures(m, run, run.side, job, out)
+            _figures(m, run, run.side, where, out)
         judgement = judge_pair(base, cand)
         if judgement.comparison is not None and not judgement.refused:
             rows = {k: c.row for k, c in cand.cells.items()}
-            _verdicts(m, judgement.comparison.cells, rows, "", f"{_stack(base)} -> {_stack(cand)}", _run_name(cand), job,
+            _verdicts(m, judgement.comparison.cells, rows, "", f"{_stack(base)} -> {_stack(cand)}", _run_name(cand), where,
                       out)
-            _exit(m, judgement, _run_name(cand), job, out, "fail")   # as `compare --ab` exits
+            _exit(m, judgement, _run_name(cand), where, out, "fail")   # as `compare --ab` exits
         else:
             out.skipped.append(f"no verdicts: {judgement.refused}")
         out.what = f"the A/B run {paths[0]}: {base.label} -> {cand.label}"
@@ -187,33 +208,34 @@ def collect(paths: list[str], job: str | None = None, window: int = DEFAULT_WIND
     newest = runs[-1]
     if too_few(runs):   # a run or two: their figures, nothing to judge
         for run in runs:
-            _figures(m, run, "", job, out)
-            _canary(m, run, job)
+            _figures(m, run, "", where, out)
+            _canary(m, run, where)
         out.what = f"{len(runs)} run{'s' if len(runs) > 1 else ''}' figures ({too_few(runs).removeprefix('# ')})"
         return m, out
     judgement = judge_history(runs, window=window)
-    _figures(m, newest, "", job, out)
-    _canary(m, newest, job)
+    _figures(m, newest, "", where, out)
+    _canary(m, newest, where)
     hist = judgement.history
     if hist is None or judgement.refused:
         out.skipped.append(f"no verdicts: {judgement.refused or judgement.headline}")
     else:
         rows = {k: c.row for k, c in newest.cells.items()}
-        _verdicts(m, hist.judged.cells, rows, "", _stack(newest), _run_name(newest), job, out)
-        _exit(m, judgement, _run_name(newest), job, out, "pass")
+        _verdicts(m, hist.judged.cells, rows, "", _stack(newest), _run_name(newest), where, out)
+        _exit(m, judgement, _run_name(newest), where, out, "pass")
     out.what = f"the history of {len(runs)} runs: the newest night {_run_name(newest)}'s figures and the history's verdicts"
     return m, out
 
 
-def _exit(m: _Metrics, judgement: Judgement, run: str, job: str, out: Export, inconclusive: str) -> None:
+def _exit(m: _Metrics, judgement: Judgement, run: str, where: Where, out: Export, inconclusive: str) -> None:
     out.exit_code = int(judgement.exit_status(inconclusive))
-    m.exit_code.labels(run=run, job=job).set(out.exit_code)
+    m.exit_code.labels(run=run, **where.labels).set(out.exit_code)
 
 
-def prometheus(paths: list[str], file: str | Path, job: str | None = None, window: int = DEFAULT_WINDOW) -> Export:
+def prometheus(paths: list[str], file: str | Path, job: str | None = None, window: int = DEFAULT_WINDOW,
+               cluster: str | None = None) -> Export:
     """Write the Prometheus text format of `paths` to `file` (atomically: a scrape never sees half a file)."""
     from prometheus_client import write_to_textfile
-    m, out = collect(paths, job, window)
+    m, out = collect(paths, job, window, cluster)
     Path(file).parent.mkdir(parents=True, exist_ok=True)
     write_to_textfile(str(file), m.registry)
     return out

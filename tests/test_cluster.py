@@ -181,7 +181,7 @@ def test_the_nightly_sbatch_runs_twice_against_slurm(two_hosts, tmp_path):
         pytest.skip("Slurm (slurm-wlm, munge) is not installed")
     env = {**os.environ, "SLURM_CONF": two_hosts["slurm_conf"], "HCCL_BENCH_RESULTS": str(tmp_path / "nightly"),
            "HCCL_BENCH_PYTHON_EXE": sys.executable, "HCCL_BENCH_BACKENDS": "mpi", "HCCL_BENCH_REPO": str(ROOT),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HCCL_BENCH_TEXTFILE_DIR": str(tmp_path / "textfile")}
     outputs = []
     for night in (1, 2):
         job = subprocess.run(["sbatch", "--wait", f"--output={tmp_path}/night{night}.out", "examples/nightly.sbatch",
@@ -191,6 +191,11 @@ def test_the_nightly_sbatch_runs_twice_against_slurm(two_hosts, tmp_path):
         assert job.returncode == 0, job.stdout + job.stderr + outputs[-1][-3000:]
     assert len(list((tmp_path / "nightly").glob("*/results.json"))) == 2
     assert "nothing to judge yet" in outputs[1] or "# verdict: history" in outputs[1], outputs[1][-2000:]
+    # the recipe exported the nights for node_exporter's textfile collector, labelled with the job and cluster
+    from prometheus_client.parser import text_string_to_metric_families
+    prom = (tmp_path / "textfile" / "hccl_bench_hccl-bench-nightly.prom").read_text()
+    busbw = [s for f in text_string_to_metric_families(prom) if f.name == "hccl_bench_busbw_gbps" for s in f.samples]
+    assert busbw and {(s.labels["job"], s.labels["cluster"]) for s in busbw} == {("hccl-bench-nightly", "hcclbench")}, busbw[:2]
 
 
 @pytest.mark.skipif(bool(SKIP) or not SLURM, reason=SKIP or "Slurm is not installed")

@@ -23,7 +23,7 @@ def test_a_same_night_ab_exports_both_stacks_and_the_regression_previous_to_this
     run = tmp_path / "ab"
     _same_night_run(run, 1.3)
     mark_direction(run)
-    out = run_cli("export", run, "--prometheus", tmp_path / "m.prom", "--job", "nightly-mpi")
+    out = run_cli("export", run, "--prometheus", tmp_path / "m.prom", "--job", "nightly-mpi", "--cluster", "ascend-a")
     assert out.returncode == 0 and "11 verdicts, exit status 1" in out.stdout, out.stdout + out.stderr
     got = families(tmp_path / "m.prom")
     assert {"hccl_bench_busbw_gbps", "hccl_bench_algbw_gbps", "hccl_bench_time_us", "hccl_bench_verdict",
@@ -38,12 +38,15 @@ def test_a_same_night_ab_exports_both_stacks_and_the_regression_previous_to_this
     assert {s.labels["stack"] for s in verdicts} == {"previous stack -> this stack"}
     assert all(1.25 < s.value < 1.35 for s in got["hccl_bench_time_ratio"] if s.labels["bound"] == "estimate")
     assert [s.value for s in got["hccl_bench_exit_code"]] == [1.0]
+    assert {s.labels["cluster"] for samples in got.values() for s in samples} == {"ascend-a"}   # on every sample
 
 
-def test_a_history_exports_its_newest_night_and_its_verdicts(tmp_path):
+def test_a_history_exports_its_newest_night_and_its_verdicts(tmp_path, monkeypatch):
     """Nights 10-12 of 12 slower at all_reduce 256 KiB-4 MiB: the newest night's figures, the canary,
     the regressions; a machine improvement exports as such with exit status 0."""
+    import socket
     folder = with_canary(nightly(tmp_path / "a", 12, slow_from=9, drift=0.02))
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "ascend-b")   # what a Slurm job's export is labelled with
     out = run_cli("export", folder, "--prometheus", tmp_path / "h.prom")
     assert out.returncode == 0 and "the history of 12 runs" in out.stdout, out.stdout + out.stderr
     got = families(tmp_path / "h.prom")
@@ -55,12 +58,15 @@ def test_a_history_exports_its_newest_night_and_its_verdicts(tmp_path):
     assert regressed == {("all_reduce", s) for s in (256 << 10, 1 << 20, 4 << 20)}
     assert all(s.labels["cause"] == "history" for s in got["hccl_bench_verdict"] if s.labels["verdict"] == "regression")
     assert [s.value for s in got["hccl_bench_exit_code"]] == [1.0]
+    assert {s.labels["cluster"] for samples in got.values() for s in samples} == {"ascend-b"}
+    monkeypatch.delenv("SLURM_CLUSTER_NAME")   # outside Slurm: this machine's name
     faster = with_canary(nightly(tmp_path / "b", 10, drift=0.02), lambda night: 0.7 if night >= 7 else 1.0,
                          lambda night, op, size: 0.67 if night >= 7 and SMALL_GATHER(op, size) else 1.0)
     assert run_cli("export", faster, "--prometheus", tmp_path / "f.prom").returncode == 0
     got = families(tmp_path / "f.prom")
     machine = {int(s.labels["bytes"]) for s in got["hccl_bench_verdict"] if s.labels["verdict"] == "machine improvement"}
     assert machine == {4, 16, 64, 256, 1024} and [s.value for s in got["hccl_bench_exit_code"]] == [0.0]
+    assert {s.labels["cluster"] for s in got["hccl_bench_exit_code"]} == {socket.gethostname()}
 
 
 def test_export_refuses_what_holds_no_run_in_one_line(tmp_path):

@@ -108,6 +108,8 @@ def _export(p: argparse.ArgumentParser) -> None:
                    help="write the Prometheus text format here (node_exporter's textfile collector: a FILE.prom in its "
                         "--collector.textfile.directory), written atomically")
     p.add_argument("--job", help="the job label (default: $SLURM_JOB_NAME, else hccl-bench)")
+    p.add_argument("--cluster", help="the cluster label on every sample (default: $SLURM_CLUSTER_NAME, else this "
+                                     "machine's name)")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
                    help=f"a history's window, as `history --window` (default {DEFAULT_WINDOW})")
 

@@ -180,7 +180,7 @@ def run_export(args) -> ExitCode:
     from reports.export import prometheus
     if args.window < 1:
         return fail(f"--window {args.window}: give a number of runs, 1 or more")
-    out = prometheus(args.runs, args.prometheus, job=args.job, window=args.window)
+    out = prometheus(args.runs, args.prometheus, job=args.job, window=args.window, cluster=args.cluster)
     for line in out.skipped:
         print(f"# skipped: {line}")
     print(f"# export: {out.what}: {out.figures} cells' figures, {out.verdicts} verdicts"
