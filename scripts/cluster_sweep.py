@@ -6,7 +6,7 @@
 Each run is LAUNCHER:BACKEND:RANKS_PER_HOST. `hccl-bench cluster up --hosts H` (with `--slurm`
 when a run uses srun), then per run one session `pytest benches/test_collectives.py --backend
 BACKEND --nproc H x RANKS_PER_HOST --ops all_reduce,all_to_all,broadcast --sizes 8,64K --rounds 5`
-with that launcher's template from `up --json` (hydra, Slurm's srun, one torchrun per host), and
+with that launcher's template from `up --json` (hydra or Open MPI's prterun, Slurm's srun, one torchrun per host), and
 `cluster down` on every path (an error, Ctrl-C, SIGTERM). Prints one row per run: cases passed /
 run, #wrong, whether every case recorded H hosts x RANKS_PER_HOST, and from the driver.log line
 each group start writes (harness/engine/groups.py, as scripts/scale_check.py reads it) the start-up

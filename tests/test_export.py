@@ -158,6 +158,6 @@ def test_the_grafana_dashboard_reads_only_metrics_and_labels_that_an_export_writ
             assert metric in labels, f"{metric} is not exported (exported: {sorted(labels)})"
         used = set(re.findall(r"(\w+)\s*[=!]~?\"", expr)) | set(re.findall(r"\{\{(\w+)\}\}", legend))
         used |= {x.strip() for by in re.findall(r"by \(([^)]*)\)", expr) for x in by.split(",")}
-        used |= set(re.findall(r"label_values\(\w+, (\w+)\)", expr))
+        used |= set(re.findall(r"label_values\(\w+(?:\{[^}]*\})?, (\w+)\)", expr))
         have = set.intersection(*(labels[m] for m in metrics))
         assert used <= have, f"{expr}: {sorted(used - have)} not among {sorted(have)}"

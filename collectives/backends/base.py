@@ -81,7 +81,7 @@ class BackendInfo:
     mpiexec_flags: Callable[[int], tuple[str, ...]] = lambda nproc: ()   # after `mpiexec -n N` for N local ranks
     packages: tuple[str, ...] = ()       # distributions whose versions provenance records
     thread_level: bool = False           # --mpi-thread-level applies
-    version_keys: tuple[str, ...] = ()   # the keys Backend.versions() returns
+    version_keys: tuple[str, ...] = ()   # the keys Backend.versions() always returns (it may add a note, e.g. mpich_netmod)
 
     def forms(self, op: str) -> frozenset[bool]:
         """Buffer forms this backend offers for `op`: True = in-place, False = out-of-place."""

@@ -149,7 +149,8 @@ class MpiBackend:
         return {"mpi4py": mpi4py.__version__, "mpi_library": library.splitlines()[0],
                 "mpi_thread_level": levels.get(self.MPI.Query_thread(), str(self.MPI.Query_thread())),
                 **({"mpich_netmod": f"{self.netmod_set} (hccl-bench: UCX's business card overflows Slurm's "
-                                    "PMI-1 reads under srun --mpi=pmi2)"} if self.netmod_set and "MPICH" in library else {})}
+                                    "PMI-1 reads under srun --mpi=pmi2)"}
+                   if self.netmod_set and "Open MPI" not in library else {})}
 
     def torch_world(self) -> None:
         """torch.distributed on COMM_WORLD for the layer benches (mpi_torch.py), made at the first layer

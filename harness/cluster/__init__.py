@@ -5,10 +5,12 @@ its own hostname, so `socket.gethostname()` differs per host and every library s
 nodes. Ranks on one host talk over that host's loopback; traffic between hosts crosses the host's
 veth, shaped with tc (tbf for the rate; a delay through netem, or through the userspace relay
 harness/cluster/delay_relay.py where the kernel has no netem). The launchers are the
-real ones: MPICH's hydra (its proxies start on each host through `nsenter`), one torchrun per host
+real ones: MPICH's hydra or Open MPI's prterun (their proxies or daemons start on each host through
+`nsenter`), one torchrun per host
 with c10d rendezvous, and Slurm (`--slurm`: slurmctld, one slurmd per host, munge). The hosts
 share one kernel, so UCX's shared-memory transports would join ranks of different hosts past the
-shaped links: the templates give MPI ranks UCX_TLS=tcp,self and FI_PROVIDER=tcp (a user's setting wins). Everything
+shaped links: the templates give MPI ranks UCX_TLS=tcp,self (srun's also FI_PROVIDER=tcp, Open MPI's
+ob1 over tcp between hosts; a user's setting wins). Everything
 `up` creates is recorded in the state folder before it is made, and `down` removes exactly that.
 Needs root.
 """
@@ -304,10 +306,12 @@ def _mpiexec(cluster: Cluster, per_host: int, nproc: int, command: list[str]) ->
     os.environ.setdefault("UCX_TLS", UCX_TLS)
     mpiexec = find_mpiexec(command[0])   # the MPI library beside the ranks' interpreter
     enter = str(Path(cluster.state_dir, "enter"))
-    try:
-        library = variant(command[0])
-    except DeviceUnavailable:   # not a python with mpi4py (a gloo group through this launcher): hydra starts anything
-        library = "mpich"
+    library = "mpich"   # hydra starts anything; prterun only where the ranks' python loads Open MPI
+    if Path(command[0]).name.startswith("python"):
+        try:
+            library = variant(command[0])
+        except (DeviceUnavailable, ImportError, RuntimeError, OSError, subprocess.TimeoutExpired):
+            pass   # no mpi4py or MPI there (a gloo group through this launcher)
     if library == "openmpi":
         argv = [mpiexec, *_prterun_flags(cluster, nproc // len(cluster.hosts), per_host, mpiexec, enter), "-n", str(nproc)]
     else:

@@ -175,6 +175,7 @@ class WorkerGroup:
     def _rank_env(self, token: str, port: int, master_port: int) -> dict[str, str]:
         wanted: dict[str, str | None] = {**os.environ, **self.local_env, **self.key.rank_env}
         base = {k: v for k, v in wanted.items() if v is not None}   # None: what side B's --ab-source unsets
+        base.pop("TORCHELASTIC_USE_AGENT_STORE", None)   # a driver under torchrun: its ranks are not torchrun's
         base.setdefault("MASTER_ADDR", "127.0.0.1")
         base.setdefault("MASTER_PORT", str(master_port))
         if self.store is not None:   # rank 0 of a launcher may be on any host: none of them serves the store
