@@ -18,7 +18,7 @@ from tests.test_openmpi import OpenMpiRun
 
 pytestmark = pytest.mark.slow
 
-DRIVER_SOCKETS_BESIDE_WATCHES = 4   # its listener, rank 0's channel, the store it serves and that store's own (8 hosts x 2: 12)
+DRIVER_SOCKETS_BESIDE_WATCHES = 4   # what the driver holds besides its watches: 8 hosts x 2 gloo ranks through torchrun held 12
 SWEEP = ("--ops", "all_reduce,all_gather,broadcast", "--sizes", "8,64K", "--timeout", "120")
 
 

@@ -22,6 +22,7 @@ def agent_store(env) -> bool:
     sockets would grow with ranks (28 for 8 hosts x 2 gloo ranks)."""
     return env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and bool(env.get("MASTER_ADDR")) and bool(env.get("MASTER_PORT"))
 
+
 class TorchBackend:
     """One rank of a torch.distributed process group."""
 
