@@ -9,7 +9,7 @@ from typing import Optional
 from reports import summary
 from reports.compare import DEFAULT_MIN_EFFECT, Comparison, compare
 from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
-from reports.history import DEFAULT_WINDOW, History, analyse, confirm_with_ab, platform, recorded_ab, too_few
+from reports.history import DEFAULT_WINDOW, History, alert_rule, analyse, confirm_with_ab, platform, recorded_ab, too_few
 from reports.result_files import load
 from reports.sequential import run_looks
 from schema.calibration import Calibration
@@ -133,6 +133,7 @@ def judge_history(runs: list[Run], calibration: Optional[Calibration] = None, mi
         confirmed, unexplained = confirm_with_ab(hist, ab)
         prefix += (f"# same-day A/B: confirmed {confirmed} of the {len(ab.cells)} cells it measured ({suspected} suspected); "
                    f"{unexplained} of {regressed} regressed cells the stacks ran alike (the machine's)\n")
+    alert_rule(hist)   # the cells the A/Bs found the machine's face the machine-alert rule too
     as_json = {**summary.as_json(hist.judged), "headline": summary.history_headline(hist), "runs": [r.path for r in hist.runs],
                "change_at": {f"{k[0].label()} {k[1]} B": hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
                "suspected": summary.as_json(hist.suspected)["cells"], "machine_changed": hist.machine_changed,

@@ -21,8 +21,13 @@ with it: a noisy night is left out of every cell, with the canary's figures as t
 change that began with a canary step in the same direction is the machine's (Cause.CANARY), which
 never fails the guard as a software regression. A machine change is judged exactly as a software
 one before its cause is named (the same Benjamini-Hochberg across the sweep, minimum effect and
-neighbouring sizes, in assign_verdicts); a machine regression gives exit 7, a machine improvement
-is reported and never fails a job.
+neighbouring sizes, in assign_verdicts); then it must pass the machine-alert rule (alert_rule),
+calibrated for nights of one stack on a shared machine: the step held MACHINE_NIGHTS nights (none
+undone), at least MACHINE_MIN_EFFECT and past what the cell's own nights could have seen, its p
+below alpha over every cell of the sweep (Bonferroni: an alert is one per night, not a share of
+the cells), and a neighbouring size making the same step. A step that fails it is inconclusive,
+with the reason. A machine regression gives exit 7, a machine improvement is reported and never
+fails a job.
 """
 from __future__ import annotations
 
@@ -50,6 +55,8 @@ NEWEST_UNDECIDED = Verdict(cause=Cause.HISTORY, newest=True)   # the newest nigh
 PLATFORM = ("nranks", "hosts")   # what makes a night another platform (a night that lost a backend is not)
 DEFAULT_WINDOW = 7       # a change fails the job only if it began within the last N runs
 POWER = 0.8              # what "could have seen" means: the change found this often
+MACHINE_NIGHTS = MIN_SEGMENT + 1   # a machine alert: the step held this many nights, the newest among them
+MACHINE_MIN_EFFECT = 0.10          # ... and at least this large (Greyhound's floor for an alert; Conbench waits for 5 sigma)
 
 
 @dataclass
@@ -75,6 +82,8 @@ class History:
     # run had that the newest lacks -> the last run it was in: a renamed series (an algorithm the environment forces)
     began: dict[Series, int] = field(default_factory=dict)
     ended: dict[Series, int] = field(default_factory=dict)
+    held: dict[tuple, int] = field(default_factory=dict)   # cell key -> newest judged nights on its new level, none back
+    below_alert: dict[tuple, str] = field(default_factory=dict)   # cell key -> why its machine step raised no alert
 
     @property
     def regressed(self) -> bool:
@@ -225,6 +234,7 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
                                             samples="runs", n_base=at - start, n_cand=len(y) - at, min_effect=effect,
                                             detectable=detectable_change(y, [c for c, _ in cps], alpha, effect)))
         hist.change_at[key] = idx[at] if cps else -1
+        hist.held[key] = held_nights(y[start:at].mean(), y[at:])
         hist.level_from[key] = idx[max(start, at - MIN_SEGMENT)]
         level = y[cps[-1][0] if cps else 0:-1]   # the newest run against the level it should be on
         sd = level.std(ddof=1) * np.sqrt(1 + 1 / level.size) if level.size >= MIN_SEGMENT else 0.0
@@ -258,7 +268,60 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
         if departs(c, c.q, alpha):
             c.outcome = Verdict(Direction.REGRESSION if c.ratio > 1 else Direction.IMPROVEMENT, cause=Cause.HISTORY,
                                 newest=True)
+    alert_rule(hist, alpha)
     return hist
+
+
+def held_nights(before: float, after: np.ndarray) -> int:
+    """How many of the newest nights sit nearer the new level than the old, counted back from the
+    newest: a step a later night undoes holds 0."""
+    level = after.mean()
+    held = 0
+    for value in after[::-1]:
+        if abs(value - level) >= abs(value - before):
+            break
+        held += 1
+    return held
+
+
+def alert_rule(hist: History, alpha: float = ALPHA) -> None:
+    """The machine-alert rule: a machine change within the window stays one only when it held
+    MACHINE_NIGHTS nights, is at least MACHINE_MIN_EFFECT and past the cell's own `detectable`, its
+    p times the sweep's cells is below alpha, and a neighbouring size of its series passes alike;
+    the others become inconclusive, saying which part they failed. On a busy 2-core VM the software
+    verdicts' rules (BH, 5%, two nights) let one lone cell per 10 same-stack nights through
+    (all_reduce 64 B +5.3%, gone the night after); an alert that fires that often is not read."""
+    cells = hist.judged.cells
+    why: dict[int, str] = {}
+    for c in cells:
+        if not (c.outcome.machine and c.outcome.direction in CHANGES):
+            continue
+        effect = max(c.min_effect, MACHINE_MIN_EFFECT)
+        step = max(c.ratio, 1 / c.ratio)
+        if (held := hist.held.get(c.key, 0)) < MACHINE_NIGHTS:
+            why[id(c)] = f"held {held} nights, an alert needs {MACHINE_NIGHTS} with the newest"
+        elif step < 1 + effect:
+            why[id(c)] = f"a step of {step - 1:.1%}, an alert needs {effect:.0%}"
+        elif step < 1 + c.detectable:
+            why[id(c)] = f"a step of {step - 1:.1%}, inside what its nights could have seen ({c.detectable:.0%})"
+        elif c.p * len(cells) >= alpha:
+            why[id(c)] = f"p {c.p:.2g} x {len(cells)} cells of the sweep is not below {alpha:g}"
+    passing = [c for c in cells if c.outcome.machine and c.outcome.direction in CHANGES and id(c) not in why]
+    for c in passing:
+        if not any(o is not c and o.series == c.series and o.outcome.direction is c.outcome.direction
+                   and adjacent(hist, c.series, o.size, c.size) for o in passing):
+            why[id(c)] = "no neighbouring size made the same step"
+    for i, c in enumerate(cells):
+        if id(c) in why:
+            hist.below_alert[c.key] = f"x{c.ratio:.3f} [{c.low:.3f}, {c.high:.3f}]: {why[id(c)]}"
+            cells[i] = replace(c, outcome=Verdict(cause=Cause.HISTORY),
+                               note=f"a machine step below the machine-alert rule: {hist.below_alert[c.key]}")
+
+
+def adjacent(hist: History, series: Series, a: int, b: int) -> bool:
+    """Sizes next to each other in the series' sweep of the newest night."""
+    sizes = sorted({size for s, size in hist.runs[-1].cells if s == series} | {a, b})
+    return abs(sizes.index(a) - sizes.index(b)) == 1
 
 
 def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tuple[int, int]:

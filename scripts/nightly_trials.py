@@ -17,6 +17,15 @@ every night runs with `--previous-stack` of a script that clears HCCL_BENCH_FAUL
 the change): on a same-stack night it changes nothing (no A/B runs; the night records that it kept
 its stack), on a changed night it is another stack, so every cell is A/B-tested the same night
 (harness/session/same_night.py) and the change can be confirmed on the first changed night.
+
+    python scripts/nightly_trials.py --replay DIR [--same 10] [--figures-at 7]
+
+judges the nights an earlier --out DIR recorded again, night by night as they were judged live, with
+the code as it is now (a rule changed since is measured on the same nights). A machine alert is a
+same-stack night whose history reports a machine change (reports/history.py, alert_rule); a job it
+fails is one that exits 7 (a machine regression). At night --figures-at of each trial's same-stack
+nights it prints, for the mpi 1 MiB and 4 MiB cells, how far that night's launches spread (slowest
+/ fastest launch) and what the history could have seen (80% power, its own night-to-night spread).
 """
 from __future__ import annotations
 
@@ -33,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from reports.gate import judge_history  # noqa: E402
 from reports.history import load_runs, too_few  # noqa: E402
 from schema.judgement import REGRESSION, SUSPECTED_REGRESSION  # noqa: E402
+from schema.stats import median  # noqa: E402
 
 
 def night(results: Path, args, changed: bool, previous: Path | None) -> int:
@@ -49,19 +59,94 @@ def night(results: Path, args, changed: bool, previous: Path | None) -> int:
     return proc.returncode
 
 
-def verdict(results: Path) -> dict:
-    """The history's judgement of the folder as it stands."""
-    runs, _ = load_runs([str(results)])
+def verdict(runs: list) -> dict:
+    """The history's judgement of these nights (a folder as it stood after its newest night)."""
     if too_few(runs):
-        return {"text": "too few nights", "regressed": False, "machine": False, "all_reduce": False, "suspected": False}
+        return {"text": "too few nights", "regressed": False, "machine": False, "machine_failed": False,
+                "all_reduce": False, "suspected": False, "history": None}
     j = judge_history(runs)
     hist = j.history
     assert hist is not None
-    return {"text": j.headline, "regressed": j.regressed, "machine": j.machine_changed,
+    return {"text": j.headline, "regressed": j.regressed, "machine": j.machine_changed, "machine_failed": j.machine_regressed,
             "all_reduce": any(c.series.op == "all_reduce" for c in hist.judged.by_verdict(REGRESSION)),
             "suspected": any(c.series.op == "all_reduce" and c.outcome.kind == SUSPECTED_REGRESSION
                              for c in hist.suspected.cells),
-            "noisy": len(hist.left_out)}
+            "noisy": len(hist.left_out), "history": hist}
+
+
+def nights_of(results: Path) -> list:
+    """A trial folder's nights, oldest first."""
+    runs, _ = load_runs([str(results)])
+    return sorted(runs, key=lambda r: r.started)
+
+
+def large_size_figures(runs: list, hist) -> list[str]:
+    """The 1 MiB and 4 MiB cells of the newest night: slowest / fastest launch, and what the history
+    could have seen."""
+    out = []
+    for c in hist.judged.cells if hist else []:
+        if c.size not in (1 << 20, 4 << 20):
+            continue
+        values = sorted(median(v) for v in runs[-1].cells[c.key].launches.values())
+        out.append(f"{c.series.op} {c.size >> 20} MiB: launches {values[-1] / values[0]:.2f}x apart "
+                   f"({', '.join(f'{v * 1e6:.0f}' for v in values)} us), could have seen {c.detectable:.0%}")
+    return out
+
+
+class Tally:
+    """What the trials found, night by night."""
+    def __init__(self, same: int, figures_at: int):
+        self.same, self.figures_at = same, figures_at
+        self.confirmed_at: list = []
+        self.wolf = self.alerts = self.failed = self.nights = 0
+
+    def night(self, n: int, code, v: dict, runs: list) -> bool:
+        """Count night n (0-based) of a trial; True when the change is confirmed (the trial ends)."""
+        changed = n >= self.same
+        kind = f"changed night {n - self.same + 1}" if changed else f"same-stack night {n + 1}"
+        print(f"  {kind}: " + (f"exit {code}; " if code is not None else "") + v["text"]
+              + (f"; {v['noisy']} noisy nights left out" if v.get("noisy") else ""), flush=True)
+        if n + 1 == self.figures_at:
+            for line in large_size_figures(runs, v["history"]):
+                print(f"    {line}", flush=True)
+        if not changed:
+            self.nights += 1
+            self.wolf += v["regressed"]
+            self.alerts += v["machine"]
+            self.failed += v["machine_failed"] and not v["regressed"]
+            return False
+        if v["all_reduce"]:
+            self.confirmed_at.append(n - self.same + 1)
+            return True
+        return False
+
+    def summary(self, trials: int, same_night: bool) -> str:
+        at = self.confirmed_at
+        by_second = sum(a is not None and a <= 2 for a in at)
+        return (f"# confirmed by the second changed night in {by_second} of {trials} trials, on the first in "
+                f"{sum(a == 1 for a in at)}{' (same-night A/B)' if same_night else ''} (nights confirmed: {at}); "
+                f"{self.nights} same-stack nights: {self.wolf} software regressions, {self.alerts} machine alerts, "
+                f"{self.failed} jobs failed by the machine (exit 7)")
+
+
+def replay(out: Path, same: int, figures_at: int) -> int:
+    """Judge the recorded trials again, each night as it was judged live."""
+    trials = sorted((d for d in out.glob("trial-*") if d.is_dir()), key=lambda d: int(d.name.split("-")[1]))
+    if not trials:
+        print(f"nightly_trials: {out} holds no trial-N folders to replay", file=sys.stderr)
+        return 2
+    tally = Tally(same, figures_at)
+    for trial in trials:
+        nights = nights_of(trial)
+        print(f"# {trial.name}: {len(nights)} nights recorded", flush=True)
+        for n in range(len(nights)):
+            if tally.night(n, None, verdict(nights[:n + 1]), nights[:n + 1]):
+                break
+        else:
+            if len(nights) > same:
+                tally.confirmed_at.append(None)   # changed nights recorded, none confirmed
+    print(tally.summary(len(trials), (out / "previous_stack.sh").exists()))
+    return 0
 
 
 def main() -> int:
@@ -80,7 +165,11 @@ def main() -> int:
     parser.add_argument("--same-night", action="store_true", help="every night with --previous-stack (the stack before)")
     parser.add_argument("--budget", type=int, default=12, help="the same-night A/B's --max-repeat (default 12)")
     parser.add_argument("--out", help="folder for the trials' results (default: a new temporary folder)")
+    parser.add_argument("--replay", help="judge the trials an earlier --out recorded again; run nothing")
+    parser.add_argument("--figures-at", type=int, default=7, help="same-stack night whose 1/4 MiB figures to print (default 7)")
     args = parser.parse_args()
+    if args.replay:
+        return replay(Path(args.replay), args.same, args.figures_at)
     out = Path(args.out or tempfile.mkdtemp(prefix="nightly-trials-"))
     out.mkdir(parents=True, exist_ok=True)
     previous = None
@@ -88,38 +177,24 @@ def main() -> int:
         previous = out / "previous_stack.sh"   # the stack before the change: no slow fault
         previous.write_text("unset HCCL_BENCH_FAULT\n")
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
-    confirmed_by_second, confirmed_first, wolf, machine_same, confirmed_at = 0, 0, 0, 0, []
+    tally = Tally(args.same, args.figures_at)
     try:
         for trial in range(1, args.trials + 1):
             results = out / f"trial-{trial}"
             print(f"# trial {trial}: {args.same} nights of one stack, then {args.changed} with slow "
                   f"{args.factor:g} on all_reduce ({results})", flush=True)
-            at = None
             for n in range(args.same + args.changed):
-                changed = n >= args.same
-                code = night(results, args, changed, previous)
-                v = verdict(results)
-                kind = f"changed night {n - args.same + 1}" if changed else f"same-stack night {n + 1}"
-                print(f"  {kind}: exit {code}; {v['text']}" + (f"; {v['noisy']} noisy nights left out" if v.get("noisy") else ""),
-                      flush=True)
-                if not changed:
-                    wolf += v["regressed"]
-                    machine_same += v["machine"]
-                elif at is None and v["all_reduce"]:
-                    at = n - args.same + 1
+                code = night(results, args, n >= args.same, previous)
+                runs = nights_of(results)
+                if tally.night(n, code, verdict(runs), runs):
                     break   # confirmed: the trial's count is settled, its later changed nights cannot change it
-            confirmed_at.append(at)
-            confirmed_by_second += at is not None and at <= 2
-            confirmed_first += at == 1
-            print(f"  trial {trial}: " + (f"confirmed on changed night {at}" if at else "not confirmed"), flush=True)
+            else:
+                tally.confirmed_at.append(None)   # not confirmed on any changed night
     finally:
         for p in busy:
             os.kill(p.pid, signal.SIGKILL)
             p.wait()
-    print(f"# confirmed by the second changed night in {confirmed_by_second} of {args.trials} trials, on the first in "
-          f"{confirmed_first}{' (same-night A/B)' if previous else ''} (nights confirmed: {confirmed_at}); "
-          f"same-stack nights: {wolf} software regressions, "
-          f"{machine_same} machine changes reported")
+    print(tally.summary(args.trials, previous is not None))
     return 0
 
 
