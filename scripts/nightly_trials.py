@@ -18,7 +18,7 @@ the change): on a same-stack night it changes nothing (no A/B runs; the night re
 its stack), on a changed night it is another stack, so every cell is A/B-tested the same night
 (harness/session/same_night.py) and the change can be confirmed on the first changed night.
 
-    python scripts/nightly_trials.py --replay DIR [--same 10] [--figures-at 7]
+    python scripts/nightly_trials.py --replay DIR [--same 10] [--figures-at 7] [--without-alert-rule]
 
 judges the nights an earlier --out DIR recorded again, night by night as they were judged live, with
 the code as it is now (a rule changed since is measured on the same nights). A machine alert is a
@@ -26,6 +26,8 @@ same-stack night whose history reports a machine change (reports/history.py, ale
 fails is one that exits 7 (a machine regression). At night --figures-at of each trial's same-stack
 nights it prints, for the mpi 1 MiB and 4 MiB cells, how far that night's launches spread (slowest
 / fastest launch) and what the history could have seen (80% power, its own night-to-night spread).
+--without-alert-rule judges them as before the machine-alert rule (machine changes judged by the
+software verdicts' rules alone), to count what the rule takes away on the same nights.
 """
 from __future__ import annotations
 
@@ -167,7 +169,13 @@ def main() -> int:
     parser.add_argument("--out", help="folder for the trials' results (default: a new temporary folder)")
     parser.add_argument("--replay", help="judge the trials an earlier --out recorded again; run nothing")
     parser.add_argument("--figures-at", type=int, default=7, help="same-stack night whose 1/4 MiB figures to print (default 7)")
+    parser.add_argument("--without-alert-rule", action="store_true",
+                        help="with --replay: machine changes judged by the software rules alone, as before the rule")
     args = parser.parse_args()
+    if args.without_alert_rule:
+        import reports.gate
+        import reports.history
+        reports.history.alert_rule = reports.gate.alert_rule = lambda *_, **__: None
     if args.replay:
         return replay(Path(args.replay), args.same, args.figures_at)
     out = Path(args.out or tempfile.mkdtemp(prefix="nightly-trials-"))
