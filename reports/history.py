@@ -24,8 +24,8 @@ one before its cause is named (the same Benjamini-Hochberg across the sweep, min
 neighbouring sizes, in assign_verdicts); then it must pass the machine-alert rule (alert_rule),
 calibrated for nights of one stack on a shared machine: the step held MACHINE_NIGHTS nights (none
 undone), at least MACHINE_MIN_EFFECT and past what the cell's own nights could have seen, its p
-below alpha over every cell of the sweep (Bonferroni: an alert is one per night, not a share of
-the cells), and a neighbouring size making the same step. A step that fails it is inconclusive,
+below MACHINE_ALPHA over every cell of the sweep (Bonferroni: an alert is one per night, not a
+share of the cells), and a neighbouring size making the same step. A step that fails it is inconclusive,
 with the reason. A machine regression gives exit 7, a machine improvement is reported and never
 fails a job.
 """
@@ -57,6 +57,10 @@ DEFAULT_WINDOW = 7       # a change fails the job only if it began within the la
 POWER = 0.8              # what "could have seen" means: the change found this often
 MACHINE_NIGHTS = MIN_SEGMENT + 1   # a machine alert: the step held this many nights, the newest among them
 MACHINE_MIN_EFFECT = 0.10          # ... and at least this large (Greyhound's floor for an alert; Conbench waits for 5 sigma)
+# ... its p x the sweep's cells below this: the alarm is one per night, so its family-wise rate is the
+# budget (one alert in 30 same-stack nights), halved again since a false step, once found, is
+# judged again the nights after it; the software verdicts' 0.05 would allow one night in 20
+MACHINE_ALPHA = 0.01
 
 
 @dataclass
@@ -268,7 +272,7 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
         if departs(c, c.q, alpha):
             c.outcome = Verdict(Direction.REGRESSION if c.ratio > 1 else Direction.IMPROVEMENT, cause=Cause.HISTORY,
                                 newest=True)
-    alert_rule(hist, alpha)
+    alert_rule(hist)
     return hist
 
 
@@ -284,7 +288,7 @@ def held_nights(before: float, after: np.ndarray) -> int:
     return held
 
 
-def alert_rule(hist: History, alpha: float = ALPHA) -> None:
+def alert_rule(hist: History, alpha: float = MACHINE_ALPHA) -> None:
     """The machine-alert rule: a machine change within the window stays one only when it held
     MACHINE_NIGHTS nights, is at least MACHINE_MIN_EFFECT and past the cell's own `detectable`, its
     p times the sweep's cells is below alpha, and a neighbouring size of its series passes alike;

@@ -15,7 +15,7 @@ from reports.canary import figure
 from reports.change_points import MIN_RUNS, MIN_SEGMENT
 from reports.compare import Comparison, budget, detectable_bands, size_ranges
 from reports.estimators import describe
-from reports.history import MACHINE_MIN_EFFECT, MACHINE_NIGHTS, History
+from reports.history import MACHINE_ALPHA, MACHINE_MIN_EFFECT, MACHINE_NIGHTS, History
 from schema.calibration import Calibration
 from schema.judgement import (
     IMPROVEMENT,
@@ -266,7 +266,7 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
     if quiet:
         sections.append(("machine steps below the machine-alert rule (inconclusive, no alert: a step that held "
                          f"{MACHINE_NIGHTS} nights, >= {MACHINE_MIN_EFFECT:.0%}, past what its nights could have seen, "
-                         "p x cells < alpha, a neighbouring size alike)", quiet))
+                         f"p x cells < {MACHINE_ALPHA:g}, a neighbouring size alike)", quiet))
     for kind in (SUSPECTED_REGRESSION, SUSPECTED_IMPROVEMENT):
         lines = range_lines(hist.suspected, kind)
         if lines:
