@@ -2,7 +2,8 @@
 and does a same-stack night ever cry wolf?
 
     python scripts/nightly_trials.py [--trials 5] [--same 10] [--changed 3] [--factor 1.25] \
-        [--backend mpi] [--ops all_reduce,all_gather] [--sizes 4:4M:4] [--repeat 3] [--busy 1] [--same-night]
+        [--backend mpi] [--ops all_reduce,all_gather] [--sizes 4:4M:4] [--repeat 3] [--rounds 20] [--round-time 0.02] \
+        [--estimator median] [--busy 1] [--same-night]
 
 Each trial is its own --results folder. A night is a real session, `pytest benches/test_collectives.py
 --benchmark --repeat R --results DIR --history` (the canary included); the changed nights run with
@@ -53,7 +54,8 @@ def night(results: Path, args, changed: bool, previous: Path | None) -> int:
     same_night = ["--previous-stack", str(previous), "--max-repeat", str(args.budget)] if previous else []
     cmd = [sys.executable, "-m", "pytest", "benches/test_collectives.py", "-p", "no:cacheprovider", "-q", "--benchmark",
            "--backend", args.backend, "--ops", args.ops, "--sizes", args.sizes, "--repeat", str(args.repeat),
-           "--rounds", str(args.rounds), "--round-time", str(args.round_time), "--results", str(results), "--history",
+           "--rounds", str(args.rounds), "--round-time", str(args.round_time), "--estimator", args.estimator,
+           "--results", str(results), "--history",
            "-k", "float32", *same_night]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode not in (0, 1, 7):
@@ -163,6 +165,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--round-time", type=float, default=0.02)
+    parser.add_argument("--estimator", default="median", help="each launch's statistic the nights are judged by (default median)")
     parser.add_argument("--busy", type=int, default=0, help="busy loops beside the sweep (default none)")
     parser.add_argument("--same-night", action="store_true", help="every night with --previous-stack (the stack before)")
     parser.add_argument("--budget", type=int, default=12, help="the same-night A/B's --max-repeat (default 12)")
