@@ -42,10 +42,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from reports.estimators import launch_value  # noqa: E402
 from reports.gate import judge_history  # noqa: E402
 from reports.history import load_runs, too_few  # noqa: E402
 from schema.judgement import REGRESSION, SUSPECTED_REGRESSION  # noqa: E402
-from schema.stats import median  # noqa: E402
 
 
 def night(results: Path, args, changed: bool, previous: Path | None) -> int:
@@ -85,14 +85,14 @@ def nights_of(results: Path) -> list:
 
 
 def large_size_figures(runs: list, hist) -> list[str]:
-    """The 1 MiB and 4 MiB cells of the newest night: slowest / fastest launch, and what the history
-    could have seen."""
+    """The 1 MiB and 4 MiB cells of the newest night: slowest / fastest launch (each launch by the
+    statistic the history judges by), and what the history could have seen."""
     out = []
     for c in hist.judged.cells if hist else []:
         if c.size not in (1 << 20, 4 << 20):
             continue
-        values = sorted(median(v) for v in runs[-1].cells[c.key].launches.values())
-        out.append(f"{c.series.op} {c.size >> 20} MiB: launches {values[-1] / values[0]:.2f}x apart "
+        values = sorted(launch_value(v, hist.estimator) for v in runs[-1].cells[c.key].launches.values())
+        out.append(f"{c.series.op} {c.size >> 20} MiB: launches ({hist.estimator}) {values[-1] / values[0]:.2f}x apart "
                    f"({', '.join(f'{v * 1e6:.0f}' for v in values)} us), could have seen {c.detectable:.0%}")
     return out
 
