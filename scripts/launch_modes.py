@@ -1,0 +1,128 @@
+"""What puts an mpi 1-4 MiB launch in one level or another: bare mpi4py launches, no harness code.
+
+    python scripts/launch_modes.py [--launches 8] [--op all_gather] [--size 4M] [--busy 1] \
+        [--env MPIR_CVAR_CH4_CMA_ENABLE=0] [--env THP_MEM_ALLOC_ENABLE=1]
+
+Each launch is `mpiexec -n 2 -bind-to core python launch_modes.py --rank-loop` on torch CPU buffers
+(what the harness's mpi ranks use): 20 warm-up calls, then 100 single-call rounds after a barrier.
+Per launch it prints the 10th percentile and median of the rounds (us) and, per rank, what might be
+the launch's state: the buffers' offsets in their page, the process's huge pages (AnonHugePages) and
+how many physically contiguous runs each buffer's pages form (/proc/self/pagemap: root only, else
+-1). With --busy N, N busy loops spin beside every launch, as a shared machine has them (a
+measuring script: contention belongs here, never in a test). Each --env is one more configuration,
+its launches after the plain ones. Exit 0 when it ran, 1 when a launch failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from collectives.sizes import parse_size  # noqa: E402
+
+
+def contiguous_runs(addr: int, nbytes: int) -> int:
+    """Physically contiguous runs over a buffer's pages; -1 where pagemap hides the frames."""
+    try:
+        with open("/proc/self/pagemap", "rb") as pagemap:
+            frames = []
+            for page in range(addr // 4096, (addr + nbytes + 4095) // 4096):
+                pagemap.seek(page * 8)
+                frames.append(struct.unpack("Q", pagemap.read(8))[0] & ((1 << 55) - 1))
+    except OSError:
+        return -1
+    if not any(frames):
+        return -1
+    return 1 + sum(1 for a, b in zip(frames, frames[1:]) if b != a + 1)
+
+
+def rank_loop(op: str, size: int) -> None:
+    """One rank of a launch: time the op, gather every rank's figures to rank 0, which prints JSON."""
+    import numpy as np
+    import torch
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    recv = torch.empty(size // 4)
+    send = torch.ones(size // 4 // (comm.size if op == "all_gather" else 1))
+    s, r = send.numpy(), recv.numpy()
+    call = (lambda: comm.Allgather(s, r)) if op == "all_gather" else (lambda: comm.Allreduce(s, r))
+    for _ in range(20):
+        call()
+    times = []
+    for _ in range(100):
+        comm.Barrier()
+        t = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t)
+    huge = next((line.split()[1] for line in open("/proc/self/smaps_rollup") if line.startswith("AnonHugePages")), "?")
+    mine = {"p10_us": float(np.percentile(times, 10) * 1e6), "median_us": float(np.median(times) * 1e6),
+            "offsets": [s.ctypes.data % 4096, r.ctypes.data % 4096], "huge_kb": huge,
+            "runs": [contiguous_runs(s.ctypes.data, s.nbytes), contiguous_runs(r.ctypes.data, r.nbytes)]}
+    ranks = comm.gather(mine)
+    if comm.rank == 0:
+        print(json.dumps(ranks), flush=True)
+
+
+def launch(mpiexec: str, op: str, size: int, env: dict) -> list[dict] | None:
+    cmd = [mpiexec, "-n", "2", "-bind-to", "core", sys.executable, __file__, "--rank-loop", "--op", op, "--size", str(size)]
+    proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    if proc.returncode or not lines:
+        print(f"launch failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}", file=sys.stderr)
+        return None
+    return json.loads(lines[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launches", type=int, default=8)
+    parser.add_argument("--op", choices=("all_gather", "all_reduce"), default="all_gather")
+    parser.add_argument("--size", default="4M")
+    parser.add_argument("--busy", type=int, default=0)
+    parser.add_argument("--env", action="append", default=[], help="VAR=VALUE: one more configuration")
+    parser.add_argument("--rank-loop", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    try:
+        size = parse_size(args.size)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.rank_loop:
+        rank_loop(args.op, size)
+        return 0
+    mpiexec = str(Path(sys.executable).parent / "mpiexec") if (Path(sys.executable).parent / "mpiexec").exists() \
+        else shutil.which("mpiexec")
+    if not mpiexec:
+        print("launch_modes: no mpiexec beside this python or on PATH (pip install mpich)", file=sys.stderr)
+        return 2
+    configs = [("plain", {})] + [(e, dict([e.split("=", 1)])) for e in args.env if "=" in e]
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    failed = 0
+    try:
+        for name, env in configs:
+            print(f"# {args.op} {args.size}, 2 ranks bound to cores, {args.busy} busy loops beside: {name}", flush=True)
+            for i in range(args.launches):
+                ranks = launch(mpiexec, args.op, size, env)
+                if ranks is None:
+                    failed += 1
+                    continue
+                print(f"  launch {i}: p10 {max(r['p10_us'] for r in ranks):7.0f} us  median "
+                      f"{max(r['median_us'] for r in ranks):7.0f} us  | per rank offsets, huge pages (kB), "
+                      f"contiguous runs: " + "; ".join(f"{r['offsets']} {r['huge_kb']} {r['runs']}" for r in ranks), flush=True)
+    finally:
+        for p in busy:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
