@@ -37,9 +37,9 @@ class Judgement:
     history: History | None = None         # what a history's verdict rests on (its page draws from it)
 
     def exit_status(self, inconclusive: str = "fail") -> ExitCode:
-        """1 a confirmed regression; 7 a history's machine regression (never read as the stack's regression;
-        a machine improvement is reported and never fails a job); 6 inconclusive cells (unless the gate
-        passes them); else 0."""
+        """1 a confirmed regression; 7 a history's machine regression past the machine-alert rule (never
+        read as the stack's regression; a machine improvement is reported and never fails a job); 6
+        inconclusive cells (unless the gate passes them); else 0."""
         if self.regressed:
             return ExitCode.REGRESSION
         if self.machine_regressed:
@@ -133,11 +133,13 @@ def judge_history(runs: list[Run], calibration: Optional[Calibration] = None, mi
         confirmed, unexplained = confirm_with_ab(hist, ab)
         prefix += (f"# same-day A/B: confirmed {confirmed} of the {len(ab.cells)} cells it measured ({suspected} suspected); "
                    f"{unexplained} of {regressed} regressed cells the stacks ran alike (the machine's)\n")
-    alert_rule(hist)   # the cells the A/Bs found the machine's face the machine-alert rule too
+    alert_rule(hist)   # once, last: the cells the A/Bs confirmed or found alike are judged as they now stand
     as_json = {**summary.as_json(hist.judged), "headline": summary.history_headline(hist), "runs": [r.path for r in hist.runs],
                "change_at": {f"{k[0].label()} {k[1]} B": hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
                "suspected": summary.as_json(hist.suspected)["cells"], "machine_changed": hist.machine_changed,
-               "machine_regressed": hist.machine_regressed, "canary": summary.canary_json(hist)}
+               "machine_regressed": hist.machine_regressed, "canary": summary.canary_json(hist),
+               "below_alert": {f"{c.series.label()} {c.size} B": hist.below_alert[c.key] for c in hist.judged.cells
+                               if c.key in hist.below_alert}}
     return Judgement(prefix + summary.history_text(hist), summary.history_markdown(hist), as_json,
                      summary.history_headline(hist), hist.regressed, machine_changed=hist.machine_changed,
                      machine_regressed=hist.machine_regressed, history=hist)

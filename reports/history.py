@@ -25,8 +25,9 @@ neighbouring sizes, in assign_verdicts); then it must pass the machine-alert rul
 calibrated for nights of one stack on a shared machine: the step held MACHINE_NIGHTS nights (none
 undone), at least MACHINE_MIN_EFFECT and past what the cell's own nights could have seen, its p
 below MACHINE_ALPHA over every cell of the sweep (Bonferroni: an alert is one per night, not a
-share of the cells), and a neighbouring size making the same step. A step that fails it is inconclusive,
-with the reason. A machine regression gives exit 7, a machine improvement is reported and never
+share of the cells), and a neighbouring size making the same step; applied once, last, after
+the same-night A/Bs (reports/gate.py). A step that fails it is inconclusive, with the reason. A
+machine regression gives exit 7, a machine improvement is reported and never
 fails a job.
 """
 from __future__ import annotations
@@ -57,9 +58,9 @@ DEFAULT_WINDOW = 7       # a change fails the job only if it began within the la
 POWER = 0.8              # what "could have seen" means: the change found this often
 MACHINE_NIGHTS = MIN_SEGMENT + 1   # a machine alert: the step held this many nights, the newest among them
 MACHINE_MIN_EFFECT = 0.10          # ... and at least this large (Greyhound's floor for an alert; Conbench waits for 5 sigma)
-# ... its p x the sweep's cells below this: the alarm is one per night, so its family-wise rate is the
-# budget (one alert in 30 same-stack nights), halved again since a false step, once found, is
-# judged again the nights after it; the software verdicts' 0.05 would allow one night in 20
+# ... its p x the sweep's cells below this: the alarm is one per night, so its family-wise rate per
+# night is the budget, one alert in 30 same-stack nights (0.033), divided by the ~3 nights a false
+# step once found is judged again; the software verdicts' 0.05 would allow one alarm night in 20
 MACHINE_ALPHA = 0.01
 
 
@@ -238,7 +239,8 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
                                             samples="runs", n_base=at - start, n_cand=len(y) - at, min_effect=effect,
                                             detectable=detectable_change(y, [c for c, _ in cps], alpha, effect)))
         hist.change_at[key] = idx[at] if cps else -1
-        hist.held[key] = held_nights(y[start:at].mean(), y[at:])
+        # the newest night must be among those that held: a left-out (noisy) newest night holds nothing
+        hist.held[key] = held_nights(y[start:at].mean(), y[at:]) if idx[-1] == len(runs) - 1 else 0
         hist.level_from[key] = idx[max(start, at - MIN_SEGMENT)]
         level = y[cps[-1][0] if cps else 0:-1]   # the newest run against the level it should be on
         sd = level.std(ddof=1) * np.sqrt(1 + 1 / level.size) if level.size >= MIN_SEGMENT else 0.0
@@ -272,7 +274,6 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
         if departs(c, c.q, alpha):
             c.outcome = Verdict(Direction.REGRESSION if c.ratio > 1 else Direction.IMPROVEMENT, cause=Cause.HISTORY,
                                 newest=True)
-    alert_rule(hist)
     return hist
 
 
@@ -294,7 +295,9 @@ def alert_rule(hist: History, alpha: float = MACHINE_ALPHA) -> None:
     p times the sweep's cells is below alpha, and a neighbouring size of its series passes alike;
     the others become inconclusive, saying which part they failed. On a busy 2-core VM the software
     verdicts' rules (BH, 5%, two nights) let one lone cell per 10 same-stack nights through
-    (all_reduce 64 B +5.3%, gone the night after); an alert that fires that often is not read."""
+    (all_reduce 64 B +5.3%, gone the night after); an alert that fires that often is not read.
+    Applied once, last: after every same-night A/B (gate.judge_history), so an A/B's confirmation
+    or its "stacks alike" is what the rule judges."""
     cells = hist.judged.cells
     why: dict[int, str] = {}
     for c in cells:
@@ -305,27 +308,27 @@ def alert_rule(hist: History, alpha: float = MACHINE_ALPHA) -> None:
         if (held := hist.held.get(c.key, 0)) < MACHINE_NIGHTS:
             why[id(c)] = f"held {held} nights, an alert needs {MACHINE_NIGHTS} with the newest"
         elif step < 1 + effect:
-            why[id(c)] = f"a step of {step - 1:.1%}, an alert needs {effect:.0%}"
+            why[id(c)] = f"a step of {step - 1:.1%}, an alert needs {effect * 100:g}%"
         elif step < 1 + c.detectable:
-            why[id(c)] = f"a step of {step - 1:.1%}, inside what its nights could have seen ({c.detectable:.0%})"
+            seen = f"{c.detectable:.0%}" if np.isfinite(c.detectable) else "no spread could be told"
+            why[id(c)] = f"a step of {step - 1:.1%}, inside what its nights could have seen ({seen})"
         elif c.p * len(cells) >= alpha:
             why[id(c)] = f"p {c.p:.2g} x {len(cells)} cells of the sweep is not below {alpha:g}"
-    passing = [c for c in cells if c.outcome.machine and c.outcome.direction in CHANGES and id(c) not in why]
-    for c in passing:
-        if not any(o is not c and o.series == c.series and o.outcome.direction is c.outcome.direction
-                   and adjacent(hist, c.series, o.size, c.size) for o in passing):
+    passes = lambda c: c.outcome.machine and c.outcome.direction in CHANGES and id(c) not in why  # noqa: E731
+    by_series: dict[Series, list[CellResult]] = {}
+    for c in cells:
+        by_series.setdefault(c.series, []).append(c)
+    for series in by_series.values():   # neighbours as assign_verdicts has them: the series' judged sizes
+        series.sort(key=lambda c: c.size)
+        lone = [c for i, c in enumerate(series) if passes(c) and not any(
+            passes(nb) and nb.outcome.direction is c.outcome.direction for nb in series[max(0, i - 1):i] + series[i + 1:i + 2])]
+        for c in lone:
             why[id(c)] = "no neighbouring size made the same step"
     for i, c in enumerate(cells):
         if id(c) in why:
             hist.below_alert[c.key] = f"x{c.ratio:.3f} [{c.low:.3f}, {c.high:.3f}]: {why[id(c)]}"
             cells[i] = replace(c, outcome=Verdict(cause=Cause.HISTORY),
                                note=f"a machine step below the machine-alert rule: {hist.below_alert[c.key]}")
-
-
-def adjacent(hist: History, series: Series, a: int, b: int) -> bool:
-    """Sizes next to each other in the series' sweep of the newest night."""
-    sizes = sorted({size for s, size in hist.runs[-1].cells if s == series} | {a, b})
-    return abs(sizes.index(a) - sizes.index(b)) == 1
 
 
 def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tuple[int, int]:
@@ -337,7 +340,7 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
     measured), is a change that began with night `at`, unless the history holds that same change
     already, or a change of its own that began later (a revert it saw). A regression of the history
     that the A/B finds the two stacks run alike (no change, its interval inside the minimum effect)
-    is a machine regression, with the A/B's figures, but only when nothing recorded changed from
+    is the machine's (then judged by the machine-alert rule), with the A/B's figures, but only when nothing recorded changed from
     its level_from (MIN_SEGMENT judged nights before it) to night `at`: then the stack the A/B ran as the previous one
     is the stack from before it (a drifting machine's two slower nights read as a level). After an
     upgrade an A/A of last night's stack says nothing about it. Returns (cells confirmed,

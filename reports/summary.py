@@ -240,6 +240,9 @@ def machine_reason(verdict: Verdict, note: str) -> tuple[str, str]:
     return "began on nights that kept their stack", "each night ran the stack of the night before, nothing recorded changed"
 
 
+QUIET_LINES = 12   # machine steps below the alert rule listed in the text; the JSON holds them all
+
+
 def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], list[str]]:
     """(headline, [(section, lines)], what changed) shared by the terminal and Markdown forms."""
     runs = hist.runs
@@ -263,6 +266,8 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
             sections.append((label, lines))
     quiet = [f"{c.series.label()} {format_size(c.size)}: {hist.below_alert[c.key]}" for c in hist.judged.cells
              if c.key in hist.below_alert]
+    if len(quiet) > QUIET_LINES:   # a step across a whole sweep would list every cell
+        quiet = quiet[:QUIET_LINES] + [f"... and {len(quiet) - QUIET_LINES} more cells (the JSON lists them all)"]
     if quiet:
         sections.append(("machine steps below the machine-alert rule (inconclusive, no alert: a step that held "
                          f"{MACHINE_NIGHTS} nights, >= {MACHINE_MIN_EFFECT:.0%}, past what its nights could have seen, "

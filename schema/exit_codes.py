@@ -22,6 +22,6 @@ class ExitCode(IntEnum):
     NO_TESTS = 5          # pytest session: nothing selected (pytest's own status, passed through)
     INCONCLUSIVE = 6      # no confirmed regression, but cells without the evidence to say "no change" (--inconclusive fail)
     # history: no software regression, but cells got slower with the canary, ran alike on both stacks, or got slower
-    # on nights that all kept their stack (a machine regression; a machine improvement exits 0)
+    # on nights that all kept their stack, past the machine-alert rule (a machine regression; a machine improvement exits 0)
     MACHINE_CHANGED = 7
     DRIVER_GONE = 70      # a rank's own status: its driver, or its host leader, vanished (harness/engine/control.py)

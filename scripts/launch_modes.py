@@ -74,12 +74,21 @@ def rank_loop(op: str, size: int) -> None:
 
 def launch(mpiexec: str, op: str, size: int, env: dict) -> list[dict] | None:
     cmd = [mpiexec, "-n", "2", "-bind-to", "core", sys.executable, __file__, "--rank-loop", "--op", op, "--size", str(size)]
-    proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
-    if proc.returncode or not lines:
-        print(f"launch failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}", file=sys.stderr)
+    try:
+        proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"launch failed: {exc}", file=sys.stderr)
         return None
-    return json.loads(lines[-1])
+    for line in reversed(proc.stdout.splitlines()):
+        try:
+            ranks = json.loads(line)
+        except ValueError:
+            continue
+        if proc.returncode == 0 and isinstance(ranks, list):
+            return ranks
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    print(f"launch failed (exit {proc.returncode}): {last}", file=sys.stderr)
+    return None
 
 
 def main() -> int:
@@ -95,6 +104,11 @@ def main() -> int:
         size = parse_size(args.size)
     except ValueError as exc:
         parser.error(str(exc))
+    if size % 8:
+        parser.error(f"--size {args.size}: a multiple of 8 bytes (float32 elements split over 2 ranks)")
+    bad = [e for e in args.env if "=" not in e or e.startswith("=")]
+    if bad:
+        parser.error(f"--env {bad[0]!r}: give VAR=VALUE")
     if args.rank_loop:
         rank_loop(args.op, size)
         return 0
@@ -103,7 +117,7 @@ def main() -> int:
     if not mpiexec:
         print("launch_modes: no mpiexec beside this python or on PATH (pip install mpich)", file=sys.stderr)
         return 2
-    configs = [("plain", {})] + [(e, dict([e.split("=", 1)])) for e in args.env if "=" in e]
+    configs = [("plain", {})] + [(e, dict([e.split("=", 1)])) for e in args.env]
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     failed = 0
     try:

@@ -11,7 +11,8 @@ HCCL_BENCH_FAULT=slow:0:all_reduce:FACTOR, rank 0's timed all_reduce rounds FACT
 After each night the history of the folder is judged as `hccl-bench history` does (reports/gate.py).
 Per trial it prints the verdict night by night; at the end: in how many trials the change was a
 confirmed regression by the second changed night, and how many software regressions (and machine
-changes) the same-stack nights reported (the promise: none); a trial ends at its first confirmed
+changes) the same-stack nights reported (the promise: no software regression, machine alerts
+within the machine-alert rule's budget); a trial ends at its first confirmed
 changed night, which settles its count. Nights here are minutes apart, not a
 day; --busy N runs N busy loops beside the sweep, as a shared machine has them. With --same-night
 every night runs with `--previous-stack` of a script that clears HCCL_BENCH_FAULT (the stack before
@@ -19,10 +20,11 @@ the change): on a same-stack night it changes nothing (no A/B runs; the night re
 its stack), on a changed night it is another stack, so every cell is A/B-tested the same night
 (harness/session/same_night.py) and the change can be confirmed on the first changed night.
 
-    python scripts/nightly_trials.py --replay DIR [--same 10] [--figures-at 7] [--without-alert-rule]
+    python scripts/nightly_trials.py --replay DIR [--figures-at 7] [--without-alert-rule]
 
 judges the nights an earlier --out DIR recorded again, night by night as they were judged live, with
-the code as it is now (a rule changed since is measured on the same nights). A machine alert is a
+the code as it is now (a rule changed since is measured on the same nights); a night is a changed
+one when its provenance recorded the slow fault (HCCL_BENCH_FAULT). A machine alert is a
 same-stack night whose history reports a machine change (reports/history.py, alert_rule); a job it
 fails is one that exits 7 (a machine regression). At night --figures-at of each trial's same-stack
 nights it prints, for the mpi 1 MiB and 4 MiB cells, how far that night's launches spread (slowest
@@ -84,6 +86,11 @@ def nights_of(results: Path) -> list:
     return sorted(runs, key=lambda r: r.started)
 
 
+def made_slow(run) -> bool:
+    """The night ran with the slow fault (its provenance recorded HCCL_BENCH_FAULT): a changed night."""
+    return "HCCL_BENCH_FAULT" in (run.meta.get("provenance") or {}).get("env", {})
+
+
 def large_size_figures(runs: list, hist) -> list[str]:
     """The 1 MiB and 4 MiB cells of the newest night: slowest / fastest launch (each launch by the
     statistic the history judges by), and what the history could have seen."""
@@ -104,13 +111,12 @@ class Tally:
         self.confirmed_at: list = []
         self.wolf = self.alerts = self.failed = self.nights = 0
 
-    def night(self, n: int, code, v: dict, runs: list) -> bool:
+    def night(self, n: int, code, v: dict, runs: list, changed: bool) -> bool:
         """Count night n (0-based) of a trial; True when the change is confirmed (the trial ends)."""
-        changed = n >= self.same
         kind = f"changed night {n - self.same + 1}" if changed else f"same-stack night {n + 1}"
         print(f"  {kind}: " + (f"exit {code}; " if code is not None else "") + v["text"]
               + (f"; {v['noisy']} noisy nights left out" if v.get("noisy") else ""), flush=True)
-        if n + 1 == self.figures_at:
+        if n + 1 == self.figures_at and not changed:
             for line in large_size_figures(runs, v["history"]):
                 print(f"    {line}", flush=True)
         if not changed:
@@ -135,7 +141,7 @@ class Tally:
 
 def replay(out: Path, same: int, figures_at: int) -> int:
     """Judge the recorded trials again, each night as it was judged live."""
-    trials = sorted((d for d in out.glob("trial-*") if d.is_dir()), key=lambda d: int(d.name.split("-")[1]))
+    trials = sorted((d for d in out.glob("trial-*") if d.is_dir() and d.name[6:].isdigit()), key=lambda d: int(d.name[6:]))
     if not trials:
         print(f"nightly_trials: {out} holds no trial-N folders to replay", file=sys.stderr)
         return 2
@@ -143,12 +149,15 @@ def replay(out: Path, same: int, figures_at: int) -> int:
     for trial in trials:
         nights = nights_of(trial)
         print(f"# {trial.name}: {len(nights)} nights recorded", flush=True)
+        # a night is a changed one by what it recorded (the slow fault), not by its place: a session
+        # that left no run must not move the boundary
+        first_changed = next((i for i, r in enumerate(nights) if made_slow(r)), len(nights))
+        tally.same = first_changed
         for n in range(len(nights)):
-            if tally.night(n, None, verdict(nights[:n + 1]), nights[:n + 1]):
+            if tally.night(n, None, verdict(nights[:n + 1]), nights[:n + 1], made_slow(nights[n])):
                 break
         else:
-            if len(nights) > same:
-                tally.confirmed_at.append(None)   # changed nights recorded, none confirmed
+            tally.confirmed_at.append(None)   # not confirmed on any recorded changed night
     print(tally.summary(len(trials), (out / "previous_stack.sh").exists()))
     return 0
 
@@ -175,6 +184,8 @@ def main() -> int:
     parser.add_argument("--without-alert-rule", action="store_true",
                         help="with --replay: machine changes judged by the software rules alone, as before the rule")
     args = parser.parse_args()
+    if args.without_alert_rule and not args.replay:
+        parser.error("--without-alert-rule judges recorded nights: give it with --replay DIR")
     if args.without_alert_rule:
         import reports.gate
         import reports.history
@@ -197,7 +208,7 @@ def main() -> int:
             for n in range(args.same + args.changed):
                 code = night(results, args, n >= args.same, previous)
                 runs = nights_of(results)
-                if tally.night(n, code, verdict(runs), runs):
+                if tally.night(n, code, verdict(runs), runs, n >= args.same):
                     break   # confirmed: the trial's count is settled, its later changed nights cannot change it
             else:
                 tally.confirmed_at.append(None)   # not confirmed on any changed night

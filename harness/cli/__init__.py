@@ -4,7 +4,7 @@ Exit status: 0 ok (compare: no regression and every cell decided; history: none 
 the window), 1 compare or history found a confirmed regression, 2 unusable input (unreadable file,
 mismatched setups without --force, bad arguments), 3 internal error (a bug: it never reads as a
 regression), 6 compare: no confirmed regression but inconclusive cells (--inconclusive pass: 0),
-7 history: no software regression, but the machine got slower (a machine improvement exits 0).
+7 history: no software regression, but the machine got slower past the machine-alert rule (an improvement exits 0).
 Sides: A is the baseline (the stack as started), B the candidate (--ab-env/--ab-source), everywhere.
 """
 from __future__ import annotations
