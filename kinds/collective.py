@@ -272,7 +272,8 @@ class CollectiveKind(Kind[CollectiveCase]):
             **placed(case), **self.identity(case), size=case.size, count=case.count,
             **summary, algbw_gbps=algbw, busbw_gbps=busbw,
             wrong=sum(r.wrong for r in ranks), wrong_per_rank=[r.wrong for r in ranks],
-            iters_per_round=k, calibration=ranks[0].calibration, **stats.rank_rounds(matrix, ran.places),
+            iters_per_round=k, calibration=ranks[0].calibration, cores_rt_ns=ranks[0].cores_rt_ns,
+            **stats.rank_rounds(matrix, ran.places),
             algo_env=case.env, group_env=case.group.rank_env, hosts=ran.hosts, link_class=link_class(ran.hosts))
         reader = info(case.backend).algo_ran   # e.g. NCCL_DEBUG_SUBSYS=TUNING: what NCCL says ran
         if reader:

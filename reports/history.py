@@ -45,6 +45,8 @@ from reports.canary import judge as judge_canary
 from reports.change_points import MIN_RUNS, MIN_SEGMENT, change_points
 from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, assign_verdicts, band_key, fdr
 from reports.estimators import DEFAULT_ESTIMATOR, launch_value
+from reports.placement import Placement
+from reports.placement import of as placements
 from reports.provenance_diff import provenance_diff, run_provenance
 from reports.result_files import load, setup_of
 from schema.calibration import Calibration
@@ -89,6 +91,22 @@ class History:
     ended: dict[Series, int] = field(default_factory=dict)
     held: dict[tuple, int] = field(default_factory=dict)   # cell key -> newest judged nights on its new level, none back
     below_alert: dict[tuple, str] = field(default_factory=dict)   # cell key -> why its machine step raised no alert
+    placement: Optional[Placement] = None   # where ranks 0 and 1's cores were, case by case (reports/placement.py)
+    placed_out: dict[tuple, int] = field(default_factory=dict)    # cell key -> nights with no launch in the usual placement
+
+    def points(self, key: tuple) -> tuple[list[int], np.ndarray]:
+        """A cell's nights (run indices) and their points (night_values): nights the canary left out
+        and nights with no launch in the usual placement are not among them."""
+        idx, y = [], []
+        for i, run in enumerate(self.runs):
+            if key not in run.cells or i in self.left_out:
+                continue
+            launches = self.placement.kept(run.cells[key]) if self.placement else None
+            if launches == []:
+                continue
+            idx.append(i)
+            y.append(night_values(run, key, self.estimator, launches))
+        return idx, np.array(y)
 
     @property
     def regressed(self) -> bool:
@@ -161,10 +179,12 @@ def too_few(runs: list[Run]) -> str:
     return f"# history: {len(runs)} runs; a change needs {MIN_SEGMENT} runs on each side, nothing to judge yet"
 
 
-def night_values(run: Run, key: tuple, estimator: str = DEFAULT_ESTIMATOR) -> float:
-    """A night's point for one cell: the mean log of its launches' `estimator` per-op times."""
+def night_values(run: Run, key: tuple, estimator: str = DEFAULT_ESTIMATOR, launches: list[int] | None = None) -> float:
+    """A night's point for one cell: the mean log of its launches' (all, or `launches`) `estimator`
+    per-op times."""
     cell = run.cells[key]
-    return float(np.mean([np.log(launch_value(v, estimator)) for v in cell.launches.values()]))
+    chosen = cell.launches if launches is None else {i: cell.launches[i] for i in launches}
+    return float(np.mean([np.log(launch_value(v, estimator)) for v in chosen.values()]))
 
 
 def detectable_change(y: np.ndarray, cuts: list[int], alpha: float = ALPHA, min_effect: float = DEFAULT_MIN_EFFECT) -> float:
@@ -214,6 +234,7 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
                    window=window, estimator=estimator)
     hist.canary = judge_canary(runs, alpha)
     hist.left_out = dict(hist.canary.noisy)
+    hist.placement = placements(runs)
     # a night that lost a whole backend (every case failed) still belongs to the history: only the
     # rank counts and hosts make a different platform
     hist.judged.mismatch = sorted({f"{k}: {r.path} has {s[k]}, the newest run {sn[k]}"
@@ -224,11 +245,13 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
         hist.judged.calibration = ("A/A calibration (launches) applied" if cal and cal.bands else
                                    "A/A calibration not applied: it was made from paired launches, a history is separate runs")
     for key, cell in newest.cells.items():
-        idx = [i for i, r in enumerate(runs) if key in r.cells and i not in hist.left_out]
+        idx, y = hist.points(key)
+        placed_out = sum(1 for i, r in enumerate(runs) if key in r.cells and i not in hist.left_out) - len(idx)
+        if placed_out:
+            hist.placed_out[key] = placed_out
         if len(idx) < MIN_RUNS:
             hist.too_short += 1
             continue
-        y = np.array([night_values(runs[i], key, estimator) for i in idx])
         effect = max(min_effect, cal.min_effect(band_key(cell.series, cell.size)) if cal else 0.0)
         cps = change_points(y, alpha)
         start = cps[-2][0] if len(cps) > 1 else 0

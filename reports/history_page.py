@@ -11,7 +11,7 @@ import numpy as np
 from collectives.sizes import format_size
 from reports import summary
 from reports.compare import size_ranges
-from reports.history import History, night_values
+from reports.history import History
 from reports.report_page import TEMPLATES, figure_png, plt
 from schema.judgement import (
     IMPROVEMENT,
@@ -32,8 +32,8 @@ def _figure(hist: History, r: dict) -> str:
     runs = hist.runs
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for cell in (c for c in hist.judged.cells if c.series == r["series"] and r["first"] <= c.size <= r["last"]):
-        idx = [i for i, run in enumerate(runs) if cell.key in run.cells and i not in hist.left_out]
-        times = np.exp([night_values(runs[i], cell.key, hist.estimator) for i in idx]) * 1e6
+        idx, points = hist.points(cell.key)
+        times = np.exp(points) * 1e6
         line, = ax.plot(idx, times, marker="o", ms=3, label=format_size(cell.size))
         at = hist.change_at[cell.key]
         if at >= 0:

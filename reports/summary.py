@@ -32,7 +32,7 @@ from schema.judgement import (
     Verdict,
     VerdictKind,
 )
-from schema.results import Run, Series
+from schema.results import Run, Series, key_order
 
 MARKDOWN_LIMIT = 60_000   # GitHub comments stop at 65,536 characters
 VERDICTS = (REGRESSION, IMPROVEMENT, SUSPECTED_REGRESSION, SUSPECTED_IMPROVEMENT, NO_CHANGE, INCONCLUSIVE)   # a compare's counts
@@ -333,6 +333,14 @@ def canary_lines(hist: History) -> list[str]:
            + (f"; usual night-to-night spread {spread}" if spread else "")]
     out += [f"canary step: {step.text(night(runs[step.at]))}" for step in view.steps]
     out += [f"noisy night left out of every cell: {night(runs[i])}: {why}" for i, why in hist.left_out.items()]
+    if hist.placement and hist.placement.left_out:
+        out.append(hist.placement.text())
+        cells = [f"{series.label()} {format_size(size)} {n}" for (series, size), n in sorted(
+            hist.placed_out.items(), key=lambda kv: key_order(kv[0]))]
+        if cells:
+            more = f", and {len(cells) - QUIET_LINES} more cells" if len(cells) > QUIET_LINES else ""
+            out.append("nights with no launch in the usual placement, left out of the cell: "
+                       + ", ".join(cells[:QUIET_LINES]) + more)
     return out
 
 
@@ -340,7 +348,8 @@ def canary_json(hist: History) -> dict:
     view = hist.canary
     return {"nights": view.nights, "seconds": view.seconds, "spread": view.spread,
             "steps": [{**vars(s), "run": hist.runs[s.at].path} for s in view.steps],
-            "noisy": {hist.runs[i].path: why for i, why in hist.left_out.items()}}
+            "noisy": {hist.runs[i].path: why for i, why in hist.left_out.items()},
+            "placement": {**hist.placement.record(), "nights_left_out": len(hist.placed_out)} if hist.placement else None}
 
 
 def history_budget(hist: History) -> str:

@@ -11,7 +11,11 @@ import os
 import stat
 from pathlib import Path
 
-SHM_PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.")   # MPICH's; Open MPI 5's and 4's shared-memory files
+from collectives.placement import PREFIX as CORE_PAGE
+
+# MPICH's; Open MPI 5's and 4's shared-memory files; the page ranks 0 and 1 time their cores over
+# (collectives/placement.py: unlinked once both mapped it, left only by a group killed in between)
+SHM_PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.", CORE_PAGE)
 
 
 def segment_files() -> set[str]:

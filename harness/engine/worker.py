@@ -140,7 +140,20 @@ def run_case(backend, spec: Spec) -> dict:
 _LIBC = ctypes.CDLL(None)
 
 
-def _serve_one(backend, msg: object) -> dict:
+def _timed_between(backend, spec: Spec, cores) -> dict:
+    """run_case; for a collective case with ranks 0 and 1 on one node (`cores`, a placement.CorePair),
+    their cores' round trip before and after it goes with the result (collectives/placement.py)."""
+    if cores is None or spec.begins or not isinstance(spec, wire.CollectiveSpec):
+        return run_case(backend, spec)
+    before = cores.round_trip_ns()
+    result = run_case(backend, spec)
+    after = cores.round_trip_ns()
+    if before is not None and after is not None and "error" not in result:
+        result["cores_rt_ns"] = [round(before, 1), round(after, 1)]
+    return result
+
+
+def _serve_one(backend, msg: object, cores=None) -> dict:
     """This rank's answer to one message: its result, or an error the driver fails the case with."""
     try:   # every rank reads the same message, so a refused one fails the case on all of them alike
         spec = wire.spec_from_json(msg)
@@ -149,7 +162,7 @@ def _serve_one(backend, msg: object) -> dict:
     if spec.timeout_s > 0:
         faulthandler.dump_traceback_later(spec.timeout_s, exit=False)
     try:
-        return run_case(backend, _inject_fault(spec, backend.rank))
+        return _timed_between(backend, _inject_fault(spec, backend.rank), cores)
     except Exception as exc:  # reported to the driver, which fails the case with it
         local = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         # also in the log: if other ranks now wait forever, the hang report can still say why
@@ -160,12 +173,12 @@ def _serve_one(backend, msg: object) -> dict:
         _LIBC.fflush(None)   # C libraries' buffered log lines (NCCL_DEBUG) into the log before the driver reads it
 
 
-def serve(backend, chan) -> None:
+def serve(backend, chan, cores=None) -> None:
     while True:
         msg = backend.bcast_json(chan.recv() if backend.rank == 0 else None)
         if msg == wire.EXIT:
             return
-        results = backend.gather_json(_serve_one(backend, msg))
+        results = backend.gather_json(_serve_one(backend, msg, cores))
         if backend.rank == 0:
             chan.send({"results": results})
 
@@ -191,12 +204,16 @@ def main() -> ExitCode:
     post = control.open_post(driver[2], backend.rank)   # listening before anyone learns who leads this node
     peers = backend.bcast_json(backend.gather_json(control.whoami()))
     shm.release_attached()   # every rank is past MPI_Init and a collective (harness/engine/shm.py)
+    from collectives import placement
+    cores = placement.open_pair(backend, [p["node"] for p in peers])
     watch = control.join_watch(post, driver, backend.rank, peers, log=lambda line: print(line, file=sys.stderr, flush=True))
     ranks = backend.gather_json(info)
     chan = None
     if backend.rank == 0:
         chan = control.connect(*driver, {"world": backend.world, "ranks": ranks})
-    serve(backend, chan)
+    serve(backend, chan, cores)
+    if cores is not None:
+        cores.close()
     backend.close()
     watch.release()
     return ExitCode.OK

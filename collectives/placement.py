@@ -1,0 +1,116 @@
+"""Where ranks 0 and 1 sit relative to each other, measured before and after every collective case:
+the round trip of one cache line between their cores over a shared page (ns), with no
+communication library in it.
+
+Why: a virtual machine's host moves its vCPUs between dies (chiplets) as its own load shifts. On this
+project's VM the two vCPUs' cache-line round trip is about 115 ns (C) on one die and 530 ns apart,
+for seconds to many minutes at a time, and every 1-4 MiB intra-host collective follows it (MPICH
+all_gather 4 MiB: 175 us vs 450 us in the same launch setup; a numpy copy inside one rank does not
+move). A launch is then a sample of where the host put the cores, not of the library. With the
+round trip recorded per case, the history compares launches made in the same placement
+(reports/placement.py). On bare metal with bound ranks it stays put and changes nothing.
+
+The page is a file in /dev/shm that rank 0 makes and unlinks as soon as rank 1 has mapped it (a
+killed group's leftover carries PREFIX, which harness/engine/shm.py removes with MPI's segments).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import time
+
+import numpy as np
+
+PREFIX = "hccl_bench_cores."
+BLOCKS, BLOCK = 16, 128     # one probe: 2048 round trips, ~0.6-1.5 ms of Python spinning on two cores
+GIVE_UP_S = 5.0             # a partner that stops answering (a dead rank): the probe is off for the group
+_PAGE = 4096
+_PING, _PONG = 0, 8         # int64 slots 64 bytes apart: their own cache lines
+
+
+class CorePair:
+    """One side of the shared page. `me` 0 pings, 1 answers; both count the same sequence."""
+
+    def __init__(self, page: mmap.mmap, me: int):
+        self._page = page
+        self.flags = np.frombuffer(page, dtype=np.int64)
+        self.me = me
+        self.seq = 0
+        self.off = False
+
+    def _wait(self, slot: int, value: int, deadline: float) -> None:
+        flags, spins = self.flags, 0
+        while flags[slot] != value:
+            spins += 1
+            if not spins & 0xFFF and time.monotonic() > deadline:
+                raise TimeoutError
+
+    def round_trip_ns(self) -> float | None:
+        """Median over BLOCKS blocks of BLOCK round trips each, after one untimed handshake (a block
+        the scheduler preempted is an outlier the median drops); None once off."""
+        if self.off:
+            return None
+        deadline = time.monotonic() + GIVE_UP_S
+        flags, blocks = self.flags, []
+        try:
+            for b in range(BLOCKS + 1):
+                start = time.perf_counter_ns()
+                for _ in range(BLOCK if b else 1):
+                    self.seq += 1
+                    if self.me == 0:
+                        flags[_PING] = self.seq
+                        self._wait(_PONG, self.seq, deadline)
+                    else:
+                        self._wait(_PING, self.seq, deadline)
+                        flags[_PONG] = self.seq
+                if b:
+                    blocks.append((time.perf_counter_ns() - start) / BLOCK)
+            return float(np.median(blocks))
+        except TimeoutError:
+            self.off = True
+            return None
+
+    def close(self) -> None:
+        del self.flags
+        self._page.close()
+
+
+def _map(path: str, create: bool) -> mmap.mmap:
+    fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
+    try:
+        if create:
+            os.ftruncate(fd, _PAGE)
+        return mmap.mmap(fd, _PAGE)
+    finally:
+        os.close(fd)
+
+
+def open_pair(backend, nodes: list[str]) -> CorePair | None:
+    """Ranks 0 and 1's page where they share a node (`nodes`: every rank's node key), else None.
+    Collective over the group's side channel: every rank calls it."""
+    path = None
+    if backend.rank == 0 and len(nodes) >= 2 and nodes[0] == nodes[1]:
+        path = f"/dev/shm/{PREFIX}{os.getpid()}"
+        try:
+            page = _map(path, create=True)
+        except OSError:
+            path = None
+    path = backend.bcast_json(path)
+    if path is None:
+        return None
+    pair = None
+    if backend.rank == 1:
+        try:
+            pair = CorePair(_map(path, create=False), 1)
+        except OSError:
+            pair = None
+    mapped = backend.gather_json(pair is not None)
+    if backend.rank == 0:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        pair = CorePair(page, 0) if mapped[1] else None
+        if pair is None:
+            page.close()
+    return pair

@@ -1,0 +1,75 @@
+"""Which launches of a history ran with ranks 0 and 1's cores where they usually are.
+
+Every collective case carries its cores' cache-line round trip before and after it (`cores_rt_ns`,
+collectives/placement.py). A virtual machine's host moves its vCPUs between dies for seconds to
+minutes at a time, and a 1-4 MiB intra-host collective follows: on this project's VM the round trip
+is about 300 ns (Python) on one die and 670 ns apart, and MPICH's all_gather 4 MiB takes 175 us and
+450 us. A night's point must then come from launches made in one placement, or the history measures
+where the host put the cores. A case is *near* when both its round trips are within FAR of the
+history's near level (the 10th percentile of every case's faster one), *far* when both are beyond it,
+*moved* otherwise (the host moved the cores during it). The placement most of the history's cases
+ran in is the usual one; a night's point comes from its launches in it, and a night with none for a
+cell leaves that cell (reports/history.py). Launches without the round trip (older files, ranks 0
+and 1 on different hosts) are kept as they are. On bare metal with bound ranks nothing moves and
+nothing is left out.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+FAR = 1.6          # a round trip past this many times the near level is another placement (VM: 2.2x apart)
+NEAR_QUANTILE = 10
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A history's placements: its near level (ns), which one is usual, and how many cases ran in each."""
+    near_ns: float
+    usual: str                  # "near" or "far"
+    cases: dict[str, int]       # "near" / "far" / "moved" -> cases (cells x launches) with the round trip
+
+    def state(self, round_trips: list) -> str:
+        """near, far or moved for one case's [before, after] round trips."""
+        limit = FAR * self.near_ns
+        if max(round_trips) <= limit:
+            return "near"
+        return "far" if min(round_trips) > limit else "moved"
+
+    def kept(self, cell) -> list[int]:
+        """The cell's launches to judge: those in the usual placement or without the round trip."""
+        return [i for i, row in sorted(cell.rows.items())
+                if not _probed(row) or self.state(row.cores_rt_ns) == self.usual]
+
+    @property
+    def left_out(self) -> int:
+        return sum(n for state, n in self.cases.items() if state != self.usual)
+
+    def record(self) -> dict:
+        return {"near_ns": self.near_ns, "far_ratio": FAR, "usual": self.usual, "cases": self.cases}
+
+    def text(self) -> str:
+        """One line: where ranks 0 and 1's cores usually were, and what ran elsewhere."""
+        other = {"near": "far", "far": "near"}[self.usual]
+        return (f"placement: ranks 0 and 1's cores usually {self.usual} (cache-line round trip "
+                f"{'<=' if self.usual == 'near' else '>'} {FAR * self.near_ns:.0f} ns); {self.cases.get(other, 0)} "
+                f"case launches {other} and {self.cases.get('moved', 0)} moved during the case left out of the nights' "
+                f"points, of {sum(self.cases.values())}")
+
+
+def _probed(row) -> bool:
+    rt = getattr(row, "cores_rt_ns", None)
+    return isinstance(rt, list) and len(rt) == 2 and all(isinstance(v, (int, float)) and v > 0 for v in rt)
+
+
+def of(runs: list) -> Placement | None:
+    """The placements of `runs`' cases; None when none carries the round trip."""
+    probes = [row.cores_rt_ns for run in runs for cell in run.cells.values() for row in cell.rows.values() if _probed(row)]
+    if not probes:
+        return None
+    near = float(np.percentile([min(p) for p in probes], NEAR_QUANTILE))
+    counts = Counter(Placement(near, "near", {}).state(p) for p in probes)
+    usual = "far" if counts["far"] > counts["near"] else "near"
+    return Placement(near, usual, {state: counts.get(state, 0) for state in ("near", "far", "moved")})
