@@ -93,14 +93,20 @@ def made_slow(run) -> bool:
 
 def large_size_figures(runs: list, hist) -> list[str]:
     """The 1 MiB and 4 MiB cells of the newest night: slowest / fastest launch (each launch by the
-    statistic the history judges by), and what the history could have seen."""
+    statistic the history judges by; * a launch outside the usual placement, reports/placement.py),
+    and what the history could have seen."""
     out = []
     for c in hist.judged.cells if hist else []:
         if c.size not in (1 << 20, 4 << 20):
             continue
-        values = sorted(launch_value(v, hist.estimator) for v in runs[-1].cells[c.key].launches.values())
-        out.append(f"{c.series.op} {c.size >> 20} MiB: launches ({hist.estimator}) {values[-1] / values[0]:.2f}x apart "
-                   f"({', '.join(f'{v * 1e6:.0f}' for v in values)} us), could have seen {c.detectable:.0%}")
+        cell = runs[-1].cells[c.key]
+        kept = set(hist.placement.kept(cell)) if hist.placement else set(cell.launches)
+        values = sorted((launch_value(v, hist.estimator), i in kept) for i, v in cell.launches.items())
+        usual = [v for v, k in values if k]
+        within = f", {usual[-1] / usual[0]:.2f}x in the usual placement" if usual else ", none in the usual placement"
+        out.append(f"{c.series.op} {c.size >> 20} MiB: launches ({hist.estimator}) {values[-1][0] / values[0][0]:.2f}x apart"
+                   f"{within} ({', '.join(f'{v * 1e6:.0f}' + ('' if k else '*') for v, k in values)} us), "
+                   f"could have seen {c.detectable:.0%}")
     return out
 
 
