@@ -23,7 +23,7 @@ import numpy as np
 
 PREFIX = "hccl_bench_cores."
 BLOCKS, BLOCK = 16, 128     # one probe: 2048 round trips, ~0.6-1.5 ms of Python spinning on two cores
-GIVE_UP_S = 5.0             # a partner that stops answering (a dead rank): the probe is off for the group
+GIVE_UP_S = 2.0             # a partner that stops answering (a dead rank): the probe is off for the group
 _PAGE = 4096
 _PING, _PONG = 0, 8         # int64 slots 64 bytes apart: their own cache lines
 
@@ -86,10 +86,11 @@ def _map(path: str, create: bool) -> mmap.mmap:
 
 
 def open_pair(backend, nodes: list[str]) -> CorePair | None:
-    """Ranks 0 and 1's page where they share a node (`nodes`: every rank's node key), else None.
-    Collective over the group's side channel: every rank calls it."""
+    """Ranks 0 and 1's page where they share a node (`nodes`: every rank's node key) that has a core
+    for each of its ranks, else None. Collective over the group's side channel: every rank calls it.
+    (Oversubscribed, the two would take turns on a core: each round trip a time slice.)"""
     path = None
-    if backend.rank == 0 and len(nodes) >= 2 and nodes[0] == nodes[1]:
+    if backend.rank == 0 and len(nodes) >= 2 and nodes[0] == nodes[1] and nodes.count(nodes[0]) <= (os.cpu_count() or 1):
         path = f"/dev/shm/{PREFIX}{os.getpid()}"
         try:
             page = _map(path, create=True)

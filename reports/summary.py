@@ -326,21 +326,27 @@ def canary_lines(hist: History) -> list[str]:
     view, runs = hist.canary, hist.runs
     if not view.seconds:
         return ["canary: none recorded in these runs (timed single-stack sweeps record one): noisy nights and machine "
-                "changes cannot be told"]
+                "changes cannot be told", *placement_lines(hist)]
     newest = [f"{name} {figure(name, view.meta[name], secs[-1])}" for name, secs in view.seconds.items() if secs[-1]]
     spread = ", ".join(f"{name} {np.expm1(sd):.0%}" for name, sd in view.spread.items())
     out = [f"canary ({view.nights} nights): newest " + (", ".join(newest) or "not recorded")
            + (f"; usual night-to-night spread {spread}" if spread else "")]
     out += [f"canary step: {step.text(night(runs[step.at]))}" for step in view.steps]
     out += [f"noisy night left out of every cell: {night(runs[i])}: {why}" for i, why in hist.left_out.items()]
-    if hist.placement and hist.placement.left_out:
-        out.append(hist.placement.text())
-        cells = [f"{series.label()} {format_size(size)} {n}" for (series, size), n in sorted(
-            hist.placed_out.items(), key=lambda kv: key_order(kv[0]))]
-        if cells:
-            more = f", and {len(cells) - QUIET_LINES} more cells" if len(cells) > QUIET_LINES else ""
-            out.append("nights with no launch in the usual placement, left out of the cell: "
-                       + ", ".join(cells[:QUIET_LINES]) + more)
+    return out + placement_lines(hist)
+
+
+def placement_lines(hist: History) -> list[str]:
+    """Where ranks 0 and 1's cores usually were and what ran elsewhere (reports/placement.py); nothing
+    when every case ran in one placement or none recorded it."""
+    if not (hist.placement and hist.placement.left_out):
+        return []
+    out = [hist.placement.text()]
+    cells = [f"{series.label()} {format_size(size)} {n}" for (series, size), n in sorted(
+        hist.placed_out.items(), key=lambda kv: key_order(kv[0]))]
+    if cells:
+        more = f", and {len(cells) - QUIET_LINES} more cells" if len(cells) > QUIET_LINES else ""
+        out.append("nights with no launch in the usual placement, left out of the cell: " + ", ".join(cells[:QUIET_LINES]) + more)
     return out
 
 

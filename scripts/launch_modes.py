@@ -5,12 +5,14 @@
 
 Each launch is `mpiexec -n 2 -bind-to core python launch_modes.py --rank-loop` on torch CPU buffers
 (what the harness's mpi ranks use): 20 warm-up calls, then 100 single-call rounds after a barrier.
-Per launch it prints the 10th percentile and median of the rounds (us) and, per rank, what might be
-the launch's state: the buffers' offsets in their page, the process's huge pages (AnonHugePages) and
-how many physically contiguous runs each buffer's pages form (/proc/self/pagemap: root only, else
--1). With --busy N, N busy loops spin beside every launch, as a shared machine has them (a
-measuring script: contention belongs here, never in a test). Each --env is one more configuration,
-its launches after the plain ones. Exit 0 when it ran, 1 when a launch failed.
+Per launch it prints the 10th percentile and median of the rounds (us), ranks 0 and 1's cores' cache-line
+round trip before and after them (ns, collectives/placement.py: what a launch's level follows on a
+VM whose host moves its vCPUs between dies) and, per rank, what else might be the launch's state:
+the buffers' offsets in their page, the process's huge pages (AnonHugePages) and how many physically
+contiguous runs each buffer's pages form (/proc/self/pagemap: root only, else -1). With --busy N, N
+busy loops spin beside every launch, as a shared machine has them (a measuring script: contention
+belongs here, never in a test). Each --env is one more configuration, its launches after the plain
+ones. Exit 0 when it ran, 1 when a launch failed.
 """
 from __future__ import annotations
 
@@ -45,6 +47,20 @@ def contiguous_runs(addr: int, nbytes: int) -> int:
     return 1 + sum(1 for a, b in zip(frames, frames[1:]) if b != a + 1)
 
 
+def _core_pair(comm):
+    """Ranks 0 and 1's page for the cores' round trip (collectives/placement.py), as the harness's ranks have it."""
+    from collectives import placement
+    path = f"/dev/shm/{placement.PREFIX}{os.getpid()}" if comm.rank == 0 else None
+    page = placement._map(path, create=True) if path else None
+    path = comm.bcast(path)
+    if comm.rank == 1:
+        page = placement._map(path, create=False)
+    comm.Barrier()
+    if comm.rank == 0:
+        os.unlink(path)
+    return placement.CorePair(page, comm.rank) if page is not None else None
+
+
 def rank_loop(op: str, size: int) -> None:
     """One rank of a launch: time the op, gather every rank's figures to rank 0, which prints JSON."""
     import numpy as np
@@ -57,16 +73,20 @@ def rank_loop(op: str, size: int) -> None:
     call = (lambda: comm.Allgather(s, r)) if op == "all_gather" else (lambda: comm.Allreduce(s, r))
     for _ in range(20):
         call()
+    cores = _core_pair(comm)
+    rt_before = cores.round_trip_ns() if cores else None
     times = []
     for _ in range(100):
         comm.Barrier()
         t = time.perf_counter()
         call()
         times.append(time.perf_counter() - t)
+    rt_after = cores.round_trip_ns() if cores else None
     huge = next((line.split()[1] for line in open("/proc/self/smaps_rollup") if line.startswith("AnonHugePages")), "?")
     mine = {"p10_us": float(np.percentile(times, 10) * 1e6), "median_us": float(np.median(times) * 1e6),
             "offsets": [s.ctypes.data % 4096, r.ctypes.data % 4096], "huge_kb": huge,
-            "runs": [contiguous_runs(s.ctypes.data, s.nbytes), contiguous_runs(r.ctypes.data, r.nbytes)]}
+            "runs": [contiguous_runs(s.ctypes.data, s.nbytes), contiguous_runs(r.ctypes.data, r.nbytes)],
+            "cores_rt_ns": [rt_before, rt_after]}
     ranks = comm.gather(mine)
     if comm.rank == 0:
         print(json.dumps(ranks), flush=True)
@@ -128,8 +148,10 @@ def main() -> int:
                 if ranks is None:
                     failed += 1
                     continue
+                rt = ranks[0]["cores_rt_ns"]
                 print(f"  launch {i}: p10 {max(r['p10_us'] for r in ranks):7.0f} us  median "
-                      f"{max(r['median_us'] for r in ranks):7.0f} us  | per rank offsets, huge pages (kB), "
+                      f"{max(r['median_us'] for r in ranks):7.0f} us  cores' round trip before/after "
+                      f"{rt[0]:4.0f}/{rt[1]:4.0f} ns  | per rank offsets, huge pages (kB), "
                       f"contiguous runs: " + "; ".join(f"{r['offsets']} {r['huge_kb']} {r['runs']}" for r in ranks), flush=True)
     finally:
         for p in busy:

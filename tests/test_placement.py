@@ -1,0 +1,119 @@
+"""Ranks 0 and 1's cores, timed beside every collective case, and the history judging each night
+from its launches in the usual placement (collectives/placement.py, reports/placement.py).
+
+The histories here are shaped like the ones this VM records: the host moves its two vCPUs between
+dies, the cache-line round trip goes from ~300 to ~670 ns, and 1-4 MiB collectives take 2.5x as long
+while it lasts (MPICH all_gather 4 MiB: 175 us near, 450 us apart)."""
+import json
+
+import numpy as np
+import pytest
+
+from reports import summary
+from reports.history import analyse
+from reports.placement import FAR, of
+from reports.result_files import load
+from schema.judgement import REGRESSION
+from schema.results import CollectiveRow, bench_entry, result_file
+
+SIZES = [64 << 10, 1 << 20, 4 << 20]
+NEAR_NS, APART_NS, APART_SLOWER = 300.0, 670.0, 2.5
+
+
+def nights(folder, count, apart=0.4, slow_from=None, factor=1.3, seed=0, probed=True, all_apart_night=None):
+    """`count` nights of all_gather over SIZES, 3 launches each; each launch's cores are apart with
+    probability `apart` (its >= 1 MiB cases 2.5x as long), and from night `slow_from` on every case
+    is `factor` as long (a new stack, its version recorded). probed=False: the same times, no round trips."""
+    rng = np.random.default_rng(seed)
+    for night in range(count):
+        run_shift = rng.normal(0, 0.02)
+        benches = []
+        for launch in range(3):
+            is_apart = night == all_apart_night or rng.random() < apart
+            slow = factor if slow_from is not None and night >= slow_from else 1.0
+            for size in SIZES:
+                place = APART_SLOWER if is_apart and size >= (1 << 20) else 1.0
+                data = list((5e-6 + size / 2e10) * slow * place * np.exp(run_shift + rng.normal(0, 0.01, 50)))
+                rt = [APART_NS if is_apart else NEAR_NS for _ in range(2)] * np.exp(rng.normal(0, 0.05, 2))
+                row = CollectiveRow(backend="mpi", algo="default", op="all_gather", nranks=2, bytes=size, count=size // 4,
+                                    launch=launch, time_us=float(np.median(data)) * 1e6,
+                                    cores_rt_ns=[float(v) for v in rt] if probed else [])
+                benches.append(bench_entry(f"ag-{size}-L{launch}", row, data))
+        meta = {"groups": {"g": {"hosts": {"h": 2}, "devices": ["cpu"]}},
+                "provenance": {"cann": {"cann": "8.1" if slow_from is not None and night >= slow_from else "8.0"}}}
+        run_dir = folder / f"202611{night + 1:02d}-020000"
+        run_dir.mkdir(parents=True)
+        (run_dir / "results.json").write_text(json.dumps(result_file(benches, meta, f"2026-11-{night + 1:02d}T02:00:00")))
+    return [load(p) for p in sorted(folder.glob("*/results.json"))]
+
+
+def detectable(hist, size):
+    return next(c.detectable for c in hist.judged.cells if c.size == size)
+
+
+def test_nights_judged_in_the_usual_placement_see_small_changes_at_4_mib(tmp_path):
+    probed = analyse(nights(tmp_path / "probed", 7))
+    blind = analyse(nights(tmp_path / "blind", 7, probed=False))   # the same times without the round trips
+    assert probed.placement is not None and probed.placement.usual == "near"
+    assert blind.placement is None
+    for size in (1 << 20, 4 << 20):
+        assert detectable(probed, size) <= 0.20, summary.history_text(probed)
+        assert detectable(blind, size) > 0.5, summary.history_text(blind)   # the modes, not the library
+    assert not probed.regressed and not probed.machine_changed
+    # the 64 KiB cell never moved with the cores: both histories see it alike
+    assert detectable(probed, 64 << 10) == pytest.approx(detectable(blind, 64 << 10), rel=0.5)
+    text = summary.history_text(probed)
+    assert "placement: ranks 0 and 1's cores usually near" in text
+    assert f"{probed.placement.cases['far']} case launches far" in text
+
+
+def test_a_regression_shows_in_the_usual_placement_and_the_launches_apart_do_not_hide_it(tmp_path):
+    hist = analyse(nights(tmp_path, 10, slow_from=7, factor=1.3))
+    assert hist.regressed, summary.history_text(hist)
+    assert {c.size for c in hist.judged.by_verdict(REGRESSION)} == set(SIZES)
+    for c in hist.judged.by_verdict(REGRESSION):
+        assert c.low < 1.3 < c.high and hist.change_at[c.key] == 7
+
+
+def test_the_usual_placement_is_where_most_cases_ran_and_a_night_with_none_there_leaves_the_cell(tmp_path):
+    runs = nights(tmp_path / "mostly-apart", 7, apart=0.8, seed=3)
+    place = of(runs)
+    assert place is not None and place.usual == "far" and place.near_ns < NEAR_NS * 1.2
+    hist = analyse(runs)
+    assert detectable(hist, 4 << 20) <= 0.20, summary.history_text(hist)
+    hist = analyse(nights(tmp_path / "one-night-apart", 8, apart=0.0, all_apart_night=5))
+    assert {size: n for (_, size), n in hist.placed_out.items()} == {s: 1 for s in SIZES}
+    assert "nights with no launch in the usual placement, left out of the cell: all_gather" in summary.history_text(hist)
+    assert not hist.machine_changed and not hist.regressed
+
+
+def test_a_case_whose_cores_moved_during_it_is_neither_placement():
+    place = of([])
+    assert place is None
+    from reports.placement import Placement
+    place = Placement(300.0, "near", {})
+    assert place.state([290.0, 310.0]) == "near"
+    assert place.state([300.0, 300.0 * FAR + 1]) == "moved"
+    assert place.state([700.0, 650.0]) == "far"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_every_collective_case_of_a_sweep_carries_its_cores_round_trip(bench_run, backend):
+    """Real ranks on one host: each case's row holds the round trip before and after it, timed over
+    a page no file names once both ranks mapped it (nothing is left in /dev/shm)."""
+    from pathlib import Path
+
+    from collectives.placement import PREFIX
+    proc = bench_run("--benchmark", "--backend", backend, "--ops", "all_reduce,all_gather", "--sizes", "1K,1M",
+                     "--rounds", "3", "--repeat", "2", "-k", "float32", target="benches/test_collectives.py")
+    assert proc.returncode == 0, proc.output[-2000:]
+    (run,) = bench_run.results.glob("*/results.json")
+    rows = [b["extra_info"] for b in json.loads(run.read_text())["benchmarks"]]
+    assert len(rows) == 8
+    for row in rows:
+        before, after = row["cores_rt_ns"]
+        assert 10 < before < 1e6 and 10 < after < 1e6, row["cores_rt_ns"]
+    assert of([load(run)]).cases["near"] + of([load(run)]).cases["far"] + of([load(run)]).cases["moved"] == 8
+    assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(PREFIX)]
+    assert bench_run.leftovers() == []
