@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 import time
 
 import numpy as np
@@ -26,17 +27,19 @@ BLOCKS, BLOCK = 16, 128     # one probe: 2048 round trips, ~0.6-1.5 ms of Python
 GIVE_UP_S = 2.0             # a partner that stops answering (a dead rank): the probe is off for the group
 _PAGE = 4096
 _PING, _PONG = 0, 8         # int64 slots 64 bytes apart: their own cache lines
+_SEQ_STRIDE = 1 << 16        # each probe's exchanges count from (id + 1) x this (> BLOCKS x BLOCK + 1)
 
 
 class CorePair:
-    """One side of the shared page. `me` 0 pings, 1 answers; both count the same sequence."""
+    """One side of the shared page. `me` 0 pings, 1 answers. Each probe has an id both ranks know
+    (worker.py: from the messages they served), and its exchanges count from that id's own base, so a
+    probe one side missed or gave up on (a case that raised on one rank only) cannot shift the next."""
 
     def __init__(self, page: mmap.mmap, me: int):
         self._page = page
         self.flags = np.frombuffer(page, dtype=np.int64)
         self.me = me
-        self.seq = 0
-        self.off = False
+        self.gave_up = 0            # probes that timed out on this side
 
     def _wait(self, slot: int, value: int, deadline: float) -> None:
         flags, spins = self.flags, 0
@@ -45,29 +48,31 @@ class CorePair:
             if not spins & 0xFFF and time.monotonic() > deadline:
                 raise TimeoutError
 
-    def round_trip_ns(self) -> float | None:
+    def round_trip_ns(self, probe: int) -> float | None:
         """Median over BLOCKS blocks of BLOCK round trips each, after one untimed handshake (a block
-        the scheduler preempted is an outlier the median drops); None once off."""
-        if self.off:
-            return None
+        the scheduler preempted is an outlier the median drops); None when the partner did not
+        answer within GIVE_UP_S."""
         deadline = time.monotonic() + GIVE_UP_S
         flags, blocks = self.flags, []
+        seq = (probe + 1) * _SEQ_STRIDE
         try:
             for b in range(BLOCKS + 1):
                 start = time.perf_counter_ns()
                 for _ in range(BLOCK if b else 1):
-                    self.seq += 1
+                    seq += 1
                     if self.me == 0:
-                        flags[_PING] = self.seq
-                        self._wait(_PONG, self.seq, deadline)
+                        flags[_PING] = seq
+                        self._wait(_PONG, seq, deadline)
                     else:
-                        self._wait(_PING, self.seq, deadline)
-                        flags[_PONG] = self.seq
+                        self._wait(_PING, seq, deadline)
+                        flags[_PONG] = seq
                 if b:
                     blocks.append((time.perf_counter_ns() - start) / BLOCK)
             return float(np.median(blocks))
         except TimeoutError:
-            self.off = True
+            self.gave_up += 1
+            print(f"hccl-bench: rank {self.me}: the cores' round trip {probe} got no answer from rank {1 - self.me} "
+                  f"within {GIVE_UP_S:g} s; that case carries none", file=sys.stderr, flush=True)
             return None
 
     def close(self) -> None:
@@ -85,12 +90,22 @@ def _map(path: str, create: bool) -> mmap.mmap:
         os.close(fd)
 
 
-def open_pair(backend, nodes: list[str]) -> CorePair | None:
-    """Ranks 0 and 1's page where they share a node (`nodes`: every rank's node key) that has a core
-    for each of its ranks, else None. Collective over the group's side channel: every rank calls it.
-    (Oversubscribed, the two would take turns on a core: each round trip a time slice.)"""
+def _usable_cores() -> int:
+    """Cores the launcher's process may run on (a bound rank's own affinity is its one core; the
+    parent's is the job's cpuset or the machine); the machine's count where that cannot be read."""
+    try:
+        return len(os.sched_getaffinity(os.getppid()))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def open_pair(backend, nodes: list[str], machines: list[str]) -> CorePair | None:
+    """Ranks 0 and 1's page where they share a node (`nodes`: every rank's node key) and its machine
+    (`machines`: every rank's kernel; emulated hosts share one's cores) has a core this process may
+    run on for each of its ranks, else None. Collective over the group's side channel: every rank
+    calls it. (Oversubscribed, the two would take turns on a core: each round trip a time slice.)"""
     path = None
-    if backend.rank == 0 and len(nodes) >= 2 and nodes[0] == nodes[1] and nodes.count(nodes[0]) <= (os.cpu_count() or 1):
+    if backend.rank == 0 and len(nodes) >= 2 and nodes[0] == nodes[1] and machines.count(machines[0]) <= _usable_cores():
         path = f"/dev/shm/{PREFIX}{os.getpid()}"
         try:
             page = _map(path, create=True)

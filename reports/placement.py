@@ -7,11 +7,16 @@ is about 300 ns (Python) on one die and 670 ns apart, and MPICH's all_gather 4 M
 450 us. A night's point must then come from launches made in one placement, or the history measures
 where the host put the cores. A case is *near* when both its round trips are within FAR of the
 history's near level (the 10th percentile of every case's faster one), *far* when both are beyond it,
-*moved* otherwise (the host moved the cores during it). The placement most of the history's cases
-ran in is the usual one; a night's point comes from its launches in it, and a night with none for a
-cell leaves that cell (reports/history.py). Launches without the round trip (older files, ranks 0
-and 1 on different hosts) are kept as they are. On bare metal with bound ranks nothing moves and
-nothing is left out.
+*moved* otherwise (the host moved the cores during it). The usual placement is where most of the
+newest night's cases ran (so the night being judged is judged), else the history's majority; a
+night's point comes from its launches in it, and a night with none for a cell leaves that cell
+(reports/history.py). A history with no round trip at all (older files, ranks 0 and 1 on different
+hosts) is judged as before; in one that has them, a launch without one is in no known placement and
+left out. On bare metal with bound ranks nothing is expected to move (not measured here).
+
+What it cannot tell apart: a new stack whose launcher binds ranks 0 and 1 elsewhere moves the round
+trip too, and its launches leave the usual placement with the rest of the machine's; the same-night
+A/B, which runs both stacks round by round and filters nothing, is what judges such a change.
 """
 from __future__ import annotations
 
@@ -39,9 +44,10 @@ class Placement:
         return "far" if min(round_trips) > limit else "moved"
 
     def kept(self, cell) -> list[int]:
-        """The cell's launches to judge: those in the usual placement or without the round trip."""
-        return [i for i, row in sorted(cell.rows.items())
-                if not _probed(row) or self.state(row.cores_rt_ns) == self.usual]
+        """The cell's launches to judge: those in the usual placement. A launch without the round trip
+        in a history that has it (an older file, a probe that got no answer) is in no known placement
+        and is left out too: kept, it would mix placements again and step at the first probed night."""
+        return [i for i, row in sorted(cell.rows.items()) if _probed(row) and self.state(row.cores_rt_ns) == self.usual]
 
     @property
     def left_out(self) -> int:
@@ -51,9 +57,9 @@ class Placement:
         return {"near_ns": self.near_ns, "far_ratio": FAR, "usual": self.usual, "cases": self.cases}
 
     def text(self) -> str:
-        """One line: where ranks 0 and 1's cores usually were, and what ran elsewhere."""
+        """One line: where ranks 0 and 1's cores were on the newest night, and what ran elsewhere."""
         other = {"near": "far", "far": "near"}[self.usual]
-        return (f"placement: ranks 0 and 1's cores usually {self.usual} (cache-line round trip "
+        return (f"placement: ranks 0 and 1's cores {self.usual} on the newest night (cache-line round trip "
                 f"{'<=' if self.usual == 'near' else '>'} {FAR * self.near_ns:.0f} ns); {self.cases.get(other, 0)} "
                 f"case launches {other} and {self.cases.get('moved', 0)} moved during the case left out of the nights' "
                 f"points, of {sum(self.cases.values())}")
@@ -64,12 +70,24 @@ def _probed(row) -> bool:
     return isinstance(rt, list) and len(rt) == 2 and all(isinstance(v, (int, float)) and v > 0 for v in rt)
 
 
+def _probes(run) -> list[list]:
+    return [row.cores_rt_ns for cell in run.cells.values() for row in cell.rows.values() if _probed(row)]
+
+
 def of(runs: list) -> Placement | None:
-    """The placements of `runs`' cases; None when none carries the round trip."""
-    probes = [row.cores_rt_ns for run in runs for cell in run.cells.values() for row in cell.rows.values() if _probed(row)]
+    """The placements of `runs`' cases (time order): the usual one is where most of the newest
+    probed night's cases ran, so the night being judged is among the points (else the history's
+    majority); None when no case carries the round trip or none ran near or far."""
+    probes = [p for run in runs for p in _probes(run)]
     if not probes:
         return None
     near = float(np.percentile([min(p) for p in probes], NEAR_QUANTILE))
-    counts = Counter(Placement(near, "near", {}).state(p) for p in probes)
-    usual = "far" if counts["far"] > counts["near"] else "near"
-    return Placement(near, usual, {state: counts.get(state, 0) for state in ("near", "far", "moved")})
+    state = Placement(near, "near", {}).state
+    counts = Counter(state(p) for p in probes)
+    if not counts["near"] + counts["far"]:
+        return None
+    newest_probes = next(ps for ps in map(_probes, reversed(runs)) if ps)
+    newest = Counter(state(p) for p in newest_probes)
+    deciding = newest if newest["near"] + newest["far"] else counts
+    usual = "far" if deciding["far"] > deciding["near"] else "near"
+    return Placement(near, usual, {s: counts.get(s, 0) for s in ("near", "far", "moved")})

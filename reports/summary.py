@@ -355,7 +355,8 @@ def canary_json(hist: History) -> dict:
     return {"nights": view.nights, "seconds": view.seconds, "spread": view.spread,
             "steps": [{**vars(s), "run": hist.runs[s.at].path} for s in view.steps],
             "noisy": {hist.runs[i].path: why for i, why in hist.left_out.items()},
-            "placement": {**hist.placement.record(), "nights_left_out": len(hist.placed_out)} if hist.placement else None}
+            "placement": {**hist.placement.record(), "cells_with_nights_left_out": len(hist.placed_out),
+                          "cell_nights_left_out": sum(hist.placed_out.values())} if hist.placement else None}
 
 
 def history_budget(hist: History) -> str:

@@ -54,11 +54,14 @@ def _core_pair(comm):
     page = placement._map(path, create=True) if path else None
     path = comm.bcast(path)
     if comm.rank == 1:
-        page = placement._map(path, create=False)
-    comm.Barrier()
+        try:
+            page = placement._map(path, create=False)
+        except OSError:
+            page = None
+    mapped = comm.bcast(comm.rank != 1 or page is not None, root=1)
     if comm.rank == 0:
         os.unlink(path)
-    return placement.CorePair(page, comm.rank) if page is not None else None
+    return placement.CorePair(page, comm.rank) if page is not None and mapped else None
 
 
 def rank_loop(op: str, size: int) -> None:
@@ -74,14 +77,14 @@ def rank_loop(op: str, size: int) -> None:
     for _ in range(20):
         call()
     cores = _core_pair(comm)
-    rt_before = cores.round_trip_ns() if cores else None
+    rt_before = cores.round_trip_ns(0) if cores else None
     times = []
     for _ in range(100):
         comm.Barrier()
         t = time.perf_counter()
         call()
         times.append(time.perf_counter() - t)
-    rt_after = cores.round_trip_ns() if cores else None
+    rt_after = cores.round_trip_ns(1) if cores else None
     huge = next((line.split()[1] for line in open("/proc/self/smaps_rollup") if line.startswith("AnonHugePages")), "?")
     mine = {"p10_us": float(np.percentile(times, 10) * 1e6), "median_us": float(np.median(times) * 1e6),
             "offsets": [s.ctypes.data % 4096, r.ctypes.data % 4096], "huge_kb": huge,
@@ -148,10 +151,10 @@ def main() -> int:
                 if ranks is None:
                     failed += 1
                     continue
-                rt = ranks[0]["cores_rt_ns"]
+                rt = [f"{v:4.0f}" if v is not None else "   -" for v in ranks[0]["cores_rt_ns"]]
                 print(f"  launch {i}: p10 {max(r['p10_us'] for r in ranks):7.0f} us  median "
                       f"{max(r['median_us'] for r in ranks):7.0f} us  cores' round trip before/after "
-                      f"{rt[0]:4.0f}/{rt[1]:4.0f} ns  | per rank offsets, huge pages (kB), "
+                      f"{rt[0]}/{rt[1]} ns  | per rank offsets, huge pages (kB), "
                       f"contiguous runs: " + "; ".join(f"{r['offsets']} {r['huge_kb']} {r['runs']}" for r in ranks), flush=True)
     finally:
         for p in busy:

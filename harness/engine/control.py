@@ -183,8 +183,8 @@ def open_post(token: str, rank: int) -> socket.socket:
 
 
 def whoami() -> dict:
-    """What a rank contributes to the node gather: its node key and pid."""
-    return {"node": node_key(), "pid": os.getpid()}
+    """What a rank contributes to the node gather: its node key, machine (kernel) and pid."""
+    return {"node": node_key(), "machine": machine_id(), "pid": os.getpid()}
 
 
 @dataclass

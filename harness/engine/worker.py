@@ -140,20 +140,21 @@ def run_case(backend, spec: Spec) -> dict:
 _LIBC = ctypes.CDLL(None)
 
 
-def _timed_between(backend, spec: Spec, cores) -> dict:
+def _timed_between(backend, spec: Spec, cores, served: int) -> dict:
     """run_case; for a collective case with ranks 0 and 1 on one node (`cores`, a placement.CorePair),
-    their cores' round trip before and after it goes with the result (collectives/placement.py)."""
+    their cores' round trip before and after it goes with the result (collectives/placement.py).
+    The probes' ids come from `served` (the messages this group served: every rank counts the same)."""
     if cores is None or spec.begins or not isinstance(spec, wire.CollectiveSpec):
         return run_case(backend, spec)
-    before = cores.round_trip_ns()
+    before = cores.round_trip_ns(2 * served)
     result = run_case(backend, spec)
-    after = cores.round_trip_ns()
+    after = cores.round_trip_ns(2 * served + 1)
     if before is not None and after is not None and "error" not in result:
         result["cores_rt_ns"] = [round(before, 1), round(after, 1)]
     return result
 
 
-def _serve_one(backend, msg: object, cores=None) -> dict:
+def _serve_one(backend, msg: object, cores=None, served: int = 0) -> dict:
     """This rank's answer to one message: its result, or an error the driver fails the case with."""
     try:   # every rank reads the same message, so a refused one fails the case on all of them alike
         spec = wire.spec_from_json(msg)
@@ -162,7 +163,7 @@ def _serve_one(backend, msg: object, cores=None) -> dict:
     if spec.timeout_s > 0:
         faulthandler.dump_traceback_later(spec.timeout_s, exit=False)
     try:
-        return _timed_between(backend, _inject_fault(spec, backend.rank), cores)
+        return _timed_between(backend, _inject_fault(spec, backend.rank), cores, served)
     except Exception as exc:  # reported to the driver, which fails the case with it
         local = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         # also in the log: if other ranks now wait forever, the hang report can still say why
@@ -174,11 +175,13 @@ def _serve_one(backend, msg: object, cores=None) -> dict:
 
 
 def serve(backend, chan, cores=None) -> None:
+    served = 0
     while True:
         msg = backend.bcast_json(chan.recv() if backend.rank == 0 else None)
         if msg == wire.EXIT:
             return
-        results = backend.gather_json(_serve_one(backend, msg, cores))
+        results = backend.gather_json(_serve_one(backend, msg, cores, served))
+        served += 1
         if backend.rank == 0:
             chan.send({"results": results})
 
@@ -204,9 +207,9 @@ def main() -> ExitCode:
     post = control.open_post(driver[2], backend.rank)   # listening before anyone learns who leads this node
     peers = backend.bcast_json(backend.gather_json(control.whoami()))
     shm.release_attached()   # every rank is past MPI_Init and a collective (harness/engine/shm.py)
-    from collectives import placement
-    cores = placement.open_pair(backend, [p["node"] for p in peers])
     watch = control.join_watch(post, driver, backend.rank, peers, log=lambda line: print(line, file=sys.stderr, flush=True))
+    from collectives import placement
+    cores = placement.open_pair(backend, [p["node"] for p in peers], [p["machine"] for p in peers])
     ranks = backend.gather_json(info)
     chan = None
     if backend.rank == 0:
