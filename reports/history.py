@@ -93,6 +93,7 @@ class History:
     below_alert: dict[tuple, str] = field(default_factory=dict)   # cell key -> why its machine step raised no alert
     placement: Optional[Placement] = None   # where ranks 0 and 1's cores were, case by case (reports/placement.py)
     placed_out: dict[tuple, int] = field(default_factory=dict)    # cell key -> nights with no launch in the usual placement
+    tonight_elsewhere: int = 0   # cells whose newest night (not noisy) had no launch in the usual placement
 
     def points(self, key: tuple) -> tuple[list[int], np.ndarray]:
         """A cell's nights (run indices) and their points (night_values): nights the canary left out
@@ -249,6 +250,8 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
         placed_out = sum(1 for i, r in enumerate(runs) if key in r.cells and i not in hist.left_out) - len(idx)
         if placed_out:
             hist.placed_out[key] = placed_out
+            tonight = len(runs) - 1
+            hist.tonight_elsewhere += tonight not in hist.left_out and (not idx or idx[-1] != tonight)
         if len(idx) < MIN_RUNS:
             hist.too_short += 1
             continue

@@ -6,13 +6,14 @@ minutes at a time, and a 1-4 MiB intra-host collective follows: on this project'
 is about 300 ns (Python) on one die and 670 ns apart, and MPICH's all_gather 4 MiB takes 175 us and
 450 us. A night's point must then come from launches made in one placement, or the history measures
 where the host put the cores. A case is *near* when both its round trips are within FAR of the
-history's near level (the 10th percentile of every case's faster one), *far* when both are beyond it,
-*moved* otherwise (the host moved the cores during it). The usual placement is where most of the
-newest night's cases ran (so the night being judged is judged), else the history's majority; a
-night's point comes from its launches in it, and a night with none for a cell leaves that cell
-(reports/history.py). A history with no round trip at all (older files, ranks 0 and 1 on different
-hosts) is judged as before; in one that has them, a launch without one is in no known placement and
-left out. On bare metal with bound ranks nothing is expected to move (not measured here).
+history's near level (the 10th percentile of every case's faster one), *far* when both are beyond
+it, *moved* otherwise (the host moved the cores during it). The usual placement is where most of the
+history's cases ran; a night's point comes from its launches in it, and a night with none for a cell
+leaves that cell (reports/history.py), the newest night included: the history says so, and tonight's
+same-night A/B, if one ran, judges its stack round by round. A history with no round trip at all
+(older files, ranks 0 and 1 on different hosts) is judged as before; in one that has them, a launch
+without one is in no known placement and left out. On bare metal with bound ranks nothing is
+expected to move (not measured here).
 
 What it cannot tell apart: a new stack whose launcher binds ranks 0 and 1 elsewhere moves the round
 trip too, and its launches leave the usual placement with the rest of the machine's; the same-night
@@ -57,9 +58,9 @@ class Placement:
         return {"near_ns": self.near_ns, "far_ratio": FAR, "usual": self.usual, "cases": self.cases}
 
     def text(self) -> str:
-        """One line: where ranks 0 and 1's cores were on the newest night, and what ran elsewhere."""
+        """One line: where ranks 0 and 1's cores usually were, and what ran elsewhere."""
         other = {"near": "far", "far": "near"}[self.usual]
-        return (f"placement: ranks 0 and 1's cores {self.usual} on the newest night (cache-line round trip "
+        return (f"placement: ranks 0 and 1's cores usually {self.usual} (cache-line round trip "
                 f"{'<=' if self.usual == 'near' else '>'} {FAR * self.near_ns:.0f} ns); {self.cases.get(other, 0)} "
                 f"case launches {other} and {self.cases.get('moved', 0)} moved during the case left out of the nights' "
                 f"points, of {sum(self.cases.values())}")
@@ -75,9 +76,10 @@ def _probes(run) -> list[list]:
 
 
 def of(runs: list) -> Placement | None:
-    """The placements of `runs`' cases (time order): the usual one is where most of the newest
-    probed night's cases ran, so the night being judged is among the points (else the history's
-    majority); None when no case carries the round trip or none ran near or far."""
+    """The placements of `runs`' cases: the usual one is where most of them ran (judging each night in
+    its own placement instead leaves the newest night's cells too few nights whenever it ran in the
+    rarer one: replayed on 5 recorded trials, 4 MiB went unjudged in 2); None when no case carries
+    the round trip or none ran near or far."""
     probes = [p for run in runs for p in _probes(run)]
     if not probes:
         return None
@@ -86,8 +88,5 @@ def of(runs: list) -> Placement | None:
     counts = Counter(state(p) for p in probes)
     if not counts["near"] + counts["far"]:
         return None
-    newest_probes = next(ps for ps in map(_probes, reversed(runs)) if ps)
-    newest = Counter(state(p) for p in newest_probes)
-    deciding = newest if newest["near"] + newest["far"] else counts
-    usual = "far" if deciding["far"] > deciding["near"] else "near"
+    usual = "far" if counts["far"] > counts["near"] else "near"
     return Placement(near, usual, {s: counts.get(s, 0) for s in ("near", "far", "moved")})

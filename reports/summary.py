@@ -342,6 +342,9 @@ def placement_lines(hist: History) -> list[str]:
     if not (hist.placement and hist.placement.left_out):
         return []
     out = [hist.placement.text()]
+    if hist.tonight_elsewhere:
+        out.append(f"the newest night ran in another placement: {hist.tonight_elsewhere} cells not judged tonight, they wait "
+                   "for a night in the usual one (a same-night A/B judges tonight's stack round by round)")
     cells = [f"{series.label()} {format_size(size)} {n}" for (series, size), n in sorted(
         hist.placed_out.items(), key=lambda kv: key_order(kv[0]))]
     if cells:
@@ -356,7 +359,8 @@ def canary_json(hist: History) -> dict:
             "steps": [{**vars(s), "run": hist.runs[s.at].path} for s in view.steps],
             "noisy": {hist.runs[i].path: why for i, why in hist.left_out.items()},
             "placement": {**hist.placement.record(), "cells_with_nights_left_out": len(hist.placed_out),
-                          "cell_nights_left_out": sum(hist.placed_out.values())} if hist.placement else None}
+                          "cell_nights_left_out": sum(hist.placed_out.values()),
+                          "newest_night_cells_left_out": hist.tonight_elsewhere} if hist.placement else None}
 
 
 def history_budget(hist: History) -> str:
