@@ -4,11 +4,11 @@ communication library in it.
 
 Why: a virtual machine's host moves its vCPUs between dies (chiplets) as its own load shifts. On this
 project's VM the two vCPUs' cache-line round trip is about 115 ns (C) on one die and 530 ns apart,
-for seconds to many minutes at a time, and every 1-4 MiB intra-host collective follows it (MPICH
-all_gather 4 MiB: 175 us vs 450 us in the same launch setup; a numpy copy inside one rank does not
-move). A launch is then a sample of where the host put the cores, not of the library. With the
-round trip recorded per case, the history compares launches made in the same placement
-(reports/placement.py). On bare metal with bound ranks it stays put and changes nothing.
+for seconds to many minutes at a time, and every intra-host collective follows it (1.14x at 8 B,
+MPICH all_gather 4 MiB 175 us vs 450 us; a numpy copy inside one rank does not move). A launch is
+then a sample of where the host put the cores, not of the library. With the round trip recorded
+per case, the history compares launches made in the same placement (reports/placement.py). On bare
+metal with bound ranks it is expected to stay put (not measured here).
 
 The page is a file in /dev/shm that rank 0 makes and unlinks as soon as rank 1 has mapped it (a
 killed group's leftover carries PREFIX, which harness/engine/shm.py removes with MPI's segments).
