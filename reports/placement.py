@@ -71,16 +71,12 @@ def _probed(row) -> bool:
     return isinstance(rt, list) and len(rt) == 2 and all(isinstance(v, (int, float)) and v > 0 for v in rt)
 
 
-def _probes(run) -> list[list]:
-    return [row.cores_rt_ns for cell in run.cells.values() for row in cell.rows.values() if _probed(row)]
-
-
 def of(runs: list) -> Placement | None:
     """The placements of `runs`' cases: the usual one is where most of them ran (judging each night in
     its own placement instead leaves the newest night's cells too few nights whenever it ran in the
     rarer one: replayed on 5 recorded trials, 4 MiB went unjudged in 2); None when no case carries
     the round trip or none ran near or far."""
-    probes = [p for run in runs for p in _probes(run)]
+    probes = [row.cores_rt_ns for run in runs for cell in run.cells.values() for row in cell.rows.values() if _probed(row)]
     if not probes:
         return None
     near = float(np.percentile([min(p) for p in probes], NEAR_QUANTILE))
