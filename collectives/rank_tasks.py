@@ -97,8 +97,8 @@ class CollectiveRank:
     def run(backend, spec: CollectiveSpec) -> CollectiveResult:
         """Check once on fresh data (#wrong), then time; returns this rank's share of the result."""
         call, wrong = _checked_call(backend, spec)
-        cal, (times,) = measure([repeat(call)], backend, Plan(**spec.plan))
-        return replace(_result(spec, wrong, cal.k, times), calibration=cal.record())
+        cal, (times,), waits = measure([repeat(call)], backend, Plan(**spec.plan))
+        return replace(_result(spec, wrong, cal.k, times), calibration=cal.record(), cpu_wait_ns=waits)
 
     @staticmethod
     def begin(backend, spec: CollectiveSpec) -> None:
@@ -115,5 +115,5 @@ class OverheadRank:
     def run(backend, spec: OverheadSpec) -> OverheadResult:
         call, recv, _ = prepare(backend, "all_reduce", spec.dtype, "sum", spec.count, True)
         plain = backend.plain_all_reduce_loop(recv, "sum")
-        cal, (harness, bare) = measure([repeat(call), plain], backend, Plan(**spec.plan))
+        cal, (harness, bare), _ = measure([repeat(call), plain], backend, Plan(**spec.plan))
         return OverheadResult(wrong=0, iters=cal.k, round_ns=harness, plain_round_ns=bare)

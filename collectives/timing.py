@@ -11,6 +11,11 @@ K iterations, captured once before any timed span: the library's time without Py
 cost per call, which at small sizes is most of an eager round. A graph that held less than its K
 calls replays too fast: rounds under what the bytes allow are refused (`below_floor`).
 
+Each round also reads how long this rank's timing thread was runnable but off its core (the kernel's
+schedstat run delay, `CpuWait`): a shared machine's other work takes the core in time slices of
+milliseconds, and a round that waited measures the scheduler, not the library. The driver keeps each
+round's longest wait over the ranks (schema/stats.py `undisturbed`: what verdicts judge).
+
 ``Plan.slow`` (set only by the fault hook HCCL_BENCH_FAULT=slow:RANK:NAME:FACTOR, harness/engine/worker.py)
 makes this rank's timed rounds take FACTOR times as long: a known effect for measuring power.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -78,6 +84,31 @@ class Captured:
         self.prime(k)
         assert self.replay is not None
         self.replay()
+
+
+class CpuWait:
+    """This thread's run delay so far (ns): /proc/thread-self/schedstat's second field, the time it
+    was runnable and waiting for a CPU. Read once before and once after each round (one pread);
+    `read` is None where the kernel does not keep it (not Linux, no CONFIG_SCHED_INFO)."""
+
+    def __init__(self):
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> int | None:
+        if self._fd is None:
+            return None
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def floor_ns(nbytes: int) -> float:
@@ -184,25 +215,35 @@ def round_step(plan: Plan) -> Callable:
     return one_round if plan.slow == 1.0 else functools.partial(slowed_round, factor=plan.slow)
 
 
-def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Calibrated, list[list[int]]]:
+def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Calibrated, list[list[int]], list[int]]:
     """Time each loop in `loops` (interleaved round by round) with one shared K.
 
-    Each loop(k) runs k iterations. Returns (K's calibration, [round ns per loop])."""
+    Each loop(k) runs k iterations. Returns (K's calibration, [round ns per loop], the first loop's
+    CPU wait per round in ns: [] where the kernel does not say)."""
     loops = prepared(loops, backend, plan)
     cal = warm_up(loops, backend, plan)
     timer = backend.device.timer()
     step = round_step(plan)
     times: list[list[int]] = [[] for _ in loops]
-    for _ in range(plan.rounds):
-        for loop, out in zip(loops, times):
-            out.append(step(loop, cal.k, backend, timer))
-    return cal, times
+    waits: list[int] = []
+    clock = CpuWait()
+    try:
+        for _ in range(plan.rounds):
+            for i, (loop, out) in enumerate(zip(loops, times)):
+                before = clock.read() if i == 0 else None
+                out.append(step(loop, cal.k, backend, timer))
+                if before is not None and (after := clock.read()) is not None:
+                    waits.append(after - before)
+    finally:
+        clock.close()
+    return cal, times, waits if len(waits) == plan.rounds else []
 
 
 def run(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan):
-    """`measure`, then finish(K, round ns per loop) (a schema.wire result) with the calibration added."""
-    cal, times = measure(loops, backend, plan)
-    return with_calibration(finish(cal.k, times), cal)
+    """`measure`, then finish(K, round ns per loop) (a schema.wire result) with the calibration and
+    the CPU waits added."""
+    cal, times, waits = measure(loops, backend, plan)
+    return with_calibration(finish(cal.k, times), cal, waits)
 
 
 def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> None:
@@ -228,10 +269,12 @@ def end(backend):
     return with_calibration(finish(cal.k, times), cal)
 
 
-def with_calibration(result, cal):
-    """The result with how K was chosen: a schema.wire result, or the JSON object of a kind whose
-    result type is declared in its kind module (kinds/), which the rank code cannot import."""
-    return {**result, "calibration": cal.record()} if isinstance(result, dict) else replace(result, calibration=cal.record())
+def with_calibration(result, cal, waits: list[int] | None = None):
+    """The result with how K was chosen (and each round's CPU wait, where measured): a schema.wire
+    result, or the JSON object of a kind whose result type is declared in its kind module (kinds/),
+    which the rank code cannot import."""
+    added = {"calibration": cal.record(), **({"cpu_wait_ns": waits} if waits else {})}
+    return {**result, **added} if isinstance(result, dict) else replace(result, **added)
 
 
 class LoopRank:

@@ -273,6 +273,7 @@ class CollectiveKind(Kind[CollectiveCase]):
             **summary, algbw_gbps=algbw, busbw_gbps=busbw,
             wrong=sum(r.wrong for r in ranks), wrong_per_rank=[r.wrong for r in ranks],
             iters_per_round=k, calibration=ranks[0].calibration, cores_rt_ns=ranks[0].cores_rt_ns,
+            round_cpu_wait_ns=stats.round_waits([r.cpu_wait_ns for r in ranks], len(matrix[0])),
             **stats.rank_rounds(matrix, ran.places),
             algo_env=case.env, group_env=case.group.rank_env, hosts=ran.hosts, link_class=link_class(ran.hosts))
         reader = info(case.backend).algo_ran   # e.g. NCCL_DEBUG_SUBSYS=TUNING: what NCCL says ran

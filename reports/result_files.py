@@ -13,7 +13,7 @@ from pathlib import Path
 import kinds  # noqa: F401  the kinds declare their rows (schema.results.ROW_OF_BENCH) as they are imported
 from schema.results import Cell, NoCells, ResultError, Row, Run, Series, knob_text, row_from_json
 from schema.run_meta import RunMeta
-from schema.stats import median
+from schema.stats import median, undisturbed
 
 
 def size_limit(variable: str, default_mib: int) -> int:
@@ -176,7 +176,8 @@ def add_row(cells: dict[tuple, Cell], row: Row, times: list[float]) -> None:
     series = Series.of(row)
     size = getattr(row, "bytes", 0)
     cell = cells.setdefault((series, size), Cell(series, size, row))
-    cell.launches[row.launch].extend(float(t) for t in times)
+    judged = undisturbed([float(t) for t in times], getattr(row, "round_cpu_wait_ns", []), getattr(row, "iters_per_round", 0) or 0)
+    cell.launches[row.launch].extend(judged)
     cell.rows.setdefault(row.launch, row)
 
 

@@ -127,6 +127,7 @@ class _Measured(_Row):
     iters_per_round: int | None = _field("count")
     calibration: dict = _field("object", {})            # how K was chosen (collectives.timing.Calibrated)
     cores_rt_ns: list = _field("list", [])              # ranks 0, 1: cores' round trip before, after (collectives/placement.py)
+    round_cpu_wait_ns: list = _field("list", [])        # per round, the longest any rank waited for a CPU (ns; stats.undisturbed)
     round_ns_per_rank: list = _field("list", [])       # rank x round times (ns): every rank, or kept_ranks' (summary)
     per_rank: str = _field("text", "full")              # "full": the whole matrix; "summary": past stats.FULL_MATRIX_RANKS
     kept_ranks: list = _field("list", [])               # summary: whose rounds are kept (slowest; each round's slowest)

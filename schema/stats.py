@@ -24,6 +24,10 @@ FULL_MATRIX_RANKS = 256
 SLOWEST_KEPT = 8              # past the threshold: the rounds of this many slowest ranks are kept whole
 NAMED_RANKS_OVER = 8          # the table and report name the slowest ranks of groups larger than this
 RANK_QUANTILES = ("min", "p25", "median", "p75", "max")
+# A round is undisturbed when no rank's timing thread waited for a CPU longer than this share of it
+# (collectives/timing.py CpuWait): other work on a shared machine takes a core in slices of ms.
+UNDISTURBED_SHARE = 0.01
+MIN_UNDISTURBED = 5           # a launch is judged on its undisturbed rounds when it has at least this many
 
 
 def median(values) -> float:
@@ -58,6 +62,25 @@ def per_op_seconds(round_ns_by_rank: list[list[int]], iters: int) -> np.ndarray:
     a summarised row keeps every round's slowest rank."""
     m = np.asarray(round_ns_by_rank, dtype=np.float64)
     return m.max(axis=0) / iters / 1e9
+
+
+def round_waits(waits_by_rank: list[list[int]], rounds: int) -> list[int]:
+    """Each round's longest CPU wait over the ranks (ns); [] unless every rank measured every round."""
+    if not waits_by_rank or any(len(w) != rounds for w in waits_by_rank):
+        return []
+    return [int(v) for v in np.asarray(waits_by_rank, dtype=np.int64).max(axis=0)]
+
+
+def undisturbed(per_op_s: list[float], waits: list, iters: int) -> list[float]:
+    """The per-op times a verdict judges: a launch's rounds in which no rank waited for a CPU longer
+    than UNDISTURBED_SHARE of the round, when at least MIN_UNDISTURBED did; else all of them (a row
+    without waits, or one disturbed throughout: its numbers then carry the contention, and
+    `disturbed_text` says so). Why: a round a rank spent off its core times the scheduler's slices,
+    and how many rounds a launch loses to them is a state of the machine, not of the library."""
+    if not waits or len(waits) != len(per_op_s) or iters <= 0:
+        return per_op_s
+    kept = [t for t, w in zip(per_op_s, waits) if w <= UNDISTURBED_SHARE * t * iters * 1e9]
+    return kept if len(kept) >= MIN_UNDISTURBED else per_op_s
 
 
 def median_seconds(round_ns_by_rank: list[list[int]], iters: int) -> float:

@@ -16,7 +16,7 @@ from layers import expert
 
 KEYS = {"wrong", "iters", "round_ns", "calibration", "checked", "err_to_tol", "peak_memory_bytes", "params_local",
         "dispatch_ns", "combine_ns", "expert_ns", "tokens_per_expert", "tokens_per_rank", "dropped", "sent_bytes",
-        "comm_share"}
+        "comm_share", "cpu_wait_ns"}
 PLAN = {"warmup": 1, "rounds": 2, "iters": 1, "round_time_s": 0.001}
 BASE = {"kind": "expert", "ep": 2, "experts": 4, "topk": 1, "hidden": 16, "ffn": 24, "tokens": 32, "routing": "uniform",
         "hot_share": 0.5, "expert_ids": [3, 0, 3, 1, 3, 2, 3, 3, 1], "capacity_factor": 0.0, "impl": "alltoallv",

@@ -102,7 +102,7 @@ def test_captured_rounds_capture_outside_every_timed_span():
     log: list = []
     calls = []
     backend = OneRank(RunningCapture(log))
-    cal, (times,) = timing.measure([timing.repeat(lambda: calls.append(1))], backend,
+    cal, (times,), _ = timing.measure([timing.repeat(lambda: calls.append(1))], backend,
                                    timing.Plan(warmup=1, rounds=3, round_time_s=0.5, graph=True))
     assert len(times) == 3 and all(t > 0 for t in times)
     assert cal.k == timing.MAX_GRAPH_ITERS   # a trivial call: K as large as a graph may hold, no more
