@@ -91,7 +91,7 @@ class CpuWait:
     was runnable and waiting for a CPU. Read once before and once after each round (one pread);
     `read` is None where the kernel does not keep it (not Linux, no CONFIG_SCHED_INFO)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         try:
             self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
         except OSError:

@@ -23,7 +23,7 @@ from schema.calibration import Calibration
 from schema.judgement import CHANGES, INCONCLUSIVE, REGRESSION, Cause, Direction, Verdict, VerdictKind
 from schema.results import Cell, Run, Series, key_order, metrics
 from schema.run_meta import RunMeta
-from schema.stats import median
+from schema.stats import MIN_UNDISTURBED, UNDISTURBED_SHARE, median
 
 ALPHA = 0.05
 MIN_LAUNCHES = 2   # launches (fresh worker groups) are the sample whenever both sides have several
@@ -79,6 +79,7 @@ class Comparison:
     calibration: str = ""        # how a given A/A calibration was used, for the summary
     estimator: str = DEFAULT_ESTIMATOR   # each launch's statistic of its rounds the verdicts rest on
     budget: dict = field(default_factory=dict)   # what the verdict cost: launches, timed and cluster time (budget())
+    cpu_wait: list[str] = field(default_factory=list)   # launches that lost rounds to a CPU wait (cpu_wait_lines())
 
     def by_verdict(self, kind: VerdictKind) -> list[CellResult]:
         if not isinstance(kind, VerdictKind):   # a verdict's words match nothing: say so rather than find no cell
@@ -201,6 +202,7 @@ def compare(base: Run, cand: Run, calibration: Optional[Calibration] = None, min
                      sorted(set(base.cells) - set(cand.cells), key=key_order),
                      sorted(set(cand.cells) - set(base.cells), key=key_order), estimator=estimator)
     out.budget = budget(base, cand)
+    out.cpu_wait = cpu_wait_lines([base, cand])
     sb, sc = setup_of(base), setup_of(cand)
     # devices and thread levels count only where both sides name them (an imported log, an older file)
     out.mismatch = [f"{k}: baseline {sb[k]} vs candidate {sc[k]}" for k in sb
@@ -324,15 +326,44 @@ def detectable_bands(cmp: Comparison) -> list[dict]:
             for key, cells in groups.items()]
 
 
+def cpu_wait_lines(runs: list[Run]) -> list[str]:
+    """How many case launches lost rounds to a CPU wait (schema/stats.py undisturbed) and how many
+    had too few left and were judged whole; nothing when no rank waited."""
+    per_launch = [w for run in runs for cell in run.cells.values() for w in cell.waited.values()]
+    hit = [(waited, rounds) for waited, rounds in per_launch if waited]
+    if not hit:
+        return []
+    few = [(cell, i) for run in runs for cell in run.cells.values() for i, (w, r) in cell.waited.items()
+           if r - w < MIN_UNDISTURBED]
+    left = sum(1 for cell, i in few if i not in cell.launches)
+    share = sum(w for w, _ in hit) / sum(r for _, r in hit)
+    out = (f"cpu: launches judged on the rounds no rank waited for a CPU in (> {UNDISTURBED_SHARE:.0%} of the round): "
+           f"{len(hit)} of {len(per_launch)} case launches lost {share:.0%} of their rounds to such waits")
+    if left:
+        out += f"; {left} with fewer than {MIN_UNDISTURBED} rounds without one left out"
+    if len(few) > left:
+        out += (f"; {len(few) - left} with fewer than {MIN_UNDISTURBED} judged on all their rounds (most launches of "
+                "their run were alike, or it was the cell's only one: their numbers carry the machine's other work)")
+    return [out]
+
+
 def budget(*runs: Run) -> dict:
     """What a verdict cost, so time can be traded for resolution: launches per run (the most any
     cell has: a side of a compare, a night of a history), ranks, the seconds of timed rounds of all
     runs (per-op time x K, summed over cells and launches: warm-up, checks and start-up not
     included), and their wall-clock where every run recorded it (harness/session/session.py); cluster
     time = ranks x wall (rank-seconds the allocation held), else ranks x timed."""
+    def launch_s(cell, i: int, times: list[float]) -> float:
+        row = cell.rows.get(i)
+        if row is None:
+            return 0.0
+        k = row.iters_per_round or 1
+        if i in cell.waited and row.mean_us and row.rounds:   # every round, not only those judged (undisturbed)
+            return row.mean_us * 1e-6 * row.rounds * k
+        return sum(times) * k
+
     def timed(run: Run) -> float:
-        return float(sum(sum(times) * (cell.rows[i].iters_per_round or 1) if i in cell.rows else 0.0
-                         for cell in run.cells.values() for i, times in cell.launches.items()))
+        return float(sum(launch_s(cell, i, times) for cell in run.cells.values() for i, times in cell.launches.items()))
     ranks = max((c.row.nranks or 1 for r in runs for c in r.cells.values()), default=1)
     launches = [max((len(c.launches) for c in r.cells.values()), default=0) for r in runs]
     walls = {r.path: RunMeta.of(r.meta).wall_s for r in runs}   # one A/B run: one wall for both sides

@@ -6,7 +6,9 @@ minutes at a time, and a 1-4 MiB intra-host collective follows: on this project'
 is about 300 ns (Python) on one die and 670 ns apart, and MPICH's all_gather 4 MiB takes 175 us and
 450 us. A night's point must then come from launches made in one placement, or the history measures
 where the host put the cores. A case is *near* when both its round trips are within FAR of the
-history's near level (the 10th percentile of every case's faster one), *far* when both are beyond
+history's near level (the fastest case's faster one: a round trip cannot beat the cores it ran on,
+and a 10th percentile took the far level for near in a history with fewer than a tenth of its
+cases near), *far* when both are beyond
 it, *moved* otherwise (the host moved the cores during it). The usual placement is where most of the
 history's cases ran; a night's point comes from its launches in it, and a night with none for a cell
 leaves that cell (reports/history.py), the newest night included: the history says so, and tonight's
@@ -24,10 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-import numpy as np
-
 FAR = 1.6          # a round trip past this many times the near level is another placement (VM: 2.2x apart)
-NEAR_QUANTILE = 10
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,7 @@ def of(runs: list) -> Placement | None:
     probes = [row.cores_rt_ns for run in runs for cell in run.cells.values() for row in cell.rows.values() if _probed(row)]
     if not probes:
         return None
-    near = float(np.percentile([min(p) for p in probes], NEAR_QUANTILE))
+    near = min(float(min(p)) for p in probes)
     state = Placement(near, "near", {}).state
     counts = Counter(state(p) for p in probes)
     if not counts["near"] + counts["far"]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import kinds  # noqa: F401  the kinds declare their rows (schema.results.ROW_OF_BENCH) as they are imported
 from schema.results import Cell, NoCells, ResultError, Row, Run, Series, knob_text, row_from_json
 from schema.run_meta import RunMeta
-from schema.stats import median, undisturbed
+from schema.stats import MIN_UNDISTURBED, median, undisturbed, waited_rounds
 
 
 def size_limit(variable: str, default_mib: int) -> int:
@@ -150,6 +150,7 @@ def load(path: str | Path, side: str = "") -> Run:
         if row is None or row.side != recorded or not times:
             continue  # overhead rows and foreign benchmarks are not comparison cells
         add_row(cells, row if recorded == side else replace(row, side=side), times)
+    leave_out_disturbed(cells)
     if not cells:
         what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
         raise NoCells(f"{path} holds no {what}")
@@ -176,9 +177,30 @@ def add_row(cells: dict[tuple, Cell], row: Row, times: list[float]) -> None:
     series = Series.of(row)
     size = getattr(row, "bytes", 0)
     cell = cells.setdefault((series, size), Cell(series, size, row))
-    judged = undisturbed([float(t) for t in times], getattr(row, "round_cpu_wait_ns", []), getattr(row, "iters_per_round", 0) or 0)
-    cell.launches[row.launch].extend(judged)
+    per_op = [float(t) for t in times]
+    waits, k = getattr(row, "round_cpu_wait_ns", []), getattr(row, "iters_per_round", 0) or 0
+    cell.launches[row.launch].extend(undisturbed(per_op, waits, k))   # what verdicts judge (schema/stats.py)
     cell.rows.setdefault(row.launch, row)
+    if waits:
+        cell.waited[row.launch] = waited_rounds(per_op, waits, k)
+
+
+def leave_out_disturbed(cells: dict[tuple, Cell]) -> None:
+    """A launch with fewer than MIN_UNDISTURBED rounds no rank waited for a CPU in timed the machine's
+    other work: where most of the run's launches with waits had enough, it leaves its cell (a cell
+    keeps its last launch), as a launch in another placement leaves a history's night; where most
+    had too few (long rounds on a busy machine), every launch is judged on all its rounds. Its
+    `waited` entry stays, so the summaries count it (reports/compare.py cpu_wait_lines)."""
+    waited = [(cell, i) for cell in cells.values() for i in cell.waited]
+    whole = [(cell, i) for cell, i in waited if cell.waited[i][1] - cell.waited[i][0] < MIN_UNDISTURBED]
+    if not whole or 2 * len(whole) >= len(waited):
+        return
+    for cell, i in whole:
+        if len(cell.launches) > 1:
+            del cell.launches[i]
+            cell.rows.pop(i, None)
+            if cell.row.launch == i:
+                cell.row = next(iter(cell.rows.values()))
 
 
 def run_from_rows(rows: list[Row], side: str, path: str, meta: dict) -> Run:
@@ -189,6 +211,7 @@ def run_from_rows(rows: list[Row], side: str, path: str, meta: dict) -> Run:
     for row in rows:
         if row.side == side and row.iters_per_round:
             add_row(cells, row, per_op_seconds(row.round_ns_per_rank, row.iters_per_round).tolist())
+    leave_out_disturbed(cells)
     return Run(path, cells, meta, side)
 
 

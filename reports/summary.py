@@ -13,7 +13,7 @@ from collectives.sizes import format_size
 from reports.calibration import calibrate  # noqa: F401  (its old home: tests/test_estimators.py calls summary.calibrate)
 from reports.canary import figure
 from reports.change_points import MIN_RUNS, MIN_SEGMENT
-from reports.compare import Comparison, budget, detectable_bands, size_ranges
+from reports.compare import Comparison, budget, cpu_wait_lines, detectable_bands, size_ranges
 from reports.estimators import describe
 from reports.history import MACHINE_ALPHA, MACHINE_MIN_EFFECT, MACHINE_NIGHTS, History
 from schema.calibration import Calibration
@@ -155,6 +155,7 @@ def text(cmp: Comparison) -> str:
             f"# {statistic_line(cmp.estimator)}"]
     if cmp.budget:
         out.append(f"# {budget_text(cmp.budget)}")
+    out += [f"# {line}" for line in cmp.cpu_wait]
     if cmp.calibration:
         out.append(f"# {cmp.calibration}")
     out += [f"# {line}" for line in detectable_lines(cmp)]
@@ -207,7 +208,7 @@ def as_json(cmp: Comparison) -> dict:
             "regressed": cmp.regressed, "inconclusive": cmp.inconclusive, "headline": headline(cmp),
             "estimator": cmp.estimator, "statistic": statistic_line(cmp.estimator), "budget": cmp.budget,
             "detectable": [{**b, "detectable": _finite(b["detectable"])} for b in detectable_bands(cmp)],
-            "mismatch": cmp.mismatch,
+            "mismatch": cmp.mismatch, "cpu_wait": cmp.cpu_wait,
             "regressions": range_lines(cmp, REGRESSION), "improvements": range_lines(cmp, IMPROVEMENT),
             "suspected_regressions": range_lines(cmp, SUSPECTED_REGRESSION),
             "cells": [{"series": c.series.to_json(), "size": c.size, "ratio": c.ratio, "low": c.low, "high": c.high,
@@ -326,14 +327,14 @@ def canary_lines(hist: History) -> list[str]:
     view, runs = hist.canary, hist.runs
     if not view.seconds:
         return ["canary: none recorded in these runs (timed single-stack sweeps record one): noisy nights and machine "
-                "changes cannot be told", *placement_lines(hist)]
+                "changes cannot be told", *placement_lines(hist), *cpu_wait_lines(runs)]
     newest = [f"{name} {figure(name, view.meta[name], secs[-1])}" for name, secs in view.seconds.items() if secs[-1]]
     spread = ", ".join(f"{name} {np.expm1(sd):.0%}" for name, sd in view.spread.items())
     out = [f"canary ({view.nights} nights): newest " + (", ".join(newest) or "not recorded")
            + (f"; usual night-to-night spread {spread}" if spread else "")]
     out += [f"canary step: {step.text(night(runs[step.at]))}" for step in view.steps]
     out += [f"noisy night left out of every cell: {night(runs[i])}: {why}" for i, why in hist.left_out.items()]
-    return out + placement_lines(hist)
+    return out + placement_lines(hist) + cpu_wait_lines(runs)
 
 
 def placement_lines(hist: History) -> list[str]:
@@ -358,6 +359,7 @@ def canary_json(hist: History) -> dict:
     return {"nights": view.nights, "seconds": view.seconds, "spread": view.spread,
             "steps": [{**vars(s), "run": hist.runs[s.at].path} for s in view.steps],
             "noisy": {hist.runs[i].path: why for i, why in hist.left_out.items()},
+            "cpu_wait": cpu_wait_lines(hist.runs),
             "placement": {**hist.placement.record(), "cells_with_nights_left_out": len(hist.placed_out),
                           "cell_nights_left_out": sum(hist.placed_out.values()),
                           "newest_night_cells_left_out": hist.tonight_elsewhere} if hist.placement else None}

@@ -427,6 +427,7 @@ class Cell:
     row: Row                    # the first launch's row: identity, hosts, environment
     launches: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))  # launch -> per-op seconds
     rows: dict[int, Row] = field(default_factory=dict)   # launch -> its row (metrics per launch)
+    waited: dict[int, tuple[int, int]] = field(default_factory=dict)   # launch -> (rounds a rank waited for a CPU in, rounds)
 
     @property
     def key(self) -> tuple:

@@ -71,16 +71,31 @@ def round_waits(waits_by_rank: list[list[int]], rounds: int) -> list[int]:
     return [int(v) for v in np.asarray(waits_by_rank, dtype=np.int64).max(axis=0)]
 
 
+def _waited(per_op_s: list[float], waits: list, iters: int) -> list[bool] | None:
+    """Per round: did a rank wait for a CPU longer than UNDISTURBED_SHARE of it; None when the waits
+    are not this launch's rounds (none recorded: older files, other writers)."""
+    if not waits or len(waits) != len(per_op_s) or iters <= 0:
+        return None
+    return [w > UNDISTURBED_SHARE * t * iters * 1e9 for t, w in zip(per_op_s, waits)]
+
+
 def undisturbed(per_op_s: list[float], waits: list, iters: int) -> list[float]:
     """The per-op times a verdict judges: a launch's rounds in which no rank waited for a CPU longer
     than UNDISTURBED_SHARE of the round, when at least MIN_UNDISTURBED did; else all of them (a row
-    without waits, or one disturbed throughout: its numbers then carry the contention, and
-    `disturbed_text` says so). Why: a round a rank spent off its core times the scheduler's slices,
+    without waits, or one disturbed throughout: its numbers then carry the contention, and the
+    summaries say how many). Why: a round a rank spent off its core times the scheduler's slices,
     and how many rounds a launch loses to them is a state of the machine, not of the library."""
-    if not waits or len(waits) != len(per_op_s) or iters <= 0:
+    waited = _waited(per_op_s, waits, iters)
+    if waited is None:
         return per_op_s
-    kept = [t for t, w in zip(per_op_s, waits) if w <= UNDISTURBED_SHARE * t * iters * 1e9]
+    kept = [t for t, w in zip(per_op_s, waited) if not w]
     return kept if len(kept) >= MIN_UNDISTURBED else per_op_s
+
+
+def waited_rounds(per_op_s: list[float], waits: list, iters: int) -> tuple[int, int]:
+    """(rounds a rank waited for a CPU in, rounds whose waits were recorded) of one launch."""
+    waited = _waited(per_op_s, waits, iters)
+    return (0, 0) if waited is None else (sum(waited), len(waited))
 
 
 def median_seconds(round_ns_by_rank: list[list[int]], iters: int) -> float:

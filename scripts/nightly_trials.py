@@ -20,7 +20,7 @@ the change): on a same-stack night it changes nothing (no A/B runs; the night re
 its stack), on a changed night it is another stack, so every cell is A/B-tested the same night
 (harness/session/same_night.py) and the change can be confirmed on the first changed night.
 
-    python scripts/nightly_trials.py --replay DIR [--figures-at 7] [--without-alert-rule]
+    python scripts/nightly_trials.py --replay DIR [--figures-at 7] [--without-alert-rule] [--every-round]
 
 judges the nights an earlier --out DIR recorded again, night by night as they were judged live, with
 the code as it is now (a rule changed since is measured on the same nights); a night is a changed
@@ -31,6 +31,8 @@ nights it prints, for the mpi 1 MiB and 4 MiB cells, how far that night's launch
 / fastest launch) and what the history could have seen (80% power, its own night-to-night spread).
 --without-alert-rule judges them as before the machine-alert rule (machine changes judged by the
 software verdicts' rules alone), to count what the rule takes away on the same nights.
+--every-round judges every round of a launch, as before rounds a rank waited for a CPU in were left
+out (schema/stats.py undisturbed): the same nights without that rule.
 """
 from __future__ import annotations
 
@@ -189,9 +191,14 @@ def main() -> int:
     parser.add_argument("--figures-at", type=int, default=7, help="same-stack night whose 1/4 MiB figures to print (default 7)")
     parser.add_argument("--without-alert-rule", action="store_true",
                         help="with --replay: machine changes judged by the software rules alone, as before the rule")
+    parser.add_argument("--every-round", action="store_true",
+                        help="with --replay: every round of a launch judged, as before rounds with a CPU wait were left out")
     args = parser.parse_args()
-    if args.without_alert_rule and not args.replay:
-        parser.error("--without-alert-rule judges recorded nights: give it with --replay DIR")
+    if (args.without_alert_rule or args.every_round) and not args.replay:
+        parser.error("--without-alert-rule and --every-round judge recorded nights: give them with --replay DIR")
+    if args.every_round:
+        import reports.result_files
+        reports.result_files.undisturbed = lambda per_op, waits, iters: per_op
     if args.without_alert_rule:
         import reports.gate
         import reports.history

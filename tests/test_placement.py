@@ -185,7 +185,8 @@ def test_ranks_0_and_1_share_a_page_no_file_names_once_both_mapped_it(tmp_path):
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
 def test_every_collective_case_of_a_sweep_carries_its_cores_round_trip(bench_run, backend):
     """Real ranks on one host: each case's row holds the round trip before and after it, timed over
-    a page no file names once both ranks mapped it (nothing is left in /dev/shm)."""
+    a page no file names once both ranks mapped it (nothing is left in /dev/shm), and every round's
+    CPU wait."""
     from pathlib import Path
 
     from collectives.placement import PREFIX
@@ -198,5 +199,7 @@ def test_every_collective_case_of_a_sweep_carries_its_cores_round_trip(bench_run
     for row in rows:
         before, after = row["cores_rt_ns"]
         assert 10 < before < 1e6 and 10 < after < 1e6, row["cores_rt_ns"]
+        waits = row["round_cpu_wait_ns"]     # and each round's longest CPU wait (collectives/timing.py CpuWait)
+        assert len(waits) == 3 and all(isinstance(w, int) and w >= 0 for w in waits), waits
     assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(PREFIX)]
     assert bench_run.leftovers() == []
