@@ -12,11 +12,12 @@ neighbouring sizes must agree before a regression counts.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
 
+from collectives.sizes import format_size
 from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, launch_value
 from reports.result_files import setup_of
 from schema.calibration import Calibration
@@ -80,6 +81,8 @@ class Comparison:
     estimator: str = DEFAULT_ESTIMATOR   # each launch's statistic of its rounds the verdicts rest on
     budget: dict = field(default_factory=dict)   # what the verdict cost: launches, timed and cluster time (budget())
     cpu_wait: list[str] = field(default_factory=list)   # launches that lost rounds to a CPU wait (cpu_wait_lines())
+    placement: list[str] = field(default_factory=list)  # separate runs: where ranks 0 and 1's cores were, what left (_placed)
+    unplaced: list[tuple] = field(default_factory=list)  # shared cells not judged: one side had no launch in the usual placement
 
     def by_verdict(self, kind: VerdictKind) -> list[CellResult]:
         if not isinstance(kind, VerdictKind):   # a verdict's words match nothing: say so rather than find no cell
@@ -92,8 +95,9 @@ class Comparison:
 
     @property
     def inconclusive(self) -> int:
-        """Cells without the evidence to say regression, improvement or no change."""
-        return len(self.by_verdict(INCONCLUSIVE))
+        """Cells without the evidence to say regression, improvement or no change (those not judged
+        for the cores' placement included)."""
+        return len(self.by_verdict(INCONCLUSIVE)) + len(self.unplaced)
 
 
 def _pair_shift(a: list[float], b: list[float], estimator: str = DEFAULT_ESTIMATOR) -> float:
@@ -123,6 +127,39 @@ def _samples(base: Cell, cand: Cell, paired: bool, estimator: str = DEFAULT_ESTI
                 np.array([launch_value(v, estimator) for v in cand.launches.values()]), "launches")
     return (np.concatenate([np.asarray(v) for v in base.launches.values()]),
             np.concatenate([np.asarray(v) for v in cand.launches.values()]), "rounds")
+
+
+def _placed(base: Run, cand: Run, common: list[tuple]) -> tuple[dict[tuple, tuple[Cell, Cell]], list[str]]:
+    """Two separate runs' cells, each side's launches in the runs' usual placement of ranks 0 and 1's
+    cores (reports/placement.py): on a VM a run recorded with the cores on one die and one with them
+    apart differ 1.1-2.3x at every size, which is the host, not the stack. Where both runs carry the
+    round trip; a cell with no launch in it on one side is not judged, and the lines say so. (An
+    interleaved A/B runs both sides in one placement round by round and needs none of this.)"""
+    from reports.placement import of
+    pairs = {k: (base.cells[k], cand.cells[k]) for k in common}
+    place = of([base, cand]) if of([base]) and of([cand]) else None
+    if place is None or not place.left_out:
+        return pairs, []
+    kept, left = {}, []
+    for key, (b, c) in pairs.items():
+        kb, kc = place.kept(b), place.kept(c)
+        if kb and kc:
+            kept[key] = (_only(b, kb), _only(c, kc))
+        else:
+            left.append(key)
+    lines = [place.text()]
+    if left:
+        shown = ", ".join(f"{s.label()} {format_size(size)}" for s, size in left[:8])
+        shown += f", and {len(left) - 8} more" if len(left) > 8 else ""
+        lines.append(f"{len(left)} cells not judged: one run had no launch of them in the usual placement ({shown}); "
+                     "an interleaved A/B (--ab-env, --previous-stack) judges them in one placement")
+    return kept, lines
+
+
+def _only(cell: Cell, launches: list[int]) -> Cell:
+    """The cell with only `launches`."""
+    return replace(cell, row=cell.rows[launches[0]], launches={i: cell.launches[i] for i in launches},
+                   rows={i: cell.rows[i] for i in launches}, waited={i: w for i, w in cell.waited.items() if i in launches})
 
 
 def detectable(low: float, high: float, alpha: float) -> float:
@@ -211,9 +248,13 @@ def compare(base: Run, cand: Run, calibration: Optional[Calibration] = None, min
     if kinds[0] != kinds[1]:   # production field data (NCCL Inspector) against a controlled benchmark
         out.mismatch.append(f"source: baseline {kinds[0]} vs candidate {kinds[1]} (field data is what a production job "
                             "saw, not a controlled benchmark)")
+    paired = bool(base.side and cand.side)
+    cells, out.placement = (({k: (base.cells[k], cand.cells[k]) for k in common}, []) if paired
+                            else _placed(base, cand, common))
+    out.unplaced = [k for k in common if k not in cells]
     grouped: dict[tuple[int, int, str], list] = defaultdict(list)
-    for key in common:
-        x, y, kind = _samples(base.cells[key], cand.cells[key], paired=bool(base.side and cand.side), estimator=estimator)
+    for key, (base_cell, cand_cell) in cells.items():
+        x, y, kind = _samples(base_cell, cand_cell, paired=paired, estimator=estimator)
         grouped[(x.size, y.size, kind)].append((key, np.log(x), np.log(y)))
     # an A/A of separate runs says nothing about paired A/B launches (the pairing cancels the drift
     # it measured) and vice versa: a calibration applies only to cells sampled its way
@@ -222,9 +263,9 @@ def compare(base: Run, cand: Run, calibration: Optional[Calibration] = None, min
     for (n, m, kind), items in grouped.items():
         shift, low, high, p = stats[kind](np.stack([i[1] for i in items]), np.stack([i[2] for i in items]), alpha)
         for (key, _, _), s, lo, hi, pv in zip(items, shift, low, high, p):
-            cell = base.cells[key]
+            cell, cand_cell = cells[key]
             effect = max(min_effect, cal.min_effect(band_key(cell.series, cell.size)) if cal and kind == cal.samples else 0.0)
-            shown = {mt.name: [cell.pooled(mt.name), cand.cells[key].pooled(mt.name)]
+            shown = {mt.name: [cell.pooled(mt.name), cand_cell.pooled(mt.name)]
                      for mt in metrics(type(cell.row), "compare")}
             out.cells.append(CellResult(key, cell.series, cell.size, float(np.exp(s)), float(np.exp(lo)), float(np.exp(hi)),
                                         float(pv), samples=kind, n_base=n, n_cand=m, min_effect=effect, metrics=shown,

@@ -61,8 +61,8 @@ class Placement:
         other = {"near": "far", "far": "near"}[self.usual]
         return (f"placement: ranks 0 and 1's cores usually {self.usual} (cache-line round trip "
                 f"{'<=' if self.usual == 'near' else '>'} {FAR * self.near_ns:.0f} ns); {self.cases.get(other, 0)} "
-                f"case launches {other} and {self.cases.get('moved', 0)} moved during the case left out of the nights' "
-                f"points, of {sum(self.cases.values())}")
+                f"case launches {other} and {self.cases.get('moved', 0)} moved during the case left out, of "
+                f"{sum(self.cases.values())}")
 
 
 def _probed(row) -> bool:

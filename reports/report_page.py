@@ -412,8 +412,9 @@ def _sentence(cmp) -> str:
     suspected = counts[SUSPECTED_REGRESSION] + counts[SUSPECTED_IMPROVEMENT]
     head = "Regression" if cmp.regressed else "Inconclusive (not a pass)" if cmp.inconclusive else "No regression"
     return (f"{head}: {counts[REGRESSION]} regressions, {counts[IMPROVEMENT]} improvements, "
-            f"{counts[NO_CHANGE]} unchanged, {counts[INCONCLUSIVE]} inconclusive"
-            + (f", {suspected} suspected" if suspected else "") + f" of {len(cmp.cells)} cells.")
+            f"{counts[NO_CHANGE]} unchanged, {counts[INCONCLUSIVE] + len(cmp.unplaced)} inconclusive"
+            + (f", {suspected} suspected" if suspected else "") + f" of {len(cmp.cells) + len(cmp.unplaced)} cells"
+            + (f" ({len(cmp.unplaced)} not judged: ranks 0 and 1's cores ran elsewhere in one run)." if cmp.unplaced else "."))
 
 
 def _worst(cells: list[Cell], shown: list[Metric]) -> list[str]:

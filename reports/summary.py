@@ -100,7 +100,8 @@ def headline(cmp: Comparison) -> str:
     tail = (f"{counts.get(NO_CHANGE, 0)} no change, {counts.get(IMPROVEMENT, 0)} improved"
             + (f", {suspected} suspected from one launch a side" if suspected else "") + f" of {len(cmp.cells)} cells")
     if cmp.inconclusive:
-        return (f"INCONCLUSIVE: no confirmed regression, but {cmp.inconclusive} of {len(cmp.cells)} cells lack the "
+        cells = len(cmp.cells) + len(cmp.unplaced)
+        return (f"INCONCLUSIVE: no confirmed regression, but {cmp.inconclusive} of {cells} cells lack the "
                 f"evidence to say no change ({tail})")
     return f"no regression: every cell decided ({tail})"
 
@@ -143,7 +144,8 @@ def sides_lines(cmp: Comparison) -> list[str]:
 def text(cmp: Comparison) -> str:
     kinds = Counter(c.samples for c in cmp.cells)
     out = [f"# compare {cmp.base}", f"#      -> {cmp.cand}", *sides_lines(cmp),
-           f"# {len(cmp.cells)} cells: " + counted(cmp.cells, VERDICTS),
+           f"# {len(cmp.cells) + len(cmp.unplaced)} cells: " + counted(cmp.cells, VERDICTS)
+           + (f", {len(cmp.unplaced)} not judged (placement)" if cmp.unplaced else ""),
            "# samples: " + ", ".join(f"{n} cells by {k}" for k, n in sorted(kinds.items()))]
     if kinds.get("rounds"):
         out.append("#   (one launch a side: its rounds are not independent samples of a stack, so those cells "
@@ -155,7 +157,7 @@ def text(cmp: Comparison) -> str:
             f"# {statistic_line(cmp.estimator)}"]
     if cmp.budget:
         out.append(f"# {budget_text(cmp.budget)}")
-    out += [f"# {line}" for line in cmp.cpu_wait]
+    out += [f"# {line}" for line in [*cmp.placement, *cmp.cpu_wait]]
     if cmp.calibration:
         out.append(f"# {cmp.calibration}")
     out += [f"# {line}" for line in detectable_lines(cmp)]
@@ -189,6 +191,7 @@ def markdown(cmp: Comparison) -> str:
              + "; ".join(md(line) for line in detectable_lines(cmp)), "", md(statistic_line(cmp.estimator).capitalize())]
     if cmp.budget:
         head += ["", md(budget_text(cmp.budget).capitalize())]
+    head += [f"\n{md(line.capitalize())}" for line in [*cmp.placement, *cmp.cpu_wait]]
     body = []
     for label, verdict in SECTIONS:
         lines = range_lines(cmp, verdict)
@@ -208,7 +211,7 @@ def as_json(cmp: Comparison) -> dict:
             "regressed": cmp.regressed, "inconclusive": cmp.inconclusive, "headline": headline(cmp),
             "estimator": cmp.estimator, "statistic": statistic_line(cmp.estimator), "budget": cmp.budget,
             "detectable": [{**b, "detectable": _finite(b["detectable"])} for b in detectable_bands(cmp)],
-            "mismatch": cmp.mismatch, "cpu_wait": cmp.cpu_wait,
+            "mismatch": cmp.mismatch, "placement": cmp.placement, "cpu_wait": cmp.cpu_wait,
             "regressions": range_lines(cmp, REGRESSION), "improvements": range_lines(cmp, IMPROVEMENT),
             "suspected_regressions": range_lines(cmp, SUSPECTED_REGRESSION),
             "cells": [{"series": c.series.to_json(), "size": c.size, "ratio": c.ratio, "low": c.low, "high": c.high,

@@ -203,3 +203,20 @@ def test_every_collective_case_of_a_sweep_carries_its_cores_round_trip(bench_run
         assert len(waits) == 3 and all(isinstance(w, int) and w >= 0 for w in waits), waits
     assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(PREFIX)]
     assert bench_run.leftovers() == []
+
+
+def test_two_separate_runs_are_compared_in_their_usual_placement(tmp_path):
+    """compare / --baseline of two runs: each side's launches in the runs' usual placement; a run whose
+    cores were apart throughout is not judged against one where they were near (the host, not the
+    stack: 2.5x at >= 1 MiB here), and its cells are inconclusive, never a regression."""
+    from reports.compare import compare
+    base, cand = nights(tmp_path / "mixed", 2, apart=0.34, slow_from=1, factor=1.3, seed=1)   # 1 far launch in each
+    cmp = compare(base, cand)
+    assert {c.size for c in cmp.by_verdict(REGRESSION)} == set(SIZES), summary.text(cmp)
+    assert all(abs(c.ratio - 1.3) < 0.05 for c in cmp.cells) and not cmp.unplaced
+    assert "placement: ranks 0 and 1's cores usually near" in summary.text(cmp)
+    base, cand = nights(tmp_path / "apart", 2, apart=0.0, all_apart_night=1)
+    cmp = compare(base, cand)
+    assert not cmp.regressed and not cmp.cells and len(cmp.unplaced) == len(SIZES) == cmp.inconclusive
+    assert f"{len(SIZES)} cells not judged: one run had no launch of them in the usual placement" in summary.text(cmp)
+    assert summary.headline(cmp).startswith(f"INCONCLUSIVE: no confirmed regression, but {len(SIZES)} of {len(SIZES)} cells")
