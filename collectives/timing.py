@@ -11,7 +11,7 @@ K iterations, captured once before any timed span: the library's time without Py
 cost per call, which at small sizes is most of an eager round. A graph that held less than its K
 calls replays too fast: rounds under what the bytes allow are refused (`below_floor`).
 
-Each round also reads how long this rank's timing thread was runnable but off its core (the kernel's
+Each round also reads how long this rank's threads were runnable but off their cores (the kernel's
 schedstat run delay, `CpuWait`): a shared machine's other work takes the core in time slices of
 milliseconds, and a round that waited measures the scheduler, not the library. The driver keeps each
 round's longest wait over the ranks (schema/stats.py `undisturbed`: what verdicts judge).
@@ -87,28 +87,46 @@ class Captured:
 
 
 class CpuWait:
-    """This thread's run delay so far (ns): /proc/thread-self/schedstat's second field, the time it
-    was runnable and waiting for a CPU. Read once before and once after each round (one pread);
-    `read` is None where the kernel does not keep it (not Linux, no CONFIG_SCHED_INFO)."""
+    """The rank process's run delay so far, per thread (ns): each /proc/self/task/TID/schedstat's second
+    field, the time that thread was runnable but waiting for a CPU. Every thread counts, not only the
+    one timing: a library's own threads (gloo's transport, a device runtime's) stall the collective
+    as surely. The threads are those alive when it is made (after the warm-up, when a library's are
+    up); one pread each a read. `read` is None where the kernel keeps no such counter (not Linux, no
+    CONFIG_SCHED_INFO)."""
 
     def __init__(self) -> None:
+        self._fds: list[int] = []
         try:
-            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            tids = os.listdir("/proc/self/task")
         except OSError:
-            self._fd = None
+            tids = []
+        for tid in tids:
+            try:
+                self._fds.append(os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY))
+            except OSError:
+                pass
 
-    def read(self) -> int | None:
-        if self._fd is None:
-            return None
-        try:
-            return int(os.pread(self._fd, 128, 0).split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
+    def read(self) -> list[int | None] | None:
+        """Each thread's run delay (None: that thread is gone), or None with no counter at all."""
+        return [_run_delay(fd) for fd in self._fds] if self._fds else None
+
+    @staticmethod
+    def waited(before: list[int | None], after: list[int | None]) -> int:
+        """ns the threads alive at both reads waited for a CPU between them (summed: conservative
+        where two waited at once)."""
+        return sum(b - a for a, b in zip(before, after) if a is not None and b is not None)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+
+def _run_delay(fd: int) -> int | None:
+    try:
+        return int(os.pread(fd, 128, 0).split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def floor_ns(nbytes: int) -> float:
@@ -233,7 +251,7 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Ca
                 before = clock.read() if i == 0 else None
                 out.append(step(loop, cal.k, backend, timer))
                 if before is not None and (after := clock.read()) is not None:
-                    waits.append(after - before)
+                    waits.append(clock.waited(before, after))
     finally:
         clock.close()
     return cal, times, waits if len(waits) == plan.rounds else []

@@ -24,7 +24,7 @@ FULL_MATRIX_RANKS = 256
 SLOWEST_KEPT = 8              # past the threshold: the rounds of this many slowest ranks are kept whole
 NAMED_RANKS_OVER = 8          # the table and report name the slowest ranks of groups larger than this
 RANK_QUANTILES = ("min", "p25", "median", "p75", "max")
-# A round is undisturbed when no rank's timing thread waited for a CPU longer than this share of it
+# A round is undisturbed when no rank's threads waited for a CPU longer than this share of it
 # (collectives/timing.py CpuWait): other work on a shared machine takes a core in slices of ms.
 UNDISTURBED_SHARE = 0.01
 MIN_UNDISTURBED = 5           # a launch is judged on its undisturbed rounds when it has at least this many

@@ -207,8 +207,8 @@ class RankLaunch:
 class Timed:
     """What every timed bench returns: #wrong of its check, K, this rank's round times, K's calibration;
     ranks 0 and 1 of a collective case on one node also their cores' round trip before and after it
-    (ns, collectives/placement.py; the worker adds it); and how long this rank's timing thread waited
-    for a CPU in each round (ns, collectives/timing.py CpuWait; empty where the kernel does not say)."""
+    (ns, collectives/placement.py; the worker adds it); and how long this rank's threads waited for a
+    CPU in each round (ns, collectives/timing.py CpuWait; empty where the kernel does not say)."""
     wrong: int
     iters: int
     round_ns: list[int]

@@ -109,21 +109,22 @@ def test_undisturbed_keeps_the_rounds_no_rank_waited_in_when_there_are_enough():
     assert undisturbed(t, [0] * 9, 2) == t           # waits that do not match the rounds are not used
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="the kernel keeps no schedstat")
-def test_the_cpu_wait_is_the_kernels_counter_for_this_thread():
-    """The reading is this thread's run delay: it never goes back, a sleep does not add to it (a
-    sleeping thread is not waiting for a CPU), and it is the one /proc/thread-self/schedstat shows."""
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="no /proc/self/task")
+def test_the_cpu_wait_is_the_kernels_counter_for_every_thread():
+    """One counter per thread of this process, each the run delay its schedstat shows: it never goes
+    back, and a sleep does not add to it (a sleeping thread is not waiting for a CPU)."""
     clock = CpuWait()
     try:
         first = clock.read()
         time.sleep(0.05)
         second = clock.read()
         with open("/proc/thread-self/schedstat") as f:
-            shown = int(f.read().split()[1])
-        third = clock.read()
-        assert isinstance(first, int) and isinstance(second, int) and isinstance(third, int)
-        assert 0 <= first <= second <= shown <= third
-        assert second - first < 0.05e9
+            mine = int(f.read().split()[1])
+        assert first is not None and second is not None
+        assert len(first) == len(second) == len(os.listdir("/proc/self/task"))
+        assert all(isinstance(v, int) and v >= 0 for v in first + second)
+        assert 0 <= CpuWait.waited(first, second) < 0.05e9
+        assert any(a <= mine for a in first) and CpuWait.waited(first, [None] * len(first)) == 0   # a thread gone: not counted
     finally:
         clock.close()
     assert clock.read() is None                       # closed: nothing read, nothing leaked
