@@ -268,23 +268,30 @@ def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: P
     """Round-interleaved A/B: warm up now and keep the loops on this rank, so the driver can
     alternate single rounds of two worker groups (two stacks) milliseconds apart; `end` then
     returns finish(K, round ns per loop) and the calibration, what `measure` gives in one go."""
+    if getattr(backend, "prepared", None):   # a begun case that never ended (its A/B failed): its clock's files
+        backend.prepared[6].close()
     loops = prepared(loops, backend, plan)
-    backend.prepared = (loops, warm_up(loops, backend, plan), backend.device.timer(), [[] for _ in loops], finish,
-                        round_step(plan))
+    cal = warm_up(loops, backend, plan)
+    backend.prepared = (loops, cal, backend.device.timer(), [[] for _ in loops], finish, round_step(plan), CpuWait(), [])
 
 
 def time_round(backend) -> dict:
-    """One round of every prepared loop, in `measure`'s order; the times stay here until `end`."""
-    loops, cal, timer, times, _, step = backend.prepared
-    for loop, out in zip(loops, times):
+    """One round of every prepared loop, in `measure`'s order, with the first one's CPU wait; the
+    times stay here until `end`."""
+    loops, cal, timer, times, _, step, clock, waits = backend.prepared
+    for i, (loop, out) in enumerate(zip(loops, times)):
+        before = clock.read() if i == 0 else None
         out.append(step(loop, cal.k, backend, timer))
+        if before is not None and (after := clock.read()) is not None:
+            waits.append(clock.waited(before, after))
     return {}
 
 
 def end(backend):
-    _, cal, _, times, finish, _ = backend.prepared
+    _, cal, _, times, finish, _, clock, waits = backend.prepared
     backend.prepared = None
-    return with_calibration(finish(cal.k, times), cal)
+    clock.close()
+    return with_calibration(finish(cal.k, times), cal, waits if len(waits) == len(times[0]) else [])
 
 
 def with_calibration(result, cal, waits: list[int] | None = None):
