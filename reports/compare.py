@@ -100,27 +100,37 @@ class Comparison:
         return len(self.by_verdict(INCONCLUSIVE)) + len(self.unplaced)
 
 
-def _pair_shift(a: list[float], b: list[float], estimator: str = DEFAULT_ESTIMATOR) -> float:
+def _pair_shift(a: list[float], b: list[float], estimator: str = DEFAULT_ESTIMATOR, quads: bool = True) -> float:
     """One interleaved launch's log ratio B/A. Its rounds ran AB, BA, AB, ... milliseconds apart,
     so each AB round pair with the BA pair after it sees one machine state and cancels the position
     (on a busy machine the round run second was 1.5x faster or slower); the median over those
     quads. Rounds that do not pair up: the ratio of the sides' medians. With a low-quantile
     estimator (p10, min) the ratio of the sides' quantiles over the launch: both sides' rounds
-    saw the same stretch of machine states, and a quantile of quads would mix the sides' noise."""
+    saw the same stretch of machine states, and a quantile of quads would mix the sides' noise.
+    quads=False (a side's rounds were filtered for CPU waits: positions no longer pair up): the ratio
+    of the sides' statistics over the launch."""
     if estimator != "median":
         return float(np.log(launch_value(b, estimator)) - np.log(launch_value(a, estimator)))
-    if len(a) == len(b) and len(a) >= 2:
+    if quads and len(a) == len(b) and len(a) >= 2:
         d = np.log(b) - np.log(a)
         even = len(d) - len(d) % 2
         return median((d[0:even:2] + d[1:even:2]) / 2)
     return float(np.log(median(b)) - np.log(median(a)))
 
 
+def _filtered(cell: Cell, launch: int) -> bool:
+    """The launch's judged rounds are a subset (rounds a rank waited for a CPU in left out)."""
+    waited, rounds = cell.waited.get(launch, (0, 0))
+    return 0 < waited and rounds - waited >= MIN_UNDISTURBED
+
+
 def _samples(base: Cell, cand: Cell, paired: bool, estimator: str = DEFAULT_ESTIMATOR) -> tuple[np.ndarray, np.ndarray, str]:
     common = sorted(set(base.launches) & set(cand.launches))
     if paired and len(common) >= MIN_LAUNCHES:
         x = np.array([launch_value(base.launches[i], estimator) for i in common])
-        shifts = [_pair_shift(base.launches[i], cand.launches[i], estimator) for i in common]
+        # quads pair rounds by position: only while both sides kept every round
+        shifts = [_pair_shift(base.launches[i], cand.launches[i], estimator,
+                              quads=not (_filtered(base, i) or _filtered(cand, i))) for i in common]
         return x, x * np.exp(shifts), "paired launches"
     if len(base.launches) >= MIN_LAUNCHES and len(cand.launches) >= MIN_LAUNCHES:
         return (np.array([launch_value(v, estimator) for v in base.launches.values()]),
@@ -267,6 +277,8 @@ def compare(base: Run, cand: Run, calibration: Optional[Calibration] = None, min
             effect = max(min_effect, cal.min_effect(band_key(cell.series, cell.size)) if cal and kind == cal.samples else 0.0)
             shown = {mt.name: [cell.pooled(mt.name), cand_cell.pooled(mt.name)]
                      for mt in metrics(type(cell.row), "compare")}
+            if "time_us" in shown:   # the rounds the ratio rests on (undisturbed ones), not the row's every round
+                shown["time_us"] = [cell.pooled_s * 1e6, cand_cell.pooled_s * 1e6]
             out.cells.append(CellResult(key, cell.series, cell.size, float(np.exp(s)), float(np.exp(lo)), float(np.exp(hi)),
                                         float(pv), samples=kind, n_base=n, n_cand=m, min_effect=effect, metrics=shown,
                                         detectable=max(effect, detectable(float(np.exp(lo)), float(np.exp(hi)), alpha))))
@@ -375,7 +387,7 @@ def cpu_wait_lines(runs: list[Run]) -> list[str]:
     if not hit:
         return []
     few = [(cell, i) for run in runs for cell in run.cells.values() for i, (w, r) in cell.waited.items()
-           if r - w < MIN_UNDISTURBED]
+           if w and r - w < MIN_UNDISTURBED]
     left = sum(1 for cell, i in few if i not in cell.launches)
     share = sum(w for w, _ in hit) / sum(r for _, r in hit)
     out = (f"cpu: launches judged on the rounds no rank waited for a CPU in (> {UNDISTURBED_SHARE:.0%} of the round): "

@@ -181,8 +181,8 @@ def add_row(cells: dict[tuple, Cell], row: Row, times: list[float]) -> None:
     waits, k = getattr(row, "round_cpu_wait_ns", []), getattr(row, "iters_per_round", 0) or 0
     cell.launches[row.launch].extend(undisturbed(per_op, waits, k))   # what verdicts judge (schema/stats.py)
     cell.rows.setdefault(row.launch, row)
-    if waits:
-        cell.waited[row.launch] = waited_rounds(per_op, waits, k)
+    if (waited := waited_rounds(per_op, waits, k)) is not None:
+        cell.waited[row.launch] = waited
 
 
 def leave_out_disturbed(cells: dict[tuple, Cell]) -> None:
@@ -192,7 +192,7 @@ def leave_out_disturbed(cells: dict[tuple, Cell]) -> None:
     had too few (long rounds on a busy machine), every launch is judged on all its rounds. Its
     `waited` entry stays, so the summaries count it (reports/compare.py cpu_wait_lines)."""
     waited = [(cell, i) for cell in cells.values() for i in cell.waited]
-    whole = [(cell, i) for cell, i in waited if cell.waited[i][1] - cell.waited[i][0] < MIN_UNDISTURBED]
+    whole = [(cell, i) for cell, i in waited if 0 < cell.waited[i][0] and cell.waited[i][1] - cell.waited[i][0] < MIN_UNDISTURBED]
     if not whole or 2 * len(whole) >= len(waited):
         return
     for cell, i in whole:

@@ -98,7 +98,8 @@ def headline(cmp: Comparison) -> str:
         return f"REGRESSION in {len(ranges)} size ranges, first: {range_text(ranges[0])}"
     suspected = counts.get(SUSPECTED_REGRESSION, 0)
     tail = (f"{counts.get(NO_CHANGE, 0)} no change, {counts.get(IMPROVEMENT, 0)} improved"
-            + (f", {suspected} suspected from one launch a side" if suspected else "") + f" of {len(cmp.cells)} cells")
+            + (f", {suspected} suspected from one launch a side" if suspected else "")
+            + f" of {len(cmp.cells) + len(cmp.unplaced)} cells")
     if cmp.inconclusive:
         cells = len(cmp.cells) + len(cmp.unplaced)
         return (f"INCONCLUSIVE: no confirmed regression, but {cmp.inconclusive} of {cells} cells lack the "
@@ -191,7 +192,7 @@ def markdown(cmp: Comparison) -> str:
              + "; ".join(md(line) for line in detectable_lines(cmp)), "", md(statistic_line(cmp.estimator).capitalize())]
     if cmp.budget:
         head += ["", md(budget_text(cmp.budget).capitalize())]
-    head += [f"\n{md(line.capitalize())}" for line in [*cmp.placement, *cmp.cpu_wait]]
+    head += [f"\n{md(line[:1].upper() + line[1:])}" for line in [*cmp.placement, *cmp.cpu_wait]]
     body = []
     for label, verdict in SECTIONS:
         lines = range_lines(cmp, verdict)
@@ -212,6 +213,7 @@ def as_json(cmp: Comparison) -> dict:
             "estimator": cmp.estimator, "statistic": statistic_line(cmp.estimator), "budget": cmp.budget,
             "detectable": [{**b, "detectable": _finite(b["detectable"])} for b in detectable_bands(cmp)],
             "mismatch": cmp.mismatch, "placement": cmp.placement, "cpu_wait": cmp.cpu_wait,
+            "unplaced": [{"series": series.to_json(), "size": size} for series, size in cmp.unplaced],
             "regressions": range_lines(cmp, REGRESSION), "improvements": range_lines(cmp, IMPROVEMENT),
             "suspected_regressions": range_lines(cmp, SUSPECTED_REGRESSION),
             "cells": [{"series": c.series.to_json(), "size": c.size, "ratio": c.ratio, "low": c.low, "high": c.high,

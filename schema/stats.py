@@ -92,10 +92,10 @@ def undisturbed(per_op_s: list[float], waits: list, iters: int) -> list[float]:
     return kept if len(kept) >= MIN_UNDISTURBED else per_op_s
 
 
-def waited_rounds(per_op_s: list[float], waits: list, iters: int) -> tuple[int, int]:
-    """(rounds a rank waited for a CPU in, rounds whose waits were recorded) of one launch."""
+def waited_rounds(per_op_s: list[float], waits: list, iters: int) -> tuple[int, int] | None:
+    """(rounds a rank waited for a CPU in, rounds) of one launch; None when its waits are not its rounds'."""
     waited = _waited(per_op_s, waits, iters)
-    return (0, 0) if waited is None else (sum(waited), len(waited))
+    return None if waited is None else (sum(waited), len(waited))
 
 
 def median_seconds(round_ns_by_rank: list[list[int]], iters: int) -> float:

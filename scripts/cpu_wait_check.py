@@ -66,7 +66,7 @@ def main() -> int:
                     k = row.iters_per_round or 1
                     every = np.max(np.asarray(row.round_ns_per_rank, dtype=float), axis=0) / k / 1e3
                     judged = np.asarray(cell.launches[0]) * 1e6
-                    waited, rounds = waited_rounds(list(every / 1e6), row.round_cpu_wait_ns, k)
+                    waited, rounds = waited_rounds(list(every / 1e6), row.round_cpu_wait_ns, k) or (0, 0)
                     rt = min(row.cores_rt_ns) if row.cores_rt_ns else float("nan")
                     seen[series.op, size][rt, busy].append((float(np.median(every)), float(np.median(judged))))
                     print(f"launch {n} {'busy' if busy else 'idle'} {series.op} {size >> 20} MiB: round trip {rt:.0f} ns, "

@@ -31,16 +31,14 @@ nights it prints, for the mpi 1 MiB and 4 MiB cells, how far that night's launch
 / fastest launch) and what the history could have seen (80% power, its own night-to-night spread).
 --without-alert-rule judges them as before the machine-alert rule (machine changes judged by the
 software verdicts' rules alone), to count what the rule takes away on the same nights.
---from-nights DIR runs only the changed nights, each trial starting from the same-stack nights DIR's
-trial recorded (its same-stack figures are then DIR's). --every-round judges every round of a
-launch, as before rounds a rank waited for a CPU in were left
-out (schema/stats.py undisturbed): the same nights without that rule.
+--every-round judges every round of every launch, as before rounds a rank waited for a CPU in were
+left out (schema/stats.py undisturbed, result_files.leave_out_disturbed): the same nights without
+that rule.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -194,9 +192,6 @@ def main() -> int:
     parser.add_argument("--figures-at", type=int, default=7, help="same-stack night whose 1/4 MiB figures to print (default 7)")
     parser.add_argument("--without-alert-rule", action="store_true",
                         help="with --replay: machine changes judged by the software rules alone, as before the rule")
-    parser.add_argument("--from-nights", metavar="DIR",
-                        help="start each trial from the same-stack nights of DIR/trial-N (an earlier --out): only the "
-                             "changed nights run, to measure a change to the same-night A/B on nights already recorded")
     parser.add_argument("--every-round", action="store_true",
                         help="with --replay: every round of a launch judged, as before rounds with a CPU wait were left out")
     args = parser.parse_args()
@@ -205,6 +200,7 @@ def main() -> int:
     if args.every_round:
         import reports.result_files
         reports.result_files.undisturbed = lambda per_op, waits, iters: per_op
+        reports.result_files.leave_out_disturbed = lambda cells: None
     if args.without_alert_rule:
         import reports.gate
         import reports.history
@@ -224,13 +220,7 @@ def main() -> int:
             results = out / f"trial-{trial}"
             print(f"# trial {trial}: {args.same} nights of one stack, then {args.changed} with slow "
                   f"{args.factor:g} on all_reduce ({results})", flush=True)
-            first = 0
-            if args.from_nights:   # the same-stack nights a recorded trial ran: only the changed nights run now
-                recorded = sorted(p.parent for p in (Path(args.from_nights) / f"trial-{trial}").glob("*/results.json"))
-                for night_dir in recorded[:args.same]:
-                    shutil.copytree(night_dir, results / night_dir.name)
-                first = args.same
-            for n in range(first, args.same + args.changed):
+            for n in range(args.same + args.changed):
                 code = night(results, args, n >= args.same, previous)
                 runs = nights_of(results)
                 if tally.night(n, code, verdict(runs), runs, n >= args.same):

@@ -128,3 +128,31 @@ def test_the_cpu_wait_is_the_kernels_counter_for_every_thread():
     finally:
         clock.close()
     assert clock.read() is None                       # closed: nothing read, nothing leaked
+
+
+def test_an_ab_launch_that_lost_rounds_is_judged_by_its_sides_medians_not_quads():
+    """Quads pair an A/B launch's rounds by position; once a side's disturbed rounds are left out the
+    positions no longer pair up, so that launch's shift is the ratio of the sides' medians."""
+    from reports.compare import _samples
+    from schema.results import Cell, Series
+    row = CollectiveRow(backend="mpi", algo="default", op="all_reduce", nranks=2, bytes=4096, count=1024, iters_per_round=K)
+    a, b = [1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 1.0, 2.0]
+    base = Cell(Series.of(row), 4096, row, launches={0: a, 1: a}, rows={0: row, 1: row})
+    cand = Cell(Series.of(row), 4096, row, launches={0: b, 1: b}, rows={0: row, 1: row})
+    _, quads, _ = _samples(base, cand, paired=True)
+    assert quads == pytest.approx([np.sqrt(2)] * 2)               # every round kept: ABBA quads
+    base.waited = {0: (3, 10), 1: (0, 10)}                       # launch 0 lost 3 of 10 rounds on side A
+    _, shifted, kind = _samples(base, cand, paired=True)
+    assert kind == "paired launches" and shifted == pytest.approx([1.5, np.sqrt(2)])
+
+
+def test_launches_that_never_waited_are_neither_counted_nor_left_out():
+    """A smoke run's 3 rounds with no wait: fewer than 5 rounds, but nothing was disturbed."""
+    from reports.result_files import leave_out_disturbed
+    from schema.results import Cell, Series
+    row = CollectiveRow(backend="mpi", algo="default", op="all_reduce", nranks=2, bytes=4096, count=1024, iters_per_round=K)
+    cell = Cell(Series.of(row), 4096, row, launches={0: [1.0] * 3, 1: [1.0] * 3}, rows={0: row, 1: row},
+                waited={0: (0, 3), 1: (0, 3)})
+    leave_out_disturbed({cell.key: cell})
+    assert sorted(cell.launches) == [0, 1]
+    assert cpu_wait_lines([type("R", (), {"cells": {cell.key: cell}})()]) == []

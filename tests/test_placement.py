@@ -220,3 +220,17 @@ def test_two_separate_runs_are_compared_in_their_usual_placement(tmp_path):
     assert not cmp.regressed and not cmp.cells and len(cmp.unplaced) == len(SIZES) == cmp.inconclusive
     assert f"{len(SIZES)} cells not judged: one run had no launch of them in the usual placement" in summary.text(cmp)
     assert summary.headline(cmp).startswith(f"INCONCLUSIVE: no confirmed regression, but {len(SIZES)} of {len(SIZES)} cells")
+
+
+def test_cells_the_ranks_never_probe_keep_their_launches_in_a_probed_history(tmp_path):
+    """Ranks 0 and 1 on two hosts (or a layer bench) carry no round trip by design: all their launches
+    count, where an unprobed one-node collective launch (an older file) is left out."""
+    runs = nights(tmp_path, 7, apart=0.3)
+    cell = next(iter(runs[3].cells.values()))
+    place = of(runs)
+    for row in cell.rows.values():
+        row.cores_rt_ns = []
+    assert place.kept(cell) == []
+    for row in cell.rows.values():
+        row.hosts = {"h1": 1, "h2": 1}
+    assert place.kept(cell) == sorted(cell.rows)
