@@ -87,7 +87,7 @@ def judge_pair(base: Run, cand: Run, calibration: Optional[Calibration] = None, 
     if cmp.mismatch and not force:
         return Judgement(refused="setups differ, refusing to compare (--force to compare anyway): " + "; ".join(cmp.mismatch),
                          comparison=cmp)
-    if not cmp.cells:
+    if not cmp.cells and not cmp.unplaced:   # cells not judged for the cores' placement are inconclusive, not absent
         return Judgement(refused="the two runs share no cells (backend, algo, op, dtype, size, in-place, nranks)", comparison=cmp)
     return Judgement(prefix + summary.text(cmp), summary.markdown(cmp), summary.as_json(cmp), summary.headline(cmp),
                      cmp.regressed, cmp.inconclusive, comparison=cmp)

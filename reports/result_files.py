@@ -150,7 +150,8 @@ def load(path: str | Path, side: str = "") -> Run:
         if row is None or row.side != recorded or not times:
             continue  # overhead rows and foreign benchmarks are not comparison cells
         add_row(cells, row if recorded == side else replace(row, side=side), times)
-    leave_out_disturbed(cells)
+    if not side:   # an A/B side's launch pairs with the other side's: it stays, judged whole
+        leave_out_disturbed(cells)
     if not cells:
         what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
         raise NoCells(f"{path} holds no {what}")
@@ -190,7 +191,8 @@ def leave_out_disturbed(cells: dict[tuple, Cell]) -> None:
     other work: where most of the run's launches with waits had enough, it leaves its cell (a cell
     keeps its last launch), as a launch in another placement leaves a history's night; where most
     had too few (long rounds on a busy machine), every launch is judged on all its rounds. Its
-    `waited` entry stays, so the summaries count it (reports/compare.py cpu_wait_lines)."""
+    `waited` entry stays, so the summaries count it (reports/compare.py cpu_wait_lines). Not for an
+    interleaved A/B's sides: a launch there is judged against its pair on the other side."""
     waited = [(cell, i) for cell in cells.values() for i in cell.waited]
     whole = [(cell, i) for cell, i in waited if 0 < cell.waited[i][0] and cell.waited[i][1] - cell.waited[i][0] < MIN_UNDISTURBED]
     if not whole or 2 * len(whole) >= len(waited):
@@ -211,7 +213,8 @@ def run_from_rows(rows: list[Row], side: str, path: str, meta: dict) -> Run:
     for row in rows:
         if row.side == side and row.iters_per_round:
             add_row(cells, row, per_op_seconds(row.round_ns_per_rank, row.iters_per_round).tolist())
-    leave_out_disturbed(cells)
+    if not side:
+        leave_out_disturbed(cells)
     return Run(path, cells, meta, side)
 
 

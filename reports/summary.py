@@ -41,6 +41,12 @@ HISTORY_VERDICTS = (REGRESSION, IMPROVEMENT, MACHINE_REGRESSION, MACHINE_IMPROVE
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
 
 
+def comment(line: str) -> list[str]:
+    """One '# ' line of a summary within 100 columns, carried on to '#   ' lines (a session prints it)."""
+    return textwrap.wrap(f"# {line}", 100, subsequent_indent="#   ", break_long_words=False,
+                         break_on_hyphens=False) or [f"# {line}"]
+
+
 def md(text) -> str:
     """A recorded string made inert for Markdown: one line, HTML-escaped, Markdown punctuation
     backslashed, so a label cannot start a heading, a comment, a link or an image."""
@@ -158,7 +164,7 @@ def text(cmp: Comparison) -> str:
             f"# {statistic_line(cmp.estimator)}"]
     if cmp.budget:
         out.append(f"# {budget_text(cmp.budget)}")
-    out += [f"# {line}" for line in [*cmp.placement, *cmp.cpu_wait]]
+    out += [part for line in [*cmp.placement, *cmp.cpu_wait] for part in comment(line)]
     if cmp.calibration:
         out.append(f"# {cmp.calibration}")
     out += [f"# {line}" for line in detectable_lines(cmp)]

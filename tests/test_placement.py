@@ -218,8 +218,13 @@ def test_two_separate_runs_are_compared_in_their_usual_placement(tmp_path):
     base, cand = nights(tmp_path / "apart", 2, apart=0.0, all_apart_night=1)
     cmp = compare(base, cand)
     assert not cmp.regressed and not cmp.cells and len(cmp.unplaced) == len(SIZES) == cmp.inconclusive
-    assert f"{len(SIZES)} cells not judged: one run had no launch of them in the usual placement" in summary.text(cmp)
+    assert cmp.placement[1].startswith(f"{len(SIZES)} cells not judged: one run had no launch of them in the usual placement")
+    assert summary.comment(cmp.placement[1])[0] in summary.text(cmp).splitlines()
     assert summary.headline(cmp).startswith(f"INCONCLUSIVE: no confirmed regression, but {len(SIZES)} of {len(SIZES)} cells")
+    from reports.gate import judge_pair
+    from schema.exit_codes import ExitCode
+    judged = judge_pair(base, cand)   # --baseline's gate: inconclusive, not "the runs share no cells"
+    assert not judged.refused and judged.exit_status() == ExitCode.INCONCLUSIVE
 
 
 def test_cells_the_ranks_never_probe_keep_their_launches_in_a_probed_history(tmp_path):
