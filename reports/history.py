@@ -360,7 +360,8 @@ def alert_rule(hist: History, alpha: float = MACHINE_ALPHA) -> None:
 def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tuple[int, int]:
     """A same-day interleaved A/B of night `at` (default the newest; base: the stack before it,
     candidate: that night's) settles what the history alone cannot. Applied night by night, oldest
-    first, so a confirmation made on the night of an upgrade still stands the nights after it.
+    first, so a confirmation made on the night of an upgrade still stands the nights after it. A cell
+    with too few usable nights for the history takes the A/B's confirmed change as its verdict.
 
     A cell the A/B flags, whether the history suspected it or not (on an upgrade night every cell is
     measured), is a change that began with night `at`, unless the history holds that same change
@@ -387,12 +388,21 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
     confirmed = 0
     for a in ab.cells:
         direction = a.outcome.direction
-        if not (direction in CHANGES and a.outcome.confirmed) or a.key not in judged:
+        if not (direction in CHANGES and a.outcome.confirmed):
             continue
-        held, began = hist.judged.cells[judged[a.key]].outcome, hist.change_at.get(a.key, -1)
-        if (held.direction is direction and held.confirmed and not held.machine and began <= at) or \
-                (began > at and not held.machine):
-            continue   # the history's own change (the A/B reproduces it), or a later one of the stack it saw
+        if a.key not in judged:
+            if a.key not in hist.runs[-1].cells:
+                continue   # a cell the newest night no longer runs
+            # too few usable nights for the history (a new history, nights in another placement):
+            # the interleaved A/B compared the two stacks on its own, and its verdict is the cell's
+            hist.judged.cells.append(a)
+            judged[a.key] = len(hist.judged.cells) - 1
+            hist.too_short = max(0, hist.too_short - 1)
+        else:
+            held, began = hist.judged.cells[judged[a.key]].outcome, hist.change_at.get(a.key, -1)
+            if (held.direction is direction and held.confirmed and not held.machine and began <= at) or \
+                    (began > at and not held.machine):
+                continue   # the history's own change (the A/B reproduces it), or a later one of the stack it saw
         verdict = Verdict(direction, confirmed=True, standing=at < len(hist.runs) - hist.window, cause=Cause.SAME_NIGHT_AB)
         hist.judged.cells[judged[a.key]] = replace(a, outcome=verdict,
                                                    note=f"confirmed by a same-day interleaved A/B of {hist.runs[at].label}")
@@ -400,6 +410,7 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
         if a.key in suspects:
             suspects[a.key].outcome = Verdict(direction, confirmed=True, cause=Cause.SAME_NIGHT_AB, newest=True)
         confirmed += 1
+    hist.judged.cells.sort(key=lambda c: key_order(c.key))
     return confirmed, unexplained
 
 

@@ -36,9 +36,9 @@ def _figure(hist: History, r: dict) -> str:
         times = np.exp(points) * 1e6
         line, = ax.plot(idx, times, marker="o", ms=3, label=format_size(cell.size))
         at = hist.change_at[cell.key]
-        if at >= 0:
-            before = [k for k, i in enumerate(idx) if i < at][-cell.n_base:]   # since the change before it
-            after = [k for k, i in enumerate(idx) if i >= at]
+        before = [k for k, i in enumerate(idx) if i < at][-cell.n_base:]   # since the change before it
+        after = [k for k, i in enumerate(idx) if i >= at]
+        if at >= 0 and before and after:   # a cell an A/B judged alone may lack nights on either side
             ax.hlines([np.exp(np.log(times[before]).mean()), np.exp(np.log(times[after]).mean())],
                       [idx[before[0]], at], [idx[before[-1]], idx[-1]], colors=line.get_color(), linestyles="--", lw=1)
     at = hist.change_run(r["series"], r["first"], r["last"])

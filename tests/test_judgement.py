@@ -90,3 +90,22 @@ def test_the_json_carries_the_typed_fields_beside_the_words(tmp_path):
 def test_a_gate_result_is_what_the_session_lists():
     assert GateResult("# fine").as_dict() == {"text": "# fine", "fail": False, "exit": ExitCode.OK, "headline": ""}
     assert GateResult("# refused", ExitCode.BAD_OPTION).fail
+
+
+def test_a_same_night_ab_judges_the_cells_a_short_history_cannot(tmp_path):
+    """Three nights (a new history, or nights left out for the cores' placement) are too few to judge
+    a cell; the interleaved A/B of an upgrade night compared the stacks on its own, so its confirmed
+    regression is the cell's verdict and fails the job, and an A/B that found nothing judges nothing."""
+    folder = nightly(tmp_path, 3, slow_from=2, factor=1.3)
+    slow = write_ab(tmp_path / "slow.json", slow=1.3)
+    judgement = judge_history(runs_of(folder), ab=compare(load(slow, side="A"), load(slow, side="B")))
+    assert judgement.regressed, judgement.text
+    cells = judgement.as_json["cells"]
+    assert cells and {(c["verdict"], c["cause"]) for c in cells} == {("regression", "same-night A/B")}, cells
+    cells_run = len(runs_of(folder)[-1].cells)   # the nights run more ops than the A/B measured
+    assert f"{len(cells)} cells: {len(cells)} regression" in judgement.text
+    assert f"{cells_run - len(cells)} cells in fewer than 4 runs not judged" in judgement.text
+    alike = write_ab(tmp_path / "alike.json", slow=1.0)
+    judgement = judge_history(runs_of(folder), ab=compare(load(alike, side="A"), load(alike, side="B")))
+    assert not judgement.regressed and judgement.as_json["cells"] == [], judgement.text
+    assert "same-day A/B: confirmed 0 of the" in judgement.text and "nothing judged yet" in judgement.headline
