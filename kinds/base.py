@@ -197,15 +197,18 @@ def side_python(opts: Options, side: str) -> str:
     return (opts.ab_env.get("HCCL_BENCH_PYTHON") or "") if side == "B" else ""
 
 
-def launches(opts: Options, build_one: Callable[[Options], list], per_knobs: Callable[[list], list] = lambda t: t) -> list:
-    """Every launch repeats the whole selection in fresh groups, one launch after the other. With
+def launches(opts: Options, build_one: Callable[[Options], list], per_knobs: Callable[[list], list] = lambda t: t,
+             top_up: bool = False) -> list:
+    """Every launch repeats the whole selection in fresh groups, one launch after the other; a kind
+    whose cases probe their cores' placement (`top_up`) plans --top-up more, each run only for the cells
+    still short of launches in the usual placement (harness/session/session.py top_up). With
     --ab-env both sides' groups stay alive and each case has an A item (the environment as it is)
     and a B item (plus --ab-env) side by side, A first in even launches and B first in odd ones;
     collectives and layers alternate single rounds between the two groups (harness/session/session.py), because this
     VM's speed flips 2x within seconds and only rounds milliseconds apart see the same machine."""
     sides = ("A", "B") if opts.two_sides else ("",)
     cases = []
-    for launch in range(opts.repeat):
+    for launch in range(opts.repeat + (opts.top_up if top_up else 0)):
         order = sides if launch % 2 == 0 else sides[::-1]
         for template in per_knobs(with_knobs(build_one(opts), opts.knobs)):
             groups = {}

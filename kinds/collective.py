@@ -150,7 +150,8 @@ def build(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[CollectiveCa
     given = {f.backend: f for f in facts}
     known = {b: given.get(b) or info(b).facts() for b in opts.backends}
     side_b = opts.ab_env if opts.two_sides else None
-    return launches(opts, lambda o: _build_launch(o, known), lambda templates: with_graph(templates, opts.graph, side_b))
+    return launches(opts, lambda o: _build_launch(o, known), lambda templates: with_graph(templates, opts.graph, side_b),
+                    top_up=True)
 
 
 def _resolve(backend: str, algo: str, ops, library: str, target) -> tuple[dict, tuple[tuple[str, str], ...]]:

@@ -93,3 +93,28 @@ def of(runs: list) -> Placement | None:
         return None
     usual = "far" if counts["far"] > counts["near"] else "near"
     return Placement(near, usual, {s: counts.get(s, 0) for s in ("near", "far", "moved")})
+
+
+@dataclass(frozen=True)
+class TopUp:
+    """Before a --top-up launch: the cells of tonight's run still short of launches in the usual
+    placement, or why no more run."""
+    short: frozenset       # cell keys to launch again
+    stopped: str = ""      # why no top-up launch runs any more ("" while they do)
+    usual: str = ""        # the history's usual placement: "near" or "far"
+
+
+def top_up(runs: list, tonight, wanted: int, launch: int, first: int) -> TopUp:
+    """`runs`: the history, tonight's run (loaded from what its session wrote so far) among them. A
+    cell is short while fewer than `wanted` of its launches ran in the usual placement. Top-ups stop
+    when the one before (`launch` - 1, at or after `first`) landed none of its cases there: the host has
+    moved the cores for now, and more launches would run where the history never judges them."""
+    placement = of(runs)
+    if placement is None:
+        return TopUp(frozenset(), "no case carries its cores' round trip")
+    ran = [cell.rows[launch - 1] for cell in tonight.cells.values() if launch - 1 >= first and launch - 1 in cell.rows]
+    if ran and not any(_probed(r) and placement.state(r.cores_rt_ns) == placement.usual for r in ran):
+        return TopUp(frozenset(), f"launch {launch - 1} ran none of its {len(ran)} cases with the cores "
+                                  f"{placement.usual} (their usual placement): the host has moved them for now")
+    return TopUp(frozenset(key for key, cell in tonight.cells.items()
+                           if _probes_expected(cell.row) and len(placement.kept(cell)) < wanted), usual=placement.usual)

@@ -78,7 +78,16 @@ BAD_OPTIONS = [
     (["--cases", "/dev/null"], "--cases '/dev/null' names no case"),
     (["--ab-env", "X=1", "--baseline", "auto"], "--baseline compares a single-stack run with a stored one"),
     (["--knobs", "HCCL_BUFFSIZE=1,2", "--ab-env", "HCCL_BUFFSIZE=3"], "HCCL_BUFFSIZE is both a --knobs variable and an --ab-env"),
+    (["--top-up", "2"], "--top-up 2 completes a --history night's launches in the usual placement: add --history"),
+    (["--top-up", "some", "--history"], "--top-up must be an integer >= 0, got 'some'"),
 ]
+
+
+def test_top_up_is_repeat_under_history_and_none_elsewhere():
+    assert parsed(["--backend", "gloo", "--history", "--repeat", "3"]).top_up == 3
+    assert parsed(["--backend", "gloo", "--history", "--repeat", "3", "--top-up", "1"]).top_up == 1
+    assert parsed(["--backend", "gloo", "--repeat", "3"]).top_up == 0
+    assert parsed(["--backend", "gloo", "--ab-env", "X=1", "--ab-until-decided"]).top_up == 0
 
 
 @pytest.mark.parametrize("args, message", BAD_OPTIONS, ids=[" ".join(a) for a, _ in BAD_OPTIONS])

@@ -6,6 +6,7 @@ dies, the cache-line round trip goes from ~300 to ~670 ns, and 1-4 MiB collectiv
 while it lasts (MPICH all_gather 4 MiB: 175 us near, 450 us apart)."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -239,3 +240,59 @@ def test_cells_the_ranks_never_probe_keep_their_launches_in_a_probed_history(tmp
     for row in cell.rows.values():
         row.hosts = {"h1": 1, "h2": 1}
     assert place.kept(cell) == sorted(cell.rows)
+
+
+def test_a_top_up_launch_runs_the_cells_short_of_launches_in_the_usual_placement(tmp_path):
+    """reports/placement.top_up: tonight's cells with fewer than --repeat launches in the history's
+    usual placement are launched again; top-ups stop once one landed none of its cases there."""
+    from reports.placement import top_up
+    runs = nights(tmp_path, 6, apart=0.0)   # a history of near launches, 3 a night
+    tonight = runs[-1]
+    assert top_up(runs, tonight, 3, 3, 3).short == frozenset()
+    assert top_up(runs, tonight, 4, 3, 3).short == frozenset(tonight.cells)   # 3 of the 4 wanted
+    far = next(iter(tonight.cells.values()))
+    far.rows[2].cores_rt_ns = [APART_NS, APART_NS]   # launch 2 of one cell apart: that cell is short
+    found = top_up(runs, tonight, 3, 3, 3)
+    assert found.short == frozenset({far.key}) and found.usual == "near" and not found.stopped
+    for cell in tonight.cells.values():   # the top-up launch (3) of every cell landed apart as well
+        cell.rows[3] = cell.rows[2].__class__(**{**vars(cell.rows[2]), "launch": 3, "cores_rt_ns": [APART_NS] * 2})
+    stopped = top_up(runs, tonight, 3, 4, 3)
+    assert not stopped.short and "launch 3 ran none of its 3 cases with the cores near" in stopped.stopped
+    assert top_up(nights(tmp_path / "blind", 4, probed=False), tonight, 3, 3, 3).stopped   # nothing probed
+
+
+def _earlier_nights_elsewhere(results, count):
+    """Moves the run in `results` aside and writes `count` copies of it, dated before it, whose cores'
+    round trips read 30 ns (no Python probe is that fast): tonight's launches are in the other placement."""
+    (night,) = results.glob("*/results.json")
+    data = json.loads(night.read_text())
+    night.parent.rename(results.parent / "first-night")
+    for bench in data["benchmarks"]:
+        bench["extra_info"]["cores_rt_ns"] = [30.0, 30.0]
+    for i in range(count):
+        folder = results / f"2026010{i + 1}-020000"
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps({**data, "datetime": f"2026-01-0{i + 1}T02:00:00"}))
+
+
+@pytest.mark.slow
+def test_a_history_night_tops_up_the_cells_whose_launches_missed_the_usual_placement(bench_run):
+    """--history --repeat 2 (--top-up auto: 2), real mpi ranks, against a history whose cores were
+    elsewhere: every cell is short, the first top-up launch runs them all, lands elsewhere too, and
+    the second does not run. (Tonight in the history's placement, nothing runs: the unit test above;
+    a real machine cannot be held in one placement for a test.)"""
+    night = ("--backend", "mpi", "--ops", "all_reduce", "--sizes", "1K,64K", "--rounds", "5",
+             "--round-time", "0.002", "--repeat", "2", "--history")
+    first = bench_run(*night, "--top-up", "0", target="benches/test_collectives.py")
+    assert first.returncode == 0 and "top-up" not in first.output, first.output[-2000:]
+    _earlier_nights_elsewhere(bench_run.results, 4)
+    proc = bench_run(*night, target="benches/test_collectives.py")
+    out = proc.output
+    assert re.search(r"# results: .*results.json \(complete\)", out), out[-3000:]
+    assert "# top-up launch 2 (up to 3): 2 cells have fewer than 2 launches with ranks 0 and 1's cores near" in out, out[-3000:]
+    assert "# top-up launches stop before launch 3: launch 2 ran none of its 2 cases with the cores near" in out, out[-3000:]
+    (tonight,) = bench_run.results.glob("2026120*/results.json")
+    rows = [b["extra_info"] for b in json.loads(tonight.read_text())["benchmarks"]]
+    launches = sorted((row["bytes"], row["launch"]) for row in rows)
+    assert launches == [(size, launch) for size in (1024, 65536) for launch in (0, 1, 2)], launches
+    assert bench_run.leftovers() == []

@@ -69,6 +69,7 @@ class Options:
     repeat: int = 1
     baseline: str = ""
     history: bool = False
+    top_up: int = 0                   # --top-up: launches added for cells short of --repeat launches in the usual placement
     previous_stack: str = ""          # --previous-stack: the night before's stack, A/B-tested against this one the same night
     previous_is_python: bool = False  # ... given as its python interpreter (else a shell script to source)
     previous_differs: bool = False    # ... and it is another stack than this one: the A/B measures every cell (else none runs)
@@ -173,6 +174,11 @@ def _text(value, flag: str) -> str:
 
 def _whole(minimum: int) -> Convert:
     return lambda value, flag: _int(value, flag[2:], minimum)
+
+
+def _top_up(value, flag: str) -> int:
+    """'auto' (-1: --repeat under --history, else none) or a whole number of launches."""
+    return -1 if str(value) == "auto" else _int(value, flag[2:], 0)
 
 
 def _wholes(value, flag: str) -> list[int]:
@@ -393,6 +399,9 @@ VERDICTS = (
     CoreOption("--history", False, "nightly guard at the end: judge this run against the earlier "
                                    "runs in its --results folder; a new confirmed regression fails", _switch,
                action="store_true"),
+    CoreOption("--top-up", "auto", "with --history: up to N more launches, each only for the collective cells that "
+                                   "have fewer than --repeat launches with ranks 0 and 1's cores in the history's usual "
+                                   "placement (a VM's host moves them); auto: --repeat with --history, else 0", _top_up),
     CoreOption("--cases", "", "run only these cases: a file of case ids, one per line, as the tables "
                               "name them without their -L<launch>/-A/-B ends (the same-night A/B's child gets one)",
                _case_ids, into="only_cases"),
@@ -503,6 +512,11 @@ def _check_across(o: Options, values: dict) -> None:
     if o.baseline and o.two_sides:
         raise OptionError("--baseline compares a single-stack run with a stored one; an --ab-env/--ab-source run has "
                           "two sides, judged against each other (--ab-until-decided, or hccl-bench compare RUN --ab)")
+    if o.top_up < 0:
+        o.top_up = o.repeat if o.history else 0
+    elif o.top_up and not o.history:
+        raise OptionError(f"--top-up {o.top_up} completes a --history night's launches in the usual placement: "
+                          "add --history (or give --top-up 0)")
     if o.previous_stack:
         if not o.history:
             raise OptionError("--previous-stack settles a --history suspicion: add --history")

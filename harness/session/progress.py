@@ -26,6 +26,9 @@ class Progress:
         bench = self.bench
         if bench is not None and bench.opts.ab_until_decided and self.launch.get(nodeid, 0) > bench.looked:
             out += bench.look(self.launch[nodeid])   # before a new launch: which cells it still needs
+        elif bench is not None and bench.opts.top_up and self.launch.get(nodeid, 0) >= bench.opts.repeat \
+                and self.launch[nodeid] > bench.topped:
+            out += bench.top_up(self.launch[nodeid])   # before a --top-up launch: which cells it runs
         if where != self.current:
             self.current = where
             total, elapsed = len(self.where), time.monotonic() - self.started

@@ -23,6 +23,7 @@ from schema.results import SCHEMA, Row
 from schema.wire import Spec
 
 if TYPE_CHECKING:
+    from reports.placement import TopUp
     from reports.sequential import Sequential
 
 
@@ -40,6 +41,8 @@ class BenchSession:
         self.sequential: Sequential | None = None   # --ab-until-decided: the latest look
         self.looked = 0                      # launches that look rested on
         self._decided: dict[tuple, str] = {}   # cell key -> why it is not measured again
+        self.topped = 0                      # --top-up: the launch the short cells were last found for
+        self._top_up: TopUp | None = None    # ... and which they are
         self.store = RunStore(opts.results, self.started.astimezone().strftime("%Y%m%d-%H%M%S"), self._session_line)
         self.pairing = ABPairing(self._call, self._run)
 
@@ -118,9 +121,49 @@ class BenchSession:
         self.store.append({"look": vars(self.sequential.looks[-1])})
         return self.sequential.progress()[-1:]
 
+    def top_up(self, launch: int) -> list[str]:
+        """--top-up: before launch `launch` (at or past --repeat), which cells still have fewer than
+        --repeat launches with ranks 0 and 1's cores in the history's usual placement (reports/placement.py);
+        only those run in it. The history is this --results folder's runs and this session's rows so far."""
+        from reports.history import load_runs
+        from reports.placement import TopUp, top_up
+        from reports.result_files import run_from_rows
+        from schema.results import ResultError
+        self.topped = launch
+        if self._top_up is not None and (self._top_up.stopped or not self._top_up.short):
+            return []   # stopped, or no cell was short: nothing ran since
+        rows: list[Row] = [r for kind in kinds.KINDS if kind.cells for r in kinds.rows_of(kind, self.rows)]
+        here = self.run_dir.resolve()
+        try:
+            tonight = run_from_rows(rows, "", str(self.run_dir), {"options": asdict(self.opts)})
+            earlier = [r for r in load_runs([str(self.run_dir.parent)])[0]
+                       if here not in (p := Path(r.path).resolve(), *p.parents)]
+        except ResultError as exc:
+            self._top_up = TopUp(frozenset(), f"the history could not be read ({exc})")
+        else:
+            self._top_up = top_up([*earlier, tonight], tonight, self.opts.repeat, launch, self.opts.repeat)
+        found, last = self._top_up, self.opts.repeat + self.opts.top_up - 1
+        if found.stopped:
+            return [f"# top-up launches stop before launch {launch}: {found.stopped}"]
+        if not found.short:
+            return [f"# top-up: every cell has {self.opts.repeat} launches with ranks 0 and 1's cores {found.usual} "
+                    "(their usual placement); no top-up launch runs"]
+        return [f"# top-up launch {launch} (up to {last}): {len(found.short)} cells have fewer than {self.opts.repeat} "
+                f"launches with ranks 0 and 1's cores {found.usual} (their usual placement); only they run"]
+
     def decided(self, case: Case) -> str:
-        """Why a sequential A/B needs no more launches of this case ('' while it is undecided)."""
+        """Why a sequential A/B needs no more launches of this case, or a --top-up launch does not
+        need it ('' while it is undecided, or short of launches in the usual placement)."""
         kind = kinds.of_case(case)
+        if case.launch >= self.opts.repeat and kind.cells:   # a --top-up launch
+            if self.topped != case.launch:
+                self.top_up(case.launch)
+            assert self._top_up is not None
+            if self._top_up.stopped:
+                return f"top-ups stopped: {self._top_up.stopped}"
+            if kind.cell_key(case) not in self._top_up.short:
+                return f"{self.opts.repeat} launches in the usual placement of ranks 0 and 1's cores already"
+            return ""
         return self._decided.get(kind.cell_key(case), "") if self._decided and kind.cells else ""
 
     def _measure(self, case: Case, label, spec: Spec) -> tuple[list[dict], dict]:
