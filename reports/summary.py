@@ -152,7 +152,7 @@ def text(cmp: Comparison) -> str:
     kinds = Counter(c.samples for c in cmp.cells)
     out = [f"# compare {cmp.base}", f"#      -> {cmp.cand}", *sides_lines(cmp),
            f"# {len(cmp.cells) + len(cmp.unplaced)} cells: " + counted(cmp.cells, VERDICTS)
-           + (f", {len(cmp.unplaced)} not judged (placement)" if cmp.unplaced else ""),
+           + (f",\n#   {len(cmp.unplaced)} not judged (placement)" if cmp.unplaced else ""),
            "# samples: " + ", ".join(f"{n} cells by {k}" for k, n in sorted(kinds.items()))]
     if kinds.get("rounds"):
         out.append("#   (one launch a side: its rounds are not independent samples of a stack, so those cells "
@@ -332,20 +332,20 @@ def night(run: Run) -> str:
     return f"{run.label} ({run.started[:16]})"
 
 
-def canary_lines(hist: History) -> list[str]:
+def canary_lines(hist: History, where: bool = True) -> list[str]:
     """The canary as the history saw it: the newest night's figures and usual spread, its steps, the
-    nights left out as noisy."""
+    nights left out as noisy; `where`: then where the cores were and what waited for a CPU."""
     view, runs = hist.canary, hist.runs
     if not view.seconds:
         return ["canary: none recorded in these runs (timed single-stack sweeps record one): noisy nights and machine "
-                "changes cannot be told", *placement_lines(hist), *cpu_wait_lines(runs)]
+                "changes cannot be told", *(placement_lines(hist) + cpu_wait_lines(runs) if where else [])]
     newest = [f"{name} {figure(name, view.meta[name], secs[-1])}" for name, secs in view.seconds.items() if secs[-1]]
     spread = ", ".join(f"{name} {np.expm1(sd):.0%}" for name, sd in view.spread.items())
     out = [f"canary ({view.nights} nights): newest " + (", ".join(newest) or "not recorded")
            + (f"; usual night-to-night spread {spread}" if spread else "")]
     out += [f"canary step: {step.text(night(runs[step.at]))}" for step in view.steps]
     out += [f"noisy night left out of every cell: {night(runs[i])}: {why}" for i, why in hist.left_out.items()]
-    return out + placement_lines(hist) + cpu_wait_lines(runs)
+    return out + (placement_lines(hist) + cpu_wait_lines(runs) if where else [])
 
 
 def placement_lines(hist: History) -> list[str]:
@@ -400,7 +400,8 @@ def history_text(hist: History) -> str:
            f"# {statistic_line(hist.estimator)}"]
     if hist.judged.calibration:
         out.append(f"# {hist.judged.calibration}")
-    out += [f"# {line}" for line in [history_budget(hist), *history_detectable_lines(hist), *canary_lines(hist)]]
+    out += [f"# {line}" for line in [history_budget(hist), *history_detectable_lines(hist), *canary_lines(hist, where=False)]]
+    out += [part for line in [*placement_lines(hist), *cpu_wait_lines(hist.runs)] for part in comment(line)]
     for label, lines in sections:
         out += [f"{label}:"] + [f"  {line}" for line in lines]
     out += [f"# {line}" for line in what]

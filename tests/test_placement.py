@@ -64,7 +64,7 @@ def test_nights_judged_in_the_usual_placement_see_small_changes_at_4_mib(tmp_pat
     assert not probed.regressed and not probed.machine_changed
     # the 64 KiB cell never moved with the cores: both histories see it alike
     assert detectable(probed, 64 << 10) == pytest.approx(detectable(blind, 64 << 10), rel=0.5)
-    text = summary.history_text(probed)
+    text = summary.history_text(probed).replace("\n#   ", " ")   # its lines wrapped at 100 columns, read whole
     assert "placement: ranks 0 and 1's cores usually near" in text
     assert f"{probed.placement.cases['far']} case launches far" in text
 
@@ -221,6 +221,9 @@ def test_two_separate_runs_are_compared_in_their_usual_placement(tmp_path):
     assert not cmp.regressed and not cmp.cells and len(cmp.unplaced) == len(SIZES) == cmp.inconclusive
     assert cmp.placement[1].startswith(f"{len(SIZES)} cells not judged: one run had no launch of them in the usual placement")
     assert summary.comment(cmp.placement[1])[0] in summary.text(cmp).splitlines()
+    assert f"#   {len(SIZES)} not judged (placement)" in summary.text(cmp).splitlines()
+    paths = ("# compare ", "#      -> ")   # a path is a path; every other line fits a terminal
+    assert [line for line in summary.text(cmp).splitlines() if len(line) > 120 and not line.startswith(paths)] == []
     assert summary.headline(cmp).startswith(f"INCONCLUSIVE: no confirmed regression, but {len(SIZES)} of {len(SIZES)} cells")
     from reports.gate import judge_pair
     from schema.exit_codes import ExitCode
