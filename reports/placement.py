@@ -73,7 +73,10 @@ def _probes_expected(row) -> bool:
 
 
 def _probed(row) -> bool:
-    rt = getattr(row, "cores_rt_ns", None)
+    return _probed_rt(getattr(row, "cores_rt_ns", None))
+
+
+def _probed_rt(rt) -> bool:
     return isinstance(rt, list) and len(rt) == 2 and all(isinstance(v, (int, float)) and v > 0 for v in rt)
 
 
@@ -104,17 +107,17 @@ class TopUp:
     usual: str = ""        # the history's usual placement: "near" or "far"
 
 
-def top_up(runs: list, tonight, wanted: int, launch: int, first: int) -> TopUp:
-    """`runs`: the history, tonight's run (loaded from what its session wrote so far) among them. A
-    cell is short while fewer than `wanted` of its launches ran in the usual placement. Top-ups stop
-    when the one before (`launch` - 1, at or after `first`) landed none of its cases there: the host has
-    moved the cores for now, and more launches would run where the history never judges them."""
+def top_up(runs: list, tonight, wanted: int, last_top_up: list | None = None) -> TopUp:
+    """`runs`: the history, tonight's run (what its session measured so far) among them. A cell is
+    short while fewer than `wanted` of its launches ran in the usual placement. `last_top_up`: the
+    round trips of the top-up launch before this one (every case it ran, judged or not), None before
+    the first: when it landed none of them in the usual placement, top-ups stop: the host has moved
+    the cores for now, and more launches would run where the history never judges them."""
     placement = of(runs)
     if placement is None:
         return TopUp(frozenset(), "no case carries its cores' round trip")
-    ran = [cell.rows[launch - 1] for cell in tonight.cells.values() if launch - 1 >= first and launch - 1 in cell.rows]
-    if ran and not any(_probed(r) and placement.state(r.cores_rt_ns) == placement.usual for r in ran):
-        return TopUp(frozenset(), f"launch {launch - 1} ran none of its {len(ran)} cases with the cores "
+    if last_top_up and not any(_probed_rt(rt) and placement.state(rt) == placement.usual for rt in last_top_up):
+        return TopUp(frozenset(), f"the last one ran none of its {len(last_top_up)} cases with the cores "
                                   f"{placement.usual} (their usual placement): the host has moved them for now")
     return TopUp(frozenset(key for key, cell in tonight.cells.items()
                            if _probes_expected(cell.row) and len(placement.kept(cell)) < wanted), usual=placement.usual)

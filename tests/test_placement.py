@@ -251,17 +251,16 @@ def test_a_top_up_launch_runs_the_cells_short_of_launches_in_the_usual_placement
     from reports.placement import top_up
     runs = nights(tmp_path, 6, apart=0.0)   # a history of near launches, 3 a night
     tonight = runs[-1]
-    assert top_up(runs, tonight, 3, 3, 3).short == frozenset()
-    assert top_up(runs, tonight, 4, 3, 3).short == frozenset(tonight.cells)   # 3 of the 4 wanted
+    assert top_up(runs, tonight, 3).short == frozenset()
+    assert top_up(runs, tonight, 4).short == frozenset(tonight.cells)   # 3 of the 4 wanted
     far = next(iter(tonight.cells.values()))
     far.rows[2].cores_rt_ns = [APART_NS, APART_NS]   # launch 2 of one cell apart: that cell is short
-    found = top_up(runs, tonight, 3, 3, 3)
+    found = top_up(runs, tonight, 3)
     assert found.short == frozenset({far.key}) and found.usual == "near" and not found.stopped
-    for cell in tonight.cells.values():   # the top-up launch (3) of every cell landed apart as well
-        cell.rows[3] = cell.rows[2].__class__(**{**vars(cell.rows[2]), "launch": 3, "cores_rt_ns": [APART_NS] * 2})
-    stopped = top_up(runs, tonight, 3, 4, 3)
-    assert not stopped.short and "launch 3 ran none of its 3 cases with the cores near" in stopped.stopped
-    assert top_up(nights(tmp_path / "blind", 4, probed=False), tonight, 3, 3, 3).stopped   # nothing probed
+    assert top_up(runs, tonight, 3, [[NEAR_NS, NEAR_NS], [APART_NS, APART_NS]]).short == frozenset({far.key})
+    stopped = top_up(runs, tonight, 3, [[APART_NS, APART_NS]] * 3)   # the last top-up landed all 3 apart
+    assert not stopped.short and "the last one ran none of its 3 cases with the cores near" in stopped.stopped
+    assert top_up(nights(tmp_path / "blind", 4, probed=False), tonight, 3).stopped   # nothing probed
 
 
 def _earlier_nights_elsewhere(results, count):
@@ -293,7 +292,8 @@ def test_a_history_night_tops_up_the_cells_whose_launches_missed_the_usual_place
     out = proc.output
     assert re.search(r"# results: .*results.json \(complete\)", out), out[-3000:]
     assert "# top-up launch 2 (up to 3): 2 cells have fewer than 2 launches with ranks 0 and 1's cores near" in out, out[-3000:]
-    assert "# top-up launches stop before launch 3: launch 2 ran none of its 2 cases with the cores near" in out, out[-3000:]
+    assert "# top-up launches stop before launch 3: the last one ran none of its 2 cases with the cores near" in out, \
+        out[-3000:]
     (tonight,) = bench_run.results.glob("2026120*/results.json")
     rows = [b["extra_info"] for b in json.loads(tonight.read_text())["benchmarks"]]
     launches = sorted((row["bytes"], row["launch"]) for row in rows)

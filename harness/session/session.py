@@ -141,7 +141,9 @@ class BenchSession:
         except ResultError as exc:
             self._top_up = TopUp(frozenset(), f"the history could not be read ({exc})")
         else:
-            self._top_up = top_up([*earlier, tonight], tonight, self.opts.repeat, launch, self.opts.repeat)
+            previous = ([getattr(r, "cores_rt_ns", None) for r in rows if r.launch == launch - 1]
+                        if launch > self.opts.repeat else None)   # every case of the last top-up, judged or not
+            self._top_up = top_up([*earlier, tonight], tonight, self.opts.repeat, previous)
         found, last = self._top_up, self.opts.repeat + self.opts.top_up - 1
         if found.stopped:
             return [f"# top-up launches stop before launch {launch}: {found.stopped}"]
