@@ -173,9 +173,11 @@ def load_runs(paths: list[str]) -> tuple[list[Run], list[str]]:
     return runs, skipped
 
 
-def too_few(runs: list[Run]) -> str:
-    """Why nothing can be judged yet, or "" when there are enough runs."""
-    if len(runs) >= MIN_RUNS:
+def too_few(runs: list[Run], ab: bool = False) -> str:
+    """Why nothing can be judged yet, or "" when there are enough runs, or a same-night A/B to judge
+    by (`ab`: one is given or about to run; or a run records one): its interleaved launches compared
+    the two stacks without a history, so an upgrade on a new history's second night is judged too."""
+    if len(runs) >= MIN_RUNS or ab or any(recorded_ab(run) for run in runs):
         return ""
     return f"# history: {len(runs)} runs; a change needs {MIN_SEGMENT} runs on each side, nothing to judge yet"
 

@@ -105,6 +105,17 @@ class TopUp:
     short: frozenset       # cell keys to launch again
     stopped: str = ""      # why no top-up launch runs any more ("" while they do)
     usual: str = ""        # the history's usual placement: "near" or "far"
+    probed: frozenset = frozenset()   # tonight's cells whose ranks 0 and 1 are probed (one node, a collective)
+
+    def why_not(self, key: tuple, wanted: int) -> str:
+        """Why a top-up launch does not run this cell ('' when it does)."""
+        if self.stopped:
+            return f"top-ups stopped: {self.stopped}"
+        if key in self.short:
+            return ""
+        if key not in self.probed:
+            return "no launch of it probed its cores tonight (none ran, or ranks 0 and 1 are on different hosts)"
+        return f"{wanted} launches with ranks 0 and 1's cores {self.usual} (their usual placement) already"
 
 
 def top_up(runs: list, tonight, wanted: int, last_top_up: list | None = None) -> TopUp:
@@ -119,5 +130,6 @@ def top_up(runs: list, tonight, wanted: int, last_top_up: list | None = None) ->
     if last_top_up and not any(_probed_rt(rt) and placement.state(rt) == placement.usual for rt in last_top_up):
         return TopUp(frozenset(), f"the last one ran none of its {len(last_top_up)} cases with the cores "
                                   f"{placement.usual} (their usual placement): the host has moved them for now")
-    return TopUp(frozenset(key for key, cell in tonight.cells.items()
-                           if _probes_expected(cell.row) and len(placement.kept(cell)) < wanted), usual=placement.usual)
+    probed = frozenset(key for key, cell in tonight.cells.items() if _probes_expected(cell.row))
+    return TopUp(frozenset(key for key in probed if len(placement.kept(tonight.cells[key])) < wanted),
+                 usual=placement.usual, probed=probed)

@@ -79,7 +79,8 @@ BAD_OPTIONS = [
     (["--ab-env", "X=1", "--baseline", "auto"], "--baseline compares a single-stack run with a stored one"),
     (["--knobs", "HCCL_BUFFSIZE=1,2", "--ab-env", "HCCL_BUFFSIZE=3"], "HCCL_BUFFSIZE is both a --knobs variable and an --ab-env"),
     (["--top-up", "2"], "--top-up 2 completes a --history night's launches in the usual placement: add --history"),
-    (["--top-up", "some", "--history"], "--top-up must be an integer >= 0, got 'some'"),
+    (["--top-up", "some", "--history"], "--top-up must be auto or a whole number of launches >= 0, got 'some'"),
+    (["--top-up", "-1", "--history"], "--top-up must be auto or a whole number of launches >= 0, got '-1'"),
 ]
 
 

@@ -133,6 +133,25 @@ def test_a_suspected_cell_is_confirmed_the_same_night_and_an_aa_confirms_nothing
     assert bench_run.leftovers() == []
 
 
+@pytest.mark.slow
+def test_an_upgrade_on_a_new_historys_second_night_fails_it(bench_run, tmp_path):
+    """Two nights are too few for a history, but not for the same-night A/B: its interleaved launches
+    compared the two stacks, so the upgrade's regression fails the night (exit 1), and a later
+    `hccl-bench history` of the folder reads the record to the same verdict."""
+    proc = bench_run(*NIGHT, target="benches/test_collectives.py")
+    assert proc.returncode == 0 and "nothing to judge yet" in proc.output, proc.output[-2000:]
+    clears = tmp_path / "previous.sh"
+    clears.write_text("unset HCCL_BENCH_FAULT   # the previous stack: without the slowdown\n")
+    proc = bench_run(*NIGHT, "--previous-stack", str(clears), target="benches/test_collectives.py", env=FAULT)
+    out = proc.output
+    assert proc.returncode == 1, out[-3000:]
+    assert "# history: 2 runs" in out and "nothing to judge yet" not in out, out[-3000:]
+    assert re.search(r"  all_reduce float32 sum 2 ranks mpi/default \S+: busbw -\d", out), out[-3000:]
+    later = run_cli("history", bench_run.results)
+    assert later.returncode == 1 and "REGRESSIONS:" in later.stdout, later.stdout + later.stderr
+    assert bench_run.leftovers() == []
+
+
 def _same_night_run(folder, this_over_previous):
     """An A/B run as the same-night child writes it: side A this stack, side B the previous one
     (its labels), this stack `this_over_previous` times as slow; 6 interleaved launches."""

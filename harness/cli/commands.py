@@ -148,8 +148,8 @@ def run_history(args) -> ExitCode:
         print(f"# skipped: {line}")
     for run in runs:
         _say_notes(run)
-    if too_few(runs):
-        print(too_few(runs) + ("; no history page written" if args.report else ""))
+    if short := too_few(runs, ab=bool(args.ab)):
+        print(short + ("; no history page written" if args.report else ""))
         return ExitCode.OK
     cal = calibration.read(args.calibration) if args.calibration else None
     ab = None

@@ -178,7 +178,12 @@ def _whole(minimum: int) -> Convert:
 
 def _top_up(value, flag: str) -> int:
     """'auto' (-1: --repeat under --history, else none) or a whole number of launches."""
-    return -1 if str(value) == "auto" else _int(value, flag[2:], 0)
+    if str(value).strip().lower() == "auto":
+        return -1
+    try:
+        return _int(value, flag[2:], 0)
+    except OptionError:
+        raise OptionError(f"{flag} must be auto or a whole number of launches >= 0, got {value!r}") from None
 
 
 def _wholes(value, flag: str) -> list[int]:

@@ -61,6 +61,8 @@ def sort(items: list, opts: Options) -> None:
     items.sort(key=lambda it: (launch_of(it, opts), order.get(slot(it), len(order))))
 
 
-def skipped(items: list) -> list[tuple[str, str]]:
-    """(case id, reason) of every case skipped at collection: they go into results.json too."""
-    return [(case.id, case.skip) for item in items for case in _params(item).values() if getattr(case, "skip", "")]
+def skipped(items: list, repeat: int) -> list[tuple[str, str]]:
+    """(case id, reason) of every case skipped at collection: they go into results.json too; those of
+    --top-up launches (past `repeat`) repeat their launches' and are left out."""
+    return [(case.id, case.skip) for item in items for case in _params(item).values()
+            if getattr(case, "skip", "") and getattr(case, "launch", 0) < repeat]

@@ -89,7 +89,7 @@ def pytest_collection_modifyitems(session, config, items):
         progress = Progress(where, {item.nodeid: ordering.launch_of(item, bench.opts) for item in items}, bench)
         _RUNNING["progress"] = (progress, config.pluginmanager.get_plugin("terminalreporter"))
     ordering.sort(items, bench.opts)
-    for case_id, reason in ordering.skipped(items):   # skipped cases and their reasons go into results.json too
+    for case_id, reason in ordering.skipped(items, bench.opts.repeat):   # skipped cases and why go into results.json too
         bench.skip(case_id, reason)
 
 

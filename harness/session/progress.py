@@ -16,6 +16,14 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     done: int = 0
     current: tuple = ()
+    top_ups: int = 0   # --top-up items started: counted once they start, as most are skipped
+
+    def _planned(self) -> int:
+        """The items to run: a --top-up launch's count once it starts."""
+        repeat = self.bench.opts.repeat if self.bench is not None and self.bench.opts.top_up else None
+        if repeat is None:
+            return len(self.where)
+        return sum(1 for nodeid in self.where if self.launch.get(nodeid, 0) < repeat) + self.top_ups
 
     def lines_at(self, nodeid: str) -> list[str]:
         """What to print as the test `nodeid` starts (often nothing); counts it as started."""
@@ -26,12 +34,13 @@ class Progress:
         bench = self.bench
         if bench is not None and bench.opts.ab_until_decided and self.launch.get(nodeid, 0) > bench.looked:
             out += bench.look(self.launch[nodeid])   # before a new launch: which cells it still needs
-        elif bench is not None and bench.opts.top_up and self.launch.get(nodeid, 0) >= bench.opts.repeat \
-                and self.launch[nodeid] > bench.topped:
-            out += bench.top_up(self.launch[nodeid])   # before a --top-up launch: which cells it runs
+        elif bench is not None and bench.opts.top_up and self.launch.get(nodeid, 0) >= bench.opts.repeat:
+            self.top_ups += 1
+            if self.launch[nodeid] > bench.topped:
+                out += bench.top_up(self.launch[nodeid])   # before a --top-up launch: which cells it runs
         if where != self.current:
             self.current = where
-            total, elapsed = len(self.where), time.monotonic() - self.started
+            total, elapsed = self._planned(), time.monotonic() - self.started
             left = elapsed / self.done * (total - self.done) if self.done else None
             eta = f", about {left / 60:.0f} min left" if left and left >= 60 else f", about {left:.0f} s left" if left else ""
             out.append(f"# [{self.done}/{total}{eta}] now: {' '.join(w for w in where if w)}")

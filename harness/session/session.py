@@ -43,6 +43,7 @@ class BenchSession:
         self._decided: dict[tuple, str] = {}   # cell key -> why it is not measured again
         self.topped = 0                      # --top-up: the launch the short cells were last found for
         self._top_up: TopUp | None = None    # ... and which they are
+        self._earlier: list | None = None    # ... judged against the --results folder's other runs, read once
         self.store = RunStore(opts.results, self.started.astimezone().strftime("%Y%m%d-%H%M%S"), self._session_line)
         self.pairing = ABPairing(self._call, self._run)
 
@@ -133,14 +134,16 @@ class BenchSession:
         if self._top_up is not None and (self._top_up.stopped or not self._top_up.short):
             return []   # stopped, or no cell was short: nothing ran since
         rows: list[Row] = [r for kind in kinds.KINDS if kind.cells for r in kinds.rows_of(kind, self.rows)]
-        here = self.run_dir.resolve()
+        tonight = run_from_rows(rows, "", str(self.run_dir), {"options": asdict(self.opts)})
         try:
-            tonight = run_from_rows(rows, "", str(self.run_dir), {"options": asdict(self.opts)})
-            earlier = [r for r in load_runs([str(self.run_dir.parent)])[0]
-                       if here not in (p := Path(r.path).resolve(), *p.parents)]
-        except ResultError as exc:
+            if self._earlier is None:   # read once: the earlier nights do not change during the session
+                others = [str(d) for d in sorted(self.run_dir.parent.glob("*/")) if d.resolve() != self.run_dir.resolve()
+                          and ((d / "results.json").exists() or (d / "cases.jsonl").exists())]
+                self._earlier = load_runs(others)[0] if others else []
+        except (ResultError, OSError, ValueError) as exc:
             self._top_up = TopUp(frozenset(), f"the history could not be read ({exc})")
         else:
+            earlier = self._earlier
             previous = ([getattr(r, "cores_rt_ns", None) for r in rows if r.launch == launch - 1]
                         if launch > self.opts.repeat else None)   # every case of the last top-up, judged or not
             self._top_up = top_up([*earlier, tonight], tonight, self.opts.repeat, previous)
@@ -148,7 +151,7 @@ class BenchSession:
         if found.stopped:
             return [f"# top-up launches stop before launch {launch}: {found.stopped}"]
         if not found.short:
-            return [f"# top-up: every cell has {self.opts.repeat} launches with ranks 0 and 1's cores {found.usual} "
+            return [f"# top-up: every probed cell has {self.opts.repeat} launches with ranks 0 and 1's cores {found.usual} "
                     "(their usual placement); no top-up launch runs"]
         return [f"# top-up launch {launch} (up to {last}): {len(found.short)} cells have fewer than {self.opts.repeat} "
                 f"launches with ranks 0 and 1's cores {found.usual} (their usual placement); only they run"]
@@ -161,11 +164,7 @@ class BenchSession:
             if self.topped != case.launch:
                 self.top_up(case.launch)
             assert self._top_up is not None
-            if self._top_up.stopped:
-                return f"top-ups stopped: {self._top_up.stopped}"
-            if kind.cell_key(case) not in self._top_up.short:
-                return f"{self.opts.repeat} launches in the usual placement of ranks 0 and 1's cores already"
-            return ""
+            return self._top_up.why_not(kind.cell_key(case), self.opts.repeat)
         return self._decided.get(kind.cell_key(case), "") if self._decided and kind.cells else ""
 
     def _measure(self, case: Case, label, spec: Spec) -> tuple[list[dict], dict]:

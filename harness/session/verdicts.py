@@ -91,8 +91,8 @@ def judge_history(bench: BenchSession) -> GateResult:
         runs, _ = load_runs([str(bench.run_dir.parent)])
     except ResultError as exc:
         return GateResult(f"# history impossible: {exc}", UNUSABLE)
-    if too_few(runs):
-        return GateResult(too_few(runs))
+    if short := too_few(runs, ab=bool(bench.opts.previous_stack and bench.opts.previous_differs)):
+        return GateResult(short)
     judgement = judge_runs(runs)
     if judgement.refused:
         return GateResult(f"# history refused: {judgement.refused}", UNUSABLE)
