@@ -154,15 +154,24 @@ def platform(run: Run) -> dict:
     return {k: setup[k] for k in PLATFORM}
 
 
+def is_run(folder: Path) -> bool:
+    """A run's folder: a session wrote its results.json, or its cases.jsonl so far."""
+    return (folder / "results.json").exists() or (folder / "cases.jsonl").exists()
+
+
+def run_folders(folder: Path) -> list[Path]:
+    """The run folders in a --results folder, oldest name first."""
+    return sorted(d for d in folder.glob("*/") if is_run(d))
+
+
 def load_runs(paths: list[str]) -> tuple[list[Run], list[str]]:
     """Runs from result files, run directories, or directories of run directories (a --results
     folder that nightly runs accumulate in); files holding no cells (a run that failed whole, an
     --ab-env run) are skipped with the reason."""
     runs, skipped = [], []
-    is_run = lambda d: (d / "results.json").exists() or (d / "cases.jsonl").exists()  # noqa: E731
     for arg in paths:
         path = Path(arg)
-        files = [path] if path.is_file() or is_run(path) else sorted(d for d in path.glob("*/") if is_run(d))
+        files = [path] if path.is_file() or is_run(path) else run_folders(path)
         if not files:
             raise ResultError(f"{arg}: no results.json or cases.jsonl in it or in its subdirectories")
         for f in files:

@@ -126,7 +126,7 @@ class BenchSession:
         """--top-up: before launch `launch` (at or past --repeat), which cells still have fewer than
         --repeat launches with ranks 0 and 1's cores in the history's usual placement (reports/placement.py);
         only those run in it. The history is this --results folder's runs and this session's rows so far."""
-        from reports.history import load_runs
+        from reports.history import load_runs, run_folders
         from reports.placement import TopUp, top_up
         from reports.result_files import run_from_rows
         from schema.results import ResultError
@@ -137,8 +137,8 @@ class BenchSession:
         tonight = run_from_rows(rows, "", str(self.run_dir), {"options": asdict(self.opts)})
         try:
             if self._earlier is None:   # read once: the earlier nights do not change during the session
-                others = [str(d) for d in sorted(self.run_dir.parent.glob("*/")) if d.resolve() != self.run_dir.resolve()
-                          and ((d / "results.json").exists() or (d / "cases.jsonl").exists())]
+                here = self.run_dir.resolve()
+                others = [str(d) for d in run_folders(self.run_dir.parent) if d.resolve() != here]
                 self._earlier = load_runs(others)[0] if others else []
         except (ResultError, OSError, ValueError) as exc:
             self._top_up = TopUp(frozenset(), f"the history could not be read ({exc})")
