@@ -8,6 +8,7 @@ Code outside a backend's own module asks its ``BackendInfo`` instead of comparin
 from __future__ import annotations
 
 import json
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -135,13 +136,18 @@ def family_call(backend, op: str, send, recv, red, inplace: bool, asynchronous: 
 
 
 def page_aligned(nbytes: int) -> np.ndarray:
-    """Zeroed host bytes starting on a page boundary, as device allocators hand out buffers.
-    Where numpy's allocator happened to put a buffer otherwise decided the result: MPICH's
-    intranode 256 KiB all_reduce took 240-260 us on buffers at a heap offset and 100-114 us on
-    page-aligned ones in the same process (5 launches each)."""
-    raw = np.zeros(nbytes + PAGE, np.uint8)
-    start = -raw.ctypes.data % PAGE
-    return raw[start:start + nbytes]
+    """Zeroed host bytes of their own anonymous mapping, starting on a page boundary and backed by
+    base pages only, so every launch's buffers sit the same way. Where numpy's allocator happened to
+    put a buffer otherwise decided the result: MPICH's intranode 256 KiB all_reduce took 240-260 us
+    on buffers at a heap offset and 100-114 us on page-aligned ones in the same process (5 launches
+    each); and numpy asks for transparent huge pages on arrays of 4 MiB and more, which back only the
+    2 MiB-aligned part of such a buffer, a different part in every launch: mpi 4 MiB all_reduce
+    launches then sat anywhere in 699-818 us, against 818-832 us on base pages (one busy loop,
+    docs/statistics.md "Huge pages")."""
+    region = mmap.mmap(-1, max(nbytes, 1))
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):   # Linux: also where THP is "always"
+        region.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(region, np.uint8, count=nbytes)
 
 
 def encode(obj) -> bytes:
