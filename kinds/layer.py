@@ -45,10 +45,12 @@ def no_torch(backend: str) -> str:
 
 def checked_fields(case: Case, ran: Ran, ranks: Sequence[Checked]) -> dict:
     """The row fields of every case checked against a single-rank reference (layers.check): its
-    placement, round statistics, where it ran, and the check (wrong: elements past the tolerance)."""
+    placement, round statistics and each round's longest CPU wait (what verdicts leave out, as for a
+    collective), where it ran, and the check (wrong: elements past the tolerance)."""
     k = ranks[0].iters
     step = [r.round_ns for r in ranks]
     return {**placed(case), **stats.summarize(step, k), "iters_per_round": k, "calibration": ranks[0].calibration,
+            "round_cpu_wait_ns": stats.round_waits([r.cpu_wait_ns for r in ranks], len(step[0])),
             **stats.rank_rounds(step, ran.places), "hosts": ran.hosts, "group_env": case.group.rank_env if case.group else {},
             "wrong": sum(r.wrong for r in ranks), "wrong_per_rank": [r.wrong for r in ranks],
             "checked": sum(r.checked for r in ranks), "err_to_tol": max(r.err_to_tol for r in ranks),

@@ -12,6 +12,8 @@ n_nodes, node and job labels), named for hccl-bench:
     hccl_bench_verdict{<cell labels>,verdict,cause,direction,confirmed,machine} 1
     hccl_bench_time_ratio{<cell labels>,bound="estimate"|"low"|"high"}   (candidate / baseline time, 95% CI)
     hccl_bench_detectable_change{<cell labels>}   (the change the cell could have seen, 80% power)
+    hccl_bench_cores_round_trip_ns{<cell labels>}   (ranks 0 and 1's cores' round trip: where the host put them)
+    hccl_bench_waited_rounds_ratio{<cell labels>}   (the share of rounds a rank waited for a CPU in)
     hccl_bench_exit_code{run,job,cluster}   hccl_bench_canary_seconds{workload,run,job,cluster}
     hccl_bench_run_start_seconds{run,job,cluster}
 
@@ -36,6 +38,7 @@ from collectives.sizes import format_size
 from reports.compare import CellResult
 from reports.gate import Judgement, judge_history, judge_pair
 from reports.history import DEFAULT_WINDOW, load_runs, too_few
+from reports.placement import round_trip_ns
 from reports.result_files import load
 from schema.results import CollectiveRow, NoCells, ResultError, Run, Series
 from schema.run_meta import RunMeta
@@ -121,6 +124,11 @@ class _Metrics:
                             "(80% power), as a fraction", CELL_LABELS)
         self.exit_code = g("hccl_bench_exit_code", "The judgement's exit status: 0 pass, 1 a confirmed software "
                            "regression, 6 inconclusive (compare), 7 a machine regression (history)", RUN_LABELS)
+        self.cores = g("hccl_bench_cores_round_trip_ns", "Ranks 0 and 1's cores' cache-line round trip beside a cell's "
+                       "cases, ns (the median over launches of each case's faster probe): where the host put the cores; "
+                       "a history judges the launches in its usual placement", CELL_LABELS)
+        self.waited = g("hccl_bench_waited_rounds_ratio", "Share of a cell's timed rounds in which a rank waited for a CPU "
+                        "(more than 5% of the round): the machine's other work; verdicts judge the other rounds", CELL_LABELS)
         self.canary = g("hccl_bench_canary_seconds", "The canary's median sample of the night, s", ("workload", *RUN_LABELS))
         self.started = g("hccl_bench_run_start_seconds", "When the run began (Unix time)", RUN_LABELS)
 
@@ -140,6 +148,10 @@ def _figures(m: _Metrics, run: Run, side: str, where: Where, out: Export) -> Non
         m.busbw.labels(**labels).set(busbw)
         m.algbw.labels(**labels).set(algbw)
         m.time.labels(**labels).set(seconds * 1e6)
+        if (rt := round_trip_ns(cell)) is not None:
+            m.cores.labels(**labels).set(rt)
+        if rounds := sum(r for _, r in cell.waited.values()):
+            m.waited.labels(**labels).set(sum(w for w, _ in cell.waited.values()) / rounds)
         out.figures += 1
     if other:
         out.skipped.append(f"{other} cells of {name}{' side ' + side if side else ''} are not collectives "

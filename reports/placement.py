@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
+
 FAR = 1.6          # a round trip past this many times the near level is another placement (VM: 2.2x apart)
 
 
@@ -74,6 +76,13 @@ def _probes_expected(row) -> bool:
 
 def _probed(row) -> bool:
     return _probed_rt(getattr(row, "cores_rt_ns", None))
+
+
+def round_trip_ns(cell) -> float | None:
+    """Where ranks 0 and 1's cores were for a cell: the median over its launches of each case's
+    faster round trip (ns); None where no launch was probed."""
+    fastest = sorted(float(min(row.cores_rt_ns)) for row in cell.rows.values() if _probed(row))
+    return float(np.median(fastest)) if fastest else None
 
 
 def _probed_rt(rt) -> bool:

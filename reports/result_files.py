@@ -190,10 +190,16 @@ def leave_out_disturbed(cells: dict[tuple, Cell]) -> None:
     """A launch with fewer than MIN_UNDISTURBED rounds no rank waited for a CPU in timed the machine's
     other work: where most of the run's launches with waits had enough, it leaves its cell (a cell
     keeps its last launch), as a launch in another placement leaves a history's night; where most
-    had too few (long rounds on a busy machine), every launch is judged on all its rounds. Its
+    had too few (long rounds on a busy machine), every launch is judged on all its rounds; each bench
+    kind decides for itself (a layer step's rounds are far longer than a small collective's). Its
     `waited` entry stays, so the summaries count it (reports/compare.py cpu_wait_lines). Not for an
     interleaved A/B's sides: a launch there is judged against its pair on the other side."""
-    waited = [(cell, i) for cell in cells.values() for i in cell.waited]
+    for bench in sorted({cell.series.bench for cell in cells.values()}):   # a kind's rounds are its own length
+        _leave_out_disturbed([cell for cell in cells.values() if cell.series.bench == bench])
+
+
+def _leave_out_disturbed(cells: list[Cell]) -> None:
+    waited = [(cell, i) for cell in cells for i in cell.waited]
     whole = [(cell, i) for cell, i in waited if 0 < cell.waited[i][0] and cell.waited[i][1] - cell.waited[i][0] < MIN_UNDISTURBED]
     if not whole or 2 * len(whole) >= len(waited):
         return

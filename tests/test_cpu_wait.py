@@ -99,6 +99,27 @@ def test_a_launch_disturbed_throughout_leaves_its_cell_unless_most_launches_were
     assert "; 4 with fewer than 5 judged on all their rounds" in cpu_wait_lines([run])[0]
 
 
+def test_each_bench_kind_decides_which_of_its_launches_to_leave_out(tmp_path):
+    """A layer step's rounds are far longer than a small collective's, and on a busy machine each of
+    them may hold a wait: the layer launches then are judged whole, and they do not outvote the
+    collectives, whose one launch disturbed throughout still leaves its cells."""
+    from tests.test_layers import _tp_row
+    nights(tmp_path, 1, throughout=(1,))
+    path = next(tmp_path.glob("*/results.json"))
+    data = json.loads(path.read_text())
+    for launch in range(4):
+        row = _tp_row("manual", 2_000_000, [0.25, 0.35], launch, waits=(10 ** 9,) * 5)   # every round waited
+        assert len(row.round_cpu_wait_ns) == 5
+        data["benchmarks"].append(bench_entry(f"tp-L{launch}", row, [t / 1e9 for t in row.round_ns_per_rank[0]]))
+    path.write_text(json.dumps(data))
+    run = load(path)
+    kinds = {cell.series.bench: cell for cell in run.cells.values()}
+    assert sorted(kinds["linear"].launches) == [0, 1, 2, 3]
+    for cell in run.cells.values():
+        if cell.series.bench == "collective":
+            assert sorted(cell.launches) == [0, 2] and sorted(cell.waited) == [0, 1, 2]
+
+
 def test_undisturbed_keeps_the_rounds_no_rank_waited_in_when_there_are_enough():
     t = [1e-3 + i * 1e-9 for i in range(10)]         # 10 rounds of K=2 calls: ~2 ms each
     limit = int(UNDISTURBED_SHARE * 2e6)             # 20 us: a wait past it disturbed the round

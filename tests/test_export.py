@@ -110,6 +110,29 @@ def adapter_gaps(data: dict) -> list[str]:
     return gaps
 
 
+def with_machine_figures(folder):
+    """Each night's collective rows given what a real session's ranks record beside a case: ranks 0 and
+    1's cores' round trip and each round's longest CPU wait (a wait in every fourth round)."""
+    for path in folder.glob("*/results.json"):
+        data = json.loads(path.read_text())
+        for b in data["benchmarks"]:
+            e = b["extra_info"]
+            e["cores_rt_ns"] = [300.0 + e["launch"], 310.0]
+            e["iters_per_round"] = e.get("iters_per_round") or 1   # the synthetic rows' data are their rounds
+            e["round_cpu_wait_ns"] = [10 ** 9 * (r % 4 == 0) for r in range(len(b["stats"]["data"]))]
+        path.write_text(json.dumps(data))
+    return folder
+
+
+def test_a_cell_exports_where_the_cores_were_and_the_rounds_a_rank_waited_in(tmp_path):
+    history = with_machine_figures(nightly(tmp_path, 5))
+    assert run_cli("export", history, "--prometheus", tmp_path / "h.prom").returncode == 0
+    got = families(tmp_path / "h.prom")
+    assert {s.value for s in got["hccl_bench_cores_round_trip_ns"]} == {301.0}   # the median launch's faster probe
+    assert len(got["hccl_bench_cores_round_trip_ns"]) == len(got["hccl_bench_time_us"]) > 0
+    assert {s.value for s in got["hccl_bench_waited_rounds_ratio"]} == {0.25}
+
+
 @pytest.mark.slow
 def test_a_real_session_exports_and_its_results_json_feeds_the_pytest_benchmark_adapters(bench_run, tmp_path):
     proc = bench_run("--backend", "mpi", "--ops", "all_reduce", "--sizes", "1K,64K", "--rounds", "10",
@@ -128,6 +151,14 @@ def test_a_real_session_exports_and_its_results_json_feeds_the_pytest_benchmark_
         == {("all_reduce", "1024", "1", "2"), ("all_reduce", "65536", "1", "2")}
     assert all(s.value > 0 for s in got["hccl_bench_busbw_gbps"] + got["hccl_bench_time_us"])
     assert "hccl_bench_verdict" not in got or not got["hccl_bench_verdict"]   # one run: figures, nothing judged
+    probes: dict[str, list[float]] = {}   # ranks 0 and 1 on one node: each case probed unless its probe gave up
+    for b in data["benchmarks"]:
+        if len(b["extra_info"].get("cores_rt_ns") or []) == 2:
+            probes.setdefault(str(b["extra_info"]["bytes"]), []).append(min(b["extra_info"]["cores_rt_ns"]))
+    rt = {s.labels["bytes"]: s.value for s in got["hccl_bench_cores_round_trip_ns"]}
+    assert rt.keys() == probes.keys() and probes   # a cell's launches left out for CPU waits may move its median
+    assert all(0 < min(probes[size]) <= value <= max(probes[size]) for size, value in rt.items())
+    assert all(0 <= s.value <= 1 for s in got.get("hccl_bench_waited_rounds_ratio", []))
 
 
 def test_the_grafana_dashboard_reads_only_metrics_and_labels_that_an_export_writes(tmp_path):
@@ -138,7 +169,7 @@ def test_the_grafana_dashboard_reads_only_metrics_and_labels_that_an_export_writ
     from pathlib import Path
 
     from harness.session.same_night import mark_direction
-    history = with_canary(nightly(tmp_path / "h", 12, slow_from=9, drift=0.02))
+    history = with_machine_figures(with_canary(nightly(tmp_path / "h", 12, slow_from=9, drift=0.02)))
     ab = tmp_path / "ab"
     _same_night_run(ab, 1.3)
     mark_direction(ab)

@@ -81,6 +81,8 @@ def _assert_checked_and_broken_down(row, case: HybridCase) -> None:
     assert row.bubble_theory == (schedules.bubble_theory(case.schedule, case.pp, 2) if case.pp > 1 else 0.0)
     assert row.tokens_per_s == pytest.approx(case.dp * SHAPE["batch"] * SHAPE["seq"] / (row.step_us * 1e-6))
     assert row.model_states_estimate_bytes > 0 and not [w for w in row.placement_warnings if w.startswith("tp group")]
+    # each round's longest CPU wait over the ranks, as a collective's: what verdicts leave out (schema/stats.py)
+    assert len(row.round_cpu_wait_ns) == row.rounds and all(w >= 0 for w in row.round_cpu_wait_ns)
 
 
 @pytest.fixture(scope="module")

@@ -161,15 +161,16 @@ def test_a_missing_torch_api_skips_the_layer_case_with_its_reason(monkeypatch):
     assert skips["gloo-linear-tp1-mlp-manual"] == ""
 
 
-def _tp_row(impl: str, fwd_bwd_ns: int, shares: list, launch: int = 0) -> LayerRow:
-    """A TP block's row as the driver makes it, from what two ranks of layers/rank_tasks.tp_bench return."""
+def _tp_row(impl: str, fwd_bwd_ns: int, shares: list, launch: int = 0, waits: tuple = ()) -> LayerRow:
+    """A TP block's row as the driver makes it, from what two ranks of layers/rank_tasks.tp_bench return
+    (`waits`: each round's CPU wait on both ranks, ns)."""
     from harness.session.options import Options
     from kinds import linear
     from kinds.base import Ran
     ranks = [{"iters": 1, "round_ns": [fwd_bwd_ns + 100_000 + 1000 * i for i in range(5)], "fwd_ns": [fwd_bwd_ns // 3] * 5,
               "fwd_bwd_ns": [fwd_bwd_ns] * 5, "matmul_ns": [fwd_bwd_ns // 2] * 5, "flops_per_iter": 6e9,
               "tokens_per_iter": 1024, "comm_share": share, "peak_memory_bytes": 1 << 20, "wrong": 0, "checked": 10,
-              "err_to_tol": 0.1, "params_local": 1000} for share in shares]
+              "err_to_tol": 0.1, "params_local": 1000, "cpu_wait_ns": list(waits)} for share in shares]
     case = linear.LinearCase(backend="gloo", tp=2, pp=1, nranks=2, layer="mlp", impl=impl, launch=launch)
     return linear.KIND.row(case, Options(), Ran(ranks, {"node1": 2}, {0: ("node1", 0), 1: ("node1", 1)}))
 
@@ -311,6 +312,7 @@ def test_every_layer_case_is_checked_against_its_single_rank_reference(bench_run
     tokens, block = seq * batch, 8 * h * h + 5 * h     # an MLP block's weights and biases
     for r in rows:
         assert r.wrong == 0 and r.wrong_per_rank == [0, 0] and r.err_to_tol is not None and r.err_to_tol <= 1
+        assert len(r.round_cpu_wait_ns) == r.rounds   # each round's longest CPU wait, as a collective's
         if r.bench == "pipeline":   # every weight gradient once over the two stages, and the loss
             want = layers * block + 1
         else:                       # per rank: output, input gradient, this rank's weight shard

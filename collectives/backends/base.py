@@ -144,9 +144,13 @@ def page_aligned(nbytes: int) -> np.ndarray:
     2 MiB-aligned part of such a buffer, a different part in every launch: mpi 4 MiB all_reduce
     launches then sat anywhere in 699-818 us, against 818-832 us on base pages (one busy loop,
     docs/statistics.md "Huge pages")."""
-    region = mmap.mmap(-1, max(nbytes, 1))
+    private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
+    region = mmap.mmap(-1, max(nbytes, 1), **private)   # a process's own memory, as malloc's (not shared)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):   # Linux: also where THP is "always"
-        region.madvise(mmap.MADV_NOHUGEPAGE)
+        try:
+            region.madvise(mmap.MADV_NOHUGEPAGE)
+        except OSError:   # a kernel without THP (EINVAL): base pages are all it has
+            pass
     return np.frombuffer(region, np.uint8, count=nbytes)
 
 
