@@ -149,7 +149,7 @@ def _sweep(run) -> list[str]:
     peaks: dict[tuple, CollectiveRow] = {}
     for r in rows:
         key = (r.op, r.graph)
-        if key not in peaks or (r.busbw_gbps or 0) > (peaks[key].busbw_gbps or 0):
+        if key not in peaks or (r.busbw_gbps or 0, r.algbw_gbps or 0) > (peaks[key].busbw_gbps or 0, peaks[key].algbw_gbps or 0):
             peaks[key] = r
     for (op, graph), r in sorted(peaks.items()):
         out.append(f"  peak busbw {op:>14} {'captured' if graph else 'eager':>8}: {r.busbw_gbps or 0:9.2f} GB/s "

@@ -82,7 +82,8 @@ else
     note "device: $nproc x $name; one rank per GPU (NCCL refuses two ranks on one GPU): --nproc $nproc"
     [ "$nproc" = 1 ] && note "one GPU: world 1 everywhere (launch path, events, graph replay, dtypes, layers at tp=pp=1);" \
                              "busbw is 0 at world 1 (no peer), algbw and per-call times are what it measured; sendrecv skips;" \
-                             "captured: out-of-place ops only (an in-place call on one rank enqueues nothing: an empty graph)"
+                             "timed and captured: out-of-place ops only (an in-place call on one rank enqueues nothing: no transfer to time," \
+                             "an empty graph); the smoke steps still check the in-place calls"
 fi
 printf '{"backend": "%s", "nproc": %s}\n' "$backend" "$nproc" > "$out/context.json"
 budget=${DEVICE_CHECK_BUDGET_S:-$([ "$nproc" -ge 2 ] && echo 420 || echo 300)}

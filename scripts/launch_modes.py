@@ -1,15 +1,18 @@
 """What puts an mpi 1-4 MiB launch in one level or another: bare mpi4py launches, no harness code.
 
     python scripts/launch_modes.py [--launches 8] [--op all_gather] [--size 4M] [--busy 1] \
-        [--env MPIR_CVAR_CH4_CMA_ENABLE=0] [--env THP_MEM_ALLOC_ENABLE=1]
+        [--buffers torch|numpy|harness] [--env MPIR_CVAR_CH4_CMA_ENABLE=0] [--env THP_MEM_ALLOC_ENABLE=1]
 
-Each launch is `mpiexec -n 2 -bind-to core python launch_modes.py --rank-loop` on torch CPU buffers
-(what the harness's mpi ranks use): 20 warm-up calls, then 100 single-call rounds after a barrier.
+Each launch is `mpiexec -n 2 -bind-to core python launch_modes.py --rank-loop` on CPU buffers (--buffers):
+20 warm-up calls, then 100 single-call rounds after a barrier.
 Per launch it prints the 10th percentile and median of the rounds (us), ranks 0 and 1's cores' cache-line
 round trip before and after them (ns, collectives/placement.py: what a launch's level follows on a
 VM whose host moves its vCPUs between dies) and, per rank, what else might be the launch's state:
 the buffers' offsets in their page, the process's huge pages (AnonHugePages) and how many physically
-contiguous runs each buffer's pages form (/proc/self/pagemap: root only, else -1). With --busy N, N
+contiguous runs each buffer's pages form (/proc/self/pagemap: root only, else -1). --buffers: torch
+tensors (torch's allocator, the default), numpy arrays (numpy's allocator, which asks for huge pages on
+arrays of 4 MiB and more: each launch then sits at its own level, docs/statistics.md "Huge pages") or
+the harness's own (collectives/backends page_aligned: base pages). With --busy N, N
 busy loops spin beside every launch, as a shared machine has them (a measuring script: contention
 belongs here, never in a test). Each --env is one more configuration, its launches after the plain
 ones. Exit 0 when it ran, 1 when a launch failed.
@@ -64,15 +67,22 @@ def _core_pair(comm):
     return placement.CorePair(page, comm.rank) if page is not None and mapped else None
 
 
-def rank_loop(op: str, size: int) -> None:
+def rank_loop(op: str, size: int, buffers: str) -> None:
     """One rank of a launch: time the op, gather every rank's figures to rank 0, which prints JSON."""
     import numpy as np
     import torch
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
-    recv = torch.empty(size // 4)
-    send = torch.ones(size // 4 // (comm.size if op == "all_gather" else 1))
-    s, r = send.numpy(), recv.numpy()
+    n_recv, n_send = size // 4, size // 4 // (comm.size if op == "all_gather" else 1)
+    if buffers == "numpy":
+        s, r = np.ones(n_send, np.float32), np.empty(n_recv, np.float32)
+    elif buffers == "harness":
+        from collectives.backends import page_aligned
+        s, r = page_aligned(n_send * 4).view(np.float32), page_aligned(n_recv * 4).view(np.float32)
+        s[:] = 1.0
+    else:
+        send, recv = torch.ones(n_send), torch.empty(n_recv)
+        s, r = send.numpy(), recv.numpy()
     call = (lambda: comm.Allgather(s, r)) if op == "all_gather" else (lambda: comm.Allreduce(s, r))
     for _ in range(20):
         call()
@@ -95,8 +105,9 @@ def rank_loop(op: str, size: int) -> None:
         print(json.dumps(ranks), flush=True)
 
 
-def launch(mpiexec: str, op: str, size: int, env: dict) -> list[dict] | None:
-    cmd = [mpiexec, "-n", "2", "-bind-to", "core", sys.executable, __file__, "--rank-loop", "--op", op, "--size", str(size)]
+def launch(mpiexec: str, op: str, size: int, buffers: str, env: dict) -> list[dict] | None:
+    cmd = [mpiexec, "-n", "2", "-bind-to", "core", sys.executable, __file__, "--rank-loop", "--op", op, "--size", str(size),
+           "--buffers", buffers]
     try:
         proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -120,6 +131,7 @@ def main() -> int:
     parser.add_argument("--op", choices=("all_gather", "all_reduce"), default="all_gather")
     parser.add_argument("--size", default="4M")
     parser.add_argument("--busy", type=int, default=0)
+    parser.add_argument("--buffers", choices=("torch", "numpy", "harness"), default="torch")
     parser.add_argument("--env", action="append", default=[], help="VAR=VALUE: one more configuration")
     parser.add_argument("--rank-loop", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -133,7 +145,7 @@ def main() -> int:
     if bad:
         parser.error(f"--env {bad[0]!r}: give VAR=VALUE")
     if args.rank_loop:
-        rank_loop(args.op, size)
+        rank_loop(args.op, size, args.buffers)
         return 0
     mpiexec = str(Path(sys.executable).parent / "mpiexec") if (Path(sys.executable).parent / "mpiexec").exists() \
         else shutil.which("mpiexec")
@@ -145,9 +157,10 @@ def main() -> int:
     failed = 0
     try:
         for name, env in configs:
-            print(f"# {args.op} {args.size}, 2 ranks bound to cores, {args.busy} busy loops beside: {name}", flush=True)
+            print(f"# {args.op} {args.size} on {args.buffers} buffers, 2 ranks bound to cores, {args.busy} busy loops "
+                  f"beside: {name}", flush=True)
             for i in range(args.launches):
-                ranks = launch(mpiexec, args.op, size, env)
+                ranks = launch(mpiexec, args.op, size, args.buffers, env)
                 if ranks is None:
                     failed += 1
                     continue

@@ -66,6 +66,35 @@ def test_a_groups_own_setting_and_an_in_place_case_at_one_rank_skip_the_capture(
     assert got[("all_reduce", True)] == ONE_RANK_IN_PLACE and got[("all_gather", False)] == ""
 
 
+def test_an_in_place_case_at_one_rank_on_nccl_is_not_timed_as_a_transfer():
+    """On one H200 every in-place case at one rank took 14-16 us from 8 B to 128 MiB (NCCL enqueues
+    nothing): a broadcast's 9389 GB/s was no transfer. Timed eagerly too (--benchmark), it is skipped
+    with the reason; the smoke run still checks the call, and an out-of-place case (a copy), two ranks,
+    or a CPU backend's one rank still run."""
+    from kinds.collective import ONE_RANK_IN_PLACE
+    shape = dict(sizes=[1 << 20], dtypes=["float32"], redops=["sum"], benchmark=True)
+    one = Options(backends=["nccl"], nproc=1, ops=["all_reduce", "all_gather", "broadcast"], graph=(False,),
+                  inplace=("out", "in"), **shape)
+    got = {(c.op, c.inplace): c.skip for c in build(one, [H200])}
+    assert got[("all_reduce", True)] == got[("broadcast", True)] == ONE_RANK_IN_PLACE
+    assert got[("all_gather", False)] == ""
+    smoke = Options(backends=["nccl"], nproc=1, ops=["broadcast"], **{**shape, "benchmark": False})
+    assert ONE_RANK_IN_PLACE not in {c.skip for c in build(smoke, [H200])}
+    two = Options(backends=["nccl"], nproc=2, ops=["broadcast"], **shape)
+    assert {c.skip for c in build(two, [H200])} == {""}
+    cpu = Options(backends=["gloo"], nproc=1, ops=["broadcast"], **shape)
+    assert ONE_RANK_IN_PLACE not in {c.skip for c in build(cpu)}
+
+
+def test_one_ranks_peak_says_busbw_is_zero_and_names_the_algbw_peak():
+    """busbw's factor is 0 at one rank for most ops: the peak line names the algbw peak, not '0 GB/s at 8 B'."""
+    from kinds.collective import peak_lines
+    from schema.results import CollectiveRow
+    rows = [CollectiveRow(backend="nccl", algo="default", op="all_gather", nranks=1, bytes=size, count=size // 4,
+                          time_us=t, algbw_gbps=size / t / 1e3, busbw_gbps=0.0) for size, t in ((8, 29.8), (1 << 27, 66.2))]
+    assert peak_lines(rows) == ["# peak busbw all_gather: nccl 0 at 1 rank (algbw 2027.458 GB/s at 128MiB)"]
+
+
 def _doctor_rank(rank: int, store: str, out) -> None:
     """One gloo rank of the doctor's pair exchange, with the unbatched calls made to fail."""
     import os
