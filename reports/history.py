@@ -80,6 +80,9 @@ class History:
     # machine's: MIN_SEGMENT judged nights before the change (a change point on noisy nights may land
     # a night or two late; a left-out night between them is inside the span)
     level_from: dict[tuple, int] = field(default_factory=dict)
+    # ... and up to which run: MIN_SEGMENT judged nights past the change's first night (it may land a
+    # night or two early as well); a stack changed after that came after the step and did not make it
+    level_to: dict[tuple, int] = field(default_factory=dict)
     too_short: int = 0                                       # cells with fewer than MIN_RUNS runs: not judged
     window: int = DEFAULT_WINDOW
     canary: CanaryView = field(default_factory=CanaryView)
@@ -279,6 +282,7 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
         # the newest night must be among those that held: a left-out (noisy) newest night holds nothing
         hist.held[key] = held_nights(y[start:at].mean(), y[at:]) if idx[-1] == len(runs) - 1 else 0
         hist.level_from[key] = idx[max(start, at - MIN_SEGMENT)]
+        hist.level_to[key] = idx[min(len(idx) - 1, at + MIN_SEGMENT)]
         level = y[cps[-1][0] if cps else 0:-1]   # the newest run against the level it should be on
         sd = level.std(ddof=1) * np.sqrt(1 + 1 / level.size) if level.size >= MIN_SEGMENT else 0.0
         if sd > 0 and idx[-1] == len(runs) - 1:   # a noisy newest night raises no suspicion
@@ -302,10 +306,12 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
         elif step := coinciding(hist.canary, hist.change_at[c.key], worse=c.ratio > 1):
             c.outcome, c.note = replace(c.outcome, cause=Cause.CANARY), step.text(
                 f"{runs[step.at].label} ({runs[step.at].started[:16]})")
-        elif stack_kept(runs, hist.level_from[c.key], len(runs) - 1, declared=True):
-            first = runs[hist.level_from[c.key]]
+        elif stack_kept(runs, hist.level_from[c.key], hist.level_to[c.key], declared=True):
+            first, last = runs[hist.level_from[c.key]], runs[hist.level_to[c.key]]
+            since = "every night since" if hist.level_to[c.key] == len(runs) - 1 else \
+                f"every night to {last.label} ({last.started[:16]}), {MIN_SEGMENT} after the step began,"
             c.outcome, c.note = replace(c.outcome, cause=Cause.KEPT_STACK), (
-                f"the stack stayed that of {first.label} ({first.started[:16]}): every night since ran the stack of the "
+                f"the stack stayed that of {first.label} ({first.started[:16]}): {since} ran the stack of the "
                 "night before (its --previous-stack changed nothing) and nothing recorded changed: not the software stack")
     for c in hist.suspected.cells:
         if departs(c, c.q, alpha):
@@ -379,10 +385,10 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
     already, or a change of its own that began later (a revert it saw). A regression of the history
     that the A/B finds the two stacks run alike (no change, its interval inside the minimum effect)
     is the machine's (then judged by the machine-alert rule), with the A/B's figures, but only when nothing recorded changed from
-    its level_from (MIN_SEGMENT judged nights before it) to night `at`: then the stack the A/B ran as the previous one
-    is the stack from before it (a drifting machine's two slower nights read as a level). After an
-    upgrade an A/A of last night's stack says nothing about it. Returns (cells confirmed,
-    regressions not reproduced)."""
+    its level_from (MIN_SEGMENT judged nights before it) to the night before `at`: then the stack the A/B ran as the
+    previous one is the stack from before it (a drifting machine's two slower nights read as a level), and tonight's
+    stack, new or not, runs like it. After an upgrade on an earlier night an A/A of last night's stack says nothing
+    about it. Returns (cells confirmed, regressions not reproduced)."""
     at = len(hist.runs) - 1 if at is None else at
     by_key = {c.key: c for c in ab.cells}
     judged = {c.key: i for i, c in enumerate(hist.judged.cells)}
@@ -390,7 +396,7 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
     for i, c in enumerate(hist.judged.cells):
         a, began = by_key.get(c.key), hist.change_at.get(c.key, -1)
         if c.outcome.kind == REGRESSION and a is not None and a.outcome.direction is Direction.NO_CHANGE and 0 < began <= at \
-                and stack_kept(hist.runs, hist.level_from.get(c.key, 0), at, declared=False):
+                and stack_kept(hist.runs, hist.level_from.get(c.key, 0), at - 1, declared=False):
             note = (f"the same-night A/B against the previous stack found no change "
                     f"(x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}]): not the software stack")
             hist.judged.cells[i] = replace(c, outcome=replace(c.outcome, cause=Cause.STACKS_ALIKE), note=note)

@@ -172,6 +172,12 @@ def test_a_regression_the_same_night_ab_runs_alike_on_both_stacks_is_the_machine
     assert "REGRESSIONS:" not in out and "not the software stack" in out
     kept = cli("--ab", write_ab(tmp_path / "ab.json", slow=1.6))
     assert kept.returncode == 1 and "0 of" in kept.stdout and "REGRESSIONS:" in kept.stdout, kept.stdout
+    # the A/B of an upgrade night (the newest records a new CANN) that runs both stacks alike: the step that
+    # began on the nights before it, with nothing recorded changed, is not the upgrade's either
+    upgraded = nightly(tmp_path / "upgraded", 10, slow_from=7, factor=1.6, drift=0.03,
+                       cann=lambda n: "8.1.RC1" if n == 9 else "8.0.RC3")
+    proc = run_cli("history", upgraded, "--ab", write_ab(tmp_path / "aa-upgrade.json", slow=1.0))
+    assert proc.returncode == 7 and "REGRESSIONS:" not in proc.stdout, proc.stdout
 
 
 def test_the_same_night_screen_takes_each_cell_on_its_own_p():
@@ -258,6 +264,12 @@ def test_a_step_on_nights_that_all_kept_their_stack_is_the_machines(tmp_path):
     late = nightly(tmp_path / "late", 10, slow_from=7, factor=1.6, drift=0.03,
                    options=lambda n: {**kept, "previous_differs": n == 6})
     assert run_cli("history", late).returncode == 1
+    # an upgrade three nights after the step began (past the 2 nights a change point may land early) came
+    # after it: the step stays the machine's, and the upgrade's night is judged on its own
+    after = run_cli("history", nightly(tmp_path / "after", 11, slow_from=7, factor=1.6, drift=0.03,
+                                       options=lambda n: {**kept, "previous_differs": n == 10}))
+    assert after.returncode == 7 and "REGRESSIONS:" not in after.stdout, after.stdout
+    assert "the stack stayed that of 8.0.RC3 (2026-11-06T02:00): every night to " in after.stdout, after.stdout
     in_place = nightly(tmp_path / "in-place", 10, slow_from=7, factor=1.6, drift=0.03, options=lambda n: kept,
                        cann=lambda n: "8.1.RC1" if n >= 7 else "8.0.RC3")
     proc = run_cli("history", in_place)
