@@ -337,7 +337,7 @@ def render(rows: list[CollectiveRow]) -> str:
             out.append(f" {r.bytes:>12} {r.count:>12} {r.dtype:>9} {r.redop:>6} "
                        f"{'ip' if r.inplace else 'oop':>5} {r.time_us or 0:>10.2f} {r.algbw_gbps or 0:>12.3f} "
                        f"{r.busbw_gbps or 0:>12.3f} {wrong_text(r.wrong):>7}{extra}" + (f" {r.launch:>6}" if launches else ""))
-        peak = max(block, key=lambda r: (r.busbw_gbps or 0, r.algbw_gbps or 0))
+        peak = max(block, key=peak_order)
         out.append(f"# peak busbw: {peak.busbw_gbps or 0:.3f} GB/s at {format_size(peak.bytes)}" if peak.busbw_gbps else
                    f"# peak busbw: 0 (busbw factor 0 at {peak.nranks} rank); peak algbw {peak.algbw_gbps or 0:.3f} GB/s "
                    f"at {format_size(peak.bytes)}")
@@ -422,6 +422,11 @@ def _ab_ratios(rows: list[CollectiveRow]) -> list[str]:
     return out
 
 
+def peak_order(row: CollectiveRow) -> tuple[float, float]:
+    """What a peak is the most of: busbw, then algbw (busbw's factor is 0 at one rank for most ops)."""
+    return (row.busbw_gbps or 0, row.algbw_gbps or 0)
+
+
 def peak_lines(rows: list[CollectiveRow]) -> list[str]:
     """One line per op: the peak busbw of each backend (and side), for the closing summary."""
     best: dict[str, dict[str, CollectiveRow]] = {}
@@ -429,7 +434,7 @@ def peak_lines(rows: list[CollectiveRow]) -> list[str]:
         who = (r.backend + (f"/{r.algo}" if r.algo != "default" else "") + (" graph" if r.graph else "")
                + (f" {r.side}" if r.side else ""))
         held = best.setdefault(r.op, {}).get(who)
-        if held is None or (r.busbw_gbps or 0, r.algbw_gbps or 0) > (held.busbw_gbps or 0, held.algbw_gbps or 0):
+        if held is None or peak_order(r) > peak_order(held):
             best[r.op][who] = r
     return [f"# peak busbw {op}: " + ", ".join(f"{who} {r.busbw_gbps or 0:.3f} GB/s at {format_size(r.bytes)}" if r.busbw_gbps
                                                else f"{who} 0 at {r.nranks} rank (algbw {r.algbw_gbps or 0:.3f} GB/s at "

@@ -142,6 +142,7 @@ def _skips(run) -> list[str]:
 
 def _sweep(run) -> list[str]:
     from collectives.sizes import format_size
+    from kinds.collective import peak_order
     from reports.table import host_cost_lines, rows_of
     from schema.results import CollectiveRow
     rows = rows_of(run)
@@ -149,7 +150,7 @@ def _sweep(run) -> list[str]:
     peaks: dict[tuple, CollectiveRow] = {}
     for r in rows:
         key = (r.op, r.graph)
-        if key not in peaks or (r.busbw_gbps or 0, r.algbw_gbps or 0) > (peaks[key].busbw_gbps or 0, peaks[key].algbw_gbps or 0):
+        if key not in peaks or peak_order(r) > peak_order(peaks[key]):
             peaks[key] = r
     for (op, graph), r in sorted(peaks.items()):
         out.append(f"  peak busbw {op:>14} {'captured' if graph else 'eager':>8}: {r.busbw_gbps or 0:9.2f} GB/s "
