@@ -22,9 +22,12 @@ import time
 
 import numpy as np
 
+from schema.stats import median
+
 PREFIX = "hccl_bench_cores."
-BLOCKS, BLOCK = 16, 128     # one probe: 2048 round trips, ~0.6-1.5 ms of Python spinning on two cores
-GIVE_UP_S = 2.0             # a partner that stops answering (a dead rank): the probe is off for the group
+BLOCKS, BLOCK = 8, 32       # one probe: 256 round trips, ~0.1-0.3 ms of Python on two free cores
+GIVE_UP_S = 2.0             # no answer for this long (a dead or stopped partner): the probe gives up
+YIELD_AFTER = 256           # unanswered checks (~20-50 us) before each sched_yield: the partner may share our core
 _PAGE = 4096
 _PING, _PONG = 0, 8         # int64 slots 64 bytes apart: their own cache lines
 _SEQ_STRIDE = 1 << 16        # each probe's exchanges count from (id + 1) x this (> BLOCKS x BLOCK + 1)
@@ -33,7 +36,11 @@ _SEQ_STRIDE = 1 << 16        # each probe's exchanges count from (id + 1) x this
 class CorePair:
     """One side of the shared page. `me` 0 pings, 1 answers. Each probe has an id both ranks know
     (worker.py: from the messages they served), and its exchanges count from that id's own base, so a
-    probe one side missed or gave up on (a case that raised on one rank only) cannot shift the next."""
+    probe one side missed or gave up on (a case that raised on one rank only) cannot shift the next.
+
+    On a busy machine (more runnable processes than cores) the two sides may take turns on one core:
+    a side that spins unanswered yields its core after YIELD_AFTER checks, and the probe gives up only
+    when the partner made no progress for GIVE_UP_S (dead or stopped), not when it was merely slow."""
 
     def __init__(self, page: mmap.mmap, me: int):
         self._page = page
@@ -41,18 +48,22 @@ class CorePair:
         self.me = me
         self.gave_up = 0            # probes that timed out on this side
 
-    def _wait(self, slot: int, value: int, deadline: float) -> None:
-        flags, spins = self.flags, 0
+    def _wait(self, slot: int, value: int) -> None:
+        flags, checks, deadline = self.flags, 0, 0.0
         while flags[slot] != value:
-            spins += 1
-            if not spins & 0xFFF and time.monotonic() > deadline:
-                raise TimeoutError
+            checks += 1
+            if not checks % YIELD_AFTER:
+                os.sched_yield()
+                now = time.monotonic()
+                if not deadline:
+                    deadline = now + GIVE_UP_S
+                elif now > deadline:
+                    raise TimeoutError
 
     def round_trip_ns(self, probe: int) -> float | None:
         """Median over BLOCKS blocks of BLOCK round trips each, after one untimed handshake (a block
-        the scheduler preempted is an outlier the median drops); None when the partner did not
-        answer within GIVE_UP_S."""
-        deadline = time.monotonic() + GIVE_UP_S
+        the scheduler preempted is an outlier the median drops); None when the partner stopped
+        answering for GIVE_UP_S."""
         flags, blocks = self.flags, []
         seq = (probe + 1) * _SEQ_STRIDE
         try:
@@ -62,17 +73,17 @@ class CorePair:
                     seq += 1
                     if self.me == 0:
                         flags[_PING] = seq
-                        self._wait(_PONG, seq, deadline)
+                        self._wait(_PONG, seq)
                     else:
-                        self._wait(_PING, seq, deadline)
+                        self._wait(_PING, seq)
                         flags[_PONG] = seq
                 if b:
                     blocks.append((time.perf_counter_ns() - start) / BLOCK)
-            return float(np.median(blocks))
+            return median(blocks)
         except TimeoutError:
             self.gave_up += 1
             print(f"hccl-bench: rank {self.me}: the cores' round trip {probe} got no answer from rank {1 - self.me} "
-                  f"within {GIVE_UP_S:g} s; that case carries none", file=sys.stderr, flush=True)
+                  f"for {GIVE_UP_S:g} s; that case carries none", file=sys.stderr, flush=True)
             return None
 
     def close(self) -> None:

@@ -112,6 +112,22 @@ def rebuild(cases: Path) -> tuple[dict, list[str]]:
 OTHER_SIDE = {"A": "B", "B": "A"}
 
 
+SAME_NIGHT_LABELS = {"A": "this stack", "B": "previous stack"}   # the same-night child's --label (harness/session/same_night.py)
+
+
+def with_direction(meta: RunMeta, raw: dict) -> tuple[RunMeta, dict, bool]:
+    """A same-night A/B recorded before runs carried their direction (no hccl_bench.baseline_side) still
+    names its sides as its child session labelled them, side A "this stack" and side B "previous stack":
+    its baseline is side B, as the newer record says outright. (meta, raw, whether it was read from the
+    labels); any other run keeps its record (an A/B without the field ran the convention, A the baseline)."""
+    options = raw.get("options")
+    labels = (options.get("labels") if isinstance(options, dict) else None) or raw.get("labels") or {}
+    if meta.baseline_side is not None or not isinstance(labels, dict) or \
+            any(labels.get(s) != name for s, name in SAME_NIGHT_LABELS.items()):
+        return meta, raw, False
+    return replace(meta, baseline_side="B"), {**raw, "baseline_side": "B"}, True
+
+
 def recorded_side(meta: RunMeta, side: str) -> str:
     """The side of the file that plays `side`'s role (A the baseline, B the candidate): the other one
     where the run records its baseline as side B (a same-night A/B: hccl_bench.baseline_side)."""
@@ -137,7 +153,8 @@ def load(path: str | Path, side: str = "") -> Run:
     data, path, notes = _read(Path(path))
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise ResultError(f"{path} is not an hccl-bench/pytest-benchmark result file (no 'benchmarks' list)")
-    meta = RunMeta.from_json(data.get("hccl_bench"), str(path))
+    meta, raw_meta, from_labels = with_direction(RunMeta.from_json(data.get("hccl_bench"), str(path)),
+                                                 data.get("hccl_bench") or {})
     recorded = recorded_side(meta, side)
     cells: dict[tuple, Cell] = {}
     for number, bench in enumerate(data["benchmarks"]):
@@ -156,14 +173,14 @@ def load(path: str | Path, side: str = "") -> Run:
         what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
         raise NoCells(f"{path} holds no {what}")
     started = data.get("datetime") or datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat()
-    raw_meta = data.get("hccl_bench") or {}
     run = Run(str(path), cells, _as_roles(raw_meta) if recorded != side else raw_meta, side, str(started), notes)
     if recorded != side:
         given = (raw_meta.get("options") or {}).get("labels") or {}
         names = {s: given.get(s) or f"side {s}" for s in "AB"}
         run.notes.append(f"{path}: its session ran the candidate as side A ({names['A']}) and the baseline as side B "
-                         f"({names['B']}); read by role, as it records (baseline_side B): side A (baseline) is "
-                         f"{names['B']}, side B (candidate) {names['A']}")
+                         f"({names['B']}); read by role, as it records ("
+                         f"{'its side labels; recorded before runs carried baseline_side' if from_labels else 'baseline_side B'}"
+                         f"): side A (baseline) is {names['B']}, side B (candidate) {names['A']}")
     if not run.complete:
         run.notes.append(f"{path.parent} is an incomplete run ({meta.interrupted or 'ended early'}): {len(cells)} cells")
     if meta.failed:

@@ -187,7 +187,9 @@ def test_ranks_0_and_1_share_a_page_no_file_names_once_both_mapped_it(tmp_path):
 def test_every_collective_case_of_a_sweep_carries_its_cores_round_trip(bench_run, backend):
     """Real ranks on one host: each case's row holds the round trip before and after it, timed over
     a page no file names once both ranks mapped it (nothing is left in /dev/shm), and every round's
-    CPU wait."""
+    CPU wait. What is promised is a value or its reason: a probe whose partner stopped answering for
+    GIVE_UP_S leaves the row without one and says so in the rank's log (history then leaves the launch
+    out); a merely slow partner (ranks taking turns on a busy machine's core) still gives a value."""
     from pathlib import Path
 
     from collectives.placement import PREFIX
@@ -198,6 +200,9 @@ def test_every_collective_case_of_a_sweep_carries_its_cores_round_trip(bench_run
     rows = [b["extra_info"] for b in json.loads(run.read_text())["benchmarks"]]
     assert len(rows) == 8
     for row in rows:
+        if not row["cores_rt_ns"]:
+            assert bench_run.rank_said("the cores' round trip"), "a case without its round trip and no reason said"
+            continue
         before, after = row["cores_rt_ns"]
         assert 10 < before < 1e6 and 10 < after < 1e6, row["cores_rt_ns"]
         waits = row["round_cpu_wait_ns"]     # and each round's longest CPU wait (collectives/timing.py CpuWait)

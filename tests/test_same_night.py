@@ -166,9 +166,11 @@ def _same_night_run(folder, this_over_previous):
 
 def test_the_same_night_ab_run_reads_previous_to_this_in_every_reader(tmp_path):
     """This stack 30% slower than the previous one. Unmarked (as the child wrote it before runs carried
-    their direction), `compare --ab` reads the upgrade as 11 improvements; marked as the session marks it
-    (same_night.mark_direction), compare, table and report judge previous -> this: a regression, exit 1,
-    with the sides named as the stacks they are; the history's reading of both is the same."""
+    their direction), `compare --ab` reads the direction from the child's side labels (A "this stack",
+    B "previous stack"): a regression, never the 11 improvements of reading side A as the baseline;
+    marked as the session marks it (same_night.mark_direction), compare, table and report judge
+    previous -> this: a regression, exit 1, with the sides named as the stacks they are; the history's
+    reading of both is the same."""
     from harness.session.same_night import mark_direction
     from reports.gate import same_night
     from schema.judgement import REGRESSION
@@ -176,7 +178,10 @@ def test_the_same_night_ab_run_reads_previous_to_this_in_every_reader(tmp_path):
     _same_night_run(unmarked, 1.3)
     _same_night_run(marked, 1.3)
     before = run_cli("compare", unmarked, "--ab")
-    assert before.returncode == 0 and "11 improvement" in before.stdout, before.stdout + before.stderr
+    assert before.returncode == 1 and "11 regression, 0 improvement" in before.stdout, before.stdout + before.stderr
+    assert "REGRESSIONS:\n  all_reduce float32 sum 2 ranks mpi/default 4B-4MiB: busbw -23" in before.stdout
+    assert "its side labels; recorded before runs carried baseline_side" in before.stderr
+    assert load(unmarked, side="A").meta["baseline_side"] == "B"
     mark_direction(marked)
     assert load(marked, side="A").meta["baseline_side"] == "B"
     out = run_cli("compare", marked, "--ab")
