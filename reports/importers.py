@@ -474,7 +474,9 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
     head = text.lstrip()[:4096]
     if head.startswith("{\"header\"") or head.startswith("{\n  \"header\""):
         return import_inspector.read([path], label)
-    if re.match(r"\[\s*(?:\{|\])", head) or _REPORTER_LINE.match(head) or head.startswith("numCycle,"):
+    first_line = head.split("\n", 1)[0]
+    if (re.match(r"\[\s*(?:\{|\])", head) or _REPORTER_LINE.match(head) or head.startswith("numCycle,")
+            or (first_line.startswith("{") and import_rccl_reporter.is_record_line(first_line))):
         return import_rccl_reporter.read(path, text, op, nranks, label)
     if head.startswith("{"):
         return import_nccl_json.read(path, text, op, nranks, label)
