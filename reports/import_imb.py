@@ -26,7 +26,7 @@ from reports.log_rows import MPI_REDOPS, MPI_TYPES, PREFIXES, LogRun, entry, res
 from reports.run_failures import RunFailed, mpi_job
 from schema.results import ResultError
 
-BANNER = re.compile(r"Intel\(R\) MPI Benchmarks\s+([\w.]+)")
+BANNER = re.compile(r"Intel\s?\(R\) MPI Benchmark(?:s| Suite)\s+V?([\w.]+)")   # 2018+, and 3.x's "Suite V3.2"
 _BENCH = re.compile(r"^#\s*Benchmarking\s+(Multi-)?(\S+)")
 _PROCS = re.compile(r"^#\s*#processes\s*=\s*(\d+)")
 _GROUPS = re.compile(r"^#\s*\(\s*\d+ groups of \d+ processes")
@@ -65,6 +65,7 @@ def _blocks(text: str) -> list[_Block]:
         if not s:
             continue
         if m := BANNER.search(s):
+            _cut_if_open(open_run)                   # a run that never reached MPI_Finalize, then another
             version, dtypes, open_run = m.group(1), {}, []
             continue
         for key, pattern in (("reductions", _RED_DTYPE), ("data", _DTYPE), ("op", _MPI_OP)):
@@ -99,12 +100,17 @@ def _blocks(text: str) -> list[_Block]:
                 continue
             block.rows.append((number, dict(zip(block.columns, tokens))))
             block.run.last_line = number
-    if open_run and open_run[-1].rows:               # the file ended inside a run: its last block was cut
+    _cut_if_open(open_run)                           # the file ended inside a run
+    return blocks
+
+
+def _cut_if_open(open_run: list[_Block]) -> None:
+    """A run that ended without its MPI_Finalize line: the block it was in was cut (crash, kill)."""
+    if open_run and open_run[-1].rows:
         last = open_run[-1]
         last.run.cut = last.run.cut or (f"line {last.run.last_line}: the run ended without 'All processes entering "
                                         f"MPI_Finalize' (crashed or cut off); the {len(last.rows)} rows before kept")
         last.run.warnings.append(last.run.cut)
-    return blocks
 
 
 def _float(token: str) -> float | None:

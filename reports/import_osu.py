@@ -27,7 +27,7 @@ from reports.run_failures import RunFailed, mpi_job
 from schema.results import ResultError
 
 HEADER = re.compile(r"^#\s*OSU\s+(?P<lib>[A-Za-z]+)(?:-(?P<dev>[A-Za-z]+(?: MANAGED)?))?\s+(?P<name>.+?)\s+"
-                    r"(?:Latency\s+)?Test\s+v(?P<ver>[\d.]+)")
+                    r"(?:Latency\s+)?Test(?:\s+v(?P<ver>[\w.-]+))?\s*$")
 _DATATYPE = re.compile(r"^#\s*Datatype:\s*(MPI_\w+)")
 # OMB's test names (the BENCHMARK strings of mpi/collective/*.c) for the collectives hccl-bench has
 NAMES = {"allreduce": "all_reduce", "reduce": "reduce", "broadcast": "broadcast", "bcast": "broadcast",
@@ -73,14 +73,14 @@ class _Test:
                 self.run.cut = self.run.cut or f"line {number}: the job died after {len(self.rows)} rows"
             return
         tokens = s.split()
-        if not self.columns or not tokens or not tokens[0].isdigit() or len(tokens) < 2 or _float(tokens[1]) is None:
+        if not self.columns or not tokens[0].isdigit():
             return                                   # a warning, a library's log line, a prompt
-        if len(tokens) != len(self.columns):
+        if len(tokens) == len(self.columns) and _float(tokens[1]) is not None:
+            self.rows.append((number, dict(zip(self.columns, tokens))))
+            self.run.last_line = number
+        elif len(tokens) < len(self.columns) and all(_float(t) is not None for t in tokens):
             self.run.cut = f"line {number}: row cut off ({len(tokens)} of {len(self.columns)} columns), ignored"
             self.run.warnings.append(self.run.cut)
-            return
-        self.rows.append((number, dict(zip(self.columns, tokens))))
-        self.run.last_line = number
 
 
 def _tests(text: str) -> list[_Test]:

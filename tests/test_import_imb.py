@@ -67,3 +67,34 @@ def test_a_file_of_only_point_to_point_blocks_is_refused_naming_them(tmp_path):
     proc = run_cli("import", pingpong)
     assert proc.returncode == 2 and "IMB output with PingPong: no collective table" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_without_its_finalize_line_before_the_next_run_is_cut_and_the_next_complete(tmp_path):
+    text = OCI.read_text()
+    first_end = text.index("# All processes entering MPI_Finalize")
+    joined = tmp_path / "joined.txt"
+    joined.write_text(text[:first_end] + text[text.index("$ module load openmpi", first_end):])
+    alltoall, allreduce = import_runs(joined)
+    assert not alltoall["hccl_bench"]["complete"] and "MPI_Finalize" in alltoall["hccl_bench"]["interrupted"]
+    assert allreduce["hccl_bench"]["complete"] and len(alltoall["benchmarks"]) == 1
+
+
+def test_imb_3_banner_and_its_blocks_read_alike(tmp_path):
+    old = tmp_path / "imb3.txt"
+    old.write_text(INTEL.read_text().replace("#    Intel(R) MPI Benchmarks 2021.2, MPI-1 part",
+                                             "#    Intel (R) MPI Benchmark Suite V3.2, MPI-1 part"))
+    (data,) = import_runs(old)
+    assert data["hccl_bench"]["provenance"]["imported"]["version"] == "3.2" and len(data["benchmarks"]) == 2
+
+
+def test_osu_imb_and_nccl_tests_runs_in_one_log_each_read_in_file_order(tmp_path):
+    osu = DATA / "osu_nccl_cuda_v7.5_a100_8_and_16_gpus.txt"
+    nccl = DATA / "nccl_tests_2x8_two_cases.txt"
+    log = tmp_path / "acceptance.log"
+    log.write_text(INTEL.read_text() + osu.read_text() + nccl.read_text())
+    runs = import_runs(log)
+    assert [r["hccl_bench"]["format"] for r in runs] == ["imb-mpi1-text", "osu-text", "osu-text",
+                                                         "nccl-tests-text", "nccl-tests-text"]
+    alone = [*import_runs(INTEL), *import_runs(osu), *import_runs(nccl)]
+    assert [[b["extra_info"]["time_us"] for b in r["benchmarks"]] for r in runs] == [
+        [b["extra_info"]["time_us"] for b in r["benchmarks"]] for r in alone]

@@ -137,3 +137,11 @@ def test_only_point_to_point_tests_are_refused_saying_what_was_found(tmp_path):
     proc = run_cli("import", pt2pt)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "OSU MPI-CUDA Latency Test v7.5: no collective test hccl-bench imports" in proc.stderr
+
+
+def test_a_file_cut_after_a_row_s_size_says_so(tmp_path):
+    text = FULL_71.read_text()
+    cut = tmp_path / "cut.txt"
+    cut.write_text(text[:text.index("1048576 ") + 7])                 # only the last row's size was written
+    (data,) = import_runs(cut, nranks=8)
+    assert len(data["benchmarks"]) == 18 and "row cut off (1 of 5 columns)" in data["hccl_bench"]["interrupted"]
