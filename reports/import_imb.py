@@ -174,9 +174,9 @@ def read(path: Path, text: str, nranks: int | None, label: str | None) -> list[d
     wanted = [b for b in blocks if _imported(b)]
     others = sorted({("Multi-" if b.multi else "") + b.name for b in blocks if not _imported(b)})
     if not wanted:
-        found = ", ".join(others)[:80] or "no '# Benchmarking' block"
-        raise ResultError(f"{path}: IMB output with {found}: no collective table hccl-bench imports "
-                          f"(it reads {', '.join(NAMES)[:100]})")
+        found = ", ".join(others)[:50] or "no '# Benchmarking' block"
+        raise ResultError(f"{path}: IMB output with {found}: no collective table hccl-bench imports (it reads "
+                          "Allreduce, Reduce, Bcast, Allgather, Alltoall, Reduce_scatter[_block])")
     out = []
     for i, block in enumerate(wanted):
         where = str(path) if len(wanted) == 1 else f"{path} ({block.name}, {block.nprocs} processes, line {block.line})"

@@ -152,6 +152,8 @@ def _result(path: Path, where: str, test: _Test, nranks: int | None, dtype: str 
         benches.append(entry("osu", op, dt, redop, False, nbytes, nbytes // ITEMSIZE.get(dt, 1), n,
                              [float(row[AVG])], None, extra, f"{where}: line {number}",
                              backend=f"osu-{test.library.lower()}"))
+    if not benches:
+        raise ResultError(f"{where}: '{test.title}' (line {test.line}) holds only 0-byte rows")
     run.extra.update({"version": test.version, "library": test.library, "device": test.device,
                       "datatype_printed": test.datatype})
     return result_of(path, "osu-text", "osu-micro-benchmarks", op, n, benches, run, {}, [], label)
