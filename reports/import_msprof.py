@@ -18,7 +18,7 @@ from schema.results import ResultError
 _COMM_INFO = '"Communication Time Info"'
 _STEP_TRACE = re.compile(r"^\ufeff?Step,(?:Type,Index,)?Computing,Communication\(Not Overlapped\)", re.M)
 _CLUSTER_KEY = re.compile(r'^\{\s*"\(\d+(?:,\s*\d+)*\)"\s*:')
-READER = "hccl-bench doctor --traces DIR reads the folder it is in"
+READER = "hccl-bench doctor --traces DIR reads its folder"
 
 
 def what(head: str) -> str | None:
