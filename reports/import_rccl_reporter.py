@@ -6,6 +6,9 @@ line, `]`); older files hold bare records a line each. CSV has one of two header
 `numCycle,collective,nodes,ranks,ranksPerNode,gpusPerRank,size,...`, single-process builds
 `numCycle,collective,gpus,size,...`. Ranks = ranks x gpusPerRank (or gpus). Records of several
 cycles (`-N`) are samples of one cell. A crashed run leaves the file empty (refused upstream).
+Records are read by their keys, not by their order or case: the CSV's records turned into JSON
+lines by a JSON library that sorts keys (nlohmann::json's default, so `"#wrong"` comes first) read
+like the writer's own.
 """
 from __future__ import annotations
 
@@ -18,7 +21,24 @@ from collectives.ops import ITEMSIZE, OPS
 from reports.log_rows import NCCL_TYPES, LogRun, Sample, canonical_op, cross_check, entry, result_of
 from schema.results import ResultError
 
-KEYS = {"collective": "name", "inplace": "inPlace", "algbw": "algBw", "busbw": "busBw", "#wrong": "wrong"}
+FIELDS = ("numCycle", "name", "nodes", "ranks", "ranksPerNode", "gpusPerRank", "gpus", "size", "type", "redop",
+          "inPlace", "time", "algBw", "busBw", "wrong")
+# the JSON writer's key for every spelling: the CSV header's (collective, inplace, #wrong), any case
+KEYS = {f.lower(): f for f in FIELDS} | {"collective": "name", "#wrong": "wrong"}
+
+
+def _key(name: str) -> str:
+    return KEYS.get(name.strip().lower(), name)
+
+
+def is_record_line(line: str) -> bool:
+    """A reporter record on one line, whatever its key order: a JSON object naming a size, a time
+    and the collective (the first line of a JSON-lines file)."""
+    try:
+        obj = json.loads(line.strip().rstrip(","))
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and {"size", "time", "name"} <= {_key(k) for k in obj}
 
 
 def _records(text: str, where: str) -> tuple[list[dict], str, str]:
@@ -26,7 +46,7 @@ def _records(text: str, where: str) -> tuple[list[dict], str, str]:
     body = text.strip()
     if body.startswith("numCycle,"):
         reader = csv.reader(io.StringIO(body))
-        header = [KEYS.get(h, h) for h in next(reader)]
+        header = [_key(h) for h in next(reader)]
         rows = [dict(zip(header, r)) for r in reader if r]
         cut = next((f"CSV row {i + 2} has {len(r)} of {len(header)} fields (cut off)" for i, r in enumerate(rows)
                     if len(r) < len(header)), "")
@@ -67,7 +87,7 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
     records, fmt, cut = _records(text, where)
     by_op: dict[str, list[tuple[int, dict]]] = {}
     for index, rec in enumerate(records, 1):
-        rec = {KEYS.get(k, k): v for k, v in rec.items()} if isinstance(rec, dict) else {}
+        rec = {_key(k): v for k, v in rec.items()} if isinstance(rec, dict) else {}
         name = canonical_op(str(_value(rec, "name") or "")) or op
         if not name:
             raise ResultError(f"{where}: record {index} names no collective it is ({_value(rec, 'name')!r}); pass --op")

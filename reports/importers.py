@@ -6,8 +6,10 @@ Formats: nccl-tests / rccl-tests text output (every header generation: with or w
 `root`, `error` or `#wrong`, `N/A`; the `*_perf_mpi` builds) and hccl_test output (`avg_time(us)`
 in the documentation, `aveg_time(us)` in the binary) here; nccl-tests / rccl-tests `-J` JSON in
 import_nccl_json, rccl-tests' `-Z json|csv` reporter in import_rccl_reporter, NCCL Inspector logs
-(field data) in import_inspector. A file may hold several runs and several ops (a campaign's log, a
-README with two runs): each run becomes its own result, in file order. Lines may carry Open MPI's
+(field data) in import_inspector, OSU micro-benchmarks in import_osu, IMB-MPI1 in import_imb;
+msprof-analyze / torch_npu profiler files are refused by import_msprof, naming the doctor. A file
+may hold several runs and several ops (a campaign's log, a README with two runs): each run becomes
+its own result, in file order. Lines may carry Open MPI's
 `[1,0]<stdout>:`, MPICH's `[0] ` or an ISO timestamp (`kubectl logs --timestamps`) in front.
 
 Per run: the op from the run's own command or banner (`--op` only where the log does not say);
@@ -29,7 +31,15 @@ import re
 from pathlib import Path
 
 from collectives.ops import ITEMSIZE, OPS
-from reports import import_inspector, import_nccl_json, import_rccl_reporter, run_failures
+from reports import (
+    import_imb,
+    import_inspector,
+    import_msprof,
+    import_nccl_json,
+    import_osu,
+    import_rccl_reporter,
+    run_failures,
+)
 from reports.import_nccl_json import fits, ratio_candidates, span_text
 from reports.log_rows import (
     HCCL_TYPES,
@@ -44,16 +54,14 @@ from reports.log_rows import (
     need,
     result_of,
 )
+from reports.log_rows import LAUNCH_N as _LAUNCH_N
+from reports.log_rows import PREFIXES as _PREFIXES
 from reports.result_files import size_limit
 from reports.run_failures import FirstFailure, RunFailed
 from schema.results import ResultError
 
-# Open MPI's --tag-output, MPICH's -prepend-rank "[RANK] ", an ISO timestamp (kubectl logs --timestamps)
-_PREFIXES = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\[\d+\] "
-                       r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? )+")
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
 _NTHREAD = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
-_LAUNCH_N = re.compile(r"\b(?:mpirun|mpiexec|srun|orterun|prterun)\b.*?\s(?:-n|-np|--np|--ntasks)[\s=]+(\d+)")
 _HCCL_RANK_FAILED = re.compile(r"local rank_id (\d+), check result failed,\s*(\d+)\s*\|")   # hccl_test, a non-root rank
 HCCL_REDOPS = ("sum", "prod", "max", "min")   # hccl_test's -o
 _TITLE = re.compile(r"\b(\d{1,6})[ -]?(?:x ?)?(?:GPUs?|gpus?|ranks?|NPUs?|devices)\b")
@@ -472,17 +480,37 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
     text = raw.decode(errors="replace")
     del raw
     head = text.lstrip()[:4096]
+    import_msprof.refuse(path, head)
     if head.startswith("{\"header\"") or head.startswith("{\n  \"header\""):
         return import_inspector.read([path], label)
-    if re.match(r"\[\s*(?:\{|\])", head) or _REPORTER_LINE.match(head) or head.startswith("numCycle,"):
+    first_line = head.split("\n", 1)[0]
+    if (re.match(r"\[\s*(?:\{|\])", head) or _REPORTER_LINE.match(head) or head.startswith("numCycle,")
+            or (first_line.startswith("{") and import_rccl_reporter.is_record_line(first_line))):
         return import_rccl_reporter.read(path, text, op, nranks, label)
     if head.startswith("{"):
         return import_nccl_json.read(path, text, op, nranks, label)
     if not head:
         raise ResultError(f"{path} is empty (rccl-tests leaves its -x output empty when the run crashed)")
+    if mpi_suites := _mpi_suites(path, text, op, nranks, dtype, label):
+        return mpi_suites
     if "data_size(Bytes)" in text or run_failures.HCCL_TEST_BANNER.search(text) or run_failures.hccl_test_died(text):
         return hccl_test(path, text, op, nranks, dtype, label)
     return nccl_text(path, text, op, nranks, label)
+
+
+def _mpi_suites(path: Path, text: str, op: str | None, nranks: int | None, dtype: str | None,
+                label: str | None) -> list[dict]:
+    """OSU and IMB runs, and nccl-tests runs beside them in the same log (an acceptance job's output),
+    each read by its own reader and returned in file order; [] when the file holds neither suite."""
+    osu = "# OSU " in text and any(import_osu.HEADER.match(_PREFIXES.sub("", line).strip()) for line in text.splitlines())
+    imb = bool(import_imb.BANNER.search(text) or ("# Benchmarking " in text and "#repetitions" in text))
+    if not (osu or imb):
+        return []
+    runs = (import_osu.read(path, text, nranks, dtype, label) if osu else []) + (
+        import_imb.read(path, text, nranks, label) if imb else [])
+    if re.search(r"^\S*#\s+size\s+count\s+type\b", text, re.M):
+        runs += nccl_text(path, text, op, nranks, label)
+    return sorted(runs, key=lambda r: r["hccl_bench"]["imported_from"]["lines"][0])
 
 
 def _is_inspector(path: Path) -> bool:

@@ -20,6 +20,19 @@ HCCL_TYPES = {"fp32": "float32", "fp16": "float16", "bfp16": "bfloat16", "bf16":
               "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8",
               "uint16": "uint16", "uint32": "uint32", "uint64": "uint64"}
 
+# MPI's own type names (OSU's "# Datatype: MPI_X.", IMB's "MPI_Datatype : MPI_X") as ours (LP64 longs)
+MPI_TYPES = {"MPI_CHAR": "int8", "MPI_SIGNED_CHAR": "int8", "MPI_UNSIGNED_CHAR": "uint8", "MPI_BYTE": "uint8",
+             "MPI_SHORT": "int16", "MPI_UNSIGNED_SHORT": "uint16", "MPI_INT": "int32", "MPI_UNSIGNED": "uint32",
+             "MPI_LONG": "int64", "MPI_UNSIGNED_LONG": "uint64", "MPI_LONG_LONG": "int64", "MPI_LONG_LONG_INT": "int64",
+             "MPI_FLOAT": "float32", "MPI_DOUBLE": "float64", "MPI_INT8_T": "int8", "MPI_INT16_T": "int16",
+             "MPI_INT32_T": "int32", "MPI_INT64_T": "int64", "MPI_UINT8_T": "uint8", "MPI_UINT16_T": "uint16",
+             "MPI_UINT32_T": "uint32", "MPI_UINT64_T": "uint64"}
+MPI_REDOPS = {"MPI_SUM": "sum", "MPI_PROD": "prod", "MPI_MAX": "max", "MPI_MIN": "min"}
+# Open MPI's --tag-output, MPICH's -prepend-rank "[RANK] ", an ISO timestamp (kubectl logs --timestamps)
+PREFIXES = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\[\d+\] "
+                      r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? )+")
+# the launcher's process count on its command line (MVAPICH's mpirun_rsh -np too)
+LAUNCH_N = re.compile(r"\b(?:mpirun_rsh|mpirun|mpiexec|srun|orterun|prterun)\b.*?\s(?:-n|-np|--np|--ntasks)[\s=]+(\d+)")
 PERF = re.compile(r"\b(?:nccl_|rccl_)?([a-z_]+?)_perf(?:_mpi)?\b")
 # nccl-tests prints 2 decimals: a bandwidth must match what size/time gives within that and the
 # rounding of the printed time (4-5 significant digits)

@@ -25,7 +25,19 @@ _NCCL_TRACE = re.compile(r"\.\. \S+(?: pid \d+)?: Test failure \S+:\d+")
 _HCCL_TEST = re.compile(r"(?:acl|hccl) interface return err.*retcode: -?\d+.*|^Error: .*"
                         r"|^memory allocation error, check whether the current memory space is sufficient.*")
 _HCCL_TRACE = re.compile(r"^This is an error in \w+\.|^\w+ execute failed, Detailed logs are stored in path: \S*")
+# an MPI job that died, in its launcher's words (Open MPI, MPICH/Hydra, Slurm, MVAPICH): OSU and IMB
+# print nothing of their own when a rank fails
+_MPI_DIED = re.compile(r"MPI_ABORT was invoked on rank \d+.*|Primary job\s+terminated normally, but \d+ process.*"
+                       r"|mpirun noticed that process rank \d+ .*|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
+                       r"|srun: error: .*|Abort\(\d+\).*|\[\S+:mpi_rank_\d+\]\[error_sighandler\] .*"
+                       r"|Fatal error in (?:PMPI|MPI)_\w+: .*")
 HCCL_TEST_BANNER = re.compile(r"^the minbytes is \d+, maxbytes is \d+, iters is \d+, warmup_iters is \d+", re.M)
+
+
+def mpi_job(line: str) -> str | None:
+    """The launcher's or MPI's own line saying the job died, as printed."""
+    m = _MPI_DIED.search(line)
+    return m.group(0).strip()[:200] if m else None
 
 
 class RunFailed(ResultError):

@@ -46,6 +46,7 @@ SAMPLES = [
     ("rccl_tests_J_hipevt_1x8.json", "rccl-tests-json", 8, {"R6KD-CX8aaS-GPU-14": 8}, 16, 1, None, False, True),
     ("rccl_tests_Z_json_list.json", "rccl-tests-reporter-json", 16, {}, 16, 1, None, False, True),
     ("rccl_tests_Z_json_lines.json", "rccl-tests-reporter-jsonl", 16, {}, 16, 1, None, False, True),
+    ("rccl_tests_Z_json_lines_sorted_keys.json", "rccl-tests-reporter-jsonl", 16, {}, 16, 1, None, False, True),
     ("rccl_tests_Z_mpi.csv", "rccl-tests-csv", 16, {}, 16, 1, None, False, True),
     ("rccl_tests_Z_single.csv", "rccl-tests-csv", 8, {}, 16, 1, None, False, True),
 ]
@@ -243,3 +244,17 @@ def test_rccl_reporter_json_lines_are_the_older_writers_records():
     first = (DATA / "rccl_tests_Z_json_lines.json").read_text().splitlines()[0]
     assert first.startswith('{"name":"AllReduce", "nodes":2, "ranks":16,') and '"numCycle"' not in first
     assert one(DATA / "rccl_tests_Z_json_lines.json")["hccl_bench"]["format"] == "rccl-tests-reporter-jsonl"
+
+
+def test_rccl_reporter_records_with_sorted_keys_read_like_the_writer_s_own():
+    """The CSV's records as JSON lines with their keys sorted (nlohmann::json's default): "#wrong"
+    first, the CSV header's names and case; read by key, they give the CSV's cells exactly."""
+    name = "rccl_tests_Z_json_lines_sorted_keys.json"
+    assert (DATA / name).read_text().startswith('{"#wrong":"0","algbw":')
+    def cells(file):
+        return {(i["bytes"], i["inplace"]): (i["time_us"], i["wrong"], i["dtype"], i["redop"], i["nranks"])
+                for i in infos(one(DATA / file))}
+    sorted_keys, csv = cells(name), cells("rccl_tests_Z_mpi.csv")
+    assert sorted_keys == csv and len(csv) == 16
+    assert sorted_keys[(4096, False)][1] is None and sorted_keys[(8192, False)] == (csv[(8192, False)][0], 0, "float32",
+                                                                                    "sum", 16)

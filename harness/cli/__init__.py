@@ -178,8 +178,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     "report": ("HTML page and Markdown summary for one or more runs (oldest first)", _report, commands.run_report),
     "export": ("a run's figures and a history's verdicts as Prometheus text (node_exporter textfile, Grafana)",
                _export, commands.run_export),
-    "import": ("nccl-tests / rccl-tests (text, -J JSON, rccl -Z json|csv), hccl_test logs or NCCL Inspector logs "
-               "(field data) -> result files, one per run (OUT.json, OUT.2.json, ...)", _import, commands.run_import),
+    "import": ("nccl-tests / rccl-tests (text, -J JSON, rccl -Z json|csv), hccl_test, OSU, IMB-MPI1 logs or NCCL "
+               "Inspector logs (field data) -> result files, one per run (OUT.json, OUT.2.json, ...)", _import,
+               commands.run_import),
     "baseline": ("stored reference results: save, list, show", _baseline, commands.run_baseline),
     "memory": ("per-rank memory estimate for a model shape and tp/pp/dp", _memory, commands.run_memory),
     "predict": ("collective times at another scale from alpha-beta fits per link class", _predict, commands.run_predict),

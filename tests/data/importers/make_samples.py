@@ -12,6 +12,7 @@ samples, per-process rows, Inspector times and the 128-rank log's times are made
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -181,7 +182,10 @@ def died_in_first_size(full: str) -> str:
 def rccl_reporter(fmt: str, mpi: bool = True, nranks: int = 16) -> str:
     """rccl-tests' Reporter (-Z json|csv, -x FILE): std::to_string values, strings quoted. The
     JSON-lines form is the older Reporter's (addResult wrote each record as it came, "name" first,
-    no numCycle); the list and CSV forms are writeFile's, numCycle first."""
+    no numCycle); the list and CSV forms are writeFile's, numCycle first. "jsonl_sorted": the CSV
+    records (writeFile's header names as keys) as one JSON object a line, keys in sorted order, as
+    nlohmann::json's default `json` (a std::map) dumps them, so "#wrong" comes first: no published
+    file was found, the key order is derived from the writer's header and nlohmann's ordering."""
     keys = ["numCycle", "name", *(["nodes", "ranks", "ranksPerNode", "gpusPerRank"] if mpi else ["gpus"]),
             "size", "type", "redop", "inPlace", "time", "algBw", "busBw", "wrong"]
     records = []
@@ -195,6 +199,11 @@ def rccl_reporter(fmt: str, mpi: bool = True, nranks: int = 16) -> str:
     if fmt == "csv":
         head = "numCycle,collective," + ("nodes,ranks,ranksPerNode,gpusPerRank," if mpi else "gpus,")
         return head + "size,type,redop,inplace,time,algbw,busbw,#wrong\n" + "".join(",".join(r) + "\n" for r in records)
+    if fmt == "jsonl_sorted":
+        head = ["numCycle", "collective", *(["nodes", "ranks", "ranksPerNode", "gpusPerRank"] if mpi else ["gpus"]),
+                "size", "type", "redop", "inplace", "time", "algbw", "busbw", "#wrong"]
+        return "".join(json.dumps({k: json.loads(v) for k, v in zip(head, r)}, sort_keys=True, separators=(",", ":"))
+                       + "\n" for r in records)
     if fmt == "jsonl":
         return "".join("{" + ", ".join(f'"{k}":{v}' for k, v in zip(keys[1:], r[1:])) + "}\n" for r in records)
     lines = ["{" + ", ".join(f'"{k}":{v}' for k, v in zip(keys, r)) + "}" for r in records]
@@ -280,6 +289,7 @@ def main() -> None:
         "rccl_tests_J_hipevt_1x8.json": nccl_json("2.17.9", rccl=True, hip_event=True, procs=1),
         "rccl_tests_Z_json_list.json": rccl_reporter("json"),
         "rccl_tests_Z_json_lines.json": rccl_reporter("jsonl"),
+        "rccl_tests_Z_json_lines_sorted_keys.json": rccl_reporter("jsonl_sorted"),
         "rccl_tests_Z_mpi.csv": rccl_reporter("csv"),
         "rccl_tests_Z_single.csv": rccl_reporter("csv", mpi=False),
         "nccl_tests_128gpu_no_rank_lines.txt": text_log_128(),
