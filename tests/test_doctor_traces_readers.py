@@ -59,20 +59,39 @@ def test_an_nccl_trace_gives_its_kernels_on_the_device_clock_with_their_cpu_side
     assert [c.seq for c in t.collectives] == list(range(21))
 
 
+def by_op(path: Path) -> dict[str, list[float]]:
+    """Kernel durations per op, each op's in start order, read straight from the JSON: the kernel's
+    correlation -> its launch -> the nccl:<op> CPU op around the launch on the same thread."""
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    launch = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
+    ops = [e for e in events if e["name"].startswith("nccl:")]
+    out: dict[str, list[float]] = {}
+    for k in kernels(path):
+        x = launch[k["args"]["correlation"]]
+        (op,) = [e["name"] for e in ops if e["tid"] == x["tid"] and e["ts"] <= x["ts"] <= e["ts"] + e["dur"]]
+        out.setdefault(op, []).append(k["dur"])
+    return out
+
+
 def test_two_ranks_of_a_128_rank_nccl_job_are_judged_against_each_other_and_nobody_named(capsys, tmp_path):
     """HTA's trace_filter: ranks 0 and 1 of 128, 10 NCCL kernels each (old torch: no args on the
-    kernel, op from nccl:<op> around the launch). Read from the data: rank 1's kernel is the shorter in
-    7 of the 10 (arrives later in 7), rank 0's in 3: a sign test gives p 0.17, nothing to name, and the
-    126 missing ranks (where a late one would be) cannot be judged."""
-    a, b = (kernels(DATA / "nccl-2-of-128" / f"sampled_rank-{r}.json.gz") for r in (0, 1))
-    assert sum(y["dur"] < x["dur"] for x, y in zip(a, b)) == 7
+    kernel and no group name; op from nccl:<op> around the launch; rank 1 issued one all_reduce
+    before an all_to_all that rank 0 issued after it, so each op is matched in its own order). Read
+    from the data: matched op by op, rank 1's kernel is the shorter in 7 of the 10 (it arrived
+    later in 7): a sign test gives p 0.17, nothing to name, and the 126 missing ranks (where a late
+    one would be) cannot be judged."""
+    a, b = (by_op(DATA / "nccl-2-of-128" / f"sampled_rank-{r}.json.gz") for r in (0, 1))
+    assert sorted(a) == ["nccl:_all_gather_base", "nccl:all_reduce", "nccl:all_to_all"]
+    assert sum(y < x for op in a for x, y in zip(a[op], b[op])) == 7
     code, out, err, data = doctor(capsys, tmp_path, DATA / "nccl-2-of-128")
     assert code == 0, out + err
     assert data["suspects"] == [] and [s["rank"] for s in data["ranks"]] == [0, 1]
+    assert data["matched"] == 10 and data["mismatched"] == []
     assert "ranks 2-127 of 128: no trace; judged ranks 0-1" in out
     assert max(len(line) for line in out.splitlines()) < 400          # no line listing 126 ranks
     t = kineto.read(DATA / "nccl-2-of-128" / "sampled_rank-1.json.gz")
     assert [c.op for c in t.collectives[:4]] == ["all_to_all", "all_to_all", "all_reduce", "all_reduce"]
+    assert {c.group for c in t.collectives} == {"? all_to_all", "? all_reduce", "? all_gather"}
 
 
 def test_a_one_rank_nccl_job_names_nobody_and_says_why(capsys, tmp_path):

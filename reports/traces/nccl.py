@@ -11,7 +11,8 @@ CPU events. What is read (HTA's tests/data traces, torch 1.13 to 2.x, show each 
   `record_param_comms` (args "Collective name", "In msg nelems", "Out msg nelems", "dtype", "Process
   Group Name", "Process Group Ranks", "Seq" where torch records it) and `nccl:<op>`. Newer torch
   copies those args onto the kernel itself; older traces hold none of them (op from `nccl:<op>` or
-  the kernel's name, shape unknown).
+  the kernel's name, shape unknown), and no group name: each op's kernels are then matched in their
+  own order across ranks (group "? <op>").
 """
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def collectives(events: list[dict], base_us: float) -> tuple[list[Collective], d
         args.update({key: v for key, v in (k.get("args") or {}).items() if key in _WANTED})
         described += bool(args.get("Collective name") or args.get("op"))
         op = _op(args, str(k["name"]))
-        group = str(args.get("Process Group Name", ""))
+        # no group name (older torch): each op's kernels are matched in their own order across ranks,
+        # which holds where the job's groups interleave differently by rank, as long as each op runs alike
+        group = str(args.get("Process Group Name", "")) or f"? {op}"
         ranks = _ranks(args.get("Process Group Ranks"))
         if group and ranks:
             groups.setdefault(group, ranks)
@@ -62,9 +65,11 @@ def collectives(events: list[dict], base_us: float) -> tuple[list[Collective], d
                               dur))
         order[group] += 1
     note = (f"NCCL kernels on the device clock ({len(kernels)}), {described} described by their CPU side "
-            "(record_param_comms / nccl:*); the rest matched by the kernel's name in start order")
+            "(record_param_comms / nccl:*), the rest by the kernel's name")
     if described == len(kernels):
         note = "NCCL kernels on the device clock, each paired with its record_param_comms / nccl:* CPU op"
+    if any(g.startswith("? ") for g, *_ in rows):
+        note += "; no process group names (older torch): each op's kernels matched in order (groups '? <op>')"
     return out, groups, note
 
 
