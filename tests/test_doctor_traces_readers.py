@@ -223,3 +223,39 @@ def test_the_readers_refuse_what_they_cannot_read_in_one_line(tmp_path):
         ascend.read_dir(tmp_path)
     with pytest.raises(ResultError, match="no cluster_communication.json"):
         msprof_cluster.read_dir(tmp_path)
+
+
+def test_torchs_own_seq_numbers_are_used_where_every_collective_of_a_group_has_a_distinct_one(tmp_path):
+    """nccl_data.json.gz's record_param_comms carry no "Seq" (torch records one from 2.x, key "Seq" in
+    torch/csrc/profiler/util.h): written into a copy, 100 + its order, the reader takes them; two
+    collectives given one Seq (p2p ops count apart in torch) fall back to the order."""
+    trace = json.loads(gzip.decompress((DATA / "nccl-two-jobs" / "nccl_data.json.gz").read_bytes()))
+    comms = sorted((e for e in trace["traceEvents"] if e["name"] == "record_param_comms"), key=lambda e: e["ts"])
+    for i, e in enumerate(comms):
+        e["args"]["Seq"] = 100 + i
+    (tmp_path / "seq.json").write_text(json.dumps(trace))
+    seqs = [c.seq for c in kineto.read(tmp_path / "seq.json").collectives]
+    assert len(seqs) == 21 and min(seqs) >= 100 and len(set(seqs)) == 21
+    comms[1]["args"]["Seq"] = comms[0]["args"]["Seq"]
+    (tmp_path / "seq.json").write_text(json.dumps(trace))
+    assert [c.seq for c in kineto.read(tmp_path / "seq.json").collectives] == list(range(21))
+
+
+def test_a_torch_npu_run_without_torch_distributed_is_a_one_rank_job(capsys, tmp_path):
+    """profiler_info.json without a rank in its name: torch_npu's output of a run that never
+    initialised torch.distributed (the folder's other files are not needed to say so)."""
+    folder = tmp_path / "prof" / "node_1_ascend_pt"
+    folder.mkdir(parents=True)
+    (folder / "profiler_info.json").write_text("{}")
+    code, out, err, data = doctor(capsys, tmp_path, tmp_path / "prof")
+    assert code == 0 and data["suspects"] == [] and "one-rank job" in out
+
+
+@pytest.mark.parametrize("args", [{"world_size": 4}, json.dumps({"rank": 0, "world_size": 4})])
+def test_the_world_size_a_job_added_to_the_profiler_metadata_is_read(tmp_path, args):
+    """A job that adds distributed_args (as MindSpeed does, an object or its JSON text): ranks 2-3 of 4
+    have no folder here, and the judgement says so instead of taking 2 ranks for the world."""
+    job_dir = _rank_folders(tmp_path)
+    (job_dir / "node_0_ascend_pt" / "profiler_metadata.json").write_text(json.dumps({"distributed_args": args}))
+    traces = formats.read_job(job_dir)
+    assert [t.world for t in traces] == [4, 4] and job.missing(traces) == [2, 3]

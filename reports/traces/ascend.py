@@ -3,8 +3,10 @@
 What torch_npu writes (its profiler's CommunicationParser and msprof-analyze's cluster_analyse, which
 reads the same files) and what is read of it:
 - `profiler_info_<rank>.json` in the rank's folder: the rank, from the file's name (as cluster_analyse
-  takes it); `profiler_metadata.json`'s `distributed_args.world_size` where the version writes it,
-  else the world is the highest rank seen + 1;
+  takes it; `profiler_info.json`, no rank, is a run without torch.distributed: a one-rank job);
+  `profiler_metadata.json`'s `distributed_args.world_size` where the job added it (Megatron /
+  MindSpeed do, through the profiler's add_metadata_json: an object or its JSON text), else the
+  world is the highest rank seen + 1;
 - `ASCEND_PROFILER_OUTPUT/communication.json`: step ("step<N>", or "step") -> "collective" / "p2p" ->
   op (`hcom_<op>__<tag>_<index>_<...>@<group id>`, one name per collective, the same on every member:
   cluster_analyse matches ranks by it) -> "Communication Time Info": "Start Timestamp(us)", "Elapse
@@ -27,7 +29,7 @@ from reports.traces.files import read_bytes, shown
 from reports.traces.records import Collective, RankTrace
 from schema.results import ResultError
 
-INFO = re.compile(r"profiler_info_(\d+)\.json$")
+INFO = re.compile(r"^profiler_info(?:_(\d+))?\.json$")   # no rank: a run without torch.distributed
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
 TIME_INFO = "Communication Time Info"
 NOTE = ("HCCL ops from communication.json (Start Timestamp, Elapse Time on the device); lateness from them as for "
@@ -105,11 +107,15 @@ def read_rank(folder: Path) -> RankTrace:
     infos = [p for p in folder.iterdir() if INFO.search(p.name)]
     if len(infos) != 1:
         raise ResultError(f"{shown(folder)}: {len(infos)} profiler_info_<rank>.json files: one rank's folder holds one")
-    rank = int(INFO.search(infos[0].name).group(1))   # type: ignore[union-attr]
+    number = INFO.search(infos[0].name).group(1)   # type: ignore[union-attr]
     comm = folder / OUTPUT / "communication.json"
+    if number is None:     # torch_npu writes no rank where torch.distributed was not initialised
+        return RankTrace(0, 1, "", str(folder), {}, [], NOTE, "hccl")
+    rank = int(number)
     if not comm.is_file():
-        raise ResultError(f"{shown(folder)}: no {OUTPUT}/communication.json (profile with torch_npu's profiler_level Level1 "
-                          "or higher, and let it parse)")
+        db = "only the .db export there: profile with export_type text, " if list(folder.glob(f"{OUTPUT}/*.db")) else ""
+        raise ResultError(f"{shown(folder)}: no {OUTPUT}/communication.json ({db}profiler_level Level1 or higher, "
+                          "and let torch_npu parse)")
     data = load_json(comm, "communication.json")
     if not isinstance(data, dict):
         raise ResultError(f"{shown(comm)}: not torch_npu's communication.json (a JSON object of steps expected)")
@@ -129,6 +135,11 @@ def _world(folder: Path) -> int | None:
         return None
     data = load_json(meta, "profiler_metadata.json")
     args = data.get("distributed_args") if isinstance(data, dict) else None
+    if isinstance(args, str):          # add_metadata_json's value is the caller's JSON text
+        try:
+            args = json.loads(args)
+        except ValueError:
+            args = None
     size = args.get("world_size") if isinstance(args, dict) else None
     return int(size) if isinstance(size, int) else None
 

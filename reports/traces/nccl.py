@@ -59,7 +59,10 @@ def collectives(events: list[dict], base_us: float) -> tuple[list[Collective], d
                      base_us + float(k["ts"]), float(k["dur"])))
     out: list[Collective] = []
     order: dict[str, int] = defaultdict(int)
-    torch_seq = {g for g, _, *_ in rows} - {g for g, s, *_ in rows if s is None}
+    # torch's Seq where every collective of the group has one and no two share it (p2p ops count apart)
+    torch_seq = {g for g in {r[0] for r in rows}
+                 if all(r[1] is not None for r in rows if r[0] == g)
+                 and len({r[1] for r in rows if r[0] == g}) == sum(r[0] == g for r in rows)}
     for group, seq, op, shape, start, dur in rows:
         out.append(Collective(group, seq if seq is not None and group in torch_seq else order[group], op, shape, start,
                               dur))
