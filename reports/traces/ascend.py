@@ -25,6 +25,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 from reports.traces.files import read_bytes, shown
 from reports.traces.records import Collective, RankTrace
 from schema.results import ResultError
@@ -32,8 +34,8 @@ from schema.results import ResultError
 INFO = re.compile(r"^profiler_info(?:_(\d+))?\.json$")   # no rank: a run without torch.distributed
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
 TIME_INFO = "Communication Time Info"
-NOTE = ("HCCL ops from communication.json (Start Timestamp, Elapse Time on the device); lateness from them as for "
-        "other backends; HCCL's own Wait Time (ms) read beside each op")
+NOTE = ("HCCL ops from communication.json (Start Timestamp, Elapse Time on the device): lateness and the wait printed "
+        "are the doctor's, from them, as for other backends")
 
 
 def is_rank_folder(folder: Path) -> bool:
@@ -151,10 +153,24 @@ def with_groups(traces: list[RankTrace], world: int | None = None) -> list[RankT
         for c in t.collectives:
             members.setdefault(c.group, set()).add(t.rank)
     size = world or max([t.world for t in traces] + [max(t.rank for t in traces) + 1])
+    said = hccl_waits(traces)
     for t in traces:
         t.world = size
         t.groups = {g: sorted(members[g]) for g in {c.group for c in t.collectives}}
+        t.note = f"{t.note}; {said}" if said else t.note
     return traces
+
+
+def hccl_waits(traces: list[RankTrace], shown_ranks: int = 3) -> str:
+    """HCCL's own figure beside the doctor's, in one line: each rank's median Wait Time, the lowest
+    few (the last to arrive wait least) and the highest."""
+    medians = sorted((float(np.median(w)), t.rank) for t in traces
+                     if (w := [c.wait_us for c in t.collectives if c.wait_us is not None]))
+    if not medians:
+        return ""
+    low = ", ".join(f"rank {r} {m / 1e3:.2f} ms" for m, r in medians[:shown_ranks])
+    high = f"; highest rank {medians[-1][1]} {medians[-1][0] / 1e3:.2f} ms" if len(medians) > shown_ranks else ""
+    return f"HCCL's own Wait Time, median per rank: lowest {low}{high}"
 
 
 def read_dir(folder: Path) -> list[RankTrace]:

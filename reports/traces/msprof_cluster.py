@@ -15,7 +15,7 @@ import io
 import re
 from pathlib import Path
 
-from reports.traces.ascend import collectives, load_json
+from reports.traces.ascend import collectives, hccl_waits, load_json
 from reports.traces.files import read_bytes, shown
 from reports.traces.records import RankTrace
 from schema.results import ResultError
@@ -23,7 +23,7 @@ from schema.results import ResultError
 FILE = "cluster_communication.json"
 STEPS = "cluster_step_trace_time.csv"
 NOTE = ("HCCL ops from msprof-analyze's cluster_communication.json (Start Timestamp, Elapse Time on each rank's "
-        "device); lateness from them as for other backends; HCCL's own Wait Time (ms) read beside each op")
+        "device): lateness and the wait printed are the doctor's, from them, as for other backends")
 
 
 def where(folder: Path) -> Path | None:
@@ -66,6 +66,9 @@ def read_dir(folder: Path) -> list[RankTrace]:
         mine = collectives(path, ops, group_of[rank])
         out.append(RankTrace(rank, world, "", f"{path} rank {rank}",
                              {g: groups[g] for g in {c.group for c in mine}}, mine, NOTE, "hccl"))
+    said = hccl_waits(out)
+    for t in out:
+        t.note = f"{t.note}; {said}" if said else t.note
     return out
 
 

@@ -23,7 +23,8 @@ from collections import defaultdict
 from reports.traces.records import Collective
 
 KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
-LAUNCHES = ("cudaLaunchKernel", "hipLaunchKernel", "hipExtLaunchKernel", "cuLaunchKernel")
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel",
+            "hipExtModuleLaunchKernel")   # ROCm's names as HTA's MI250 trace shows them
 
 
 def holds(events: list[dict]) -> bool:
