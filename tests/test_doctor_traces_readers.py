@@ -101,6 +101,8 @@ def test_a_one_rank_nccl_job_names_nobody_and_says_why(capsys, tmp_path):
     code, out, err, data = doctor(capsys, tmp_path, DATA / "nccl-one-rank")
     assert code == 0 and data["suspects"] == [] and data["world"] == 1
     assert "one-rank job (world size 1): no peer waits for it" in out
+    assert main(["--traces", str(DATA / "nccl-one-rank"), "-o", str(tmp_path / "page")]) == 0     # the page too
+    assert "one-rank job" in (tmp_path / "page" / "doctor.md").read_text() + (tmp_path / "page" / "doctor.html").read_text()
 
 
 def test_traces_of_two_nccl_jobs_or_two_worlds_are_refused_in_one_line(capsys):
