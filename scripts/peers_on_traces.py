@@ -2,7 +2,8 @@
 the comparison in docs/doctor.md. Run it in an environment of its own (the peers pin their own
 pandas; `pip install HolisticTraceAnalysis msprof-analyze`), with this checkout on the path:
 
-  python scripts/peers_on_traces.py FOLDER...   (folders of one job's traces, make_traces.py's)
+  python scripts/peers_on_traces.py FOLDER...   (folders of one job's traces: make_traces.py's, or
+  any --traces reads: NCCL Kineto, torch_npu rank folders, msprof-analyze's cluster output)
 
 - msprof-analyze's cluster_analyse slow_rank recipe (SlowRankVoteAnalysis, its own code): per
   group and same-named op (one collective), the Dixon test (3 sigma past 24 ranks) on the ranks'
@@ -21,11 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from reports.traces import judge, kineto  # noqa: E402
+from reports.traces import formats, job, judge  # noqa: E402
 
 
 def doctor(folder: Path) -> str:
-    names = [s.name for s in judge.judge(kineto.read_dir(folder)).suspects]
+    traces = formats.read_job(folder)
+    if job.alone(traces):
+        return "nobody (one rank)"
+    names = [s.name for s in judge.judge(traces).suspects]
     return ", ".join(names) or "nobody"
 
 
@@ -34,7 +38,7 @@ def msprof_votes(folder: Path) -> str:
     from msprof_analyze.cluster_analyse.recipes.slow_rank.slow_rank import SlowRankVoteAnalysis
     rows = [{"rankId": t.rank, "groupName": c.group or "default", "opName": f"{c.op}__{c.seq}",
              "communication_time": c.dur_us * 1e3, "startNs": c.start_us * 1e3}
-            for t in kineto.read_dir(folder) for c in t.collectives]
+            for t in formats.read_job(folder) for c in t.collectives]
     votes, _ = SlowRankVoteAnalysis(pd.DataFrame(rows)).run()
     if votes is None or votes.empty:
         return "no votes"

@@ -15,7 +15,8 @@ Through any launcher, one worker group of every rank measures:
 Each host, link and rank is compared with the median of its peers over `repeat` independent
 measurements: a host or link must be worse than `1 + min_effect` times the median in most of them,
 a rank's work `1 + rank_effect` times in three of four.
-With --traces DIR (a job's own torch.profiler traces, one per rank) or --flight-recorder DIR (its
+With --traces DIR (a job's own traces: torch.profiler files of gloo, NCCL or RCCL jobs, torch_npu
+profiler folders or msprof-analyze's cluster output) or --flight-recorder DIR (its
 flight-recorder dumps) nothing is launched: reports/traces/ reads and judges what the job recorded.
 Exit 0 healthy, 1 suspect found, 2 unusable (bad options or files, the group did not start).
 """
@@ -335,7 +336,7 @@ def write_outputs(diag: Diagnosis, out_dir: Path | None, json_path: str | None) 
 
 def from_traces(args: argparse.Namespace) -> ExitCode:
     """--traces / --flight-recorder: judge what a job recorded (reports/traces/), print, write --json and -o."""
-    from reports.traces import flight_recorder, hang, judge, kineto, output
+    from reports.traces import flight_recorder, formats, hang, job, judge, output
     from schema.results import ResultError
     try:
         if args.ranks_per_host is not None and args.ranks_per_host < 1:
@@ -344,14 +345,21 @@ def from_traces(args: argparse.Namespace) -> ExitCode:
             raise ValueError(f"--min-link-ratio {args.min_link_ratio:g}: give a ratio above 1 (3: a group three times "
                              "slower than the groups apart from it)")
         if args.traces:
-            verdict = judge.judge(kineto.read_dir(Path(args.traces)), args.ranks_per_host, args.min_late_ms * 1e3,
-                                  min_link_ratio=args.min_link_ratio)
-            words, data, named = output.text(verdict), output.to_json(verdict), bool(verdict.suspects)
+            traces = formats.read_job(Path(args.traces))
+            if why := job.alone(traces):
+                words, named = f"# doctor --traces: 1 rank\nhealthy: {why}", False
+                data = {"source": "traces", "suspects": [], "world": 1, "notes": [why]}
+            else:
+                verdict = judge.judge(traces, args.ranks_per_host, args.min_late_ms * 1e3,
+                                      min_link_ratio=args.min_link_ratio)
+                words, data, named = output.text(verdict), output.to_json(verdict), bool(verdict.suspects)
         else:
             report = hang.forensics(flight_recorder.read_dir(Path(args.flight_recorder)), args.ranks_per_host)
             words, data, named = output.hang_text(report), output.hang_json(report), bool(report.stops or report.mismatches)
     except (ResultError, ValueError) as exc:
-        print(f"hccl-bench doctor: {str(exc).splitlines()[0]}", file=sys.stderr)
+        line = f"hccl-bench doctor: {(str(exc).splitlines() or [''])[0]}"
+        # one short line whatever the path: a long one loses its middle, the reason at the end stays
+        print(line if len(line) < 200 else f"{line[:90]}...{line[-105:]}", file=sys.stderr)
         return EXIT_UNUSABLE
     print(words)
     if args.json:
@@ -370,8 +378,9 @@ def main(argv: list[str] | None = None) -> ExitCode:
     parser = argparse.ArgumentParser(prog="hccl-bench doctor", description=__doc__.split("\n\n")[0])
     parser.add_argument("--launcher", help="launcher template with {nproc} (as for the benches)")
     parser.add_argument("--nproc", type=int, help="ranks in all; each host needs at least one")
-    parser.add_argument("--traces", metavar="DIR", help="judge a job's own torch.profiler (Kineto) traces, one file per "
-                        "rank, instead of launching anything")
+    parser.add_argument("--traces", metavar="DIR", help="judge a job's own traces instead of launching anything: "
+                        "torch.profiler (Kineto) files of gloo, NCCL or RCCL jobs (one per rank), torch_npu profiler "
+                        "folders (*_ascend_pt: communication.json) or msprof-analyze's cluster_analysis_output")
     parser.add_argument("--flight-recorder", metavar="DIR", help="a hung job's flight-recorder dumps (one per rank): "
                         "where each rank stopped, and the ranks that never reached the collective the others wait in")
     parser.add_argument("--ranks-per-host", type=int, help="--traces/--flight-recorder: ranks 0..N-1 are host0, ... "

@@ -13,6 +13,11 @@ from schema.results import ResultError
 TRACE_LIMIT_MIB = 512
 
 
+def shown(path: Path) -> str:
+    """The end of a path that says which rank's which file (a refusal must stay one short line)."""
+    return "/".join(Path(path).parts[-3:])
+
+
 def listed(folder: Path, suffixes: tuple[str, ...] | None) -> list[Path]:
     """The folder's regular files (ending in one of `suffixes`, if given), or one line why none."""
     if not folder.is_dir():
@@ -29,16 +34,16 @@ def read_bytes(path: Path) -> bytes:
     limit = size_limit("HCCL_BENCH_MAX_TRACE_MB", TRACE_LIMIT_MIB)
     try:
         if path.stat().st_size > limit:
-            raise ResultError(f"{path} is {path.stat().st_size >> 20} MiB; traces above {limit >> 20} MiB are refused "
+            raise ResultError(f"{shown(path)} is {path.stat().st_size >> 20} MiB; traces above {limit >> 20} MiB are refused "
                               "(HCCL_BENCH_MAX_TRACE_MB raises it)")
         if path.name.endswith(".gz"):
             with gzip.open(path, "rb") as f:
                 raw = f.read(limit + 1)
             if len(raw) > limit:
-                raise ResultError(f"{path} expands past {limit >> 20} MiB (HCCL_BENCH_MAX_TRACE_MB raises it)")
+                raise ResultError(f"{shown(path)} expands past {limit >> 20} MiB (HCCL_BENCH_MAX_TRACE_MB raises it)")
             return raw
         return path.read_bytes()
     except OSError as exc:
-        raise ResultError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise ResultError(f"cannot read {shown(path)}: {exc.strerror or exc}") from None
     except (EOFError, zlib.error) as exc:
-        raise ResultError(f"{path}: a cut or corrupt gzip file ({exc})") from None
+        raise ResultError(f"{shown(path)}: a cut or corrupt gzip file ({exc})") from None

@@ -1,48 +1,106 @@
-"""One job's traces, or one line saying why they are not: each rank once, every rank of the world
-there, the same world, groups that agree, windows that overlap in time (traces of two runs mixed), and
-collectives to judge."""
+"""One job's traces, or one line saying why they are not: each rank once, the same world, groups that
+agree, windows that overlap in time (traces of two runs mixed), and collectives to judge. A partial
+job (some ranks' files missing) is judged over the ranks present when there are at least two; the
+missing ones are named as ranges ("ranks 2-127 of 128"), never one by one."""
 from __future__ import annotations
+
+from pathlib import Path
 
 from reports.traces.records import RankTrace
 from schema.results import ResultError
 
+MIN_RANKS = 2   # lateness is against peers: one rank has none
+
+
+def ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8": a rank list of any length in a few characters."""
+    out: list[str] = []
+    rs = sorted(set(ranks))
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def short_ranges(ranks: list[int], limit: int = 60) -> str:
+    """ranges(), cut to `limit` characters (a line must stay short whatever the job)."""
+    text = ranges(ranks)
+    return text if len(text) <= limit else text[:limit].rsplit(",", 1)[0] + ", ..."
+
+
+def alone(traces: list[RankTrace]) -> str | None:
+    """Why nobody can be named in a one-rank job (world size 1), or None: there is no peer to wait."""
+    if len(traces) == 1 and traces[0].world == 1:
+        return (f"{traces[0].path}: a one-rank job (world size 1): no peer waits for it and none to compare it "
+                "with, so nobody is named")
+    return None
+
+
+def missing(traces: list[RankTrace]) -> list[int]:
+    world = traces[0].world
+    return sorted(set(range(world)) - {t.rank for t in traces})
+
+
+def partial_note(traces: list[RankTrace]) -> list[str]:
+    """The judgement's note for a partial job: who was judged, who could not be."""
+    gone = missing(traces)
+    if not gone:
+        return []
+    there = [t.rank for t in traces]
+    return [f"{'rank' if len(gone) == 1 else 'ranks'} {short_ranges(gone)} of {traces[0].world}: no trace; judged "
+            f"ranks {short_ranges(there)} against each other only (a late rank among the missing cannot be named)"]
+
 
 def checked(traces: list[RankTrace]) -> tuple[list[RankTrace], dict[str, list[int]]]:
-    """The traces in rank order and the job's process groups, refused in one line when they are not
-    one whole job. Each rank's trace lists the groups it is in (torch keeps no other), so the job's
-    groups are their union; one group name with two memberships is two jobs mixed."""
+    """The traces in rank order and the job's process groups (members restricted to the ranks
+    present), refused in one line when they are not one job or too few of it. Each rank's trace lists
+    the groups it is in (torch keeps no other), so the job's groups are their union; one group name
+    with two memberships is two jobs mixed."""
     first = traces[0]
     for t in traces:
         if t.world != first.world:
-            raise ResultError(f"{t.path}: world size {t.world}, but {first.path} says {first.world}: traces of "
+            raise ResultError(f"{_file(t)}: world size {t.world}, but {_file(first)} says {first.world}: traces of "
                               "different jobs mixed")
     by_rank: dict[int, RankTrace] = {}
     for t in traces:
+        if not 0 <= t.rank < t.world:
+            raise ResultError(f"{_file(t)}: rank {t.rank} of a world of {t.world}: not one of its ranks")
         if t.rank in by_rank:
-            raise ResultError(f"{t.path} and {by_rank[t.rank].path} are both rank {t.rank}: traces of different jobs "
+            raise ResultError(f"{_file(t)} and {_file(by_rank[t.rank])} are both rank {t.rank}: traces of different jobs "
                               "(or runs) mixed")
         by_rank[t.rank] = t
-    missing = sorted(set(range(first.world)) - set(by_rank))
-    if missing:
-        raise ResultError(f"rank {', '.join(map(str, missing))} of {first.world}: no trace (each rank's file is needed "
-                          "to tell the late rank from the ones waiting)")
+    gone = missing(traces)
+    if len(by_rank) < MIN_RANKS:
+        raise ResultError(f"only rank {first.rank} of {first.world} has a trace (ranks {short_ranges(gone)} missing): "
+                          "a late rank is told from its peers, give at least 2 ranks' files")
     for t in traces:
         if not t.collectives:
-            raise ResultError(f"{t.path}: rank {t.rank}'s trace holds no collective events (gloo:*): was the profiler "
+            kind = "NCCL kernels or gloo:*" if t.backend in ("nccl", "gloo", "") else f"{t.backend} collectives"
+            raise ResultError(f"{_file(t)}: rank {t.rank}'s trace holds no collective events ({kind}): was the profiler "
                               "on during training steps?")
     spans = {t.rank: (t.collectives[0].start_us, max(c.start_us + c.dur_us for c in t.collectives)) for t in traces}
     for r, (lo, hi) in spans.items():
         others = [s for q, s in spans.items() if q != r]
         if others and (hi < max(s[0] for s in others) or lo > min(s[1] for s in others)):
-            raise ResultError(f"{by_rank[r].path}: rank {r}'s collectives do not overlap the other ranks' in time: "
+            raise ResultError(f"{_file(by_rank[r])}: rank {r}'s collectives do not overlap the other ranks' in time: "
                               "traces of different runs mixed")
     groups: dict[str, list[int]] = {}
     said: dict[str, str] = {}
     for t in traces:
         for name, ranks in t.groups.items():
             if name in groups and groups[name] != ranks:
-                raise ResultError(f"{t.path}: its process group {name} is ranks {ranks}, but {said[name]} says "
-                                  f"{groups[name]}: traces of different jobs mixed")
+                raise ResultError(f"{_file(t)}: its process group {name} is ranks {short_ranges(ranks)}, but {said[name]} "
+                                  f"says {short_ranges(groups[name])}: traces of different jobs mixed")
             groups.setdefault(name, ranks)
-            said.setdefault(name, t.path)
-    return [by_rank[r] for r in range(first.world)], groups
+            said.setdefault(name, _file(t))
+    present = set(by_rank)
+    return [by_rank[r] for r in sorted(by_rank)], {g: [r for r in ranks if r in present] for g, ranks in groups.items()}
+
+
+def _file(t: RankTrace) -> str:
+    """A trace's file name: the folder is the one given, and a refusal must stay one short line."""
+    return Path(t.path).name

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from reports.traces.job import checked
+from reports.traces.job import checked, partial_note
 from reports.traces.records import Collective, RankTrace
 
 MIN_LATE_US = 1000.0   # below a millisecond, gloo collectives on shared cores differ by scheduling alone
@@ -107,14 +107,14 @@ class Verdict:
 
 
 def _matched(traces: list[RankTrace], groups: dict[str, list[int]],
-             world: int) -> tuple[list[tuple[str, dict[int, Collective]]], int, list[str]]:
+             present: list[int]) -> tuple[list[tuple[str, dict[int, Collective]]], int, list[str]]:
     by_key: dict[tuple[str, int], dict[int, Collective]] = defaultdict(dict)
     for t in traces:
         for c in t.collectives:
             by_key[(c.group, c.seq)][t.rank] = c
     out, unmatched, mismatched = [], 0, []
     for (g, seq), got in sorted(by_key.items(), key=lambda kv: min(c.start_us for c in kv[1].values())):
-        members = groups.get(g, list(range(world))) if g else list(range(world))
+        members = groups.get(g, present) if g else present
         if sorted(got) != sorted(members):
             unmatched += 1       # the profiler's window cut it on some rank
             continue
@@ -132,7 +132,7 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
     min_link_ratio = MIN_LINK_RATIO if min_link_ratio is None else min_link_ratio
     world = traces[0].world
     hosts = {t.rank: (f"host{t.rank // ranks_per_host}" if ranks_per_host else t.host or "?") for t in traces}
-    matched, unmatched, mismatched = _matched(traces, groups, world)
+    matched, unmatched, mismatched = _matched(traces, groups, sorted(hosts))
     late = np.full((world, len(matched)), np.nan)
     wait = np.full((world, len(matched)), np.nan)
     last = np.zeros((world, len(matched)), dtype=bool)
@@ -154,10 +154,10 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
     verdict = Verdict(world, hosts, groups, len(matched), unmatched, mismatched, [],
                       {g: float(np.median([x for (h, _, _), v in floors.items() if h == g for x in v]))
                        for g in {k[0] for k in floors}},
-                      late.tolist(), notes=sorted({t.note for t in traces if t.note}),
+                      late.tolist(), notes=sorted({t.note for t in traces if t.note}) + partial_note(traces),
                       settings={"min_late_us": min_late_us, "alpha": alpha, "min_link_ratio": min_link_ratio})
     named = []
-    for r in range(world):
+    for r in sorted(hosts):   # the ranks present (a partial job: the others have no row to judge)
         x = late[r][~np.isnan(late[r])]
         if len(x) < 3:
             verdict.notes.append(f"rank {r}: {len(x)} matched collectives, too few to judge")
@@ -218,7 +218,7 @@ def _name_ranks_and_hosts(verdict: Verdict, named: list[RankStats], wait: np.nda
         mine = [s for s in named if s.host == host]
         if not mine:
             continue
-        victims = sorted(r for r in range(verdict.world) if r not in named_ranks
+        victims = sorted(r for r in verdict.hosts if r not in named_ranks
                          and np.nanmean(wait[r]) > max(s.wait_us for s in mine))
         if len(ranks) >= 2 and len(mine) == len(ranks) and host != "?":
             mean = float(np.mean([s.late_us for s in mine]))

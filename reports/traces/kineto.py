@@ -12,15 +12,15 @@ What torch 2.13 writes, and what is read of it (nothing else is assumed):
   when every group left events; otherwise all of a rank's collectives are taken as one stream in
   start order (the job's groups unknown), which still matches collectives when every rank runs the
   same sequence.
-NCCL/CUDA collectives (`record_param_comms`, GPU kernels) are not read yet: no such trace was made
-here to build and test the reader on.
+- NCCL and RCCL jobs' GPU kernels and their CPU side: nccl.py (a trace holding no gloo events).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from reports.traces.files import listed, read_bytes
+from reports.traces import nccl
+from reports.traces.files import listed, read_bytes, shown
 from reports.traces.records import Collective, RankTrace
 from schema.results import ResultError
 
@@ -33,31 +33,41 @@ def read(path: Path) -> RankTrace:
     try:
         trace = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ResultError(f"{path}: truncated or not JSON ({exc}): not a whole torch.profiler trace") from None
+        raise ResultError(f"{shown(path)}: truncated or not JSON ({str(exc)[:50]}): not a whole torch.profiler trace") from None
     except RecursionError:
-        raise ResultError(f"{path}: JSON nested too deeply") from None
+        raise ResultError(f"{shown(path)}: JSON nested too deeply") from None
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise ResultError(f"{path}: JSON without 'traceEvents': not a torch.profiler (Kineto) trace")
+        raise ResultError(f"{shown(path)}: JSON without 'traceEvents': not a torch.profiler (Kineto) trace")
     info = trace.get("distributedInfo")
     if not isinstance(info, dict) or not isinstance(info.get("rank"), int) or not isinstance(info.get("world_size"), int):
-        raise ResultError(f"{path}: a trace without distributedInfo (rank, world_size): start the profiler after "
+        raise ResultError(f"{shown(path)}: a trace without distributedInfo (rank, world_size): start the profiler after "
                           "torch.distributed.init_process_group")
     groups: dict[str, list[int]] = {}
-    for pg in info.get("pg_config") or []:
+    pgs = info.get("pg_config") or []
+    for pg in pgs.values() if isinstance(pgs, dict) else pgs:
         if isinstance(pg, dict) and isinstance(pg.get("ranks"), list):
             groups[str(pg.get("pg_name"))] = [int(r) for r in pg["ranks"]]
     events = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
               and str(e.get("name", "")).startswith("gloo:")]
-    out = RankTrace(info["rank"], info["world_size"], str(trace.get("host_name") or ""), str(path), groups)
+    out = RankTrace(info["rank"], info["world_size"], str(trace.get("host_name") or ""), str(path), groups,
+                    backend=str(info.get("backend") or "gloo"))
     base_us = float(trace.get("baseTimeNanoseconds") or 0) / 1e3   # ts + base: wall-clock microseconds
     if not events:
+        if nccl.holds(trace["traceEvents"]):
+            try:
+                out.collectives, named, out.note = nccl.collectives(trace["traceEvents"], base_us)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ResultError(f"{shown(path)}: an NCCL kernel without a number where one belongs ({exc})") from None
+            for g, ranks in named.items():
+                out.groups.setdefault(g, ranks)
+            out.backend = "nccl"
         return out
     try:
         threads = sorted({int(e["tid"]) for e in events})
         rows = [(float(e["ts"]), float(e["dur"]), int(e["tid"]), e["name"][len("gloo:"):], _shape(e.get("args")))
                 for e in events]
     except (KeyError, TypeError, ValueError) as exc:
-        raise ResultError(f"{path}: a gloo event without a number where one belongs ({exc})") from None
+        raise ResultError(f"{shown(path)}: a gloo event without a number where one belongs ({exc})") from None
     names = list(groups)
     if len(threads) == GLOO_THREADS * len(names):
         group_of = {t: names[i // GLOO_THREADS] for i, t in enumerate(threads)}

@@ -13,6 +13,7 @@ class Collective:
     shape: str          # input dims and dtype as the trace writes them: same collective, same shape
     start_us: float
     dur_us: float
+    wait_us: float | None = None   # the backend's own measure of the wait inside it, where it records one (HCCL)
 
 
 @dataclass
@@ -24,6 +25,7 @@ class RankTrace:
     groups: dict[str, list[int]]                 # pg_name -> its global ranks
     collectives: list[Collective] = field(default_factory=list)
     note: str = ""                               # how the reader assigned groups, for the text
+    backend: str = ""                            # what wrote the collectives: gloo, nccl, hccl
 
 
 @dataclass(frozen=True)

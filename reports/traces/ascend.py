@@ -1,0 +1,181 @@
+"""torch_npu profiler output, one folder per rank (`*_ascend_pt/`), into RankTraces: HCCL's collectives.
+
+What torch_npu writes (its profiler's CommunicationParser and msprof-analyze's cluster_analyse, which
+reads the same files) and what is read of it:
+- `profiler_info_<rank>.json` in the rank's folder: the rank, from the file's name (as cluster_analyse
+  takes it; `profiler_info.json`, no rank, is a run without torch.distributed: a one-rank job);
+  `profiler_metadata.json`'s `distributed_args.world_size` where the job added it (Megatron /
+  MindSpeed do, through the profiler's add_metadata_json: an object or its JSON text), else the
+  world is the highest rank seen + 1;
+- `ASCEND_PROFILER_OUTPUT/communication.json`: step ("step<N>", or "step") -> "collective" / "p2p" ->
+  op (`hcom_<op>__<tag>_<index>_<...>@<group id>`, one name per collective, the same on every member:
+  cluster_analyse matches ranks by it) -> "Communication Time Info": "Start Timestamp(us)", "Elapse
+  Time(ms)", "Wait Time(ms)", "Synchronization Time(ms)", "Transit Time(ms)", "Idle Time(ms)"; the
+  "Total Op Info" rows are sums and skipped. P2P ops are read too (their group is the pair).
+Each op's start and elapse are its time on the device, as NCCL kernels' are: the judgement reads
+arrival from them the same way; HCCL's own Wait Time (the time the rank waited for its peers inside
+the op) is kept beside each collective (`wait_us`). A group's members are the ranks whose file holds
+that group id (torch_npu writes no membership here). trace_view.json's hcom_* events carry the same
+ops with no more than this and are not read.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from reports.traces.files import read_bytes, shown
+from reports.traces.records import Collective, RankTrace
+from schema.results import ResultError
+
+INFO = re.compile(r"^profiler_info(?:_(\d+))?\.json$")   # no rank: a run without torch.distributed
+OUTPUT = "ASCEND_PROFILER_OUTPUT"
+TIME_INFO = "Communication Time Info"
+NOTE = ("HCCL ops from communication.json (Start Timestamp, Elapse Time on the device): lateness and the wait printed "
+        "are the doctor's, from them, as for other backends")
+
+
+def is_rank_folder(folder: Path) -> bool:
+    return folder.is_dir() and any(INFO.search(p.name) for p in folder.iterdir())
+
+
+def rank_folders(folder: Path) -> list[Path]:
+    """The job folder's rank folders (`*_ascend_pt`, or any holding profiler_info_<rank>.json), or the
+    folder itself when it is one rank's."""
+    if is_rank_folder(folder):
+        return [folder]
+    return sorted(p for p in folder.iterdir() if is_rank_folder(p))
+
+
+def load_json(path: Path, what: str):
+    try:
+        return json.loads(read_bytes(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultError(f"{shown(path)}: truncated or not JSON ({str(exc)[:50]}): not a whole {what}") from None
+    except RecursionError:
+        raise ResultError(f"{shown(path)}: JSON nested too deeply") from None
+
+
+def op_times(path: Path, name: str, info) -> tuple[float, float, float | None]:
+    """(start us, elapse us, HCCL's wait us) of one op's "Communication Time Info", or one line why not."""
+    times = info.get(TIME_INFO) if isinstance(info, dict) else None
+    try:
+        if not isinstance(times, dict):
+            raise TypeError(TIME_INFO)
+        start = float(times["Start Timestamp(us)"])
+        elapse = float(times["Elapse Time(ms)"]) * 1e3
+        wait = times.get("Wait Time(ms)")
+        return start, elapse, None if wait is None else float(wait) * 1e3
+    except (KeyError, TypeError, ValueError):
+        raise ResultError(f"{shown(path)}: op {name.partition('@')[0][:40]} has no Start Timestamp(us) / Elapse Time(ms) "
+                          f"in its '{TIME_INFO}'") from None
+
+
+def split_name(name: str) -> tuple[str, str, str]:
+    """hcom_allReduce__501_0_1@629723... -> (group "629723...", op "all_reduce", the name's tag "501_0_1")."""
+    stem, _, group = name.partition("@")
+    m = re.match(r"hcom_([A-Za-z]+)_*(.*)$", stem)
+    op = m.group(1) if m else stem
+    flat = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", op).lower()
+    known = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+             "alltoall": "all_to_all", "alltoallv": "all_to_all", "alltoallvc": "all_to_all",
+             "receive": "recv", "batchsendrecv": "batch_send_recv"}
+    return group, known.get(flat.replace("_", ""), flat), (m.group(2) if m else "")
+
+
+def collectives(path: Path, ops: dict[str, dict], group_of: dict[str, str] | None = None) -> list[Collective]:
+    """One rank's ops (name -> its record) in start order, each group's in order from 0; the group is
+    the op name's group id unless `group_of` names it."""
+    rows = []
+    for name, info in ops.items():
+        if name.startswith("Total Op Info") or not isinstance(info, dict):
+            continue
+        start, elapse, wait = op_times(path, name, info)
+        group, op, tag = split_name(name)
+        group = (group_of or {}).get(name, group)
+        rows.append((start, elapse, wait, group, op, tag))
+    out: list[Collective] = []
+    seq: dict[str, int] = defaultdict(int)
+    for start, elapse, wait, group, op, tag in sorted(rows):
+        out.append(Collective(group, seq[group], op, tag, start, elapse, wait))
+        seq[group] += 1
+    return out
+
+
+def read_rank(folder: Path) -> RankTrace:
+    infos = [p for p in folder.iterdir() if INFO.search(p.name)]
+    if len(infos) != 1:
+        raise ResultError(f"{shown(folder)}: {len(infos)} profiler_info_<rank>.json files: one rank's folder holds one")
+    number = INFO.search(infos[0].name).group(1)   # type: ignore[union-attr]
+    comm = folder / OUTPUT / "communication.json"
+    if number is None:     # torch_npu writes no rank where torch.distributed was not initialised
+        return RankTrace(0, 1, "", str(folder), {}, [], NOTE, "hccl")
+    rank = int(number)
+    if not comm.is_file():
+        db = "only the .db export there: profile with export_type text, " if list(folder.glob(f"{OUTPUT}/*.db")) else ""
+        raise ResultError(f"{shown(folder)}: no {OUTPUT}/communication.json ({db}profiler_level Level1 or higher, "
+                          "and let torch_npu parse)")
+    data = load_json(comm, "communication.json")
+    if not isinstance(data, dict):
+        raise ResultError(f"{shown(comm)}: not torch_npu's communication.json (a JSON object of steps expected)")
+    ops: dict[str, dict] = {}
+    for step in data.values():
+        for kind in ("collective", "p2p"):
+            part = step.get(kind) if isinstance(step, dict) else None
+            if isinstance(part, dict):
+                ops.update(part)
+    world = _world(folder)
+    return RankTrace(rank, world or 0, "", str(folder), {}, collectives(comm, ops), NOTE, "hccl")
+
+
+def _world(folder: Path) -> int | None:
+    meta = folder / "profiler_metadata.json"
+    if not meta.is_file():
+        return None
+    data = load_json(meta, "profiler_metadata.json")
+    args = data.get("distributed_args") if isinstance(data, dict) else None
+    if isinstance(args, str):          # add_metadata_json's value is the caller's JSON text
+        try:
+            args = json.loads(args)
+        except ValueError:
+            args = None
+    size = args.get("world_size") if isinstance(args, dict) else None
+    return int(size) if isinstance(size, int) else None
+
+
+def with_groups(traces: list[RankTrace], world: int | None = None) -> list[RankTrace]:
+    """Each group's members are the ranks holding its ops; a world no file states is the highest rank + 1."""
+    members: dict[str, set[int]] = {}
+    for t in traces:
+        for c in t.collectives:
+            members.setdefault(c.group, set()).add(t.rank)
+    size = world or max([t.world for t in traces] + [max(t.rank for t in traces) + 1])
+    said = hccl_waits(traces)
+    for t in traces:
+        t.world = size
+        t.groups = {g: sorted(members[g]) for g in {c.group for c in t.collectives}}
+        t.note = f"{t.note}; {said}" if said else t.note
+    return traces
+
+
+def hccl_waits(traces: list[RankTrace], shown_ranks: int = 3) -> str:
+    """HCCL's own figure beside the doctor's, in one line: each rank's median Wait Time, the lowest
+    few (the last to arrive wait least) and the highest."""
+    medians = sorted((float(np.median(w)), t.rank) for t in traces
+                     if (w := [c.wait_us for c in t.collectives if c.wait_us is not None]))
+    if not medians:
+        return ""
+    low = ", ".join(f"rank {r} {m / 1e3:.2f} ms" for m, r in medians[:shown_ranks])
+    high = f"; highest rank {medians[-1][1]} {medians[-1][0] / 1e3:.2f} ms" if len(medians) > shown_ranks else ""
+    return f"HCCL's own Wait Time, median per rank: lowest {low}{high}"
+
+
+def read_dir(folder: Path) -> list[RankTrace]:
+    """Every rank folder's collectives, in rank order."""
+    folders = rank_folders(Path(folder))
+    if not folders:
+        raise ResultError(f"{folder}: no torch_npu rank folder (*_ascend_pt with profiler_info_<rank>.json) in it")
+    return with_groups(sorted((read_rank(f) for f in folders), key=lambda t: t.rank))

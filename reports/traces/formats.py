@@ -1,0 +1,27 @@
+"""Which reader a job's folder needs, from what the folder holds (the format checked before anything
+about the job): msprof-analyze's cluster output (cluster_communication.json), torch_npu's per-rank
+profiler folders (profiler_info_<rank>.json), or torch.profiler (Kineto) files of gloo, NCCL or RCCL
+jobs, one per rank."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from reports.traces import ascend, kineto, msprof_cluster
+from reports.traces.records import RankTrace
+from schema.results import ResultError
+
+READ = ("torch.profiler (Kineto) traces of gloo, NCCL or RCCL jobs (.json/.json.gz, one per rank), torch_npu "
+        "profiler folders (*_ascend_pt) or msprof-analyze's cluster_analysis_output")
+
+
+def read_job(folder: Path) -> list[RankTrace]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ResultError(f"{folder}: not a folder (give the folder holding every rank's trace)")
+    if msprof_cluster.where(folder):
+        return msprof_cluster.read_dir(folder)
+    if (folder / "communication.json").is_file() and ascend.is_rank_folder(folder.parent):
+        folder = folder.parent          # one rank's ASCEND_PROFILER_OUTPUT given
+    if ascend.rank_folders(folder):
+        return ascend.read_dir(folder)
+    return kineto.read_dir(folder)
