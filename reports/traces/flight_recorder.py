@@ -13,6 +13,9 @@ comes from pg_status and says only what was enqueued and retired. pg_status is k
 id (each entry's `pg_id`), which is its name only where the two agree (the default group of a gloo
 job); names are taken from the entries. Files without a rank at the end of their name (a
 `fault_injection.log`, a README) are not dumps: skipped and named (not_dumps).
+torch_npu's HCCL flight recorder (TORCH_HCCL_TRACE_BUFFER_SIZE; Ascend/pytorch
+torch_npu/csrc/distributed/TraceUtils.h, HCCLTraceBuffer::dump) pickles the same dict with torch's
+own Pickler (version "2.4", `hccl_comm_state` for `nccl_comm_state`): read the same way.
 """
 from __future__ import annotations
 

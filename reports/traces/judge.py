@@ -26,7 +26,15 @@ are independent; and (2) its median lateness is above `min_late_us`, so a consis
 skew is not named. Medians and signs, with a
 bootstrap interval of the median: a job's first collective (connections made) or a descheduled
 moment can last a second and must not outweigh forty ordinary steps. A rank late once, however
-much, is not named; one late by 2 ms in 70% of 40 collectives is. When every rank of a host (two
+much, is not named; one late by 2 ms in 70% of 40 collectives is.
+
+What a rank costs: a rank late once a step (before the step's first collective; the rest follow
+back to back) is late in a third of its collectives, its median lateness ~0. Each collective's last
+arriver is charged its **hold**, its lead over the next-to-last: the time each peer waited for it
+alone. A rank is also named when its holds are more than chance (a permutation test of their
+ranks: _cost) and its cost a step (trimmed mean over the trace's ProfilerStep steps, or per
+collective) exceeds its chance share by over `min_late_us`. Each reading has half the budget,
+alpha / (2 x ranks). When every rank of a host (two
 or more) is named, the host is the suspect. A group is named (a link) when its collectives' floor
 (the shortest member's time: the transfer once the last rank arrived) is over `min_link_ratio`
 times other groups' floor for the same op and shape, by a one-sided Mann-Whitney test at alpha /

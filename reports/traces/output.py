@@ -60,8 +60,11 @@ def hang_text(h: HangReport, skipped: list[str] | None = None) -> str:
                                                for r, (seq, op, done) in last.items()))
     out += [f"# mismatch: {m}" for m in h.mismatches]
     if h.stops:
-        lines = [f"  hang rank {r} on {h.hosts.get(r, '?')}: " + "; ".join(_why(s) for s in h.stops if r in s.missing)
-                 for r in h.culprits]
+        lines = []
+        for r in h.culprits:
+            mine = [_why(s) for s in h.stops if r in s.missing]
+            more = f"; and in {len(mine) - 3} more groups (--json)" if len(mine) > 3 else ""
+            lines.append(f"  hang rank {r} on {h.hosts.get(r, '?')}: " + "; ".join(mine[:3]) + more)
         out.append(f"SUSPECTS ({len(lines)}):")
         out += lines
     elif h.mismatches:
