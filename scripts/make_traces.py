@@ -8,6 +8,11 @@ every rank and each rank exports its Kineto JSON. The faults are the job's own, 
   healthy     4 ranks, nothing wrong                                   -> nobody named
   late-once   4 ranks, rank 1 sleeps 30 ms before one collective only  -> nobody named
   late-rank   4 ranks, rank 2 sleeps 2 ms before 70% of its collectives (steps 0-6 of every 10) -> rank 2 named
+  late-step   --world ranks, each step 3 gradient all_reduces back to back (DDP's buckets); rank 2
+              does --late-step-ms (5) more work before each step's first one (a slow device, data
+              loader or host: a sleep in the job's code standing for that work), the others then
+              follow it back to back                                    -> rank 2 named
+  healthy-step  the same job with no rank late                          -> nobody named
   late-host   4 ranks on 2 hosts (each rank in a UTS namespace of its own: hostA ranks 0-1, hostB
               ranks 2-3, so Kineto's `host_name` is real), both hostB ranks sleep 3 ms -> hostB
   slow-group  4 ranks, two process groups over the same ranks doing the same all_reduce: the default
@@ -46,20 +51,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-JOBS = ("healthy", "late-once", "late-rank", "late-host", "slow-group", "hang", "slow-link", "hosts-healthy")
+JOBS = ("healthy", "late-once", "late-rank", "late-step", "healthy-step", "late-host", "slow-group", "hang", "slow-link",
+        "hosts-healthy")
 CLUSTER_JOBS = ("slow-link", "hosts-healthy")
-EXPECT = {"healthy": [], "late-once": [], "late-rank": ["rank 2"], "late-host": ["host hostB"],
+EXPECT = {"healthy": [], "late-once": [], "late-rank": ["rank 2"], "late-step": ["rank 2"], "healthy-step": [],
+          "late-host": ["host hostB"],
           "slow-group": ["link group 1"], "hang": ["hang rank 2"], "slow-link": ["link of host {slow}"],
           "hosts-healthy": []}
 PAIR_ELEMENTS = 64 << 10   # float32: 256 KiB over each pair of neighbouring hosts a step
 STEPS, SKIP_STEP, HANG_TIMEOUT_S = 40, 6, 4
 LATE_RANK_MS, LATE_HOST_MS = 2.0, 3.0
+STEP_GRADS = 3            # late-step, healthy-step: gradient all_reduces a step (buckets), back to back
 SLOW_ADDR = "10.77.0.1"   # group 2's interface (veth) in the job's private network namespace
 
 
 # ---- a rank ----
 
-def rank_main(job: str, rank: int, world: int, out: Path, hosts: int = 1) -> None:
+def rank_main(job: str, rank: int, world: int, out: Path, hosts: int = 1, late_step_ms: float = 5.0) -> None:
     import socket
     from datetime import timedelta
 
@@ -93,6 +101,7 @@ def rank_main(job: str, rank: int, world: int, out: Path, hosts: int = 1) -> Non
     torch.manual_seed(rank)
     a, w = torch.randn(64, 64), torch.randn(64, 64)
     grad = torch.zeros(4096)
+    buckets = [torch.zeros(4096) for _ in range(STEP_GRADS)] if job in ("late-step", "healthy-step") else []
     skipped = False
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         try:
@@ -102,7 +111,7 @@ def rank_main(job: str, rank: int, world: int, out: Path, hosts: int = 1) -> Non
                 a = torch.tanh(a @ w)   # the step's work on the host
                 time.sleep(0.004)       # ... and on the device, waited for
                 grad += a.sum()
-                for g in groups:
+                for g in groups if not buckets else []:
                     if job == "late-rank" and rank == 2 and step % 10 < 7:
                         time.sleep(LATE_RANK_MS / 1e3)
                     if job == "late-host" and rank >= world // 2:
@@ -115,6 +124,11 @@ def rank_main(job: str, rank: int, world: int, out: Path, hosts: int = 1) -> Non
                     dist.all_reduce(grad, group=g)
                 for group, tensor in pairs:
                     dist.all_reduce(tensor, group=group)
+                if buckets and job == "late-step" and rank == 2:
+                    time.sleep(late_step_ms / 1e3)   # this rank's extra work, once a step, before the gradients
+                for bucket in buckets:
+                    bucket += a.sum()
+                    dist.all_reduce(bucket)
                 mark.__exit__(None, None, None)
                 if skipped:
                     time.sleep(HANG_TIMEOUT_S + 3)   # stuck elsewhere (data loading, say) while the others wait
@@ -146,12 +160,12 @@ tc filter add dev lo parent 1: protocol ip u32 match ip src {SLOW_ADDR}/32 flowi
 """
 
 
-def run_job(job: str, out: Path, world: int, trim: bool, hosts: int = 1) -> None:
+def run_job(job: str, out: Path, world: int, trim: bool, hosts: int = 1, late_step_ms: float = 5.0) -> None:
     """All ranks of one job, each a process of its own; in a private network namespace for slow-group,
     on the emulated cluster's hosts (rank r on host r // (world / hosts) + 1) for the cluster jobs."""
     out.mkdir(parents=True, exist_ok=True)
     me = [sys.executable, str(Path(__file__).resolve()), "--rank-of", job, "--world", str(world), "--hosts", str(hosts),
-          str(out)]
+          "--late-step-ms", str(late_step_ms), str(out)]
     wrap = ["unshare", "--uts"] if job == "late-host" else []
 
     def on_host(r: int) -> list[str]:
@@ -223,21 +237,27 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--runs", type=int, default=1, help="jobs of each kind (folders KIND-1, KIND-2, ...)")
+    parser.add_argument("--run-from", type=int, default=None, help="number the runs from here (folders KIND-N, ...): "
+                        "to make a tally's runs in rounds, one kind after another")
     parser.add_argument("--world", type=int, default=4)
     parser.add_argument("--hosts", type=int, default=4, help="slow-link, hosts-healthy: emulated hosts (--world / "
                         "--hosts ranks each)")
     parser.add_argument("--link", default="1gbit", help="slow-link, hosts-healthy: every host's link, as tc writes it")
     parser.add_argument("--slow-host", default="node2", help="slow-link: the host whose link runs at a tenth of --link")
+    parser.add_argument("--late-step-ms", type=float, default=5.0, help="late-step: rank 2's extra work before each "
+                        "step's first all_reduce")
     parser.add_argument("--min-link-ratio", type=float, default=None, help="--judge: the doctor's setting (its default "
                         "if not given)")
     parser.add_argument("--trim", action="store_true")
     parser.add_argument("--judge", action="store_true")
+    parser.add_argument("--judge-only", action="store_true", help="judge the jobs already in OUT (KIND-1, ...) again, "
+                        "making none: after a change to the judgement")
     parser.add_argument("--rank-of", help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     out = Path(args.out).resolve()
     if args.rank_of:
-        rank_main(args.rank_of, args.rank, args.world, out, args.hosts)
+        rank_main(args.rank_of, args.rank, args.world, out, args.hosts, args.late_step_ms)
         return
     if set(args.jobs.split(",")) & set(CLUSTER_JOBS) and args.world % args.hosts:
         raise SystemExit(f"--world {args.world} does not split over --hosts {args.hosts}")
@@ -247,19 +267,27 @@ def main() -> None:
             raise SystemExit(f"--jobs {job!r}: choose from {', '.join(JOBS)}")
         slow = f"{args.slow_host}={_tenth(args.link)}" if job == "slow-link" else ""
         expect = [e.format(slow=args.slow_host) for e in EXPECT[job]]
-        with Cluster(args.hosts, args.link, slow) if job in CLUSTER_JOBS else contextlib.nullcontext():
-            for run in range(1, args.runs + 1):
-                folder = out / (f"{job}-{run}" if args.runs > 1 else job)
+        with Cluster(args.hosts, args.link, slow) if job in CLUSTER_JOBS and not args.judge_only \
+                else contextlib.nullcontext():
+            first = args.run_from or 1
+            for run in range(first, first + args.runs):
+                folder = out / (f"{job}-{run}" if args.runs > 1 or args.run_from else job)
                 t0 = time.monotonic()
-                run_job(job, folder, args.world, args.trim, args.hosts if job in CLUSTER_JOBS else 1)
+                if not args.judge_only:
+                    run_job(job, folder, args.world, args.trim, args.hosts if job in CLUSTER_JOBS else 1,
+                            args.late_step_ms)
+                elif not (folder.is_dir() and len(list(folder.glob("rank*.trace.json")) + list(
+                        folder.glob("nccl_trace_rank_*"))) == args.world):
+                    print(f"{job} run {run}: {folder} not made (or not whole)", flush=True)
+                    continue
                 line = f"{job} run {run}: {time.monotonic() - t0:.0f} s"
-                if args.judge:
+                if args.judge or args.judge_only:
                     got = named(job, folder, args.min_link_ratio)
                     tally.setdefault(job, []).append(got == expect)
                     line += f"; named {got or 'nobody'} (expected {expect or 'nobody'})"
                 print(line, flush=True)
     for job, right in tally.items():
-        print(f"{job}: right in {sum(right)} of {len(right)} runs")
+        print(f"{job}: right in {sum(right)} of {len(right)} runs ({args.world} ranks)", flush=True)
 
 
 if __name__ == "__main__":

@@ -355,7 +355,9 @@ def from_traces(args: argparse.Namespace) -> ExitCode:
                 words, data, named = output.text(verdict), output.to_json(verdict), bool(verdict.suspects)
         else:
             report = hang.forensics(flight_recorder.read_dir(Path(args.flight_recorder)), args.ranks_per_host)
-            words, data, named = output.hang_text(report), output.hang_json(report), bool(report.stops or report.mismatches)
+            skipped = flight_recorder.not_dumps(Path(args.flight_recorder))
+            words, data = output.hang_text(report, skipped), output.hang_json(report, skipped)
+            named = bool(report.stops or report.mismatches)
     except (ResultError, ValueError) as exc:
         line = f"hccl-bench doctor: {(str(exc).splitlines() or [''])[0]}"
         # one short line whatever the path: a long one loses its middle, the reason at the end stays

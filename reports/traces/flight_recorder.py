@@ -9,8 +9,13 @@ The format is what torch.distributed.flight_recorder's loader reads (torch 2.13,
 loader takes it; a dump carries no host. A dump is untrusted: it is unpickled with no classes at all
 (torch's dumps hold only dicts, lists, tuples, strings and numbers), so a crafted file cannot run code.
 gloo records every entry as "scheduled" (its work is not watched), so for gloo groups "completed"
-comes from pg_status and says only what was enqueued and retired. torch_npu's TORCH_HCCL_* dumps are
-not read: their format is not documented where this was built.
+comes from pg_status and says only what was enqueued and retired. pg_status is keyed by the group's
+id (each entry's `pg_id`), which is its name only where the two agree (the default group of a gloo
+job); names are taken from the entries. Files without a rank at the end of their name (a
+`fault_injection.log`, a README) are not dumps: skipped and named (not_dumps).
+torch_npu's HCCL flight recorder (TORCH_HCCL_TRACE_BUFFER_SIZE; Ascend/pytorch
+torch_npu/csrc/distributed/TraceUtils.h, HCCLTraceBuffer::dump) pickles the same dict with torch's
+own Pickler (version "2.4", `hccl_comm_state` for `nccl_comm_state`): read the same way.
 """
 from __future__ import annotations
 
@@ -52,23 +57,40 @@ def read(path: Path) -> FrDump:
             ranks = []
         if ranks:
             groups[str(name)] = [int(r) for r in ranks]
-    completed = {str(k): int(v.get("last_completed_collective", -1)) for k, v in (dump.get("pg_status") or {}).items()
-                 if isinstance(v, dict)}
-    out = FrDump(int(m.group(1)), "", str(path), str(dump["version"]), groups, completed=completed)
+    out = FrDump(int(m.group(1)), "", str(path), str(dump["version"]), groups)
+    named_by_id: dict[str, str] = {}   # pg_status is keyed by the group's id (entries' pg_id), not its name
     for e in dump["entries"]:
         try:
             p2p = bool(e.get("is_p2p", False))
             out.entries.append(FrEntry(str(e["process_group"][0]), int(e["p2p_seq_id" if p2p else "collective_seq_id"]),
                                        str(e["profiling_name"]), str(e.get("input_sizes")), str(e.get("input_dtypes")),
                                        str(e.get("state")), p2p))
+            if "pg_id" in e:
+                named_by_id[str(e["pg_id"])] = out.entries[-1].group
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise ResultError(f"{path}: an entry without {exc}: not a flight-recorder dump torch 2.13 reads") from None
+    for key, status in (dump.get("pg_status") or {}).items():
+        if isinstance(status, dict):
+            name = named_by_id.get(str(key), str(key))
+            out.completed[name] = int(status.get("last_completed_collective", -1))
+            out.enqueued[name] = int(status.get("last_enqueued_collective", -1))
     return out
 
 
+def not_dumps(folder: Path) -> list[str]:
+    """The folder's files without a rank at the end of their name (a `fault_injection.log`, a README
+    beside the dumps): skipped, and named once, rather than the folder refused for them."""
+    return [p.name for p in listed(Path(folder), None) if not _RANK.search(p.name)]
+
+
 def read_dir(folder: Path) -> list[FrDump]:
-    """Every rank's dump in the folder, in rank order; the same rank twice is refused."""
-    dumps = sorted((read(p) for p in listed(Path(folder), None)), key=lambda d: d.rank)
+    """Every rank's dump in the folder, in rank order (files without a rank in their name skipped:
+    not_dumps); the same rank twice is refused."""
+    paths = [p for p in listed(Path(folder), None) if _RANK.search(p.name)]
+    if not paths:
+        raise ResultError(f"{folder}: no file named <prefix><rank> in it (torch's default: nccl_trace_rank_<rank>): "
+                          "no flight-recorder dumps")
+    dumps = sorted((read(p) for p in paths), key=lambda d: d.rank)
     for a, b in zip(dumps, dumps[1:]):
         if a.rank == b.rank:
             raise ResultError(f"{a.path} and {b.path} are both rank {a.rank}: dumps of different jobs mixed")

@@ -1,7 +1,16 @@
 """Where a hung job's ranks stopped, from their flight-recorder dumps (records.FrDump): per group, the
 last collective each rank entered; the ranks that never reached the collective the others wait in
 (the wavefront, as nvidia-resiliency-ext's fr_attribution calls it) named; and collectives whose op,
-sizes or dtypes differ across ranks at one sequence number reported as mismatches."""
+sizes or dtypes differ across ranks at one sequence number reported as mismatches.
+
+Two wavefronts, as nvidia-resiliency-ext's fr_attribution reads them: a rank that never entered
+(enqueued) the collective its peers wait in is stuck on its host; a rank that entered every
+collective its peers did but completed fewer (pg_status's last completed, where the dump has it)
+is stuck on its device (a GPU error, a hung kernel): its peers completed collectives it took part in,
+its own watchdog never saw them end. Mismatches follow torch's own analyser
+(torch.distributed.flight_recorder): input sizes are not compared for all_to_all (MoE's uneven
+splits), scatter or the `_v` collectives (uneven by design), dtypes not where a rank's input is
+empty (a scatter or gather's non-root) or for scatter and broadcast."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,6 +25,8 @@ class Stop:
     op: str
     waiting: list[int]     # ranks that entered it
     missing: list[int]     # ranks that never did: the culprits
+    device: bool = False   # they entered it but never completed what their peers did (seq: the first such)
+    completed: dict[int, int] = field(default_factory=dict)   # device: each member's last completed
 
 
 @dataclass
@@ -35,6 +46,10 @@ def forensics(dumps: list[FrDump], ranks_per_host: int | None = None) -> HangRep
     hosts = {d.rank: (f"host{d.rank // ranks_per_host}" if ranks_per_host else d.host or "?") for d in dumps}
     names = sorted({e.group for d in dumps for e in d.entries if not e.p2p})
     report = HangReport(hosts, {})
+    empty = [d.rank for d in dumps if not d.entries]
+    if empty:
+        report.notes.append(f"rank {', '.join(map(str, empty))}: a dump without entries (the recorder off, or the "
+                            "rank stuck before it recorded anything): counted as entering nothing")
     if any(e.op.startswith("gloo:") for d in dumps for e in d.entries):
         report.notes.append("gloo records entries as scheduled only: 'completed' is pg_status's last retired collective")
     for g in names:
@@ -51,7 +66,7 @@ def forensics(dumps: list[FrDump], ranks_per_host: int | None = None) -> HangRep
             for e in es:
                 by_seq.setdefault(e.seq, {})[r] = (e.op, e.sizes, e.dtypes)
         for seq, got in sorted(by_seq.items()):
-            if len(set(got.values())) > 1:
+            if _mismatched(list(got.values())):
                 report.mismatches.append(f"group {g} #{seq}: " + "; ".join(
                     f"rank {r} {op} sizes {s} dtypes {t}" for r, (op, s, t) in sorted(got.items())))
         if not last:
@@ -61,4 +76,34 @@ def forensics(dumps: list[FrDump], ranks_per_host: int | None = None) -> HangRep
         if behind:
             waiting = sorted(r for r, e in last.items() if e.seq == top)
             report.stops.append(Stop(g, top, last[waiting[0]].op, waiting, behind))
+        done = {r: completed[r] for r in mine if completed.get(r) is not None and r not in behind}
+        gloo = any(e.op.startswith("gloo:") for es in mine.values() for e in es)   # no device: a timed-out
+        if not gloo and len(done) >= 2 and len(done) + len(behind) == len(mine):   # work is retired too
+            best = max(done.values())
+            stuck = sorted(r for r, c in done.items() if c < best)
+            if stuck:
+                seq = min(done[r] for r in stuck) + 1
+                op = next((op for op, _, _ in by_seq.get(seq, {}).values()), "?")
+                report.stops.append(Stop(g, seq, op, sorted(r for r, c in done.items() if c == best), stuck, True,
+                                         dict(sorted(done.items()))))
     return report
+
+
+def _base(op: str) -> str:
+    return op.split(":", 1)[-1].split()[0] if op else op
+
+
+def _mismatched(got: list[tuple[str, str, str]]) -> bool:
+    """Whether ranks entered different collectives at one sequence number, as torch's analyser
+    judges it (input sizes and dtypes; see the module's note)."""
+    ops = {_base(op) for op, _, _ in got}
+    if len(ops) > 1:
+        return True
+    op = ops.pop()
+    if not ("all_to_all" in op or op == "scatter" or op.endswith("_v") or "_v_" in op):
+        if len({sizes for _, sizes, _ in got}) > 1:
+            return True
+    if op in ("scatter", "broadcast"):
+        return False
+    dtypes = {t for _, sizes, t in got if sizes not in ("[]", "[[]]", "None")}
+    return len(dtypes) > 1

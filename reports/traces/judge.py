@@ -26,7 +26,15 @@ are independent; and (2) its median lateness is above `min_late_us`, so a consis
 skew is not named. Medians and signs, with a
 bootstrap interval of the median: a job's first collective (connections made) or a descheduled
 moment can last a second and must not outweigh forty ordinary steps. A rank late once, however
-much, is not named; one late by 2 ms in 70% of 40 collectives is. When every rank of a host (two
+much, is not named; one late by 2 ms in 70% of 40 collectives is.
+
+What a rank costs: a rank late once a step (before the step's first collective; the rest follow
+back to back) is late in a third of its collectives, its median lateness ~0. Each collective's last
+arriver is charged its **hold**, its lead over the next-to-last: the time each peer waited for it
+alone. A rank is also named when its holds are more than chance (a permutation test of their
+ranks: _cost) and its cost a step (trimmed mean over the trace's ProfilerStep steps, or per
+collective) exceeds its chance share by over `min_late_us`. Each reading has half the budget,
+alpha / (2 x ranks). When every rank of a host (two
 or more) is named, the host is the suspect. A group is named (a link) when its collectives' floor
 (the shortest member's time: the transfer once the last rank arrived) is over `min_link_ratio`
 times other groups' floor for the same op and shape, by a one-sided Mann-Whitney test at alpha /
@@ -61,6 +69,8 @@ class Suspect:
     share: float           # of its collectives late by more than min_late_us (rank, host); 1.0 for a link
     ratio: float           # its peers' time over its own (rank, host); its floor over the others' (link)
     evidence: str
+    cost_us: float = 0.0        # rank, host: what each peer waited for it alone, in all (its holds' sum)
+    cost_step_us: float = 0.0   # ... a step (a collective where the traces mark no steps)
 
     @property
     def name(self) -> str:
@@ -72,7 +82,7 @@ class Suspect:
         return {"kind": self.kind, "name": self.name, "rank": self.ranks[0] if len(self.ranks) == 1 else None,
                 "ranks": self.ranks, "host": self.host, "group": self.group, "late_us": round(self.late_us, 1),
                 "ci_us": [round(x, 1) for x in self.ci_us], "share": round(self.share, 3), "ratio": round(self.ratio, 2),
-                "evidence": self.evidence}
+                "cost_us": round(self.cost_us, 1), "cost_step_us": round(self.cost_step_us, 1), "evidence": self.evidence}
 
 
 @dataclass
@@ -88,6 +98,12 @@ class RankStats:
     p_sign: float           # arrives after its peers' median more often than not
     last: int               # collectives it arrived last in (the longest gap; in a first collective the shortest time)
     p_last: float           # ... more often than 1 / group size per collective allows
+    cost_us: float = 0.0    # its holds' sum: what each peer waited for it alone, in all
+    cost_step_us: float = 0.0   # ... per unit (a step, or a collective where no steps are marked)
+    units: int = 0          # steps (or collectives) it took part in
+    unit: str = "step"
+    p_cost: float = 1.0     # its holds' sum is no more than chance (ranks exchangeable): permutation test
+    how: str = ""           # where it is late, for a rank named by its cost ("at the first collective of each step")
 
 
 @dataclass
@@ -136,6 +152,7 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
     late = np.full((world, len(matched)), np.nan)
     wait = np.full((world, len(matched)), np.nan)
     last = np.zeros((world, len(matched)), dtype=bool)
+    hold = np.zeros(len(matched))     # the last arriver's lead over the next: what each peer waited for it alone
     floors: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     prev_end = _previous_ends(traces)
     for j, (g, got) in enumerate(matched):
@@ -149,6 +166,9 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
             late[r, j] = arrival[i] - np.median(np.delete(arrival, i))
             wait[r, j] = d[i] - d.min()
         last[ranks[int(np.argmax(arrival))], j] = True
+        if len(ranks) > 1:
+            top = np.sort(arrival)
+            hold[j] = top[-1] - top[-2]
         c = got[ranks[0]]
         floors[(g, c.op, c.shape)].append(float(d.min()))
     verdict = Verdict(world, hosts, groups, len(matched), unmatched, mismatched, [],
@@ -156,6 +176,8 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
                        for g in {k[0] for k in floors}},
                       late.tolist(), notes=sorted({t.note for t in traces if t.note}) + partial_note(traces),
                       settings={"min_late_us": min_late_us, "alpha": alpha, "min_link_ratio": min_link_ratio})
+    p_cost = _cost(last, hold, ~np.isnan(late))
+    places = _places(traces, matched)
     named = []
     for r in sorted(hosts):   # the ranks present (a partial job: the others have no row to judge)
         x = late[r][~np.isnan(late[r])]
@@ -171,14 +193,108 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
         ci = stats.bootstrap((x,), np.median, confidence_level=1 - alpha / world, n_resamples=2000,
                              method="percentile", rng=np.random.default_rng(r)).confidence_interval
         frac = float(np.mean(x > min_late_us))
-        verdict.ranks.append(RankStats(r, hosts[r], len(x), float(np.median(x)), (float(ci.low), float(ci.high)), frac,
-                                       float(np.nanmedian(wait[r])), float(p), float(p_sign), times_last, float(p_last)))
-        if np.median(x) > min_late_us and p < alpha / world:
-            named.append(verdict.ranks[-1])
+        mine, unit = _per_unit(np.flatnonzero(member), places)
+        held = np.array([sum(hold[j] * last[r, j] for j in js) for js in mine])
+        chance = np.array([sum(hold[j] / np.sum(~np.isnan(late[:, j])) for j in js) for js in mine])
+        cost = float(stats.trim_mean(held, TRIM))    # a step's cost, robust to a rare stall (anyone's)
+        stat = RankStats(r, hosts[r], len(x), float(np.median(x)), (float(ci.low), float(ci.high)), frac,
+                         float(np.nanmedian(wait[r])), float(p), float(p_sign), times_last, float(p_last),
+                         float(held.sum()), cost, len(mine), unit, float(p_cost[r]))
+        verdict.ranks.append(stat)
+        # two readings, each at half the budget: late in most collectives (the per-collective view), or
+        # costing its peers more than the margin a step beyond its chance share (late once a step, say)
+        by_median = np.median(x) > min_late_us and p < alpha / (2 * world)
+        by_cost = stats.trim_mean(held - chance, TRIM) > min_late_us and p_cost[r] < alpha / (2 * world)
+        if by_cost and not by_median:
+            stat.how = _where(late[r], last[r], hold, places, min_late_us, len(mine), unit)
+        if by_median or by_cost:
+            named.append(stat)
     _name_ranks_and_hosts(verdict, named, wait)
     _name_groups(verdict, floors, alpha, min_link_ratio)
     _host_link(verdict)
     return verdict
+
+
+TRIM = 0.05    # a step's cost: the mean over steps less the highest and lowest 5% (a first step's connections)
+DRAWS = 4000   # the cost test's permutations: its smallest p is 1 / 4001, under alpha / (2 x 8 ranks)
+
+
+def _cost(last: np.ndarray, hold: np.ndarray, member: np.ndarray) -> np.ndarray:
+    """Per rank, the permutation test that its holds (what each peer waited for it alone, as the last
+    to arrive) are more than chance: were the ranks alike, each collective's last arriver would be
+    any of its members with equal chance, whatever the holds' sizes. The statistic is the sum of the
+    ranks of its holds among all the job's holds, not their times: a job's first collective or a
+    descheduled moment can hold a second once, and that must not outweigh forty steps (any rank may
+    draw it, so it is no evidence); a rank that holds 5 ms at every step's first collective draws
+    its sum in no permutation."""
+    world, n = member.shape
+    if n == 0:
+        return np.ones(world)
+    hold = stats.rankdata(hold)
+    cost = (last * hold).sum(axis=1)
+    sizes = member.sum(axis=0)
+    members = np.full((n, int(sizes.max())), -1)
+    for j in range(n):
+        members[j, :sizes[j]] = np.flatnonzero(member[:, j])
+    rng = np.random.default_rng(0)   # the same verdict for the same traces
+    beaten = np.zeros(world)
+    chunk = max(1, min(DRAWS, 2_000_000 // n))
+    for done in range(0, DRAWS, chunk):
+        k = min(chunk, DRAWS - done)
+        who = members[np.arange(n), (rng.random((k, n)) * sizes).astype(int)]      # k x n: each collective's last
+        drawn = np.bincount((who + world * np.arange(k)[:, None]).ravel(), weights=np.broadcast_to(hold, (k, n)).ravel(),
+                            minlength=k * world).reshape(k, world)
+        beaten += (drawn >= cost - 1e-9).sum(axis=0)
+    return (1 + beaten) / (1 + DRAWS)
+
+
+def _places(traces: list[RankTrace], matched: list[tuple[str, dict[int, Collective]]]) -> list[tuple[int | None, int]]:
+    """Each matched collective's (step, place within the step), on its first member's clock, where that
+    rank's trace marks steps (ProfilerStep#N); (None, order) otherwise."""
+    by_rank = {t.rank: t for t in traces}
+    out = []
+    seen: dict[tuple[int, int], int] = defaultdict(int)
+    for j, (_, got) in enumerate(matched):
+        r = min(got)
+        starts = by_rank[r].steps
+        step = int(np.searchsorted(starts, got[r].start_us, side="right")) - 1 if starts else -1
+        if step < 0:
+            out.append((None, j))
+            continue
+        out.append((step, seen[(r, step)]))
+        seen[(r, step)] += 1
+    return out
+
+
+def _per_unit(mine: np.ndarray, places: list[tuple[int | None, int]]) -> tuple[list[list[int]], str]:
+    """A rank's matched collectives by step, where the traces mark steps; else one collective a unit."""
+    if all(places[j][0] is not None for j in mine):
+        steps: dict[int, list[int]] = defaultdict(list)
+        for j in mine:
+            steps[places[j][0]].append(int(j))   # type: ignore[index]
+        return [steps[k] for k in sorted(steps)], "step"
+    return [[int(j)] for j in mine], "collective"
+
+
+def _where(late: np.ndarray, last: np.ndarray, hold: np.ndarray, places: list[tuple[int | None, int]],
+           min_late_us: float, units: int, unit: str) -> str:
+    """Where a rank named by its cost is late: the collectives it held by over the margin, by their
+    place in the step when one place holds most of them."""
+    costly = [j for j in range(len(hold)) if last[j] and hold[j] > min_late_us]
+    if not costly:
+        return ""
+    by = float(np.median(late[costly]))
+    at = [places[j][1] for j in costly if places[j][0] is not None]
+    if unit == "step" and at:
+        place, count = max(((q, at.count(q)) for q in set(at)), key=lambda kv: kv[1])
+        if count >= 0.75 * len(costly):
+            each = "each step" if count >= 0.9 * units else f"{count} of its {units} steps"
+            return f"late by ~{by / 1e3:.1f} ms at the {_ordinal(place + 1)} collective of {each}"
+    return f"late by ~{by / 1e3:.1f} ms in {len(costly)} of its {int(np.sum(~np.isnan(late)))} collectives"
+
+
+def _ordinal(n: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(n, f"{n}th")
 
 
 def _previous_ends(traces: list[RankTrace]) -> dict[tuple[int, str, int], float]:
@@ -229,12 +345,17 @@ def _name_ranks_and_hosts(verdict: Verdict, named: list[RankStats], wait: np.nda
                 f"(median), in {min(s.share for s in mine):.0%}+ of collectives; ranks {victims} wait for them"))
             continue
         for s in mine:
-            verdict.suspects.append(Suspect(
-                "rank", host, [s.rank], None, s.late_us, s.ci_us, s.share, 0.0,
-                f"rank {s.rank} on {host} arrives {s.late_us / 1e3:.2f} ms after its peers (median) "
-                f"({s.ci_us[0] / 1e3:.2f}-{s.ci_us[1] / 1e3:.2f} ms), late by over "
-                f"{verdict.settings['min_late_us'] / 1e3:g} ms in {s.share:.0%} of its {s.collectives} collectives; "
-                f"ranks {victims} wait for it inside them"))
+            costs = (f"costing its peers {s.cost_step_us / 1e3:.1f} ms a {s.unit} ({s.cost_us / 1e3:.0f} ms in all over "
+                     f"{s.units} {s.unit}s, p {s.p_cost:.2g})")
+            if s.how:   # named by what it costs: late in a few collectives, on time in the rest
+                said = f"rank {s.rank} on {host} is {s.how}, {costs}; ranks {victims} wait for it"
+            else:
+                said = (f"rank {s.rank} on {host} arrives {s.late_us / 1e3:.2f} ms after its peers (median) "
+                        f"({s.ci_us[0] / 1e3:.2f}-{s.ci_us[1] / 1e3:.2f} ms), late by over "
+                        f"{verdict.settings['min_late_us'] / 1e3:g} ms in {s.share:.0%} of its {s.collectives} "
+                        f"collectives, {costs}; ranks {victims} wait for it inside them")
+            verdict.suspects.append(Suspect("rank", host, [s.rank], None, s.late_us, s.ci_us, s.share, 0.0, said,
+                                            s.cost_us, s.cost_step_us))
 
 
 def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float]], alpha: float,

@@ -52,6 +52,9 @@ def read(path: Path) -> RankTrace:
     out = RankTrace(info["rank"], info["world_size"], str(trace.get("host_name") or ""), str(path), groups,
                     backend=str(info.get("backend") or "gloo"))
     base_us = float(trace.get("baseTimeNanoseconds") or 0) / 1e3   # ts + base: wall-clock microseconds
+    out.steps = sorted(base_us + float(e["ts"]) for e in trace["traceEvents"] if isinstance(e, dict)
+                       and e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+                       and isinstance(e.get("ts"), (int, float)))   # prof.step()'s marks, where the job made them
     if not events:
         if nccl.holds(trace["traceEvents"]):
             try:

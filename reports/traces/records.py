@@ -26,6 +26,7 @@ class RankTrace:
     collectives: list[Collective] = field(default_factory=list)
     note: str = ""                               # how the reader assigned groups, for the text
     backend: str = ""                            # what wrote the collectives: gloo, nccl, hccl
+    steps: list[float] = field(default_factory=list)   # training steps' starts (ProfilerStep#N), its own clock
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,4 @@ class FrDump:
     groups: dict[str, list[int]]                 # pg name -> ranks, where the dump says
     entries: list[FrEntry] = field(default_factory=list)
     completed: dict[str, int] = field(default_factory=dict)   # pg name -> last completed seq (pg_status)
+    enqueued: dict[str, int] = field(default_factory=dict)    # pg name -> last enqueued seq (pg_status)
