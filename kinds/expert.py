@@ -9,10 +9,13 @@ The kind is this module: its case, spec, rank result, row, options and table are
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import field, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from collectives.backends import info
+from collectives.backends.hccl import hccl_product
+from collectives.device import DeviceUnavailable
 from collectives.sizes import format_size
 from kinds.base import (
     Bars,
@@ -32,6 +35,7 @@ from kinds.base import (
     wrong_text,
 )
 from kinds.layer import checked_fields, no_torch
+from layers import fused_moe
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
     from harness.session.options import Options
 
 IMPLS = ("alltoallv", "allgather", "fused")
+DTYPES = ("float32", "bfloat16", "float16")
+REPEATING_ROUTINGS = ("skewed",)   # can give a token one expert twice (file: the ranks judge the replayed ids)
 FUSED_NEEDS = "torch_npu's npu_moe_distribute_dispatch/combine (Atlas A2/A3, hccl)"
 
 
@@ -92,7 +98,7 @@ class ExpertRow(_Measured):
     KIND: ClassVar[str] = "expert"
     BENCHES: ClassVar[tuple[str, ...]] = ("expert",)
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "nranks", "ep", "experts", "topk", "routing", "capacity_factor",
-                                      "impl", "tokens", "hidden")
+                                      "impl", "tokens", "hidden", "dtype")
     bench: str = _field("text", MISSING)
     ep: int = _field("count", 1)
     experts: int = _field("count", 1)
@@ -102,6 +108,7 @@ class ExpertRow(_Measured):
     impl: str = _field("text", MISSING)
     tokens: int = _field("count", 1)
     hidden: int = _field("count", 1)
+    dtype: str = _field("text", "float32")
     ffn: int | None = _field("count")
     step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "report"))
     dispatch_us: float | None = metric("dispatch(us)", ".1f", "lower", ("table", "compare", "report"))
@@ -177,6 +184,15 @@ def _impls(text: str) -> list[str]:
     return items
 
 
+def _dtypes(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if items == ["auto"]:
+        return []
+    if not items or any(i not in DTYPES for i in items):
+        raise ValueError(f"allowed auto or a comma list of {', '.join(DTYPES)}")
+    return items
+
+
 def _capacity(text: str) -> list[float]:
     values = [float(v) for v in text.split(",") if v.strip()]
     if not values or any(not (v == 0 or 0 < v < math.inf) for v in values):
@@ -210,12 +226,14 @@ class ExpertCase(Case):
     impl: str
     tokens: int
     hidden: int
+    dtype: str = "float32"
 
     @property
     def id(self) -> str:
         routing = self.routing.replace("/", "_")
         cf = f"-cf{self.capacity_factor:g}" if self.capacity_factor else ""
-        return (f"{self.backend}-expert-ep{self.ep}-e{self.experts}-top{self.topk}-{routing}-{self.impl}{cf}"
+        dtype = "" if self.dtype == "float32" else f"-{self.dtype}"
+        return (f"{self.backend}-expert-ep{self.ep}-e{self.experts}-top{self.topk}-{routing}-{self.impl}{cf}{dtype}"
                 f"{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
 
 
@@ -240,6 +258,8 @@ class ExpertKind(Kind[ExpertCase]):
         KindOption("--moe-impl", "alltoallv,allgather,fused",
                    f"dispatchers: alltoallv (counts, then AlltoAllV), allgather (Megatron's), fused ({FUSED_NEEDS})", _impls),
         KindOption("--tokens", "256", "tokens per rank", lambda t: _counts(t)[0]),
+        KindOption("--moe-dtype", "auto", "token and weight dtypes: float32, bfloat16, float16, comma list; auto: float32, "
+                   "and bfloat16 for fused (its ops take bfloat16/float16 only)", _dtypes),
     )
 
     def build(self, opts: Options) -> list[ExpertCase]:
@@ -253,14 +273,14 @@ class ExpertKind(Kind[ExpertCase]):
     def identity(self, case: ExpertCase) -> dict:
         return {**super().identity(case), "bench": "expert", "ep": case.ep, "experts": case.experts, "topk": case.topk,
                 "routing": case.routing, "capacity_factor": case.capacity_factor, "impl": case.impl, "tokens": case.tokens,
-                "hidden": case.hidden}
+                "hidden": case.hidden, "dtype": case.dtype}
 
     def spec(self, case: ExpertCase, opts: Options) -> ExpertSpec:
         name, _, arg = case.routing.partition(":")
         return ExpertSpec(ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden, ffn=2 * case.hidden,
                           tokens=case.tokens, routing=name, hot_share=float(arg) if name == "skewed" else 0.0,
                           expert_ids=read_expert_ids(arg) if name == "file" else [], capacity_factor=case.capacity_factor,
-                          impl=case.impl, plan={**opts.plan(), "warmup": max(1, min(opts.warmup, 2))})
+                          impl=case.impl, dtype=case.dtype, plan={**opts.plan(), "warmup": max(1, min(opts.warmup, 2))})
 
     def row(self, case: ExpertCase, opts: Options, ran: Ran) -> ExpertRow:
         """Times are medians of the slowest rank per round; busbw is the bytes each rank really sent to
@@ -309,13 +329,15 @@ class ExpertKind(Kind[ExpertCase]):
         if not rows:
             return ""
         shown = metrics(ExpertRow, "table")
-        out = ["# expert parallelism (times: median of the slowest rank per fwd+bwd step; busbw: bytes each rank",
+        step = ("step: forward and backward (impl fused: forward only, its ops have no backward)"
+                if any(r.impl == "fused" for r in rows) else "step: forward and backward")
+        out = [f"# expert parallelism ({step}; times: median of the slowest rank per step; busbw: bytes each rank",
                "# sent to others in dispatch + combine / their time; imb: max / mean tokens per expert, per ep rank)",
-               f"#{'backend':>8} {'ep':>3} {'E':>4} {'k':>2} {'routing':>12} {'impl':>9} {'cf':>4} {'tokens':>6}"
+               f"#{'backend':>8} {'ep':>3} {'E':>4} {'k':>2} {'routing':>12} {'impl':>9} {'dtype':>8} {'cf':>4} {'tokens':>6}"
                + heads(shown) + f" {'#wrong':>7}"]
         for r in rows:
             out.append(f" {r.backend:>8} {r.ep:>3} {r.experts:>4} {r.topk:>2} {r.routing[:12]:>12} {r.impl:>9} "
-                       f"{r.capacity_factor:>4g} {r.tokens:>6}" + values(r, shown) + f" {wrong_text(r.wrong):>7}")
+                       f"{r.dtype:>8} {r.capacity_factor:>4g} {r.tokens:>6}" + values(r, shown) + f" {wrong_text(r.wrong):>7}")
         out += imbalance_cost_lines(rows)
         sent = [r for r in rows if r.sent_bytes_per_rank]
         if sent:
@@ -368,20 +390,45 @@ def _build_launch(opts: Options) -> list[ExpertCase]:
     out: list[ExpertCase] = []
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
+        impls = o.get("moe_impl", ["alltoallv"])
+        # the fused ops' limits differ per Atlas product: read the chip once (npu-smi; '' where not an NPU)
+        chip = _chip(backend) if "fused" in impls else ""
         for ep in o.get("ep") or [opts.nproc]:
             for topk in o.get("topk", [2]):
                 for routing in o.get("routing", ["uniform"]):
                     for cf in o.get("capacity_factor", [0.0]):
-                        for impl in o.get("moe_impl", ["alltoallv"]):
-                            case = ExpertCase(backend=backend, nranks=opts.nproc, ep=ep, experts=o.get("experts", 8),
-                                              topk=topk, routing=routing, capacity_factor=cf, impl=impl,
-                                              tokens=o.get("tokens", 256), hidden=opts.hidden, group=key)
-                            case.skip = _skip(case, backend)
-                            out.append(case)
+                        for impl in impls:
+                            for dtype in o.get("moe_dtype") or ["bfloat16" if impl == "fused" else "float32"]:
+                                case = ExpertCase(backend=backend, nranks=opts.nproc, ep=ep, experts=o.get("experts", 8),
+                                                  topk=topk, routing=routing, capacity_factor=cf, impl=impl,
+                                                  tokens=o.get("tokens", 256), hidden=opts.hidden, dtype=dtype, group=key)
+                                case.skip = _skip(case, backend, chip)
+                                out.append(case)
     return out
 
 
-def _skip(case: ExpertCase, backend: str) -> str:
+def _chip(backend: str) -> str:
+    """The Atlas product this node's NPUs are (A2, A3, ...; collectives.backends.hccl), read once for the
+    fused ops' limits; '' where the backend is not hccl or its devices cannot be read here (the ranks judge)."""
+    if backend != "hccl":
+        return ""
+    try:
+        return hccl_product(info(backend).facts().name)
+    except DeviceUnavailable:
+        return ""
+
+
+def fused_skip(case: ExpertCase, chip: str) -> str:
+    """op-plugin's documented limits of the fused ops (layers.fused_moe) for this case on `chip` ('' not
+    known: what holds on both A2 and A3; the ranks judge the rest), HCCL_BUFFSIZE as its group will set it."""
+    buffsize = fused_moe.buffsize_mb({**os.environ, **{k: str(v) for k, v in case.knobs.items()}}) if chip else None
+    distinct = case.routing.partition(":")[0] not in REPEATING_ROUTINGS
+    return fused_moe.refusal(chip, ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden,
+                             tokens=case.tokens, dtype=case.dtype, distinct=distinct,
+                             capacity_factor=case.capacity_factor, buffsize=buffsize)
+
+
+def _skip(case: ExpertCase, backend: str, chip: str = "") -> str:
     if why := no_torch(backend):
         return why
     if case.nranks % case.ep:
@@ -392,4 +439,6 @@ def _skip(case: ExpertCase, backend: str) -> str:
         return f"top-{case.topk} of {case.experts} experts"
     if case.impl == "fused" and backend != "hccl":
         return f"the fused dispatcher is {FUSED_NEEDS}; {info(backend).api} has none"
+    if case.impl == "fused":
+        return fused_skip(case, chip)
     return ""

@@ -87,6 +87,12 @@ def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed:
     return ids.view(tokens, topk)
 
 
+def distinct_rows(ids: torch.Tensor) -> bool:
+    """Whether no token (row) names one expert twice."""
+    ordered = ids.sort(dim=1).values
+    return bool((ordered[:, 1:] != ordered[:, :-1]).all())
+
+
 def weights(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """The gate's weight for each chosen expert (module docstring): softmax at the choices, over the k."""
     w = torch.softmax(logits, dim=-1).gather(1, ids)
@@ -271,49 +277,62 @@ def fused_missing() -> str:
 
 class Fused(_Dispatcher):
     """torch_npu's fused EP AlltoAllV (its documented signatures, op-plugin
-    docs/context/torch_npu-npu_moe_distribute_{dispatch,combine}.md): forward only."""
+    docs/context/torch_npu-npu_moe_distribute_{dispatch,combine}.md): forward only, on `group` alone
+    (the docs allow no other operator on the EP group: layers.expert_tasks.fused_group). The call
+    follows the chip (`chip`: A2 or A3, collectives.backends.hccl.hccl_product): see dispatch_args."""
 
-    def __init__(self, group, experts: int, cap: int, timer: CommTimer = NO_TIMER, global_rank: int = 0):
+    def __init__(self, group, experts: int, cap: int, timer: CommTimer = NO_TIMER, global_rank: int = 0,
+                 chip: str = ""):
         super().__init__(group, experts, cap, timer)
         if why := fused_missing():
             raise RuntimeError(why)
         if cap:
             raise ValueError("impl fused has no capacity limit: use capacity_factor 0")
         import torch_npu
-        self.npu = torch_npu
+        self.npu, self.chip = torch_npu, chip
         self.name = group._get_backend(torch.device("npu")).get_hccl_comm_name(global_rank)
 
     def dispatch(self, x, ids, w):
         if x.dtype not in (torch.bfloat16, torch.float16):
             raise ValueError(f"impl fused takes bfloat16 or float16 tokens, not {x.dtype}")
         ids32 = ids.to(torch.int32)
+        scales = w.float()
         expand_x, _, expand_idx, token_nums, ep_recv_counts, tp_recv_counts, expand_scales = self.timer.run(
-            lambda: self.npu.npu_moe_distribute_dispatch(**dispatch_args(x, ids32, self.name, self.ep, self.rank,
-                                                                         self.experts)))
+            lambda: self.npu.npu_moe_distribute_dispatch(**dispatch_args(self.chip, x, ids32, self.name, self.ep,
+                                                                         self.rank, self.experts, scales)))
         sizes = token_nums.tolist()   # rows per local expert, in expert order from the first row
-        return expand_x[:sum(sizes)], sizes, (expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales, w)
+        return expand_x[:sum(sizes)], sizes, (expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales,
+                                              scales)
 
     def combine(self, y, ctx):
-        expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales, w = ctx
+        expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales, scales = ctx
         full = torch.cat([y, expand_x.new_zeros((len(expand_x) - len(y), y.shape[1]))])   # the rows dispatch gave
         return self.timer.run(lambda: self.npu.npu_moe_distribute_combine(**combine_args(
-            full, ids32, expand_idx, ep_recv_counts, w.float(), self.name, self.ep, self.rank, self.experts,
+            self.chip, full, ids32, expand_idx, ep_recv_counts, scales, self.name, self.ep, self.rank, self.experts,
             tp_recv_counts, expand_scales)))
 
 
-def dispatch_args(x, ids32, group: str, ep: int, ep_rank: int, experts: int) -> dict:
+def dispatch_args(chip: str, x, ids32, group: str, ep: int, ep_rank: int, experts: int, expert_scales) -> dict:
     """npu_moe_distribute_dispatch's arguments by their documented names (tests/data/op_plugin holds the
-    prototype they are checked against); its 7 outputs: expand_x, dynamic_scales, expand_idx,
-    expert_token_nums (per local expert: expert_token_nums_type=1), ep_recv_counts, tp_recv_counts,
-    expand_scales."""
-    return {"x": x, "expert_ids": ids32, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
+    prototype and the limits they are checked against); its 7 outputs: expand_x, dynamic_scales,
+    expand_idx, expert_token_nums (per local expert: expert_token_nums_type=1), ep_recv_counts,
+    tp_recv_counts, expand_scales. On A2 the token weights go in as expert_scales, so that dispatch
+    fills expand_scales, which A2's combine requires; A3 takes no expert_scales (and returns no
+    expand_scales). No shared experts (shared_expert_rank_num 0: A2 supports none), no TP domain,
+    global_bs 0 (every rank sends the same BS)."""
+    args = {"x": x, "expert_ids": ids32, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
             "moe_expert_num": experts, "expert_token_nums_type": 1}
+    return {**args, "expert_scales": expert_scales} if chip == "A2" else args
 
 
-def combine_args(expand_x, ids32, expand_idx, ep_recv_counts, expert_scales, group: str, ep: int, ep_rank: int,
-                 experts: int, tp_recv_counts, expand_scales) -> dict:
-    """npu_moe_distribute_combine's arguments by their documented names: dispatch's counts and
-    expand_scales passed back as they came (Atlas A2 requires expand_scales)."""
-    return {"expand_x": expand_x, "expert_ids": ids32, "expand_idx": expand_idx, "ep_send_counts": ep_recv_counts,
+def combine_args(chip: str, expand_x, ids32, expand_idx, ep_recv_counts, expert_scales, group: str, ep: int,
+                 ep_rank: int, experts: int, tp_recv_counts, expand_scales) -> dict:
+    """npu_moe_distribute_combine's arguments by their documented names: dispatch's counts passed back
+    as they came. A2: expand_scales (required there), tp_send_counts left at its default (A2 has no TP
+    domain); A3: tp_send_counts from dispatch's tp_recv_counts, no expand_scales (not supported there)."""
+    args = {"expand_x": expand_x, "expert_ids": ids32, "expand_idx": expand_idx, "ep_send_counts": ep_recv_counts,
             "expert_scales": expert_scales, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
-            "moe_expert_num": experts, "tp_send_counts": tp_recv_counts, "expand_scales": expand_scales}
+            "moe_expert_num": experts}
+    if chip == "A2":
+        return {**args, "expand_scales": expand_scales}
+    return {**args, "tp_send_counts": tp_recv_counts}

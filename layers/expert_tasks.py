@@ -19,7 +19,8 @@ import torch.distributed as dist
 from torch import nn
 
 from collectives import timing
-from layers import expert
+from collectives.backends.hccl import hccl_product
+from layers import expert, fused_moe
 from layers.check import Check, dtype_name
 from layers.mesh import Axis, ParallelDims
 from layers.rank_tasks import _reduce_length, groups_for, torch_loops
@@ -40,6 +41,30 @@ def _validate(spec: Any, world: int) -> None:
         raise ValueError(f"experts {spec.experts} are not divisible by ep {spec.ep}")
     if not 1 <= spec.topk <= 8:
         raise ValueError(f"topk must be 1-8, got {spec.topk}")
+
+
+_FUSED_GROUPS: dict[int, Any] = {}
+
+
+def fused_group(ep: int, world: int, rank: int):
+    """The ep group the fused ops use alone (op-plugin: no other operator on their EP group; vllm-ascend
+    keeps a dedicated MC2 group): made once per ep size on every rank in the same order, apart from the
+    mesh groups (layers.rank_tasks.groups_for) that the other benches and this bench's counts use."""
+    if ep not in _FUSED_GROUPS:
+        for first in range(0, world, ep):
+            made = dist.new_group(list(range(first, first + ep)))
+            if first <= rank < first + ep:
+                _FUSED_GROUPS[ep] = made
+    return _FUSED_GROUPS[ep]
+
+
+def fused_refusal(spec: Any, chip: str, ranks: list[int]) -> str:
+    """Why the fused ops cannot run this spec on `chip` (layers.fused_moe, op-plugin's documented limits),
+    judged on the ids every rank of the group will send (a token must not name one expert twice)."""
+    distinct = all(expert.distinct_rows(_inputs(spec, r, "cpu", torch.float32)[1]) for r in ranks)
+    return fused_moe.refusal(chip, ep=spec.ep, experts=spec.experts, topk=spec.topk, hidden=spec.hidden,
+                             tokens=spec.tokens, dtype=spec.dtype, distinct=distinct,
+                             capacity_factor=spec.capacity_factor, buffsize=fused_moe.buffsize_mb())
 
 
 def _inputs(spec: Any, rank: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -102,8 +127,17 @@ def expert_loops(backend, spec: Any):
     ranks = list(range(backend.rank - ep_rank, backend.rank - ep_rank + spec.ep))
     device, dtype = backend.device.torch_device, getattr(torch, spec.dtype)
     timer = CommTimer(backend.device.synchronize, on=False)   # on only in finish's extra run
-    kwargs = {"global_rank": backend.rank} if spec.impl == "fused" else {}
-    dispatcher = DISPATCHERS[spec.impl](group, spec.experts, _cap(spec), timer, **kwargs)
+    kwargs: dict = {}
+    moved_on = group
+    if spec.impl == "fused":   # refused alike on every rank, before any collective, outside the documented limits
+        if why := expert.fused_missing():
+            raise RuntimeError(why)
+        chip = hccl_product(backend.device.name())
+        if why := fused_refusal(spec, chip, ranks):
+            raise ValueError(why)
+        moved_on = fused_group(spec.ep, backend.world, backend.rank)
+        kwargs = {"global_rank": backend.rank, "chip": chip}
+    dispatcher = DISPATCHERS[spec.impl](moved_on, spec.experts, _cap(spec), timer, **kwargs)
     torch.manual_seed(spec.seed)
     model = expert.MoE(spec.hidden, spec.ffn, spec.experts).to(device=device, dtype=dtype)
     layer = expert.ExpertParallel(model, spec.ep, ep_rank, dispatcher)

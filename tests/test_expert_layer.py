@@ -241,11 +241,26 @@ def _documented(op: str) -> tuple[list[str], set[str]]:
 
 
 def test_the_fused_calls_use_the_documented_names_of_torch_npu():
-    """layers/expert.py's fused dispatch/combine against op-plugin's documented prototypes: every
-    positional parameter given, no name the op lacks (torch_npu is absent here: the calls are built, not made)."""
-    for op, args in (("npu_moe_distribute_dispatch", expert.dispatch_args("x", "ids", "g", 16, 0, 32)),
-                     ("npu_moe_distribute_combine", expert.combine_args(*"abcde", "g", 16, 0, 32, "t", "s"))):
-        positional, keywords = _documented(op)
-        assert set(positional) <= set(args), (op, set(positional) - set(args))
-        assert set(args) <= set(positional) | keywords, (op, set(args) - set(positional) - keywords)
-    assert op in expert.FUSED_OPS
+    """layers/expert.py's fused dispatch/combine against op-plugin's documented prototypes, on each chip:
+    every positional parameter given, no name the op lacks (torch_npu is absent here: the calls are built, not made)."""
+    for chip in ("A2", "A3"):
+        for op, args in (("npu_moe_distribute_dispatch", expert.dispatch_args(chip, "x", "ids", "g", 16, 0, 32, "w")),
+                         ("npu_moe_distribute_combine", expert.combine_args(chip, *"abcde", "g", 16, 0, 32, "t", "s"))):
+            positional, keywords = _documented(op)
+            assert set(positional) <= set(args), (chip, op, set(positional) - set(args))
+            assert set(args) <= set(positional) | keywords, (chip, op, set(args) - set(positional) - keywords)
+            assert op in expert.FUSED_OPS
+
+
+def test_the_fused_calls_follow_the_chip():
+    """A2: the token weights go to dispatch as expert_scales (so that it fills expand_scales), combine
+    gets expand_scales (required there) and no tp_send_counts (left at its default); A3 takes no
+    expert_scales in dispatch nor expand_scales in combine (op-plugin: not supported there)."""
+    a2 = expert.dispatch_args("A2", "x", "ids", "g", 16, 0, 32, "w")
+    a3 = expert.dispatch_args("A3", "x", "ids", "g", 16, 0, 32, "w")
+    assert a2["expert_scales"] == "w" and "expert_scales" not in a3
+    c2 = expert.combine_args("A2", *"abcde", "g", 16, 0, 32, "tp", "expand")
+    c3 = expert.combine_args("A3", *"abcde", "g", 16, 0, 32, "tp", "expand")
+    assert c2["expand_scales"] == "expand" and "tp_send_counts" not in c2
+    assert c3["tp_send_counts"] == "tp" and "expand_scales" not in c3
+    assert c2["expert_scales"] == c3["expert_scales"] == "e"   # combine weighs by them on both
