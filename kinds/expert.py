@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import field, replace
+from statistics import fmean
 from typing import TYPE_CHECKING, ClassVar
 
 from collectives.backends import info
@@ -86,6 +87,8 @@ class ExpertResult(Checked):
     tokens_per_rank: list[int]      # slots each ep rank's experts received, after drops
     dropped: int                    # slots this rank's tokens lost to capacity
     sent_bytes: int                 # bytes this rank sends to other ranks per step (dispatch + combine, forward)
+    recv_bytes: int = 0             # dispatch's received rows x hidden x element size, own included (DeepEP's count)
+    local_bytes: int = 0            # of recv_bytes, the rows from this rank itself (no link crossed)
     comm_share: float
 
 
@@ -116,7 +119,13 @@ class ExpertRow(_Measured):
     combine_us: float | None = metric("combine(us)", ".1f", "lower", ("table", "compare", "report"))
     comm_share: float | None = metric("comm", ".2f", "lower", ("table", "report"), "ratio")
     sent_bytes_per_rank: int | None = _field("whole")
-    busbw_gbps: float | None = metric("busbw(GB/s)", ".3f", "higher", ("table", "compare"))
+    dispatch_gbps: float | None = metric("disp(GB/s)", ".3f", "higher", ("table", "compare", "report"))
+    dispatch_remote_gbps: float | None = metric("disp-nl", ".3f", "higher", ("table", "compare"))
+    combine_gbps: float | None = metric("comb(GB/s)", ".3f", "higher", ("table", "compare", "report"))
+    combine_remote_gbps: float | None = metric("comb-nl", ".3f", "higher", ("table", "compare"))
+    dispatch_gbps_per_rank: list = _field("list", [])
+    combine_gbps_per_rank: list = _field("list", [])
+    recv_bytes_per_rank: list = _field("list", [])
     expert_imbalance: float | None = metric("imb(exp)", ".2f", "lower", ("table", "report"))
     rank_imbalance: float | None = metric("imb(rank)", ".2f", "lower", ("table", "report"))
     dropped: int | None = metric("dropped", "d", "lower", ("table",), "whole")
@@ -283,8 +292,10 @@ class ExpertKind(Kind[ExpertCase]):
                           impl=case.impl, dtype=case.dtype, plan={**opts.plan(), "warmup": max(1, min(opts.warmup, 2))})
 
     def row(self, case: ExpertCase, opts: Options, ran: Ran) -> ExpertRow:
-        """Times are medians of the slowest rank per round; busbw is the bytes each rank really sent to
-        others (dispatch + combine) over the dispatch + combine time; imbalance is max / mean tokens."""
+        """Times are medians of the slowest rank per round; dispatch and combine GB/s are DeepEP's per-rank
+        figures (the rows dispatch hands a rank x hidden x element size, its own included, over that
+        rank's median dispatch / combine time), averaged over ranks, and beside them the same without the
+        rank's own rows (-nl: what crossed a link); imbalance is max / mean tokens."""
         ranks = typed(ExpertResult, ran.results)
         k = ranks[0].iters
         step = [r.round_ns for r in ranks]
@@ -300,7 +311,7 @@ class ExpertKind(Kind[ExpertCase]):
                        combine_us=combine_s * 1e6,
                        expert_us=stats.median_seconds([r.expert_ns for r in ranks], k) * 1e6,
                        comm_share=sum(r.comm_share for r in ranks) / len(ranks),
-                       busbw_gbps=sent / (dispatch_s + combine_s) / 1e9 if dispatch_s + combine_s > 0 else None,
+                       **_bandwidths(ranks, k),
                        expert_imbalance=_imbalance(per_expert), rank_imbalance=_imbalance(per_rank))
 
     def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
@@ -331,13 +342,17 @@ class ExpertKind(Kind[ExpertCase]):
         shown = metrics(ExpertRow, "table")
         step = ("step: forward and backward (impl fused: forward only, its ops have no backward)"
                 if any(r.impl == "fused" for r in rows) else "step: forward and backward")
-        out = [f"# expert parallelism ({step}; times: median of the slowest rank per step; busbw: bytes each rank",
-               "# sent to others in dispatch + combine / their time; imb: max / mean tokens per expert, per ep rank)",
+        out = [f"# expert parallelism ({step}; times: median of the slowest rank per step)",
+               "# disp/comb(GB/s): DeepEP's count, the rows dispatch hands a rank (and combine sends back) x hidden x",
+               "# element size, its own included, over its dispatch/combine time, mean over ranks; -nl: without the",
+               "# rank's own rows; min@r/max@r: the slowest and fastest rank (NCCL ep_bench); imb: max / mean tokens",
                f"#{'backend':>8} {'ep':>3} {'E':>4} {'k':>2} {'routing':>12} {'impl':>9} {'dtype':>8} {'cf':>4} {'tokens':>6}"
-               + heads(shown) + f" {'#wrong':>7}"]
+               + heads(shown) + f" {'disp min@r/max@r':>22} {'comb min@r/max@r':>22} {'#wrong':>7}"]
         for r in rows:
             out.append(f" {r.backend:>8} {r.ep:>3} {r.experts:>4} {r.topk:>2} {r.routing[:12]:>12} {r.impl:>9} "
-                       f"{r.dtype:>8} {r.capacity_factor:>4g} {r.tokens:>6}" + values(r, shown) + f" {wrong_text(r.wrong):>7}")
+                       f"{r.dtype:>8} {r.capacity_factor:>4g} {r.tokens:>6}" + values(r, shown)
+                       + f" {spread_text(r.dispatch_gbps_per_rank):>22} {spread_text(r.combine_gbps_per_rank):>22}"
+                       + f" {wrong_text(r.wrong):>7}")
         out += imbalance_cost_lines(rows)
         sent = [r for r in rows if r.sent_bytes_per_rank]
         if sent:
@@ -349,6 +364,28 @@ class ExpertKind(Kind[ExpertCase]):
 
 
 KIND = ExpertKind()
+
+
+def _bandwidths(ranks: list[ExpertResult], k: int) -> dict:
+    """Each rank's dispatch and combine GB/s (its bytes over its own median time), their mean over
+    ranks, and the mean without each rank's own rows."""
+    out: dict = {}
+    for part in ("dispatch", "combine"):
+        seconds = stats.per_rank_median_seconds([getattr(r, f"{part}_ns") for r in ranks], k)
+        per_rank = [r.recv_bytes / s / 1e9 if s > 0 else 0.0 for r, s in zip(ranks, seconds)]
+        remote = [(r.recv_bytes - r.local_bytes) / s / 1e9 if s > 0 else 0.0 for r, s in zip(ranks, seconds)]
+        out |= {f"{part}_gbps": fmean(per_rank), f"{part}_remote_gbps": fmean(remote),
+                f"{part}_gbps_per_rank": per_rank}
+    return {**out, "recv_bytes_per_rank": [r.recv_bytes for r in ranks]}
+
+
+def spread_text(per_rank: list[float]) -> str:
+    """min@rank/max@rank (NCCL's ep_bench prints the slowest and fastest rank with its id)."""
+    if not per_rank:
+        return "-"
+    lo = min(range(len(per_rank)), key=per_rank.__getitem__)
+    hi = max(range(len(per_rank)), key=per_rank.__getitem__)
+    return f"{per_rank[lo]:.3g}@r{lo}/{per_rank[hi]:.3g}@r{hi}"
 
 
 def _imbalance(counts: list[int]) -> float | None:

@@ -166,6 +166,18 @@ class Traffic:
         ep = len(self.sent)
         return self.sent.sum(0).view(ep, -1).sum(1).tolist()
 
+    def received_rows(self, impl: str, rank: int, tokens: int) -> tuple[int, int]:
+        """(rows, of them this rank's own) dispatch hands this rank, as DeepEP counts its dispatch bytes
+        (received tokens x hidden x element size, the rank's own included): alltoallv and fused, the
+        kept slots routed to its experts from every rank of the group; allgather, every token of the
+        group. Combine sends the same rows back (DeepEP's combine bytes equal its dispatch's)."""
+        ep, experts = self.sent.shape
+        if impl == "allgather":
+            return ep * tokens, tokens
+        per = experts // ep
+        mine = self.sent[:, rank * per:(rank + 1) * per]
+        return int(mine.sum()), int(mine[rank].sum())
+
     def sent_bytes(self, impl: str, rank: int, tokens: int, topk: int, hidden: int, itemsize: int) -> int:
         """Bytes this rank sends other ranks in one forward's dispatch and combine. alltoallv (and
         fused): the counts, its kept slots' tokens out, the outputs of the slots it received back;

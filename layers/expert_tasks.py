@@ -3,8 +3,9 @@ consecutive ranks (world / ep such groups: data-parallel replicas, each with its
 checked once against the same seeded layer on one rank (layers.check), then timed as the others
 (collectives.timing): the forward+backward step (round_ns) and, in their own loops with the same
 K, the forward's dispatch, experts and combine alone (dispatch_ns, expert_ns, combine_ns, as
-TpResult's fwd_ns). comm_share comes, as the TP bench's, from one extra run of K steps with the
-collectives timed: the share of the step (forward and backward) spent in them.
+TpResult's fwd_ns); recv_bytes / local_bytes: the rows dispatch hands this rank (and combine sends
+back) as DeepEP counts them, and the share of them from the rank itself. comm_share comes, as the
+TP bench's, from one extra run of K steps with the collectives timed: the share of the step (forward and backward) spent in them.
 
 The spec (decoded by the driver; read here: ep, experts, topk, hidden, ffn, tokens, routing,
 hot_share, expert_ids, capacity_factor, impl, seed, dtype, plan, corrupt) is duck-typed; its A/B
@@ -170,6 +171,9 @@ def expert_loops(backend, spec: Any):
                     call()
         return loop
 
+    rows, local = counts.received_rows(spec.impl, ep_rank, spec.tokens)
+    row_bytes = spec.hidden * x.element_size()
+
     def finish(k, times):
         t_step, t_dispatch, t_experts, t_combine = times
         timer.seconds, timer.on = 0.0, True
@@ -185,6 +189,7 @@ def expert_loops(backend, spec: Any):
                     tokens_per_expert=counts.routed.sum(0).tolist(), tokens_per_rank=counts.tokens_per_rank(),
                     dropped=int(counts.routed[ep_rank].sum() - counts.sent[ep_rank].sum()),
                     sent_bytes=counts.sent_bytes(spec.impl, ep_rank, spec.tokens, spec.topk, spec.hidden, x.element_size()),
+                    recv_bytes=rows * row_bytes, local_bytes=local * row_bytes,
                     comm_share=timer.seconds / elapsed if elapsed > 0 else 0.0)
     loops = [step, alone(lambda: dispatcher.dispatch(x, ids, w)),
              alone(lambda: expert.run_experts(layer.experts, h, sizes)), alone(lambda: dispatcher.combine(y, ctx))]
