@@ -65,8 +65,8 @@ class ExpertSpec(Spec):
     hidden: int
     ffn: int
     tokens: int                     # per rank
-    routing: str                    # uniform, skewed, file
-    hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0
+    routing: str                    # uniform, random, skewed, hotrank, file
+    hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0; hotrank: ep rank 0's weight
     expert_ids: list[int] = field(default_factory=list)   # file: the replayed expert ids, cycled
     capacity_factor: float = 0.0    # 0: no capacity; else slots past ceil(cf x tokens x ep x topk / experts) per expert drop
     impl: str
@@ -167,13 +167,16 @@ def _routing(text: str) -> list[str]:
         name, _, arg = item.partition(":")
         if name == "uniform" and not arg:
             out.append(item)
-        elif name == "skewed" and 0 < _share(arg) < 1:
-            out.append(f"skewed:{_share(arg):g}")
+        elif name in ("skewed", "hotrank") and 0 < _share(arg) < 1:
+            out.append(f"{name}:{_share(arg):g}")
+        elif name == "random" and not arg:
+            out.append(item)
         elif name == "file" and arg:
             read_expert_ids(arg)
             out.append(item)
         else:
-            raise ValueError("allowed uniform, skewed:SHARE (0 < SHARE < 1), file:PATH (expert ids, whitespace separated)")
+            raise ValueError("allowed uniform, random, skewed:SHARE, hotrank:SHARE (0 < SHARE < 1), "
+                             "file:PATH (expert ids, whitespace separated)")
     if not out:
         raise ValueError("give at least one routing profile")
     return out
@@ -230,7 +233,7 @@ class ExpertCase(Case):
     ep: int
     experts: int
     topk: int
-    routing: str                    # uniform, skewed:SHARE, file:PATH
+    routing: str                    # uniform, random, skewed:SHARE, hotrank:SHARE, file:PATH
     capacity_factor: float
     impl: str
     tokens: int
@@ -259,9 +262,10 @@ class ExpertKind(Kind[ExpertCase]):
                    lambda t: _counts(t) if t else []),
         KindOption("--experts", "8", "total experts E (a multiple of each ep)", lambda t: _counts(t)[0]),
         KindOption("--topk", "2", "experts per token, 1-8, comma list", _topk),
-        KindOption("--routing", "uniform,skewed:0.5",
-                   "routing profiles: uniform, skewed:SHARE (one hot expert takes SHARE of the slots), file:PATH "
-                   "(your router's expert ids, replayed)", _routing),
+        KindOption("--routing", "uniform,random,skewed:0.5,hotrank:0.5",
+                   "routing profiles: uniform, random (k distinct experts a token, seeded), skewed:SHARE (one hot "
+                   "expert takes SHARE of the slots), hotrank:SHARE (ep rank 0's experts weighted to SHARE of the "
+                   "draws, distinct a token), file:PATH (your router's expert ids, replayed)", _routing),
         KindOption("--capacity-factor", "0", "expert capacity factors (0: none; else slots past it are dropped, counted)",
                    _capacity),
         KindOption("--moe-impl", "alltoallv,allgather,fused",
@@ -287,7 +291,7 @@ class ExpertKind(Kind[ExpertCase]):
     def spec(self, case: ExpertCase, opts: Options) -> ExpertSpec:
         name, _, arg = case.routing.partition(":")
         return ExpertSpec(ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden, ffn=2 * case.hidden,
-                          tokens=case.tokens, routing=name, hot_share=float(arg) if name == "skewed" else 0.0,
+                          tokens=case.tokens, routing=name, hot_share=float(arg) if name in ("skewed", "hotrank") else 0.0,
                           expert_ids=read_expert_ids(arg) if name == "file" else [], capacity_factor=case.capacity_factor,
                           impl=case.impl, dtype=case.dtype, plan={**opts.plan(), "warmup": max(1, min(opts.warmup, 2))})
 
@@ -474,6 +478,8 @@ def _skip(case: ExpertCase, backend: str, chip: str = "") -> str:
         return f"E={case.experts} experts do not spread evenly over ep={case.ep} ranks"
     if case.topk > case.experts:
         return f"top-{case.topk} of {case.experts} experts"
+    if case.routing.startswith("hotrank") and case.ep < 2:
+        return f"hotrank loads one ep rank's experts against the others': ep={case.ep} has no others"
     if case.impl == "fused" and backend != "hccl":
         return f"the fused dispatcher is {FUSED_NEEDS}; {info(backend).api} has none"
     if case.impl == "fused":

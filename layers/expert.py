@@ -38,7 +38,7 @@ from torch import nn
 
 from layers.tp import MLP, NO_TIMER, CommTimer, _all_gather, _Comm, f, g
 
-ROUTINGS = ("uniform", "skewed", "file")
+ROUTINGS = ("uniform", "skewed", "random", "hotrank", "file")
 IMPLS = ("alltoallv", "allgather", "fused")
 FUSED_OPS = ("npu_moe_distribute_dispatch", "npu_moe_distribute_combine")
 
@@ -58,12 +58,16 @@ def generator(seed: int, rank: int = 0) -> torch.Generator:
 
 
 def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed: int, hot_share: float = 0.0,
-            expert_ids: Sequence[int] = ()) -> torch.Tensor:
+            expert_ids: Sequence[int] = (), hot_experts: int = 0) -> torch.Tensor:
     """Rank `rank`'s expert ids, (tokens, topk) int64, the same on every rank that asks.
     uniform: a seeded permutation of the experts dealt round-robin over the group's slots in rank
     order (balanced, k distinct experts a token while k <= E); skewed: round(hot_share x slots) on
     expert 0, the rest dealt round-robin over 1..E-1, shuffled; file: `expert_ids` cycled, rank r
-    starting where rank r-1 stopped."""
+    starting where rank r-1 stopped; random: k distinct experts a token, drawn uniformly (seeded per
+    rank: what a trained router's top-k looks like without a preference); hotrank: k distinct experts a
+    token drawn with ep rank 0's experts (the first `hot_experts`, E/ep) weighted to
+    take `hot_share` of the draws (rank-level imbalance: one rank's experts all popular, as DeepEP's
+    and ep_bench's skewed runs load one rank)."""
     n = tokens * topk
     first = rank * n   # this rank's first slot in the group's order
     if routing == "uniform":
@@ -76,6 +80,17 @@ def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed:
         rest = 1 + (torch.arange(n - hot) + rank * (n - hot)) % max(1, experts - 1)
         ids = torch.cat([torch.zeros(hot, dtype=torch.long), rest])
         ids = ids[torch.randperm(n, generator=generator(seed, rank))]
+    elif routing in ("random", "hotrank"):
+        if topk > experts:
+            raise ValueError(f"routing {routing} draws {topk} distinct experts of {experts}")
+        weight = torch.ones(experts, dtype=torch.float64)
+        if routing == "hotrank":
+            if not 0.0 < hot_share < 1.0 or not 0 < hot_experts < experts:
+                raise ValueError(f"hotrank needs 0 < hot_share < 1 and 0 < hot experts < {experts}")
+            weight[:hot_experts] = hot_share / hot_experts
+            weight[hot_experts:] = (1 - hot_share) / (experts - hot_experts)
+        ids = torch.multinomial(weight.expand(tokens, experts), topk, replacement=False,
+                                generator=generator(seed, rank)).reshape(-1)
     elif routing == "file":
         trace = torch.tensor(list(expert_ids), dtype=torch.long)
         if trace.numel() == 0 or int(trace.min()) < 0 or int(trace.max()) >= experts:

@@ -73,7 +73,8 @@ def _inputs(spec: Any, rank: int, device, dtype) -> tuple[torch.Tensor, torch.Te
     t, h = spec.tokens, spec.hidden
     x = torch.randn(t, h, generator=expert.generator(spec.seed + 1, rank)).to(device, dtype)
     gy = torch.randn(t, h, generator=expert.generator(spec.seed + 2, rank)).to(device, dtype)
-    ids = expert.choices(spec.routing, t, spec.topk, spec.experts, rank, spec.seed, spec.hot_share, spec.expert_ids)
+    ids = expert.choices(spec.routing, t, spec.topk, spec.experts, rank, spec.seed, spec.hot_share, spec.expert_ids,
+                         spec.experts // spec.ep)
     return x, ids.to(device), gy
 
 

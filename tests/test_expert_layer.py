@@ -16,7 +16,7 @@ from layers import expert
 
 KEYS = {"wrong", "iters", "round_ns", "calibration", "checked", "err_to_tol", "peak_memory_bytes", "params_local",
         "dispatch_ns", "combine_ns", "expert_ns", "tokens_per_expert", "tokens_per_rank", "dropped", "sent_bytes",
-        "comm_share", "cpu_wait_ns"}
+        "recv_bytes", "local_bytes", "comm_share", "cpu_wait_ns"}
 PLAN = {"warmup": 1, "rounds": 2, "iters": 1, "round_time_s": 0.001}
 BASE = {"kind": "expert", "ep": 2, "experts": 4, "topk": 1, "hidden": 16, "ffn": 24, "tokens": 32, "routing": "uniform",
         "hot_share": 0.5, "expert_ids": [3, 0, 3, 1, 3, 2, 3, 3, 1], "capacity_factor": 0.0, "impl": "alltoallv",
@@ -35,6 +35,27 @@ def test_skewed_routing_puts_the_hot_share_on_expert_0_and_spreads_the_rest():
     ids = expert.choices("skewed", 50, 2, 5, rank=3, seed=2, hot_share=0.3)
     counts = torch.bincount(ids.reshape(-1), minlength=5).tolist()
     assert counts[0] == 30 and max(counts[1:]) - min(counts[1:]) <= 1
+
+
+def test_random_routing_draws_distinct_experts_per_token_seeded():
+    ids = expert.choices("random", 200, 4, 8, rank=1, seed=3)
+    assert expert.distinct_rows(ids) and torch.equal(ids, expert.choices("random", 200, 4, 8, rank=1, seed=3))
+    assert not torch.equal(ids, expert.choices("random", 200, 4, 8, rank=0, seed=3))   # each rank its own draws
+    counts = torch.bincount(ids.reshape(-1), minlength=8)
+    assert counts.min() > 0.6 * counts.float().mean()   # no preference: every expert near its share
+
+
+def test_hotrank_routing_loads_one_ep_ranks_experts_with_distinct_experts_per_token():
+    ids = expert.choices("hotrank", 400, 2, 8, rank=0, seed=5, hot_share=0.7, hot_experts=2)   # ep 4: rank 0 holds 0, 1
+    assert expert.distinct_rows(ids)
+    hot = float((ids < 2).float().mean())
+    assert 0.5 < hot < 0.75   # weighted to 0.7 of the draws, less where a token already took both hot experts
+    assert float((expert.choices("random", 400, 2, 8, rank=0, seed=5) < 2).float().mean()) < 0.35
+
+
+def test_distinct_rows_finds_a_token_naming_one_expert_twice():
+    assert expert.distinct_rows(torch.tensor([[0, 1], [2, 3]]))
+    assert not expert.distinct_rows(torch.tensor([[0, 1], [2, 2]]))
 
 
 def test_file_routing_replays_the_ids_in_order_and_refuses_unknown_experts():
@@ -102,7 +123,7 @@ def run_ranks(world: int, specs: list[dict], store: str, timeout: float = 120) -
 
 
 CASES = [{"impl": impl, "routing": routing, "topk": topk, "capacity_factor": cf}
-         for impl in ("alltoallv", "allgather") for routing in ("uniform", "skewed", "file")
+         for impl in ("alltoallv", "allgather") for routing in ("uniform", "skewed", "random", "hotrank", "file")
          for topk in (1, 2) for cf in (0.0, 0.5)]
 WORLD4 = [{"impl": impl, "ep": ep, "experts": 8, "routing": routing, "topk": 2, "capacity_factor": cf}
           for impl in ("alltoallv", "allgather") for ep in (2, 4) for routing, cf in (("uniform", 0.0), ("skewed", 1.0))]
@@ -166,8 +187,12 @@ def test_every_dispatcher_equals_the_single_rank_layer_at_2_ranks(results, case)
         slots, h = spec["tokens"] * spec["topk"], spec["hidden"]
         if case["impl"] == "alltoallv":   # the counts, the tokens out and the outputs back
             assert all(r["sent_bytes"] == spec["experts"] * 8 + 2 * slots // 2 * h * 4 for r in per_rank)
+            # DeepEP's count: every slot routed to the rank's experts, half of them its own
+            assert all(r["recv_bytes"] == slots * h * 4 and r["local_bytes"] == slots // 2 * h * 4 for r in per_rank)
         else:   # tokens, weights and choices gathered, outputs reduce-scattered
             assert all(r["sent_bytes"] == spec["tokens"] * (2 * h * 4 + spec["topk"] * 12) for r in per_rank)
+            assert all(r["recv_bytes"] == 2 * spec["tokens"] * h * 4 and r["local_bytes"] == spec["tokens"] * h * 4
+                       for r in per_rank)
 
 
 @pytest.mark.parametrize("case", WORLD4, ids=_ids)
