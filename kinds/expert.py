@@ -8,6 +8,7 @@ imbalance and dropped tokens; the table says what the imbalance costs against un
 The kind is this module: its case, spec, rank result, row, options and table are declared here."""
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import field, replace
@@ -245,7 +246,8 @@ class ExpertCase(Case):
         routing = self.routing.replace("/", "_")
         cf = f"-cf{self.capacity_factor:g}" if self.capacity_factor else ""
         dtype = "" if self.dtype == "float32" else f"-{self.dtype}"
-        return (f"{self.backend}-expert-ep{self.ep}-e{self.experts}-top{self.topk}-{routing}-{self.impl}{cf}{dtype}"
+        tokens = "" if self.tokens == 256 else f"-t{self.tokens}"
+        return (f"{self.backend}-expert-ep{self.ep}-e{self.experts}-top{self.topk}-{routing}-{self.impl}{cf}{dtype}{tokens}"
                 f"{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
 
 
@@ -270,7 +272,8 @@ class ExpertKind(Kind[ExpertCase]):
                    _capacity),
         KindOption("--moe-impl", "alltoallv,allgather,fused",
                    f"dispatchers: alltoallv (counts, then AlltoAllV), allgather (Megatron's), fused ({FUSED_NEEDS})", _impls),
-        KindOption("--tokens", "256", "tokens per rank", lambda t: _counts(t)[0]),
+        KindOption("--tokens", "256", "tokens per rank, comma list: a few (e.g. 256,8) add decode-sized low-latency cases "
+                   "beside the prefill-sized ones (DeepEP's low-latency test sends 128 a rank)", _counts),
         KindOption("--moe-dtype", "auto", "token and weight dtypes: float32, bfloat16, float16, comma list; auto: float32, "
                    "and bfloat16 for fused (its ops take bfloat16/float16 only)", _dtypes),
     )
@@ -436,13 +439,13 @@ def _build_launch(opts: Options) -> list[ExpertCase]:
         chip = _chip(backend) if "fused" in impls else ""
         for ep in o.get("ep") or [opts.nproc]:
             for topk in o.get("topk", [2]):
-                for routing in o.get("routing", ["uniform"]):
+                for routing, tokens in itertools.product(o.get("routing", ["uniform"]), o.get("tokens", [256])):
                     for cf in o.get("capacity_factor", [0.0]):
                         for impl in impls:
                             for dtype in o.get("moe_dtype") or ["bfloat16" if impl == "fused" else "float32"]:
                                 case = ExpertCase(backend=backend, nranks=opts.nproc, ep=ep, experts=o.get("experts", 8),
                                                   topk=topk, routing=routing, capacity_factor=cf, impl=impl,
-                                                  tokens=o.get("tokens", 256), hidden=opts.hidden, dtype=dtype, group=key)
+                                                  tokens=tokens, hidden=opts.hidden, dtype=dtype, group=key)
                                 case.skip = _skip(case, backend, chip)
                                 out.append(case)
     return out

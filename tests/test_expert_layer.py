@@ -289,3 +289,18 @@ def test_the_fused_calls_follow_the_chip():
     assert c2["expand_scales"] == "expand" and "tp_send_counts" not in c2
     assert c3["tp_send_counts"] == "tp" and "expand_scales" not in c3
     assert c2["expert_scales"] == c3["expert_scales"] == "e"   # combine weighs by them on both
+
+
+def test_the_per_rank_spread_names_the_slowest_and_fastest_rank():
+    from kinds.expert import spread_text
+    assert spread_text([2.0, 0.5, 3.0, 1.0]) == "0.5@r1/3@r2"
+    assert spread_text([]) == "-"
+
+
+def test_low_latency_sizes_are_their_own_cases():
+    from harness.session.options import Options
+    from kinds.expert import _build_launch
+    opts = Options(backends=["gloo"], nproc=2)
+    opts.kind_options = {"moe_impl": ["alltoallv"], "routing": ["random"], "tokens": [256, 8]}
+    cases = _build_launch(opts)
+    assert [c.tokens for c in cases] == [256, 8] and len({c.id for c in cases}) == 2
