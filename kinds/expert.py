@@ -67,7 +67,8 @@ class ExpertSpec(Spec):
     ffn: int
     tokens: int                     # per rank
     routing: str                    # uniform, random, skewed, hotrank, file
-    hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0; hotrank: ep rank 0's weight
+    hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0; hotrank: ep rank 0's
+                                    # weight; masked: the share of selections masked
     expert_ids: list[int] = field(default_factory=list)   # file: the replayed expert ids, cycled
     capacity_factor: float = 0.0    # 0: no capacity; else slots past ceil(cf x tokens x ep x topk / experts) per expert drop
     impl: str
@@ -90,6 +91,7 @@ class ExpertResult(Checked):
     sent_bytes: int                 # bytes this rank sends to other ranks per step (dispatch + combine, forward)
     recv_bytes: int = 0             # dispatch's received rows x hidden x element size, own included (DeepEP's count)
     local_bytes: int = 0            # of recv_bytes, the rows from this rank itself (no link crossed)
+    masked: int = 0                 # this rank's selections masked by the routing (sent nowhere)
     comm_share: float
 
 
@@ -130,6 +132,7 @@ class ExpertRow(_Measured):
     expert_imbalance: float | None = metric("imb(exp)", ".2f", "lower", ("table", "report"))
     rank_imbalance: float | None = metric("imb(rank)", ".2f", "lower", ("table", "report"))
     dropped: int | None = metric("dropped", "d", "lower", ("table",), "whole")
+    masked: int | None = _field("whole")
     tokens_per_expert: list = _field("list", [])
     tokens_per_rank: list = _field("list", [])
     wrong_per_rank: list = _field("list", [])
@@ -168,7 +171,7 @@ def _routing(text: str) -> list[str]:
         name, _, arg = item.partition(":")
         if name == "uniform" and not arg:
             out.append(item)
-        elif name in ("skewed", "hotrank") and 0 < _share(arg) < 1:
+        elif name in ("skewed", "hotrank", "masked") and 0 < _share(arg) < 1:
             out.append(f"{name}:{_share(arg):g}")
         elif name == "random" and not arg:
             out.append(item)
@@ -176,7 +179,7 @@ def _routing(text: str) -> list[str]:
             read_expert_ids(arg)
             out.append(item)
         else:
-            raise ValueError("allowed uniform, random, skewed:SHARE, hotrank:SHARE (0 < SHARE < 1), "
+            raise ValueError("allowed uniform, random, skewed:SHARE, hotrank:SHARE, masked:SHARE (0 < SHARE < 1), "
                              "file:PATH (expert ids, whitespace separated)")
     if not out:
         raise ValueError("give at least one routing profile")
@@ -234,7 +237,7 @@ class ExpertCase(Case):
     ep: int
     experts: int
     topk: int
-    routing: str                    # uniform, random, skewed:SHARE, hotrank:SHARE, file:PATH
+    routing: str                    # uniform, random, skewed:SHARE, hotrank:SHARE, masked:SHARE, file:PATH
     capacity_factor: float
     impl: str
     tokens: int
@@ -267,7 +270,8 @@ class ExpertKind(Kind[ExpertCase]):
         KindOption("--routing", "uniform,random,skewed:0.5,hotrank:0.5",
                    "routing profiles: uniform, random (k distinct experts a token, seeded), skewed:SHARE (one hot "
                    "expert takes SHARE of the slots), hotrank:SHARE (ep rank 0's experts weighted to SHARE of the "
-                   "draws, distinct a token), file:PATH (your router's expert ids, replayed)", _routing),
+                   "draws, distinct a token), masked:SHARE (random, SHARE of the selections masked: sent nowhere), "
+                   "file:PATH (your router's expert ids, replayed)", _routing),
         KindOption("--capacity-factor", "0", "expert capacity factors (0: none; else slots past it are dropped, counted)",
                    _capacity),
         KindOption("--moe-impl", "alltoallv,allgather,fused",
@@ -293,8 +297,9 @@ class ExpertKind(Kind[ExpertCase]):
 
     def spec(self, case: ExpertCase, opts: Options) -> ExpertSpec:
         name, _, arg = case.routing.partition(":")
+        share = float(arg) if name in ("skewed", "hotrank", "masked") else 0.0
         return ExpertSpec(ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden, ffn=2 * case.hidden,
-                          tokens=case.tokens, routing=name, hot_share=float(arg) if name in ("skewed", "hotrank") else 0.0,
+                          tokens=case.tokens, routing=name, hot_share=share,
                           expert_ids=read_expert_ids(arg) if name == "file" else [], capacity_factor=case.capacity_factor,
                           impl=case.impl, dtype=case.dtype, plan={**opts.plan(), "warmup": max(1, min(opts.warmup, 2))})
 
@@ -313,6 +318,7 @@ class ExpertKind(Kind[ExpertCase]):
         row = ExpertRow(
             **checked_fields(case, ran, ranks), **self.identity(case), ffn=2 * case.hidden,
             tokens_per_expert=per_expert, tokens_per_rank=per_rank, dropped=sum(r.dropped for r in ranks),
+            masked=sum(r.masked for r in ranks[:case.ep]),
             sent_bytes_per_rank=sent, placement_warnings=ep_placement(case.ep, ran.rank_hosts))
         return replace(row, step_us=stats.median_seconds(step, k) * 1e6, dispatch_us=dispatch_s * 1e6,
                        combine_us=combine_s * 1e6,
@@ -466,9 +472,10 @@ def fused_skip(case: ExpertCase, chip: str) -> str:
     """op-plugin's documented limits of the fused ops (layers.fused_moe) for this case on `chip` ('' not
     known: what holds on both A2 and A3; the ranks judge the rest), HCCL_BUFFSIZE as its group will set it."""
     buffsize = fused_moe.buffsize_mb({**os.environ, **{k: str(v) for k, v in case.knobs.items()}}) if chip else None
-    distinct = case.routing.partition(":")[0] not in REPEATING_ROUTINGS
+    name = case.routing.partition(":")[0]
     return fused_moe.refusal(chip, ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden,
-                             tokens=case.tokens, dtype=case.dtype, distinct=distinct,
+                             tokens=case.tokens, dtype=case.dtype, distinct=name not in REPEATING_ROUTINGS,
+                             masked=name == "masked",
                              capacity_factor=case.capacity_factor, buffsize=buffsize)
 
 

@@ -8,7 +8,8 @@ a hot expert, a user's replayed trace) while the gate still shapes the result an
 a token's weights are the gate's softmax at its chosen experts, renormalised over the k (Mixtral;
 top-1 keeps the raw probability, as the Switch Transformer does, else its weight would be 1 and
 the gate would have no gradient). Under skewed and file routing a token may choose one expert
-twice: its two copies travel and add up, the traffic a real router with that load would make.
+twice: its two copies travel and add up, the traffic a real router with that load would make. A
+masked choice (id -1, routing masked) goes nowhere and weighs 0.
 
 Capacity (capacity_factor > 0): each expert keeps at most ceil(cf x tokens x ep x topk / E) slots of
 its ep group, first come by (source rank, token, k); the rest are dropped and add nothing.
@@ -38,7 +39,7 @@ from torch import nn
 
 from layers.tp import MLP, NO_TIMER, CommTimer, _all_gather, _Comm, f, g
 
-ROUTINGS = ("uniform", "skewed", "random", "hotrank", "file")
+ROUTINGS = ("uniform", "skewed", "random", "hotrank", "masked", "file")
 IMPLS = ("alltoallv", "allgather", "fused")
 FUSED_OPS = ("npu_moe_distribute_dispatch", "npu_moe_distribute_combine")
 
@@ -67,7 +68,8 @@ def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed:
     rank: what a trained router's top-k looks like without a preference); hotrank: k distinct experts a
     token drawn with ep rank 0's experts (the first `hot_experts`, E/ep) weighted to
     take `hot_share` of the draws (rank-level imbalance: one rank's experts all popular, as DeepEP's
-    and ep_bench's skewed runs load one rank)."""
+    and ep_bench's skewed runs load one rank); masked: random, then each selection masked (id -1: it
+    goes nowhere, as DeepEP's topk_idx -1 and Megatron's routing map) with probability `hot_share`."""
     n = tokens * topk
     first = rank * n   # this rank's first slot in the group's order
     if routing == "uniform":
@@ -80,6 +82,11 @@ def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed:
         rest = 1 + (torch.arange(n - hot) + rank * (n - hot)) % max(1, experts - 1)
         ids = torch.cat([torch.zeros(hot, dtype=torch.long), rest])
         ids = ids[torch.randperm(n, generator=generator(seed, rank))]
+    elif routing == "masked":
+        if not 0.0 < hot_share < 1.0:
+            raise ValueError(f"masked needs a fraction in (0, 1), got {hot_share}")
+        ids = choices("random", tokens, topk, experts, rank, seed).reshape(-1)
+        ids[torch.rand(n, generator=generator(seed + 3, rank)) < hot_share] = -1
     elif routing in ("random", "hotrank"):
         if topk > experts:
             raise ValueError(f"routing {routing} draws {topk} distinct experts of {experts}")
@@ -109,9 +116,11 @@ def distinct_rows(ids: torch.Tensor) -> bool:
 
 
 def weights(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """The gate's weight for each chosen expert (module docstring): softmax at the choices, over the k."""
-    w = torch.softmax(logits, dim=-1).gather(1, ids)
-    return w / w.sum(dim=-1, keepdim=True) if ids.shape[1] > 1 else w
+    """The gate's weight for each chosen expert (module docstring): softmax at the choices, over the k;
+    a masked choice (id -1) weighs 0 and the others are renormalised without it."""
+    valid = ids >= 0
+    w = torch.softmax(logits, dim=-1).gather(1, ids.clamp(min=0)) * valid
+    return w / w.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(w.dtype).tiny) if ids.shape[1] > 1 else w
 
 
 def capacity(capacity_factor: float, tokens: int, ep: int, topk: int, experts: int) -> int:
@@ -126,14 +135,16 @@ def _exclusive(counts: torch.Tensor) -> torch.Tensor:
 
 def kept(ids: torch.Tensor, before: torch.Tensor, cap: int) -> torch.Tensor:
     """Which slots (flat ids, in order) an expert keeps: its position among the group's slots for it,
-    `before` (per expert) coming from earlier ranks, under `cap` (0: all)."""
+    `before` (per expert) coming from earlier ranks, under `cap` (0: all); a masked slot (id -1) never."""
+    valid = ids >= 0
     if cap <= 0:
-        return torch.ones_like(ids, dtype=torch.bool)
-    order = torch.argsort(ids, stable=True)
-    counts = torch.bincount(ids, minlength=before.numel())
+        return valid
+    safe = torch.where(valid, ids, before.numel())   # masked slots sort after every expert's
+    order = torch.argsort(safe, stable=True)
+    counts = torch.bincount(safe, minlength=before.numel() + 1)
     pos = torch.empty_like(ids)
-    pos[order] = torch.arange(ids.numel(), device=ids.device) - _exclusive(counts)[ids[order]]
-    return before[ids] + pos < cap
+    pos[order] = torch.arange(ids.numel(), device=ids.device) - _exclusive(counts)[safe[order]]
+    return valid & (torch.cat([before, before.new_zeros(1)])[safe] + pos < cap)
 
 
 def after_drops(routed: torch.Tensor, cap: int) -> torch.Tensor:
@@ -211,7 +222,7 @@ class Traffic:
 def traffic(group, flat_ids: torch.Tensor, experts: int, cap: int, timer: CommTimer = NO_TIMER) -> Traffic:
     """Every rank's per-expert counts, all-gathered over the ep group (Megatron's alltoall dispatcher
     gathers them too), and what capacity leaves of them."""
-    routed = _all_gather(torch.bincount(flat_ids, minlength=experts).view(1, -1), group, timer)
+    routed = _all_gather(torch.bincount(flat_ids[flat_ids >= 0], minlength=experts).view(1, -1), group, timer)
     return Traffic(routed, after_drops(routed, cap))
 
 

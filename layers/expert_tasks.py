@@ -62,9 +62,10 @@ def fused_group(ep: int, world: int, rank: int):
 def fused_refusal(spec: Any, chip: str, ranks: list[int]) -> str:
     """Why the fused ops cannot run this spec on `chip` (layers.fused_moe, op-plugin's documented limits),
     judged on the ids every rank of the group will send (a token must not name one expert twice)."""
-    distinct = all(expert.distinct_rows(_inputs(spec, r, "cpu", torch.float32)[1]) for r in ranks)
+    ids = [_inputs(spec, r, "cpu", torch.float32)[1] for r in ranks]
+    distinct, masked = all(expert.distinct_rows(i) for i in ids), any(bool((i < 0).any()) for i in ids)
     return fused_moe.refusal(chip, ep=spec.ep, experts=spec.experts, topk=spec.topk, hidden=spec.hidden,
-                             tokens=spec.tokens, dtype=spec.dtype, distinct=distinct,
+                             tokens=spec.tokens, dtype=spec.dtype, distinct=distinct, masked=masked,
                              capacity_factor=spec.capacity_factor, buffsize=fused_moe.buffsize_mb())
 
 
@@ -190,7 +191,7 @@ def expert_loops(backend, spec: Any):
                     tokens_per_expert=counts.routed.sum(0).tolist(), tokens_per_rank=counts.tokens_per_rank(),
                     dropped=int(counts.routed[ep_rank].sum() - counts.sent[ep_rank].sum()),
                     sent_bytes=counts.sent_bytes(spec.impl, ep_rank, spec.tokens, spec.topk, spec.hidden, x.element_size()),
-                    recv_bytes=rows * row_bytes, local_bytes=local * row_bytes,
+                    recv_bytes=rows * row_bytes, local_bytes=local * row_bytes, masked=int((ids < 0).sum()),
                     comm_share=timer.seconds / elapsed if elapsed > 0 else 0.0)
     loops = [step, alone(lambda: dispatcher.dispatch(x, ids, w)),
              alone(lambda: expert.run_experts(layer.experts, h, sizes)), alone(lambda: dispatcher.combine(y, ctx))]

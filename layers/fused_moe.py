@@ -40,7 +40,7 @@ def buffsize_mb(env: dict[str, str] | None = None) -> float:
 
 
 def refusal(chip: str, *, ep: int, experts: int, topk: int, hidden: int, tokens: int, dtype: str,
-            distinct: bool, capacity_factor: float, buffsize: float | None) -> str:
+            distinct: bool, capacity_factor: float, buffsize: float | None, masked: bool = False) -> str:
     """Why the fused ops cannot run this case on `chip` ('' when they can). chip '' (not known yet):
     only what holds on both A2 and A3 is judged (the ranks judge the rest on their chip);
     buffsize None: HCCL_BUFFSIZE not judged."""
@@ -49,6 +49,8 @@ def refusal(chip: str, *, ep: int, experts: int, topk: int, hidden: int, tokens:
         return f"{doc} are documented for Atlas A2 and A3 only, not {chip}"
     if dtype not in DTYPES:
         return f"{doc} take bfloat16 or float16 tokens, not {dtype} (--moe-dtype bfloat16)"
+    if masked:
+        return f"{doc} take no masked selection (x_active_mask is reserved, unused; an expert id must be in [0, E))"
     if not distinct:
         return f"{doc} forbid one expert twice in a token's top-k; this routing can repeat one (use uniform or random)"
     if capacity_factor:

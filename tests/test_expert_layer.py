@@ -16,7 +16,7 @@ from layers import expert
 
 KEYS = {"wrong", "iters", "round_ns", "calibration", "checked", "err_to_tol", "peak_memory_bytes", "params_local",
         "dispatch_ns", "combine_ns", "expert_ns", "tokens_per_expert", "tokens_per_rank", "dropped", "sent_bytes",
-        "recv_bytes", "local_bytes", "comm_share", "cpu_wait_ns"}
+        "recv_bytes", "local_bytes", "masked", "comm_share", "cpu_wait_ns"}
 PLAN = {"warmup": 1, "rounds": 2, "iters": 1, "round_time_s": 0.001}
 BASE = {"kind": "expert", "ep": 2, "experts": 4, "topk": 1, "hidden": 16, "ffn": 24, "tokens": 32, "routing": "uniform",
         "hot_share": 0.5, "expert_ids": [3, 0, 3, 1, 3, 2, 3, 3, 1], "capacity_factor": 0.0, "impl": "alltoallv",
@@ -51,6 +51,18 @@ def test_hotrank_routing_loads_one_ep_ranks_experts_with_distinct_experts_per_to
     hot = float((ids < 2).float().mean())
     assert 0.5 < hot < 0.75   # weighted to 0.7 of the draws, less where a token already took both hot experts
     assert float((expert.choices("random", 400, 2, 8, rank=0, seed=5) < 2).float().mean()) < 0.35
+
+
+def test_masked_routing_masks_its_share_of_selections_and_they_weigh_nothing():
+    ids = expert.choices("masked", 500, 2, 8, rank=2, seed=4, hot_share=0.25)
+    share = float((ids < 0).float().mean())
+    assert 0.2 < share < 0.3 and int(ids.max()) < 8
+    w = expert.weights(torch.randn(500, 8), ids)
+    assert torch.all(w[ids < 0] == 0)
+    both = (ids >= 0).all(dim=1)
+    assert torch.allclose(w[both].sum(dim=1), torch.ones(int(both.sum())))   # renormalised over what is left
+    assert expert.kept(ids.reshape(-1), torch.zeros(8, dtype=torch.long), 0).tolist() == (ids.reshape(-1) >= 0).tolist()
+    assert not expert.kept(ids.reshape(-1), torch.zeros(8, dtype=torch.long), 10)[ids.reshape(-1) < 0].any()
 
 
 def test_distinct_rows_finds_a_token_naming_one_expert_twice():
@@ -123,7 +135,7 @@ def run_ranks(world: int, specs: list[dict], store: str, timeout: float = 120) -
 
 
 CASES = [{"impl": impl, "routing": routing, "topk": topk, "capacity_factor": cf}
-         for impl in ("alltoallv", "allgather") for routing in ("uniform", "skewed", "random", "hotrank", "file")
+         for impl in ("alltoallv", "allgather") for routing in ("uniform", "skewed", "random", "hotrank", "masked", "file")
          for topk in (1, 2) for cf in (0.0, 0.5)]
 WORLD4 = [{"impl": impl, "ep": ep, "experts": 8, "routing": routing, "topk": 2, "capacity_factor": cf}
           for impl in ("alltoallv", "allgather") for ep in (2, 4) for routing, cf in (("uniform", 0.0), ("skewed", 1.0))]
@@ -166,11 +178,13 @@ def _assert_passes(spec: dict, per_rank: list[dict]) -> None:
         group = per_rank[first:first + ep]
         per_expert = group[0]["tokens_per_expert"]
         assert all(r["tokens_per_expert"] == per_expert and r["tokens_per_rank"] == group[0]["tokens_per_rank"] for r in group)
-        assert len(per_expert) == spec["experts"] and sum(per_expert) == slots * ep
+        masked = sum(r["masked"] for r in group)
+        assert (masked > 0) == (spec["routing"] == "masked") and masked < slots * ep
+        assert len(per_expert) == spec["experts"] and sum(per_expert) == slots * ep - masked
         cap = expert.capacity(spec["capacity_factor"], spec["tokens"], ep, spec["topk"], spec["experts"])
         dropped = sum(max(0, n - cap) for n in per_expert) if cap else 0
         assert sum(r["dropped"] for r in group) == dropped
-        assert sum(group[0]["tokens_per_rank"]) == slots * ep - dropped and len(group[0]["tokens_per_rank"]) == ep
+        assert sum(group[0]["tokens_per_rank"]) == slots * ep - masked - dropped and len(group[0]["tokens_per_rank"]) == ep
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)
@@ -181,7 +195,7 @@ def test_every_dispatcher_equals_the_single_rank_layer_at_2_ranks(results, case)
     per_expert = per_rank[0]["tokens_per_expert"]
     if case["routing"] == "skewed":   # the hot expert takes its share of all routed slots
         assert per_expert[0] == spec["hot_share"] * sum(per_expert)
-    if case["capacity_factor"]:
+    if case["capacity_factor"] and case["routing"] != "masked":   # masking half the selections leaves room under it
         assert sum(r["dropped"] for r in per_rank) > 0
     if case["routing"] == "uniform" and not case["capacity_factor"]:   # half of every rank's slots go to the other rank
         slots, h = spec["tokens"] * spec["topk"], spec["hidden"]

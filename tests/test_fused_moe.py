@@ -44,6 +44,7 @@ def test_a_case_inside_the_limits_runs_on_both_chips():
 @pytest.mark.parametrize("chip, change, reason", [
     ("", {"dtype": "float32"}, "bfloat16 or float16 tokens, not float32"),
     ("", {"distinct": False}, "one expert twice"),
+    ("", {"masked": True}, "no masked selection"),
     ("", {"capacity_factor": 1.25}, "no expert capacity"),
     ("A2", {"ep": 8, "experts": 8}, "not 8"),               # an 8-NPU A2 node at --ep = world size
     ("", {"ep": 4, "experts": 8}, "not 4"),                 # neither chip takes 4
