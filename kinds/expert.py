@@ -68,7 +68,7 @@ class ExpertSpec(Spec):
     tokens: int                     # per rank
     routing: str                    # uniform, random, skewed, hotrank, file
     hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0; hotrank: ep rank 0's
-                                    # weight; masked: the share of selections masked
+                                    # weight; masked: the share of selections masked; uneven: the tokens' spread
     expert_ids: list[int] = field(default_factory=list)   # file: the replayed expert ids, cycled
     capacity_factor: float = 0.0    # 0: no capacity; else slots past ceil(cf x tokens x ep x topk / experts) per expert drop
     impl: str
@@ -171,7 +171,7 @@ def _routing(text: str) -> list[str]:
         name, _, arg = item.partition(":")
         if name == "uniform" and not arg:
             out.append(item)
-        elif name in ("skewed", "hotrank", "masked") and 0 < _share(arg) < 1:
+        elif name in ("skewed", "hotrank", "masked", "uneven") and 0 < _share(arg) < 1:
             out.append(f"{name}:{_share(arg):g}")
         elif name == "random" and not arg:
             out.append(item)
@@ -179,7 +179,7 @@ def _routing(text: str) -> list[str]:
             read_expert_ids(arg)
             out.append(item)
         else:
-            raise ValueError("allowed uniform, random, skewed:SHARE, hotrank:SHARE, masked:SHARE (0 < SHARE < 1), "
+            raise ValueError("allowed uniform, random, skewed:SHARE, hotrank:SHARE, masked:SHARE, uneven:SPREAD (0 < x < 1), "
                              "file:PATH (expert ids, whitespace separated)")
     if not out:
         raise ValueError("give at least one routing profile")
@@ -237,7 +237,7 @@ class ExpertCase(Case):
     ep: int
     experts: int
     topk: int
-    routing: str                    # uniform, random, skewed:SHARE, hotrank:SHARE, masked:SHARE, file:PATH
+    routing: str                    # uniform, random, skewed:SHARE, hotrank:SHARE, masked:SHARE, uneven:SPREAD, file:PATH
     capacity_factor: float
     impl: str
     tokens: int
@@ -271,6 +271,7 @@ class ExpertKind(Kind[ExpertCase]):
                    "routing profiles: uniform, random (k distinct experts a token, seeded), skewed:SHARE (one hot "
                    "expert takes SHARE of the slots), hotrank:SHARE (ep rank 0's experts weighted to SHARE of the "
                    "draws, distinct a token), masked:SHARE (random, SHARE of the selections masked: sent nowhere), "
+                   "uneven:SPREAD (random; ep ranks send (1 - SPREAD) to (1 + SPREAD) x --tokens, alltoallv and fused), "
                    "file:PATH (your router's expert ids, replayed)", _routing),
         KindOption("--capacity-factor", "0", "expert capacity factors (0: none; else slots past it are dropped, counted)",
                    _capacity),
@@ -297,7 +298,7 @@ class ExpertKind(Kind[ExpertCase]):
 
     def spec(self, case: ExpertCase, opts: Options) -> ExpertSpec:
         name, _, arg = case.routing.partition(":")
-        share = float(arg) if name in ("skewed", "hotrank", "masked") else 0.0
+        share = float(arg) if name in ("skewed", "hotrank", "masked", "uneven") else 0.0
         return ExpertSpec(ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden, ffn=2 * case.hidden,
                           tokens=case.tokens, routing=name, hot_share=share,
                           expert_ids=read_expert_ids(arg) if name == "file" else [], capacity_factor=case.capacity_factor,
@@ -472,9 +473,10 @@ def fused_skip(case: ExpertCase, chip: str) -> str:
     """op-plugin's documented limits of the fused ops (layers.fused_moe) for this case on `chip` ('' not
     known: what holds on both A2 and A3; the ranks judge the rest), HCCL_BUFFSIZE as its group will set it."""
     buffsize = fused_moe.buffsize_mb({**os.environ, **{k: str(v) for k, v in case.knobs.items()}}) if chip else None
-    name = case.routing.partition(":")[0]
+    name, _, arg = case.routing.partition(":")
+    most = case.tokens + round(float(arg) * case.tokens) if name == "uneven" else case.tokens   # layers.expert.tokens_of
     return fused_moe.refusal(chip, ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden,
-                             tokens=case.tokens, dtype=case.dtype, distinct=name not in REPEATING_ROUTINGS,
+                             tokens=most, dtype=case.dtype, distinct=name not in REPEATING_ROUTINGS,
                              masked=name == "masked",
                              capacity_factor=case.capacity_factor, buffsize=buffsize)
 
@@ -488,6 +490,8 @@ def _skip(case: ExpertCase, backend: str, chip: str = "") -> str:
         return f"E={case.experts} experts do not spread evenly over ep={case.ep} ranks"
     if case.topk > case.experts:
         return f"top-{case.topk} of {case.experts} experts"
+    if case.routing.startswith("uneven") and case.impl == "allgather":
+        return "routing uneven: the all-gather dispatcher gathers equal shapes (Megatron's pads or splits them)"
     if case.routing.startswith("hotrank") and case.ep < 2:
         return f"hotrank loads one ep rank's experts against the others': ep={case.ep} has no others"
     if case.impl == "fused" and backend != "hccl":

@@ -39,7 +39,7 @@ from torch import nn
 
 from layers.tp import MLP, NO_TIMER, CommTimer, _all_gather, _Comm, f, g
 
-ROUTINGS = ("uniform", "skewed", "random", "hotrank", "masked", "file")
+ROUTINGS = ("uniform", "skewed", "random", "hotrank", "masked", "uneven", "file")
 IMPLS = ("alltoallv", "allgather", "fused")
 FUSED_OPS = ("npu_moe_distribute_dispatch", "npu_moe_distribute_combine")
 
@@ -87,11 +87,11 @@ def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed:
             raise ValueError(f"masked needs a fraction in (0, 1), got {hot_share}")
         ids = choices("random", tokens, topk, experts, rank, seed).reshape(-1)
         ids[torch.rand(n, generator=generator(seed + 3, rank)) < hot_share] = -1
-    elif routing in ("random", "hotrank"):
+    elif routing in ("random", "hotrank", "uneven"):
         if topk > experts:
             raise ValueError(f"routing {routing} draws {topk} distinct experts of {experts}")
         weight = torch.ones(experts, dtype=torch.float64)
-        if routing == "hotrank":
+        if routing == "hotrank":   # (uneven: random choices; its tokens per rank differ, tokens_of)
             if not 0.0 < hot_share < 1.0 or not 0 < hot_experts < experts:
                 raise ValueError(f"hotrank needs 0 < hot_share < 1 and 0 < hot experts < {experts}")
             weight[:hot_experts] = hot_share / hot_experts
@@ -113,6 +113,14 @@ def distinct_rows(ids: torch.Tensor) -> bool:
     """Whether no token (row) names one expert twice."""
     ordered = ids.sort(dim=1).values
     return bool((ordered[:, 1:] != ordered[:, :-1]).all())
+
+
+def tokens_of(routing: str, tokens: int, spread: float, ep_rank: int, ep: int) -> int:
+    """Tokens rank `ep_rank` sends: `tokens`, or under routing uneven tokens x (1 + spread x (2 r / (ep - 1) - 1)),
+    rounded: from (1 - spread) x to (1 + spread) x tokens over the group, the group's total kept (ep x tokens)."""
+    if routing != "uneven" or ep < 2:
+        return tokens
+    return max(1, tokens + round(spread * tokens * (2 * ep_rank / (ep - 1) - 1)))
 
 
 def weights(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -320,14 +328,14 @@ class Fused(_Dispatcher):
     follows the chip (`chip`: A2 or A3, collectives.backends.hccl.hccl_product): see dispatch_args."""
 
     def __init__(self, group, experts: int, cap: int, timer: CommTimer = NO_TIMER, global_rank: int = 0,
-                 chip: str = ""):
+                 chip: str = "", global_bs: int = 0):
         super().__init__(group, experts, cap, timer)
         if why := fused_missing():
             raise RuntimeError(why)
         if cap:
             raise ValueError("impl fused has no capacity limit: use capacity_factor 0")
         import torch_npu
-        self.npu, self.chip = torch_npu, chip
+        self.npu, self.chip, self.global_bs = torch_npu, chip, global_bs
         self.name = group._get_backend(torch.device("npu")).get_hccl_comm_name(global_rank)
 
     def dispatch(self, x, ids, w):
@@ -337,7 +345,7 @@ class Fused(_Dispatcher):
         scales = w.float()
         expand_x, _, expand_idx, token_nums, ep_recv_counts, tp_recv_counts, expand_scales = self.timer.run(
             lambda: self.npu.npu_moe_distribute_dispatch(**dispatch_args(self.chip, x, ids32, self.name, self.ep,
-                                                                         self.rank, self.experts, scales)))
+                                                                         self.rank, self.experts, scales, self.global_bs)))
         sizes = token_nums.tolist()   # rows per local expert, in expert order from the first row
         return expand_x[:sum(sizes)], sizes, (expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales,
                                               scales)
@@ -347,10 +355,11 @@ class Fused(_Dispatcher):
         full = torch.cat([y, expand_x.new_zeros((len(expand_x) - len(y), y.shape[1]))])   # the rows dispatch gave
         return self.timer.run(lambda: self.npu.npu_moe_distribute_combine(**combine_args(
             self.chip, full, ids32, expand_idx, ep_recv_counts, scales, self.name, self.ep, self.rank, self.experts,
-            tp_recv_counts, expand_scales)))
+            tp_recv_counts, expand_scales, self.global_bs)))
 
 
-def dispatch_args(chip: str, x, ids32, group: str, ep: int, ep_rank: int, experts: int, expert_scales) -> dict:
+def dispatch_args(chip: str, x, ids32, group: str, ep: int, ep_rank: int, experts: int, expert_scales,
+                  global_bs: int = 0) -> dict:
     """npu_moe_distribute_dispatch's arguments by their documented names (tests/data/op_plugin holds the
     prototype and the limits they are checked against); its 7 outputs: expand_x, dynamic_scales,
     expand_idx, expert_token_nums (per local expert: expert_token_nums_type=1), ep_recv_counts,
@@ -364,13 +373,13 @@ def dispatch_args(chip: str, x, ids32, group: str, ep: int, ep_rank: int, expert
 
 
 def combine_args(chip: str, expand_x, ids32, expand_idx, ep_recv_counts, expert_scales, group: str, ep: int,
-                 ep_rank: int, experts: int, tp_recv_counts, expand_scales) -> dict:
+                 ep_rank: int, experts: int, tp_recv_counts, expand_scales, global_bs: int = 0) -> dict:
     """npu_moe_distribute_combine's arguments by their documented names: dispatch's counts passed back
     as they came. A2: expand_scales (required there), tp_send_counts left at its default (A2 has no TP
     domain); A3: tp_send_counts from dispatch's tp_recv_counts, no expand_scales (not supported there)."""
     args = {"expand_x": expand_x, "expert_ids": ids32, "expand_idx": expand_idx, "ep_send_counts": ep_recv_counts,
             "expert_scales": expert_scales, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
-            "moe_expert_num": experts}
+            "moe_expert_num": experts, "global_bs": global_bs}
     if chip == "A2":
         return {**args, "expand_scales": expand_scales}
     return {**args, "tp_send_counts": tp_recv_counts}

@@ -27,6 +27,8 @@ from layers.mesh import Axis, ParallelDims
 from layers.rank_tasks import _reduce_length, groups_for, torch_loops
 from layers.tp import CommTimer
 
+UNEVEN_ALLGATHER = ("routing uneven: the all-gather dispatcher gathers equal shapes (Megatron's pads or splits them): "
+                    "use alltoallv")
 DISPATCHERS = {"alltoallv": expert.AllToAllV, "allgather": expert.AllGather, "fused": expert.Fused}
 
 
@@ -42,6 +44,8 @@ def _validate(spec: Any, world: int) -> None:
         raise ValueError(f"experts {spec.experts} are not divisible by ep {spec.ep}")
     if not 1 <= spec.topk <= 8:
         raise ValueError(f"topk must be 1-8, got {spec.topk}")
+    if spec.routing == "uneven" and spec.impl == "allgather":
+        raise ValueError(UNEVEN_ALLGATHER)
 
 
 _FUSED_GROUPS: dict[int, Any] = {}
@@ -65,13 +69,13 @@ def fused_refusal(spec: Any, chip: str, ranks: list[int]) -> str:
     ids = [_inputs(spec, r, "cpu", torch.float32)[1] for r in ranks]
     distinct, masked = all(expert.distinct_rows(i) for i in ids), any(bool((i < 0).any()) for i in ids)
     return fused_moe.refusal(chip, ep=spec.ep, experts=spec.experts, topk=spec.topk, hidden=spec.hidden,
-                             tokens=spec.tokens, dtype=spec.dtype, distinct=distinct, masked=masked,
+                             tokens=max(len(i) for i in ids), dtype=spec.dtype, distinct=distinct, masked=masked,
                              capacity_factor=spec.capacity_factor, buffsize=fused_moe.buffsize_mb())
 
 
 def _inputs(spec: Any, rank: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rank `rank`'s tokens, expert choices and output gradient: any rank can make any rank's."""
-    t, h = spec.tokens, spec.hidden
+    t, h = expert.tokens_of(spec.routing, spec.tokens, spec.hot_share, rank % spec.ep, spec.ep), spec.hidden
     x = torch.randn(t, h, generator=expert.generator(spec.seed + 1, rank)).to(device, dtype)
     gy = torch.randn(t, h, generator=expert.generator(spec.seed + 2, rank)).to(device, dtype)
     ids = expert.choices(spec.routing, t, spec.topk, spec.experts, rank, spec.seed, spec.hot_share, spec.expert_ids,
@@ -88,7 +92,8 @@ def _compare(spec: Any, model: expert.MoE, layer: expert.ExpertParallel, ranks: 
     x_all = torch.cat([x for x, _, _ in inputs]).requires_grad_()
     gy_all = torch.cat([gy for _, _, gy in inputs])
     ref = expert.reference(model, x_all, torch.cat([ids for _, ids, _ in inputs]), _cap(spec))
-    mine = slice(ep_rank * spec.tokens, (ep_rank + 1) * spec.tokens)
+    first = sum(len(x) for x, _, _ in inputs[:ep_rank])
+    mine = slice(first, first + len(inputs[ep_rank][0]))
     forward_only = spec.impl == "fused"
     if not forward_only:
         (ref_gate,) = torch.autograd.grad((ref[mine] * gy_all[mine]).sum(), model.gate.weight, retain_graph=True)
@@ -99,7 +104,7 @@ def _compare(spec: Any, model: expert.MoE, layer: expert.ExpertParallel, ranks: 
         out = layer(x, ids)
     if not forward_only:
         out.backward(gy)
-    n = _reduce_length(nn.ModuleList([model.gate, model.experts[0]]), len(ranks) * spec.tokens * spec.topk,
+    n = _reduce_length(nn.ModuleList([model.gate, model.experts[0]]), len(x_all) * spec.topk,
                        spec.topk + spec.experts)
     check.compare(out, ref[mine], n)
     if forward_only:
@@ -139,7 +144,9 @@ def expert_loops(backend, spec: Any):
         if why := fused_refusal(spec, chip, ranks):
             raise ValueError(why)
         moved_on = fused_group(spec.ep, backend.world, backend.rank)
-        kwargs = {"global_rank": backend.rank, "chip": chip}
+        most = max(expert.tokens_of(spec.routing, spec.tokens, spec.hot_share, r, spec.ep) for r in range(spec.ep))
+        # global_bs: 0 where every rank sends the same BS, else max BS x ep (op-plugin)
+        kwargs = {"global_rank": backend.rank, "chip": chip, "global_bs": 0 if spec.routing != "uneven" else most * spec.ep}
     dispatcher = DISPATCHERS[spec.impl](moved_on, spec.experts, _cap(spec), timer, **kwargs)
     torch.manual_seed(spec.seed)
     model = expert.MoE(spec.hidden, spec.ffn, spec.experts).to(device=device, dtype=dtype)
@@ -173,7 +180,7 @@ def expert_loops(backend, spec: Any):
                     call()
         return loop
 
-    rows, local = counts.received_rows(spec.impl, ep_rank, spec.tokens)
+    rows, local = counts.received_rows(spec.impl, ep_rank, len(x))
     row_bytes = spec.hidden * x.element_size()
 
     def finish(k, times):
@@ -190,7 +197,7 @@ def expert_loops(backend, spec: Any):
                     params_local=sum(p.numel() for p in layer.parameters()),
                     tokens_per_expert=counts.routed.sum(0).tolist(), tokens_per_rank=counts.tokens_per_rank(),
                     dropped=int(counts.routed[ep_rank].sum() - counts.sent[ep_rank].sum()),
-                    sent_bytes=counts.sent_bytes(spec.impl, ep_rank, spec.tokens, spec.topk, spec.hidden, x.element_size()),
+                    sent_bytes=counts.sent_bytes(spec.impl, ep_rank, len(x), spec.topk, spec.hidden, x.element_size()),
                     recv_bytes=rows * row_bytes, local_bytes=local * row_bytes, masked=int((ids < 0).sum()),
                     comm_share=timer.seconds / elapsed if elapsed > 0 else 0.0)
     loops = [step, alone(lambda: dispatcher.dispatch(x, ids, w)),

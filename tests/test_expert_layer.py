@@ -134,9 +134,11 @@ def run_ranks(world: int, specs: list[dict], store: str, timeout: float = 120) -
     return [[got[r][i] for r in range(world)] for i in range(len(specs))]
 
 
+UNEVEN_ALLGATHER = {"impl": "allgather", "routing": "uneven"}
+ROUTINGS = ("uniform", "skewed", "random", "hotrank", "masked", "uneven", "file")
 CASES = [{"impl": impl, "routing": routing, "topk": topk, "capacity_factor": cf}
-         for impl in ("alltoallv", "allgather") for routing in ("uniform", "skewed", "random", "hotrank", "masked", "file")
-         for topk in (1, 2) for cf in (0.0, 0.5)]
+         for impl in ("alltoallv", "allgather") for routing in ROUTINGS
+         for topk in (1, 2) for cf in (0.0, 0.5) if not (impl == "allgather" and routing == "uneven")]
 WORLD4 = [{"impl": impl, "ep": ep, "experts": 8, "routing": routing, "topk": 2, "capacity_factor": cf}
           for impl in ("alltoallv", "allgather") for ep in (2, 4) for routing, cf in (("uniform", 0.0), ("skewed", 1.0))]
 CORRUPT = {"corrupt_on": 1, "topk": 2}
@@ -151,7 +153,7 @@ def _ids(case: dict) -> str:
 def results(tmp_path_factory):
     """Every case of this module in two groups of rank processes, started once: (world, case) -> per-rank results."""
     tmp = tmp_path_factory.mktemp("expert")
-    two = [CORRUPT, FUSED, *CASES]
+    two = [CORRUPT, FUSED, UNEVEN_ALLGATHER, *CASES]
     four = [CORRUPT, *WORLD4]
     got = {}
     for world, cases in ((2, two), (4, four)):
@@ -160,10 +162,11 @@ def results(tmp_path_factory):
     return got
 
 
-def _expected_checked(spec: dict) -> int:
-    """The output and input gradient (tokens x H), the gate's gradient and the local experts' parameters."""
+def _expected_checked(spec: dict, rank: int) -> int:
+    """The output and input gradient (the rank's tokens x H), the gate's gradient and the local experts' parameters."""
     h, f, e = spec["hidden"], spec["ffn"], spec["experts"]
-    return 2 * spec["tokens"] * h + e * h + e // spec["ep"] * (2 * h * f + f + h)
+    tokens = expert.tokens_of(spec["routing"], spec["tokens"], spec["hot_share"], rank % spec["ep"], spec["ep"])
+    return 2 * tokens * h + e * h + e // spec["ep"] * (2 * h * f + f + h)
 
 
 def _assert_passes(spec: dict, per_rank: list[dict]) -> None:
@@ -171,7 +174,7 @@ def _assert_passes(spec: dict, per_rank: list[dict]) -> None:
     for rank, r in enumerate(per_rank):
         assert "error" not in r, r.get("traceback")
         assert set(r) == KEYS
-        assert r["wrong"] == 0 and r["err_to_tol"] <= 1 and r["checked"] == _expected_checked(spec), (rank, r)
+        assert r["wrong"] == 0 and r["err_to_tol"] <= 1 and r["checked"] == _expected_checked(spec, rank), (rank, r)
         assert len(r["round_ns"]) == len(r["dispatch_ns"]) == len(r["expert_ns"]) == len(r["combine_ns"]) == PLAN["rounds"]
         assert 0 <= r["comm_share"] <= 1 and r["iters"] == 1 and r["params_local"] > 0
     for first in range(0, len(per_rank), ep):   # each ep group: its ranks agree on the counts
@@ -228,6 +231,15 @@ def test_the_corrupt_hook_fails_the_check_on_its_rank_only(results, world):
     wrong = [r["wrong"] for r in results[world, _ids(CORRUPT)]]
     assert wrong == [0, 1] + [0] * (world - 2)
     assert results[world, _ids(CORRUPT)][1]["err_to_tol"] > 1000
+
+
+def test_uneven_tokens_per_rank_send_their_own_counts_and_the_allgather_dispatcher_refuses_them(results):
+    assert [expert.tokens_of("uneven", 32, 0.5, r, 2) for r in range(2)] == [16, 48]
+    assert [expert.tokens_of("uneven", 32, 0.5, r, 4) for r in range(4)] == [16, 27, 37, 48]   # the total kept
+    per_rank = results[2, _ids({"impl": "alltoallv", "routing": "uneven", "topk": 2, "capacity_factor": 0.0})]
+    assert [sum(r["tokens_per_expert"]) for r in per_rank] == [(16 + 48) * 2] * 2
+    for r in results[2, _ids(UNEVEN_ALLGATHER)]:
+        assert r["error"].startswith("ValueError: routing uneven: the all-gather dispatcher gathers equal shapes")
 
 
 def test_the_fused_dispatcher_says_why_it_cannot_run_here(results):
