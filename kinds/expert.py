@@ -267,7 +267,7 @@ class ExpertKind(Kind[ExpertCase]):
                    lambda t: _counts(t) if t else []),
         KindOption("--experts", "8", "total experts E (a multiple of each ep)", lambda t: _counts(t)[0]),
         KindOption("--topk", "2", "experts per token, 1-8, comma list", _topk),
-        KindOption("--routing", "uniform,random,skewed:0.5,hotrank:0.5",
+        KindOption("--routing", "uniform,random,skewed:0.5,hotrank:0.5,masked:0.25,uneven:0.5",
                    "routing profiles: uniform, random (k distinct experts a token, seeded), skewed:SHARE (one hot "
                    "expert takes SHARE of the slots), hotrank:SHARE (ep rank 0's experts weighted to SHARE of the "
                    "draws, distinct a token), masked:SHARE (random, SHARE of the selections masked: sent nowhere), "
