@@ -66,11 +66,18 @@ def fused_group(ep: int, world: int, rank: int):
 def fused_refusal(spec: Any, chip: str, ranks: list[int]) -> str:
     """Why the fused ops cannot run this spec on `chip` (layers.fused_moe, op-plugin's documented limits),
     judged on the ids every rank of the group will send (a token must not name one expert twice)."""
-    ids = [_inputs(spec, r, "cpu", torch.float32)[1] for r in ranks]
+    ids = [_choices(spec, r) for r in ranks]
     distinct, masked = all(expert.distinct_rows(i) for i in ids), any(bool((i < 0).any()) for i in ids)
     return fused_moe.refusal(chip, ep=spec.ep, experts=spec.experts, topk=spec.topk, hidden=spec.hidden,
                              tokens=max(len(i) for i in ids), dtype=spec.dtype, distinct=distinct, masked=masked,
                              capacity_factor=spec.capacity_factor, buffsize=fused_moe.buffsize_mb())
+
+
+def _choices(spec: Any, rank: int) -> torch.Tensor:
+    """Rank `rank`'s expert ids (no tokens made: the fused limits are judged on every rank's ids)."""
+    t = expert.tokens_of(spec.routing, spec.tokens, spec.hot_share, rank % spec.ep, spec.ep)
+    return expert.choices(spec.routing, t, spec.topk, spec.experts, rank, spec.seed, spec.hot_share, spec.expert_ids,
+                          spec.experts // spec.ep)
 
 
 def _inputs(spec: Any, rank: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -78,8 +85,7 @@ def _inputs(spec: Any, rank: int, device, dtype) -> tuple[torch.Tensor, torch.Te
     t, h = expert.tokens_of(spec.routing, spec.tokens, spec.hot_share, rank % spec.ep, spec.ep), spec.hidden
     x = torch.randn(t, h, generator=expert.generator(spec.seed + 1, rank)).to(device, dtype)
     gy = torch.randn(t, h, generator=expert.generator(spec.seed + 2, rank)).to(device, dtype)
-    ids = expert.choices(spec.routing, t, spec.topk, spec.experts, rank, spec.seed, spec.hot_share, spec.expert_ids,
-                         spec.experts // spec.ep)
+    ids = _choices(spec, rank)
     return x, ids.to(device), gy
 
 
