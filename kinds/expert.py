@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from harness.session.options import Options
 
 IMPLS = ("alltoallv", "allgather", "fused")
+DROP_POLICIES = ("group", "probs", "position")   # layers.expert.DROP_POLICIES
 DTYPES = ("float32", "bfloat16", "float16")
 REPEATING_ROUTINGS = ("skewed",)   # can give a token one expert twice (file: the ranks judge the replayed ids)
 FUSED_NEEDS = "torch_npu's npu_moe_distribute_dispatch/combine (Atlas A2/A3, hccl)"
@@ -71,6 +72,7 @@ class ExpertSpec(Spec):
                                     # weight; masked: the share of selections masked; uneven: the tokens' spread
     expert_ids: list[int] = field(default_factory=list)   # file: the replayed expert ids, cycled
     capacity_factor: float = 0.0    # 0: no capacity; else slots past ceil(cf x tokens x ep x topk / experts) per expert drop
+    drop_policy: str = "group"      # group: the group's first slots; probs / position: Megatron's per-rank drop
     impl: str
     seed: int = 1234
     dtype: str = "float32"
@@ -104,13 +106,14 @@ class ExpertRow(_Measured):
     KIND: ClassVar[str] = "expert"
     BENCHES: ClassVar[tuple[str, ...]] = ("expert",)
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "nranks", "ep", "experts", "topk", "routing", "capacity_factor",
-                                      "impl", "tokens", "hidden", "dtype")
+                                      "impl", "tokens", "hidden", "dtype", "drop_policy")
     bench: str = _field("text", MISSING)
     ep: int = _field("count", 1)
     experts: int = _field("count", 1)
     topk: int = _field("count", 1)
     routing: str = _field("text", "uniform")
     capacity_factor: float = _field("amount", 0.0)
+    drop_policy: str = _field("text", "group")
     impl: str = _field("text", MISSING)
     tokens: int = _field("count", 1)
     hidden: int = _field("count", 1)
@@ -200,6 +203,13 @@ def _impls(text: str) -> list[str]:
     return items
 
 
+def _drops(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items or any(i not in DROP_POLICIES for i in items):
+        raise ValueError(f"allowed {', '.join(DROP_POLICIES)}")
+    return items
+
+
 def _dtypes(text: str) -> list[str]:
     items = [t.strip() for t in text.split(",") if t.strip()]
     if items == ["auto"]:
@@ -243,11 +253,13 @@ class ExpertCase(Case):
     tokens: int
     hidden: int
     dtype: str = "float32"
+    drop_policy: str = "group"
 
     @property
     def id(self) -> str:
         routing = self.routing.replace("/", "_")
         cf = f"-cf{self.capacity_factor:g}" if self.capacity_factor else ""
+        cf += f"-{self.drop_policy}" if self.capacity_factor and self.drop_policy != "group" else ""
         dtype = "" if self.dtype == "float32" else f"-{self.dtype}"
         tokens = "" if self.tokens == 256 else f"-t{self.tokens}"
         return (f"{self.backend}-expert-ep{self.ep}-e{self.experts}-top{self.topk}-{routing}-{self.impl}{cf}{dtype}{tokens}"
@@ -275,6 +287,9 @@ class ExpertKind(Kind[ExpertCase]):
                    "file:PATH (your router's expert ids, replayed)", _routing),
         KindOption("--capacity-factor", "0", "expert capacity factors (0: none; else slots past it are dropped, counted)",
                    _capacity),
+        KindOption("--drop-policy", "group", "where capacity drops, comma list: group (each expert keeps the group's first "
+                   "ceil(cf x tokens x ep x k / E) slots), probs / position (Megatron's: each rank drops before dispatch, "
+                   "an expert keeping ceil(cf x tokens x k / E) of its highest-probability / first selections)", _drops),
         KindOption("--moe-impl", "alltoallv,allgather,fused",
                    f"dispatchers: alltoallv (counts, then AlltoAllV), allgather (Megatron's), fused ({FUSED_NEEDS})", _impls),
         KindOption("--tokens", "256", "tokens per rank, comma list: a few (e.g. 256,8) add decode-sized low-latency cases "
@@ -294,7 +309,7 @@ class ExpertKind(Kind[ExpertCase]):
     def identity(self, case: ExpertCase) -> dict:
         return {**super().identity(case), "bench": "expert", "ep": case.ep, "experts": case.experts, "topk": case.topk,
                 "routing": case.routing, "capacity_factor": case.capacity_factor, "impl": case.impl, "tokens": case.tokens,
-                "hidden": case.hidden, "dtype": case.dtype}
+                "hidden": case.hidden, "dtype": case.dtype, "drop_policy": case.drop_policy}
 
     def spec(self, case: ExpertCase, opts: Options) -> ExpertSpec:
         name, _, arg = case.routing.partition(":")
@@ -302,7 +317,8 @@ class ExpertKind(Kind[ExpertCase]):
         return ExpertSpec(ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden, ffn=2 * case.hidden,
                           tokens=case.tokens, routing=name, hot_share=share,
                           expert_ids=read_expert_ids(arg) if name == "file" else [], capacity_factor=case.capacity_factor,
-                          impl=case.impl, dtype=case.dtype, plan={**opts.plan(), "warmup": max(1, min(opts.warmup, 2))})
+                          impl=case.impl, dtype=case.dtype, drop_policy=case.drop_policy,
+                          plan={**opts.plan(), "warmup": max(1, min(opts.warmup, 2))})
 
     def row(self, case: ExpertCase, opts: Options, ran: Ran) -> ExpertRow:
         """Times are medians of the slowest rank per round; dispatch and combine GB/s are DeepEP's per-rank
@@ -360,11 +376,11 @@ class ExpertKind(Kind[ExpertCase]):
                "# disp/comb(GB/s): DeepEP's count, the rows dispatch hands a rank (and combine sends back) x hidden x",
                "# element size, its own included, over its dispatch/combine time, mean over ranks; -nl: without the",
                "# rank's own rows; min@r/max@r: the slowest and fastest rank (NCCL ep_bench); imb: max / mean tokens",
-               f"#{'backend':>8} {'ep':>3} {'E':>4} {'k':>2} {'routing':>12} {'impl':>9} {'dtype':>8} {'cf':>4} {'tokens':>6}"
+               f"#{'backend':>8} {'ep':>3} {'E':>4} {'k':>2} {'routing':>12} {'impl':>9} {'dtype':>8} {'cf':>10} {'tokens':>6}"
                + heads(shown) + f" {'disp min@r/max@r':>22} {'comb min@r/max@r':>22} {'#wrong':>7}"]
         for r in rows:
             out.append(f" {r.backend:>8} {r.ep:>3} {r.experts:>4} {r.topk:>2} {r.routing[:12]:>12} {r.impl:>9} "
-                       f"{r.dtype:>8} {r.capacity_factor:>4g} {r.tokens:>6}" + values(r, shown)
+                       f"{r.dtype:>8} {_cf_text(r):>10} {r.tokens:>6}" + values(r, shown)
                        + f" {spread_text(r.dispatch_gbps_per_rank):>22} {spread_text(r.combine_gbps_per_rank):>22}"
                        + f" {wrong_text(r.wrong):>7}")
         out += imbalance_cost_lines(rows)
@@ -378,6 +394,11 @@ class ExpertKind(Kind[ExpertCase]):
 
 
 KIND = ExpertKind()
+
+
+def _cf_text(r: ExpertRow) -> str:
+    """The capacity factor, and a per-rank drop policy beside it (1.25/probs)."""
+    return f"{r.capacity_factor:g}" + (f"/{r.drop_policy}" if r.capacity_factor and r.drop_policy != "group" else "")
 
 
 def _bandwidths(ranks: list[ExpertResult], k: int) -> dict:
@@ -410,7 +431,7 @@ def _imbalance(counts: list[int]) -> float | None:
 def imbalance_cost_lines(rows: list[ExpertRow]) -> list[str]:
     """The step of each non-uniform routing over the uniform one of the same shape (medians over launches)."""
     def shape(r: ExpertRow) -> tuple:
-        return (r.backend, r.ep, r.experts, r.topk, r.capacity_factor, r.impl, r.tokens, r.hidden, r.side)
+        return (r.backend, r.ep, r.experts, r.topk, r.capacity_factor, r.drop_policy, r.impl, r.tokens, r.hidden, r.side)
     steps: dict[tuple, dict[str, list[float]]] = {}
     for r in rows:
         if r.step_us:
@@ -422,7 +443,7 @@ def imbalance_cost_lines(rows: list[ExpertRow]) -> list[str]:
             if uniform and routing != "uniform":
                 cost = stats.median(times) / stats.median(uniform)
                 out.append(f"# imbalance cost: {routing} takes {cost:.2f}x the uniform step "
-                           f"(ep={key[1]} E={key[2]} top{key[3]} {key[5]})")
+                           f"(ep={key[1]} E={key[2]} top{key[3]} {key[6]})")
     return out
 
 
@@ -447,15 +468,22 @@ def _build_launch(opts: Options) -> list[ExpertCase]:
         for ep in o.get("ep") or [opts.nproc]:
             for topk in o.get("topk", [2]):
                 for routing, tokens in itertools.product(o.get("routing", ["uniform"]), o.get("tokens", [256])):
-                    for cf in o.get("capacity_factor", [0.0]):
+                    for cf, drop in _capacities(o):
                         for impl in impls:
                             for dtype in o.get("moe_dtype") or ["bfloat16" if impl == "fused" else "float32"]:
                                 case = ExpertCase(backend=backend, nranks=opts.nproc, ep=ep, experts=o.get("experts", 8),
                                                   topk=topk, routing=routing, capacity_factor=cf, impl=impl,
-                                                  tokens=tokens, hidden=opts.hidden, dtype=dtype, group=key)
+                                                  tokens=tokens, hidden=opts.hidden, dtype=dtype, drop_policy=drop,
+                                                  group=key)
                                 case.skip = _skip(case, backend, chip)
                                 out.append(case)
     return out
+
+
+def _capacities(o: dict) -> list[tuple[float, str]]:
+    """(capacity factor, drop policy) pairs: each policy once per factor > 0 (factor 0 drops nothing: one case)."""
+    drops = o.get("drop_policy", ["group"])
+    return [(cf, drop) for cf in o.get("capacity_factor", [0.0]) for drop in (drops if cf else ["group"])]
 
 
 def _chip(backend: str) -> str:

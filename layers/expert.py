@@ -41,6 +41,7 @@ from layers.tp import MLP, NO_TIMER, CommTimer, _all_gather, _Comm, f, g
 
 ROUTINGS = ("uniform", "skewed", "random", "hotrank", "masked", "uneven", "file")
 IMPLS = ("alltoallv", "allgather", "fused")
+DROP_POLICIES = ("group", "probs", "position")
 FUSED_OPS = ("npu_moe_distribute_dispatch", "npu_moe_distribute_combine")
 
 
@@ -167,9 +168,49 @@ def run_experts(experts: Iterable[nn.Module], h: torch.Tensor, sizes: Sequence[i
     return torch.cat([e(part) for e, part in zip(experts, h.split(list(sizes)))]) if len(h) else h
 
 
-def reference(model: MoE, x: torch.Tensor, ids: torch.Tensor, cap: int) -> torch.Tensor:
-    """The layer on one rank: every token of the group (x, ids in rank order), every expert, no communication."""
+def rank_capacity(capacity_factor: float, tokens: int, topk: int, experts: int) -> int:
+    """Megatron's per-rank capacity (moe_utils.get_capacity on this rank's tokens x topk): ceil(cf x tokens x topk / E)."""
+    return math.ceil(capacity_factor * tokens * topk / experts)
+
+
+def rank_drops(ids: torch.Tensor, probs: torch.Tensor, cap: int, policy: str) -> torch.Tensor:
+    """Megatron's token dropping on one rank before dispatch (moe_utils.apply_router_token_dropping):
+    each expert keeps at most `cap` of this rank's selections, its highest router probabilities
+    (`probs`: the softmax over every expert, (tokens, E)) under policy probs, its first under position;
+    a dropped selection becomes -1 (masked: it goes nowhere; the kept ones keep their weights)."""
+    flat = ids.reshape(-1)
+    none_before = flat.new_zeros(probs.shape[1])
+    if policy == "position":
+        keep = kept(flat, none_before, cap)
+    elif policy == "probs":
+        p = probs.gather(1, ids.clamp(min=0)).reshape(-1)
+        order = torch.argsort(-p, stable=True)   # highest first, then by position
+        keep = torch.empty_like(flat, dtype=torch.bool)
+        keep[order] = kept(flat[order], none_before, cap)
+    else:
+        raise ValueError(f"unknown drop policy {policy!r}: one of {', '.join(DROP_POLICIES[1:])}")
+    return torch.where(keep, flat, -1).view_as(ids)
+
+
+def route(gate: nn.Module, x: torch.Tensor, ids: torch.Tensor, drop: tuple[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids after a per-rank drop policy, the gate's weights): `drop` = (policy, capacity factor);
+    policy group (or factor 0) drops nothing here (the group's capacity is the dispatcher's)."""
+    logits = gate(x)
+    w = weights(logits, ids)
+    policy, factor = drop
+    if policy == "group" or not factor:
+        return ids, w
+    cap = rank_capacity(factor, len(ids), ids.shape[1], logits.shape[1])
+    return rank_drops(ids, torch.softmax(logits.detach(), dim=-1), cap, policy), w
+
+
+def reference(model: MoE, x: torch.Tensor, ids: torch.Tensor, cap: int, drop: tuple[str, float] = ("group", 0.0),
+              segments: Sequence[int] = ()) -> torch.Tensor:
+    """The layer on one rank: every token of the group (x, ids in rank order), every expert, no
+    communication; a per-rank drop policy applied to each rank's `segments` of the tokens."""
     w = weights(model.gate(x), ids).reshape(-1)
+    if drop[0] != "group" and drop[1]:
+        ids = torch.cat([route(model.gate, xs, i, drop)[0] for xs, i in zip(x.split(list(segments)), ids.split(list(segments)))])
     flat = ids.reshape(-1)
     keep = kept(flat, flat.new_zeros(len(model.experts)), cap)
     token = torch.arange(len(x), device=x.device).repeat_interleave(ids.shape[1])
@@ -299,15 +340,16 @@ class AllGather(_Dispatcher):
 class ExpertParallel(nn.Module):
     """This ep rank's part of the layer: the gate (replicated), its experts, a dispatcher between them."""
 
-    def __init__(self, model: MoE, ep: int, ep_rank: int, dispatcher):
+    def __init__(self, model: MoE, ep: int, ep_rank: int, dispatcher, drop: tuple[str, float] = ("group", 0.0)):
         super().__init__()
         self.gate = copy.deepcopy(model.gate)
         per = len(model.experts) // ep
         self.experts = copy.deepcopy(model.experts[ep_rank * per:(ep_rank + 1) * per])
-        self.dispatcher = dispatcher
+        self.dispatcher, self.drop = dispatcher, drop
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        h, sizes, ctx = self.dispatcher.dispatch(x, ids, weights(self.gate(x), ids))
+        ids, w = route(self.gate, x, ids, self.drop)
+        h, sizes, ctx = self.dispatcher.dispatch(x, ids, w)
         return self.dispatcher.combine(run_experts(self.experts, h, sizes), ctx)
 
 

@@ -8,7 +8,7 @@ back) as DeepEP counts them, and the share of them from the rank itself. comm_sh
 TP bench's, from one extra run of K steps with the collectives timed: the share of the step (forward and backward) spent in them.
 
 The spec (decoded by the driver; read here: ep, experts, topk, hidden, ffn, tokens, routing,
-hot_share, expert_ids, capacity_factor, impl, seed, dtype, plan, corrupt) is duck-typed; its A/B
+hot_share, expert_ids, capacity_factor, drop_policy, impl, seed, dtype, plan, corrupt) is duck-typed; its A/B
 form (kind "..._begin") is the worker's choice of ExpertRank.begin over run.
 """
 from __future__ import annotations
@@ -44,6 +44,8 @@ def _validate(spec: Any, world: int) -> None:
         raise ValueError(f"experts {spec.experts} are not divisible by ep {spec.ep}")
     if not 1 <= spec.topk <= 8:
         raise ValueError(f"topk must be 1-8, got {spec.topk}")
+    if _drop(spec)[0] not in expert.DROP_POLICIES:
+        raise ValueError(f"unknown drop policy {_drop(spec)[0]!r}: one of {', '.join(expert.DROP_POLICIES)}")
     if spec.routing == "uneven" and spec.impl == "allgather":
         raise ValueError(UNEVEN_ALLGATHER)
 
@@ -97,7 +99,8 @@ def _compare(spec: Any, model: expert.MoE, layer: expert.ExpertParallel, ranks: 
     inputs = [_inputs(spec, r, device, dtype) for r in ranks]
     x_all = torch.cat([x for x, _, _ in inputs]).requires_grad_()
     gy_all = torch.cat([gy for _, _, gy in inputs])
-    ref = expert.reference(model, x_all, torch.cat([ids for _, ids, _ in inputs]), _cap(spec))
+    ref = expert.reference(model, x_all, torch.cat([ids for _, ids, _ in inputs]), _cap(spec), _drop(spec),
+                           [len(x) for x, _, _ in inputs])
     first = sum(len(x) for x, _, _ in inputs[:ep_rank])
     mine = slice(first, first + len(inputs[ep_rank][0]))
     forward_only = spec.impl == "fused"
@@ -130,7 +133,14 @@ def _grad(p: torch.Tensor) -> torch.Tensor:
 
 
 def _cap(spec: Any) -> int:
+    """The group's capacity (policy group); a per-rank policy drops on each rank before dispatch (_drop)."""
+    if _drop(spec)[0] != "group":
+        return 0
     return expert.capacity(spec.capacity_factor, spec.tokens, spec.ep, spec.topk, spec.experts)
+
+
+def _drop(spec: Any) -> tuple[str, float]:
+    return getattr(spec, "drop_policy", "group"), spec.capacity_factor
 
 
 def expert_loops(backend, spec: Any):
@@ -156,13 +166,17 @@ def expert_loops(backend, spec: Any):
     dispatcher = DISPATCHERS[spec.impl](moved_on, spec.experts, _cap(spec), timer, **kwargs)
     torch.manual_seed(spec.seed)
     model = expert.MoE(spec.hidden, spec.ffn, spec.experts).to(device=device, dtype=dtype)
-    layer = expert.ExpertParallel(model, spec.ep, ep_rank, dispatcher)
+    layer = expert.ExpertParallel(model, spec.ep, ep_rank, dispatcher, _drop(spec))
     check = Check(dtype_name(dtype), corrupt=spec.corrupt)   # once, before any timing
     _compare(spec, model, layer, ranks, ep_rank, device, dtype, check)
     layer.zero_grad(set_to_none=True)
     del model
     x, ids, gy = _inputs(spec, backend.rank, device, dtype)
+    with torch.inference_mode():
+        routed, w = expert.route(layer.gate, x, ids, _drop(spec))
     counts = expert.traffic(group, ids.reshape(-1), spec.experts, _cap(spec))
+    if routed is not ids:   # a per-rank policy: routed before its drops, sent after them
+        counts = expert.Traffic(counts.routed, expert.traffic(group, routed.reshape(-1), spec.experts, 0).sent)
     forward_only = spec.impl == "fused"
     x.requires_grad_(not forward_only)
 
@@ -175,8 +189,7 @@ def expert_loops(backend, spec: Any):
                 layer(x, ids).backward(gy)
 
     with torch.inference_mode():
-        w = expert.weights(layer.gate(x), ids)
-        h, sizes, ctx = dispatcher.dispatch(x, ids, w)
+        h, sizes, ctx = dispatcher.dispatch(x, routed, w)
         y = expert.run_experts(layer.experts, h, sizes)
 
     def alone(call):
@@ -206,7 +219,7 @@ def expert_loops(backend, spec: Any):
                     sent_bytes=counts.sent_bytes(spec.impl, ep_rank, len(x), spec.topk, spec.hidden, x.element_size()),
                     recv_bytes=rows * row_bytes, local_bytes=local * row_bytes, masked=int((ids < 0).sum()),
                     comm_share=timer.seconds / elapsed if elapsed > 0 else 0.0)
-    loops = [step, alone(lambda: dispatcher.dispatch(x, ids, w)),
+    loops = [step, alone(lambda: dispatcher.dispatch(x, routed, w)),
              alone(lambda: expert.run_experts(layer.experts, h, sizes)), alone(lambda: dispatcher.combine(y, ctx))]
     return loops, finish
 

@@ -65,6 +65,15 @@ def test_masked_routing_masks_its_share_of_selections_and_they_weigh_nothing():
     assert not expert.kept(ids.reshape(-1), torch.zeros(8, dtype=torch.long), 10)[ids.reshape(-1) < 0].any()
 
 
+def test_per_rank_drops_keep_each_experts_highest_probabilities_or_its_first_selections():
+    ids = torch.tensor([[0, 1], [0, 2], [0, 1], [1, 0]])
+    probs = torch.tensor([[.5, .3, .2], [.2, .1, .7], [.6, .2, .2], [.3, .6, .1]])
+    # expert 0 is chosen 4 times, expert 1 three times; capacity 2 each
+    assert expert.rank_drops(ids, probs, 2, "position").tolist() == [[0, 1], [0, 2], [-1, 1], [-1, -1]]
+    assert expert.rank_drops(ids, probs, 2, "probs").tolist() == [[0, 1], [-1, 2], [0, -1], [1, -1]]
+    assert expert.rank_capacity(0.5, 4, 2, 3) == 2
+
+
 def test_distinct_rows_finds_a_token_naming_one_expert_twice():
     assert expert.distinct_rows(torch.tensor([[0, 1], [2, 3]]))
     assert not expert.distinct_rows(torch.tensor([[0, 1], [2, 2]]))
@@ -135,6 +144,9 @@ def run_ranks(world: int, specs: list[dict], store: str, timeout: float = 120) -
 
 
 UNEVEN_ALLGATHER = {"impl": "allgather", "routing": "uneven"}
+RANK_DROPS = [{"impl": impl, "routing": routing, "topk": 2, "capacity_factor": 0.5, "drop_policy": policy}
+              for impl in ("alltoallv", "allgather") for routing in ("skewed", "uneven") for policy in ("probs", "position")
+              if not (impl == "allgather" and routing == "uneven")]
 ROUTINGS = ("uniform", "skewed", "random", "hotrank", "masked", "uneven", "file")
 CASES = [{"impl": impl, "routing": routing, "topk": topk, "capacity_factor": cf}
          for impl in ("alltoallv", "allgather") for routing in ROUTINGS
@@ -153,7 +165,7 @@ def _ids(case: dict) -> str:
 def results(tmp_path_factory):
     """Every case of this module in two groups of rank processes, started once: (world, case) -> per-rank results."""
     tmp = tmp_path_factory.mktemp("expert")
-    two = [CORRUPT, FUSED, UNEVEN_ALLGATHER, *CASES]
+    two = [CORRUPT, FUSED, UNEVEN_ALLGATHER, *RANK_DROPS, *CASES]
     four = [CORRUPT, *WORLD4]
     got = {}
     for world, cases in ((2, two), (4, four)):
@@ -185,8 +197,14 @@ def _assert_passes(spec: dict, per_rank: list[dict]) -> None:
         assert (masked > 0) == (spec["routing"] == "masked") and masked < slots * ep
         assert len(per_expert) == spec["experts"] and sum(per_expert) == slots * ep - masked
         cap = expert.capacity(spec["capacity_factor"], spec["tokens"], ep, spec["topk"], spec["experts"])
-        dropped = sum(max(0, n - cap) for n in per_expert) if cap else 0
-        assert sum(r["dropped"] for r in group) == dropped
+        if spec.get("drop_policy", "group") == "group":
+            dropped = sum(max(0, n - cap) for n in per_expert) if cap else 0
+            assert sum(r["dropped"] for r in group) == dropped
+        else:   # each rank's experts keep at most ceil(cf x its tokens x k / E) of its selections
+            dropped = sum(r["dropped"] for r in group)
+            caps = [expert.rank_capacity(spec["capacity_factor"], len_r, spec["topk"], spec["experts"]) for len_r in
+                    (expert.tokens_of(spec["routing"], spec["tokens"], spec["hot_share"], r, ep) for r in range(ep))]
+            assert dropped > 0 and max(group[0]["tokens_per_rank"]) <= sum(caps) * spec["experts"] // ep
         assert sum(group[0]["tokens_per_rank"]) == slots * ep - masked - dropped and len(group[0]["tokens_per_rank"]) == ep
 
 
@@ -210,6 +228,11 @@ def test_every_dispatcher_equals_the_single_rank_layer_at_2_ranks(results, case)
             assert all(r["sent_bytes"] == spec["tokens"] * (2 * h * 4 + spec["topk"] * 12) for r in per_rank)
             assert all(r["recv_bytes"] == 2 * spec["tokens"] * h * 4 and r["local_bytes"] == spec["tokens"] * h * 4
                        for r in per_rank)
+
+
+@pytest.mark.parametrize("case", RANK_DROPS, ids=_ids)
+def test_megatrons_per_rank_drop_policies_equal_the_single_rank_layer(results, case):
+    _assert_passes({**BASE, **case}, results[2, _ids(case)])
 
 
 @pytest.mark.parametrize("case", WORLD4, ids=_ids)
