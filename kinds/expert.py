@@ -8,11 +8,16 @@ imbalance and dropped tokens; the table says what the imbalance costs against un
 The kind is this module: its case, spec, rank result, row, options and table are declared here."""
 from __future__ import annotations
 
+import itertools
 import math
+import os
 from dataclasses import field, replace
+from statistics import fmean
 from typing import TYPE_CHECKING, ClassVar
 
 from collectives.backends import info
+from collectives.backends.hccl import hccl_product
+from collectives.device import DeviceUnavailable
 from collectives.sizes import format_size
 from kinds.base import (
     Bars,
@@ -32,6 +37,7 @@ from kinds.base import (
     wrong_text,
 )
 from kinds.layer import checked_fields, no_torch
+from layers import fused_moe
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
@@ -42,6 +48,9 @@ if TYPE_CHECKING:
     from harness.session.options import Options
 
 IMPLS = ("alltoallv", "allgather", "fused")
+DROP_POLICIES = ("group", "probs", "position")   # layers.expert.DROP_POLICIES
+DTYPES = ("float32", "bfloat16", "float16")
+REPEATING_ROUTINGS = ("skewed",)   # can give a token one expert twice (file: the ranks judge the replayed ids)
 FUSED_NEEDS = "torch_npu's npu_moe_distribute_dispatch/combine (Atlas A2/A3, hccl)"
 
 
@@ -58,10 +67,12 @@ class ExpertSpec(Spec):
     hidden: int
     ffn: int
     tokens: int                     # per rank
-    routing: str                    # uniform, skewed, file
-    hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0
+    routing: str                    # uniform, random, skewed, hotrank, file
+    hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0; hotrank: ep rank 0's
+                                    # weight; masked: the share of selections masked; uneven: the tokens' spread
     expert_ids: list[int] = field(default_factory=list)   # file: the replayed expert ids, cycled
     capacity_factor: float = 0.0    # 0: no capacity; else slots past ceil(cf x tokens x ep x topk / experts) per expert drop
+    drop_policy: str = "group"      # group: the group's first slots; probs / position: Megatron's per-rank drop
     impl: str
     seed: int = 1234
     dtype: str = "float32"
@@ -80,6 +91,9 @@ class ExpertResult(Checked):
     tokens_per_rank: list[int]      # slots each ep rank's experts received, after drops
     dropped: int                    # slots this rank's tokens lost to capacity
     sent_bytes: int                 # bytes this rank sends to other ranks per step (dispatch + combine, forward)
+    recv_bytes: int = 0             # dispatch's received rows x hidden x element size, own included (DeepEP's count)
+    local_bytes: int = 0            # of recv_bytes, the rows from this rank itself (no link crossed)
+    masked: int = 0                 # this rank's selections masked by the routing (sent nowhere)
     comm_share: float
 
 
@@ -92,16 +106,18 @@ class ExpertRow(_Measured):
     KIND: ClassVar[str] = "expert"
     BENCHES: ClassVar[tuple[str, ...]] = ("expert",)
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "nranks", "ep", "experts", "topk", "routing", "capacity_factor",
-                                      "impl", "tokens", "hidden")
+                                      "impl", "tokens", "hidden", "dtype", "drop_policy")
     bench: str = _field("text", MISSING)
     ep: int = _field("count", 1)
     experts: int = _field("count", 1)
     topk: int = _field("count", 1)
     routing: str = _field("text", "uniform")
     capacity_factor: float = _field("amount", 0.0)
+    drop_policy: str = _field("text", "group")
     impl: str = _field("text", MISSING)
     tokens: int = _field("count", 1)
     hidden: int = _field("count", 1)
+    dtype: str = _field("text", "float32")
     ffn: int | None = _field("count")
     step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "report"))
     dispatch_us: float | None = metric("dispatch(us)", ".1f", "lower", ("table", "compare", "report"))
@@ -109,10 +125,17 @@ class ExpertRow(_Measured):
     combine_us: float | None = metric("combine(us)", ".1f", "lower", ("table", "compare", "report"))
     comm_share: float | None = metric("comm", ".2f", "lower", ("table", "report"), "ratio")
     sent_bytes_per_rank: int | None = _field("whole")
-    busbw_gbps: float | None = metric("busbw(GB/s)", ".3f", "higher", ("table", "compare"))
+    dispatch_gbps: float | None = metric("disp(GB/s)", ".3f", "higher", ("table", "compare", "report"))
+    dispatch_remote_gbps: float | None = metric("disp-nl", ".3f", "higher", ("table", "compare"))
+    combine_gbps: float | None = metric("comb(GB/s)", ".3f", "higher", ("table", "compare", "report"))
+    combine_remote_gbps: float | None = metric("comb-nl", ".3f", "higher", ("table", "compare"))
+    dispatch_gbps_per_rank: list = _field("list", [])
+    combine_gbps_per_rank: list = _field("list", [])
+    recv_bytes_per_rank: list = _field("list", [])
     expert_imbalance: float | None = metric("imb(exp)", ".2f", "lower", ("table", "report"))
     rank_imbalance: float | None = metric("imb(rank)", ".2f", "lower", ("table", "report"))
     dropped: int | None = metric("dropped", "d", "lower", ("table",), "whole")
+    masked: int | None = _field("whole")
     tokens_per_expert: list = _field("list", [])
     tokens_per_rank: list = _field("list", [])
     wrong_per_rank: list = _field("list", [])
@@ -151,13 +174,16 @@ def _routing(text: str) -> list[str]:
         name, _, arg = item.partition(":")
         if name == "uniform" and not arg:
             out.append(item)
-        elif name == "skewed" and 0 < _share(arg) < 1:
-            out.append(f"skewed:{_share(arg):g}")
+        elif name in ("skewed", "hotrank", "masked", "uneven") and 0 < _share(arg) < 1:
+            out.append(f"{name}:{_share(arg):g}")
+        elif name == "random" and not arg:
+            out.append(item)
         elif name == "file" and arg:
             read_expert_ids(arg)
             out.append(item)
         else:
-            raise ValueError("allowed uniform, skewed:SHARE (0 < SHARE < 1), file:PATH (expert ids, whitespace separated)")
+            raise ValueError("allowed uniform, random, skewed:SHARE, hotrank:SHARE, masked:SHARE, uneven:SPREAD (0 < x < 1), "
+                             "file:PATH (expert ids, whitespace separated)")
     if not out:
         raise ValueError("give at least one routing profile")
     return out
@@ -174,6 +200,22 @@ def _impls(text: str) -> list[str]:
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items or any(i not in IMPLS for i in items):
         raise ValueError(f"allowed {', '.join(IMPLS)}")
+    return items
+
+
+def _drops(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items or any(i not in DROP_POLICIES for i in items):
+        raise ValueError(f"allowed {', '.join(DROP_POLICIES)}")
+    return items
+
+
+def _dtypes(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if items == ["auto"]:
+        return []
+    if not items or any(i not in DTYPES for i in items):
+        raise ValueError(f"allowed auto or a comma list of {', '.join(DTYPES)}")
     return items
 
 
@@ -205,17 +247,22 @@ class ExpertCase(Case):
     ep: int
     experts: int
     topk: int
-    routing: str                    # uniform, skewed:SHARE, file:PATH
+    routing: str                    # uniform, random, skewed:SHARE, hotrank:SHARE, masked:SHARE, uneven:SPREAD, file:PATH
     capacity_factor: float
     impl: str
     tokens: int
     hidden: int
+    dtype: str = "float32"
+    drop_policy: str = "group"
 
     @property
     def id(self) -> str:
         routing = self.routing.replace("/", "_")
         cf = f"-cf{self.capacity_factor:g}" if self.capacity_factor else ""
-        return (f"{self.backend}-expert-ep{self.ep}-e{self.experts}-top{self.topk}-{routing}-{self.impl}{cf}"
+        cf += f"-{self.drop_policy}" if self.capacity_factor and self.drop_policy != "group" else ""
+        dtype = "" if self.dtype == "float32" else f"-{self.dtype}"
+        tokens = "" if self.tokens == 256 else f"-t{self.tokens}"
+        return (f"{self.backend}-expert-ep{self.ep}-e{self.experts}-top{self.topk}-{routing}-{self.impl}{cf}{dtype}{tokens}"
                 f"{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
 
 
@@ -232,14 +279,23 @@ class ExpertKind(Kind[ExpertCase]):
                    lambda t: _counts(t) if t else []),
         KindOption("--experts", "8", "total experts E (a multiple of each ep)", lambda t: _counts(t)[0]),
         KindOption("--topk", "2", "experts per token, 1-8, comma list", _topk),
-        KindOption("--routing", "uniform,skewed:0.5",
-                   "routing profiles: uniform, skewed:SHARE (one hot expert takes SHARE of the slots), file:PATH "
-                   "(your router's expert ids, replayed)", _routing),
+        KindOption("--routing", "uniform,random,skewed:0.5,hotrank:0.5,masked:0.25,uneven:0.5",
+                   "routing profiles: uniform, random (k distinct experts a token, seeded), skewed:SHARE (one hot "
+                   "expert takes SHARE of the slots), hotrank:SHARE (ep rank 0's experts weighted to SHARE of the "
+                   "draws, distinct a token), masked:SHARE (random, SHARE of the selections masked: sent nowhere), "
+                   "uneven:SPREAD (random; ep ranks send (1 - SPREAD) to (1 + SPREAD) x --tokens, alltoallv and fused), "
+                   "file:PATH (your router's expert ids, replayed)", _routing),
         KindOption("--capacity-factor", "0", "expert capacity factors (0: none; else slots past it are dropped, counted)",
                    _capacity),
+        KindOption("--drop-policy", "group", "where capacity drops, comma list: group (each expert keeps the group's first "
+                   "ceil(cf x tokens x ep x k / E) slots), probs / position (Megatron's: each rank drops before dispatch, "
+                   "an expert keeping ceil(cf x tokens x k / E) of its highest-probability / first selections)", _drops),
         KindOption("--moe-impl", "alltoallv,allgather,fused",
                    f"dispatchers: alltoallv (counts, then AlltoAllV), allgather (Megatron's), fused ({FUSED_NEEDS})", _impls),
-        KindOption("--tokens", "256", "tokens per rank", lambda t: _counts(t)[0]),
+        KindOption("--tokens", "256", "tokens per rank, comma list: a few (e.g. 256,8) add decode-sized low-latency cases "
+                   "beside the prefill-sized ones (DeepEP's low-latency test sends 128 a rank)", _counts),
+        KindOption("--moe-dtype", "auto", "token and weight dtypes: float32, bfloat16, float16, comma list; auto: float32, "
+                   "and bfloat16 for fused (its ops take bfloat16/float16 only)", _dtypes),
     )
 
     def build(self, opts: Options) -> list[ExpertCase]:
@@ -253,18 +309,22 @@ class ExpertKind(Kind[ExpertCase]):
     def identity(self, case: ExpertCase) -> dict:
         return {**super().identity(case), "bench": "expert", "ep": case.ep, "experts": case.experts, "topk": case.topk,
                 "routing": case.routing, "capacity_factor": case.capacity_factor, "impl": case.impl, "tokens": case.tokens,
-                "hidden": case.hidden}
+                "hidden": case.hidden, "dtype": case.dtype, "drop_policy": case.drop_policy}
 
     def spec(self, case: ExpertCase, opts: Options) -> ExpertSpec:
         name, _, arg = case.routing.partition(":")
+        share = float(arg) if name in ("skewed", "hotrank", "masked", "uneven") else 0.0
         return ExpertSpec(ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden, ffn=2 * case.hidden,
-                          tokens=case.tokens, routing=name, hot_share=float(arg) if name == "skewed" else 0.0,
+                          tokens=case.tokens, routing=name, hot_share=share,
                           expert_ids=read_expert_ids(arg) if name == "file" else [], capacity_factor=case.capacity_factor,
-                          impl=case.impl, plan={**opts.plan(), "warmup": max(1, min(opts.warmup, 2))})
+                          impl=case.impl, dtype=case.dtype, drop_policy=case.drop_policy,
+                          plan={**opts.plan(), "warmup": max(1, min(opts.warmup, 2))})
 
     def row(self, case: ExpertCase, opts: Options, ran: Ran) -> ExpertRow:
-        """Times are medians of the slowest rank per round; busbw is the bytes each rank really sent to
-        others (dispatch + combine) over the dispatch + combine time; imbalance is max / mean tokens."""
+        """Times are medians of the slowest rank per round; dispatch and combine GB/s are DeepEP's per-rank
+        figures (the rows dispatch hands a rank x hidden x element size, its own included, over that
+        rank's median dispatch / combine time), averaged over ranks, and beside them the same without the
+        rank's own rows (-nl: what crossed a link); imbalance is max / mean tokens."""
         ranks = typed(ExpertResult, ran.results)
         k = ranks[0].iters
         step = [r.round_ns for r in ranks]
@@ -275,12 +335,13 @@ class ExpertKind(Kind[ExpertCase]):
         row = ExpertRow(
             **checked_fields(case, ran, ranks), **self.identity(case), ffn=2 * case.hidden,
             tokens_per_expert=per_expert, tokens_per_rank=per_rank, dropped=sum(r.dropped for r in ranks),
+            masked=sum(r.masked for r in ranks[:case.ep]),
             sent_bytes_per_rank=sent, placement_warnings=ep_placement(case.ep, ran.rank_hosts))
         return replace(row, step_us=stats.median_seconds(step, k) * 1e6, dispatch_us=dispatch_s * 1e6,
                        combine_us=combine_s * 1e6,
                        expert_us=stats.median_seconds([r.expert_ns for r in ranks], k) * 1e6,
                        comm_share=sum(r.comm_share for r in ranks) / len(ranks),
-                       busbw_gbps=sent / (dispatch_s + combine_s) / 1e9 if dispatch_s + combine_s > 0 else None,
+                       **_bandwidths(ranks, k),
                        expert_imbalance=_imbalance(per_expert), rank_imbalance=_imbalance(per_rank))
 
     def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
@@ -309,13 +370,19 @@ class ExpertKind(Kind[ExpertCase]):
         if not rows:
             return ""
         shown = metrics(ExpertRow, "table")
-        out = ["# expert parallelism (times: median of the slowest rank per fwd+bwd step; busbw: bytes each rank",
-               "# sent to others in dispatch + combine / their time; imb: max / mean tokens per expert, per ep rank)",
-               f"#{'backend':>8} {'ep':>3} {'E':>4} {'k':>2} {'routing':>12} {'impl':>9} {'cf':>4} {'tokens':>6}"
-               + heads(shown) + f" {'#wrong':>7}"]
+        step = ("step: forward and backward (impl fused: forward only, its ops have no backward)"
+                if any(r.impl == "fused" for r in rows) else "step: forward and backward")
+        out = [f"# expert parallelism ({step}; times: median of the slowest rank per step)",
+               "# disp/comb(GB/s): DeepEP's count, the rows dispatch hands a rank (and combine sends back) x hidden x",
+               "# element size, its own included, over its dispatch/combine time, mean over ranks; -nl: without the",
+               "# rank's own rows; min@r/max@r: the slowest and fastest rank (NCCL ep_bench); imb: max / mean tokens",
+               f"#{'backend':>8} {'ep':>3} {'E':>4} {'k':>2} {'routing':>12} {'impl':>9} {'dtype':>8} {'cf':>10} {'tokens':>6}"
+               + heads(shown) + f" {'disp min@r/max@r':>22} {'comb min@r/max@r':>22} {'#wrong':>7}"]
         for r in rows:
             out.append(f" {r.backend:>8} {r.ep:>3} {r.experts:>4} {r.topk:>2} {r.routing[:12]:>12} {r.impl:>9} "
-                       f"{r.capacity_factor:>4g} {r.tokens:>6}" + values(r, shown) + f" {wrong_text(r.wrong):>7}")
+                       f"{r.dtype:>8} {_cf_text(r):>10} {r.tokens:>6}" + values(r, shown)
+                       + f" {spread_text(r.dispatch_gbps_per_rank):>22} {spread_text(r.combine_gbps_per_rank):>22}"
+                       + f" {wrong_text(r.wrong):>7}")
         out += imbalance_cost_lines(rows)
         sent = [r for r in rows if r.sent_bytes_per_rank]
         if sent:
@@ -329,6 +396,33 @@ class ExpertKind(Kind[ExpertCase]):
 KIND = ExpertKind()
 
 
+def _cf_text(r: ExpertRow) -> str:
+    """The capacity factor, and a per-rank drop policy beside it (1.25/probs)."""
+    return f"{r.capacity_factor:g}" + (f"/{r.drop_policy}" if r.capacity_factor and r.drop_policy != "group" else "")
+
+
+def _bandwidths(ranks: list[ExpertResult], k: int) -> dict:
+    """Each rank's dispatch and combine GB/s (its bytes over its own median time), their mean over
+    ranks, and the mean without each rank's own rows."""
+    out: dict = {}
+    for part in ("dispatch", "combine"):
+        seconds = stats.per_rank_median_seconds([getattr(r, f"{part}_ns") for r in ranks], k)
+        per_rank = [r.recv_bytes / s / 1e9 if s > 0 else 0.0 for r, s in zip(ranks, seconds)]
+        remote = [(r.recv_bytes - r.local_bytes) / s / 1e9 if s > 0 else 0.0 for r, s in zip(ranks, seconds)]
+        out |= {f"{part}_gbps": fmean(per_rank), f"{part}_remote_gbps": fmean(remote),
+                f"{part}_gbps_per_rank": per_rank}
+    return {**out, "recv_bytes_per_rank": [r.recv_bytes for r in ranks]}
+
+
+def spread_text(per_rank: list[float]) -> str:
+    """min@rank/max@rank (NCCL's ep_bench prints the slowest and fastest rank with its id)."""
+    if not per_rank:
+        return "-"
+    lo = min(range(len(per_rank)), key=per_rank.__getitem__)
+    hi = max(range(len(per_rank)), key=per_rank.__getitem__)
+    return f"{per_rank[lo]:.3g}@r{lo}/{per_rank[hi]:.3g}@r{hi}"
+
+
 def _imbalance(counts: list[int]) -> float | None:
     """max / mean: 1.0 is perfectly even; None without counts."""
     return max(counts) / (sum(counts) / len(counts)) if counts and sum(counts) else None
@@ -337,7 +431,7 @@ def _imbalance(counts: list[int]) -> float | None:
 def imbalance_cost_lines(rows: list[ExpertRow]) -> list[str]:
     """The step of each non-uniform routing over the uniform one of the same shape (medians over launches)."""
     def shape(r: ExpertRow) -> tuple:
-        return (r.backend, r.ep, r.experts, r.topk, r.capacity_factor, r.impl, r.tokens, r.hidden, r.side)
+        return (r.backend, r.ep, r.experts, r.topk, r.capacity_factor, r.drop_policy, r.impl, r.tokens, r.hidden, r.side)
     steps: dict[tuple, dict[str, list[float]]] = {}
     for r in rows:
         if r.step_us:
@@ -349,7 +443,7 @@ def imbalance_cost_lines(rows: list[ExpertRow]) -> list[str]:
             if uniform and routing != "uniform":
                 cost = stats.median(times) / stats.median(uniform)
                 out.append(f"# imbalance cost: {routing} takes {cost:.2f}x the uniform step "
-                           f"(ep={key[1]} E={key[2]} top{key[3]} {key[5]})")
+                           f"(ep={key[1]} E={key[2]} top{key[3]} {key[6]})")
     return out
 
 
@@ -368,20 +462,54 @@ def _build_launch(opts: Options) -> list[ExpertCase]:
     out: list[ExpertCase] = []
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
+        impls = o.get("moe_impl", ["alltoallv"])
+        # the fused ops' limits differ per Atlas product: read the chip once (npu-smi; '' where not an NPU)
+        chip = _chip(backend) if "fused" in impls else ""
         for ep in o.get("ep") or [opts.nproc]:
             for topk in o.get("topk", [2]):
-                for routing in o.get("routing", ["uniform"]):
-                    for cf in o.get("capacity_factor", [0.0]):
-                        for impl in o.get("moe_impl", ["alltoallv"]):
-                            case = ExpertCase(backend=backend, nranks=opts.nproc, ep=ep, experts=o.get("experts", 8),
-                                              topk=topk, routing=routing, capacity_factor=cf, impl=impl,
-                                              tokens=o.get("tokens", 256), hidden=opts.hidden, group=key)
-                            case.skip = _skip(case, backend)
-                            out.append(case)
+                for routing, tokens in itertools.product(o.get("routing", ["uniform"]), o.get("tokens", [256])):
+                    for cf, drop in _capacities(o):
+                        for impl in impls:
+                            for dtype in o.get("moe_dtype") or ["bfloat16" if impl == "fused" else "float32"]:
+                                case = ExpertCase(backend=backend, nranks=opts.nproc, ep=ep, experts=o.get("experts", 8),
+                                                  topk=topk, routing=routing, capacity_factor=cf, impl=impl,
+                                                  tokens=tokens, hidden=opts.hidden, dtype=dtype, drop_policy=drop,
+                                                  group=key)
+                                case.skip = _skip(case, backend, chip)
+                                out.append(case)
     return out
 
 
-def _skip(case: ExpertCase, backend: str) -> str:
+def _capacities(o: dict) -> list[tuple[float, str]]:
+    """(capacity factor, drop policy) pairs: each policy once per factor > 0 (factor 0 drops nothing: one case)."""
+    drops = o.get("drop_policy", ["group"])
+    return [(cf, drop) for cf in o.get("capacity_factor", [0.0]) for drop in (drops if cf else ["group"])]
+
+
+def _chip(backend: str) -> str:
+    """The Atlas product this node's NPUs are (A2, A3, ...; collectives.backends.hccl), read once for the
+    fused ops' limits; '' where the backend is not hccl or its devices cannot be read here (the ranks judge)."""
+    if backend != "hccl":
+        return ""
+    try:
+        return hccl_product(info(backend).facts().name)
+    except DeviceUnavailable:
+        return ""
+
+
+def fused_skip(case: ExpertCase, chip: str) -> str:
+    """op-plugin's documented limits of the fused ops (layers.fused_moe) for this case on `chip` ('' not
+    known: what holds on both A2 and A3; the ranks judge the rest), HCCL_BUFFSIZE as its group will set it."""
+    buffsize = fused_moe.buffsize_mb({**os.environ, **{k: str(v) for k, v in case.knobs.items()}}) if chip else None
+    name, _, arg = case.routing.partition(":")
+    most = case.tokens + round(float(arg) * case.tokens) if name == "uneven" else case.tokens   # layers.expert.tokens_of
+    return fused_moe.refusal(chip, ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden,
+                             tokens=most, dtype=case.dtype, distinct=name not in REPEATING_ROUTINGS,
+                             masked=name == "masked",
+                             capacity_factor=case.capacity_factor, buffsize=buffsize)
+
+
+def _skip(case: ExpertCase, backend: str, chip: str = "") -> str:
     if why := no_torch(backend):
         return why
     if case.nranks % case.ep:
@@ -390,6 +518,12 @@ def _skip(case: ExpertCase, backend: str) -> str:
         return f"E={case.experts} experts do not spread evenly over ep={case.ep} ranks"
     if case.topk > case.experts:
         return f"top-{case.topk} of {case.experts} experts"
+    if case.routing.startswith("uneven") and case.impl == "allgather":
+        return "routing uneven: the all-gather dispatcher gathers equal shapes (Megatron's pads or splits them)"
+    if case.routing.startswith("hotrank") and case.ep < 2:
+        return f"hotrank loads one ep rank's experts against the others': ep={case.ep} has no others"
     if case.impl == "fused" and backend != "hccl":
         return f"the fused dispatcher is {FUSED_NEEDS}; {info(backend).api} has none"
+    if case.impl == "fused":
+        return fused_skip(case, chip)
     return ""

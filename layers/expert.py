@@ -8,7 +8,8 @@ a hot expert, a user's replayed trace) while the gate still shapes the result an
 a token's weights are the gate's softmax at its chosen experts, renormalised over the k (Mixtral;
 top-1 keeps the raw probability, as the Switch Transformer does, else its weight would be 1 and
 the gate would have no gradient). Under skewed and file routing a token may choose one expert
-twice: its two copies travel and add up, the traffic a real router with that load would make.
+twice: its two copies travel and add up, the traffic a real router with that load would make. A
+masked choice (id -1, routing masked) goes nowhere and weighs 0.
 
 Capacity (capacity_factor > 0): each expert keeps at most ceil(cf x tokens x ep x topk / E) slots of
 its ep group, first come by (source rank, token, k); the rest are dropped and add nothing.
@@ -38,8 +39,9 @@ from torch import nn
 
 from layers.tp import MLP, NO_TIMER, CommTimer, _all_gather, _Comm, f, g
 
-ROUTINGS = ("uniform", "skewed", "file")
+ROUTINGS = ("uniform", "skewed", "random", "hotrank", "masked", "uneven", "file")
 IMPLS = ("alltoallv", "allgather", "fused")
+DROP_POLICIES = ("group", "probs", "position")
 FUSED_OPS = ("npu_moe_distribute_dispatch", "npu_moe_distribute_combine")
 
 
@@ -58,12 +60,17 @@ def generator(seed: int, rank: int = 0) -> torch.Generator:
 
 
 def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed: int, hot_share: float = 0.0,
-            expert_ids: Sequence[int] = ()) -> torch.Tensor:
+            expert_ids: Sequence[int] = (), hot_experts: int = 0) -> torch.Tensor:
     """Rank `rank`'s expert ids, (tokens, topk) int64, the same on every rank that asks.
     uniform: a seeded permutation of the experts dealt round-robin over the group's slots in rank
     order (balanced, k distinct experts a token while k <= E); skewed: round(hot_share x slots) on
     expert 0, the rest dealt round-robin over 1..E-1, shuffled; file: `expert_ids` cycled, rank r
-    starting where rank r-1 stopped."""
+    starting where rank r-1 stopped; random: k distinct experts a token, drawn uniformly (seeded per
+    rank: what a trained router's top-k looks like without a preference); hotrank: k distinct experts a
+    token drawn with ep rank 0's experts (the first `hot_experts`, E/ep) weighted to
+    take `hot_share` of the draws (rank-level imbalance: one rank's experts all popular, as DeepEP's
+    and ep_bench's skewed runs load one rank); masked: random, then each selection masked (id -1: it
+    goes nowhere, as DeepEP's topk_idx -1 and Megatron's routing map) with probability `hot_share`."""
     n = tokens * topk
     first = rank * n   # this rank's first slot in the group's order
     if routing == "uniform":
@@ -76,6 +83,22 @@ def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed:
         rest = 1 + (torch.arange(n - hot) + rank * (n - hot)) % max(1, experts - 1)
         ids = torch.cat([torch.zeros(hot, dtype=torch.long), rest])
         ids = ids[torch.randperm(n, generator=generator(seed, rank))]
+    elif routing == "masked":
+        if not 0.0 < hot_share < 1.0:
+            raise ValueError(f"masked needs a fraction in (0, 1), got {hot_share}")
+        ids = choices("random", tokens, topk, experts, rank, seed).reshape(-1)
+        ids[torch.rand(n, generator=generator(seed + 3, rank)) < hot_share] = -1
+    elif routing in ("random", "hotrank", "uneven"):
+        if topk > experts:
+            raise ValueError(f"routing {routing} draws {topk} distinct experts of {experts}")
+        weight = torch.ones(experts, dtype=torch.float64)
+        if routing == "hotrank":   # (uneven: random choices; its tokens per rank differ, tokens_of)
+            if not 0.0 < hot_share < 1.0 or not 0 < hot_experts < experts:
+                raise ValueError(f"hotrank needs 0 < hot_share < 1 and 0 < hot experts < {experts}")
+            weight[:hot_experts] = hot_share / hot_experts
+            weight[hot_experts:] = (1 - hot_share) / (experts - hot_experts)
+        ids = torch.multinomial(weight.expand(tokens, experts), topk, replacement=False,
+                                generator=generator(seed, rank)).reshape(-1)
     elif routing == "file":
         trace = torch.tensor(list(expert_ids), dtype=torch.long)
         if trace.numel() == 0 or int(trace.min()) < 0 or int(trace.max()) >= experts:
@@ -87,10 +110,26 @@ def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed:
     return ids.view(tokens, topk)
 
 
+def distinct_rows(ids: torch.Tensor) -> bool:
+    """Whether no token (row) names one expert twice."""
+    ordered = ids.sort(dim=1).values
+    return bool((ordered[:, 1:] != ordered[:, :-1]).all())
+
+
+def tokens_of(routing: str, tokens: int, spread: float, ep_rank: int, ep: int) -> int:
+    """Tokens rank `ep_rank` sends: `tokens`, or under routing uneven tokens x (1 + spread x (2 r / (ep - 1) - 1)),
+    rounded: from (1 - spread) x to (1 + spread) x tokens over the group, the group's total kept (ep x tokens)."""
+    if routing != "uneven" or ep < 2:
+        return tokens
+    return max(1, tokens + round(spread * tokens * (2 * ep_rank / (ep - 1) - 1)))
+
+
 def weights(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """The gate's weight for each chosen expert (module docstring): softmax at the choices, over the k."""
-    w = torch.softmax(logits, dim=-1).gather(1, ids)
-    return w / w.sum(dim=-1, keepdim=True) if ids.shape[1] > 1 else w
+    """The gate's weight for each chosen expert (module docstring): softmax at the choices, over the k;
+    a masked choice (id -1) weighs 0 and the others are renormalised without it."""
+    valid = ids >= 0
+    w = torch.softmax(logits, dim=-1).gather(1, ids.clamp(min=0)) * valid
+    return w / w.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(w.dtype).tiny) if ids.shape[1] > 1 else w
 
 
 def capacity(capacity_factor: float, tokens: int, ep: int, topk: int, experts: int) -> int:
@@ -105,14 +144,16 @@ def _exclusive(counts: torch.Tensor) -> torch.Tensor:
 
 def kept(ids: torch.Tensor, before: torch.Tensor, cap: int) -> torch.Tensor:
     """Which slots (flat ids, in order) an expert keeps: its position among the group's slots for it,
-    `before` (per expert) coming from earlier ranks, under `cap` (0: all)."""
+    `before` (per expert) coming from earlier ranks, under `cap` (0: all); a masked slot (id -1) never."""
+    valid = ids >= 0
     if cap <= 0:
-        return torch.ones_like(ids, dtype=torch.bool)
-    order = torch.argsort(ids, stable=True)
-    counts = torch.bincount(ids, minlength=before.numel())
+        return valid
+    safe = torch.where(valid, ids, before.numel())   # masked slots sort after every expert's
+    order = torch.argsort(safe, stable=True)
+    counts = torch.bincount(safe, minlength=before.numel() + 1)
     pos = torch.empty_like(ids)
-    pos[order] = torch.arange(ids.numel(), device=ids.device) - _exclusive(counts)[ids[order]]
-    return before[ids] + pos < cap
+    pos[order] = torch.arange(ids.numel(), device=ids.device) - _exclusive(counts)[safe[order]]
+    return valid & (torch.cat([before, before.new_zeros(1)])[safe] + pos < cap)
 
 
 def after_drops(routed: torch.Tensor, cap: int) -> torch.Tensor:
@@ -127,9 +168,49 @@ def run_experts(experts: Iterable[nn.Module], h: torch.Tensor, sizes: Sequence[i
     return torch.cat([e(part) for e, part in zip(experts, h.split(list(sizes)))]) if len(h) else h
 
 
-def reference(model: MoE, x: torch.Tensor, ids: torch.Tensor, cap: int) -> torch.Tensor:
-    """The layer on one rank: every token of the group (x, ids in rank order), every expert, no communication."""
+def rank_capacity(capacity_factor: float, tokens: int, topk: int, experts: int) -> int:
+    """Megatron's per-rank capacity (moe_utils.get_capacity on this rank's tokens x topk): ceil(cf x tokens x topk / E)."""
+    return math.ceil(capacity_factor * tokens * topk / experts)
+
+
+def rank_drops(ids: torch.Tensor, probs: torch.Tensor, cap: int, policy: str) -> torch.Tensor:
+    """Megatron's token dropping on one rank before dispatch (moe_utils.apply_router_token_dropping):
+    each expert keeps at most `cap` of this rank's selections, its highest router probabilities
+    (`probs`: the softmax over every expert, (tokens, E)) under policy probs, its first under position;
+    a dropped selection becomes -1 (masked: it goes nowhere; the kept ones keep their weights)."""
+    flat = ids.reshape(-1)
+    none_before = flat.new_zeros(probs.shape[1])
+    if policy == "position":
+        keep = kept(flat, none_before, cap)
+    elif policy == "probs":
+        p = probs.gather(1, ids.clamp(min=0)).reshape(-1)
+        order = torch.argsort(-p, stable=True)   # highest first, then by position
+        keep = torch.empty_like(flat, dtype=torch.bool)
+        keep[order] = kept(flat[order], none_before, cap)
+    else:
+        raise ValueError(f"unknown drop policy {policy!r}: one of {', '.join(DROP_POLICIES[1:])}")
+    return torch.where(keep, flat, -1).view_as(ids)
+
+
+def route(gate: nn.Module, x: torch.Tensor, ids: torch.Tensor, drop: tuple[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids after a per-rank drop policy, the gate's weights): `drop` = (policy, capacity factor);
+    policy group (or factor 0) drops nothing here (the group's capacity is the dispatcher's)."""
+    logits = gate(x)
+    w = weights(logits, ids)
+    policy, factor = drop
+    if policy == "group" or not factor:
+        return ids, w
+    cap = rank_capacity(factor, len(ids), ids.shape[1], logits.shape[1])
+    return rank_drops(ids, torch.softmax(logits.detach(), dim=-1), cap, policy), w
+
+
+def reference(model: MoE, x: torch.Tensor, ids: torch.Tensor, cap: int, drop: tuple[str, float] = ("group", 0.0),
+              segments: Sequence[int] = ()) -> torch.Tensor:
+    """The layer on one rank: every token of the group (x, ids in rank order), every expert, no
+    communication; a per-rank drop policy applied to each rank's `segments` of the tokens."""
     w = weights(model.gate(x), ids).reshape(-1)
+    if drop[0] != "group" and drop[1]:
+        ids = torch.cat([route(model.gate, xs, i, drop)[0] for xs, i in zip(x.split(list(segments)), ids.split(list(segments)))])
     flat = ids.reshape(-1)
     keep = kept(flat, flat.new_zeros(len(model.experts)), cap)
     token = torch.arange(len(x), device=x.device).repeat_interleave(ids.shape[1])
@@ -160,6 +241,18 @@ class Traffic:
         ep = len(self.sent)
         return self.sent.sum(0).view(ep, -1).sum(1).tolist()
 
+    def received_rows(self, impl: str, rank: int, tokens: int) -> tuple[int, int]:
+        """(rows, of them this rank's own) dispatch hands this rank, as DeepEP counts its dispatch bytes
+        (received tokens x hidden x element size, the rank's own included): alltoallv and fused, the
+        kept slots routed to its experts from every rank of the group; allgather, every token of the
+        group. Combine sends the same rows back (DeepEP's combine bytes equal its dispatch's)."""
+        ep, experts = self.sent.shape
+        if impl == "allgather":
+            return ep * tokens, tokens
+        per = experts // ep
+        mine = self.sent[:, rank * per:(rank + 1) * per]
+        return int(mine.sum()), int(mine[rank].sum())
+
     def sent_bytes(self, impl: str, rank: int, tokens: int, topk: int, hidden: int, itemsize: int) -> int:
         """Bytes this rank sends other ranks in one forward's dispatch and combine. alltoallv (and
         fused): the counts, its kept slots' tokens out, the outputs of the slots it received back;
@@ -178,7 +271,7 @@ class Traffic:
 def traffic(group, flat_ids: torch.Tensor, experts: int, cap: int, timer: CommTimer = NO_TIMER) -> Traffic:
     """Every rank's per-expert counts, all-gathered over the ep group (Megatron's alltoall dispatcher
     gathers them too), and what capacity leaves of them."""
-    routed = _all_gather(torch.bincount(flat_ids, minlength=experts).view(1, -1), group, timer)
+    routed = _all_gather(torch.bincount(flat_ids[flat_ids >= 0], minlength=experts).view(1, -1), group, timer)
     return Traffic(routed, after_drops(routed, cap))
 
 
@@ -247,15 +340,16 @@ class AllGather(_Dispatcher):
 class ExpertParallel(nn.Module):
     """This ep rank's part of the layer: the gate (replicated), its experts, a dispatcher between them."""
 
-    def __init__(self, model: MoE, ep: int, ep_rank: int, dispatcher):
+    def __init__(self, model: MoE, ep: int, ep_rank: int, dispatcher, drop: tuple[str, float] = ("group", 0.0)):
         super().__init__()
         self.gate = copy.deepcopy(model.gate)
         per = len(model.experts) // ep
         self.experts = copy.deepcopy(model.experts[ep_rank * per:(ep_rank + 1) * per])
-        self.dispatcher = dispatcher
+        self.dispatcher, self.drop = dispatcher, drop
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        h, sizes, ctx = self.dispatcher.dispatch(x, ids, weights(self.gate(x), ids))
+        ids, w = route(self.gate, x, ids, self.drop)
+        h, sizes, ctx = self.dispatcher.dispatch(x, ids, w)
         return self.dispatcher.combine(run_experts(self.experts, h, sizes), ctx)
 
 
@@ -271,49 +365,63 @@ def fused_missing() -> str:
 
 class Fused(_Dispatcher):
     """torch_npu's fused EP AlltoAllV (its documented signatures, op-plugin
-    docs/context/torch_npu-npu_moe_distribute_{dispatch,combine}.md): forward only."""
+    docs/context/torch_npu-npu_moe_distribute_{dispatch,combine}.md): forward only, on `group` alone
+    (the docs allow no other operator on the EP group: layers.expert_tasks.fused_group). The call
+    follows the chip (`chip`: A2 or A3, collectives.backends.hccl.hccl_product): see dispatch_args."""
 
-    def __init__(self, group, experts: int, cap: int, timer: CommTimer = NO_TIMER, global_rank: int = 0):
+    def __init__(self, group, experts: int, cap: int, timer: CommTimer = NO_TIMER, global_rank: int = 0,
+                 chip: str = "", global_bs: int = 0):
         super().__init__(group, experts, cap, timer)
         if why := fused_missing():
             raise RuntimeError(why)
         if cap:
             raise ValueError("impl fused has no capacity limit: use capacity_factor 0")
         import torch_npu
-        self.npu = torch_npu
+        self.npu, self.chip, self.global_bs = torch_npu, chip, global_bs
         self.name = group._get_backend(torch.device("npu")).get_hccl_comm_name(global_rank)
 
     def dispatch(self, x, ids, w):
         if x.dtype not in (torch.bfloat16, torch.float16):
             raise ValueError(f"impl fused takes bfloat16 or float16 tokens, not {x.dtype}")
         ids32 = ids.to(torch.int32)
+        scales = w.float()
         expand_x, _, expand_idx, token_nums, ep_recv_counts, tp_recv_counts, expand_scales = self.timer.run(
-            lambda: self.npu.npu_moe_distribute_dispatch(**dispatch_args(x, ids32, self.name, self.ep, self.rank,
-                                                                         self.experts)))
+            lambda: self.npu.npu_moe_distribute_dispatch(**dispatch_args(self.chip, x, ids32, self.name, self.ep,
+                                                                         self.rank, self.experts, scales, self.global_bs)))
         sizes = token_nums.tolist()   # rows per local expert, in expert order from the first row
-        return expand_x[:sum(sizes)], sizes, (expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales, w)
+        return expand_x[:sum(sizes)], sizes, (expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales,
+                                              scales)
 
     def combine(self, y, ctx):
-        expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales, w = ctx
+        expand_x, ids32, expand_idx, ep_recv_counts, tp_recv_counts, expand_scales, scales = ctx
         full = torch.cat([y, expand_x.new_zeros((len(expand_x) - len(y), y.shape[1]))])   # the rows dispatch gave
         return self.timer.run(lambda: self.npu.npu_moe_distribute_combine(**combine_args(
-            full, ids32, expand_idx, ep_recv_counts, w.float(), self.name, self.ep, self.rank, self.experts,
-            tp_recv_counts, expand_scales)))
+            self.chip, full, ids32, expand_idx, ep_recv_counts, scales, self.name, self.ep, self.rank, self.experts,
+            tp_recv_counts, expand_scales, self.global_bs)))
 
 
-def dispatch_args(x, ids32, group: str, ep: int, ep_rank: int, experts: int) -> dict:
+def dispatch_args(chip: str, x, ids32, group: str, ep: int, ep_rank: int, experts: int, expert_scales,
+                  global_bs: int = 0) -> dict:
     """npu_moe_distribute_dispatch's arguments by their documented names (tests/data/op_plugin holds the
-    prototype they are checked against); its 7 outputs: expand_x, dynamic_scales, expand_idx,
-    expert_token_nums (per local expert: expert_token_nums_type=1), ep_recv_counts, tp_recv_counts,
-    expand_scales."""
-    return {"x": x, "expert_ids": ids32, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
+    prototype and the limits they are checked against); its 7 outputs: expand_x, dynamic_scales,
+    expand_idx, expert_token_nums (per local expert: expert_token_nums_type=1), ep_recv_counts,
+    tp_recv_counts, expand_scales. On A2 the token weights go in as expert_scales, so that dispatch
+    fills expand_scales, which A2's combine requires; A3 takes no expert_scales (and returns no
+    expand_scales). No shared experts (shared_expert_rank_num 0: A2 supports none), no TP domain,
+    global_bs 0 (every rank sends the same BS)."""
+    args = {"x": x, "expert_ids": ids32, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
             "moe_expert_num": experts, "expert_token_nums_type": 1}
+    return {**args, "expert_scales": expert_scales} if chip == "A2" else args
 
 
-def combine_args(expand_x, ids32, expand_idx, ep_recv_counts, expert_scales, group: str, ep: int, ep_rank: int,
-                 experts: int, tp_recv_counts, expand_scales) -> dict:
-    """npu_moe_distribute_combine's arguments by their documented names: dispatch's counts and
-    expand_scales passed back as they came (Atlas A2 requires expand_scales)."""
-    return {"expand_x": expand_x, "expert_ids": ids32, "expand_idx": expand_idx, "ep_send_counts": ep_recv_counts,
+def combine_args(chip: str, expand_x, ids32, expand_idx, ep_recv_counts, expert_scales, group: str, ep: int,
+                 ep_rank: int, experts: int, tp_recv_counts, expand_scales, global_bs: int = 0) -> dict:
+    """npu_moe_distribute_combine's arguments by their documented names: dispatch's counts passed back
+    as they came. A2: expand_scales (required there), tp_send_counts left at its default (A2 has no TP
+    domain); A3: tp_send_counts from dispatch's tp_recv_counts, no expand_scales (not supported there)."""
+    args = {"expand_x": expand_x, "expert_ids": ids32, "expand_idx": expand_idx, "ep_send_counts": ep_recv_counts,
             "expert_scales": expert_scales, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
-            "moe_expert_num": experts, "tp_send_counts": tp_recv_counts, "expand_scales": expand_scales}
+            "moe_expert_num": experts, "global_bs": global_bs}
+    if chip == "A2":
+        return {**args, "expand_scales": expand_scales}
+    return {**args, "tp_send_counts": tp_recv_counts}

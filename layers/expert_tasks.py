@@ -3,11 +3,12 @@ consecutive ranks (world / ep such groups: data-parallel replicas, each with its
 checked once against the same seeded layer on one rank (layers.check), then timed as the others
 (collectives.timing): the forward+backward step (round_ns) and, in their own loops with the same
 K, the forward's dispatch, experts and combine alone (dispatch_ns, expert_ns, combine_ns, as
-TpResult's fwd_ns). comm_share comes, as the TP bench's, from one extra run of K steps with the
-collectives timed: the share of the step (forward and backward) spent in them.
+TpResult's fwd_ns); recv_bytes / local_bytes: the rows dispatch hands this rank (and combine sends
+back) as DeepEP counts them, and the share of them from the rank itself. comm_share comes, as the
+TP bench's, from one extra run of K steps with the collectives timed: the share of the step (forward and backward) spent in them.
 
 The spec (decoded by the driver; read here: ep, experts, topk, hidden, ffn, tokens, routing,
-hot_share, expert_ids, capacity_factor, impl, seed, dtype, plan, corrupt) is duck-typed; its A/B
+hot_share, expert_ids, capacity_factor, drop_policy, impl, seed, dtype, plan, corrupt) is duck-typed; its A/B
 form (kind "..._begin") is the worker's choice of ExpertRank.begin over run.
 """
 from __future__ import annotations
@@ -19,12 +20,15 @@ import torch.distributed as dist
 from torch import nn
 
 from collectives import timing
-from layers import expert
+from collectives.backends.hccl import hccl_product
+from layers import expert, fused_moe
 from layers.check import Check, dtype_name
 from layers.mesh import Axis, ParallelDims
 from layers.rank_tasks import _reduce_length, groups_for, torch_loops
 from layers.tp import CommTimer
 
+UNEVEN_ALLGATHER = ("routing uneven: the all-gather dispatcher gathers equal shapes (Megatron's pads or splits them): "
+                    "use alltoallv")
 DISPATCHERS = {"alltoallv": expert.AllToAllV, "allgather": expert.AllGather, "fused": expert.Fused}
 
 
@@ -40,14 +44,50 @@ def _validate(spec: Any, world: int) -> None:
         raise ValueError(f"experts {spec.experts} are not divisible by ep {spec.ep}")
     if not 1 <= spec.topk <= 8:
         raise ValueError(f"topk must be 1-8, got {spec.topk}")
+    if _drop(spec)[0] not in expert.DROP_POLICIES:
+        raise ValueError(f"unknown drop policy {_drop(spec)[0]!r}: one of {', '.join(expert.DROP_POLICIES)}")
+    if spec.routing == "uneven" and spec.impl == "allgather":
+        raise ValueError(UNEVEN_ALLGATHER)
+
+
+_FUSED_GROUPS: dict[int, Any] = {}
+
+
+def fused_group(ep: int, world: int, rank: int):
+    """The ep group the fused ops use alone (op-plugin: no other operator on their EP group; vllm-ascend
+    keeps a dedicated MC2 group): made once per ep size on every rank in the same order, apart from the
+    mesh groups (layers.rank_tasks.groups_for) that the other benches and this bench's counts use."""
+    if ep not in _FUSED_GROUPS:
+        for first in range(0, world, ep):
+            made = dist.new_group(list(range(first, first + ep)))
+            if first <= rank < first + ep:
+                _FUSED_GROUPS[ep] = made
+    return _FUSED_GROUPS[ep]
+
+
+def fused_refusal(spec: Any, chip: str, ranks: list[int]) -> str:
+    """Why the fused ops cannot run this spec on `chip` (layers.fused_moe, op-plugin's documented limits),
+    judged on the ids every rank of the group will send (a token must not name one expert twice)."""
+    ids = [_choices(spec, r) for r in ranks]
+    distinct, masked = all(expert.distinct_rows(i) for i in ids), any(bool((i < 0).any()) for i in ids)
+    return fused_moe.refusal(chip, ep=spec.ep, experts=spec.experts, topk=spec.topk, hidden=spec.hidden,
+                             tokens=max(len(i) for i in ids), dtype=spec.dtype, distinct=distinct, masked=masked,
+                             capacity_factor=spec.capacity_factor, buffsize=fused_moe.buffsize_mb())
+
+
+def _choices(spec: Any, rank: int) -> torch.Tensor:
+    """Rank `rank`'s expert ids (no tokens made: the fused limits are judged on every rank's ids)."""
+    t = expert.tokens_of(spec.routing, spec.tokens, spec.hot_share, rank % spec.ep, spec.ep)
+    return expert.choices(spec.routing, t, spec.topk, spec.experts, rank, spec.seed, spec.hot_share, spec.expert_ids,
+                          spec.experts // spec.ep)
 
 
 def _inputs(spec: Any, rank: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rank `rank`'s tokens, expert choices and output gradient: any rank can make any rank's."""
-    t, h = spec.tokens, spec.hidden
+    t, h = expert.tokens_of(spec.routing, spec.tokens, spec.hot_share, rank % spec.ep, spec.ep), spec.hidden
     x = torch.randn(t, h, generator=expert.generator(spec.seed + 1, rank)).to(device, dtype)
     gy = torch.randn(t, h, generator=expert.generator(spec.seed + 2, rank)).to(device, dtype)
-    ids = expert.choices(spec.routing, t, spec.topk, spec.experts, rank, spec.seed, spec.hot_share, spec.expert_ids)
+    ids = _choices(spec, rank)
     return x, ids.to(device), gy
 
 
@@ -59,8 +99,10 @@ def _compare(spec: Any, model: expert.MoE, layer: expert.ExpertParallel, ranks: 
     inputs = [_inputs(spec, r, device, dtype) for r in ranks]
     x_all = torch.cat([x for x, _, _ in inputs]).requires_grad_()
     gy_all = torch.cat([gy for _, _, gy in inputs])
-    ref = expert.reference(model, x_all, torch.cat([ids for _, ids, _ in inputs]), _cap(spec))
-    mine = slice(ep_rank * spec.tokens, (ep_rank + 1) * spec.tokens)
+    ref = expert.reference(model, x_all, torch.cat([ids for _, ids, _ in inputs]), _cap(spec), _drop(spec),
+                           [len(x) for x, _, _ in inputs])
+    first = sum(len(x) for x, _, _ in inputs[:ep_rank])
+    mine = slice(first, first + len(inputs[ep_rank][0]))
     forward_only = spec.impl == "fused"
     if not forward_only:
         (ref_gate,) = torch.autograd.grad((ref[mine] * gy_all[mine]).sum(), model.gate.weight, retain_graph=True)
@@ -71,7 +113,7 @@ def _compare(spec: Any, model: expert.MoE, layer: expert.ExpertParallel, ranks: 
         out = layer(x, ids)
     if not forward_only:
         out.backward(gy)
-    n = _reduce_length(nn.ModuleList([model.gate, model.experts[0]]), len(ranks) * spec.tokens * spec.topk,
+    n = _reduce_length(nn.ModuleList([model.gate, model.experts[0]]), len(x_all) * spec.topk,
                        spec.topk + spec.experts)
     check.compare(out, ref[mine], n)
     if forward_only:
@@ -91,7 +133,14 @@ def _grad(p: torch.Tensor) -> torch.Tensor:
 
 
 def _cap(spec: Any) -> int:
+    """The group's capacity (policy group); a per-rank policy drops on each rank before dispatch (_drop)."""
+    if _drop(spec)[0] != "group":
+        return 0
     return expert.capacity(spec.capacity_factor, spec.tokens, spec.ep, spec.topk, spec.experts)
+
+
+def _drop(spec: Any) -> tuple[str, float]:
+    return getattr(spec, "drop_policy", "group"), spec.capacity_factor
 
 
 def expert_loops(backend, spec: Any):
@@ -102,17 +151,32 @@ def expert_loops(backend, spec: Any):
     ranks = list(range(backend.rank - ep_rank, backend.rank - ep_rank + spec.ep))
     device, dtype = backend.device.torch_device, getattr(torch, spec.dtype)
     timer = CommTimer(backend.device.synchronize, on=False)   # on only in finish's extra run
-    kwargs = {"global_rank": backend.rank} if spec.impl == "fused" else {}
-    dispatcher = DISPATCHERS[spec.impl](group, spec.experts, _cap(spec), timer, **kwargs)
+    kwargs: dict = {}
+    moved_on = group
+    if spec.impl == "fused":   # refused alike on every rank, before any collective, outside the documented limits
+        if why := expert.fused_missing():
+            raise RuntimeError(why)
+        chip = hccl_product(backend.device.name())
+        if why := fused_refusal(spec, chip, ranks):
+            raise ValueError(why)
+        moved_on = fused_group(spec.ep, backend.world, backend.rank)
+        most = max(expert.tokens_of(spec.routing, spec.tokens, spec.hot_share, r, spec.ep) for r in range(spec.ep))
+        # global_bs: 0 where every rank sends the same BS, else max BS x ep (op-plugin)
+        kwargs = {"global_rank": backend.rank, "chip": chip, "global_bs": 0 if spec.routing != "uneven" else most * spec.ep}
+    dispatcher = DISPATCHERS[spec.impl](moved_on, spec.experts, _cap(spec), timer, **kwargs)
     torch.manual_seed(spec.seed)
     model = expert.MoE(spec.hidden, spec.ffn, spec.experts).to(device=device, dtype=dtype)
-    layer = expert.ExpertParallel(model, spec.ep, ep_rank, dispatcher)
+    layer = expert.ExpertParallel(model, spec.ep, ep_rank, dispatcher, _drop(spec))
     check = Check(dtype_name(dtype), corrupt=spec.corrupt)   # once, before any timing
     _compare(spec, model, layer, ranks, ep_rank, device, dtype, check)
     layer.zero_grad(set_to_none=True)
     del model
     x, ids, gy = _inputs(spec, backend.rank, device, dtype)
+    with torch.inference_mode():
+        routed, w = expert.route(layer.gate, x, ids, _drop(spec))
     counts = expert.traffic(group, ids.reshape(-1), spec.experts, _cap(spec))
+    if routed is not ids:   # a per-rank policy: routed before its drops, sent after them
+        counts = expert.Traffic(counts.routed, expert.traffic(group, routed.reshape(-1), spec.experts, 0).sent)
     forward_only = spec.impl == "fused"
     x.requires_grad_(not forward_only)
 
@@ -125,8 +189,7 @@ def expert_loops(backend, spec: Any):
                 layer(x, ids).backward(gy)
 
     with torch.inference_mode():
-        w = expert.weights(layer.gate(x), ids)
-        h, sizes, ctx = dispatcher.dispatch(x, ids, w)
+        h, sizes, ctx = dispatcher.dispatch(x, routed, w)
         y = expert.run_experts(layer.experts, h, sizes)
 
     def alone(call):
@@ -135,6 +198,9 @@ def expert_loops(backend, spec: Any):
                 for _ in range(k):
                     call()
         return loop
+
+    rows, local = counts.received_rows(spec.impl, ep_rank, len(x))
+    row_bytes = spec.hidden * x.element_size()
 
     def finish(k, times):
         t_step, t_dispatch, t_experts, t_combine = times
@@ -150,9 +216,10 @@ def expert_loops(backend, spec: Any):
                     params_local=sum(p.numel() for p in layer.parameters()),
                     tokens_per_expert=counts.routed.sum(0).tolist(), tokens_per_rank=counts.tokens_per_rank(),
                     dropped=int(counts.routed[ep_rank].sum() - counts.sent[ep_rank].sum()),
-                    sent_bytes=counts.sent_bytes(spec.impl, ep_rank, spec.tokens, spec.topk, spec.hidden, x.element_size()),
+                    sent_bytes=counts.sent_bytes(spec.impl, ep_rank, len(x), spec.topk, spec.hidden, x.element_size()),
+                    recv_bytes=rows * row_bytes, local_bytes=local * row_bytes, masked=int((ids < 0).sum()),
                     comm_share=timer.seconds / elapsed if elapsed > 0 else 0.0)
-    loops = [step, alone(lambda: dispatcher.dispatch(x, ids, w)),
+    loops = [step, alone(lambda: dispatcher.dispatch(x, routed, w)),
              alone(lambda: expert.run_experts(layer.experts, h, sizes)), alone(lambda: dispatcher.combine(y, ctx))]
     return loops, finish
 

@@ -24,6 +24,11 @@
 #                90 s with 2 ranks or more: tp and pp 1,2, the pipelines too)
 #   7b. moe      the expert-parallel layer (alltoallv, allgather; the fused torch_npu path skips with its
 #                reason) and the hybrid step, on NCCL with their checks                    ~20 s  (cap 45 s)
+#   7c. fused    the fused MoE path (torch_npu's npu_moe_distribute_dispatch/combine): op-plugin's documented
+#                limits as skips with their reasons (tests/test_fused_moe.py), and the bench's fused cases: bf16
+#                uniform runs and is checked against the single-rank reference on an Ascend NPU (hccl), float32
+#                and skewed routing skip with the documented reason; elsewhere every fused case skips
+#                                                                            ~10 s  (cap 45 s)
 #   8. skew      the doctor's arrival skew on nccl (the doctor itself needs 2 GPUs)         ~8 s  (cap 20 s)
 #   9. doctor    2 GPUs or more                                                             ~30 s  (cap 45 s)
 #   then the provenance the sweep recorded (drivers, topology, versions, adapter variables).
@@ -43,7 +48,10 @@ started=$SECONDS
 rehearse=0
 [ "${1:-}" = "--rehearse-on-cpu" ] && rehearse=1
 
-if [ $rehearse = 0 ] && [ ! -e /proc/driver/nvidia/version ] && ! nvidia-smi -L >/dev/null 2>&1; then
+ascend=0
+if [ $rehearse = 0 ] && [ ! -e /proc/driver/nvidia/version ] && "${PYTHON:-python3}" -c 'import torch_npu' >/dev/null 2>&1; then
+    ascend=1   # an Ascend NPU: only the fused MoE step (7c) runs here; the other steps are NVIDIA's
+elif [ $rehearse = 0 ] && [ ! -e /proc/driver/nvidia/version ] && ! nvidia-smi -L >/dev/null 2>&1; then
     echo "device_check: no NVIDIA GPU on this machine (no /proc/driver/nvidia/version, no nvidia-smi): nothing to check"
     exit 0
 fi
@@ -66,7 +74,12 @@ cd "$repo" || exit 2
 : > "$out/steps.txt"
 note() { echo "$*" | tee -a "$out/notes.txt"; }
 
-if [ $rehearse = 1 ]; then
+if [ $ascend = 1 ]; then
+    backend=hccl
+    nproc=$("$py" -c 'import torch, torch_npu; print(torch.npu.device_count())' 2>/dev/null) || nproc=0
+    [ "${nproc:-0}" -lt 1 ] && { echo "device_check: torch_npu loads but sees no NPU"; exit 2; }
+    note "Ascend: $nproc NPUs, backend hccl; only the fused MoE step runs (the other steps are NVIDIA's)"
+elif [ $rehearse = 1 ]; then
     backend=gloo; nproc=2
     sweep_sizes=8:64K:8; captured_sizes=8,64K; captured_ops=(); dtype_sizes=1K; layer_args=(--tp 1,2 --pp 1,2)
     note "REHEARSAL on gloo with 2 CPU ranks: this checks the script, not a GPU (captured cases skip on gloo)"
@@ -85,7 +98,8 @@ else
                              "timed and captured: out-of-place ops only (an in-place call on one rank enqueues nothing: no transfer to time," \
                              "an empty graph); the smoke steps still check the in-place calls"
 fi
-printf '{"backend": "%s", "nproc": %s}\n' "$backend" "$nproc" > "$out/context.json"
+printf '{"backend": "%s", "nproc": %s, "only": %s}\n' "$backend" "$nproc" \
+    "$([ $ascend = 1 ] && echo '["fused"]' || echo '[]')" > "$out/context.json"
 budget=${DEVICE_CHECK_BUDGET_S:-$([ "$nproc" -ge 2 ] && echo 420 || echo 300)}
 layer_cap=$([ "$nproc" -ge 2 ] && echo 90 || echo 45)   # 2 ranks or more: tp and pp 1,2, pipelines too
 note "results: $out"
@@ -107,6 +121,17 @@ step() {
 }
 
 bench=("$py" -m pytest -q -rs -p no:randomly -p no:timeout --backend "$backend" --nproc "$nproc" --timeout 60)
+# the fused MoE ops: one bf16 case at the documented shape of this many NPUs (A3 takes hidden 7168 only;
+# ep = every rank: A2 16/32/64, A3 8..288, else it skips with that reason), float32 and skewed skip
+fused=("${bench[@]}" tests/test_fused_moe.py benches/test_expert.py --moe-impl fused --moe-dtype bfloat16,float32
+       --routing uniform,skewed:0.5 --topk 2 --experts $((2 * nproc)) --tokens 16 --hidden 7168 --results "$out/fused")
+if [ $ascend = 1 ]; then
+    step fused 120 "${fused[@]}"
+    "$py" scripts/device_check.py summary "$out" | tee "$out/summary.txt"
+    rc=${PIPESTATUS[0]}
+    echo "device_check: $((SECONDS - started))s in all; summary in $out/summary.txt"
+    exit "$rc"
+fi
 step sweep 75 "${bench[@]}" benches/test_collectives.py --benchmark --sizes "$sweep_sizes" \
     --rounds 5 --round-time 0.005 --results "$out/sweep"
 step captured 75 "${bench[@]}" benches/test_collectives.py --benchmark --sizes "$captured_sizes" --graph both \
@@ -121,6 +146,7 @@ step dtypes 50 "${bench[@]}" benches/test_collectives.py --sizes "$dtype_sizes" 
     --dtypes float32,float16,bfloat16,float64,int32,int64,int8,uint8 --redops sum,prod,max,min --results "$out/dtypes"
 step layers "$layer_cap" "${bench[@]}" benches/test_layers.py ${layer_args[@]+"${layer_args[@]}"} --results "$out/layers"
 step moe 45 "${bench[@]}" benches/test_expert.py benches/test_hybrid.py --tokens 128 --hidden 128 --seq 64 --results "$out/moe"
+step fused 45 "${fused[@]}"
 step skew 20 "$py" scripts/device_check.py skew "$backend" "$out/skew.json"
 if [ "$nproc" -ge 2 ]; then
     step doctor 45 "$py" -m harness.cli doctor --backend "$backend" --nproc "$nproc" --repeat 3 -o "$out/doctor" \
