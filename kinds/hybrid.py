@@ -89,6 +89,8 @@ class HybridSpec(Spec):
     dtype: str = "float32"
     distributed_optimizer: bool = False   # dp reduce_scatter + SGD on the shard + all_gather (Megatron's)
     grad_reduce: str = "float32"          # the dtype the dp gradients are reduced in
+    sequence_parallel: bool = False       # Megatron's sequence parallelism in the tp blocks
+    vpp: int = 0                          # interleaved schedules' chunks per rank (0: the schedule's own)
     plan: dict
 
     def fault_names(self) -> set[str]:
@@ -125,7 +127,7 @@ class HybridRow(_Measured):
     KIND: ClassVar[str] = "hybrid"
     BENCHES: ClassVar[tuple[str, ...]] = ("hybrid",)
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "nranks", "tp", "pp", "dp", "schedule", "microbatches", "hidden",
-                                      "seq", "batch", "layers", "bucket_bytes", "dist_opt", "grad_reduce")
+                                      "seq", "batch", "layers", "bucket_bytes", "dist_opt", "grad_reduce", "sp", "vpp")
     bench: str = _field("text", MISSING)
     tp: int = _field("count", 1)
     pp: int = _field("count", 1)
@@ -139,6 +141,8 @@ class HybridRow(_Measured):
     bucket_bytes: int = _field("whole", 0)
     dist_opt: bool = _field("flag", False)
     grad_reduce: str = _field("text", "float32")
+    sp: bool = _field("flag", False)
+    vpp: int = _field("whole", 0)
     step_us: float | None = metric("step(ms)", ".1f", "lower", ("table", "compare", "report"), scale=1e3)
     tokens_per_s: float | None = metric("tokens/s", ".0f", "higher", ("table", "compare", "report"))
     tokens_per_s_per_device: float | None = metric("tok/s/dev", ".0f", "higher", ("table", "report"))
@@ -216,15 +220,36 @@ def _bucket(text: str) -> int:
         raise ValueError(str(exc)) from None
 
 
-DP_KNOBS = {"plain": (False, "float32"), "distopt": (True, "float32"), "bf16grad": (False, "bfloat16"),
-            "distopt+bf16grad": (True, "bfloat16")}   # (distributed optimizer, gradient reduction dtype)
+# knob -> (distributed optimizer, gradient reduction dtype, sequence parallelism, virtual pipeline) and the
+# layouts it applies to (tp, pp, dp); a knob runs on the layouts that have its dimension
+KNOBS = {"plain": ((False, "float32", False, False), lambda tp, pp, dp: True),
+         "sp": ((False, "float32", True, False), lambda tp, pp, dp: tp > 1),
+         "distopt": ((True, "float32", False, False), lambda tp, pp, dp: dp > 1),
+         "bf16grad": ((False, "bfloat16", False, False), lambda tp, pp, dp: dp > 1),
+         "distopt+bf16grad": ((True, "bfloat16", False, False), lambda tp, pp, dp: dp > 1),
+         "vpp": ((False, "float32", False, True), lambda tp, pp, dp: pp > 1)}
 
 
-def _dp_knobs(text: str) -> list[str]:
+DEFAULT_KNOBS = ["plain", "sp", "distopt", "bf16grad", "vpp"]
+
+
+def _knobs(text: str) -> list[str]:
     out = [t.strip() for t in text.split(",") if t.strip()]
-    if not out or any(t not in DP_KNOBS for t in out):
-        raise ValueError(f"give a comma separated list of {', '.join(DP_KNOBS)}")
+    if not out or any(t not in KNOBS for t in out):
+        raise ValueError(f"give a comma separated list of {', '.join(KNOBS)}")
     return out
+
+
+def _vpp(text: str) -> int:
+    if not text.isdigit() or int(text) < 2:
+        raise ValueError("give the virtual pipeline size, a whole number >= 2 (model chunks per pp rank)")
+    return int(text)
+
+
+def knob_names(dist_opt: bool, grad_reduce: str, sp: bool, vpp: int) -> list[str]:
+    """The knobs a case or row has on, as the table and case ids name them."""
+    return (["sp"] * sp + ["distopt"] * dist_opt + ["bf16grad"] * (grad_reduce == "bfloat16")
+            + ([f"vpp{vpp}"] if vpp else []))
 
 
 def _peak(text: str) -> float:
@@ -261,11 +286,13 @@ class HybridCase(Case):
     bucket_bytes: int
     dist_opt: bool = False
     grad_reduce: str = "float32"
+    sp: bool = False
+    vpp: int = 0
 
     @property
     def id(self) -> str:
         sched = f"-{self.schedule}" if self.pp > 1 else ""
-        knobs = ("-distopt" if self.dist_opt else "") + ("-bf16grad" if self.grad_reduce == "bfloat16" else "")
+        knobs = "".join(f"-{k}" for k in knob_names(self.dist_opt, self.grad_reduce, self.sp, self.vpp))
         return (f"{self.backend}-hybrid-{self.tp}x{self.pp}x{self.dp}{sched}-m{self.microbatches}{knobs}"
                 f"{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
 
@@ -285,9 +312,11 @@ class HybridKind(Kind[HybridCase]):
                    _schedule),
         KindOption("--hybrid-bucket", "4M", "the hybrid step's dp gradient bucket cap (DDP's bucket_cap_mb; 0: a bucket "
                    "per gradient)", _bucket),
-        KindOption("--hybrid-dp-knobs", "plain,distopt,bf16grad", "at dp > 1, each layout once per: plain (all_reduce), "
-                   "distopt (reduce_scatter + all_gather, Megatron's distributed optimizer), bf16grad (the gradients "
-                   "reduced in bfloat16), distopt+bf16grad", _dp_knobs),
+        KindOption("--hybrid-knobs", "plain,sp,distopt,bf16grad,vpp", "each layout once per knob that applies to it: "
+                   "plain, sp (sequence parallelism, tp > 1), distopt (dp reduce_scatter + all_gather, Megatron's "
+                   "distributed optimizer), bf16grad (dp gradients reduced in bfloat16), distopt+bf16grad (dp > 1), "
+                   "vpp (pp > 1: interleaved1f1b with --hybrid-vpp chunks per rank)", _knobs),
+        KindOption("--hybrid-vpp", "2", "the virtual pipeline size of the vpp knob (model chunks per pp rank)", _vpp),
         KindOption("--peak-tflops", "0", "the device's peak TFLOP/s that MFU is taken against (0: known per device name, "
                    "on a CPU the block's matmul rate measured on the ranks)", _peak),
     )
@@ -302,13 +331,15 @@ class HybridKind(Kind[HybridCase]):
     def identity(self, case: HybridCase) -> dict:
         return {**super().identity(case), "bench": "hybrid", "tp": case.tp, "pp": case.pp, "dp": case.dp,
                 "schedule": case.schedule if case.pp > 1 else "", "microbatches": case.microbatches,
-                "bucket_bytes": case.bucket_bytes, "dist_opt": case.dist_opt, "grad_reduce": case.grad_reduce}
+                "bucket_bytes": case.bucket_bytes, "dist_opt": case.dist_opt, "grad_reduce": case.grad_reduce,
+                "sp": case.sp, "vpp": case.vpp}
 
     def spec(self, case: HybridCase, opts: Options) -> HybridSpec:
         return HybridSpec(tp=case.tp, pp=case.pp, dp=case.dp, hidden=opts.hidden, seq=opts.seq, batch=opts.batch,
                           layers=opts.layers, microbatches=case.microbatches, schedule=case.schedule,
                           bucket_bytes=case.bucket_bytes, distributed_optimizer=case.dist_opt,
-                          grad_reduce=case.grad_reduce, plan={**opts.plan(), "warmup": 1, "rounds": min(opts.rounds, ROUNDS)})
+                          grad_reduce=case.grad_reduce, sequence_parallel=case.sp, vpp=case.vpp,
+                          plan={**opts.plan(), "warmup": 1, "rounds": min(opts.rounds, ROUNDS)})
 
     def row(self, case: HybridCase, opts: Options, ran: Ran) -> HybridRow:
         """The breakdown of the module docstring, from the ranks' loops and their extra timed run."""
@@ -319,7 +350,7 @@ class HybridKind(Kind[HybridCase]):
         notp = stats.median_seconds([r.notp_ns for r in ranks], k)
         parts = rank_parts(ranks, k)
         tp_inside = float(parts["tp"].mean())
-        theory = schedules.bubble_theory(case.schedule, case.pp, case.microbatches) if case.pp > 1 else 0.0
+        theory = schedules.bubble_theory(case.schedule, case.pp, case.microbatches, case.vpp) if case.pp > 1 else 0.0
         share, busy = machine_work(ranks)
         compute = float(parts["compute"].mean())
         tp, pp, dp = (float(parts[p].max()) for p in ("tp", "pp", "dp"))
@@ -357,8 +388,9 @@ class HybridKind(Kind[HybridCase]):
         if not cells:
             return []
         labels = [cell_label(n, c) for n, c in cells]
-        parts = {part: [c.pooled(f"{part}_us") or 0.0 for _, c in cells] for part in ("compute", "tp", "bubble", "dp")}
-        return [Bars("step (us): compute, exposed tp, pipeline bubble, exposed dp", labels, parts, stacked=True),
+        parts = {part: [c.pooled(f"{part}_us") or 0.0 for _, c in cells] for part in ("compute", "tp", "pp", "bubble", "dp")}
+        return [Bars("step parts (us, the slowest rank's each): compute, tp, pp send/recv, pipeline bubble, dp", labels,
+                     parts, stacked=True),
                 Bars("tokens/s (higher is better)", labels, {"tokens/s": [c.pooled("tokens_per_s") or 0.0 for _, c in cells]})]
 
     def table(self, rows: list[HybridRow]) -> str:
@@ -366,21 +398,33 @@ class HybridKind(Kind[HybridCase]):
         if not rows:
             return ""
         shown = metrics(HybridRow, "table")
-        out = ["# hybrid step (per step; compute alone, tp = step without dp - the same without tp collectives,",
-               "# dp = step - step without dp, bubble = the rest: compute + tp + bubble + dp = step;",
-               "# resid = (step - model) / step, model = max((compute x share + tp) / (1 - theory), busy + tp) + dp;",
-               "# busy = a crowded machine's CPU work per step / its cores, share = its cores / its ranks (no crowded",
-               "# machine: share 1, no busy); tokens/s = dp x batch x seq / step)",
-               f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3}" + heads(shown) + f" {'#wrong':>7}"]
+        out = ["# hybrid step (per step, ms; each part timed on its own on every rank, min and max over ranks as",
+               "# Megatron's timers print them: comp = compute alone, tp = inside the tp collectives, pp = the pipeline's",
+               "# sends/recvs at the rate of a ring exchange with every stage ready, bub = the rest of the time inside",
+               "# them (waiting for a neighbour stage), dp = the wait for the dp buckets (+ the distributed optimizer's",
+               "# all_gather), other = the rank's step - all of these (max); bubble = bub / the rank's step, mean over",
+               "# ranks; resid = (step - model) / step, model = max((comp x share + tp + pp) / (1 - theory), busy + tp)",
+               "# + dp; tokens/s = dp x batch x seq / step, tok/s/dev = tokens/s / ranks, MFU = Megatron's model",
+               "# FLOPs / step / (ranks x peak); knobs: sp = sequence parallelism, distopt = dp reduce_scatter +",
+               "# all_gather, bf16grad = dp gradients reduced in bfloat16, vppN = interleaved, N chunks per rank;",
+               "# no ep (MoE) blocks yet: docs/layers.md says why)",
+               f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3} {'knobs':>16}" + heads(shown)
+               + f" {'#wrong':>7}"]
         for r in rows:
             out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule or '-':>16} {r.microbatches:>3}"
-                       + values(r, shown) + f" {wrong_text(r.wrong):>7}")
+                       f" {knobs_text(r):>16}" + values(r, shown) + f" {wrong_text(r.wrong):>7}")
         out += best_layout_lines(rows)
+        out += [f"# MFU peak: {source}" for source in dict.fromkeys(r.peak_source for r in rows if r.peak_source)]
         warned = dict.fromkeys(w for r in rows for w in r.placement_warnings)
         return "\n".join(out + [f"# WARNING: {w}" for w in warned])
 
 
 KIND = HybridKind()
+
+
+def knobs_text(row: HybridRow) -> str:
+    """The row's knobs as the table prints them ('-': none)."""
+    return "+".join(knob_names(row.dist_opt, row.grad_reduce, row.sp, row.vpp)) or "-"
 
 
 def rank_parts(ranks: list[HybridResult], k: int) -> dict[str, np.ndarray]:
@@ -468,7 +512,9 @@ def best_layout_lines(rows: list[HybridRow]) -> list[str]:
     for r in rows:
         if r.tokens_per_s:
             shape = (r.backend, r.nranks, r.hidden, r.seq, r.batch, r.layers, r.microbatches, r.side)
-            by.setdefault(shape, {}).setdefault(f"{r.tp}x{r.pp}x{r.dp}", []).append(r.tokens_per_s)
+            knobs = knobs_text(r)
+            name = f"{r.tp}x{r.pp}x{r.dp}" + (f" {knobs}" if knobs != "-" else "")
+            by.setdefault(shape, {}).setdefault(name, []).append(r.tokens_per_s)
     out = []
     for (backend, n, *_), layouts in by.items():
         rate = {name: stats.median(v) for name, v in layouts.items()}
@@ -487,12 +533,13 @@ def _build_launch(kind: HybridKind, opts: Options) -> list[HybridCase]:
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
         for tp, pp, dp in o.get("layouts") or every_layout(opts.nproc):
-            knobs = o.get("hybrid_dp_knobs", ["plain", "distopt", "bf16grad"]) if dp > 1 else ["plain"]
+            knobs = [k for k in o.get("hybrid_knobs", DEFAULT_KNOBS) if KNOBS[k][1](tp, pp, dp)]
             for m, knob in itertools.product(opts.microbatches, knobs):
-                dist_opt, grad_reduce = DP_KNOBS[knob]
+                dist_opt, grad_reduce, sp, vpp = KNOBS[knob][0]
                 case = HybridCase(backend=backend, nranks=opts.nproc, tp=tp, pp=pp, dp=dp, microbatches=m,
-                                  schedule=o.get("hybrid_schedule", "1f1b"), bucket_bytes=o.get("hybrid_bucket", 4 << 20),
-                                  dist_opt=dist_opt, grad_reduce=grad_reduce, group=key)
+                                  schedule="interleaved1f1b" if vpp else o.get("hybrid_schedule", "1f1b"),
+                                  bucket_bytes=o.get("hybrid_bucket", 4 << 20), dist_opt=dist_opt, grad_reduce=grad_reduce,
+                                  sp=sp, vpp=o.get("hybrid_vpp", 2) if vpp else 0, group=key)
                 case.skip = (no_torch(backend) or refusal(kind.spec(case, opts), opts.nproc)
                              or support.missing("tp_bench", "manual")
                              or (support.missing("pp_bench", schedule=case.schedule) if pp > 1 else "")

@@ -26,7 +26,20 @@ import torch
 import torch.distributed as dist
 
 from layers.memory import bucket_plan
-from layers.tp import CommTimer
+from layers.tp import CommTimer, ParallelMLP
+
+
+class SequenceParallelMLP(ParallelMLP):
+    """layers.tp's ParallelMLP with sequence parallelism on (batch, seq / tp, hidden) activations:
+    layers.tp shards dim 0, so the block works on the (seq, batch, hidden) view Megatron uses and
+    hands back (batch, seq / tp, hidden), so the pipeline's microbatches (dim 0) stay whole sequences
+    and the stages send their sequence shards to each other, as Megatron's do."""
+
+    def __init__(self, full, group, timer):
+        super().__init__(full, group, True, timer)
+
+    def forward(self, x):
+        return super().forward(x.transpose(0, 1)).transpose(0, 1).contiguous()
 
 
 class PartTimer(CommTimer):

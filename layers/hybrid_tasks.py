@@ -48,10 +48,10 @@ from layers import pipeline
 from layers.check import UNIT_ROUNDOFF, Check, dtype_name
 from layers.expert import generator
 from layers.expert_tasks import _grad
-from layers.hybrid import GradBuckets, PartTimer
+from layers.hybrid import GradBuckets, PartTimer, SequenceParallelMLP
 from layers.mesh import Axis, ParallelDims
 from layers.rank_tasks import _reduce_length, _shard_like, groups_for, torch_loops
-from layers.schedules import SCHEDULES, stage_indices, validate
+from layers.schedules import SCHEDULES, chunks, stage_indices, validate
 from layers.tp import MLP, ParallelMLP
 
 
@@ -67,11 +67,15 @@ def refusal(spec: Any, world: int) -> str:
         return "a bfloat16 gradient reduction needs dp > 1 (there is no reduction at dp = 1)"
     if spec.distributed_optimizer and spec.dp == 1:
         return "the distributed optimizer shards over dp: it needs dp > 1"
+    if spec.sequence_parallel and (spec.tp == 1 or spec.seq % spec.tp):
+        return f"sequence parallelism splits the sequence ({spec.seq}) over tp ({spec.tp}): it needs tp > 1 dividing it"
+    if spec.vpp and (spec.pp == 1 or not spec.schedule.startswith("interleaved")):
+        return "a virtual pipeline size needs pp > 1 and an interleaved schedule"
     if spec.pp == 1:
         return ""
     if "ZeroBubble" in SCHEDULES.get(spec.schedule, ("",))[0]:
         return f"{spec.schedule} computes weight gradients outside autograd's accumulation, which the dp buckets hook"
-    return validate(spec.schedule, spec.pp, spec.microbatches, spec.layers) or ""
+    return validate(spec.schedule, spec.pp, spec.microbatches, spec.layers, spec.vpp) or ""
 
 
 LR = 1e-6
@@ -112,16 +116,17 @@ class _Step:
         mod = backend.device._mod   # torch.cuda / torch.npu; None on CPU
         self.timer = PartTimer(mod, own_stream=True)   # the tp collectives; on only in the extra timed run
         self.p2p_timer, self.dp_timer = PartTimer(mod), PartTimer(mod)
-        v = SCHEDULES[spec.schedule][1] if spec.pp > 1 else 1
+        v = chunks(spec.schedule, spec.vpp) if spec.pp > 1 else 1
         self.per = spec.layers // (spec.pp * v)
-        indices = stage_indices(spec.schedule, coords[Axis.PP], spec.pp) if spec.pp > 1 else [0]
+        indices = stage_indices(spec.schedule, coords[Axis.PP], spec.pp, spec.vpp) if spec.pp > 1 else [0]
         self.local: dict[int, nn.Module] = {}
         for idx in indices:
-            blocks = self.stage_blocks(idx)
-            self.local[idx] = nn.Sequential(*[ParallelMLP(b, groups[Axis.TP], False, self.timer) if spec.tp > 1
-                                              else copy.deepcopy(b) for b in blocks])
+            self.local[idx] = nn.Sequential(*[self.parallel(b, groups[Axis.TP]) for b in self.stage_blocks(idx)])
         self.first, self.last = 0 in self.local, spec.pp * v - 1 in self.local
-        self.x, self.target = self.inputs(self.replica)
+        # this tp rank's part of the sequence under sequence parallelism (the whole one without)
+        n = spec.seq // spec.tp if spec.sequence_parallel else spec.seq
+        self.seq_part = slice(self.tp_rank * n, (self.tp_rank + 1) * n) if spec.sequence_parallel else slice(None)
+        self.x, self.target = (t[:, self.seq_part].contiguous() for t in self.inputs(self.replica))
         self.sync = backend.device.synchronize
         params = [p for stage in self.local.values() for p in stage.parameters()]
         self.pp_group = groups[Axis.PP]
@@ -129,7 +134,15 @@ class _Step:
                                     getattr(torch, spec.grad_reduce)) if spec.dp > 1 else None)
         self.opt = torch.optim.SGD(params, lr=LR)
         self.sched = (pipeline.build_schedule(spec.schedule, self.local, spec.pp, self.m, groups[Axis.PP],
-                                              torch.device(self.device)) if spec.pp > 1 else None)
+                                              torch.device(self.device), spec.vpp) if spec.pp > 1 else None)
+
+    def parallel(self, block: MLP, group) -> nn.Module:
+        """A block of the single-rank model as this rank runs it: tensor-parallel (with sequence parallelism) or a copy."""
+        if self.spec.tp == 1:
+            return copy.deepcopy(block)
+        if self.spec.sequence_parallel:
+            return SequenceParallelMLP(block, group, self.timer)
+        return ParallelMLP(block, group, False, self.timer)
 
     def stage_blocks(self, idx: int) -> list[MLP]:
         """The blocks of stage `idx` of the single-rank model."""
@@ -188,8 +201,10 @@ class _Step:
             self.buckets.finish()
         spec = self.spec
         model = nn.Sequential(*self.blocks)
-        ref_losses = [pipeline.summed_mse(model(x), t) for x, t in map(self.inputs, range(spec.dp))]
-        (sum(ref_losses) / spec.dp).backward()   # DDP averages the replicas' gradients
+        pairs = [(model(x), t) for x, t in map(self.inputs, range(spec.dp))]
+        (sum(pipeline.summed_mse(y, t) for y, t in pairs) / spec.dp).backward()   # DDP averages the replicas' gradients
+        # the loss this rank sums: its replica's, over its part of the sequence under sequence parallelism
+        ref_losses = [pipeline.summed_mse(y[:, self.seq_part], t[:, self.seq_part]) for y, t in pairs]
         n = _reduce_length(model, spec.dp * spec.batch * spec.seq, spec.tp + self.m + spec.dp)
         if self.last:   # the loss also sums every output element
             check.compare(torch.stack([loss.detach() for loss in losses]).sum(), ref_losses[self.replica].detach(),

@@ -17,11 +17,11 @@ from harness.engine.groups import GroupKey, GroupPool
 from harness.session.options import Options
 from kinds.base import Ran
 from kinds.hybrid import (
-    DP_KNOBS,
     KIND,
+    KNOBS,
     HybridCase,
     _crowded,
-    _dp_knobs,
+    _knobs,
     _layouts,
     best_layout_lines,
     every_layout,
@@ -38,9 +38,10 @@ FAULT = (("HCCL_BENCH_FAULT", "corrupt:1:hybrid"),)
 
 
 def _case(tp: int, pp: int, dp: int, schedule: str = "1f1b", backend: str = "gloo", knob: str = "plain") -> HybridCase:
-    dist_opt, grad_reduce = DP_KNOBS[knob]
-    return HybridCase(backend=backend, nranks=tp * pp * dp, tp=tp, pp=pp, dp=dp, microbatches=2, schedule=schedule,
-                      bucket_bytes=4096, dist_opt=dist_opt, grad_reduce=grad_reduce)
+    dist_opt, grad_reduce, sp, vpp = KNOBS[knob][0]
+    return HybridCase(backend=backend, nranks=tp * pp * dp, tp=tp, pp=pp, dp=dp, microbatches=2,
+                      schedule="interleaved1f1b" if vpp else schedule, bucket_bytes=4096, dist_opt=dist_opt,
+                      grad_reduce=grad_reduce, sp=sp, vpp=4 if vpp else 0)
 
 
 # ---- no processes ------------------------------------------------------------------------------
@@ -75,14 +76,14 @@ def pool(tmp_path_factory):
     pool.close_all()
 
 
-def _run(pool, case: HybridCase, env: tuple = ()):
+def _run(pool, case: HybridCase, env: tuple = (), opts: Options = OPTS):
     """The case's row, made by the kind from the ranks' results as the session makes it."""
-    results, _ = pool.run(GroupKey(case.backend, case.nranks, env), KIND.spec(case, OPTS), 120)
+    results, _ = pool.run(GroupKey(case.backend, case.nranks, env), KIND.spec(case, opts), 120)
     places = {r: ("localhost", r) for r in range(case.nranks)}
-    return KIND.row(case, OPTS, Ran(results, {"localhost": list(places)}, places))
+    return KIND.row(case, opts, Ran(results, {"localhost": list(places)}, places))
 
 
-def _assert_checked_and_broken_down(row, case: HybridCase) -> None:
+def _assert_checked_and_broken_down(row, case: HybridCase, opts: Options = OPTS) -> None:
     assert row.wrong == 0 and row.checked > 0 and row.err_to_tol <= 1, (row.wrong_per_rank, row.err_to_tol)
     # each part timed on its own, min <= max over ranks, and only the layouts that have a dimension spend
     # time on it; how large each is, is timing: measured by the bench, never asserted here
@@ -93,13 +94,13 @@ def _assert_checked_and_broken_down(row, case: HybridCase) -> None:
     assert (row.pp_us > 0) == (row.pp_bytes > 0) == (case.pp > 1) and (case.pp > 1 or row.bubble_us == 0)
     assert (row.dp_us > 0) == (case.dp > 1) and (row.buckets > 0) == (case.dp > 1)
     # the dp bytes are the buckets' in the dtype they are reduced in (a distributed optimizer pads them to dp)
-    grads = sum(memory.mlp_gradient_sizes(SHAPE["hidden"], SHAPE["layers"])) // (case.tp * case.pp)
+    grads = sum(memory.mlp_gradient_sizes(opts.hidden, opts.layers)) // (case.tp * case.pp)
     assert case.dp == 1 or row.dp_bytes >= grads * {"float32": 4, "bfloat16": 2}[case.grad_reduce] * (1 - 1 / case.tp)
     assert row.tokens_per_s_per_device * case.nranks == pytest.approx(row.tokens_per_s)
     assert row.peak_source.startswith("CPU: ") and 0 < row.mfu == pytest.approx(
-        model_flops(SHAPE["hidden"], SHAPE["layers"], case.dp * SHAPE["batch"] * SHAPE["seq"])
+        model_flops(opts.hidden, opts.layers, case.dp * opts.batch * opts.seq)
         / (row.step_us * 1e-6) / case.nranks / row.peak_flops)
-    assert row.bubble_theory == (schedules.bubble_theory(case.schedule, case.pp, 2) if case.pp > 1 else 0.0)
+    assert row.bubble_theory == (schedules.bubble_theory(case.schedule, case.pp, 2, case.vpp) if case.pp > 1 else 0.0)
     assert row.tokens_per_s == pytest.approx(case.dp * SHAPE["batch"] * SHAPE["seq"] / (row.step_us * 1e-6))
     assert row.model_states_estimate_bytes > 0 and not [w for w in row.placement_warnings if w.startswith("tp group")]
     # each round's longest CPU wait over the ranks, as a collective's: what verdicts leave out (schema/stats.py)
@@ -130,24 +131,31 @@ def test_the_corrupt_hook_fails_the_check_on_its_rank_only(rows2, pool):
     assert row.wrong_per_rank == [0, 1] and row.err_to_tol > 1000
 
 
-@pytest.mark.parametrize("knob", ["distopt", "bf16grad", "distopt+bf16grad"])
-def test_each_dp_knob_equals_the_single_rank_model_and_a_corrupt_rank_fails_it(pool, knob):
-    """The distributed optimizer (its gradient shards and its all_gathered weights after the step) and the
-    bfloat16 reduction (its rounding in the tolerance) checked; the corrupt hook still fails each."""
-    case = _case(1, 1, 2, knob=knob)
-    row = _run(pool, case)
-    _assert_checked_and_broken_down(row, case)
-    bad = _run(pool, case, FAULT)
+@pytest.mark.parametrize("knob, layout", [("distopt", (1, 1, 2)), ("bf16grad", (1, 1, 2)), ("distopt+bf16grad", (1, 1, 2)),
+                                          ("sp", (2, 1, 1)), ("vpp", (1, 2, 1))])
+def test_each_knob_equals_the_single_rank_model_and_a_corrupt_rank_fails_it(pool, knob, layout):
+    """The distributed optimizer (its gradient shards and its all_gathered weights after the step), the
+    bfloat16 reduction (its rounding in the tolerance), sequence parallelism (each tp rank's loss over its
+    part of the sequence) and a virtual pipeline of 4 chunks per rank checked; the corrupt hook fails each."""
+    case = _case(*layout, knob=knob)
+    opts = replace(OPTS, layers=8) if knob == "vpp" else OPTS   # 2 ranks x 4 chunks: 8 stages of a block each
+    row = _run(pool, case, opts=opts)
+    _assert_checked_and_broken_down(row, case, opts)
+    bad = _run(pool, case, FAULT, opts)
     assert bad.wrong_per_rank == [0, 1] and bad.err_to_tol > 100
 
 
-def test_dp_knobs_option_and_refusals():
-    assert _dp_knobs("plain, distopt") == ["plain", "distopt"]
-    with pytest.raises(ValueError, match="plain, distopt, bf16grad"):
-        _dp_knobs("zero3")
+def test_knobs_option_and_refusals():
+    assert _knobs("plain, distopt") == ["plain", "distopt"]
+    with pytest.raises(ValueError, match="plain, sp, distopt, bf16grad"):
+        _knobs("zero3")
     spec = KIND.spec(_case(1, 2, 1), OPTS)
     assert "needs dp > 1" in refusal(replace(spec, grad_reduce="bfloat16"), 2)
     assert "needs dp > 1" in refusal(replace(spec, distributed_optimizer=True), 2)
+    assert "needs tp > 1 dividing it" in refusal(replace(spec, sequence_parallel=True), 2)
+    assert "interleaved schedule" in refusal(replace(spec, vpp=2), 2)
+    vpp4 = replace(spec, vpp=4, schedule="interleaved1f1b")
+    assert "4 layers do not split into pp x stages-per-rank = 2 x 4" in refusal(vpp4, 2)
 
 
 def test_the_memory_model_is_the_optimizer_and_reduction_the_step_runs():
