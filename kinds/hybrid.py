@@ -1,30 +1,25 @@
 """The hybrid step (benches/test_hybrid.py): one training step of `--layers` MLP blocks on tp x pp x dp
-ranks of one group (Megatron's placement, layers/mesh.py), the dp gradient all_reduce bucketed and
-overlapped with backward as DDP does; spec -> (layers.hybrid_tasks.HybridRank) -> HybridRow with the
-step, its breakdown and each part against the repository's models. No expert-parallel (MoE) blocks
-yet: a layout is tp x pp x dp.
+ranks of one group (Megatron's placement, layers/mesh.py), the dp gradient reduction bucketed and
+overlapped with backward as DDP does (or a distributed optimizer's reduce_scatter + all_gather,
+optionally in bfloat16; sequence parallelism and a virtual pipeline size are the other knobs);
+spec -> (layers.hybrid_tasks.HybridRank) -> HybridRow with the step, its parts and each against
+the repository's models. No expert-parallel (MoE) blocks yet (docs/layers.md says why): a layout
+is tp x pp x dp.
 
-The breakdown (times per step; step, nodp and notp: the median over rounds of the slowest rank,
-compute the mean over ranks of each rank's median), each part from its own timed loop, the loops
-interleaved round by round (layers/hybrid_tasks.py):
-  compute  this rank's stages' forward and backward of every microbatch and the SGD step, timed
-           alone (no pipeline, no collective)
-  tp       exposed tp: the step without dp minus the same step with the tp collectives left out
-           too (Megatron's f/g block, so this is what tp costs the step, waits for the group's
-           slowest rank included); tp_inside, the time inside the tp collectives (timers around
-           each, an extra run), is beside it and gives the tp busbw
-  dp       exposed dp: the step minus the same step with the dp reduction off (what the overlap
-           did not hide, the buckets' copies included); dp_wait, the timed wait for the buckets at
-           the end of the step, is beside it
-  bubble   the rest: notp - compute (the pipeline's idle time and its point-to-point transfers; at
-           pp = 1 the step's own overhead: loss, hooks, Python)
-so compute + tp + bubble + dp is the step by construction; the check is the model: the bubble
-share against (p-1)/(m+p-1) (layers.schedules.bubble_theory), the predicted step
-(compute + tp) / (1 - theory) + dp with its residual (step - model) / step (on a CPU machine with
-more ranks than cores, compute scaled back by cores / ranks and the step bounded by the machine's CPU
-work per core: machine_work), the tp traffic (2
-all-reduces of a block's activations per block and microbatch) with the busbw it ran at, and model
-states per rank (layers.memory). The kind is this module: case, spec, rank result, row, options and table."""
+The step: the median over rounds of the slowest rank. Its parts, each timed on its own on every
+rank and reported as min and max over ranks (Megatron's timers' minmax): compute (this rank's
+stages' forward and backward of every microbatch and the SGD step, in a loop of its own), tp (inside
+the tp collectives), pp (the pipeline's sends/recvs: their bytes at the rate of a ring exchange with
+every stage ready), bubble (the rest of the time inside the pipeline's calls: waiting for a
+neighbour), dp (the wait for the buckets at the step's end), other (the rank's step less all these);
+the extra run that times them is layers/hybrid_tasks.py's. Against the models: the bubble share
+against (p-1)/(m+p-1) (layers.schedules.bubble_theory), the predicted step
+(compute + tp + pp) / (1 - theory) + dp with its residual (on a CPU machine with more ranks than
+cores, compute scaled back by cores / ranks and the step bounded by the machine's CPU work per core:
+machine_work), the tp traffic with the busbw it ran at, model states per rank (layers.memory,
+the SGD and the reduction dtype the step runs), tokens/s per device and MFU (Megatron's model FLOPs
+over the device's peak: model_flops, peak_flops). The kind is this module: case, spec, rank result,
+row, options and table."""
 from __future__ import annotations
 
 import itertools
