@@ -1,35 +1,32 @@
 """The hybrid step (benches/test_hybrid.py): one training step of `--layers` MLP blocks on tp x pp x dp
-ranks of one group (Megatron's placement, layers/mesh.py), the dp gradient all_reduce bucketed and
-overlapped with backward as DDP does; spec -> (layers.hybrid_tasks.HybridRank) -> HybridRow with the
-step, its breakdown and each part against the repository's models. No expert-parallel (MoE) blocks
-yet: a layout is tp x pp x dp.
+ranks of one group (Megatron's placement, layers/mesh.py), the dp gradient reduction bucketed and
+overlapped with backward as DDP does (or a distributed optimizer's reduce_scatter + all_gather,
+optionally in bfloat16; sequence parallelism and a virtual pipeline size are the other knobs);
+spec -> (layers.hybrid_tasks.HybridRank) -> HybridRow with the step, its parts and each against
+the repository's models. No expert-parallel (MoE) blocks yet (docs/layers.md says why): a layout
+is tp x pp x dp.
 
-The breakdown (times per step; step, nodp and notp: the median over rounds of the slowest rank,
-compute the mean over ranks of each rank's median), each part from its own timed loop, the loops
-interleaved round by round (layers/hybrid_tasks.py):
-  compute  this rank's stages' forward and backward of every microbatch and the SGD step, timed
-           alone (no pipeline, no collective)
-  tp       exposed tp: the step without dp minus the same step with the tp collectives left out
-           too (Megatron's f/g block, so this is what tp costs the step, waits for the group's
-           slowest rank included); tp_inside, the time inside the tp collectives (timers around
-           each, an extra run), is beside it and gives the tp busbw
-  dp       exposed dp: the step minus the same step with the dp reduction off (what the overlap
-           did not hide, the buckets' copies included); dp_wait, the timed wait for the buckets at
-           the end of the step, is beside it
-  bubble   the rest: notp - compute (the pipeline's idle time and its point-to-point transfers; at
-           pp = 1 the step's own overhead: loss, hooks, Python)
-so compute + tp + bubble + dp is the step by construction; the check is the model: the bubble
-share against (p-1)/(m+p-1) (layers.schedules.bubble_theory), the predicted step
-(compute + tp) / (1 - theory) + dp with its residual (step - model) / step (on a CPU machine with
-more ranks than cores, compute scaled back by cores / ranks and the step bounded by the machine's CPU
-work per core: machine_work), the tp traffic (2
-all-reduces of a block's activations per block and microbatch) with the busbw it ran at, and model
-states per rank (layers.memory). The kind is this module: case, spec, rank result, row, options and table."""
+The step: the median over rounds of the slowest rank. Its parts, each timed on its own on every
+rank and reported as min and max over ranks (Megatron's timers' minmax): compute (this rank's
+stages' forward and backward of every microbatch and the SGD step, in a loop of its own), tp (inside
+the tp collectives), pp (the pipeline's sends/recvs: their bytes at the rate of a ring exchange with
+every stage ready), bubble (the rest of the time inside the pipeline's calls: waiting for a
+neighbour), dp (the wait for the buckets at the step's end), other (the rank's step less all these);
+the extra run that times them is layers/hybrid_tasks.py's. Against the models: the bubble share
+against (p-1)/(m+p-1) (layers.schedules.bubble_theory), the predicted step
+(compute + tp + pp) / (1 - theory) + dp with its residual (on a CPU machine with more ranks than
+cores, compute scaled back by cores / ranks and the step bounded by the machine's CPU work per core:
+machine_work), the tp traffic with the busbw it ran at, model states per rank (layers.memory,
+the SGD and the reduction dtype the step runs), tokens/s per device and MFU (Megatron's model FLOPs
+over the device's peak: model_flops, peak_flops). The kind is this module: case, spec, rank result,
+row, options and table."""
 from __future__ import annotations
 
 import itertools
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
 
 from collectives.backends import info
 from collectives.ops import bandwidths
@@ -85,6 +82,10 @@ class HybridSpec(Spec):
     bucket_bytes: int               # DDP's bucket cap (0: one bucket per gradient)
     seed: int = 1234
     dtype: str = "float32"
+    distributed_optimizer: bool = False   # dp reduce_scatter + SGD on the shard + all_gather (Megatron's)
+    grad_reduce: str = "float32"          # the dtype the dp gradients are reduced in
+    sequence_parallel: bool = False       # Megatron's sequence parallelism in the tp blocks
+    vpp: int = 0                          # interleaved schedules' chunks per rank (0: the schedule's own)
     plan: dict
 
     def fault_names(self) -> set[str]:
@@ -96,8 +97,15 @@ class HybridResult(Checked):
     nodp_ns: list[int]              # the step with the dp reduction off (dp = 1: the step)
     notp_ns: list[int]              # ... and the tp collectives left out too (tp = 1: nodp)
     compute_ns: list[int]
-    tp_ns: float                    # per step, inside the tp collectives (timed around each)
-    dp_wait_ns: float               # per step, waiting for the dp buckets at its end
+    tp_ns: float                    # per step (the extra run), inside the tp collectives
+    p2p_ns: float                   # ... inside the pipeline's sends and receives (posting and waiting)
+    p2p_bytes: int                  # ... the bytes those moved (sent + received)
+    exchange_ns: float              # one microbatch's activation around the pp ring, every stage ready
+    exchange_bytes: int             # ... its bytes each way
+    dp_ns: float                    # ... the dp reduction's wait at the end (and the distributed optimizer's all_gather)
+    timed_step_ns: float            # ... the whole step
+    device_name: str
+    matmul_flops: float             # FLOP/s of the block's matmul alone on this rank (every rank at once)
     stages: list[int]
     buckets: int
     dp_bytes: int                   # gradient bytes this rank all_reduces per step
@@ -114,7 +122,7 @@ class HybridRow(_Measured):
     KIND: ClassVar[str] = "hybrid"
     BENCHES: ClassVar[tuple[str, ...]] = ("hybrid",)
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "nranks", "tp", "pp", "dp", "schedule", "microbatches", "hidden",
-                                      "seq", "batch", "layers", "bucket_bytes")
+                                      "seq", "batch", "layers", "bucket_bytes", "dist_opt", "grad_reduce", "sp", "vpp")
     bench: str = _field("text", MISSING)
     tp: int = _field("count", 1)
     pp: int = _field("count", 1)
@@ -126,22 +134,40 @@ class HybridRow(_Measured):
     batch: int = _field("count", 1)
     layers: int = _field("count", 1)
     bucket_bytes: int = _field("whole", 0)
-    step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "compare", "report"))
+    dist_opt: bool = _field("flag", False)
+    grad_reduce: str = _field("text", "float32")
+    sp: bool = _field("flag", False)
+    vpp: int = _field("whole", 0)
+    step_us: float | None = metric("step(ms)", ".1f", "lower", ("table", "compare", "report"), scale=1e3)
     tokens_per_s: float | None = metric("tokens/s", ".0f", "higher", ("table", "compare", "report"))
-    compute_us: float | None = metric("compute(us)", ".1f", "lower", ("table",))
-    tp_us: float | None = metric("tp(us)", ".1f", "lower", ("table",), "real")   # a difference too
-    bubble_us: float | None = metric("bubble(us)", ".1f", "lower", ("table",), "real")   # a difference: noise can make it < 0
-    dp_us: float | None = metric("dp(us)", ".1f", "lower", ("table",), "real")
-    dp_wait_us: float | None = _field("amount")
-    tp_inside_us: float | None = _field("amount")   # inside the tp collectives, timed around each
-    bubble: float | None = metric("bubble", ".3f", "lower", ("table", "report"), "real")   # bubble_us / notp
+    tokens_per_s_per_device: float | None = metric("tok/s/dev", ".0f", "higher", ("table", "report"))
+    mfu: float | None = metric("MFU", ".4f", "higher", ("table", "report"), "ratio")
+    # each part per step, the max over ranks (what Megatron's timers print beside the min)
+    compute_min_us: float | None = metric("comp min", ".1f", "lower", ("table",), scale=1e3)
+    compute_us: float | None = metric("comp max", ".1f", "lower", ("table",), scale=1e3)
+    tp_min_us: float | None = metric("tp min", ".1f", "lower", ("table",), scale=1e3)
+    tp_us: float | None = metric("tp max", ".1f", "lower", ("table",), scale=1e3)
+    pp_min_us: float | None = metric("pp min", ".1f", "lower", ("table",), scale=1e3)
+    pp_us: float | None = metric("pp max", ".1f", "lower", ("table",), scale=1e3)
+    bubble_min_us: float | None = metric("bub min", ".1f", "lower", ("table",), scale=1e3)
+    bubble_us: float | None = metric("bub max", ".1f", "lower", ("table",), scale=1e3)
+    dp_min_us: float | None = metric("dp min", ".1f", "lower", ("table",), scale=1e3)
+    dp_us: float | None = metric("dp max", ".1f", "lower", ("table",), scale=1e3)
+    other_us: float | None = metric("other", ".1f", "lower", ("table",), "real", scale=1e3)   # a remainder: can be < 0
+    timed_step_us: float | None = _field("amount")    # the extra run's step, max over ranks
+    tp_exposed_us: float | None = _field("real")      # step without dp - the same without tp collectives
+    dp_exposed_us: float | None = _field("real")      # step - step without dp
+    bubble: float | None = metric("bubble", ".3f", "lower", ("table", "report"), "real")   # mean over ranks of bubble / its step
     bubble_theory: float | None = metric("theory", ".3f", "lower", ("table",), "ratio")
-    model_us: float | None = _field("amount")        # (compute + tp) / (1 - theory) + dp
+    model_us: float | None = _field("amount")        # (compute + tp + pp) / (1 - theory) + dp
     residual: float | None = metric("resid", ".3f", "lower", ("table",), "real")   # (step - model) / step
-    busy_us: float | None = metric("busy(us)", ".1f", "lower", ("table",))   # crowded machines' CPU work per core (None: none)
+    busy_us: float | None = metric("busy(ms)", ".1f", "lower", ("table",), scale=1e3)   # crowded machines' CPU work per core
+    peak_flops: float | None = _field("amount")      # per device, what MFU is taken against
+    peak_source: str = _field("text", "")
     tp_bytes: int | None = _field("whole")          # all-reduced per rank per step (the model's)
     tp_busbw_gbps: float | None = metric("tp busbw", ".3f", "higher", ("table",))
-    dp_bytes: int | None = _field("whole")
+    dp_bytes: int | None = _field("whole")          # gradient bytes each rank reduces per step, in grad_reduce
+    pp_bytes: int | None = _field("whole")          # sent + received by the pipeline per step, max over ranks
     buckets: int | None = _field("whole")
     model_states_estimate_bytes: int | None = _field("whole")
     peak_memory_bytes_per_rank: list = _field("list", [])
@@ -189,6 +215,54 @@ def _bucket(text: str) -> int:
         raise ValueError(str(exc)) from None
 
 
+# knob -> (distributed optimizer, gradient reduction dtype, sequence parallelism, virtual pipeline) and the
+# layouts it applies to (tp, pp, dp); a knob runs on the layouts that have its dimension
+KNOBS = {"plain": ((False, "float32", False, False), lambda tp, pp, dp: True),
+         "sp": ((False, "float32", True, False), lambda tp, pp, dp: tp > 1),
+         "distopt": ((True, "float32", False, False), lambda tp, pp, dp: dp > 1),
+         "bf16grad": ((False, "bfloat16", False, False), lambda tp, pp, dp: dp > 1),
+         "distopt+bf16grad": ((True, "bfloat16", False, False), lambda tp, pp, dp: dp > 1),
+         "vpp": ((False, "float32", False, True), lambda tp, pp, dp: pp > 1)}
+
+
+DEFAULT_KNOBS = ["plain", "sp", "distopt", "bf16grad", "vpp"]
+
+
+def _knobs(text: str) -> list[str]:
+    out = [t.strip() for t in text.split(",") if t.strip()]
+    if not out or any(t not in KNOBS for t in out):
+        raise ValueError(f"give a comma separated list of {', '.join(KNOBS)}")
+    return out
+
+
+def _vpp(text: str) -> int:
+    if not text.isdigit() or int(text) < 2:
+        raise ValueError("give the virtual pipeline size, a whole number >= 2 (model chunks per pp rank)")
+    return int(text)
+
+
+def knob_names(dist_opt: bool, grad_reduce: str, sp: bool, vpp: int) -> list[str]:
+    """The knobs a case or row has on, as the table and case ids name them."""
+    return (["sp"] * sp + ["distopt"] * dist_opt + ["bf16grad"] * (grad_reduce == "bfloat16")
+            + ([f"vpp{vpp}"] if vpp else []))
+
+
+def _peak(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ValueError("give the device's peak in TFLOP/s, a number >= 0 (0: known per device, measured on a CPU)")
+    return value * 1e12
+
+
+# dense bfloat16 peaks per device name, torchtitan's get_peak_flops (torchtitan/tools/utils.py), first match
+# wins; the step's MFU is taken against these whatever --dtype it runs in, as torchtitan does
+KNOWN_PEAKS = (("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("A100", 312e12),
+               ("B200", 2.25e15))
+
+
 def every_layout(nranks: int) -> list[tuple[int, int, int]]:
     """Every tp x pp x dp of `nranks` ranks."""
     return [(tp, pp, nranks // (tp * pp)) for tp, pp in itertools.product(range(1, nranks + 1), repeat=2)
@@ -205,11 +279,16 @@ class HybridCase(Case):
     microbatches: int
     schedule: str
     bucket_bytes: int
+    dist_opt: bool = False
+    grad_reduce: str = "float32"
+    sp: bool = False
+    vpp: int = 0
 
     @property
     def id(self) -> str:
         sched = f"-{self.schedule}" if self.pp > 1 else ""
-        return (f"{self.backend}-hybrid-{self.tp}x{self.pp}x{self.dp}{sched}-m{self.microbatches}"
+        knobs = "".join(f"-{k}" for k in knob_names(self.dist_opt, self.grad_reduce, self.sp, self.vpp))
+        return (f"{self.backend}-hybrid-{self.tp}x{self.pp}x{self.dp}{sched}-m{self.microbatches}{knobs}"
                 f"{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
 
 
@@ -228,6 +307,13 @@ class HybridKind(Kind[HybridCase]):
                    _schedule),
         KindOption("--hybrid-bucket", "4M", "the hybrid step's dp gradient bucket cap (DDP's bucket_cap_mb; 0: a bucket "
                    "per gradient)", _bucket),
+        KindOption("--hybrid-knobs", "plain,sp,distopt,bf16grad,vpp", "each layout once per knob that applies to it: "
+                   "plain, sp (sequence parallelism, tp > 1), distopt (dp reduce_scatter + all_gather, Megatron's "
+                   "distributed optimizer), bf16grad (dp gradients reduced in bfloat16), distopt+bf16grad (dp > 1), "
+                   "vpp (pp > 1: interleaved1f1b with --hybrid-vpp chunks per rank)", _knobs),
+        KindOption("--hybrid-vpp", "2", "the virtual pipeline size of the vpp knob (model chunks per pp rank)", _vpp),
+        KindOption("--peak-tflops", "0", "the device's peak TFLOP/s that MFU is taken against (0: known per device name, "
+                   "on a CPU the block's matmul rate measured on the ranks)", _peak),
     )
 
     def build(self, opts: Options) -> list[HybridCase]:
@@ -240,40 +326,53 @@ class HybridKind(Kind[HybridCase]):
     def identity(self, case: HybridCase) -> dict:
         return {**super().identity(case), "bench": "hybrid", "tp": case.tp, "pp": case.pp, "dp": case.dp,
                 "schedule": case.schedule if case.pp > 1 else "", "microbatches": case.microbatches,
-                "bucket_bytes": case.bucket_bytes}
+                "bucket_bytes": case.bucket_bytes, "dist_opt": case.dist_opt, "grad_reduce": case.grad_reduce,
+                "sp": case.sp, "vpp": case.vpp}
 
     def spec(self, case: HybridCase, opts: Options) -> HybridSpec:
         return HybridSpec(tp=case.tp, pp=case.pp, dp=case.dp, hidden=opts.hidden, seq=opts.seq, batch=opts.batch,
                           layers=opts.layers, microbatches=case.microbatches, schedule=case.schedule,
-                          bucket_bytes=case.bucket_bytes, plan={**opts.plan(), "warmup": 1, "rounds": min(opts.rounds, ROUNDS)})
+                          bucket_bytes=case.bucket_bytes, distributed_optimizer=case.dist_opt,
+                          grad_reduce=case.grad_reduce, sequence_parallel=case.sp, vpp=case.vpp,
+                          plan={**opts.plan(), "warmup": 1, "rounds": min(opts.rounds, ROUNDS)})
 
     def row(self, case: HybridCase, opts: Options, ran: Ran) -> HybridRow:
         """The breakdown of the module docstring, from the ranks' loops and their extra timed run."""
         ranks = typed(HybridResult, ran.results)
         k = ranks[0].iters
-        rounds = [r.round_ns for r in ranks]
-        step = stats.median_seconds(rounds, k)
+        step = stats.median_seconds([r.round_ns for r in ranks], k)
         nodp = stats.median_seconds([r.nodp_ns for r in ranks], k)
-        compute = float(stats.per_rank_median_seconds([r.compute_ns for r in ranks], k).mean())
         notp = stats.median_seconds([r.notp_ns for r in ranks], k)
-        tp = nodp - notp
-        tp_inside = sum(r.tp_ns for r in ranks) / len(ranks) / 1e9
-        theory = schedules.bubble_theory(case.schedule, case.pp, case.microbatches) if case.pp > 1 else 0.0
+        parts = rank_parts(ranks, k)
+        tp_inside = float(parts["tp"].mean())
+        theory = schedules.bubble_theory(case.schedule, case.pp, case.microbatches, case.vpp) if case.pp > 1 else 0.0
         share, busy = machine_work(ranks)
-        model = max((compute * share + tp) / (1 - (theory or 0.0)), (busy or 0.0) + tp) + (step - nodp)
+        compute = float(parts["compute"].mean())
+        tp, pp, dp = (float(parts[p].max()) for p in ("tp", "pp", "dp"))
+        model = max((compute * share + tp + pp) / (1 - (theory or 0.0)), (busy or 0.0) + tp) + dp
         tp_bytes = 2 * opts.layers // case.pp * opts.batch * opts.seq * opts.hidden * 4 if case.tp > 1 else 0
         params = sum(memory.mlp_gradient_sizes(opts.hidden, opts.layers))
+        tokens = case.dp * opts.batch * opts.seq
+        peak, source = peak_flops(case, opts, ranks)
+        flops = model_flops(opts.hidden, opts.layers, tokens)
         row = HybridRow(
             **checked_fields(case, ran, ranks), **self.identity(case), hidden=opts.hidden, seq=opts.seq, batch=opts.batch,
             layers=opts.layers, stages_per_rank=[r.stages for r in ranks],
             buckets=ranks[0].buckets, dp_bytes=max(r.dp_bytes for r in ranks), tp_bytes=tp_bytes,
-            model_states_estimate_bytes=int(sum(memory.model_states(params, case.tp, case.pp, case.dp))),
+            pp_bytes=max(r.p2p_bytes for r in ranks),
+            model_states_estimate_bytes=int(sum(memory.model_states(
+                params, case.tp, case.pp, case.dp, **memory.sgd_states(case.dist_opt, "float32", case.grad_reduce)))),
             placement_warnings=(tp_placement(ParallelDims(case.tp, case.pp, case.dp, case.nranks), ran.rank_hosts)
                                 + _crowded(case, machines_cores(ranks))))
-        return replace(row, step_us=step * 1e6, tokens_per_s=case.dp * opts.batch * opts.seq / step,
-                       compute_us=compute * 1e6, tp_us=tp * 1e6, bubble_us=(notp - compute) * 1e6,
-                       dp_us=(step - nodp) * 1e6, dp_wait_us=sum(r.dp_wait_ns for r in ranks) / len(ranks) / 1e3,
-                       tp_inside_us=tp_inside * 1e6, bubble=(notp - compute) / notp, bubble_theory=theory,
+        lo, hi = ({p: float(f(v)) * 1e6 for p, v in parts.items()} for f in (np.min, np.max))
+        return replace(row, step_us=step * 1e6, tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / case.nranks,
+                       mfu=flops / step / (case.nranks * peak) if peak else None, peak_flops=peak or None, peak_source=source,
+                       compute_min_us=lo["compute"], compute_us=hi["compute"], tp_min_us=lo["tp"], tp_us=hi["tp"],
+                       pp_min_us=lo["pp"], pp_us=hi["pp"], bubble_min_us=lo["bubble"], bubble_us=hi["bubble"],
+                       dp_min_us=lo["dp"], dp_us=hi["dp"], other_us=hi["other"],
+                       timed_step_us=max(r.timed_step_ns for r in ranks) / 1e3,
+                       tp_exposed_us=(nodp - notp) * 1e6, dp_exposed_us=(step - nodp) * 1e6,
+                       bubble=float((parts["bubble"] / parts["step"]).mean()), bubble_theory=theory,
                        model_us=model * 1e6, residual=(step - model) / step,
                        busy_us=busy * 1e6 if busy is not None else None,
                        tp_busbw_gbps=(bandwidths("all_reduce", tp_bytes, tp_inside, case.tp)[1]
@@ -284,8 +383,9 @@ class HybridKind(Kind[HybridCase]):
         if not cells:
             return []
         labels = [cell_label(n, c) for n, c in cells]
-        parts = {part: [c.pooled(f"{part}_us") or 0.0 for _, c in cells] for part in ("compute", "tp", "bubble", "dp")}
-        return [Bars("step (us): compute, exposed tp, pipeline bubble, exposed dp", labels, parts, stacked=True),
+        parts = {part: [c.pooled(f"{part}_us") or 0.0 for _, c in cells] for part in ("compute", "tp", "pp", "bubble", "dp")}
+        return [Bars("step parts (us, the slowest rank's each): compute, tp, pp send/recv, pipeline bubble, dp", labels,
+                     parts, stacked=True),
                 Bars("tokens/s (higher is better)", labels, {"tokens/s": [c.pooled("tokens_per_s") or 0.0 for _, c in cells]})]
 
     def table(self, rows: list[HybridRow]) -> str:
@@ -293,21 +393,72 @@ class HybridKind(Kind[HybridCase]):
         if not rows:
             return ""
         shown = metrics(HybridRow, "table")
-        out = ["# hybrid step (per step; compute alone, tp = step without dp - the same without tp collectives,",
-               "# dp = step - step without dp, bubble = the rest: compute + tp + bubble + dp = step;",
-               "# resid = (step - model) / step, model = max((compute x share + tp) / (1 - theory), busy + tp) + dp;",
-               "# busy = a crowded machine's CPU work per step / its cores, share = its cores / its ranks (no crowded",
-               "# machine: share 1, no busy); tokens/s = dp x batch x seq / step)",
-               f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3}" + heads(shown) + f" {'#wrong':>7}"]
+        out = ["# hybrid step (per step, ms; each part timed on its own on every rank, min and max over ranks as",
+               "# Megatron's timers print them: comp = compute alone, tp = inside the tp collectives, pp = the pipeline's",
+               "# sends/recvs at the rate of a ring exchange with every stage ready, bub = the rest of the time inside",
+               "# them (waiting for a neighbour stage), dp = the wait for the dp buckets (+ the distributed optimizer's",
+               "# all_gather), other = the rank's step - all of these (max); bubble = bub / the rank's step, mean over",
+               "# ranks; resid = (step - model) / step, model = max((comp x share + tp + pp) / (1 - theory), busy + tp)",
+               "# + dp; tokens/s = dp x batch x seq / step, tok/s/dev = tokens/s / ranks, MFU = Megatron's model",
+               "# FLOPs / step / (ranks x peak); knobs: sp = sequence parallelism, distopt = dp reduce_scatter +",
+               "# all_gather, bf16grad = dp gradients reduced in bfloat16, vppN = interleaved, N chunks per rank;",
+               "# no ep (MoE) blocks yet: docs/layers.md says why)",
+               f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3} {'knobs':>16}" + heads(shown)
+               + f" {'#wrong':>7}"]
         for r in rows:
             out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule or '-':>16} {r.microbatches:>3}"
-                       + values(r, shown) + f" {wrong_text(r.wrong):>7}")
+                       f" {knobs_text(r):>16}" + values(r, shown) + f" {wrong_text(r.wrong):>7}")
         out += best_layout_lines(rows)
+        out += [f"# MFU peak: {source}" for source in dict.fromkeys(r.peak_source for r in rows if r.peak_source)]
         warned = dict.fromkeys(w for r in rows for w in r.placement_warnings)
         return "\n".join(out + [f"# WARNING: {w}" for w in warned])
 
 
 KIND = HybridKind()
+
+
+def knobs_text(row: HybridRow) -> str:
+    """The row's knobs as the table prints them ('-': none)."""
+    return "+".join(knob_names(row.dist_opt, row.grad_reduce, row.sp, row.vpp)) or "-"
+
+
+def rank_parts(ranks: list[HybridResult], k: int) -> dict[str, np.ndarray]:
+    """Each part of the step per rank, seconds (the module docstring): compute from its own loop (the
+    rank's median), the others from the extra run; pp send/recv is the bytes the pipeline moved at the
+    rate of the ring exchange with every stage ready (at most the time inside the pipeline's calls), the
+    bubble the rest of that time (waiting for a neighbour); other what the step holds besides."""
+    compute = stats.per_rank_median_seconds([r.compute_ns for r in ranks], k)
+    p2p = np.array([r.p2p_ns for r in ranks]) / 1e9
+    rate = [r.exchange_ns / 1e9 / (2 * r.exchange_bytes) if r.exchange_bytes else 0.0 for r in ranks]
+    pp = np.minimum(np.array([r.p2p_bytes * per_byte for r, per_byte in zip(ranks, rate)]), p2p)
+    out = {"compute": compute, "tp": np.array([r.tp_ns for r in ranks]) / 1e9, "pp": pp, "bubble": p2p - pp,
+           "dp": np.array([r.dp_ns for r in ranks]) / 1e9, "step": np.array([r.timed_step_ns for r in ranks]) / 1e9}
+    out["other"] = out["step"] - compute - out["tp"] - p2p - out["dp"]
+    return out
+
+
+def model_flops(hidden: int, layers: int, tokens: int) -> float:
+    """A step's model FLOPs as Megatron-LM's num_floating_point_operations counts its MLP: 3 (forward,
+    weight and input gradients) x 2 (FLOPs per multiply-add) x 2 (two GEMMs, h -> 4h and 4h -> h) x
+    tokens x layers x h x 4h; torchtitan's 6 x parameters per token is the same but for the biases."""
+    return 3 * 2 * 2 * tokens * layers * hidden * 4 * hidden
+
+
+def peak_flops(case: HybridCase, opts: Options, ranks: list[HybridResult]) -> tuple[float, str]:
+    """The per-device peak MFU is taken against, and what it is: --peak-tflops, else the device name's
+    (KNOWN_PEAKS), else on CPU the block's matmul rate measured on the ranks (the fastest; every rank ran
+    it at once), else none (MFU left empty)."""
+    given = opts.kind_options.get("peak_tflops", 0.0)
+    if given:
+        return given, f"--peak-tflops {given / 1e12:g}"
+    name = ranks[0].device_name
+    for key, value in KNOWN_PEAKS:
+        if key in name:
+            return value, f"{name}: dense bf16 {value / 1e12:g} TFLOP/s (torchtitan)"
+    if info(case.backend).device_kind == "cpu":
+        best = max(r.matmul_flops for r in ranks)
+        return best, f"CPU: the block's float32 matmul measured at {best / 1e9:.1f} GFLOP/s on the ranks"
+    return 0.0, f"{name}: no known peak, give --peak-tflops"
 
 
 def machines_cores(ranks: list[HybridResult]) -> dict[str, tuple[list[int], int]]:
@@ -356,7 +507,9 @@ def best_layout_lines(rows: list[HybridRow]) -> list[str]:
     for r in rows:
         if r.tokens_per_s:
             shape = (r.backend, r.nranks, r.hidden, r.seq, r.batch, r.layers, r.microbatches, r.side)
-            by.setdefault(shape, {}).setdefault(f"{r.tp}x{r.pp}x{r.dp}", []).append(r.tokens_per_s)
+            knobs = knobs_text(r)
+            name = f"{r.tp}x{r.pp}x{r.dp}" + (f" {knobs}" if knobs != "-" else "")
+            by.setdefault(shape, {}).setdefault(name, []).append(r.tokens_per_s)
     out = []
     for (backend, n, *_), layouts in by.items():
         rate = {name: stats.median(v) for name, v in layouts.items()}
@@ -375,13 +528,22 @@ def _build_launch(kind: HybridKind, opts: Options) -> list[HybridCase]:
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
         for tp, pp, dp in o.get("layouts") or every_layout(opts.nproc):
-            for m in opts.microbatches:
+            knobs = [k for k in o.get("hybrid_knobs", DEFAULT_KNOBS) if KNOBS[k][1](tp, pp, dp)]
+            for m, knob in itertools.product(opts.microbatches, knobs):
+                dist_opt, grad_reduce, sp, vpp = KNOBS[knob][0]
                 case = HybridCase(backend=backend, nranks=opts.nproc, tp=tp, pp=pp, dp=dp, microbatches=m,
-                                  schedule=o.get("hybrid_schedule", "1f1b"), bucket_bytes=o.get("hybrid_bucket", 4 << 20),
-                                  group=key)
+                                  schedule="interleaved1f1b" if vpp else o.get("hybrid_schedule", "1f1b"),
+                                  bucket_bytes=o.get("hybrid_bucket", 4 << 20), dist_opt=dist_opt, grad_reduce=grad_reduce,
+                                  sp=sp, vpp=o.get("hybrid_vpp", 2) if vpp else 0, group=key)
                 case.skip = (no_torch(backend) or refusal(kind.spec(case, opts), opts.nproc)
                              or support.missing("tp_bench", "manual")
-                             or (support.missing("pp_bench", schedule=case.schedule) if pp > 1 else ""))
+                             or (support.missing("pp_bench", schedule=case.schedule) if pp > 1 else "")
+                             or (_no_bf16_reduction(backend) if grad_reduce == "bfloat16" else ""))
                 out.append(case)
     return out
 
+
+
+def _no_bf16_reduction(backend: str) -> str:
+    """The MPI backend hands buffers to MPI through numpy, which has no bfloat16."""
+    return "the mpi backend reduces through numpy, which has no bfloat16" if backend == "mpi" else ""

@@ -1,5 +1,7 @@
 """The hybrid step's parts that are not in layers.tp or layers.pipeline: DDP's bucketed gradient
-all_reduce overlapped with backward, and a tp timer that can leave the collectives out.
+reduction overlapped with backward (all_reduce, or a distributed optimizer's reduce_scatter then
+all_gather of the updated weights, optionally in bfloat16), and a part timer that can leave the
+collectives out.
 
 GradBuckets does what torch DDP's Reducer does, on any group and without wrapping the model (a
 pipeline stage must stay a plain module for torch.distributed.pipelining): the parameters in
@@ -9,45 +11,125 @@ microbatch's backward: gradients of earlier microbatches accumulate locally, as 
 no_sync) the bucket is copied into one flat buffer and its all_reduce started (async_op=True) while
 backward goes on. Buckets start in plan order, so every replica issues them in the same order.
 `finish` waits for them all and writes the averages (sum / dp) back into the gradients.
+
+distributed=True is Megatron's distributed optimizer (ZeRO-1): each bucket is reduce_scattered
+(each dp rank gets the averaged gradient of its 1/dp of the bucket), `sgd_step` updates only that
+shard and all_gathers the updated weights. reduce_dtype bfloat16 reduces the gradients in bfloat16
+(Megatron's --grad-reduce-in-bf16) and casts the averages back.
 """
 from __future__ import annotations
 
 import functools
+import time
 
 import torch
 import torch.distributed as dist
 
 from layers.memory import bucket_plan
-from layers.tp import CommTimer
+from layers.tp import CommTimer, ParallelMLP
 
 
-class SkippableTimer(CommTimer):
-    """layers.tp's CommTimer that can also leave the collective out (`skip`): the compute-alone loop
-    runs the same sharded blocks without their tp communication (values then differ; times are what count)."""
-    skip = False
+class SequenceParallelMLP(ParallelMLP):
+    """layers.tp's ParallelMLP with sequence parallelism on (batch, seq / tp, hidden) activations:
+    layers.tp shards dim 0, so the block works on the (seq, batch, hidden) view Megatron uses and
+    hands back (batch, seq / tp, hidden), so the pipeline's microbatches (dim 0) stay whole sequences
+    and the stages send their sequence shards to each other, as Megatron's do."""
+
+    def __init__(self, full, group, timer):
+        super().__init__(full, group, True, timer)
+
+    def forward(self, x):
+        return super().forward(x.transpose(0, 1)).transpose(0, 1).contiguous()
+
+
+class PartTimer(CommTimer):
+    """Adds up the time of the calls it runs (`run`, as layers.tp's CommTimer, which the tp blocks
+    call) while `on`, and can leave them out (`skip`: the compute-alone loop runs the same sharded
+    blocks without their tp communication; values then differ, times are what count).
+
+    On CPU (gloo, MPI: the collectives return when done) the wall clock around each call. On a
+    device (`mod`: torch.cuda or torch.npu) a pair of events around each call, no synchronize: with
+    own_stream the call runs on a stream of its own that first waits for the current one, and the
+    current one waits for it after, so the span is the call alone (waits for the group's slowest
+    rank included), not the dp buckets or pipeline transfers in flight on other streams. `total`
+    reads the events (waiting for the last) at the end of the run."""
+
+    def __init__(self, mod=None, own_stream: bool = False):
+        super().__init__(on=False)
+        self.mod, self.skip = mod, False
+        self.stream = mod.Stream() if mod is not None and own_stream else None
+        self.reset()
+
+    def reset(self) -> None:
+        self._wall = 0.0
+        self._events: list[tuple] = []
 
     def run(self, fn):
-        return None if self.skip else super().run(fn)
+        if self.skip:
+            return None
+        if not self.on:
+            return fn()
+        if self.mod is None:
+            t0 = time.perf_counter()
+            out = fn()
+            self._wall += time.perf_counter() - t0
+            return out
+        start, end = self.mod.Event(enable_timing=True), self.mod.Event(enable_timing=True)
+        if self.stream is None:
+            start.record()
+            out = fn()
+            end.record()
+        else:
+            current = self.mod.current_stream()
+            self.stream.wait_stream(current)
+            with self.mod.stream(self.stream):
+                start.record()
+                out = fn()
+                end.record()
+            current.wait_stream(self.stream)
+        self._events.append((start, end))
+        return out
+
+    def total(self) -> float:
+        """Seconds inside the calls run while on, since the last reset."""
+        if self._events:
+            self._events[-1][1].synchronize()
+        return self._wall + sum(s.elapsed_time(e) for s, e in self._events) / 1e3
 
 
 class GradBuckets:
     """The dp group's overlapped, bucketed gradient reduction of `params` (module docstring);
     `accumulations`: how many backward passes a step adds into each gradient (its microbatches)."""
 
-    def __init__(self, params: list[torch.nn.Parameter], group, cap_bytes: int, accumulations: int):
+    def __init__(self, params: list[torch.nn.Parameter], group, cap_bytes: int, accumulations: int,
+                 distributed: bool = False, reduce_dtype: torch.dtype | None = None):
         self.params, self.group, self.accumulations = list(params), group, accumulations
-        self.size = dist.get_world_size(group)
-        self.plan = bucket_plan([p.numel() * p.element_size() for p in self.params], cap_bytes)
-        self.flats = [self.params[m[0]].new_empty(sum(self.params[i].numel() for i in m)) for m in self.plan]
+        self.size, self.index = dist.get_world_size(group), dist.get_rank(group)
+        self.distributed = distributed
+        dtype = reduce_dtype or self.params[0].dtype
+        self.plan = bucket_plan([p.numel() * dtype.itemsize for p in self.params], cap_bytes)
+        # a distributed optimizer's bucket is padded to a multiple of dp (Megatron pads its buckets too)
+        self.flats = [self.params[m[0]].new_zeros(self._padded(sum(self.params[i].numel() for i in m)), dtype=dtype)
+                      for m in self.plan]
+        self.shards = [f.new_empty(f.numel() // self.size) for f in self.flats] if distributed else []
         self.bucket_of = {i: b for b, members in enumerate(self.plan) for i in members}
         self.on = True   # off: the hooks do nothing (the step without dp reduction, the compute-alone loop)
         self._reset()
         for i, p in enumerate(self.params):
             p.register_post_accumulate_grad_hook(functools.partial(self._accumulated, i))
 
+    def _padded(self, n: int) -> int:
+        return -(-n // self.size) * self.size if self.distributed else n
+
     @property
     def nbytes(self) -> int:
+        """Gradient bytes this rank reduces per step (the buckets, in the reduction's dtype)."""
         return sum(f.numel() * f.element_size() for f in self.flats)
+
+    def shard_range(self, b: int) -> tuple[int, int]:
+        """The elements of bucket b whose averaged gradient and weights this rank owns (distributed)."""
+        n = self.flats[b].numel() // self.size
+        return self.index * n, (self.index + 1) * n
 
     def _reset(self) -> None:
         self.seen = [0] * len(self.params)
@@ -64,26 +146,50 @@ class GradBuckets:
         while len(self.started) < len(self.plan) and self.left[len(self.started)] == 0:
             self._start(len(self.started))
 
-    def _views(self, b: int):
+    def _views(self, b: int, flat: torch.Tensor | None = None):
+        flat = self.flats[b] if flat is None else flat
         offset = 0
         for i in self.plan[b]:
             n = self.params[i].numel()
-            yield self.params[i], self.flats[b][offset:offset + n]
+            yield self.params[i], flat[offset:offset + n]
             offset += n
 
     def _start(self, b: int) -> None:
         for p, view in self._views(b):
             view.copy_(p.grad.reshape(-1))
-        self.started.append(dist.all_reduce(self.flats[b], group=self.group, async_op=True))
+        if self.distributed:
+            self.started.append(dist.reduce_scatter_tensor(self.shards[b], self.flats[b], group=self.group,
+                                                           async_op=True))
+        else:
+            self.started.append(dist.all_reduce(self.flats[b], group=self.group, async_op=True))
 
     def finish(self) -> None:
-        """Wait for every bucket and write the averages back (a step whose backward left one unstarted is a bug)."""
+        """Wait for every bucket and write the averages back (a step whose backward left one unstarted is a bug);
+        distributed: the averages stay in this rank's shards (`shards`), the gradients are left as they are."""
         if len(self.started) != len(self.plan):
             raise RuntimeError(f"{len(self.plan) - len(self.started)} of {len(self.plan)} gradient buckets never "
                                "became ready: a parameter got fewer gradients than the step's microbatches")
         for b, work in enumerate(self.started):
             work.wait()
+            if self.distributed:
+                self.shards[b].div_(self.size)
+                continue
             self.flats[b].div_(self.size)
             for p, view in self._views(b):
                 p.grad.copy_(view.view_as(p.grad))
         self._reset()
+
+    @torch.no_grad()
+    def sgd_step(self, lr: float) -> None:
+        """The distributed optimizer's step after `finish`: SGD on this rank's shard of each bucket's
+        weights (the flat buffer reused), then an all_gather of the updated weights into every replica."""
+        for b in range(len(self.plan)):
+            weights = self.flats[b].new_zeros(self.flats[b].numel(), dtype=self.params[0].dtype)   # the weights' dtype
+            for p, view in self._views(b, weights):
+                view.copy_(p.reshape(-1))
+            lo, hi = self.shard_range(b)
+            mine = weights[lo:hi].clone()
+            mine.sub_(self.shards[b].to(mine.dtype), alpha=lr)
+            dist.all_gather_into_tensor(weights, mine, group=self.group)
+            for p, view in self._views(b, weights):
+                p.copy_(view.view_as(p))

@@ -2,7 +2,8 @@
 
 Model states, mixed-precision Adam: 2 B weights + 2 B grads + 12 B optimizer (fp32 master, m, v)
 = 16 B/param, split by tp x pp, and by dp for what ZeRO shards (1: optimizer, 2: + grads,
-3: + weights). Activations per layer: Korthikanti et al. 2022, "Reducing Activation Recomputation
+3: + weights); the hybrid step's own states (plain SGD, the gradients copied into reduction buckets
+in the dtype they are reduced in): sgd_states. Activations per layer: Korthikanti et al. 2022, "Reducing Activation Recomputation
 in Large Transformer Models", Table 2. Communication: HCCL allocates HCCL_BUFFSIZE MB twice per
 communicator (input and output buffer).
 """
@@ -42,6 +43,20 @@ def model_states(params: float, tp: int, pp: int, dp: int = 1, zero: int = 0,
     grads = per_rank * grad_bytes / (dp if zero >= 2 else 1)
     optimizer = per_rank * optimizer_bytes / (dp if zero >= 1 else 1)
     return weights, grads, optimizer
+
+
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+
+
+def sgd_states(distributed: bool, dtype: str, grad_reduce: str) -> dict:
+    """model_states' keywords for the hybrid step (layers/hybrid_tasks.py): weights and gradients in
+    `dtype`, each gradient also copied into a dp bucket in `grad_reduce` (layers.hybrid.GradBuckets),
+    SGD without momentum (no optimizer state). The distributed optimizer keeps only its 1/dp shard of
+    the reduced bucket (its reduce_scatter output), a ZeRO-1 split of what would be optimizer state."""
+    weight, reduced = ELEMENT_BYTES[dtype], ELEMENT_BYTES[grad_reduce]
+    if distributed:   # the bucket copy stays whole (it is the reduce_scatter's input); its output shard is optimizer-side
+        return {"weight_bytes": weight, "grad_bytes": weight + reduced, "optimizer_bytes": reduced, "zero": 1}
+    return {"weight_bytes": weight, "grad_bytes": weight + reduced, "optimizer_bytes": 0, "zero": 0}
 
 
 def activations_per_layer(seq: int, micro_batch: int, hidden: int, heads: int, tp: int = 1,

@@ -11,7 +11,7 @@ import time
 import torch
 from torch import nn
 
-from layers.schedules import SCHEDULES
+from layers.schedules import SCHEDULES, chunks
 
 
 def split_layers(layers: list[nn.Module], n_stages: int, index: int) -> nn.Sequential:
@@ -32,10 +32,12 @@ class OwnedOutput(nn.Module):
         return x.clone() if x._is_view() else x
 
 
-def build_schedule(schedule: str, modules: dict[int, nn.Module], pp: int, microbatches: int, group, device):
-    """PipelineStage per local stage index, wrapped in the named schedule."""
+def build_schedule(schedule: str, modules: dict[int, nn.Module], pp: int, microbatches: int, group, device,
+                   v: int | None = None):
+    """PipelineStage per local stage index, wrapped in the named schedule (v: the interleaved ones' chunks per rank)."""
     from torch.distributed import pipelining
-    cls_name, v = SCHEDULES[schedule]
+    cls_name = SCHEDULES[schedule][0]
+    v = chunks(schedule, v)
     if "ZeroBubble" in cls_name:
         modules = {idx: nn.Sequential(mod, OwnedOutput()) for idx, mod in modules.items()}
     stages = [pipelining.PipelineStage(mod, idx, pp * v, device, group=group) for idx, mod in modules.items()]

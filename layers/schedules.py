@@ -15,11 +15,16 @@ SCHEDULES = {
 }
 
 
-def validate(schedule: str, pp: int, microbatches: int, layers: int) -> str | None:
+def chunks(schedule: str, v: int | None = None) -> int:
+    """Stages per rank: the schedule's own, or `v` (Megatron's virtual pipeline size) for the interleaved ones."""
+    return v if v and schedule.startswith("interleaved") else SCHEDULES[schedule][1]
+
+
+def validate(schedule: str, pp: int, microbatches: int, layers: int, v: int | None = None) -> str | None:
     """One line naming the constraint and the values, or None when the combination can run."""
     if schedule not in SCHEDULES:
         return f"unknown schedule {schedule!r}: allowed {', '.join(SCHEDULES)}"
-    v = SCHEDULES[schedule][1]
+    v = chunks(schedule, v)
     if layers % (pp * v):
         return f"{layers} layers do not split into pp x stages-per-rank = {pp} x {v} = {pp * v} equal stages ({schedule})"
     if schedule != "gpipe" and microbatches < pp:
@@ -31,20 +36,19 @@ def validate(schedule: str, pp: int, microbatches: int, layers: int) -> str | No
     return None
 
 
-def bubble_theory(schedule: str, pp: int, microbatches: int) -> float | None:
+def bubble_theory(schedule: str, pp: int, microbatches: int, v: int | None = None) -> float | None:
     """GPipe and 1F1B: (p-1)/(m+p-1); interleaved with v chunks per rank: (p-1)/(v*m+p-1).
     Zero-bubble schedules: None. Their bubble depends on how a step's backward splits into input
     and weight gradients (zero only when forward, input-grad and weight-grad take equal time), so
     there is no formula in p and m alone to hold the measurement against."""
     if "ZeroBubble" in SCHEDULES[schedule][0]:
         return None
-    v = SCHEDULES[schedule][1]
-    return (pp - 1) / (v * microbatches + pp - 1)
+    return (pp - 1) / (chunks(schedule, v) * microbatches + pp - 1)
 
 
-def stage_indices(schedule: str, pp_rank: int, pp: int) -> list[int]:
+def stage_indices(schedule: str, pp_rank: int, pp: int, v: int | None = None) -> list[int]:
     """Looped placement for multi-stage schedules (rank r holds r, r+p, ...); ZBV folds into a V."""
-    v = SCHEDULES[schedule][1]
+    v = chunks(schedule, v)
     if schedule == "zbv":
         return [pp_rank, 2 * pp - 1 - pp_rank]
     return [pp_rank + i * pp for i in range(v)]
