@@ -327,12 +327,15 @@ def test_the_mpi_thread_level_is_asked_for_recorded_and_kept_apart(bench_run, tm
 
 
 def test_ab_until_decided_stops_each_cell_at_its_decision(bench_run, tmp_path):
-    """A real, huge slowdown on side B (MPICH's progress thread on shared cores): every cell is
-    decided a regression before the budget, later launches skip it, the session fails with exit 1,
-    and `compare --ab` replays the same looks to the same verdicts."""
-    proc = bench_run("--backend", "mpi", "--ops", "all_reduce", "--sizes", "4,64,1K", "--benchmark", "--rounds", "5",
-                     "--round-time", "0.005", "--ab-env", "MPIR_CVAR_ASYNC_PROGRESS=1", "--ab-until-decided",
-                     "--max-repeat", "10", "--label", "A=as is", "--label", "B=async progress",
+    """A huge slowdown on side B made by the fault hook (rank 1's timed rounds take 5x as long), never
+    by the scheduler (MPICH's progress thread on shared cores was: its size is how busy the cores
+    are): every cell is decided a regression before the budget, later launches skip it, the session
+    fails with exit 1, and `compare --ab` replays the same looks to the same verdicts. gloo, whose
+    waiting ranks sleep: two spinning MPICH ranks beside a busy loop take turns on a core, a time
+    slice per exchange, and a 3x fault on mpi read B/A 0.08x-45x launch by launch (load 20 on 2 cores)."""
+    proc = bench_run("--backend", "gloo", "--ops", "all_reduce", "--sizes", "4,64,1K", "--benchmark", "--rounds", "5",
+                     "--round-time", "0.005", "--ab-env", "HCCL_BENCH_FAULT=slow:1:all_reduce:5", "--ab-until-decided",
+                     "--max-repeat", "10", "--label", "A=as is", "--label", "B=rank 1 slowed 5x",
                      target="benches/test_collectives.py")
     assert proc.returncode == 1, proc.output[-3000:]
     assert "# A/B look after 6 launches (alpha 0.0300" in proc.output and "# verdict: REGRESSION" in proc.output

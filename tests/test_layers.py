@@ -268,12 +268,19 @@ def test_sleep_timed_bubble_matches_theory(ranks4, schedule, pp, m):
     step = median_seconds([r["round_ns"] for r in results], 1)          # the slowest rank's step
     compute = per_rank_median_seconds([r["compute_ns"] for r in results], 1)
     measured = float((1 - m * compute / step).mean())
-    # one-sided: waiting (a p2p wake-up, most likely) adds to the step and never to the compute. On this
-    # 2-core VM with its host busy the step ran about 8 ms a microbatch long (pp 2, m 8: 0.149 and
-    # 0.154 against 0.111); a wrong
-    # schedule is off by far more (no overlap: 0.5 at pp 2, 0.75 at pp 4)
+    # one-sided: waiting (a p2p wake-up, most likely) adds to the step and never to the compute (a
+    # late wake-up from a sleep is compute, and it stretches the step with it). How long the wake-ups
+    # wait is the scheduler's: on this 2-core VM with its host busy the step ran about 8 ms a
+    # microbatch long (pp 2, m 8: 0.149 and 0.154 against 0.111), and a third runnable process can
+    # make each a time slice or more. So the upper bound is halfway to what a schedule without
+    # overlap measures (1 - 1/p: 0.5 at pp 2, 0.75 at pp 4; a compute timed without its backward
+    # reads about as high): at pp 2, m 8 the step may run 0.4 s over its 1.44 s, 22 ms on each of
+    # the 18 stage hops of its critical path, near 3x what the busy VM added, and a wrong schedule
+    # still lands above it
     theory = schedules.bubble_theory(schedule, pp, m)
-    assert theory - 0.03 <= measured <= theory + 0.06, (measured, theory)
+    no_overlap = 1 - 1 / pp
+    print(f"bubble {schedule} pp {pp} m {m}: measured {measured:.3f}, theory {theory:.3f}")
+    assert theory - 0.03 <= measured < (theory + no_overlap) / 2, (measured, theory)
 
 
 @pytest.mark.slow  # four real rank processes

@@ -38,8 +38,8 @@ def test_a_malformed_slow_fault_is_one_line(monkeypatch, value):
 
 @pytest.mark.slow   # two mpi ranks a side, rounds interleaved A/B, side B with rank 1 slowed 3x
 def test_a_slow_rank_makes_its_rounds_take_factor_times_as_long(bench_run):
-    """On mpi at 1 MiB, side B's rank 1 slowed 3x: the median round of B over its A neighbour is 3x,
-    held one-sidedly wide. A busy machine moves single rounds 0.8x-2.5x (a fresh VM with a busy loop
+    """On mpi at 1 MiB, side B's rank 1 slowed 3x: B's fastest round over A's fastest is 3x, held
+    one-sidedly wide. A busy machine moves single rounds 0.8x-2.5x (a fresh VM with a busy loop
     beside it read 1.25 for a 1.5x fault), so the fault is made far larger than that noise; the
     power at small effects is measured by scripts/power_check.py, never asserted here."""
     proc = bench_run("--backend", "mpi", "--nproc", "2", "--ops", "all_reduce", "--sizes", "1M", "--benchmark",
@@ -52,8 +52,13 @@ def test_a_slow_rank_makes_its_rounds_take_factor_times_as_long(bench_run):
     rounds = [per_op_seconds(run.cells[key].rows[0].round_ns_per_rank, run.cells[key].rows[0].iters_per_round)
               for run in (a, b)]   # every round (the cell's launches keep only those no rank waited for a CPU in)
     ratios = rounds[1] / rounds[0]   # round i of B next to round i of A
-    print(f"slow 3: median B/A per round {np.median(ratios):.3f}")
-    assert 1.8 < float(np.median(ratios)) < 6, ratios
+    # each side's quietest round: the scheduler only ever adds to a round, so the fastest of 16 is the
+    # one it touched least. Round by round the median read 1.6x-6.7x with load 12-25 on 2 cores (the
+    # other side's ranks and other work taking turns on the cores); the fastest rounds' ratio is what
+    # the fault makes, 3x, and no fault reads about 1x
+    quietest = float(rounds[1].min() / rounds[0].min())
+    print(f"slow 3: fastest B / fastest A {quietest:.3f}, median B/A per round {np.median(ratios):.3f}")
+    assert 1.8 < quietest < 6, (rounds[0], rounds[1])
     logs = {p.parent.name: p.read_text() for p in run.glob("logs/*/rank1.log")}
     assert sum("timed all_reduce rounds to take 3x as long" in text for text in logs.values()) == 1, list(logs)
     assert bench_run.leftovers() == []
