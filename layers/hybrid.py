@@ -29,6 +29,20 @@ from layers.memory import bucket_plan
 from layers.tp import CommTimer, ParallelMLP
 
 
+class _SwapBatchSeq(torch.autograd.Function):
+    """(batch, seq, ...) <-> (seq, batch, ...) with both the result and its gradient contiguous: a plain
+    transpose hands the stage a non-contiguous input gradient, the pipeline's backward receive buffer
+    takes its strides, and gloo (like HCCL) refuses a non-contiguous receive."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.transpose(0, 1).contiguous()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.transpose(0, 1).contiguous()
+
+
 class SequenceParallelMLP(ParallelMLP):
     """layers.tp's ParallelMLP with sequence parallelism on (batch, seq / tp, hidden) activations:
     layers.tp shards dim 0, so the block works on the (seq, batch, hidden) view Megatron uses and
@@ -39,7 +53,7 @@ class SequenceParallelMLP(ParallelMLP):
         super().__init__(full, group, True, timer)
 
     def forward(self, x):
-        return super().forward(x.transpose(0, 1)).transpose(0, 1).contiguous()
+        return _SwapBatchSeq.apply(super().forward(_SwapBatchSeq.apply(x)))
 
 
 class PartTimer(CommTimer):

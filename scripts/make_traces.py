@@ -7,7 +7,7 @@ every rank and each rank exports its Kineto JSON. The faults are the job's own, 
 
   healthy     4 ranks, nothing wrong                                   -> nobody named
   late-once   4 ranks, rank 1 sleeps 30 ms before one collective only  -> nobody named
-  late-rank   4 ranks, rank 2 sleeps 2 ms before 70% of its collectives (steps 0-6 of every 10) -> rank 2 named
+  late-rank   4 ranks, rank 2 sleeps --late-rank-ms (2) before 70% of its collectives (steps 0-6 of every 10) -> rank 2 named
   late-step   --world ranks, each step 3 gradient all_reduces back to back (DDP's buckets); rank 2
               does --late-step-ms (5) more work before each step's first one (a slow device, data
               loader or host: a sleep in the job's code standing for that work), the others then
@@ -60,14 +60,15 @@ EXPECT = {"healthy": [], "late-once": [], "late-rank": ["rank 2"], "late-step": 
           "hosts-healthy": []}
 PAIR_ELEMENTS = 64 << 10   # float32: 256 KiB over each pair of neighbouring hosts a step
 STEPS, SKIP_STEP, HANG_TIMEOUT_S = 40, 6, 4
-LATE_RANK_MS, LATE_HOST_MS = 2.0, 3.0
+LATE_HOST_MS = 3.0
 STEP_GRADS = 3            # late-step, healthy-step: gradient all_reduces a step (buckets), back to back
 SLOW_ADDR = "10.77.0.1"   # group 2's interface (veth) in the job's private network namespace
 
 
 # ---- a rank ----
 
-def rank_main(job: str, rank: int, world: int, out: Path, hosts: int = 1, late_step_ms: float = 5.0) -> None:
+def rank_main(job: str, rank: int, world: int, out: Path, hosts: int = 1, late_step_ms: float = 5.0,
+              late_rank_ms: float = 2.0) -> None:
     import socket
     from datetime import timedelta
 
@@ -113,7 +114,7 @@ def rank_main(job: str, rank: int, world: int, out: Path, hosts: int = 1, late_s
                 grad += a.sum()
                 for g in groups if not buckets else []:
                     if job == "late-rank" and rank == 2 and step % 10 < 7:
-                        time.sleep(LATE_RANK_MS / 1e3)
+                        time.sleep(late_rank_ms / 1e3)
                     if job == "late-host" and rank >= world // 2:
                         time.sleep(LATE_HOST_MS / 1e3)
                     if job == "late-once" and rank == 1 and step == STEPS // 2:
@@ -160,12 +161,13 @@ tc filter add dev lo parent 1: protocol ip u32 match ip src {SLOW_ADDR}/32 flowi
 """
 
 
-def run_job(job: str, out: Path, world: int, trim: bool, hosts: int = 1, late_step_ms: float = 5.0) -> None:
+def run_job(job: str, out: Path, world: int, trim: bool, hosts: int = 1, late_step_ms: float = 5.0,
+            late_rank_ms: float = 2.0) -> None:
     """All ranks of one job, each a process of its own; in a private network namespace for slow-group,
     on the emulated cluster's hosts (rank r on host r // (world / hosts) + 1) for the cluster jobs."""
     out.mkdir(parents=True, exist_ok=True)
     me = [sys.executable, str(Path(__file__).resolve()), "--rank-of", job, "--world", str(world), "--hosts", str(hosts),
-          "--late-step-ms", str(late_step_ms), str(out)]
+          "--late-step-ms", str(late_step_ms), "--late-rank-ms", str(late_rank_ms), str(out)]
     wrap = ["unshare", "--uts"] if job == "late-host" else []
 
     def on_host(r: int) -> list[str]:
@@ -246,6 +248,8 @@ def main() -> None:
     parser.add_argument("--slow-host", default="node2", help="slow-link: the host whose link runs at a tenth of --link")
     parser.add_argument("--late-step-ms", type=float, default=5.0, help="late-step: rank 2's extra work before each "
                         "step's first all_reduce")
+    parser.add_argument("--late-rank-ms", type=float, default=2.0, help="late-rank: rank 2's sleep before 70%% of its "
+                        "collectives")
     parser.add_argument("--min-link-ratio", type=float, default=None, help="--judge: the doctor's setting (its default "
                         "if not given)")
     parser.add_argument("--trim", action="store_true")
@@ -257,7 +261,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out).resolve()
     if args.rank_of:
-        rank_main(args.rank_of, args.rank, args.world, out, args.hosts, args.late_step_ms)
+        rank_main(args.rank_of, args.rank, args.world, out, args.hosts, args.late_step_ms, args.late_rank_ms)
         return
     if set(args.jobs.split(",")) & set(CLUSTER_JOBS) and args.world % args.hosts:
         raise SystemExit(f"--world {args.world} does not split over --hosts {args.hosts}")
@@ -275,7 +279,7 @@ def main() -> None:
                 t0 = time.monotonic()
                 if not args.judge_only:
                     run_job(job, folder, args.world, args.trim, args.hosts if job in CLUSTER_JOBS else 1,
-                            args.late_step_ms)
+                            args.late_step_ms, args.late_rank_ms)
                 elif not (folder.is_dir() and len(list(folder.glob("rank*.trace.json")) + list(
                         folder.glob("nccl_trace_rank_*"))) == args.world):
                     print(f"{job} run {run}: {folder} not made (or not whole)", flush=True)

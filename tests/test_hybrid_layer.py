@@ -177,6 +177,16 @@ def test_every_layout_of_4_ranks_equals_the_single_rank_model(pool, layout, sche
     _assert_checked_and_broken_down(_run(pool, case), case)
 
 
+@pytest.mark.slow  # four real rank processes
+def test_sequence_parallelism_inside_a_pipeline_equals_the_single_rank_model(pool):
+    """tp 2 with sp in a 2-stage pipeline: the stages pass sequence shards, and the backward receive
+    buffer takes the strides of the next stage's input gradient (gloo refused a transposed one)."""
+    case = _case(2, 2, 1, knob="sp")
+    _assert_checked_and_broken_down(_run(pool, case), case)
+    bad = _run(pool, case, FAULT)
+    assert bad.wrong_per_rank[1] == 1 and bad.err_to_tol > 100
+
+
 @pytest.mark.slow  # two MPI ranks under mpiexec: torch.distributed on MPICH (collectives/backends/mpi_torch.py)
 @pytest.mark.parametrize("layout", every_layout(2), ids=lambda t: "x".join(map(str, t)))
 def test_every_layout_of_2_ranks_on_mpi_equals_the_single_rank_model(pool, layout):

@@ -76,7 +76,7 @@ def forensics(dumps: list[FrDump], ranks_per_host: int | None = None) -> HangRep
         if behind:
             waiting = sorted(r for r, e in last.items() if e.seq == top)
             report.stops.append(Stop(g, top, last[waiting[0]].op, waiting, behind))
-        done = {r: completed[r] for r in mine if completed.get(r) is not None and r not in behind}
+        done = {r: c for r in mine if (c := completed.get(r)) is not None and r not in behind}
         gloo = any(e.op.startswith("gloo:") for es in mine.values() for e in es)   # no device: a timed-out
         if not gloo and len(done) >= 2 and len(done) + len(behind) == len(mine):   # work is retired too
             best = max(done.values())

@@ -252,7 +252,7 @@ def _places(traces: list[RankTrace], matched: list[tuple[str, dict[int, Collecti
     """Each matched collective's (step, place within the step), on its first member's clock, where that
     rank's trace marks steps (ProfilerStep#N); (None, order) otherwise."""
     by_rank = {t.rank: t for t in traces}
-    out = []
+    out: list[tuple[int | None, int]] = []
     seen: dict[tuple[int, int], int] = defaultdict(int)
     for j, (_, got) in enumerate(matched):
         r = min(got)
@@ -271,7 +271,9 @@ def _per_unit(mine: np.ndarray, places: list[tuple[int | None, int]]) -> tuple[l
     if all(places[j][0] is not None for j in mine):
         steps: dict[int, list[int]] = defaultdict(list)
         for j in mine:
-            steps[places[j][0]].append(int(j))   # type: ignore[index]
+            step = places[j][0]
+            assert step is not None
+            steps[step].append(int(j))
         return [steps[k] for k in sorted(steps)], "step"
     return [[int(j)] for j in mine], "collective"
 
