@@ -53,7 +53,7 @@ def test_a_tp_group_across_the_link_is_slower_and_warned(slow_link_hosts, bench_
     carry 8x dp's bytes (batch x seq x hidden activations against hidden^2 weights), so the second
     placement must be slower, and it is the one warned."""
     shape = ("--layouts", "2x1x2", "--hidden", "64", "--seq", "256", "--batch", "8", "--layers", "4",
-             "--microbatches", "2", "--benchmark", "--rounds", "3", "--timeout", "300")
+             "--microbatches", "2", "--hybrid-knobs", "plain", "--benchmark", "--rounds", "3", "--timeout", "300")
     block = slow_link_hosts["launchers"]["mpi"]
     cyclic = block.replace(" mpi --", " --ppn 1 mpi --")
     assert cyclic != block
