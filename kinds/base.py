@@ -41,7 +41,7 @@ class Case:
 @dataclass(frozen=True)
 class KindOption:
     """A pytest option a kind declares, with the converter beside it: `convert` turns the command
-    line's text into the value (Options.kind_options[dest]) or raises ValueError with one line that
+    line's text into the value (its KindSettings field) or raises ValueError with one line that
     says what is allowed."""
     flag: str
     default: str
@@ -51,6 +51,26 @@ class KindOption:
     @property
     def dest(self) -> str:
         return self.flag.lstrip("-").replace("-", "_")
+
+
+class KindSettings:
+    """A kind's own options, typed: a dataclass with one field per KindOption (named by its dest),
+    made from the command line's values, or from the flags' own defaults where none were given (a
+    test's Options, a caller outside pytest): the defaults live in the KindOption alone."""
+    flags: ClassVar[tuple[KindOption, ...]] = ()
+
+    @classmethod
+    def defaults(cls: type[_S]) -> _S:
+        return cls(**{option.dest: option.convert(option.default) for option in cls.flags})
+
+    @classmethod
+    def of(cls: type[_S], opts: Options) -> _S:
+        """This kind's settings in `opts` (Options.settings, by type), else the defaults."""
+        given = next((s for s in opts.settings if isinstance(s, cls)), None)
+        return given if given is not None else cls.defaults()
+
+
+_S = TypeVar("_S", bound=KindSettings)
 
 
 @dataclass(frozen=True)
@@ -109,7 +129,7 @@ class Kind(Generic[C]):
     rank: ClassVar[tuple[str, str]]           # (module, class) of the rank half: run(backend, spec), begin(...)
     record_key: ClassVar[str] = ""            # "": its rows are cells in cases.jsonl; else written under this key
     cells: ClassVar[bool] = True              # its rows are compared (cells of a run)
-    options: ClassVar[tuple[KindOption, ...]] = ()   # its own pytest options (their values: opts.kind_options)
+    settings: ClassVar[type[KindSettings]] = KindSettings   # its own pytest options (settings.flags), typed
 
     def build(self, opts: Options) -> list[C]:
         """Every launch's cases (skipped ones with their reason)."""

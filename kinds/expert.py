@@ -24,6 +24,7 @@ from kinds.base import (
     Case,
     Kind,
     KindOption,
+    KindSettings,
     Lines,
     Panel,
     Ran,
@@ -41,7 +42,7 @@ from layers import fused_moe
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
-from schema.results import MISSING, Cell, _field, _Measured, metric, metrics
+from schema.results import MISSING, Cell, Measured, column, metric, metrics
 from schema.wire import Checked, Spec
 
 if TYPE_CHECKING:
@@ -100,49 +101,49 @@ class ExpertResult(Checked):
 # ---- the row ----
 
 @keyword_dataclass
-class ExpertRow(_Measured):
+class ExpertRow(Measured):
     """One expert-parallel case: the step (fwd+bwd) and its dispatch/expert/combine parts, what moved,
     how unevenly the router loaded experts and ranks, and what it dropped."""
     KIND: ClassVar[str] = "expert"
     BENCHES: ClassVar[tuple[str, ...]] = ("expert",)
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "nranks", "ep", "experts", "topk", "routing", "capacity_factor",
                                       "impl", "tokens", "hidden", "dtype", "drop_policy")
-    bench: str = _field("text", MISSING)
-    ep: int = _field("count", 1)
-    experts: int = _field("count", 1)
-    topk: int = _field("count", 1)
-    routing: str = _field("text", "uniform")
-    capacity_factor: float = _field("amount", 0.0)
-    drop_policy: str = _field("text", "group")
-    impl: str = _field("text", MISSING)
-    tokens: int = _field("count", 1)
-    hidden: int = _field("count", 1)
-    dtype: str = _field("text", "float32")
-    ffn: int | None = _field("count")
+    bench: str = column("text", MISSING)
+    ep: int = column("count", 1)
+    experts: int = column("count", 1)
+    topk: int = column("count", 1)
+    routing: str = column("text", "uniform")
+    capacity_factor: float = column("amount", 0.0)
+    drop_policy: str = column("text", "group")
+    impl: str = column("text", MISSING)
+    tokens: int = column("count", 1)
+    hidden: int = column("count", 1)
+    dtype: str = column("text", "float32")
+    ffn: int | None = column("count")
     step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "report"))
     dispatch_us: float | None = metric("dispatch(us)", ".1f", "lower", ("table", "compare", "report"))
     expert_us: float | None = metric("experts(us)", ".1f", "lower", ("table",))
     combine_us: float | None = metric("combine(us)", ".1f", "lower", ("table", "compare", "report"))
     comm_share: float | None = metric("comm", ".2f", "lower", ("table", "report"), "ratio")
-    sent_bytes_per_rank: int | None = _field("whole")
+    sent_bytes_per_rank: int | None = column("whole")
     dispatch_gbps: float | None = metric("disp(GB/s)", ".3f", "higher", ("table", "compare", "report"))
     dispatch_remote_gbps: float | None = metric("disp-nl", ".3f", "higher", ("table", "compare"))
     combine_gbps: float | None = metric("comb(GB/s)", ".3f", "higher", ("table", "compare", "report"))
     combine_remote_gbps: float | None = metric("comb-nl", ".3f", "higher", ("table", "compare"))
-    dispatch_gbps_per_rank: list = _field("list", [])
-    combine_gbps_per_rank: list = _field("list", [])
-    recv_bytes_per_rank: list = _field("list", [])
+    dispatch_gbps_per_rank: list = column("list", [])
+    combine_gbps_per_rank: list = column("list", [])
+    recv_bytes_per_rank: list = column("list", [])
     expert_imbalance: float | None = metric("imb(exp)", ".2f", "lower", ("table", "report"))
     rank_imbalance: float | None = metric("imb(rank)", ".2f", "lower", ("table", "report"))
     dropped: int | None = metric("dropped", "d", "lower", ("table",), "whole")
-    masked: int | None = _field("whole")
-    tokens_per_expert: list = _field("list", [])
-    tokens_per_rank: list = _field("list", [])
-    wrong_per_rank: list = _field("list", [])
-    checked: int | None = _field("whole")
-    err_to_tol: float | None = _field("amount")
-    peak_memory_bytes_per_rank: list = _field("list", [])
-    placement_warnings: list = _field("list", [])
+    masked: int | None = column("whole")
+    tokens_per_expert: list = column("list", [])
+    tokens_per_rank: list = column("list", [])
+    wrong_per_rank: list = column("list", [])
+    checked: int | None = column("whole")
+    err_to_tol: float | None = column("amount")
+    peak_memory_bytes_per_rank: list = column("list", [])
+    placement_warnings: list = column("list", [])
 
     @staticmethod
     def series_label(s, algo_label) -> str:
@@ -266,15 +267,19 @@ class ExpertCase(Case):
                 f"{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
 
 
-class ExpertKind(Kind[ExpertCase]):
-    name = "expert"
-    title = "Expert parallelism"
-    fixture = "expert_case"
-    case_type = ExpertCase
-    row_type = ExpertRow
-    spec_types = (ExpertSpec,)
-    rank = ("layers.expert_tasks", "ExpertRank")
-    options = (
+@keyword_dataclass
+class ExpertSettings(KindSettings):
+    """The expert bench's own options (--ep, --topk, ...), converted; their defaults are the flags'."""
+    ep: list[int]                   # [] : the world size
+    experts: int
+    topk: list[int]
+    routing: list[str]
+    capacity_factor: list[float]
+    drop_policy: list[str]
+    moe_impl: list[str]
+    tokens: list[int]
+    moe_dtype: list[str]            # [] : auto (float32, bfloat16 for fused)
+    flags = (
         KindOption("--ep", "", "expert-parallel group sizes (default: the world size); the rest are data-parallel replicas",
                    lambda t: _counts(t) if t else []),
         KindOption("--experts", "8", "total experts E (a multiple of each ep)", lambda t: _counts(t)[0]),
@@ -297,6 +302,17 @@ class ExpertKind(Kind[ExpertCase]):
         KindOption("--moe-dtype", "auto", "token and weight dtypes: float32, bfloat16, float16, comma list; auto: float32, "
                    "and bfloat16 for fused (its ops take bfloat16/float16 only)", _dtypes),
     )
+
+
+class ExpertKind(Kind[ExpertCase]):
+    name = "expert"
+    title = "Expert parallelism"
+    fixture = "expert_case"
+    case_type = ExpertCase
+    row_type = ExpertRow
+    spec_types = (ExpertSpec,)
+    rank = ("layers.expert_tasks", "ExpertRank")
+    settings = ExpertSettings
 
     def build(self, opts: Options) -> list[ExpertCase]:
         """Every ep x top-k x routing x capacity x dispatcher; a layout the world size or E cannot hold,
@@ -458,20 +474,20 @@ def ep_placement(ep: int, rank_hosts: dict[int, str]) -> list[str]:
 
 
 def _build_launch(opts: Options) -> list[ExpertCase]:
-    o = opts.kind_options
+    o = ExpertSettings.of(opts)
     out: list[ExpertCase] = []
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
-        impls = o.get("moe_impl", ["alltoallv"])
+        impls = o.moe_impl
         # the fused ops' limits differ per Atlas product: read the chip once (npu-smi; '' where not an NPU)
         chip = _chip(backend) if "fused" in impls else ""
-        for ep in o.get("ep") or [opts.nproc]:
-            for topk in o.get("topk", [2]):
-                for routing, tokens in itertools.product(o.get("routing", ["uniform"]), o.get("tokens", [256])):
+        for ep in o.ep or [opts.nproc]:
+            for topk in o.topk:
+                for routing, tokens in itertools.product(o.routing, o.tokens):
                     for cf, drop in _capacities(o):
                         for impl in impls:
-                            for dtype in o.get("moe_dtype") or ["bfloat16" if impl == "fused" else "float32"]:
-                                case = ExpertCase(backend=backend, nranks=opts.nproc, ep=ep, experts=o.get("experts", 8),
+                            for dtype in o.moe_dtype or ["bfloat16" if impl == "fused" else "float32"]:
+                                case = ExpertCase(backend=backend, nranks=opts.nproc, ep=ep, experts=o.experts,
                                                   topk=topk, routing=routing, capacity_factor=cf, impl=impl,
                                                   tokens=tokens, hidden=opts.hidden, dtype=dtype, drop_policy=drop,
                                                   group=key)
@@ -480,10 +496,9 @@ def _build_launch(opts: Options) -> list[ExpertCase]:
     return out
 
 
-def _capacities(o: dict) -> list[tuple[float, str]]:
+def _capacities(o: ExpertSettings) -> list[tuple[float, str]]:
     """(capacity factor, drop policy) pairs: each policy once per factor > 0 (factor 0 drops nothing: one case)."""
-    drops = o.get("drop_policy", ["group"])
-    return [(cf, drop) for cf in o.get("capacity_factor", [0.0]) for drop in (drops if cf else ["group"])]
+    return [(cf, drop) for cf in o.capacity_factor for drop in (o.drop_policy if cf else ["group"])]
 
 
 def _chip(backend: str) -> str:

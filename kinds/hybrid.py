@@ -36,6 +36,7 @@ from kinds.base import (
     Case,
     Kind,
     KindOption,
+    KindSettings,
     Panel,
     Ran,
     cell_label,
@@ -53,7 +54,7 @@ from layers.mesh import ParallelDims, tp_placement
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
-from schema.results import MISSING, Cell, _field, _Measured, metric, metrics
+from schema.results import MISSING, Cell, Measured, column, metric, metrics
 from schema.wire import Checked, Spec
 
 if TYPE_CHECKING:
@@ -117,27 +118,27 @@ class HybridResult(Checked):
 # ---- the row ----
 
 @keyword_dataclass
-class HybridRow(_Measured):
+class HybridRow(Measured):
     """One layout's training step: its time, its breakdown and each part against the model."""
     KIND: ClassVar[str] = "hybrid"
     BENCHES: ClassVar[tuple[str, ...]] = ("hybrid",)
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "nranks", "tp", "pp", "dp", "schedule", "microbatches", "hidden",
                                       "seq", "batch", "layers", "bucket_bytes", "dist_opt", "grad_reduce", "sp", "vpp")
-    bench: str = _field("text", MISSING)
-    tp: int = _field("count", 1)
-    pp: int = _field("count", 1)
-    dp: int = _field("count", 1)
-    schedule: str = _field("text", "")
-    microbatches: int = _field("count", 1)
-    hidden: int = _field("count", 1)
-    seq: int = _field("count", 1)
-    batch: int = _field("count", 1)
-    layers: int = _field("count", 1)
-    bucket_bytes: int = _field("whole", 0)
-    dist_opt: bool = _field("flag", False)
-    grad_reduce: str = _field("text", "float32")
-    sp: bool = _field("flag", False)
-    vpp: int = _field("whole", 0)
+    bench: str = column("text", MISSING)
+    tp: int = column("count", 1)
+    pp: int = column("count", 1)
+    dp: int = column("count", 1)
+    schedule: str = column("text", "")
+    microbatches: int = column("count", 1)
+    hidden: int = column("count", 1)
+    seq: int = column("count", 1)
+    batch: int = column("count", 1)
+    layers: int = column("count", 1)
+    bucket_bytes: int = column("whole", 0)
+    dist_opt: bool = column("flag", False)
+    grad_reduce: str = column("text", "float32")
+    sp: bool = column("flag", False)
+    vpp: int = column("whole", 0)
     step_us: float | None = metric("step(ms)", ".1f", "lower", ("table", "compare", "report"), scale=1e3)
     tokens_per_s: float | None = metric("tokens/s", ".0f", "higher", ("table", "compare", "report"))
     tokens_per_s_per_device: float | None = metric("tok/s/dev", ".0f", "higher", ("table", "report"))
@@ -154,28 +155,28 @@ class HybridRow(_Measured):
     dp_min_us: float | None = metric("dp min", ".1f", "lower", ("table",), scale=1e3)
     dp_us: float | None = metric("dp max", ".1f", "lower", ("table",), scale=1e3)
     other_us: float | None = metric("other", ".1f", "lower", ("table",), "real", scale=1e3)   # a remainder: can be < 0
-    timed_step_us: float | None = _field("amount")    # the extra run's step, max over ranks
-    tp_exposed_us: float | None = _field("real")      # step without dp - the same without tp collectives
-    dp_exposed_us: float | None = _field("real")      # step - step without dp
+    timed_step_us: float | None = column("amount")    # the extra run's step, max over ranks
+    tp_exposed_us: float | None = column("real")      # step without dp - the same without tp collectives
+    dp_exposed_us: float | None = column("real")      # step - step without dp
     bubble: float | None = metric("bubble", ".3f", "lower", ("table", "report"), "real")   # mean over ranks of bubble / its step
     bubble_theory: float | None = metric("theory", ".3f", "lower", ("table",), "ratio")
-    model_us: float | None = _field("amount")        # (compute + tp + pp) / (1 - theory) + dp
+    model_us: float | None = column("amount")        # (compute + tp + pp) / (1 - theory) + dp
     residual: float | None = metric("resid", ".3f", "lower", ("table",), "real")   # (step - model) / step
     busy_us: float | None = metric("busy(ms)", ".1f", "lower", ("table",), scale=1e3)   # crowded machines' CPU work per core
-    peak_flops: float | None = _field("amount")      # per device, what MFU is taken against
-    peak_source: str = _field("text", "")
-    tp_bytes: int | None = _field("whole")          # all-reduced per rank per step (the model's)
+    peak_flops: float | None = column("amount")      # per device, what MFU is taken against
+    peak_source: str = column("text", "")
+    tp_bytes: int | None = column("whole")          # all-reduced per rank per step (the model's)
     tp_busbw_gbps: float | None = metric("tp busbw", ".3f", "higher", ("table",))
-    dp_bytes: int | None = _field("whole")          # gradient bytes each rank reduces per step, in grad_reduce
-    pp_bytes: int | None = _field("whole")          # sent + received by the pipeline per step, max over ranks
-    buckets: int | None = _field("whole")
-    model_states_estimate_bytes: int | None = _field("whole")
-    peak_memory_bytes_per_rank: list = _field("list", [])
-    stages_per_rank: list = _field("list", [])
-    wrong_per_rank: list = _field("list", [])
-    checked: int | None = _field("whole")
-    err_to_tol: float | None = _field("amount")
-    placement_warnings: list = _field("list", [])
+    dp_bytes: int | None = column("whole")          # gradient bytes each rank reduces per step, in grad_reduce
+    pp_bytes: int | None = column("whole")          # sent + received by the pipeline per step, max over ranks
+    buckets: int | None = column("whole")
+    model_states_estimate_bytes: int | None = column("whole")
+    peak_memory_bytes_per_rank: list = column("list", [])
+    stages_per_rank: list = column("list", [])
+    wrong_per_rank: list = column("list", [])
+    checked: int | None = column("whole")
+    err_to_tol: float | None = column("amount")
+    placement_warnings: list = column("list", [])
 
     @staticmethod
     def series_label(s, algo_label) -> str:
@@ -292,15 +293,16 @@ class HybridCase(Case):
                 f"{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}")
 
 
-class HybridKind(Kind[HybridCase]):
-    name = "hybrid"
-    title = "Hybrid training step"
-    fixture = "hybrid_case"
-    case_type = HybridCase
-    row_type = HybridRow
-    spec_types = (HybridSpec,)
-    rank = ("layers.hybrid_tasks", "HybridRank")
-    options = (
+@keyword_dataclass
+class HybridSettings(KindSettings):
+    """The hybrid bench's own options (--layouts, --hybrid-knobs, ...), converted; their defaults are the flags'."""
+    layouts: list[tuple[int, int, int]]   # [] : every layout of --nproc
+    hybrid_schedule: str
+    hybrid_bucket: int
+    hybrid_knobs: list[str]
+    hybrid_vpp: int
+    peak_tflops: float
+    flags = (
         KindOption("--layouts", "", "hybrid step layouts TPxPPxDP, comma separated (default: every layout of --nproc)",
                    _layouts),
         KindOption("--hybrid-schedule", "1f1b", f"the hybrid step's pipeline schedule at pp > 1: {', '.join(SCHEDULES)}",
@@ -315,6 +317,17 @@ class HybridKind(Kind[HybridCase]):
         KindOption("--peak-tflops", "0", "the device's peak TFLOP/s that MFU is taken against (0: known per device name, "
                    "on a CPU the block's matmul rate measured on the ranks)", _peak),
     )
+
+
+class HybridKind(Kind[HybridCase]):
+    name = "hybrid"
+    title = "Hybrid training step"
+    fixture = "hybrid_case"
+    case_type = HybridCase
+    row_type = HybridRow
+    spec_types = (HybridSpec,)
+    rank = ("layers.hybrid_tasks", "HybridRank")
+    settings = HybridSettings
 
     def build(self, opts: Options) -> list[HybridCase]:
         """Every layout x --microbatches; one the world size, the shape or the torch cannot run is skipped with the reason."""
@@ -463,7 +476,7 @@ def peak_flops(case: HybridCase, opts: Options, ranks: list[HybridResult]) -> tu
     """The per-device peak MFU is taken against, and what it is: --peak-tflops, else the device name's
     (KNOWN_PEAKS), else on CPU the block's matmul rate measured on the ranks (the fastest; every rank ran
     it at once), else none (MFU left empty)."""
-    given = opts.kind_options.get("peak_tflops", 0.0)
+    given = HybridSettings.of(opts).peak_tflops
     if given:
         return given, f"--peak-tflops {given / 1e12:g}"
     name = ranks[0].device_name
@@ -538,18 +551,18 @@ def best_layout_lines(rows: list[HybridRow]) -> list[str]:
 def _build_launch(kind: HybridKind, opts: Options) -> list[HybridCase]:
     from layers import support  # these import torch: only when the bench is collected
     from layers.hybrid_tasks import refusal
-    o = opts.kind_options
+    o = HybridSettings.of(opts)
     out: list[HybridCase] = []
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
-        for tp, pp, dp in o.get("layouts") or every_layout(opts.nproc):
-            knobs = [k for k in o.get("hybrid_knobs", DEFAULT_KNOBS) if KNOBS[k][1](tp, pp, dp)]
+        for tp, pp, dp in o.layouts or every_layout(opts.nproc):
+            knobs = [k for k in o.hybrid_knobs if KNOBS[k][1](tp, pp, dp)]
             for m, knob in itertools.product(opts.microbatches, knobs):
                 dist_opt, grad_reduce, sp, vpp = KNOBS[knob][0]
                 case = HybridCase(backend=backend, nranks=opts.nproc, tp=tp, pp=pp, dp=dp, microbatches=m,
-                                  schedule="interleaved1f1b" if vpp else o.get("hybrid_schedule", "1f1b"),
-                                  bucket_bytes=o.get("hybrid_bucket", 4 << 20), dist_opt=dist_opt, grad_reduce=grad_reduce,
-                                  sp=sp, vpp=o.get("hybrid_vpp", 2) if vpp else 0, group=key)
+                                  schedule="interleaved1f1b" if vpp else o.hybrid_schedule,
+                                  bucket_bytes=o.hybrid_bucket, dist_opt=dist_opt, grad_reduce=grad_reduce,
+                                  sp=sp, vpp=o.hybrid_vpp if vpp else 0, group=key)
                 case.skip = (no_torch(backend) or refusal(kind.spec(case, opts), opts.nproc)
                              or support.missing("tp_bench", "manual")
                              or (support.missing("pp_bench", schedule=case.schedule) if pp > 1 else "")

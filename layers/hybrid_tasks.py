@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import statistics
 import time
 from typing import Any
 
@@ -53,6 +52,7 @@ from layers.mesh import Axis, ParallelDims
 from layers.rank_tasks import _reduce_length, _shard_like, groups_for, torch_loops
 from layers.schedules import SCHEDULES, chunks, stage_indices, validate
 from layers.tp import MLP, ParallelMLP
+from schema.stats import median
 
 
 def refusal(spec: Any, world: int) -> str:
@@ -343,7 +343,7 @@ def hybrid_loops(backend, spec: Any):
                     peak_memory_bytes=backend.device.peak_memory_bytes(), params_local=sum(p.numel() for p in params),
                     stages=sorted(step.local), buckets=len(step.buckets.plan) if step.buckets else 0,
                     cpus=sorted(os.sched_getaffinity(0)), machine=machine_id(), device_name=backend.device.name(),
-                    cpu_notp_ns=float(statistics.median(cpu_ns[-len(times[0]):])) if cpu_ns else 0.0,
+                    cpu_notp_ns=median(cpu_ns[-len(times[0]):]) if cpu_ns else 0.0,
                     dp_bytes=step.buckets.nbytes if step.buckets else 0, matmul_flops=matmul_rate(step))
     return loops, finish
 

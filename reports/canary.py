@@ -47,7 +47,7 @@ class Step:
 class CanaryView:
     """Per workload the nights' median sample (s; None where a run has no canary) and what they show."""
     seconds: dict[str, list[float | None]] = field(default_factory=dict)
-    meta: dict[str, dict] = field(default_factory=dict)          # workload -> what one sample is (bytes, unit)
+    workloads: dict[str, dict] = field(default_factory=dict)     # workload -> what one sample is (bytes, unit)
     steps: list[Step] = field(default_factory=list)
     noisy: dict[int, str] = field(default_factory=dict)          # run index -> the canary's figures that made it noisy
     spread: dict[str, float] = field(default_factory=dict)      # workload -> usual night-to-night spread (robust sd, log)
@@ -84,7 +84,7 @@ def _nights(runs: list) -> CanaryView:
                     isinstance(s, (int, float)) and np.isfinite(s) and s > 0 for s in samples):
                 continue
             view.seconds.setdefault(str(name), [None] * len(runs))[i] = median(samples)
-            view.meta.setdefault(str(name), {k: v for k, v in w.items() if k != "samples"})
+            view.workloads.setdefault(str(name), {k: v for k, v in w.items() if k != "samples"})
     return view
 
 
@@ -102,8 +102,8 @@ def judge(runs: list, alpha: float) -> CanaryView:
             if abs(after - before) >= np.log(1 + MIN_STEP):
                 edges.append(at)
                 view.steps.append(Step(name, idx[at], float(np.exp(after - before)),
-                                       figure(name, view.meta[name], float(np.exp(before))),
-                                       figure(name, view.meta[name], float(np.exp(after)))))
+                                       figure(name, view.workloads[name], float(np.exp(before))),
+                                       figure(name, view.workloads[name], float(np.exp(after)))))
         edges.append(len(y))
         spreads = []
         for a, b in zip(edges[:-1], edges[1:]):
@@ -116,8 +116,8 @@ def judge(runs: list, alpha: float) -> CanaryView:
                 spreads.append(sd)
                 if y[j] - center > max(NOISY_Z * sd, np.log(1 + NOISY_FLOOR)):
                     reasons.setdefault(idx[j], []).append(
-                        f"canary {name} {figure(name, view.meta[name], float(np.exp(y[j])))} against its usual "
-                        f"{figure(name, view.meta[name], float(np.exp(center)))} ({np.exp(y[j] - center) - 1:+.0%} time)")
+                        f"canary {name} {figure(name, view.workloads[name], float(np.exp(y[j])))} against its usual "
+                        f"{figure(name, view.workloads[name], float(np.exp(center)))} ({np.exp(y[j] - center) - 1:+.0%} time)")
         if spreads:
             view.spread[name] = median(spreads)
     view.noisy = {i: "; ".join(r) for i, r in sorted(reasons.items())}

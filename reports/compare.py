@@ -24,7 +24,7 @@ from schema.calibration import Calibration
 from schema.judgement import CHANGES, INCONCLUSIVE, REGRESSION, Cause, Direction, Verdict, VerdictKind
 from schema.results import Cell, Run, Series, key_order, metrics
 from schema.run_meta import RunMeta
-from schema.stats import MIN_UNDISTURBED, UNDISTURBED_SHARE, median
+from schema.stats import MIN_UNDISTURBED, UNDISTURBED_SHARE, median, medians
 
 ALPHA = 0.05
 MIN_LAUNCHES = 2   # launches (fresh worker groups) are the sample whenever both sides have several
@@ -226,7 +226,7 @@ def _shift_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray
     k, n = x.shape
     m = y.shape[1]
     diffs = np.sort((y[:, None, :] - x[:, :, None]).reshape(k, n * m), axis=1)
-    shift = np.median(diffs, axis=1)
+    shift = medians(diffs, axis=1)
     nm = n * m
     sd = np.sqrt(nm * (n + m + 1) / 12.0)
     u = (diffs > 0).sum(axis=1) + 0.5 * (diffs == 0).sum(axis=1)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-import numpy as np
+from schema.stats import median
 
 FAR = 1.6          # a round trip past this many times the near level is another placement (VM: 2.2x apart)
 
@@ -82,7 +82,7 @@ def round_trip_ns(cell) -> float | None:
     """Where ranks 0 and 1's cores were for a cell: the median over its launches of each case's
     faster round trip (ns); None where no launch was probed."""
     fastest = sorted(float(min(row.cores_rt_ns)) for row in cell.rows.values() if _probed(row))
-    return float(np.median(fastest)) if fastest else None
+    return median(fastest) if fastest else None
 
 
 def _probed_rt(rt) -> bool:

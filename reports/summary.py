@@ -339,7 +339,7 @@ def canary_lines(hist: History, where: bool = True) -> list[str]:
     if not view.seconds:
         return ["canary: none recorded in these runs (timed single-stack sweeps record one): noisy nights and machine "
                 "changes cannot be told", *(placement_lines(hist) + cpu_wait_lines(runs) if where else [])]
-    newest = [f"{name} {figure(name, view.meta[name], secs[-1])}" for name, secs in view.seconds.items() if secs[-1]]
+    newest = [f"{name} {figure(name, view.workloads[name], secs[-1])}" for name, secs in view.seconds.items() if secs[-1]]
     spread = ", ".join(f"{name} {np.expm1(sd):.0%}" for name, sd in view.spread.items())
     out = [f"canary ({view.nights} nights): newest " + (", ".join(newest) or "not recorded")
            + (f"; usual night-to-night spread {spread}" if spread else "")]

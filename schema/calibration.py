@@ -6,27 +6,27 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from schema.records import load_fields
-from schema.results import ResultError, _field
+from schema.results import ResultError, column
 
 METHOD = "A/A: min effect per size band = the largest A/A effect whose 95% CI excluded no change"
 
 
 @dataclass(frozen=True)
 class Band:
-    cells: int = _field("whole", 0)
-    noise: float = _field("amount", 0.0)        # 95th percentile of |A/A ratio - 1|
-    ci_missed: float = _field("amount", 0.0)    # share of cells whose 95% CI excluded 1 (~5% is honest)
-    min_effect: float = _field("amount", 0.0)   # the smallest minimum effect under which no A/A cell was flagged
+    cells: int = column("whole", 0)
+    noise: float = column("amount", 0.0)        # 95th percentile of |A/A ratio - 1|
+    ci_missed: float = column("amount", 0.0)    # share of cells whose 95% CI excluded 1 (~5% is honest)
+    min_effect: float = column("amount", 0.0)   # the smallest minimum effect under which no A/A cell was flagged
 
 
 @dataclass(frozen=True)
 class Calibration:
-    a: str = _field("text", "")
-    b: str = _field("text", "")
-    bands: dict[str, Band] = _field("object", {})   # band_key (reports/compare.py) -> Band
-    samples: str = _field("text", "launches")       # what it was made from: "launches", "paired launches", "rounds", "mixed"
-    estimator: str = _field("text", "median")       # each launch's statistic (a file from before --estimator: the median)
-    method: str = _field("text", METHOD)
+    a: str = column("text", "")
+    b: str = column("text", "")
+    bands: dict[str, Band] = column("object", {})   # band_key (reports/compare.py) -> Band
+    samples: str = column("text", "launches")       # what it was made from: "launches", "paired launches", "rounds", "mixed"
+    estimator: str = column("text", "median")       # each launch's statistic (a file from before --estimator: the median)
+    method: str = column("text", METHOD)
 
     def min_effect(self, band: str) -> float:
         """The minimum effect this calibration asks of a band (0: it did not measure that band)."""

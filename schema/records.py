@@ -1,5 +1,5 @@
 """Fields with their load checks, for every record read from JSON (the rows of schema/results.py,
-the run metadata, the calibration): a field declared with `_field(check, default)` carries its
+the run metadata, the calibration): a field declared with `column(check, default)` carries its
 check, and `load_fields` applies them all, naming the record and field it refuses."""
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ CHECKS = {
 }
 
 
-def _field(check: str, default: Any = None, **meta):
+def column(check: str, default: Any = None, **meta):
     """A row field with its load check ("whole", "amount", ...); required when it has no default."""
     if default is MISSING:
         return field(metadata={"check": check, **meta})

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Union
 
 from schema.kwonly import keyword_dataclass
-from schema.records import ResultError, _field, load_fields
+from schema.records import ResultError, column, load_fields
 from schema.stats import RankView, median
 
 SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
@@ -33,7 +33,7 @@ def metric(heading: str, fmt: str, better: str, where: tuple[str, ...], check: s
            benches: tuple[str, ...] = (), scale: float = 1.0):
     """A measured quantity shown by name: `where` is any of "table", "compare", "report";
     `benches`: the row's benches that have it (empty: all); shown as value / scale."""
-    return _field(check, None, metric=Metric("", heading, fmt, better, where, benches, scale))
+    return column(check, None, metric=Metric("", heading, fmt, better, where, benches, scale))
 
 
 @dataclass(frozen=True)
@@ -104,38 +104,38 @@ class _Row:
 
 
 @keyword_dataclass
-class _Measured(_Row):
+class Measured(_Row):
     """What every measured case has: where it ran, its launch and side, and the round statistics
     of schema/stats.summarize (from the rank x round matrix: kept whole up to
     stats.FULL_MATRIX_RANKS ranks, summarised per rank past it; read either form with ranks())."""
-    backend: str = _field("text", MISSING)
-    nranks: int = _field("count", 1)
-    launch: int = _field("whole", 0)                    # fresh worker group number (--repeat)
-    side: str = _field("text", "")                      # "A"/"B" of an interleaved A/B run
-    rounds_interleaved: bool = _field("flag", False)
+    backend: str = column("text", MISSING)
+    nranks: int = column("count", 1)
+    launch: int = column("whole", 0)                    # fresh worker group number (--repeat)
+    side: str = column("text", "")                      # "A"/"B" of an interleaved A/B run
+    rounds_interleaved: bool = column("flag", False)
     time_us: float | None = metric("time(us)", ".2f", "lower", ("compare",))
-    min_us: float | None = _field("amount")
-    max_us: float | None = _field("amount")
-    mean_us: float | None = _field("amount")
-    iqr_us: float | None = _field("amount")
-    cv: float | None = _field("amount")
-    p95_us: float | None = _field("amount")
-    p99_us: float | None = _field("amount")
+    min_us: float | None = column("amount")
+    max_us: float | None = column("amount")
+    mean_us: float | None = column("amount")
+    iqr_us: float | None = column("amount")
+    cv: float | None = column("amount")
+    p95_us: float | None = column("amount")
+    p99_us: float | None = column("amount")
     rank_spread: float | None = metric("spread", ".3f", "lower", ("table", "compare", "report"))
-    rounds: int | None = _field("whole")
-    wrong: int | float | None = _field("amount")         # None: the tool did not check (N/A)
-    iters_per_round: int | None = _field("count")
-    calibration: dict = _field("object", {})            # how K was chosen (collectives.timing.Calibrated)
-    cores_rt_ns: list = _field("list", [])              # ranks 0, 1: cores' round trip before, after (collectives/placement.py)
-    round_cpu_wait_ns: list = _field("list", [])        # per round, the longest any rank waited for a CPU (ns; stats.undisturbed)
-    round_ns_per_rank: list = _field("list", [])       # rank x round times (ns): every rank, or kept_ranks' (summary)
-    per_rank: str = _field("text", "full")              # "full": the whole matrix; "summary": past stats.FULL_MATRIX_RANKS
-    kept_ranks: list = _field("list", [])               # summary: whose rounds are kept (slowest; each round's slowest)
-    rank_summary: dict = _field("object", {})           # summary: min/p25/median/p75/max over rounds, one value per rank each
-    rank_places: dict = _field("object", {})            # rank -> [host, local rank] of the ranks the table and report name
-    hosts: dict = _field("object", {})                  # host -> ranks on it
-    knobs: dict = _field("object", {})                  # --knobs: the variables this case's group ran with
-    group_env: dict = _field("object", {})              # what the group's ranks ran with beyond the session's
+    rounds: int | None = column("whole")
+    wrong: int | float | None = column("amount")         # None: the tool did not check (N/A)
+    iters_per_round: int | None = column("count")
+    calibration: dict = column("object", {})            # how K was chosen (collectives.timing.Calibrated)
+    cores_rt_ns: list = column("list", [])              # ranks 0, 1: cores' round trip before, after (collectives/placement.py)
+    round_cpu_wait_ns: list = column("list", [])        # per round, the longest any rank waited for a CPU (ns; stats.undisturbed)
+    round_ns_per_rank: list = column("list", [])       # rank x round times (ns): every rank, or kept_ranks' (summary)
+    per_rank: str = column("text", "full")              # "full": the whole matrix; "summary": past stats.FULL_MATRIX_RANKS
+    kept_ranks: list = column("list", [])               # summary: whose rounds are kept (slowest; each round's slowest)
+    rank_summary: dict = column("object", {})           # summary: min/p25/median/p75/max over rounds, one value per rank each
+    rank_places: dict = column("object", {})            # rank -> [host, local rank] of the ranks the table and report name
+    hosts: dict = column("object", {})                  # host -> ranks on it
+    knobs: dict = column("object", {})                  # --knobs: the variables this case's group ran with
+    group_env: dict = column("object", {})              # what the group's ranks ran with beyond the session's
 
     def check(self, where: str) -> None:
         if self.per_rank != "full":   # a full matrix is read as before, unchecked (imports may be ragged)
@@ -150,28 +150,28 @@ class _Measured(_Row):
 
 
 @keyword_dataclass
-class CollectiveRow(_Measured):
+class CollectiveRow(Measured):
     """One collective case: what ran, how long it took, whether the result was right."""
     KIND: ClassVar[str] = "collective"
     BENCHES: ClassVar[tuple[str, ...]] = ()    # a collective row names no bench
     KEY: ClassVar[tuple[str, ...]] = ("backend", "algo", "op", "dtype", "redop", "inplace", "nranks")
-    algo: str = _field("text", MISSING)
-    op: str = _field("text", MISSING)
-    dtype: str = _field("text", "float32")
-    redop: str = _field("text", "none")
-    inplace: bool = _field("flag", False)
-    bytes: int = _field("whole", MISSING)
-    count: int = _field("whole", 0)
-    size: int | None = _field("whole")                 # the size asked for (bytes) before whole elements
+    algo: str = column("text", MISSING)
+    op: str = column("text", MISSING)
+    dtype: str = column("text", "float32")
+    redop: str = column("text", "none")
+    inplace: bool = column("flag", False)
+    bytes: int = column("whole", MISSING)
+    count: int = column("whole", 0)
+    size: int | None = column("whole")                 # the size asked for (bytes) before whole elements
     algbw_gbps: float | None = metric("algbw(GB/s)", ".3f", "higher", ())
     busbw_gbps: float | None = metric("busbw(GB/s)", ".3f", "higher", ())
-    wrong_per_rank: list = _field("list", [])
-    algo_env: dict = _field("object", {})
-    imported: dict = _field("object", {})               # an imported log's own columns (printed bandwidths, line)
-    source: str = _field("text", "benchmark")           # "field": production data (NCCL Inspector), never a benchmark
-    link_class: str | None = _field("text")            # intra-host, inter-host or mixed (from hosts)
-    algo_ran: str | None = _field("text")              # nccl: what NCCL_DEBUG_SUBSYS=TUNING says ran ("Ring/LL128")
-    graph: bool = _field("flag", False)                # --graph: rounds replayed from a captured device graph
+    wrong_per_rank: list = column("list", [])
+    algo_env: dict = column("object", {})
+    imported: dict = column("object", {})               # an imported log's own columns (printed bandwidths, line)
+    source: str = column("text", "benchmark")           # "field": production data (NCCL Inspector), never a benchmark
+    link_class: str | None = column("text")            # intra-host, inter-host or mixed (from hosts)
+    algo_ran: str | None = column("text")              # nccl: what NCCL_DEBUG_SUBSYS=TUNING says ran ("Ring/LL128")
+    graph: bool = column("flag", False)                # --graph: rounds replayed from a captured device graph
 
     @staticmethod
     def series_label(s: Series, algo_label: Callable[[str, str], str]) -> str:
@@ -181,35 +181,35 @@ class CollectiveRow(_Measured):
 
 
 @keyword_dataclass
-class LayerRow(_Measured):
+class LayerRow(Measured):
     """One layer case: a TP block (bench "linear") or a pipeline step (bench "pipeline")."""
     KIND: ClassVar[str] = "layer"
     BENCHES: ClassVar[tuple[str, ...]] = ("linear", "pipeline")
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "tp", "pp", "dp", "layer", "sequence_parallel", "impl",
                                       "schedule", "microbatches")
-    bench: str = _field("text", MISSING)
-    tp: int = _field("count", 1)
-    pp: int = _field("count", 1)
-    dp: int = _field("count", 1)
-    hidden: int | None = _field("count")
-    seq: int | None = _field("count")
-    batch: int | None = _field("count")
+    bench: str = column("text", MISSING)
+    tp: int = column("count", 1)
+    pp: int = column("count", 1)
+    dp: int = column("count", 1)
+    hidden: int | None = column("count")
+    seq: int | None = column("count")
+    batch: int | None = column("count")
     step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "report"))
     tokens_per_s: float | None = metric("tokens/s", ".0f", "higher", ("table",))
-    peak_memory_bytes_per_rank: list = _field("list", [])
-    model_states_estimate_bytes: int | None = _field("whole")
-    placement_warnings: list = _field("list", [])
-    wrong_per_rank: list = _field("list", [])
-    checked: int | None = _field("whole")               # elements compared with the single-rank reference (all ranks)
-    err_to_tol: float | None = _field("amount")         # the largest |parallel - reference| / tolerance (<= 1 passes)
+    peak_memory_bytes_per_rank: list = column("list", [])
+    model_states_estimate_bytes: int | None = column("whole")
+    placement_warnings: list = column("list", [])
+    wrong_per_rank: list = column("list", [])
+    checked: int | None = column("whole")               # elements compared with the single-rank reference (all ranks)
+    err_to_tol: float | None = column("amount")         # the largest |parallel - reference| / tolerance (<= 1 passes)
     # TP blocks
-    layer: str | None = _field("text")
-    sequence_parallel: bool | None = _field("flag")
-    impl: str | None = _field("text")
+    layer: str | None = column("text")
+    sequence_parallel: bool | None = column("flag")
+    impl: str | None = column("text")
     fwd_us: float | None = metric("fwd(us)", ".1f", "lower", ("table",), benches=("linear",))
     bwd_us: float | None = metric("bwd(us)", ".1f", "lower", ("table",), "real", ("linear",))   # fwd+bwd - fwd: can be < 0
     achieved_flops: float | None = metric("GFLOP/s", ".2f", "higher", ("table",), benches=("linear",), scale=1e9)
-    matmul_flops: float | None = _field("amount")
+    matmul_flops: float | None = column("amount")
     efficiency: float | None = metric("eff", ".2f", "higher", ("table", "report"), benches=("linear",))
     comm_share: float | None = metric("comm", ".2f", "lower", ("table", "report"), "ratio", ("linear",))
     # the time per fwd+bwd inside the block's collectives (comm_share x fwd+bwd): the TP block's
@@ -217,15 +217,15 @@ class LayerRow(_Measured):
     comm_exposed_us: float | None = metric("exposed comm(us)", ".1f", "lower", ("table", "compare", "report"),
                                            benches=("linear",))
     # pipeline steps
-    schedule: str | None = _field("text")
-    microbatches: int | None = _field("count")
-    layers: int | None = _field("count")
-    stage_compute_us_per_microbatch: list = _field("list", [])
+    schedule: str | None = column("text")
+    microbatches: int | None = column("count")
+    layers: int | None = column("count")
+    stage_compute_us_per_microbatch: list = column("list", [])
     bubble_measured: float | None = metric("bubble", ".3f", "lower", ("table", "report"), "real",
                                            ("pipeline",))   # 1 - m x compute / step: noise can push it below 0
-    bubble_per_rank: list = _field("list", [])
+    bubble_per_rank: list = column("list", [])
     bubble_theory: float | None = metric("theory", ".3f", "lower", ("table", "report"), "ratio", ("pipeline",))
-    stages_per_rank: list = _field("list", [])
+    stages_per_rank: list = column("list", [])
 
     @staticmethod
     def series_label(s: Series, algo_label: Callable[[str, str], str]) -> str:
@@ -235,7 +235,7 @@ class LayerRow(_Measured):
 
 
 @keyword_dataclass
-class TuningRow(_Measured):
+class TuningRow(Measured):
     """One tuning case (benches/test_tuning.py): compute/communication overlap at one message size,
     a DDP-style gradient all_reduce at one bucket size, or one communication dtype of the gradients.
     time_us is a step: overlap's collective started, the matmul, the wait; bucket's and compress's
@@ -243,11 +243,11 @@ class TuningRow(_Measured):
     KIND: ClassVar[str] = "tuning"
     BENCHES: ClassVar[tuple[str, ...]] = ("overlap", "bucket", "compress")
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "op", "dtype", "nranks", "comm_dtype")
-    bench: str = _field("text", MISSING)
-    bytes: int = _field("whole", 0)                    # the size axis: message, bucket (0: per tensor), gradients
-    op: str | None = _field("text")                    # overlap: the collective started asynchronously
-    dtype: str | None = _field("text")
-    count: int | None = _field("whole")
+    bench: str = column("text", MISSING)
+    bytes: int = column("whole", 0)                    # the size axis: message, bucket (0: per tensor), gradients
+    op: str | None = column("text")                    # overlap: the collective started asynchronously
+    dtype: str | None = column("text")
+    count: int | None = column("whole")
     # overlap
     t_comm_us: float | None = metric("comm(us)", ".1f", "lower", ("table",), benches=("overlap",))
     t_comp_us: float | None = metric("comp(us)", ".1f", "lower", ("table",), benches=("overlap",))
@@ -255,16 +255,16 @@ class TuningRow(_Measured):
     overlap_efficiency: float | None = metric("overlap", ".2f", "higher", ("table", "compare", "report"), benches=("overlap",))
     overlap_efficiency_raw: float | None = metric("(raw)", ".2f", "higher", ("table",), "real",
                                                   ("overlap",))   # before clipping to [0, 1]
-    matmul_n: int | None = _field("count")                   # the square matmul sized to the collective
+    matmul_n: int | None = column("count")                   # the square matmul sized to the collective
     # gradient bucketing and compression
-    bucket_bytes: int | None = _field("whole")              # 0: one all_reduce per tensor
+    bucket_bytes: int | None = column("whole")              # 0: one all_reduce per tensor
     calls: int | None = metric("calls", "d", "lower", ("table",), "whole", ("bucket", "compress"))
     step_us: float | None = metric("step(us)", ".1f", "lower", ("table", "report"), benches=("bucket", "compress"))
     # gradient bytes / (calls x bucket cap): how full the buckets are (> 1: DDP's close-at-cap overshoot)
     bucket_fill: float | None = metric("fill", ".2f", "higher", ("table", "compare", "report"), benches=("bucket",))
-    tensors: int | None = _field("whole")
-    model_bytes: int | None = _field("whole")
-    comm_dtype: str | None = _field("text")
+    tensors: int | None = column("whole")
+    model_bytes: int | None = column("whole")
+    comm_dtype: str | None = column("text")
     max_rel_error: float | None = metric("max rel err", ".2e", "lower", ("table", "compare", "report"), benches=("compress",))
     mean_rel_error: float | None = metric("mean rel err", ".2e", "lower", ("table",), benches=("compress",))
     error_bound: float | None = metric("bound", ".2e", "lower", ("table",), benches=("compress",))   # relative to max |exact|
@@ -279,18 +279,18 @@ class TuningRow(_Measured):
 class OverheadRow(_Row):
     """The harness loop against a bare loop of the same all_reduce (benches/test_overhead.py): the
     harness's own cost per op. A session record, not a cell: it is never compared."""
-    backend: str = _field("text", MISSING)
-    op: str = _field("text", "all_reduce")
-    dtype: str = _field("text", "float32")
-    bytes: int = _field("whole", MISSING)
-    nranks: int = _field("count", 1)
-    iters_per_round: int = _field("count", MISSING)
-    time_us: float = _field("amount", MISSING)
-    plain_us: float = _field("amount", MISSING)
-    ratio: float = _field("amount", MISSING)
-    added_us: float = _field("real", MISSING)
-    round_ns_per_rank: list = _field("list", [])
-    plain_round_ns_per_rank: list = _field("list", [])
+    backend: str = column("text", MISSING)
+    op: str = column("text", "all_reduce")
+    dtype: str = column("text", "float32")
+    bytes: int = column("whole", MISSING)
+    nranks: int = column("count", 1)
+    iters_per_round: int = column("count", MISSING)
+    time_us: float = column("amount", MISSING)
+    plain_us: float = column("amount", MISSING)
+    ratio: float = column("amount", MISSING)
+    added_us: float = column("real", MISSING)
+    round_ns_per_rank: list = column("list", [])
+    plain_round_ns_per_rank: list = column("list", [])
 
 
 Row = Union[CollectiveRow, LayerRow, TuningRow]   # not `|`: a runtime alias, and 3.9 has no type union
@@ -480,11 +480,21 @@ class Run:
         labels = {**(options.get("labels") or {} if isinstance(options, dict) else {}), **(self.meta.get("labels") or {})}
         return str(labels.get(self.side) or ("" if self.side else self.meta.get("label") or ""))
 
+    def name_as(self, name: str) -> None:
+        """`--label SIDE=NAME` given to a reader (hccl-bench compare): this run, or its side, is called NAME."""
+        self.meta["labels"] = {**(self.meta.get("labels") or {}), (self.side or ""): name}
+        if not self.side:
+            self.meta["label"] = name
+
+    @property
+    def provenance(self) -> dict:
+        """What the run was measured on (harness/provenance.py): versions, environment, commit; {} where not recorded."""
+        return self.meta.get("provenance") or {}
+
     @property
     def label(self) -> str:
         """The given name, else the CANN version or the run folder; a side says its role."""
-        prov = self.meta.get("provenance", {})
-        name = self.given_name or prov.get("cann", {}).get("cann") or Path(self.path).parent.name or self.path
+        name = self.given_name or (self.provenance.get("cann") or {}).get("cann") or Path(self.path).parent.name or self.path
         return f"{name} ({side_role(self.side)})" if self.side else name
 
     def backends(self) -> list[str]:

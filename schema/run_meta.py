@@ -7,34 +7,34 @@ from dataclasses import dataclass
 from typing import Optional
 
 from schema.records import load_fields
-from schema.results import SCHEMA, ResultError, _field
+from schema.results import SCHEMA, ResultError, column
 
 
 @dataclass(frozen=True)
 class RunOptions:
     """The session's options a reader judges by (harness/options.Options, recorded whole)."""
-    estimator: Optional[str] = _field("text")          # --estimator: each launch's statistic
-    min_effect: Optional[float] = _field("real")       # --min-effect
-    repeat: Optional[int] = _field("whole")            # --repeat: with ab_until_decided, the launch budget
-    ab_until_decided: bool = _field("flag", False)
-    previous_stack: Optional[str] = _field("text")     # --previous-stack
-    previous_differs: Optional[bool] = _field("flag")  # ... and it was another stack than this one
+    estimator: Optional[str] = column("text")          # --estimator: each launch's statistic
+    min_effect: Optional[float] = column("real")       # --min-effect
+    repeat: Optional[int] = column("whole")            # --repeat: with ab_until_decided, the launch budget
+    ab_until_decided: bool = column("flag", False)
+    previous_stack: Optional[str] = column("text")     # --previous-stack
+    previous_differs: Optional[bool] = column("flag")  # ... and it was another stack than this one
 
 
 @dataclass(frozen=True)
 class RunMeta:
-    groups: dict = _field("object", {})                # group -> hosts, devices, versions, env, side
-    provenance: dict = _field("object", {})            # versions, environment, commit (harness/provenance.py)
-    options: Optional[RunOptions] = _field("object")   # None: not a pytest session (an import, an older file)
-    canary: Optional[dict] = _field("object")          # harness/session/canary.py's measurement; reports/canary.py reads it
-    wall_s: Optional[float] = _field("real")           # the session's wall-clock
-    interrupted: Optional[str] = _field("text")        # why it ended early
-    failed: Optional[str] = _field("text")             # an imported log's failure
-    field_limits: Optional[str] = _field("text")       # field data (NCCL Inspector): what it cannot show
+    groups: dict = column("object", {})                # group -> hosts, devices, versions, env, side
+    provenance: dict = column("object", {})            # versions, environment, commit (harness/provenance.py)
+    options: Optional[RunOptions] = column("object")   # None: not a pytest session (an import, an older file)
+    canary: Optional[dict] = column("object")          # harness/session/canary.py's measurement; reports/canary.py reads it
+    wall_s: Optional[float] = column("real")           # the session's wall-clock
+    interrupted: Optional[str] = column("text")        # why it ended early
+    failed: Optional[str] = column("text")             # an imported log's failure
+    field_limits: Optional[str] = column("text")       # field data (NCCL Inspector): what it cannot show
     # which recorded side of an --ab-env/--ab-source run is the baseline: "B" where the session ran the
     # candidate as side A (the same-night A/B: side A this stack, side B the previous one); None: side A,
     # the convention. Readers load it previous -> this (reports/result_files.py load)
-    baseline_side: Optional[str] = _field("text")
+    baseline_side: Optional[str] = column("text")
 
     @classmethod
     def from_json(cls, data, where: str) -> RunMeta:

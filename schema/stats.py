@@ -41,6 +41,12 @@ def median(values) -> float:
     return float(np.median(np.asarray(values, dtype=np.float64)))
 
 
+def medians(values, axis: int = -1) -> np.ndarray:
+    """Medians along one axis of a matrix (numpy's), for the vectorised readers: a bootstrap's
+    statistic, a shift per cell."""
+    return np.median(np.asarray(values, dtype=np.float64), axis=axis)
+
+
 def quantiles(values, percents) -> list[float]:
     """Linear-interpolated percentiles (numpy's default, as pytest-benchmark and nccl-tests readers expect)."""
     return [float(q) for q in np.percentile(np.asarray(values, dtype=np.float64), percents)]

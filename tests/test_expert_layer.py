@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import traceback
+from dataclasses import replace
 
 import pytest
 
@@ -348,8 +349,8 @@ def test_the_per_rank_spread_names_the_slowest_and_fastest_rank():
 
 def test_low_latency_sizes_are_their_own_cases():
     from harness.session.options import Options
-    from kinds.expert import _build_launch
+    from kinds.expert import ExpertSettings, _build_launch
     opts = Options(backends=["gloo"], nproc=2)
-    opts.kind_options = {"moe_impl": ["alltoallv"], "routing": ["random"], "tokens": [256, 8]}
+    opts.settings = [replace(ExpertSettings.defaults(), moe_impl=["alltoallv"], routing=["random"], tokens=[256, 8])]
     cases = _build_launch(opts)
     assert [c.tokens for c in cases] == [256, 8] and len({c.id for c in cases}) == 2

@@ -83,11 +83,13 @@ def test_hccl_buffsize_below_the_documented_minimum_is_refused():
 
 
 # ---- the driver: cases, skips, the table -------------------------------------------------------------
-def _cases(**kind_options):
+def _cases(**given):
+    from dataclasses import replace
+
     from harness.session.options import Options
-    from kinds.expert import _build_launch
+    from kinds.expert import ExpertSettings, _build_launch
     opts = Options(backends=["hccl"], nproc=8)
-    opts.kind_options = {"moe_impl": ["fused"], "routing": ["uniform"], **kind_options}
+    opts.settings = [replace(ExpertSettings.defaults(), moe_impl=["fused"], routing=["uniform"], **given)]
     return _build_launch(opts)
 
 

@@ -78,9 +78,7 @@ def _named(runs: list, labels: list[str] | None) -> list:
     given = side_labels(labels or [])   # ValueError: one line, as every bad argument
     for run, side in zip(runs, "AB"):
         if side in given:
-            run.meta["labels"] = {**(run.meta.get("labels") or {}), (run.side or ""): given[side]}
-            if not run.side:
-                run.meta["label"] = given[side]
+            run.name_as(given[side])
     return runs
 
 

@@ -97,7 +97,7 @@ class Options:
     seq: int = 128
     batch: int = 8
     layers: int = 8
-    kind_options: dict = field(default_factory=dict)   # each bench kind's own options (kinds.base.KindOption), converted
+    settings: list = field(default_factory=list)   # each bench kind's own options, typed (kinds.base.KindSettings.of)
 
     def plan(self) -> dict:
         return {"warmup": self.warmup, "rounds": self.rounds, "iters": self.iters, "round_time_s": self.round_time_s}
@@ -446,9 +446,9 @@ def add_options(parser) -> None:
             group.addoption(core.flag, default=core.default, help=core.help,
                             **({"action": core.action} if core.action else {}))
     for kind in KINDS:
-        if kind.options:
+        if kind.settings.flags:
             group = parser.getgroup(f"hccl-bench {kind.name}", f"the {kind.name} benches")
-            for option in kind.options:
+            for option in kind.settings.flags:
                 group.addoption(option.flag, default=option.default, help=option.help)
 
 
@@ -487,7 +487,8 @@ def parse(getoption) -> Options:
     values = {option.field: _converted(option, getoption(option.dest)) for option in DECLARED
               if not option.needs or getoption(option.needs)}
     o = Options(**{name: value for name, value in values.items() if name in OPTION_FIELDS})
-    o.kind_options = {opt.dest: _kind_option(opt, getoption(opt.dest)) for kind in KINDS for opt in kind.options}
+    o.settings = [kind.settings(**{opt.dest: _kind_option(opt, getoption(opt.dest)) for opt in kind.settings.flags})
+                  for kind in KINDS if kind.settings.flags]
     plan = Plan() if o.benchmark else SMOKE   # what is not given: --benchmark's plan or the smoke one
     for name in (n for n in PLAN_FIELDS if values[n] is None):
         setattr(o, name, getattr(plan, name))

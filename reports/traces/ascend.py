@@ -25,11 +25,10 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 from reports.traces.files import read_bytes, shown
 from reports.traces.records import Collective, RankTrace
 from schema.results import ResultError
+from schema.stats import median
 
 INFO = re.compile(r"^profiler_info(?:_(\d+))?\.json$")   # no rank: a run without torch.distributed
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
@@ -164,7 +163,7 @@ def with_groups(traces: list[RankTrace], world: int | None = None) -> list[RankT
 def hccl_waits(traces: list[RankTrace], shown_ranks: int = 3) -> str:
     """HCCL's own figure beside the doctor's, in one line: each rank's median Wait Time, the lowest
     few (the last to arrive wait least) and the highest."""
-    medians = sorted((float(np.median(w)), t.rank) for t in traces
+    medians = sorted((float(median(w)), t.rank) for t in traces
                      if (w := [c.wait_us for c in t.collectives if c.wait_us is not None]))
     if not medians:
         return ""

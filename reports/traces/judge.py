@@ -52,6 +52,7 @@ from scipy import stats
 
 from reports.traces.job import checked, partial_note
 from reports.traces.records import Collective, RankTrace
+from schema.stats import median, medians
 
 MIN_LATE_US = 1000.0   # below a millisecond, gloo collectives on shared cores differ by scheduling alone
 ALPHA = 0.05
@@ -163,7 +164,7 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
         if np.isnan(arrival).any():
             arrival = -d   # a first collective: minus the duration
         for i, r in enumerate(ranks):
-            late[r, j] = arrival[i] - np.median(np.delete(arrival, i))
+            late[r, j] = arrival[i] - median(np.delete(arrival, i))
             wait[r, j] = d[i] - d.min()
         last[ranks[int(np.argmax(arrival))], j] = True
         if len(ranks) > 1:
@@ -172,7 +173,7 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
         c = got[ranks[0]]
         floors[(g, c.op, c.shape)].append(float(d.min()))
     verdict = Verdict(world, hosts, groups, len(matched), unmatched, mismatched, [],
-                      {g: float(np.median([x for (h, _, _), v in floors.items() if h == g for x in v]))
+                      {g: float(median([x for (h, _, _), v in floors.items() if h == g for x in v]))
                        for g in {k[0] for k in floors}},
                       late.tolist(), notes=sorted({t.note for t in traces if t.note}) + partial_note(traces),
                       settings={"min_late_us": min_late_us, "alpha": alpha, "min_link_ratio": min_link_ratio})
@@ -190,20 +191,20 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
         times_last = int(np.sum(last[r, member]))
         p_last = poisson_binomial_sf(times_last, 1.0 / sizes)
         p = min(1.0, 2 * min(p_sign, p_last))
-        ci = stats.bootstrap((x,), np.median, confidence_level=1 - alpha / world, n_resamples=2000,
+        ci = stats.bootstrap((x,), medians, confidence_level=1 - alpha / world, n_resamples=2000,
                              method="percentile", rng=np.random.default_rng(r)).confidence_interval
         frac = float(np.mean(x > min_late_us))
         mine, unit = _per_unit(np.flatnonzero(member), places)
         held = np.array([sum(hold[j] * last[r, j] for j in js) for js in mine])
         chance = np.array([sum(hold[j] / np.sum(~np.isnan(late[:, j])) for j in js) for js in mine])
         cost = float(stats.trim_mean(held, TRIM))    # a step's cost, robust to a rare stall (anyone's)
-        stat = RankStats(r, hosts[r], len(x), float(np.median(x)), (float(ci.low), float(ci.high)), frac,
+        stat = RankStats(r, hosts[r], len(x), float(median(x)), (float(ci.low), float(ci.high)), frac,
                          float(np.nanmedian(wait[r])), float(p), float(p_sign), times_last, float(p_last),
                          float(held.sum()), cost, len(mine), unit, float(p_cost[r]))
         verdict.ranks.append(stat)
         # two readings, each at half the budget: late in most collectives (the per-collective view), or
         # costing its peers more than the margin a step beyond its chance share (late once a step, say)
-        by_median = np.median(x) > min_late_us and p < alpha / (2 * world)
+        by_median = median(x) > min_late_us and p < alpha / (2 * world)
         by_cost = stats.trim_mean(held - chance, TRIM) > min_late_us and p_cost[r] < alpha / (2 * world)
         if by_cost and not by_median:
             stat.how = _where(late[r], last[r], hold, places, min_late_us, len(mine), unit)
@@ -285,7 +286,7 @@ def _where(late: np.ndarray, last: np.ndarray, hold: np.ndarray, places: list[tu
     costly = [j for j in range(len(hold)) if last[j] and hold[j] > min_late_us]
     if not costly:
         return ""
-    by = float(np.median(late[costly]))
+    by = float(median(late[costly]))
     at = [places[j][1] for j in costly if places[j][0] is not None]
     if unit == "step" and at:
         place, count = max(((q, at.count(q)) for q in set(at)), key=lambda kv: kv[1])
@@ -373,17 +374,17 @@ def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float
         for g, mine in sorted(per_group.items()):
             apart = [h for h in per_group if h != g and not hosts_of[h] & hosts_of[g]]
             others = [x for h in (apart or [h for h in per_group if h != g]) for x in per_group[h]]
-            ratio = float(np.median(mine) / np.median(others))
+            ratio = float(median(mine) / median(others))
             p = stats.mannwhitneyu(mine, others, alternative="greater").pvalue
             if ratio > min_link_ratio and p < alpha / len(per_group) and len(mine) >= 3:
                 ranks = verdict.groups.get(g, [])
                 hosts = sorted({verdict.hosts[r] for r in ranks})
                 lo, hi = np.percentile(mine, [25, 75])
                 verdict.suspects.append(Suspect(
-                    "link", "+".join(hosts), ranks, g, float(np.median(mine) - np.median(others)), (float(lo), float(hi)),
+                    "link", "+".join(hosts), ranks, g, float(median(mine) - median(others)), (float(lo), float(hi)),
                     1.0, round(ratio, 2),
-                    f"group {g}'s {op} ({shape}) takes {np.median(mine) / 1e3:.2f} ms once its last rank arrived, "
-                    f"{ratio:.1f}x the {np.median(others) / 1e3:.2f} ms of the same op over "
+                    f"group {g}'s {op} ({shape}) takes {median(mine) / 1e3:.2f} ms once its last rank arrived, "
+                    f"{ratio:.1f}x the {median(others) / 1e3:.2f} ms of the same op over "
                     f"{'the groups that share no host with it' if apart else 'the other groups'} (it is on "
                     f"{', '.join(hosts)}): its link or transport, not a rank"))
 
@@ -410,7 +411,7 @@ def _host_link(verdict: Verdict) -> None:
         ranks = sorted(r for r, h in verdict.hosts.items() if h == host)
         ratio = min(s.ratio for s in mine)
         verdict.suspects.append(Suspect(
-            "link", host, ranks, None, float(np.median([s.late_us for s in mine])),
+            "link", host, ranks, None, float(median([s.late_us for s in mine])),
             (min(s.ci_us[0] for s in mine), max(s.ci_us[1] for s in mine)), 1.0, ratio,
             f"every slow group through {host} ({', '.join(sorted(s.group or '' for s in mine))}: {ratio:.1f}x or more "
             f"the time of the groups apart from them once their last rank arrived) holds no other host in common: "
