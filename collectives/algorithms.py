@@ -1,4 +1,4 @@
-"""Portable algorithm names -> each library's own switch (ARCHITECTURE.md, Algorithm switches).
+"""Portable algorithm names -> each library's own switch (docs/method.md, Algorithms).
 
 ``resolve(backend, algo, op, library)`` returns the environment a worker group needs before its
 communicator exists, or an ``Unsupported`` reason. The switches themselves are declared by each

@@ -1,6 +1,6 @@
 """The one place that touches accelerator APIs: allocate, synchronise, time, memory, names.
 
-cpu times with perf_counter_ns; cuda and npu time with their own events (ARCHITECTURE.md, Measurement method). No
+cpu times with perf_counter_ns; cuda and npu time with their own events (docs/method.md, Time). No
 ``torch.cuda.*`` / ``torch.npu.*`` call lives anywhere else.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ class DeviceUnavailable(RuntimeError):
 
 
 def import_torch_npu():
-    """Import torch_npu, turning its CANN-less failures into one clear sentence (ARCHITECTURE.md, Device and library facts)."""
+    """Import torch_npu, turning its CANN-less failures into one clear sentence (docs/method.md, Device and library facts)."""
     try:
         import torch_npu  # noqa: F401
     except ModuleNotFoundError as exc:

@@ -4,7 +4,7 @@ K comes from a calibration after the warm-up: runs of 1, then more iterations, u
 lasts at least half of ``round_time_s`` (a 5-iteration warm-up estimate carried first-call costs
 and gave rounds of 3 ms against a 20 ms target). Every rank takes the slowest rank's time, so
 all ranks agree on K. Returns this rank's round times; the driver takes the max over ranks per
-round (ARCHITECTURE.md, Measurement method).
+round (docs/method.md, Time).
 
 With ``Plan.graph`` (--graph, device backends) a round is one replay of a device graph holding its
 K iterations, captured once before any timed span: the library's time without Python's launch
@@ -304,11 +304,8 @@ def end(backend):
 
 
 def with_calibration(result, cal, waits: list[int] | None = None):
-    """The result with how K was chosen (and each round's CPU wait, where measured): a schema.wire
-    result, or the JSON object of a kind whose result type is declared in its kind module (kinds/),
-    which the rank code cannot import."""
-    added = {"calibration": cal.record(), **({"cpu_wait_ns": waits} if waits else {})}
-    return {**result, **added} if isinstance(result, dict) else replace(result, **added)
+    """The schema.wire result with how K was chosen (and each round's CPU wait, where measured)."""
+    return replace(result, calibration=cal.record(), **({"cpu_wait_ns": waits} if waits else {}))
 
 
 class LoopRank:

@@ -1,4 +1,4 @@
-"""Writes that survive a kill, a full disk and a second session in the same second (ARCHITECTURE.md, Lifetimes and faults).
+"""Writes that survive a kill, a full disk and a second session in the same second (docs/method.md, Lifetimes and faults).
 
 A file is either the old one or the whole new one (temporary file, fsync, rename); a run folder
 belongs to one session (created exclusively); case lines are appended one write each and synced,

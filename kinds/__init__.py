@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 
 from kinds.base import Case, Kind
+from schema.results import Series
 
 _MODULES = (   # kinds/<name>.py, each exposing KIND; the order is the tables' and the sweep's
     "collective",
@@ -26,6 +27,11 @@ KINDS: tuple[Kind, ...] = tuple(importlib.import_module(f"kinds.{name}").KIND fo
 def of_case(case: Case) -> Kind:
     """The kind whose cases `case` is one of."""
     return next(k for k in KINDS if isinstance(case, k.case_type))
+
+
+def sized(series: Series) -> bool:
+    """Do the series' cells span message sizes (Kind.sized)? False for rows no kind here makes (tuning)."""
+    return any(k.sized for k in KINDS if k.name == series.bench)
 
 
 def rows_of(kind: Kind, rows: list) -> list:

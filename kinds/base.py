@@ -16,8 +16,8 @@ from schema.kwonly import keyword_dataclass
 from schema.results import Cell, Metric, Series
 from schema.wire import Spec, Timed, result_from_json
 
-if TYPE_CHECKING:   # the options are the session's (harness/session/options.py); a kind only reads them
-    from harness.session.options import Options
+if TYPE_CHECKING:   # what the session was asked for (kinds/options.py), filled by harness/session/options.py
+    from kinds.options import Options
 
 
 @keyword_dataclass
@@ -129,6 +129,9 @@ class Kind(Generic[C]):
     rank: ClassVar[tuple[str, str]]           # (module, class) of the rank half: run(backend, spec), begin(...)
     record_key: ClassVar[str] = ""            # "": its rows are cells in cases.jsonl; else written under this key
     cells: ClassVar[bool] = True              # its rows are compared (cells of a run)
+    # its cells span message sizes (the collective sweep): verdicts speak bus bandwidth and group by size
+    # range, a settling sweep names the sizes, the ranks probe their cores' placement beside each case
+    sized: ClassVar[bool] = False
     settings: ClassVar[type[KindSettings]] = KindSettings   # its own pytest options (settings.flags), typed
 
     def build(self, opts: Options) -> list[C]:

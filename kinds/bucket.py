@@ -16,7 +16,7 @@ from schema.results import Cell, TuningRow, metrics
 from schema.wire import BucketResult, TuningSpec
 
 if TYPE_CHECKING:
-    from harness.session.options import Options
+    from kinds.options import Options
 
 
 @keyword_dataclass

@@ -40,7 +40,7 @@ from schema.stats import NAMED_RANKS_OVER, median
 from schema.wire import CollectiveResult, CollectiveSpec
 
 if TYPE_CHECKING:
-    from harness.session.options import Options
+    from kinds.options import Options
 
 
 @keyword_dataclass
@@ -246,6 +246,7 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
 class CollectiveKind(Kind[CollectiveCase]):
     """A collective op at one size: spec -> (collectives.rank_tasks.CollectiveRank) -> CollectiveRow."""
     name = "collective"
+    sized = True
     title = "Collectives"
     fixture = "collective_case"
     case_type = CollectiveCase

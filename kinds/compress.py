@@ -20,7 +20,7 @@ from schema.results import TuningRow, metrics
 from schema.wire import CompressResult, TuningSpec
 
 if TYPE_CHECKING:
-    from harness.session.options import Options
+    from kinds.options import Options
 
 
 @keyword_dataclass

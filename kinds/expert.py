@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from dataclasses import field, replace
+from dataclasses import replace
 from statistics import fmean
 from typing import TYPE_CHECKING, ClassVar
 
@@ -43,10 +43,10 @@ from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import MISSING, Cell, Measured, column, metric, metrics
-from schema.wire import Checked, Spec
+from schema.wire import ExpertResult, ExpertSpec
 
 if TYPE_CHECKING:
-    from harness.session.options import Options
+    from kinds.options import Options
 
 IMPLS = ("alltoallv", "allgather", "fused")
 DROP_POLICIES = ("group", "probs", "position")   # layers.expert.DROP_POLICIES
@@ -55,50 +55,7 @@ REPEATING_ROUTINGS = ("skewed",)   # can give a token one expert twice (file: th
 FUSED_NEEDS = "torch_npu's npu_moe_distribute_dispatch/combine (Atlas A2/A3, hccl)"
 
 
-# ---- the wire ----
-
-@keyword_dataclass
-class ExpertSpec(Spec):
-    """One MoE layer step on ep ranks (groups of ep consecutive ranks; the rest data-parallel replicas)."""
-    KINDS = ("expert", "expert_begin")
-    kind: str = "expert"
-    ep: int
-    experts: int
-    topk: int
-    hidden: int
-    ffn: int
-    tokens: int                     # per rank
-    routing: str                    # uniform, random, skewed, hotrank, file
-    hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0; hotrank: ep rank 0's
-                                    # weight; masked: the share of selections masked; uneven: the tokens' spread
-    expert_ids: list[int] = field(default_factory=list)   # file: the replayed expert ids, cycled
-    capacity_factor: float = 0.0    # 0: no capacity; else slots past ceil(cf x tokens x ep x topk / experts) per expert drop
-    drop_policy: str = "group"      # group: the group's first slots; probs / position: Megatron's per-rank drop
-    impl: str
-    seed: int = 1234
-    dtype: str = "float32"
-    plan: dict
-
-    def fault_names(self) -> set[str]:
-        return {"expert"}
-
-
-@keyword_dataclass
-class ExpertResult(Checked):
-    dispatch_ns: list[int]
-    combine_ns: list[int]
-    expert_ns: list[int]
-    tokens_per_expert: list[int]    # routed slots per expert over the ep group, before drops
-    tokens_per_rank: list[int]      # slots each ep rank's experts received, after drops
-    dropped: int                    # slots this rank's tokens lost to capacity
-    sent_bytes: int                 # bytes this rank sends to other ranks per step (dispatch + combine, forward)
-    recv_bytes: int = 0             # dispatch's received rows x hidden x element size, own included (DeepEP's count)
-    local_bytes: int = 0            # of recv_bytes, the rows from this rank itself (no link crossed)
-    masked: int = 0                 # this rank's selections masked by the routing (sent nowhere)
-    comm_share: float
-
-
-# ---- the row ----
+# ---- the row (the wire's spec and result are schema/wire.py's) ----
 
 @keyword_dataclass
 class ExpertRow(Measured):

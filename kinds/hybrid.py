@@ -55,67 +55,16 @@ from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import MISSING, Cell, Measured, column, metric, metrics
-from schema.wire import Checked, Spec
+from schema.wire import HybridResult, HybridSpec
 
 if TYPE_CHECKING:
-    from harness.session.options import Options
+    from kinds.options import Options
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")   # the zero-bubble ones split weight gradients out of autograd's hooks
 ROUNDS = 8   # at most: a step of the default shape takes ~0.3 s on 2 CPU cores, and its check step warms it up
 
 
-# ---- the wire ----
-
-@keyword_dataclass
-class HybridSpec(Spec):
-    """One training step on tp x pp x dp ranks (layers/hybrid_tasks.py)."""
-    KINDS = ("hybrid", "hybrid_begin")
-    kind: str = "hybrid"
-    tp: int
-    pp: int
-    dp: int
-    hidden: int
-    seq: int
-    batch: int                      # per dp replica
-    layers: int
-    microbatches: int
-    schedule: str                   # pp > 1
-    bucket_bytes: int               # DDP's bucket cap (0: one bucket per gradient)
-    seed: int = 1234
-    dtype: str = "float32"
-    distributed_optimizer: bool = False   # dp reduce_scatter + SGD on the shard + all_gather (Megatron's)
-    grad_reduce: str = "float32"          # the dtype the dp gradients are reduced in
-    sequence_parallel: bool = False       # Megatron's sequence parallelism in the tp blocks
-    vpp: int = 0                          # interleaved schedules' chunks per rank (0: the schedule's own)
-    plan: dict
-
-    def fault_names(self) -> set[str]:
-        return {"hybrid"}
-
-
-@keyword_dataclass
-class HybridResult(Checked):
-    nodp_ns: list[int]              # the step with the dp reduction off (dp = 1: the step)
-    notp_ns: list[int]              # ... and the tp collectives left out too (tp = 1: nodp)
-    compute_ns: list[int]
-    tp_ns: float                    # per step (the extra run), inside the tp collectives
-    p2p_ns: float                   # ... inside the pipeline's sends and receives (posting and waiting)
-    p2p_bytes: int                  # ... the bytes those moved (sent + received)
-    exchange_ns: float              # one microbatch's activation around the pp ring, every stage ready
-    exchange_bytes: int             # ... its bytes each way
-    dp_ns: float                    # ... the dp reduction's wait at the end (and the distributed optimizer's all_gather)
-    timed_step_ns: float            # ... the whole step
-    device_name: str
-    matmul_flops: float             # FLOP/s of the block's matmul alone on this rank (every rank at once)
-    stages: list[int]
-    buckets: int
-    dp_bytes: int                   # gradient bytes this rank all_reduces per step
-    cpus: list[int]                 # the CPUs this rank may run on (its affinity)
-    machine: str                    # its kernel's boot id: ranks on one machine share its cores
-    cpu_notp_ns: float              # its process's CPU time per step of the notp loop (median over rounds)
-
-
-# ---- the row ----
+# ---- the row (the wire's spec and result are schema/wire.py's) ----
 
 @keyword_dataclass
 class HybridRow(Measured):

@@ -16,7 +16,7 @@ from schema.results import LayerRow
 from schema.wire import Checked
 
 if TYPE_CHECKING:
-    from harness.session.options import Options
+    from kinds.options import Options
 
 
 @keyword_dataclass

@@ -16,7 +16,7 @@ from schema.results import Cell, LayerRow, metrics
 from schema.wire import LayerSpec, TpResult
 
 if TYPE_CHECKING:
-    from harness.session.options import Options
+    from kinds.options import Options
 
 BLOCKS = (("linear", False), ("mlp", False), ("mlp", True))   # (layer, sequence parallel)
 IMPLS = ("manual", "dtensor")

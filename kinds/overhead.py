@@ -14,7 +14,7 @@ from schema.results import OverheadRow
 from schema.wire import OverheadResult, OverheadSpec
 
 if TYPE_CHECKING:
-    from harness.session.options import Options
+    from kinds.options import Options
 
 SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 4 << 20)
 

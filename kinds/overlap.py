@@ -37,7 +37,7 @@ from schema.results import Cell, TuningRow, metrics
 from schema.wire import OverlapResult, TuningSpec
 
 if TYPE_CHECKING:
-    from harness.session.options import Options
+    from kinds.options import Options
 
 OPS_WITH_ASYNC = tuple(name for name, op in OPS.items() if op.has_async)   # the ones with an asynchronous form everywhere
 

@@ -16,7 +16,7 @@ from schema.results import Cell, LayerRow, metrics
 from schema.wire import LayerSpec, PipelineResult
 
 if TYPE_CHECKING:
-    from harness.session.options import Options
+    from kinds.options import Options
 
 
 @keyword_dataclass

@@ -11,7 +11,7 @@ from schema.results import Cell, TuningRow, knob_text, side_role
 from schema.wire import Timed
 
 if TYPE_CHECKING:
-    from harness.session.options import Options
+    from kinds.options import Options
 
 
 def spec_fields(bench: str, opts: Options) -> dict[str, Any]:

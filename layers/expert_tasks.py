@@ -26,13 +26,14 @@ from layers.check import Check, dtype_name
 from layers.mesh import Axis, ParallelDims
 from layers.rank_tasks import _reduce_length, groups_for, torch_loops
 from layers.tp import CommTimer
+from schema.wire import ExpertResult, ExpertSpec
 
 UNEVEN_ALLGATHER = ("routing uneven: the all-gather dispatcher gathers equal shapes (Megatron's pads or splits them): "
                     "use alltoallv")
 DISPATCHERS = {"alltoallv": expert.AllToAllV, "allgather": expert.AllGather, "fused": expert.Fused}
 
 
-def _validate(spec: Any, world: int) -> None:
+def _validate(spec: ExpertSpec, world: int) -> None:
     """Refuse, alike on every rank and before any collective, a spec the layer cannot run."""
     if spec.impl not in expert.IMPLS:
         raise ValueError(f"unknown impl {spec.impl!r}: one of {', '.join(expert.IMPLS)}")
@@ -65,7 +66,7 @@ def fused_group(ep: int, world: int, rank: int):
     return _FUSED_GROUPS[ep]
 
 
-def fused_refusal(spec: Any, chip: str, ranks: list[int]) -> str:
+def fused_refusal(spec: ExpertSpec, chip: str, ranks: list[int]) -> str:
     """Why the fused ops cannot run this spec on `chip` (layers.fused_moe, op-plugin's documented limits),
     judged on the ids every rank of the group will send (a token must not name one expert twice)."""
     ids = [_choices(spec, r) for r in ranks]
@@ -75,14 +76,14 @@ def fused_refusal(spec: Any, chip: str, ranks: list[int]) -> str:
                              capacity_factor=spec.capacity_factor, buffsize=fused_moe.buffsize_mb())
 
 
-def _choices(spec: Any, rank: int) -> torch.Tensor:
+def _choices(spec: ExpertSpec, rank: int) -> torch.Tensor:
     """Rank `rank`'s expert ids (no tokens made: the fused limits are judged on every rank's ids)."""
     t = expert.tokens_of(spec.routing, spec.tokens, spec.hot_share, rank % spec.ep, spec.ep)
     return expert.choices(spec.routing, t, spec.topk, spec.experts, rank, spec.seed, spec.hot_share, spec.expert_ids,
                           spec.experts // spec.ep)
 
 
-def _inputs(spec: Any, rank: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _inputs(spec: ExpertSpec, rank: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rank `rank`'s tokens, expert choices and output gradient: any rank can make any rank's."""
     t, h = expert.tokens_of(spec.routing, spec.tokens, spec.hot_share, rank % spec.ep, spec.ep), spec.hidden
     x = torch.randn(t, h, generator=expert.generator(spec.seed + 1, rank)).to(device, dtype)
@@ -91,7 +92,7 @@ def _inputs(spec: Any, rank: int, device, dtype) -> tuple[torch.Tensor, torch.Te
     return x, ids.to(device), gy
 
 
-def _compare(spec: Any, model: expert.MoE, layer: expert.ExpertParallel, ranks: list[int], ep_rank: int,
+def _compare(spec: ExpertSpec, model: expert.MoE, layer: expert.ExpertParallel, ranks: list[int], ep_rank: int,
              device, dtype, check: Check) -> None:
     """One forward and backward of this rank's part against the reference on the whole group's
     tokens: the output, the input gradient, the gate's gradient from this rank's tokens and every
@@ -132,18 +133,18 @@ def _grad(p: torch.Tensor) -> torch.Tensor:
     return p.grad if p.grad is not None else torch.zeros_like(p)
 
 
-def _cap(spec: Any) -> int:
+def _cap(spec: ExpertSpec) -> int:
     """The group's capacity (policy group); a per-rank policy drops on each rank before dispatch (_drop)."""
     if _drop(spec)[0] != "group":
         return 0
     return expert.capacity(spec.capacity_factor, spec.tokens, spec.ep, spec.topk, spec.experts)
 
 
-def _drop(spec: Any) -> tuple[str, float]:
+def _drop(spec: ExpertSpec) -> tuple[str, float]:
     return getattr(spec, "drop_policy", "group"), spec.capacity_factor
 
 
-def expert_loops(backend, spec: Any):
+def expert_loops(backend, spec: ExpertSpec):
     """The step and the forward's three parts as timed loops, and how to finish them (collectives.timing)."""
     _validate(spec, backend.world)
     group = groups_for(ParallelDims.fit(spec.ep, 1, backend.world), backend.rank)[Axis.TP]   # ep consecutive ranks
@@ -210,8 +211,7 @@ def expert_loops(backend, spec: Any):
         step(k)
         elapsed = clock.stop() / 1e9
         timer.on = False
-        # the fields of kinds/expert.py's ExpertResult, which the driver checks this object against
-        return dict(iters=k, round_ns=t_step, dispatch_ns=t_dispatch, expert_ns=t_experts, combine_ns=t_combine,
+        return ExpertResult(iters=k, round_ns=t_step, dispatch_ns=t_dispatch, expert_ns=t_experts, combine_ns=t_combine,
                     **check.record(), peak_memory_bytes=backend.device.peak_memory_bytes(),
                     params_local=sum(p.numel() for p in layer.parameters()),
                     tokens_per_expert=counts.routed.sum(0).tolist(), tokens_per_rank=counts.tokens_per_rank(),

@@ -35,7 +35,6 @@ import contextlib
 import copy
 import os
 import time
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -53,9 +52,10 @@ from layers.rank_tasks import _reduce_length, _shard_like, groups_for, torch_loo
 from layers.schedules import SCHEDULES, chunks, stage_indices, validate
 from layers.tp import MLP, ParallelMLP
 from schema.stats import median
+from schema.wire import HybridResult, HybridSpec
 
 
-def refusal(spec: Any, world: int) -> str:
+def refusal(spec: HybridSpec, world: int) -> str:
     """Why the step cannot run this spec ('' if it can): alike on every rank, before any collective."""
     if spec.tp * spec.pp * spec.dp != world:
         return f"tp x pp x dp = {spec.tp} x {spec.pp} x {spec.dp} does not equal the world size {world}"
@@ -102,7 +102,7 @@ def timed_p2p(timer: PartTimer, moved: list[int]):
 class _Step:
     """This rank's part of the model and one training step of it (module docstring)."""
 
-    def __init__(self, backend, spec: Any):
+    def __init__(self, backend, spec: HybridSpec):
         if why := refusal(spec, backend.world):
             raise ValueError(why)
         torch.manual_seed(spec.seed)
@@ -288,7 +288,7 @@ def matmul_rate(step: _Step, seconds: float = 0.05) -> float:
     return 2 * a.shape[0] * h * 4 * h * n / (time.perf_counter() - t0)
 
 
-def hybrid_loops(backend, spec: Any):
+def hybrid_loops(backend, spec: HybridSpec):
     """The timed loops (step, step without dp when dp > 1, compute alone) and how to finish them."""
     step = _Step(backend, spec)
     check = Check(dtype_name(step.dtype), corrupt=spec.corrupt)   # once, before any timing
@@ -332,11 +332,10 @@ def hybrid_loops(backend, spec: Any):
             t.on = False
         exchange, msg_bytes = step.exchange_seconds(k) if spec.pp > 1 else (0.0, 0)
         params = [p for stage in step.local.values() for p in stage.parameters()]
-        # the fields of kinds/hybrid.py's HybridResult, which the driver checks this object against
         got = dict(zip(names, times))
         got.setdefault("nodp", got["step"])
         got.setdefault("notp", got["nodp"])
-        return dict(iters=k, round_ns=got["step"], nodp_ns=got["nodp"], notp_ns=got["notp"], compute_ns=got["compute"],
+        return HybridResult(iters=k, round_ns=got["step"], nodp_ns=got["nodp"], notp_ns=got["notp"], compute_ns=got["compute"],
                     tp_ns=step.timer.total() / k * 1e9, p2p_ns=step.p2p_timer.total() / k * 1e9,
                     p2p_bytes=moved[0] // k, exchange_ns=exchange * 1e9, exchange_bytes=msg_bytes,
                     dp_ns=step.dp_timer.total() / k * 1e9, timed_step_ns=wall / k, **check.record(),

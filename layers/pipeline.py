@@ -1,7 +1,7 @@
 """Pipeline steps with torch.distributed.pipelining: stages built by hand, schedules chosen by name.
 
 Losses are summed and ``scale_grads=False``, so a pipelined step's gradients equal the
-single-process gradients of the summed loss (ARCHITECTURE.md, Device and library facts).
+single-process gradients of the summed loss (docs/method.md, Device and library facts).
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 
 from collectives.sizes import format_size
+from kinds import sized
 from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, launch_value
 from reports.result_files import setup_of
 from schema.calibration import Calibration
@@ -373,9 +374,10 @@ def detectable_bands(cmp: Comparison) -> list[dict]:
     seen (80% power) with the samples actually taken: what "no regression found" is worth."""
     groups: dict[str, list[CellResult]] = defaultdict(list)
     for c in cmp.cells:
-        groups[band_key(c.series, c.size) if c.series.kind == "collective" else f"{c.series.backend} {c.series.kind}"].append(c)
+        groups[band_key(c.series, c.size) if sized(c.series) else f"{c.series.backend} {c.series.kind}"].append(c)
     return [{"band": key, "first": min(c.size for c in cells), "last": max(c.size for c in cells), "cells": len(cells),
-             "detectable": median([c.detectable for c in cells]), "kind": cells[0].series.kind}
+             "detectable": median([c.detectable for c in cells]), "kind": cells[0].series.kind,
+             "sized": sized(cells[0].series)}
             for key, cells in groups.items()]
 
 

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT  # noqa: F401 (the readers' import)
 from schema.stats import median
 
 ESTIMATORS = ("median", "p10", "min")
-# scripts/estimator_aa.py on this VM's recorded A/A and slow-1.10 A/B runs did not single out a
-# better statistic clearly (docs/statistics.md), so the median stays the default
-DEFAULT_ESTIMATOR = "median"
-DEFAULT_MIN_EFFECT = 0.05      # the smallest change a verdict counts (reports/compare.py; --min-effect)
 
 
 def launch_value(times, estimator: str = DEFAULT_ESTIMATOR) -> float:

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from kinds import sized
+from schema.results import Series
 from schema.stats import median
 
 FAR = 1.6          # a round trip past this many times the near level is another placement (VM: 2.2x apart)
@@ -70,8 +72,8 @@ class Placement:
 
 
 def _probes_expected(row) -> bool:
-    """A case the ranks probe when it is recorded now: a collective on one node (collectives/placement.py)."""
-    return getattr(row, "KIND", "") == "collective" and len(getattr(row, "hosts", None) or {}) <= 1
+    """A case the ranks probe when it is recorded now: a sized kind's on one node (collectives/placement.py)."""
+    return sized(Series.of(row)) and len(getattr(row, "hosts", None) or {}) <= 1
 
 
 def _probed(row) -> bool:

@@ -10,6 +10,7 @@ from collections import Counter
 import numpy as np
 
 from collectives.sizes import format_size
+from kinds import sized
 from reports.calibration import calibrate  # noqa: F401  (its old home: tests/test_estimators.py calls summary.calibrate)
 from reports.canary import figure
 from reports.change_points import MIN_RUNS, MIN_SEGMENT
@@ -55,8 +56,8 @@ def md(text) -> str:
 
 
 def effect_text(series: Series, ratio: float, low: float, high: float) -> str:
-    """Collectives speak busbw (higher is better, busbw ~ 1/time); layers and tuning steps speak time."""
-    if series.kind != "collective":
+    """A sized kind speaks busbw (higher is better, busbw ~ 1/time); layers and tuning steps speak time."""
+    if not sized(series):
         return f"time {ratio - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}]"
     return f"busbw {1 / ratio - 1:+.1%} [{1 / high - 1:+.1%}, {1 / low - 1:+.1%}]"
 
@@ -86,7 +87,7 @@ SECTIONS = (("REGRESSIONS", REGRESSION), ("improvements", IMPROVEMENT),
 def settle_command(cmp: Comparison) -> str:
     """The sweep that would settle the suspected cells: only their backends, ops and sizes, with
     launches as the sample; run it for both stacks and compare again (or as one interleaved A/B)."""
-    cells = [c for c in cmp.cells if c.outcome.suspected and c.series.kind == "collective"]
+    cells = [c for c in cmp.cells if c.outcome.suspected and sized(c.series)]
     if not cells:
         return "pytest benches/ --benchmark --repeat 3" if any(c.outcome.suspected for c in cmp.cells) else ""
     pick = lambda name: ",".join(sorted({str(getattr(c.series, name)) for c in cells}))  # noqa: E731
@@ -118,7 +119,7 @@ def detectable_lines(cmp: Comparison) -> list[str]:
     out = []
     for b in detectable_bands(cmp):
         span = format_size(b["first"]) + ("" if b["first"] == b["last"] else f"-{format_size(b['last'])}")
-        sizes = f" {span}" if b["kind"] == "collective" else ""
+        sizes = f" {span}" if b["sized"] else ""
         seen = "nothing (one sample a side)" if not math.isfinite(b["detectable"]) else f"a {b['detectable']:.0%} change"
         out.append(f"{b['band'].split(' (')[0]}{sizes}: could have seen {seen} ({b['cells']} cells)")
     return out

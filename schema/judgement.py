@@ -13,6 +13,12 @@ from enum import Enum
 
 from schema.exit_codes import ExitCode
 
+# each launch's statistic a verdict rests on (--estimator; reports/estimators.py): scripts/estimator_aa.py
+# on this VM's recorded A/A and slow-1.10 A/B runs did not single out a better one clearly
+# (docs/statistics.md), so the median stays the default
+DEFAULT_ESTIMATOR = "median"
+DEFAULT_MIN_EFFECT = 0.05      # the smallest change a verdict counts (reports/compare.py; --min-effect)
+
 
 class Direction(Enum):
     REGRESSION = "regression"

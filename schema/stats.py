@@ -1,5 +1,5 @@
-"""The statistics of a result: everything derived from the rank x round matrix (ARCHITECTURE.md,
-Measurement method), the one median, quantiles and the one weighted alpha-beta fit.
+"""The statistics of a result: everything derived from the rank x round matrix (docs/method.md,
+Time), the one median, quantiles and the one weighted alpha-beta fit.
 
 The time of a round is the slowest rank's (a collective finishes when its last rank does);
 per-op time = round time / K. time_us is the median over rounds.

@@ -169,6 +169,59 @@ class DoctorSkewSpec(Spec):
 EXIT = {"cmd": "exit"}              # the driver's last message to a group (not a spec)
 
 
+@keyword_dataclass
+class ExpertSpec(Spec):
+    """One MoE layer step on ep ranks (groups of ep consecutive ranks; the rest data-parallel replicas)."""
+    KINDS = ("expert", "expert_begin")
+    kind: str = "expert"
+    ep: int
+    experts: int
+    topk: int
+    hidden: int
+    ffn: int
+    tokens: int                     # per rank
+    routing: str                    # uniform, random, skewed, hotrank, file
+    hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0; hotrank: ep rank 0's
+                                    # weight; masked: the share of selections masked; uneven: the tokens' spread
+    expert_ids: list[int] = field(default_factory=list)   # file: the replayed expert ids, cycled
+    capacity_factor: float = 0.0    # 0: no capacity; else slots past ceil(cf x tokens x ep x topk / experts) per expert drop
+    drop_policy: str = "group"      # group: the group's first slots; probs / position: Megatron's per-rank drop
+    impl: str
+    seed: int = 1234
+    dtype: str = "float32"
+    plan: dict
+
+    def fault_names(self) -> set[str]:
+        return {"expert"}
+
+
+@keyword_dataclass
+class HybridSpec(Spec):
+    """One training step on tp x pp x dp ranks (layers/hybrid_tasks.py)."""
+    KINDS = ("hybrid", "hybrid_begin")
+    kind: str = "hybrid"
+    tp: int
+    pp: int
+    dp: int
+    hidden: int
+    seq: int
+    batch: int                      # per dp replica
+    layers: int
+    microbatches: int
+    schedule: str                   # pp > 1
+    bucket_bytes: int               # DDP's bucket cap (0: one bucket per gradient)
+    seed: int = 1234
+    dtype: str = "float32"
+    distributed_optimizer: bool = False   # dp reduce_scatter + SGD on the shard + all_gather (Megatron's)
+    grad_reduce: str = "float32"          # the dtype the dp gradients are reduced in
+    sequence_parallel: bool = False       # Megatron's sequence parallelism in the tp blocks
+    vpp: int = 0                          # interleaved schedules' chunks per rank (0: the schedule's own)
+    plan: dict
+
+    def fault_names(self) -> set[str]:
+        return {"hybrid"}
+
+
 # ---- a rank's launch: driver -> ranks, through the environment ----
 
 @dataclass(frozen=True)
@@ -275,6 +328,43 @@ class CompressResult(BucketResult):
 
 
 # ---- the one pair of functions ----
+
+@keyword_dataclass
+class ExpertResult(Checked):
+    dispatch_ns: list[int]
+    combine_ns: list[int]
+    expert_ns: list[int]
+    tokens_per_expert: list[int]    # routed slots per expert over the ep group, before drops
+    tokens_per_rank: list[int]      # slots each ep rank's experts received, after drops
+    dropped: int                    # slots this rank's tokens lost to capacity
+    sent_bytes: int                 # bytes this rank sends to other ranks per step (dispatch + combine, forward)
+    recv_bytes: int = 0             # dispatch's received rows x hidden x element size, own included (DeepEP's count)
+    local_bytes: int = 0            # of recv_bytes, the rows from this rank itself (no link crossed)
+    masked: int = 0                 # this rank's selections masked by the routing (sent nowhere)
+    comm_share: float
+
+
+@keyword_dataclass
+class HybridResult(Checked):
+    nodp_ns: list[int]              # the step with the dp reduction off (dp = 1: the step)
+    notp_ns: list[int]              # ... and the tp collectives left out too (tp = 1: nodp)
+    compute_ns: list[int]
+    tp_ns: float                    # per step (the extra run), inside the tp collectives
+    p2p_ns: float                   # ... inside the pipeline's sends and receives (posting and waiting)
+    p2p_bytes: int                  # ... the bytes those moved (sent + received)
+    exchange_ns: float              # one microbatch's activation around the pp ring, every stage ready
+    exchange_bytes: int             # ... its bytes each way
+    dp_ns: float                    # ... the dp reduction's wait at the end (and the distributed optimizer's all_gather)
+    timed_step_ns: float            # ... the whole step
+    device_name: str
+    matmul_flops: float             # FLOP/s of the block's matmul alone on this rank (every rank at once)
+    stages: list[int]
+    buckets: int
+    dp_bytes: int                   # gradient bytes this rank all_reduces per step
+    cpus: list[int]                 # the CPUs this rank may run on (its affinity)
+    machine: str                    # its kernel's boot id: ranks on one machine share its cores
+    cpu_notp_ns: float              # its process's CPU time per step of the notp loop (median over rounds)
+
 
 def to_json(message: Spec | Timed) -> dict:
     """The JSON object of a spec or result: one key per field (nested values are plain JSON)."""

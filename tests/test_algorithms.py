@@ -1,4 +1,4 @@
-"""Portable and native algorithm names mapped to all five switch families (ARCHITECTURE.md, Algorithm switches)."""
+"""Portable and native algorithm names mapped to all five switch families (docs/method.md, Algorithms)."""
 import os
 
 from collectives.algorithms import Unsupported, merge_group_env, resolve, validate

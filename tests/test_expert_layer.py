@@ -17,7 +17,7 @@ from layers import expert
 
 KEYS = {"wrong", "iters", "round_ns", "calibration", "checked", "err_to_tol", "peak_memory_bytes", "params_local",
         "dispatch_ns", "combine_ns", "expert_ns", "tokens_per_expert", "tokens_per_rank", "dropped", "sent_bytes",
-        "recv_bytes", "local_bytes", "masked", "comm_share", "cpu_wait_ns"}
+        "recv_bytes", "local_bytes", "masked", "comm_share", "cpu_wait_ns", "cores_rt_ns"}
 PLAN = {"warmup": 1, "rounds": 2, "iters": 1, "round_time_s": 0.001}
 BASE = {"kind": "expert", "ep": 2, "experts": 4, "topk": 1, "hidden": 16, "ffn": 24, "tokens": 32, "routing": "uniform",
         "hot_share": 0.5, "expert_ids": [3, 0, 3, 1, 3, 2, 3, 3, 1], "capacity_factor": 0.0, "impl": "alltoallv",
@@ -108,6 +108,7 @@ def _rank(rank: int, world: int, store: str, specs: list[dict], out) -> None:
 
     from collectives.backends import TorchBackend
     from layers.expert_tasks import ExpertRank
+    from schema.wire import to_json
     torch.set_num_threads(1)   # as the harness's ranks (OMP_NUM_THREADS=1): ranks on few cores must not spin on each other
     os.environ.pop("HCCL_BENCH_TCP_STORE", None)
     os.environ["HCCL_BENCH_STORE"] = store
@@ -118,7 +119,7 @@ def _rank(rank: int, world: int, store: str, specs: list[dict], out) -> None:
             spec = {k: v for k, v in given.items() if k != "corrupt_on"}
             spec["corrupt"] = given.get("corrupt_on") == rank
             try:
-                results.append(ExpertRank.run(backend, SimpleNamespace(**spec)))
+                results.append(to_json(ExpertRank.run(backend, SimpleNamespace(**spec))))   # as the worker sends it
             except Exception as exc:   # raised alike on every rank (a refused spec) or the group hangs: see run_ranks
                 results.append({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
         out.put((rank, results))

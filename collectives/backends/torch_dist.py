@@ -204,7 +204,7 @@ BACKENDS = {
                    read_facts=_facts("nccl", "cuda", collnet=True), probe=_probe("nccl", "cuda"),
                    version_keys=("torch", "cuda", "nccl")),
     "hccl": _torch("hccl", "npu", "HCCL", one_rank_per_device=True, device_noun="NPU",
-                   rank_env=(("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),),   # ARCHITECTURE.md, Device and library facts
+                   rank_env=(("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),),   # docs/method.md, Device and library facts
                    switch=hccl.switch, switch_vars=(r"HCCL_ALGO",), native_algos=hccl.HCCL_NATIVE, portable=hccl.HCCL_PORTABLE,
                    skip_reason=hccl.skip_reason, switch_names=hccl.switch_names,
                    requested_only=True, read_facts=_facts("hccl", "npu"), probe=_probe("hccl", "npu"),

@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from collectives import algorithms
@@ -32,80 +32,20 @@ from harness.engine.launchers import validate_template
 from harness.provenance import numpy_torch_problem
 from kinds import KINDS
 from kinds.base import KindOption
-from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, ESTIMATORS
+from kinds.options import BUCKETS, COMM_DTYPES, Options
+from reports.estimators import ESTIMATORS
+from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT
 from schema.results import side_labels
 
 BENCH_SIZES = "8:32M:4"
 SMOKE_SIZES = "8,4K,64K"
 MPI_THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
-COMM_DTYPES = ("float32", "bfloat16", "float16", "int8")
-BUCKETS = "0,1M,4M,16M,64M,256M"   # the bucketing bench's default bucket sizes (0: one all_reduce per tensor)
 GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True)}   # --graph: eager and/or captured rounds
 INPLACE_MODES = {"auto": ("auto",), "0": ("out",), "1": ("in",), "out": ("out",), "in": ("in",), "both": ("out", "in")}
 
 
 class OptionError(ValueError):
     pass
-
-
-@dataclass
-class Options:
-    benchmark: bool = False
-    backends: list[str] = field(default_factory=list)
-    nproc: int = 2
-    launcher: str = ""
-    ops: list[str] = field(default_factory=lambda: list(OPS))
-    sizes: list[int] = field(default_factory=list)
-    dtypes: list[str] = field(default_factory=lambda: ["float32"])
-    redops: list[str] = field(default_factory=lambda: ["sum"])
-    algos: list[str] = field(default_factory=lambda: ["default"])
-    inplace: tuple[str, ...] = ("auto",)
-    graph: tuple[bool, ...] = (False,)   # --graph: which of eager (False) and graph-captured (True) rounds to time
-    iters: int = 0
-    warmup: int = Plan.warmup
-    rounds: int = Plan.rounds
-    round_time_s: float = Plan.round_time_s
-    timeout_s: float = 300.0
-    repeat: int = 1
-    baseline: str = ""
-    history: bool = False
-    top_up: int = 0                   # --top-up: launches added for cells short of --repeat launches in the usual placement
-    previous_stack: str = ""          # --previous-stack: the night before's stack, A/B-tested against this one the same night
-    previous_is_python: bool = False  # ... given as its python interpreter (else a shell script to source)
-    previous_differs: bool = False    # ... and it is another stack than this one: the A/B measures every cell (else none runs)
-    invocation: list[str] = field(default_factory=list)   # pytest's arguments (set by the plugin): the same-night A/B reruns them
-    ab_env: dict = field(default_factory=dict)
-    ab_source: str = ""              # --ab-source: the script side B's environment is sourced from
-    only_cases: list = field(default_factory=list)   # --cases: the case ids to run (none: all)
-    ab_until_decided: bool = False   # sequential A/B: --repeat is the budget (--max-repeat), undecided cells rerun
-    inconclusive: str = "fail"       # the gate on cells without enough evidence: "fail" (exit 6) or "pass"
-    estimator: str = DEFAULT_ESTIMATOR   # each launch's statistic of its rounds that verdicts rest on (reports/estimators.py)
-    min_effect: float = DEFAULT_MIN_EFFECT   # the smallest change a verdict counts (reports/compare.py assign_verdicts)
-    labels: dict = field(default_factory=dict)   # side -> what to call it ("A": "mpich 4.2.3")
-    knobs: dict = field(default_factory=dict)    # --knobs: variable -> values, each value a series in its own group
-    buckets: list[int] = field(default_factory=lambda: [0 if b == "0" else parse_size(b) for b in BUCKETS.split(",")])
-    comm_dtypes: list[str] = field(default_factory=lambda: list(COMM_DTYPES))
-    mpi_thread_level: str = ""   # "" = mpi4py's default (multiple)
-    results: str = "results"
-    driver_host: str = "127.0.0.1"
-    # layer benches
-    tp: list[int] = field(default_factory=lambda: [1, 2])
-    pp: list[int] = field(default_factory=lambda: [1, 2])
-    microbatches: list[int] = field(default_factory=lambda: [4])
-    schedules: list[str] = field(default_factory=lambda: ["gpipe", "1f1b", "interleaved1f1b"])
-    hidden: int = 256
-    seq: int = 128
-    batch: int = 8
-    layers: int = 8
-    settings: list = field(default_factory=list)   # each bench kind's own options, typed (kinds.base.KindSettings.of)
-
-    def plan(self) -> dict:
-        return {"warmup": self.warmup, "rounds": self.rounds, "iters": self.iters, "round_time_s": self.round_time_s}
-
-    @property
-    def two_sides(self) -> bool:
-        """An A/B session: --ab-env or --ab-source, even one that changes nothing here (an A/A then)."""
-        return bool(self.ab_env or self.ab_source)
 
 
 Convert = Callable[[Any, str], Any]   # (pytest's value, the flag) -> the Options value; ValueError: the one line
