@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from reports.compare import band_key, compare
-from reports.estimators import DEFAULT_ESTIMATOR
 from schema.calibration import Band, Calibration
+from schema.judgement import DEFAULT_ESTIMATOR
 from schema.results import Run
 
 

@@ -19,10 +19,20 @@ import numpy as np
 
 from collectives.sizes import format_size
 from kinds import sized
-from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, launch_value
+from reports.estimators import launch_value
 from reports.result_files import setup_of
 from schema.calibration import Calibration
-from schema.judgement import CHANGES, INCONCLUSIVE, REGRESSION, Cause, Direction, Verdict, VerdictKind
+from schema.judgement import (
+    CHANGES,
+    DEFAULT_ESTIMATOR,
+    DEFAULT_MIN_EFFECT,
+    INCONCLUSIVE,
+    REGRESSION,
+    Cause,
+    Direction,
+    Verdict,
+    VerdictKind,
+)
 from schema.results import Cell, Run, Series, key_order, metrics
 from schema.run_meta import RunMeta
 from schema.stats import MIN_UNDISTURBED, UNDISTURBED_SHARE, median, medians
@@ -399,6 +409,10 @@ def cpu_wait_lines(runs: list[Run]) -> list[str]:
     if len(few) > left:
         out += (f"; {len(few) - left} with fewer than {MIN_UNDISTURBED} judged on all their rounds (most launches of "
                 "their run were alike, or it was the cell's only one: their numbers carry the machine's other work)")
+    if 2 * (len(few) - left) > len(per_launch):   # what the user can act on: the machine, not the library
+        out += ("; so this machine had more runnable threads than cores for most of the run: the verdicts rest on "
+                "times that carry its other work, so they see only larger changes (nothing else running beside the "
+                "benchmark gives undisturbed rounds)")
     return [out]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT  # noqa: F401 (the readers' import)
+from schema.judgement import DEFAULT_ESTIMATOR
 from schema.stats import median
 
 ESTIMATORS = ("median", "p10", "min")

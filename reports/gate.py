@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from reports import summary
-from reports.compare import DEFAULT_MIN_EFFECT, Comparison, compare
-from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
+from reports.compare import Comparison, compare
+from reports.estimators import ESTIMATORS
 from reports.history import DEFAULT_WINDOW, History, alert_rule, analyse, confirm_with_ab, platform, recorded_ab, too_few
 from reports.result_files import load
 from reports.sequential import run_looks
 from schema.calibration import Calibration
 from schema.exit_codes import ExitCode
-from schema.judgement import REGRESSION
+from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, REGRESSION
 from schema.results import ResultError, Run
 from schema.run_meta import RunMeta
 

@@ -43,14 +43,14 @@ import numpy as np
 from reports.canary import CanaryView, coinciding
 from reports.canary import judge as judge_canary
 from reports.change_points import MIN_RUNS, MIN_SEGMENT, change_points
-from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, assign_verdicts, band_key, fdr
-from reports.estimators import DEFAULT_ESTIMATOR, launch_value
+from reports.compare import ALPHA, CellResult, Comparison, assign_verdicts, band_key, fdr
+from reports.estimators import launch_value
 from reports.placement import Placement
 from reports.placement import of as placements
 from reports.provenance_diff import provenance_diff, run_provenance
 from reports.result_files import load, setup_of
 from schema.calibration import Calibration
-from schema.judgement import CHANGES, REGRESSION, Cause, Direction, Verdict
+from schema.judgement import CHANGES, DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, REGRESSION, Cause, Direction, Verdict
 from schema.results import NoCells, ResultError, Run, Series, key_order
 from schema.run_meta import RunMeta
 

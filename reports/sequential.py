@@ -20,10 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from reports.compare import ALPHA, DEFAULT_MIN_EFFECT, CellResult, Comparison, budget, compare
-from reports.estimators import DEFAULT_ESTIMATOR
+from reports.compare import ALPHA, CellResult, Comparison, budget, compare
 from schema.calibration import Calibration
-from schema.judgement import Direction, Verdict
+from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, Direction, Verdict
 from schema.results import Cell, Run, key_order
 
 DECIDED = (Direction.REGRESSION, Direction.IMPROVEMENT, Direction.NO_CHANGE)

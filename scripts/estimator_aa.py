@@ -34,11 +34,11 @@ sys.path.insert(0, HERE)
 from sequential_aa import swapped  # noqa: E402
 
 from reports.compare import ALPHA, detectable_bands  # noqa: E402
-from reports.estimators import DEFAULT_ESTIMATOR, ESTIMATORS  # noqa: E402
+from reports.estimators import ESTIMATORS  # noqa: E402
 from reports.gate import recorded_min_effect  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from reports.sequential import run_looks  # noqa: E402
-from schema.judgement import IMPROVEMENT, REGRESSION  # noqa: E402
+from schema.judgement import DEFAULT_ESTIMATOR, IMPROVEMENT, REGRESSION  # noqa: E402
 
 CLEARLY = 0.8   # a new default must see at most this share of the default's detectable change in every band
 

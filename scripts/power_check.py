@@ -46,11 +46,11 @@ from estimator_aa import draws  # noqa: E402
 
 from collectives.sizes import format_size  # noqa: E402
 from reports.compare import detectable_bands  # noqa: E402
-from reports.estimators import DEFAULT_MIN_EFFECT, ESTIMATORS  # noqa: E402
+from reports.estimators import ESTIMATORS  # noqa: E402
 from reports.gate import recorded_min_effect, sequential_budget  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from reports.sequential import run_looks  # noqa: E402
-from schema.judgement import IMPROVEMENT, REGRESSION  # noqa: E402
+from schema.judgement import DEFAULT_MIN_EFFECT, IMPROVEMENT, REGRESSION  # noqa: E402
 from schema.results import ResultError  # noqa: E402
 
 AA = "aa"

@@ -93,10 +93,12 @@ def test_a_launch_disturbed_throughout_leaves_its_cell_unless_most_launches_were
     for cell in run.cells.values():
         assert sorted(cell.launches) == sorted(cell.rows) == [0, 2] and sorted(cell.waited) == [0, 1, 2]
     assert "; 2 with fewer than 5 rounds without one left out" in cpu_wait_lines([run])[0]
+    assert "more runnable threads than cores" not in cpu_wait_lines([run])[0]
     (run,) = nights(tmp_path / "most", 1, throughout=(0, 1))   # most launches alike: all judged on every round
     for cell in run.cells.values():
         assert sorted(cell.launches) == [0, 1, 2] and all(len(cell.launches[i]) == ROUNDS for i in (0, 1))
     assert "; 4 with fewer than 5 judged on all their rounds" in cpu_wait_lines([run])[0]
+    assert "; so this machine had more runnable threads than cores for most of the run" in cpu_wait_lines([run])[0]
 
 
 def test_each_bench_kind_decides_which_of_its_launches_to_leave_out(tmp_path):

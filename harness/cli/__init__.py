@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 from harness.cli import commands
 from layers import memory
-from reports.estimators import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, ESTIMATORS
+from reports.estimators import ESTIMATORS
 from reports.history import DEFAULT_WINDOW
 from schema.exit_codes import ExitCode
+from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT
 from schema.results import ResultError
 
 
