@@ -63,13 +63,14 @@ class CellResult:
     high: float
     p: float
     q: float = 1.0
-    samples: str = "rounds"      # "launches" or "rounds"
+    samples: str = "rounds"      # what a side's samples are: "rounds", "launches", "runs" or "newest run" (history)
     n_base: int = 0
     n_cand: int = 0
     min_effect: float = DEFAULT_MIN_EFFECT
     detectable: float = float("inf")   # the change this cell's sample could have seen (80% power)
     outcome: Verdict = Verdict()
     note: str = ""
+    isolated: bool = False       # a change no neighbouring size agreed with, left inconclusive (counted by the summaries)
     metrics: dict = field(default_factory=dict)   # metric -> [baseline, candidate], pooled over launches
 
     @property
@@ -348,7 +349,8 @@ def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellRes
             leaning = [nb for nb in neighbours
                        if (nb.ratio > 1 + nb.min_effect / 2 if worse else nb.ratio < 1 / (1 + nb.min_effect / 2))]
             if not leaning:
-                c.outcome, c.note = undecided, f"isolated {c.outcome.direction.value}: no neighbouring size agrees"
+                c.note = f"isolated {c.outcome.direction.value}: no neighbouring size agrees"
+                c.outcome, c.isolated = undecided, True
     # rounds of one launch are not independent samples of a stack: at most a suspicion, never a failure
     for c in cells:
         if c.samples == "rounds" and c.outcome.direction in CHANGES:

@@ -181,7 +181,7 @@ def text(cmp: Comparison) -> str:
         out += ["# to settle the suspected cells, run for both stacks and compare those runs:"]
         out += [f"#   {part}" + (" \\" if i < len(wrapped) - 1 else "") for i, part in enumerate(wrapped)]
         out += ["#   (or add --repeat 6 --ab-env VAR=VALUE / --ab-source OTHER/set_env.sh: one interleaved A/B)"]
-    isolated = [c for c in cmp.cells if c.note.startswith("isolated")]
+    isolated = [c for c in cmp.cells if c.isolated]
     if isolated:
         out.append(f"# {len(isolated)} isolated cells left inconclusive (no neighbouring size agreed)")
     if cmp.only_base or cmp.only_cand:

@@ -72,7 +72,8 @@ def test_an_isolated_blip_stays_inconclusive(tmp_path):
     cmp = compare(load(write_run(tmp_path / "a.json", 1)), load(write_run(tmp_path / "c.json", 2, blip)))
     assert not cmp.regressed
     cell = next(c for c in cmp.cells if c.series.op == "broadcast" and c.size == 16 << 10)
-    assert cell.outcome.kind == INCONCLUSIVE and cell.note.startswith("isolated regression")
+    assert cell.outcome.kind == INCONCLUSIVE and cell.note.startswith("isolated regression") and cell.isolated
+    assert "# 1 isolated cells left inconclusive (no neighbouring size agreed)" in summary.text(cmp).splitlines()
 
 
 def test_launches_are_the_sample_when_both_sides_have_several(tmp_path):
