@@ -12,7 +12,7 @@ import numpy as np
 
 from reports.compare import band_key, compare
 from schema.calibration import Band, Calibration
-from schema.judgement import DEFAULT_ESTIMATOR
+from schema.judgement import DEFAULT_ESTIMATOR, Samples
 from schema.results import Run
 
 
@@ -28,7 +28,8 @@ def calibrate(a: Run, b: Run, estimator: str = DEFAULT_ESTIMATOR) -> Calibration
         bands[key] = Band(cells=len(cells), noise=float(np.exp(np.percentile(drift, 95)) - 1),
                           ci_missed=len(missed) / len(cells),
                           min_effect=math.ceil(max(missed, default=0.0) * 1000) / 1000)   # up to the next 0.1%
-    return Calibration(a=a.path, b=b.path, bands=bands, samples=kinds[0] if len(kinds) == 1 else "mixed", estimator=estimator)
+    return Calibration(a=a.path, b=b.path, bands=bands, samples=kinds[0] if len(kinds) == 1 else Samples.MIXED,
+                       estimator=estimator)
 
 
 def read(path: str) -> Calibration:

@@ -30,6 +30,7 @@ from schema.judgement import (
     REGRESSION,
     Cause,
     Direction,
+    Samples,
     Verdict,
     VerdictKind,
 )
@@ -63,7 +64,7 @@ class CellResult:
     high: float
     p: float
     q: float = 1.0
-    samples: str = "rounds"      # what a side's samples are: "rounds", "launches", "runs" or "newest run" (history)
+    samples: Samples = Samples.ROUNDS
     n_base: int = 0
     n_cand: int = 0
     min_effect: float = DEFAULT_MIN_EFFECT
@@ -136,19 +137,19 @@ def _filtered(cell: Cell, launch: int) -> bool:
     return 0 < waited and rounds - waited >= MIN_UNDISTURBED
 
 
-def _samples(base: Cell, cand: Cell, paired: bool, estimator: str = DEFAULT_ESTIMATOR) -> tuple[np.ndarray, np.ndarray, str]:
+def _samples(base: Cell, cand: Cell, paired: bool, estimator: str = DEFAULT_ESTIMATOR) -> tuple[np.ndarray, np.ndarray, Samples]:
     common = sorted(set(base.launches) & set(cand.launches))
     if paired and len(common) >= MIN_LAUNCHES:
         x = np.array([launch_value(base.launches[i], estimator) for i in common])
         # quads pair rounds by position: only while both sides kept every round
         shifts = [_pair_shift(base.launches[i], cand.launches[i], estimator,
                               quads=not (_filtered(base, i) or _filtered(cand, i))) for i in common]
-        return x, x * np.exp(shifts), "paired launches"
+        return x, x * np.exp(shifts), Samples.PAIRED
     if len(base.launches) >= MIN_LAUNCHES and len(cand.launches) >= MIN_LAUNCHES:
         return (np.array([launch_value(v, estimator) for v in base.launches.values()]),
-                np.array([launch_value(v, estimator) for v in cand.launches.values()]), "launches")
+                np.array([launch_value(v, estimator) for v in cand.launches.values()]), Samples.LAUNCHES)
     return (np.concatenate([np.asarray(v) for v in base.launches.values()]),
-            np.concatenate([np.asarray(v) for v in cand.launches.values()]), "rounds")
+            np.concatenate([np.asarray(v) for v in cand.launches.values()]), Samples.ROUNDS)
 
 
 def _placed(base: Run, cand: Run, common: list[tuple]) -> tuple[dict[tuple, tuple[Cell, Cell]], list[str]]:
@@ -274,14 +275,14 @@ def compare(base: Run, cand: Run, calibration: Optional[Calibration] = None, min
     cells, out.placement = (({k: (base.cells[k], cand.cells[k]) for k in common}, []) if paired
                             else _placed(base, cand, common))
     out.unplaced = [k for k in common if k not in cells]
-    grouped: dict[tuple[int, int, str], list] = defaultdict(list)
+    grouped: dict[tuple[int, int, Samples], list] = defaultdict(list)
     for key, (base_cell, cand_cell) in cells.items():
         x, y, kind = _samples(base_cell, cand_cell, paired=paired, estimator=estimator)
         grouped[(x.size, y.size, kind)].append((key, np.log(x), np.log(y)))
     # an A/A of separate runs says nothing about paired A/B launches (the pairing cancels the drift
     # it measured) and vice versa: a calibration applies only to cells sampled its way
     cal = calibration if calibration and calibration.estimator == estimator else None
-    stats = {"paired launches": _paired_stats, "launches": _welch_stats, "rounds": _shift_stats}
+    stats = {Samples.PAIRED: _paired_stats, Samples.LAUNCHES: _welch_stats, Samples.ROUNDS: _shift_stats}
     for (n, m, kind), items in grouped.items():
         shift, low, high, p = stats[kind](np.stack([i[1] for i in items]), np.stack([i[2] for i in items]), alpha)
         for (key, _, _), s, lo, hi, pv in zip(items, shift, low, high, p):
@@ -353,7 +354,7 @@ def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellRes
                 c.outcome, c.isolated = undecided, True
     # rounds of one launch are not independent samples of a stack: at most a suspicion, never a failure
     for c in cells:
-        if c.samples == "rounds" and c.outcome.direction in CHANGES:
+        if c.samples is Samples.ROUNDS and c.outcome.direction in CHANGES:
             c.outcome = Verdict(c.outcome.direction, confirmed=False, cause=cause)
             c.note = "one launch per side: rounds are not independent samples of a stack"
 

@@ -50,7 +50,7 @@ from reports.placement import of as placements
 from reports.provenance_diff import provenance_diff, run_provenance
 from reports.result_files import load, setup_of
 from schema.calibration import Calibration
-from schema.judgement import CHANGES, DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, REGRESSION, Cause, Direction, Verdict
+from schema.judgement import CHANGES, DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, REGRESSION, Cause, Direction, Samples, Verdict
 from schema.results import NoCells, ResultError, Run, Series, key_order
 from schema.run_meta import RunMeta
 
@@ -255,7 +255,7 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
     hist.judged.mismatch = sorted({f"{k}: {r.path} has {s[k]}, the newest run {sn[k]}"
                                    for r in runs[:-1] for s in [setup_of(r)] for k in PLATFORM if s[k] != sn[k]})
     hist.began, hist.ended = series_changes(runs)
-    cal = calibration if calibration and calibration.samples == "launches" else None
+    cal = calibration if calibration and calibration.samples is Samples.LAUNCHES else None
     if calibration:
         hist.judged.calibration = ("A/A calibration (launches) applied" if cal and cal.bands else
                                    "A/A calibration not applied: it was made from paired launches, a history is separate runs")
@@ -276,7 +276,7 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
         shift, low, high = _level_shift(y[start:at], y[at:])
         ratio, low, high = np.exp([shift, low, high]).tolist()
         hist.judged.cells.append(CellResult(key, cell.series, cell.size, ratio, low, high, p,
-                                            samples="runs", n_base=at - start, n_cand=len(y) - at, min_effect=effect,
+                                            samples=Samples.RUNS, n_base=at - start, n_cand=len(y) - at, min_effect=effect,
                                             detectable=detectable_change(y, [c for c, _ in cps], alpha, effect)))
         hist.change_at[key] = idx[at] if cps else -1
         # the newest night must be among those that held: a left-out (noisy) newest night holds nothing
@@ -290,7 +290,7 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
             half = sps.t.ppf(0.975, dof) * sd
             ratio, low, high = np.exp([shift, shift - half, shift + half]).tolist()
             hist.suspected.cells.append(CellResult(key, cell.series, cell.size, ratio, low, high,
-                                                   float(2 * sps.t.sf(abs(shift) / sd, dof)), samples="newest run",
+                                                   float(2 * sps.t.sf(abs(shift) / sd, dof)), samples=Samples.NEWEST_RUN,
                                                    min_effect=effect, outcome=NEWEST_UNDECIDED))
     for cmp in (hist.judged, hist.suspected):
         fdr(cmp.cells)

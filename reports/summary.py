@@ -30,6 +30,7 @@ from schema.judgement import (
     SUSPECTED_IMPROVEMENT,
     SUSPECTED_REGRESSION,
     Cause,
+    Samples,
     Verdict,
     VerdictKind,
 )
@@ -155,7 +156,7 @@ def text(cmp: Comparison) -> str:
            f"# {len(cmp.cells) + len(cmp.unplaced)} cells: " + counted(cmp.cells, VERDICTS)
            + (f",\n#   {len(cmp.unplaced)} not judged (placement)" if cmp.unplaced else ""),
            "# samples: " + ", ".join(f"{n} cells by {k}" for k, n in sorted(kinds.items()))]
-    if kinds.get("rounds"):
+    if kinds.get(Samples.ROUNDS):
         out.append("#   (one launch a side: its rounds are not independent samples of a stack, so those cells "
                    "are at most")
         out.append("#   'suspected' and never fail the job)")

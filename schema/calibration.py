@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from schema.judgement import Samples
 from schema.records import load_fields
 from schema.results import ResultError, column
 
@@ -24,7 +25,7 @@ class Calibration:
     a: str = column("text", "")
     b: str = column("text", "")
     bands: dict[str, Band] = column("object", {})   # band_key (reports/compare.py) -> Band
-    samples: str = column("text", "launches")       # what it was made from: "launches", "paired launches", "rounds", "mixed"
+    samples: Samples = column("text", Samples.LAUNCHES)   # what it was made from
     estimator: str = column("text", "median")       # each launch's statistic (a file from before --estimator: the median)
     method: str = column("text", METHOD)
 
@@ -48,5 +49,8 @@ class Calibration:
         bands = values.get("bands", {})
         if not all(isinstance(b, dict) for b in bands.values()):
             raise ResultError(f"{where}.bands must be an object of objects (band -> cells, noise, ci_missed, min_effect)")
+        if values.get("samples", Samples.LAUNCHES) not in {s.value for s in Samples}:
+            raise ResultError(f"{where}.samples must be one of {', '.join(s.value for s in Samples)}, not {values['samples']!r}")
+        values["samples"] = Samples(values.get("samples", Samples.LAUNCHES))
         values["bands"] = {str(k): Band(**load_fields(Band, b, f"{where}.bands.{k}")) for k, b in bands.items()}
         return cls(**values)

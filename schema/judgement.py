@@ -20,6 +20,20 @@ DEFAULT_ESTIMATOR = "median"
 DEFAULT_MIN_EFFECT = 0.05      # the smallest change a verdict counts (reports/compare.py; --min-effect)
 
 
+class Samples(str, Enum):
+    """What a cell's two sides' samples are, which decides its test (reports/compare.py) and whether a
+    calibration applies; a str so the JSON and the calibration file hold its value."""
+    ROUNDS = "rounds"                    # one launch a side: a suspicion at most, never a failure
+    LAUNCHES = "launches"                # each launch's statistic, separate runs (Welch)
+    PAIRED = "paired launches"           # an A/B's launch pairs
+    RUNS = "runs"                        # history: the nights before and after a change point
+    NEWEST_RUN = "newest run"            # history: the newest night against the level before it
+    MIXED = "mixed"                      # a calibration made of cells sampled more than one way
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Direction(Enum):
     REGRESSION = "regression"
     IMPROVEMENT = "improvement"

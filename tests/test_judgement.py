@@ -11,7 +11,7 @@ from reports.gate import judge_history, judge_pair
 from reports.result_files import load
 from schema.calibration import Calibration
 from schema.exit_codes import ExitCode
-from schema.judgement import Cause, Direction, GateResult, Verdict
+from schema.judgement import Cause, Direction, GateResult, Samples, Verdict
 from schema.results import ResultError
 from schema.run_meta import RunMeta
 from tests.test_compare import write_ab, write_run
@@ -59,6 +59,10 @@ def test_a_calibration_round_trips_and_is_checked_on_load(tmp_path):
     loaded = Calibration.from_json(old, "old.json")
     assert (loaded.samples, loaded.estimator, loaded.min_effect("mpi small (<= 8 KiB)"), loaded.min_effect("other")) == \
         ("launches", "median", 0.08, 0.0)
+    assert loaded.samples is Samples.LAUNCHES
+    assert Calibration.from_json({**old, "samples": "rounds"}, "r.json").samples is Samples.ROUNDS
+    with pytest.raises(ResultError, match=r"odd.json.samples must be one of rounds, launches, paired launches, .* not 'draws'"):
+        Calibration.from_json({**old, "samples": "draws"}, "odd.json")
     with pytest.raises(ResultError, match=r"bad.json.bands.mpi small \(<= 8 KiB\).min_effect must be a finite number >= 0"):
         Calibration.from_json({"bands": {"mpi small (<= 8 KiB)": {"min_effect": "5%"}}}, "bad.json")
 
