@@ -135,7 +135,7 @@ def judge_history(runs: list[Run], calibration: Optional[Calibration] = None, mi
                    f"{unexplained} of {regressed} regressed cells the stacks ran alike (the machine's)\n")
     alert_rule(hist)   # once, last: the cells the A/Bs confirmed or found alike are judged as they now stand
     as_json = {**summary.as_json(hist.judged), "headline": summary.history_headline(hist), "runs": [r.path for r in hist.runs],
-               "change_at": {f"{k[0].label()} {k[1]} B": hist.runs[i].path for k, i in hist.change_at.items() if i >= 0},
+               "change_at": {f"{k[0].label()} {k[1]} B": hist.runs[s.at].path for k, s in hist.steps.items() if s.at >= 0},
                "suspected": summary.as_json(hist.suspected)["cells"], "machine_changed": hist.machine_changed,
                "machine_regressed": hist.machine_regressed, "canary": summary.canary_json(hist),
                "below_alert": {f"{c.series.label()} {c.size} B": hist.below_alert[c.key] for c in hist.judged.cells

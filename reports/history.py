@@ -66,6 +66,23 @@ MACHINE_MIN_EFFECT = 0.10          # ... and at least this large (Greyhound's fl
 MACHINE_ALPHA = 0.01
 
 
+@dataclass(frozen=True)
+class Step:
+    """A judged cell's newest change, as run indices: one record, so nothing reads four maps in step."""
+    at: int = -1        # the run where the change begins (-1: no change point)
+    # the stack must have stayed the same from this run for the change to be the machine's: MIN_SEGMENT
+    # judged nights before the change (a change point on noisy nights may land a night or two late;
+    # a left-out night between them is inside the span) ...
+    level_from: int = 0
+    # ... up to this run: MIN_SEGMENT judged nights past its first night (it may land a night or two
+    # early as well); a stack changed after that came after the step and did not make it
+    level_to: int = 0
+    held: int = 0       # the newest judged nights on its new level, none back
+
+
+NO_STEP = Step()
+
+
 @dataclass
 class History:
     """Verdicts per cell (reports/compare.CellResult.outcome): a regression, improvement, no change or
@@ -75,14 +92,7 @@ class History:
     runs: list[Run]                                          # oldest first
     judged: Comparison                                       # per cell: level before vs after its newest change
     suspected: Comparison
-    change_at: dict[tuple, int] = field(default_factory=dict)     # cell key -> run index where its newest change begins
-    # cell key -> run index from which the stack must have stayed the same for its change to be the
-    # machine's: MIN_SEGMENT judged nights before the change (a change point on noisy nights may land
-    # a night or two late; a left-out night between them is inside the span)
-    level_from: dict[tuple, int] = field(default_factory=dict)
-    # ... and up to which run: MIN_SEGMENT judged nights past the change's first night (it may land a
-    # night or two early as well); a stack changed after that came after the step and did not make it
-    level_to: dict[tuple, int] = field(default_factory=dict)
+    steps: dict[tuple, Step] = field(default_factory=dict)   # cell key -> its newest change (step(key) for any key)
     too_short: int = 0                                       # cells with fewer than MIN_RUNS runs: not judged
     window: int = DEFAULT_WINDOW
     canary: CanaryView = field(default_factory=CanaryView)
@@ -92,11 +102,14 @@ class History:
     # run had that the newest lacks -> the last run it was in: a renamed series (an algorithm the environment forces)
     began: dict[Series, int] = field(default_factory=dict)
     ended: dict[Series, int] = field(default_factory=dict)
-    held: dict[tuple, int] = field(default_factory=dict)   # cell key -> newest judged nights on its new level, none back
     below_alert: dict[tuple, str] = field(default_factory=dict)   # cell key -> why its machine step raised no alert
     placement: Optional[Placement] = None   # where ranks 0 and 1's cores were, case by case (reports/placement.py)
     placed_out: dict[tuple, int] = field(default_factory=dict)    # cell key -> nights with no launch in the usual placement
     tonight_elsewhere: int = 0   # cells whose newest night (not noisy) had no launch in the usual placement
+
+    def step(self, key: tuple) -> Step:
+        """The cell's newest change; NO_STEP for a cell the history did not judge."""
+        return self.steps.get(key, NO_STEP)
 
     def points(self, key: tuple) -> tuple[list[int], np.ndarray]:
         """A cell's nights (run indices) and their points (night_values): nights the canary left out
@@ -137,7 +150,7 @@ class History:
 
     def change_run(self, series: Series, first: int, last: int) -> int:
         """The run where most cells of a size range changed."""
-        return Counter(self.change_at[c.key] for c in self.judged.cells
+        return Counter(self.step(c.key).at for c in self.judged.cells
                        if c.series == series and first <= c.size <= last).most_common(1)[0][0]
 
     def changed_between(self, at: int) -> list[tuple[str, list[str]]]:
@@ -278,11 +291,10 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
         hist.judged.cells.append(CellResult(key, cell.series, cell.size, ratio, low, high, p,
                                             samples=Samples.RUNS, n_base=at - start, n_cand=len(y) - at, min_effect=effect,
                                             detectable=detectable_change(y, [c for c, _ in cps], alpha, effect)))
-        hist.change_at[key] = idx[at] if cps else -1
         # the newest night must be among those that held: a left-out (noisy) newest night holds nothing
-        hist.held[key] = held_nights(y[start:at].mean(), y[at:]) if idx[-1] == len(runs) - 1 else 0
-        hist.level_from[key] = idx[max(start, at - MIN_SEGMENT)]
-        hist.level_to[key] = idx[min(len(idx) - 1, at + MIN_SEGMENT)]
+        hist.steps[key] = Step(at=idx[at] if cps else -1, level_from=idx[max(start, at - MIN_SEGMENT)],
+                               level_to=idx[min(len(idx) - 1, at + MIN_SEGMENT)],
+                               held=held_nights(y[start:at].mean(), y[at:]) if idx[-1] == len(runs) - 1 else 0)
         level = y[cps[-1][0] if cps else 0:-1]   # the newest run against the level it should be on
         sd = level.std(ddof=1) * np.sqrt(1 + 1 / level.size) if level.size >= MIN_SEGMENT else 0.0
         if sd > 0 and idx[-1] == len(runs) - 1:   # a noisy newest night raises no suspicion
@@ -299,16 +311,17 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
     for c in hist.judged.cells:
         if c.outcome.direction not in CHANGES:
             continue
-        if hist.change_at[c.key] < 0:
+        mine = hist.steps[c.key]
+        if mine.at < 0:
             c.outcome, c.note = Verdict(cause=Cause.HISTORY), "no change point: the latest runs drift within the history's noise"
-        elif hist.change_at[c.key] < len(runs) - window:
+        elif mine.at < len(runs) - window:
             c.outcome = replace(c.outcome, standing=True)
-        elif step := coinciding(hist.canary, hist.change_at[c.key], worse=c.ratio > 1):
+        elif step := coinciding(hist.canary, mine.at, worse=c.ratio > 1):
             c.outcome, c.note = replace(c.outcome, cause=Cause.CANARY), step.text(
                 f"{runs[step.at].label} ({runs[step.at].started[:16]})")
-        elif stack_kept(runs, hist.level_from[c.key], hist.level_to[c.key], declared=True):
-            first, last = runs[hist.level_from[c.key]], runs[hist.level_to[c.key]]
-            since = "every night since" if hist.level_to[c.key] == len(runs) - 1 else \
+        elif stack_kept(runs, mine.level_from, mine.level_to, declared=True):
+            first, last = runs[mine.level_from], runs[mine.level_to]
+            since = "every night since" if mine.level_to == len(runs) - 1 else \
                 f"every night to {last.label} ({last.started[:16]}), {MIN_SEGMENT} after the step began,"
             c.outcome, c.note = replace(c.outcome, cause=Cause.KEPT_STACK), (
                 f"the stack stayed that of {first.label} ({first.started[:16]}): {since} ran the stack of the "
@@ -348,7 +361,7 @@ def alert_rule(hist: History, alpha: float = MACHINE_ALPHA) -> None:
             continue
         effect = max(c.min_effect, MACHINE_MIN_EFFECT)
         step = max(c.ratio, 1 / c.ratio)
-        if (held := hist.held.get(c.key, 0)) < MACHINE_NIGHTS:
+        if (held := hist.step(c.key).held) < MACHINE_NIGHTS:
             why[id(c)] = f"held {held} nights, an alert needs {MACHINE_NIGHTS} with the newest"
         elif step < 1 + effect:
             why[id(c)] = f"a step of {step - 1:.1%}, an alert needs {effect * 100:g}%"
@@ -394,9 +407,9 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
     judged = {c.key: i for i, c in enumerate(hist.judged.cells)}
     unexplained = 0
     for i, c in enumerate(hist.judged.cells):
-        a, began = by_key.get(c.key), hist.change_at.get(c.key, -1)
+        a, began = by_key.get(c.key), hist.step(c.key).at
         if c.outcome.kind == REGRESSION and a is not None and a.outcome.direction is Direction.NO_CHANGE and 0 < began <= at \
-                and stack_kept(hist.runs, hist.level_from.get(c.key, 0), at - 1, declared=False):
+                and stack_kept(hist.runs, hist.step(c.key).level_from, at - 1, declared=False):
             note = (f"the same-night A/B against the previous stack found no change "
                     f"(x{a.ratio:.3f} [{a.low:.3f}, {a.high:.3f}]): not the software stack")
             hist.judged.cells[i] = replace(c, outcome=replace(c.outcome, cause=Cause.STACKS_ALIKE), note=note)
@@ -416,14 +429,14 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
             judged[a.key] = len(hist.judged.cells) - 1
             hist.too_short = max(0, hist.too_short - 1)
         else:
-            held, began = hist.judged.cells[judged[a.key]].outcome, hist.change_at.get(a.key, -1)
+            held, began = hist.judged.cells[judged[a.key]].outcome, hist.step(a.key).at
             if (held.direction is direction and held.confirmed and not held.machine and began <= at) or \
                     (began > at and not held.machine):
                 continue   # the history's own change (the A/B reproduces it), or a later one of the stack it saw
         verdict = Verdict(direction, confirmed=True, standing=at < len(hist.runs) - hist.window, cause=Cause.SAME_NIGHT_AB)
         hist.judged.cells[judged[a.key]] = replace(a, outcome=verdict,
                                                    note=f"confirmed by a same-day interleaved A/B of {hist.runs[at].label}")
-        hist.change_at[a.key] = at
+        hist.steps[a.key] = replace(hist.step(a.key), at=at)
         if a.key in suspects:
             suspects[a.key].outcome = Verdict(direction, confirmed=True, cause=Cause.SAME_NIGHT_AB, newest=True)
         confirmed += 1

@@ -35,7 +35,7 @@ def _figure(hist: History, r: dict) -> str:
         idx, points = hist.points(cell.key)
         times = np.exp(points) * 1e6
         line, = ax.plot(idx, times, marker="o", ms=3, label=format_size(cell.size))
-        at = hist.change_at[cell.key]
+        at = hist.step(cell.key).at
         before = [k for k, i in enumerate(idx) if i < at][-cell.n_base:]   # since the change before it
         after = [k for k, i in enumerate(idx) if i >= at]
         if at >= 0 and before and after:   # a cell an A/B judged alone may lack nights on either side

@@ -74,7 +74,7 @@ def test_a_regression_is_found_on_the_undisturbed_rounds_with_its_size(tmp_path)
     assert hist.regressed, summary.history_text(hist)
     assert {c.size for c in hist.judged.by_verdict(REGRESSION)} == set(SIZES)
     for c in hist.judged.by_verdict(REGRESSION):
-        assert c.low < 1.3 < c.high and hist.change_at[c.key] == 7
+        assert c.low < 1.3 < c.high and hist.step(c.key).at == 7
 
 
 def test_two_runs_compared_on_their_undisturbed_rounds_say_what_they_left_out(tmp_path):

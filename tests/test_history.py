@@ -62,7 +62,7 @@ def test_slowdown_is_flagged_from_its_night_over_its_size_range(tmp_path):
     assert hist.regressed
     bad = hist.judged.by_verdict(REGRESSION)
     assert {(c.series.op, c.size) for c in bad} == {("all_reduce", s) for s in (256 << 10, 1 << 20, 4 << 20)}
-    assert all(hist.change_at[c.key] == 9 for c in bad)
+    assert all(hist.step(c.key).at == 9 for c in bad)
     text = summary.history_text(hist)
     line = next(x for x in text.splitlines() if "256KiB-4MiB: busbw" in x)
     assert line.startswith("  all_reduce float32 sum 2 ranks mpi/default") and line.endswith("since 8.1.RC1 (2026-11-10T02:00)")

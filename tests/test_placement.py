@@ -74,7 +74,7 @@ def test_a_regression_shows_in_the_usual_placement_and_the_launches_apart_do_not
     assert hist.regressed, summary.history_text(hist)
     assert {c.size for c in hist.judged.by_verdict(REGRESSION)} == set(SIZES)
     for c in hist.judged.by_verdict(REGRESSION):
-        assert c.low < 1.3 < c.high and hist.change_at[c.key] == 7
+        assert c.low < 1.3 < c.high and hist.step(c.key).at == 7
 
 
 def test_the_usual_placement_is_where_most_cases_ran_and_a_night_with_none_there_leaves_the_cell(tmp_path):
