@@ -204,7 +204,8 @@ def too_few(runs: list[Run], ab: bool = False) -> str:
     the two stacks without a history, so an upgrade on a new history's second night is judged too."""
     if len(runs) >= MIN_RUNS or ab or any(recorded_ab(run) for run in runs):
         return ""
-    return f"# history: {len(runs)} runs; a change needs {MIN_SEGMENT} runs on each side, nothing to judge yet"
+    how_many = f"{len(runs)} run{'' if len(runs) == 1 else 's'}"
+    return f"# history: {how_many}; a change needs {MIN_SEGMENT} runs on each side, nothing to judge yet"
 
 
 def night_values(run: Run, key: tuple, estimator: str = DEFAULT_ESTIMATOR, launches: list[int] | None = None) -> float:
