@@ -136,18 +136,21 @@ def test_undisturbed_keeps_the_rounds_no_rank_waited_in_when_there_are_enough():
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="no /proc/self/task")
 def test_the_cpu_wait_is_the_kernels_counter_for_every_thread():
     """One counter per thread of this process, each the run delay its schedstat shows: it never goes
-    back, and a sleep does not add to it (a sleeping thread is not waiting for a CPU)."""
+    back, and no thread can have waited longer than the time that passed (how long a busy machine
+    keeps a woken thread waiting is the scheduler's: not asserted)."""
     clock = CpuWait()
     try:
+        began = time.monotonic_ns()
         first = clock.read()
         time.sleep(0.05)
         second = clock.read()
+        passed = time.monotonic_ns() - began
         with open("/proc/thread-self/schedstat") as f:
             mine = int(f.read().split()[1])
         assert first is not None and second is not None
         assert len(first) == len(second) == len(os.listdir("/proc/self/task"))
         assert all(isinstance(v, int) and v >= 0 for v in first + second)
-        assert 0 <= CpuWait.waited(first, second) < 0.05e9
+        assert 0 <= CpuWait.waited(first, second) <= passed * len(first)
         assert any(a <= mine for a in first) and CpuWait.waited(first, [None] * len(first)) == 0   # a thread gone: not counted
     finally:
         clock.close()
