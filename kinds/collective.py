@@ -240,9 +240,6 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
     return cases
 
 
-
-
-
 class CollectiveKind(Kind[CollectiveCase]):
     """A collective op at one size: spec -> (collectives.rank_tasks.CollectiveRank) -> CollectiveRow."""
     name = "collective"

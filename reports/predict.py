@@ -52,10 +52,6 @@ class Fit:
         return 1 / self.beta_s_per_byte / 1e9 if self.beta_s_per_byte > 0 else float("inf")
 
 
-def _link(row) -> str:
-    return "intra-host" if link_class(row.hosts) == "intra-host" else "inter-host"   # mixed: the ring crosses hosts
-
-
 def fit(runs: list[Run]) -> dict[tuple[str, str], Fit]:
     """alpha-beta per (op, link class) from the runs' default-algorithm cells."""
     points: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
@@ -65,7 +61,8 @@ def fit(runs: list[Run]) -> dict[tuple[str, str], Fit]:
             if row is None or row.op not in OPS or not row.hosts or cell.size == 0:
                 continue
             steps, share = cost(row.op, "ring", row.nranks)
-            points.setdefault((row.op, _link(row)), []).append((steps, share * cell.size, cell.pooled_s))
+            link = "intra-host" if link_class(row.hosts) == "intra-host" else "inter-host"   # mixed: the ring crosses hosts
+            points.setdefault((row.op, link), []).append((steps, share * cell.size, cell.pooled_s))
     fits = {}
     for (op, link), pts in points.items():
         a = np.array(pts)
