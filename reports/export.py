@@ -139,8 +139,7 @@ def _figures(m: _Metrics, run: Run, side: str, where: Where, out: Export) -> Non
     name, stack = _run_name(run), _stack(run)
     other = 0
     for (series, size), cell in sorted(run.cells.items(), key=lambda kv: (kv[0][0].sort_key(), kv[0][1])):
-        row = kinds.sized_row(cell.row)
-        if row is None or not size:
+        if (row := kinds.sized_row(cell.row)) is None or not size:
             other += 1
             continue
         seconds = cell.pooled_s

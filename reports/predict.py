@@ -57,8 +57,7 @@ def fit(runs: list[Run]) -> dict[tuple[str, str], Fit]:
     points: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for run in runs:
         for cell in run.cells.values():
-            row = kinds.sized_row(cell.row)
-            if row is None or row.op not in OPS or not row.hosts or cell.size == 0:
+            if (row := kinds.sized_row(cell.row)) is None or row.op not in OPS or not row.hosts or cell.size == 0:
                 continue
             steps, share = cost(row.op, "ring", row.nranks)
             link = "intra-host" if link_class(row.hosts) == "intra-host" else "inter-host"   # mixed: the ring crosses hosts

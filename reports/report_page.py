@@ -298,11 +298,6 @@ def _algo_figures(run: Run) -> list[dict]:
     return out
 
 
-def case_id(row: results.Row, size: int) -> str:
-    """The case's id as the sweep named it (harness.cases.Case.id), launch and side left off."""
-    return kinds.of_series(Series.of(row)).case_id(row, size)
-
-
 def _launch_rows(runs: list[Run], names: list[str]):
     """(run name, case id with -L<launch> past launch 0, row) of every launch of every cell whose
     per-rank data can be read."""
@@ -310,7 +305,7 @@ def _launch_rows(runs: list[Run], names: list[str]):
         for cell in sorted(run.cells.values(), key=lambda c: (c.series.sort_key(), c.size)):
             for launch, row in sorted(cell.rows.items()):
                 if row.round_ns_per_rank:
-                    yield name, case_id(row, cell.size) + (f"-L{launch}" if launch else ""), row
+                    yield name, kinds.of_series(cell.series).case_id(row, cell.size) + (f"-L{launch}" if launch else ""), row
 
 
 def _kept_text(row: results.Row) -> str:
