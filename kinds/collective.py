@@ -298,7 +298,6 @@ class CollectiveKind(Kind[CollectiveCase]):
         return peak_lines(rows)
 
     def launch_rows(self, cell: Cell, side: str) -> list[CollectiveRow]:
-        """One row per launch with its median round, so a --repeat or --ab-env run shows every launch."""
         out = []
         for launch, times in sorted(cell.launches.items()):
             row, t = cast(CollectiveRow, cell.rows.get(launch, cell.row)), median(times)
