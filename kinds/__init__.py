@@ -6,9 +6,10 @@ no module outside a kind's own knows what a kind holds."""
 from __future__ import annotations
 
 import importlib
+from typing import Optional, cast
 
 from kinds.base import Case, Kind
-from schema.results import Series
+from schema.results import CollectiveRow, Row, Series
 
 _MODULES = (   # kinds/<name>.py, each exposing KIND; the order is the tables' and the sweep's
     "collective",
@@ -32,6 +33,16 @@ def of_case(case: Case) -> Kind:
 def sized(series: Series) -> bool:
     """Do the series' cells span message sizes (Kind.sized)? False for rows no kind here makes (tuning)."""
     return any(k.sized for k in KINDS if k.name == series.bench)
+
+
+def of_series(series: Series) -> Kind:
+    """The kind whose cells the series' are (a bare Kind for rows no kind here makes: tuning)."""
+    return next((k for k in KINDS if k.name == series.bench), Kind())
+
+
+def sized_row(row: Row) -> Optional[CollectiveRow]:
+    """`row` where its cells span message sizes (the collective sweep's row), else None."""
+    return cast(CollectiveRow, row) if sized(Series.of(row)) else None
 
 
 def rows_of(kind: Kind, rows: list) -> list:

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Optional, TypeVar, Union, cast
 
 from collectives import algorithms, capabilities
-from collectives.backends import info
+from collectives.backends import algo_label, info
+from collectives.sizes import format_size
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import Cell, Metric, Series
@@ -173,6 +174,14 @@ class Kind(Generic[C]):
     def closing_lines(self, rows: list) -> list[str]:
         """What the closing summary says of these rows (the peak busbw of the collective sweep)."""
         return []
+
+    def launch_rows(self, cell: Cell, side: str) -> list:
+        """A loaded cell's row of each launch, for the tables (a collective's with its launch's median time)."""
+        return [replace(row, side=side) for _, row in sorted(cell.rows.items())]
+
+    def case_id(self, row: Any, size: int) -> str:
+        """The id the sweep gave the case of `row` (Case.id), launch and side left off."""
+        return f"{Series.of(row).label(algo_label)} {format_size(size)}{knob_suffix(row.knobs)}"
 
 
 def cell_label(name: str, cell: Cell) -> str:

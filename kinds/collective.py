@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import field, replace
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, cast
 
 from collectives import algorithms, capabilities
 from collectives.backends import BACKENDS, algo_label, info, oversubscribed
@@ -35,7 +35,7 @@ from kinds.base import (
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
-from schema.results import CollectiveRow, knob_text, layout, link_class, metrics, side_role
+from schema.results import Cell, CollectiveRow, knob_text, layout, link_class, metrics, side_role
 from schema.stats import NAMED_RANKS_OVER, median
 from schema.wire import CollectiveResult, CollectiveSpec
 
@@ -240,9 +240,6 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
     return cases
 
 
-
-
-
 class CollectiveKind(Kind[CollectiveCase]):
     """A collective op at one size: spec -> (collectives.rank_tasks.CollectiveRank) -> CollectiveRow."""
     name = "collective"
@@ -299,6 +296,19 @@ class CollectiveKind(Kind[CollectiveCase]):
 
     def closing_lines(self, rows: list[CollectiveRow]) -> list[str]:
         return peak_lines(rows)
+
+    def launch_rows(self, cell: Cell, side: str) -> list[CollectiveRow]:
+        out = []
+        for launch, times in sorted(cell.launches.items()):
+            row, t = cast(CollectiveRow, cell.rows.get(launch, cell.row)), median(times)
+            algbw, busbw = bandwidths(row.op, cell.size, t, row.nranks, row.algo)
+            out.append(replace(row, launch=launch, side=side, time_us=t * 1e6, algbw_gbps=algbw, busbw_gbps=busbw))
+        return out
+
+    def case_id(self, row: CollectiveRow, size: int) -> str:
+        red = f"-{row.redop}" if row.redop not in ("none", "") else ""
+        return (f"{row.backend}-{algo_id(row.algo)}-{row.op}-{row.dtype}{red}-{format_size(row.size or row.bytes)}-"
+                f"{'ip' if row.inplace else 'oop'}{'-graph' if row.graph else ''}{knob_suffix(row.knobs)}")
 
 
 KIND = CollectiveKind()

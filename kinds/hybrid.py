@@ -521,7 +521,6 @@ def _build_launch(kind: HybridKind, opts: Options) -> list[HybridCase]:
     return out
 
 
-
 def _no_bf16_reduction(backend: str) -> str:
     """The MPI backend hands buffers to MPI through numpy, which has no bfloat16."""
     return "the mpi backend reduces through numpy, which has no bfloat16" if backend == "mpi" else ""

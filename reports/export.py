@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import kinds
 from collectives.ops import bandwidths
 from collectives.sizes import format_size
 from reports.compare import CellResult
@@ -40,7 +41,7 @@ from reports.gate import Judgement, judge_history, judge_pair
 from reports.history import DEFAULT_WINDOW, load_runs, too_few
 from reports.placement import round_trip_ns
 from reports.result_files import load
-from schema.results import CollectiveRow, NoCells, ResultError, Run, Series
+from schema.results import NoCells, ResultError, Run, Series
 from schema.run_meta import RunMeta
 
 CELL_LABELS = ("op", "bytes", "message_size", "dtype", "redop", "inplace", "backend", "algo", "nranks", "hosts",
@@ -138,8 +139,7 @@ def _figures(m: _Metrics, run: Run, side: str, where: Where, out: Export) -> Non
     name, stack = _run_name(run), _stack(run)
     other = 0
     for (series, size), cell in sorted(run.cells.items(), key=lambda kv: (kv[0][0].sort_key(), kv[0][1])):
-        row = cell.row
-        if not isinstance(row, CollectiveRow) or not size:
+        if (row := kinds.sized_row(cell.row)) is None or not size:
             other += 1
             continue
         seconds = cell.pooled_s

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import kinds
 from collectives.ops import OPS as ALL_OPS
-from schema.results import CollectiveRow, ResultError, Run, link_class
+from schema.results import ResultError, Run, link_class
 from schema.stats import median, relative_fit
 
 OPS = tuple(name for name, op in ALL_OPS.items() if op.traffic)   # the ops whose module declares a traffic model
@@ -51,20 +52,16 @@ class Fit:
         return 1 / self.beta_s_per_byte / 1e9 if self.beta_s_per_byte > 0 else float("inf")
 
 
-def _link(row: CollectiveRow) -> str:
-    return "intra-host" if link_class(row.hosts) == "intra-host" else "inter-host"   # mixed: the ring crosses hosts
-
-
 def fit(runs: list[Run]) -> dict[tuple[str, str], Fit]:
     """alpha-beta per (op, link class) from the runs' default-algorithm cells."""
     points: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for run in runs:
         for cell in run.cells.values():
-            row = cell.row
-            if not isinstance(row, CollectiveRow) or row.op not in OPS or not row.hosts or cell.size == 0:
+            if (row := kinds.sized_row(cell.row)) is None or row.op not in OPS or not row.hosts or cell.size == 0:
                 continue
             steps, share = cost(row.op, "ring", row.nranks)
-            points.setdefault((row.op, _link(row)), []).append((steps, share * cell.size, cell.pooled_s))
+            link = "intra-host" if link_class(row.hosts) == "intra-host" else "inter-host"   # mixed: the ring crosses hosts
+            points.setdefault((row.op, link), []).append((steps, share * cell.size, cell.pooled_s))
     fits = {}
     for (op, link), pts in points.items():
         a = np.array(pts)
@@ -96,8 +93,8 @@ def predict(fits: dict[tuple[str, str], Fit], hosts: int, per_host: int, sizes: 
 def against(predicted: list[dict], measured: Run) -> dict[str, float]:
     """Median absolute relative error per op of the ring prediction (the model the fit used for the
     library's default algorithm) against a measured run of the default algorithm."""
-    times = {(c.row.op, c.size): c.pooled_s * 1e6 for c in measured.cells.values()
-             if isinstance(c.row, CollectiveRow) and c.row.algo == "default"}
+    times = {(swept.op, c.size): c.pooled_s * 1e6 for c in measured.cells.values()
+             if (swept := kinds.sized_row(c.row)) and swept.algo == "default"}
     errors: dict[str, list[float]] = {}
     for row in predicted:
         t = times.get((row["op"], row["size"]))

@@ -21,7 +21,6 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa:
 import kinds  # noqa: E402
 from collectives.backends import algo_label  # noqa: E402
 from collectives.ops import bandwidths  # noqa: E402
-from collectives.ops.base import algo_id  # noqa: E402
 from collectives.sizes import format_size  # noqa: E402
 from kinds.base import Bars, Lines, Panel  # noqa: E402
 from reports import provenance_diff, summary, sweep_fits, table  # noqa: E402
@@ -35,7 +34,7 @@ from schema.judgement import (  # noqa: E402
     SUSPECTED_IMPROVEMENT,
     SUSPECTED_REGRESSION,
 )
-from schema.results import Cell, CollectiveRow, Metric, ResultError, Run, Series, layout, metrics, side_role  # noqa: E402
+from schema.results import Cell, Metric, ResultError, Run, Series, layout, metrics, side_role  # noqa: E402
 from schema.run_meta import RunMeta  # noqa: E402
 from schema.stats import NAMED_RANKS_OVER  # noqa: E402
 
@@ -248,7 +247,7 @@ def _kind_sections(runs: list[Run], names: list[str]) -> list[dict]:
     (its panels), one row per cell with the kind's report metrics pooled over launches, and its table."""
     out = []
     for kind in kinds.KINDS:
-        if not kind.cells or kind.row_type is results.CollectiveRow:
+        if not kind.cells or kind.sized:
             continue
         cells = [(name, c) for run, name in zip(runs, names)
                  for c in sorted(run.cells.values(), key=lambda c: (c.series.sort_key(), c.size)) if kinds.rows_of(kind, [c.row])]
@@ -268,7 +267,7 @@ def _algo_figures(run: Run) -> list[dict]:
     """Ring vs Tree (and the library default) per op in one run, crossover marked."""
     by_op: dict[Series, dict[str, Series]] = defaultdict(dict)
     for c in run.cells.values():
-        if c.kind == "collective":
+        if kinds.sized(c.series):
             by_op[replace(c.series, algo=None)][str(c.series.algo)] = c.series
     out = []
     for key, algos in sorted(by_op.items(), key=lambda kv: kv[0].sort_key()):
@@ -299,16 +298,6 @@ def _algo_figures(run: Run) -> list[dict]:
     return out
 
 
-def case_id(row: results.Row, size: int) -> str:
-    """The case's id as the sweep named it (harness.cases.Case.id), launch and side left off."""
-    knobs = "".join(f"-{k}={v}" for k, v in sorted(row.knobs.items()))
-    if not isinstance(row, CollectiveRow):
-        return f"{Series.of(row).label(algo_label)} {format_size(size)}{knobs}"
-    red = f"-{row.redop}" if row.redop not in ("none", "") else ""
-    return (f"{row.backend}-{algo_id(row.algo)}-{row.op}-{row.dtype}{red}-{format_size(row.size or row.bytes)}-"
-            f"{'ip' if row.inplace else 'oop'}{'-graph' if row.graph else ''}{knobs}")
-
-
 def _launch_rows(runs: list[Run], names: list[str]):
     """(run name, case id with -L<launch> past launch 0, row) of every launch of every cell whose
     per-rank data can be read."""
@@ -316,7 +305,7 @@ def _launch_rows(runs: list[Run], names: list[str]):
         for cell in sorted(run.cells.values(), key=lambda c: (c.series.sort_key(), c.size)):
             for launch, row in sorted(cell.rows.items()):
                 if row.round_ns_per_rank:
-                    yield name, case_id(row, cell.size) + (f"-L{launch}" if launch else ""), row
+                    yield name, kinds.of_series(cell.series).case_id(row, cell.size) + (f"-L{launch}" if launch else ""), row
 
 
 def _kept_text(row: results.Row) -> str:
@@ -455,13 +444,13 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
     comparisons = [(f"{name} / {names[0]}", compare(first, run)) for run, name in zip(runs[1:], names[1:])]
     field = [(name, c) for r, name in zip(runs, names) for c in r.cells.values() if getattr(c.row, "source", "") == "field"]
     bench_series = {c.series for r in runs for c in r.cells.values()
-                    if c.kind == "collective" and getattr(c.row, "source", "") != "field"}
+                    if kinds.sized(c.series) and getattr(c.row, "source", "") != "field"}
     beside = {(s.op, s.nranks) for s in bench_series}   # field data drawn beside a benchmark curve, not alone
     series_all = sorted(bench_series | {c.series for _, c in field if (c.series.op, c.series.nranks) not in beside},
                         key=Series.sort_key)
     sweeps, stats = [], []
     drawn: list[int] = []     # field points drawn beside benchmark curves
-    shown = metrics(CollectiveRow, "report")
+    shown = metrics(next(k for k in kinds.KINDS if k.sized).row_type, "report")
     knob_groups: dict[Series, list[Series]] = {}   # --knobs values of one series share its figure
     for series in series_all:
         knob_groups.setdefault(series.without_knobs(), []).append(series)
@@ -484,12 +473,12 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                           "peak_at": format_size(st["peak_at"]), "alpha": _fmt(st["alpha_us"], ".2f"),
                           "bw": _fmt(st["bandwidth_gbps"], ".3f"), "r2": _fmt(st["r2"], ".3f")})
     last = comparisons[-1][1] if comparisons else None
-    kinds = sorted({c.samples for c in last.cells}) if last else []
+    sample_kinds = sorted({c.samples for c in last.cells}) if last else []
     layouts = [", ".join(sorted({layout(c.row.hosts) for c in r.cells.values()})) for r in runs]
     html = PAGE.render(runs=runs, names=names, layouts=layouts, verdict=summary.text(last) if last else "",
                        sentence=_sentence(last) if last else "", ranges=_verdict_rows(last) if last else [],
                        detectable=summary.detectable_lines(last) if last else [],
-                       samples_note="samples: " + ", ".join(kinds) if kinds else "",
+                       samples_note="samples: " + ", ".join(sample_kinds) if sample_kinds else "",
                        mismatch=last.mismatch if last else [],
                        prov_diff=provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs]),
                        stats=stats, metric_heads=[f"worst {m.heading}" for m in shown], sweeps=sweeps,

@@ -15,7 +15,7 @@ from kinds.collective import KIND as COLLECTIVE
 from kinds.collective import CollectiveCase
 from reports import table
 from reports.compare import compare
-from reports.report_page import _heatmaps, case_id, render
+from reports.report_page import _heatmaps, render
 from reports.result_files import load
 from schema import stats
 from schema.results import SCHEMA, CollectiveRow, ResultError, bench_entry, result_file
@@ -59,7 +59,7 @@ def write(path, rows: list[CollectiveRow], strip: tuple[str, ...] = ()) -> str:
     """Rows as a session writes them (json indent=1); `strip`: keys an older hccl-bench did not write."""
     entries = []
     for row in rows:
-        entry = bench_entry(case_id(row, row.size or row.bytes), row,
+        entry = bench_entry(COLLECTIVE.case_id(row, row.size or row.bytes), row,
                             stats.per_op_seconds(row.round_ns_per_rank, row.iters_per_round).tolist())
         for key in strip:
             entry["extra_info"].pop(key, None)
@@ -151,7 +151,7 @@ def test_case_id_is_the_sweeps_own():
     for op, size in SWEEP:
         c = case(op, size, BIG)
         row, _ = rows_both_forms(op, size, BIG, seed=0)
-        assert case_id(row, row.bytes) == c.id
+        assert COLLECTIVE.case_id(row, row.bytes) == c.id
 
 
 def test_the_table_and_the_report_name_the_slowest_ranks(tmp_path):
@@ -167,8 +167,8 @@ def test_the_table_and_the_report_name_the_slowest_ranks(tmp_path):
     assert "<h2>Slowest ranks</h2>" in html and "<td>77</td><td class=l>node004</td><td>13</td>" in html
     assert "<td>23</td><td class=l>node001</td><td>7</td>" in html
     worst = max(rows, key=lambda r: r.rank_spread or 0)
-    assert out["heatmaps"] == [case_id(worst, worst.bytes)] and f"Rank x round: {out['heatmaps'][0]}" in html
-    chosen = case_id(rows[1], rows[1].bytes)
+    assert out["heatmaps"] == [COLLECTIVE.case_id(worst, worst.bytes)] and f"Rank x round: {out['heatmaps'][0]}" in html
+    chosen = COLLECTIVE.case_id(rows[1], rows[1].bytes)
     maps = _heatmaps([run], ["r"], chosen)
     assert [m["case"] for m in maps] == [chosen, chosen]                  # its cells at 300 and at 24 ranks
     assert f"{chosen} ({BIG} ranks)" in maps[0]["caption"] + maps[1]["caption"]
@@ -181,8 +181,8 @@ def test_report_heatmap_option_on_the_command_line(tmp_path, capsys):
     from harness.cli import main
     row, _ = rows_both_forms("all_reduce", 4096, BIG, seed=4)
     path = write(tmp_path / "run.json", [row])
-    assert main(["report", path, "-o", str(tmp_path / "rep"), "--heatmap", case_id(row, row.bytes)]) == 0
-    assert f"heatmap: {case_id(row, row.bytes)}" in capsys.readouterr().out
+    assert main(["report", path, "-o", str(tmp_path / "rep"), "--heatmap", COLLECTIVE.case_id(row, row.bytes)]) == 0
+    assert f"heatmap: {COLLECTIVE.case_id(row, row.bytes)}" in capsys.readouterr().out
     assert main(["report", path, "-o", str(tmp_path / "rep2"), "--heatmap", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--heatmap 'nope'" in err and "Traceback" not in err

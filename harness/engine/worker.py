@@ -144,7 +144,7 @@ def _timed_between(backend, spec: Spec, cores, served: int) -> dict:
     """run_case; for a collective case with ranks 0 and 1 on one node (`cores`, a placement.CorePair),
     their cores' round trip before and after it goes with the result (collectives/placement.py).
     The probes' ids come from `served` (the messages this group served: every rank counts the same)."""
-    if cores is None or spec.begins or not isinstance(spec, wire.CollectiveSpec):
+    if cores is None or spec.begins or not any(k.sized and isinstance(spec, k.spec_types) for k in KINDS):
         return run_case(backend, spec)
     before = cores.round_trip_ns(2 * served)
     result = run_case(backend, spec)
