@@ -222,7 +222,8 @@ def collect(paths: list[str], job: str | None = None, window: int = DEFAULT_WIND
         for run in runs:
             _figures(m, run, "", where, out)
             _canary(m, run, where)
-        out.what = f"{len(runs)} run{'s' if len(runs) > 1 else ''}' figures ({too_few(runs).removeprefix('# ')})"
+        whose = "1 run's" if len(runs) == 1 else f"{len(runs)} runs'"
+        out.what = f"{whose} figures ({too_few(runs).removeprefix('# ')})"
         return m, out
     judgement = judge_history(runs, window=window)
     _figures(m, newest, "", where, out)
