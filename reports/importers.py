@@ -48,6 +48,7 @@ from reports.log_rows import (
     PERF,
     LogRun,
     Sample,
+    as_float,
     canonical_op,
     cross_check,
     entry,
@@ -73,17 +74,10 @@ _REPORTER_LINE = re.compile(r'\{\s*"(?:numCycle|name)"\s*:')
 _NCCL_LOG = re.compile(r"(?:\[\d+\] ?)?(?P<host>[^\s:\[\]]+):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|WARN|TRACE|ABORT)\b")
 
 
-def _float(token: str) -> float | None:
-    try:
-        return float(token)
-    except ValueError:
-        return None
-
-
 def _columns(header: list[str], tokens: list[str]) -> list[str]:
     """The header's columns a row has: nccl-tests before 2.13.2 print alltoall, all_gather and
     broadcast rows with an empty redop ("%6s" of "") under a header that names one."""
-    if len(tokens) == len(header) - 1 and "redop" in header and _float(tokens[header.index("redop")]) is not None:
+    if len(tokens) == len(header) - 1 and "redop" in header and as_float(tokens[header.index("redop")]) is not None:
         return [c for c in header if c != "redop"]
     return header
 
@@ -210,7 +204,7 @@ class NcclTextReader:
         if len(tokens) < len(columns):
             self.pending, self.pending_line = tokens, number
             return
-        if len(tokens) > len(columns) or any(_float(t.rstrip("*")) is None and t != "N/A" for t in tokens[len(tokens) - 4:]):
+        if len(tokens) > len(columns) or any(as_float(t.rstrip("*")) is None and t != "N/A" for t in tokens[len(tokens) - 4:]):
             # a row the tool abandoned: nccl-tests prints its error where the numbers would be
             run.failed = run.failed or f"line {number}: the run failed mid-row: {' '.join(tokens[:12])[:120]}"
             run.cut = run.cut or f"line {number}: the run stopped inside this row"
@@ -228,20 +222,20 @@ class NcclTextReader:
             return
         redop = row.get("redop", "none")
         for inplace, suffix in ((False, ""), (True, "_2")):
-            time_us = _float(row.get("time" + suffix, "") or row.get("cputime" + suffix, ""))
+            time_us = as_float(row.get("time" + suffix, "") or row.get("cputime" + suffix, ""))
             if time_us is None:
                 continue
             if time_us <= 0:
                 run.warnings.append(f"line {number}: time {time_us} us is not a measurement, ignored")
                 continue
             wrong_text = row.get("#wrong" + suffix, row.get("wrong" + suffix))
-            wrong = None if wrong_text in (None, "N/A") else _float(wrong_text.rstrip("*"))
+            wrong = None if wrong_text in (None, "N/A") else as_float(wrong_text.rstrip("*"))
             if wrong_text and wrong_text.endswith("*"):   # rccl-tests marks errors over its threshold
                 run.failed = run.failed or f"line {number}: #wrong {wrong_text} at {size} B"
             if wrong is not None and wrong > 0:
                 run.failed = run.failed or f"line {number}: #wrong {wrong_text} at {size} B"
-            run.samples.append(Sample(size, count, dtype, redop, inplace, time_us, _float(row.get("algbw" + suffix, "")),
-                                      _float(row.get("busbw" + suffix, "")), wrong, number))
+            run.samples.append(Sample(size, count, dtype, redop, inplace, time_us, as_float(row.get("algbw" + suffix, "")),
+                                      as_float(row.get("busbw" + suffix, "")), wrong, number))
         if "error" in row:
             run.extra["wrong_is_max_error"] = True   # the old `error` column is a max error, not a count
 
@@ -410,14 +404,14 @@ def _hccl_row(seg: dict, number: int, cols: list[str]) -> None:
         return
     row = dict(zip(header, cols))
     time_col = "aveg_time(us)" if "aveg_time(us)" in row else "avg_time(us)"
-    t = _float(row.get(time_col, ""))
+    t = as_float(row.get(time_col, ""))
     if t is None or t <= 0:
         run.warnings.append(f"line {number}: no time in this row, ignored")
         return
     check = row.get("check_result")
     if check not in (None, "NULL", "success"):
         run.failed = run.failed or f"line {number}: check_result {check} at {row['data_size(Bytes)']} B"
-    algbw = _float(row.get("alg_bandwidth(GB/s)", ""))
+    algbw = as_float(row.get("alg_bandwidth(GB/s)", ""))
     seg["rows"].setdefault(int(row["data_size(Bytes)"]), []).append((t, algbw, check, time_col))
     run.last_line = number
 
