@@ -44,26 +44,22 @@ class RunFailed(ResultError):
     """A log of the tool, of a run that died before its first result: its own error line quoted."""
 
 
-def _quote(match: re.Match[str]) -> str:
-    return match.group(0).strip()[:200]
+def _error_or_trace(line: str, error: re.Pattern[str], trace: re.Pattern[str]) -> tuple[str, bool] | None:
+    """(the error as printed, whether it is the error itself rather than the tool's trace of it)."""
+    for pattern, primary in ((error, True), (trace, False)):
+        if m := pattern.search(line):
+            return m.group(0).strip()[:200], primary
+    return None
 
 
 def nccl_tests(line: str) -> tuple[str, bool] | None:
-    """(the error as printed, whether it is the error itself rather than a TESTCHECK trace)."""
-    if m := _NCCL_TESTS.search(line):
-        return _quote(m), True
-    if m := _NCCL_TRACE.search(line):
-        return _quote(m), False
-    return None
+    """An nccl-tests error line, or its TESTCHECK trace."""
+    return _error_or_trace(line, _NCCL_TESTS, _NCCL_TRACE)
 
 
 def hccl_test(line: str) -> tuple[str, bool] | None:
-    """(the error as printed, whether it is the error itself rather than hccl_test's step trace)."""
-    if m := _HCCL_TEST.search(line):
-        return _quote(m), True
-    if m := _HCCL_TRACE.search(line):
-        return _quote(m), False
-    return None
+    """An hccl_test error line, or its step trace."""
+    return _error_or_trace(line, _HCCL_TEST, _HCCL_TRACE)
 
 
 class FirstFailure:
