@@ -256,11 +256,7 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Ca
     clock = CpuWait()
     try:
         for _ in range(plan.rounds):
-            for i, (loop, out) in enumerate(zip(loops, times)):
-                before = clock.read() if i == 0 else None
-                out.append(step(loop, cal.k, backend, timer))
-                if before is not None and (after := clock.read()) is not None:
-                    waits.append(clock.waited(before, after))
+            _each_loop(loops, cal, timer, times, step, clock, waits, backend)
     finally:
         clock.close()
     return cal, times, waits if len(waits) == plan.rounds else []
@@ -288,12 +284,18 @@ def time_round(backend) -> dict:
     """One round of every prepared loop, in `measure`'s order, with the first one's CPU wait; the
     times stay here until `end`."""
     loops, cal, timer, times, _, step, clock, waits = backend.prepared
+    _each_loop(loops, cal, timer, times, step, clock, waits, backend)
+    return {}
+
+
+def _each_loop(loops, cal: Calibrated, timer, times: list[list[int]], step, clock: CpuWait, waits: list[int],
+               backend) -> None:
+    """One round of every loop, its time appended to its list, and the first loop's CPU wait."""
     for i, (loop, out) in enumerate(zip(loops, times)):
         before = clock.read() if i == 0 else None
         out.append(step(loop, cal.k, backend, timer))
         if before is not None and (after := clock.read()) is not None:
             waits.append(clock.waited(before, after))
-    return {}
 
 
 def end(backend):
