@@ -1,23 +1,7 @@
 """Warm-up, then R rounds of K back-to-back iterations, each round timed on the device's clock.
 
-K comes from a calibration after the warm-up: runs of 1, then more iterations, until one run
-lasts at least half of ``round_time_s`` (a 5-iteration warm-up estimate carried first-call costs
-and gave rounds of 3 ms against a 20 ms target). Every rank takes the slowest rank's time, so
-all ranks agree on K. Returns this rank's round times; the driver takes the max over ranks per
-round (docs/method.md, Time).
-
-With ``Plan.graph`` (--graph, device backends) a round is one replay of a device graph holding its
-K iterations, captured once before any timed span: the library's time without Python's launch
-cost per call, which at small sizes is most of an eager round. A graph that held less than its K
-calls replays too fast: rounds under what the bytes allow are refused (`below_floor`).
-
-Each round also reads how long this rank's threads were runnable but off their cores (the kernel's
-schedstat run delay, `CpuWait`): a shared machine's other work takes the core in time slices of
-milliseconds, and a round that waited measures the scheduler, not the library. The driver keeps each
-round's longest wait over the ranks (schema/stats.py `undisturbed`: what verdicts judge).
-
-``Plan.slow`` (set only by the fault hook HCCL_BENCH_FAULT=slow:RANK:NAME:FACTOR, harness/engine/worker.py)
-makes this rank's timed rounds take FACTOR times as long: a known effect for measuring power.
+How K is calibrated, why graph rounds have a floor, what a round's CPU wait is and what the slow
+fault does: docs/method.md (Time, Graph capture, Where the cores sit) and docs/faults.md.
 """
 from __future__ import annotations
 
