@@ -1,20 +1,5 @@
-"""Intel MPI Benchmarks (IMB-MPI1) output: its collective tables as results.
-
-IMB prints a banner (`Intel(R) MPI Benchmarks <version>, MPI-1 part`), the datatypes and op it uses
-(`MPI_Datatype : MPI_BYTE`, `MPI_Datatype for reductions : MPI_FLOAT`, `MPI_Op : MPI_SUM`), then per
-benchmark and process count a block (src_c/IMB_output.c): `# Benchmarking <Name>`, `# #processes =
-N` (maybe `( M additional processes waiting in MPI_Barrier)`), the column line `#bytes #repetitions
-t_min[usec] t_max[usec] t_avg[usec]` and one row per size; `# All processes entering MPI_Finalize`
-ends the run. Each (benchmark, process count) of a run becomes its own result, in file order;
-benchmarks that are not collectives hccl-bench has (PingPong, Barrier, the v-variants, Multi- group
-mode, non-blocking overlap tables) are named in a warning and left out.
-
-Size: IMB's #bytes is what one process contributes; Allgather, Alltoall and Reduce_scatter_block
-move it to/from every rank, so the cell's size (nccl-tests' convention) is #bytes x processes;
-Reduce_scatter's #bytes is the whole vector (split over ranks), as nccl-tests'. Time: t_avg, the
-mean over processes (nccl-tests' default), one sample per size; t_min, t_max, repetitions kept.
-A run without its MPI_Finalize line was cut off or crashed: the block it was in keeps its rows.
-"""
+"""Intel MPI Benchmarks (IMB-MPI1) output: each collective block (benchmark, process count) a
+result. How a block is read: docs/results.md (IMB-MPI1)."""
 from __future__ import annotations
 
 import re

@@ -1,21 +1,5 @@
-"""OSU micro-benchmarks (OMB) collective output: years of `osu_allreduce` & co. results as baselines.
-
-Each test prints `# OSU <MPI|NCCL|...>[-CUDA|-ROCM|...] <Name> Latency Test vX` (OMB's BENCHMARK
-string, the device after a dash with `-d cuda`), from 7.1 `# Datatype: MPI_X.`, then `# Size  Avg
-Latency(us)` and, with `-f`/`--full`, `Min Latency(us)  Max Latency(us)  Iterations` (later
-columns, e.g. `Validation` with `-c`, are read by name). A row is the size and one value per column;
-every other line (MPI warnings, UCC or NCCL log lines, `#Using NCCL`, a shell prompt) is skipped,
-wherever it falls. A file may hold several tests: each collective test becomes its own result, in
-file order; point-to-point and other tests are named in a warning and left out.
-
-Size: OMB prints the per-process message; allgather and alltoall send it to every rank, so the
-cell's size (nccl-tests' convention, what hccl-bench cells hold) is size x ranks. Time: Avg
-Latency, the mean over ranks (nccl-tests' default), one sample per size; min, max and iterations
-kept. Ranks: the launcher's -n on the command line before the test's header, else --nranks, else
-refused. Datatype: the printed one, else --dtype, else OMB's default before 7.1 (float for
-allreduce, reduce and reduce_scatter, char for the rest: mpi/collective/osu_allreduce.c
-`MPI_FLOAT`, osu_allgather.c `MPI_CHAR`), said in a warning. Reductions are MPI_SUM.
-"""
+"""OSU micro-benchmarks (OMB) collective output: each collective test a result, so years of
+`osu_allreduce` & co. results serve as baselines. How a test is read: docs/results.md (OSU)."""
 from __future__ import annotations
 
 import re

@@ -1,30 +1,7 @@
 """Other tools' logs into the result schema, so years of nccl-tests and hccl_test output can serve
 as baselines and be compared. A log is read for what it says, or refused in one line; never guessed
-silently.
-
-Formats: nccl-tests / rccl-tests text output (every header generation: with or without `redop`,
-`root`, `error` or `#wrong`, `N/A`; the `*_perf_mpi` builds) and hccl_test output (`avg_time(us)`
-in the documentation, `aveg_time(us)` in the binary) here; nccl-tests / rccl-tests `-J` JSON in
-import_nccl_json, rccl-tests' `-Z json|csv` reporter in import_rccl_reporter, NCCL Inspector logs
-(field data) in import_inspector, OSU micro-benchmarks in import_osu, IMB-MPI1 in import_imb;
-msprof-analyze / torch_npu profiler files are refused by import_msprof, naming the doctor. A file
-may hold several runs and several ops (a campaign's log, a README with two runs): each run becomes
-its own result, in file order. Lines may carry Open MPI's
-`[1,0]<stdout>:`, MPICH's `[0] ` or an ISO timestamp (`kubectl logs --timestamps`) in front.
-
-Per run: the op from the run's own command or banner (`--op` only where the log does not say);
-the rank count from `# Rank` lines, else nThread x nGpus x the launcher's `-n`, else from
-busbw/algbw when every row's printed precision allows one count only (or the count the title's
-prose names, "128 GPU all reduce", is one of those allowed); otherwise refused, the counts that fit
-named, --nranks asked for. Printed algbw/busbw are kept and cross-checked against size/time; a
-mismatch beyond rounding refuses the file. `#wrong`, `Out of bounds values ... FAILED` and
-hccl_test `failed` mark the run failed; a run cut off mid-table keeps its rows and says where.
-A run that died says FAILED with its own error line (reports.run_failures): refused when it died
-before its first row, marked failed when after. NCCL's own log lines (NCCL_DEBUG=INFO, e.g. the
-COLL/TUNING lines printed during each op) may split a row anywhere: its pieces are joined again.
-Old nccl-tests print no redop for alltoall/all_gather/broadcast under a header that names one.
-Times are microseconds in every format; bandwidths are recomputed in GB/s (1e9 B/s).
-"""
+silently. Here nccl-tests / rccl-tests text and hccl_test; each other format in its import_* module
+(the dispatch is import_runs). What each reads: docs/results.md (Importing other tools' logs)."""
 from __future__ import annotations
 
 import re
