@@ -205,12 +205,7 @@ def expert_loops(backend, spec: ExpertSpec):
 
     def finish(k, times):
         t_step, t_dispatch, t_experts, t_combine = times
-        timer.seconds, timer.on = 0.0, True
-        clock = backend.device.timer()
-        clock.start()
-        step(k)
-        elapsed = clock.stop() / 1e9
-        timer.on = False
+        comm_share = timer.share(step, k, backend.device.timer()) or 0.0
         return ExpertResult(iters=k, round_ns=t_step, dispatch_ns=t_dispatch, expert_ns=t_experts, combine_ns=t_combine,
                     **check.record(), peak_memory_bytes=backend.device.peak_memory_bytes(),
                     params_local=sum(p.numel() for p in layer.parameters()),
@@ -218,7 +213,7 @@ def expert_loops(backend, spec: ExpertSpec):
                     dropped=int(counts.routed[ep_rank].sum() - counts.sent[ep_rank].sum()),
                     sent_bytes=counts.sent_bytes(spec.impl, ep_rank, len(x), spec.topk, spec.hidden, x.element_size()),
                     recv_bytes=rows * row_bytes, local_bytes=local * row_bytes, masked=int((ids < 0).sum()),
-                    comm_share=timer.seconds / elapsed if elapsed > 0 else 0.0)
+                    comm_share=comm_share)
     loops = [step, alone(lambda: dispatcher.dispatch(x, routed, w)),
              alone(lambda: expert.run_experts(layer.experts, h, sizes)), alone(lambda: dispatcher.combine(y, ctx))]
     return loops, finish
