@@ -110,7 +110,7 @@ def _mpi(name: str | None, table: dict[str, str], default: str, what: str, block
 
 def _result(path: Path, where: str, block: _Block, nranks: int | None, label: str | None) -> dict:
     op, run = NAMES[block.name], block.run
-    check_rows(block.rows, run, where, f"IMB's {block.name} block (line {block.line}) has no result rows")
+    check_rows(block.rows, run.failed, where, f"IMB's {block.name} block (line {block.line}) has no result rows")
     if block.nprocs is None:
         raise ResultError(f"{where}: IMB's {block.name} block (line {block.line}) names no '# #processes = N'")
     n = block.nprocs

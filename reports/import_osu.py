@@ -94,7 +94,7 @@ def _dtype(test: _Test, given: str | None, where: str) -> str:
 def _result(path: Path, where: str, test: _Test, nranks: int | None, dtype: str | None, label: str | None) -> dict:
     assert test.op is not None
     run, op = test.run, test.op
-    check_rows(test.rows, run, where, f"'{test.title}' (line {test.line}) has no result rows after it "
+    check_rows(test.rows, run.failed, where, f"'{test.title}' (line {test.line}) has no result rows after it "
                f"(expected '# Size  {AVG}' and rows)")
     if test.launch_n:
         if nranks and nranks != test.launch_n:

@@ -27,6 +27,7 @@ from reports.log_rows import (
     Sample,
     as_float,
     canonical_op,
+    check_rows,
     cross_check,
     entry,
     need,
@@ -35,7 +36,7 @@ from reports.log_rows import (
 from reports.log_rows import LAUNCH_N as _LAUNCH_N
 from reports.log_rows import PREFIXES as _PREFIXES
 from reports.result_files import size_limit
-from reports.run_failures import FirstFailure, RunFailed
+from reports.run_failures import FirstFailure
 from schema.results import ResultError
 
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
@@ -261,11 +262,8 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
     reader.finish()
     runs = [r for r in reader.runs if r.samples]
     dead = [r for r in reader.runs if r.failed and not r.samples]
-    if not runs:
-        if dead:
-            raise RunFailed(f"{path}: the run FAILED before its first result row: {dead[0].failed}")
-        raise ResultError(f"{path}: no nccl-tests result rows found (expected a '# size count type ...' header "
-                          "followed by rows)")
+    check_rows(runs, dead[0].failed if dead else "", str(path),
+               "no nccl-tests result rows found (expected a '# size count type ...' header followed by rows)")
     for d in dead:   # told beside the run before it, never dropped silently
         near = max((r for r in runs if r.first_line < d.first_line), key=lambda r: r.first_line, default=runs[0])
         near.warnings.append(f"the run at line {d.first_line} FAILED before its first result row: {d.failed}")
@@ -350,10 +348,8 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
         if "failure" in seg:
             seg["run"].failed = seg["run"].failed or seg["failure"].text
     found = [seg for seg in segments if seg["rows"]]
-    if not found:
-        if died := next((seg["run"].failed for seg in segments if seg["run"].failed), ""):
-            raise RunFailed(f"{path}: the run FAILED before its first result row: {died}")
-        raise ResultError(f"{path}: no hccl_test result rows found (expected 'data_size(Bytes): | avg_time(us): | ...')")
+    check_rows(found, next((seg["run"].failed for seg in segments if seg["run"].failed), ""), str(path),
+               "no hccl_test result rows found (expected 'data_size(Bytes): | avg_time(us): | ...')")
     return [_hccl_result(path if len(found) == 1 else f"{path} (run {i + 1})", path, seg, op, nranks, dtype, label)
             for i, seg in enumerate(found)]
 

@@ -93,11 +93,11 @@ def log_lines(text: str):
             yield number, s
 
 
-def check_rows(rows: list, run: LogRun, where: str, empty: str) -> None:
-    """A table without rows: the run died before its first (its error line said why), else `empty`."""
+def check_rows(rows: list, failed: str, where: str, empty: str) -> None:
+    """A table without rows: the run died before its first (`failed`: its error line), else `empty`."""
     if not rows:
-        if run.failed:
-            raise RunFailed(f"{where}: the run FAILED before its first result row: {run.failed}")
+        if failed:
+            raise RunFailed(f"{where}: the run FAILED before its first result row: {failed}")
         raise ResultError(f"{where}: {empty}")
 
 
