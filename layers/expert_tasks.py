@@ -1,15 +1,7 @@
-"""Runs the expert-parallel bench on one rank (layers.expert): the MoE layer over groups of `ep`
-consecutive ranks (world / ep such groups: data-parallel replicas, each with its own tokens),
-checked once against the same seeded layer on one rank (layers.check), then timed as the others
-(collectives.timing): the forward+backward step (round_ns) and, in their own loops with the same
-K, the forward's dispatch, experts and combine alone (dispatch_ns, expert_ns, combine_ns, as
-TpResult's fwd_ns); recv_bytes / local_bytes: the rows dispatch hands this rank (and combine sends
-back) as DeepEP counts them, and the share of them from the rank itself. comm_share comes, as the
-TP bench's, from one extra run of K steps with the collectives timed: the share of the step (forward and backward) spent in them.
-
-The spec (decoded by the driver; read here: ep, experts, topk, hidden, ffn, tokens, routing,
-hot_share, expert_ids, capacity_factor, drop_policy, impl, seed, dtype, plan, corrupt) is duck-typed; its A/B
-form (kind "..._begin") is the worker's choice of ExpertRank.begin over run.
+"""Runs the expert-parallel bench on one rank (layers.expert): checked once against the same seeded
+layer on one rank (layers.check), then timed as the others (collectives.timing). What each figure
+is: docs/layers.md (`test_expert`, What a rank returns). The spec is duck-typed; its A/B form
+(kind "..._begin") is the worker's choice of ExpertRank.begin over run.
 """
 from __future__ import annotations
 
