@@ -197,14 +197,8 @@ SLOW_SPIN_NS = 200_000   # slowed_round spins only the wait's last 200 us: past 
 
 
 def slowed_round(loop: Callable[[int], None], k: int, backend, timer, factor: float) -> int:
-    """one_round, then a wait of (factor - 1) x the round's own time (host clock, after the device
-    finished) before the clock stops: this rank's round takes `factor` times as long, and so does
-    the round (the slowest rank's time). A wait after each call instead would fall short at
-    latency-bound sizes: the slow rank's own call time excludes the wait it makes its peers do.
-    The wait sleeps, spinning only its last SLOW_SPIN_NS so a quiet machine meets the deadline to
-    the microsecond: a wait spun whole held a core beside its peers and any other work, and each
-    time the scheduler took that core from it the round overran by a time slice (a 3x fault read
-    6.7x with load 25 on 2 cores)."""
+    """one_round, then a wait of (factor - 1) x the round's own time before the clock stops, so the
+    round takes `factor` times as long; why a wait per round, slept then spun: docs/faults.md."""
     _prime(loop, k)
     backend.barrier()
     backend.device.synchronize()
