@@ -71,12 +71,9 @@ class Captured:
 
 
 class CpuWait:
-    """The rank process's run delay so far, per thread (ns): each /proc/self/task/TID/schedstat's second
-    field, the time that thread was runnable but waiting for a CPU. Every thread counts, not only the
-    one timing: a library's own threads (gloo's transport, a device runtime's) stall the collective
-    as surely. The threads are those alive when it is made (after the warm-up, when a library's are
-    up); one pread each a read. `read` is None where the kernel keeps no such counter (not Linux, no
-    CONFIG_SCHED_INFO)."""
+    """The rank process's run delay so far, summed over the threads alive when it is made (ns, each
+    /proc/self/task/TID/schedstat's second field; why every thread: docs/method.md, CPU waits).
+    `read` is None where the kernel keeps no such counter (not Linux, no CONFIG_SCHED_INFO)."""
 
     def __init__(self) -> None:
         self._fds: list[int] = []

@@ -57,16 +57,10 @@ class SequenceParallelMLP(ParallelMLP):
 
 
 class PartTimer(CommTimer):
-    """Adds up the time of the calls it runs (`run`, as layers.tp's CommTimer, which the tp blocks
-    call) while `on`, and can leave them out (`skip`: the compute-alone loop runs the same sharded
-    blocks without their tp communication; values then differ, times are what count).
-
-    On CPU (gloo, MPI: the collectives return when done) the wall clock around each call. On a
-    device (`mod`: torch.cuda or torch.npu) a pair of events around each call, no synchronize: with
-    own_stream the call runs on a stream of its own that first waits for the current one, and the
-    current one waits for it after, so the span is the call alone (waits for the group's slowest
-    rank included), not the dp buckets or pipeline transfers in flight on other streams. `total`
-    reads the events (waiting for the last) at the end of the run."""
+    """Adds up the time of the calls it runs (`run`, as layers.tp's CommTimer) while `on`, and can
+    leave them out (`skip`, the compute-alone loop). Wall clock on CPU, a pair of events a call on a
+    device (`mod`; `own_stream`: the call alone); `total` reads them at the end of the run. Why so:
+    docs/layers.md (What each figure is, `tp`)."""
 
     def __init__(self, mod=None, own_stream: bool = False):
         super().__init__(on=False)
