@@ -1,16 +1,7 @@
 """A run that died says so in its own words: the error lines nccl-tests, rccl-tests and hccl_test
 print when a CUDA/HIP/NCCL/ACL/HCCL call fails. Recognising them lets an import of a dead run say
-FAILED and quote the tool, instead of calling the file 'not a log of this kind'.
-
-nccl-tests / rccl-tests (src/common.h): CUDACHECK prints "HOST: Test CUDA failure FILE:LINE 'msg'",
-NCCLCHECK "HOST: Test NCCL failure FILE:LINE 'msg'" (2.13+: "'msg / last error'"), a timeout
-"HOST: Test timeout (Ns) FILE:LINE", and every TESTCHECK on the way up " .. HOST pid N: Test failure
-FILE:LINE" (a trace, quoted only when nothing better was printed); before 2019 "Cuda failure ..." /
-"NCCL failure ..."; util.cu "Invalid number of GPUs: N requested but only M were found."; rccl-tests
-"Hip error: 'msg'(N) at FILE:LINE". hccl_test (common/src/hccl_test_common.h, hccl_test_main.cc):
-ACLCHECK "acl interface return err FILE:LINE, retcode: N.", HCCLCHECK "hccl interface return
-errreturn err FILE:LINE, retcode: N", argument checks "Error: ...", then "This is an error in STEP."
-(a trace).
+FAILED and quote the tool, instead of calling the file 'not a log of this kind'. The lines each tool
+prints: docs/results.md (A run that died).
 """
 from __future__ import annotations
 
