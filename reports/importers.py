@@ -312,23 +312,22 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
     starts another run, so concatenated outputs of several tests split into their runs."""
     segments: list[dict] = []
     current: dict | None = None
+
+    def segment(number: int, cmd: list[str] | None = None) -> dict:
+        segments.append({"cmd": [] if cmd is None else cmd, "header": None, "rows": {}, "run": LogRun(first_line=number)})
+        return segments[-1]
     for number, line in _logical_lines(text):
         if error := run_failures.hccl_test(line.strip()):
-            if current is None:
-                current = {"cmd": [], "header": None, "rows": {}, "run": LogRun(first_line=number)}
-                segments.append(current)
+            current = current or segment(number)
             current.setdefault("failure", FirstFailure()).see(number, error)
             continue
         if "_test" in line and ("mpirun" in line or " -b " in line):
             if current is None or current["rows"]:
-                current = {"cmd": [], "header": None, "rows": {}, "run": LogRun(first_line=number)}
-                segments.append(current)
+                current = segment(number)
             current["cmd"].append(line)
             continue
         if failed := _HCCL_RANK_FAILED.search(line):   # a non-root rank's own check: the root's row shows only its own
-            if current is None:
-                current = {"cmd": [], "header": None, "rows": {}, "run": LogRun(first_line=number)}
-                segments.append(current)
+            current = current or segment(number)
             rank, size = int(failed.group(1)), int(failed.group(2))
             current.setdefault("rank_failures", {}).setdefault(size, set()).add(rank)
             current["run"].failed = current["run"].failed or f"line {number}: rank {rank}'s check failed at {size} B"
@@ -336,9 +335,7 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
         cols = [c.strip().rstrip(":") for c in line.split("|")]
         if "data_size(Bytes)" in cols:
             if current is None or current["rows"]:
-                inherited = current["cmd"] if current else []   # the same command, run again
-                current = {"cmd": inherited, "header": None, "rows": {}, "run": LogRun(first_line=number)}
-                segments.append(current)
+                current = segment(number, current["cmd"] if current else None)   # the same command, run again
             current["header"] = cols
             continue
         if current is None or current["header"] is None or not cols[0].isdigit():
