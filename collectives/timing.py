@@ -196,19 +196,17 @@ SLOW_SPIN_NS = 200_000   # slowed_round spins only the wait's last 200 us: past 
 def slowed_round(loop: Callable[[int], None], k: int, backend, timer, factor: float) -> int:
     """one_round, then a wait of (factor - 1) x the round's own time before the clock stops, so the
     round takes `factor` times as long; why a wait per round, slept then spun: docs/faults.md."""
-    _prime(loop, k)
-    backend.barrier()
-    backend.device.synchronize()
-    timer.start()
-    t0 = time.perf_counter_ns()
-    loop(k)
-    backend.device.synchronize()
-    deadline = t0 + factor * (time.perf_counter_ns() - t0)
-    while (left := deadline - time.perf_counter_ns()) > SLOW_SPIN_NS:
-        time.sleep((left - SLOW_SPIN_NS) / 1e9)
-    while time.perf_counter_ns() < deadline:
-        pass
-    return timer.stop()
+    def slowed(k: int) -> None:
+        t0 = time.perf_counter_ns()
+        loop(k)
+        backend.device.synchronize()
+        deadline = t0 + factor * (time.perf_counter_ns() - t0)
+        while (left := deadline - time.perf_counter_ns()) > SLOW_SPIN_NS:
+            time.sleep((left - SLOW_SPIN_NS) / 1e9)
+        while time.perf_counter_ns() < deadline:
+            pass
+    _prime(loop, k)   # one_round primes only a Captured loop, which `slowed` is not
+    return one_round(slowed, k, backend, timer)
 
 
 def round_step(plan: Plan) -> Callable:
