@@ -39,16 +39,8 @@ def generator(seed: int, rank: int = 0) -> torch.Generator:
 
 def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed: int, hot_share: float = 0.0,
             expert_ids: Sequence[int] = (), hot_experts: int = 0) -> torch.Tensor:
-    """Rank `rank`'s expert ids, (tokens, topk) int64, the same on every rank that asks.
-    uniform: a seeded permutation of the experts dealt round-robin over the group's slots in rank
-    order (balanced, k distinct experts a token while k <= E); skewed: round(hot_share x slots) on
-    expert 0, the rest dealt round-robin over 1..E-1, shuffled; file: `expert_ids` cycled, rank r
-    starting where rank r-1 stopped; random: k distinct experts a token, drawn uniformly (seeded per
-    rank: what a trained router's top-k looks like without a preference); hotrank: k distinct experts a
-    token drawn with ep rank 0's experts (the first `hot_experts`, E/ep) weighted to
-    take `hot_share` of the draws (rank-level imbalance: one rank's experts all popular, as DeepEP's
-    and ep_bench's skewed runs load one rank); masked: random, then each selection masked (id -1: it
-    goes nowhere, as DeepEP's topk_idx -1 and Megatron's routing map) with probability `hot_share`."""
+    """Rank `rank`'s expert ids, (tokens, topk) int64, the same on every rank that asks; what each
+    routing deals: docs/layers.md (`--routing`)."""
     n = tokens * topk
     first = rank * n   # this rank's first slot in the group's order
     if routing == "uniform":
