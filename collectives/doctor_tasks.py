@@ -51,19 +51,22 @@ def links(backend, spec: DoctorSpec) -> dict:
     """For each round of disjoint pairs: every pair exchanges `bytes` both ways `reps` times, and
     ping-pongs 8 bytes `small_reps` times (latency: a round trip each), all pairs of a round at once.
     Per round: (peer, big ns, small ns)."""
+    def pair(peer: int, big, small) -> dict:
+        small_ns = _timed(spec.small_reps or spec.reps, _token_lap(backend, sorted((backend.rank, peer)), small))
+        return {"peer": peer, "small_ns": small_ns, "big_ns": _timed(spec.reps, lambda: backend.exchange(peer, *big))}
+    return _each_round(backend, spec, lambda pairs: _pairs_in_round(pairs, backend.rank), pair)
+
+
+def _each_round(backend, spec: DoctorSpec, part, measure) -> dict:
+    """Every round of spec.rounds between barriers: this rank's `part(round)` (None: it sits out)
+    measured by measure(part, big buffers, small buffer)."""
     big = [backend.full(spec.bytes, 0, "uint8") for _ in range(2)]
     small = backend.full(8, 0, "uint8")
     out: list[dict | None] = []
-    for pairs in spec.rounds:
-        peer = _pairs_in_round(pairs, backend.rank)
+    for r in spec.rounds:
+        mine = part(r)
         backend.barrier()
-        if peer is None:
-            out.append(None)
-            backend.barrier()
-            continue
-        small_ns = _timed(spec.small_reps or spec.reps, _token_lap(backend, sorted((backend.rank, peer)), small))
-        big_ns = _timed(spec.reps, lambda peer=peer: backend.exchange(peer, *big))
-        out.append({"peer": peer, "small_ns": small_ns, "big_ns": big_ns})
+        out.append(None if mine is None else measure(mine, big, small))
         backend.barrier()
     return {"rounds": out}
 
@@ -138,25 +141,19 @@ def rings(backend, spec: DoctorSpec) -> dict:
     member's pace (as a ring collective does); and 8 bytes go `small_reps` laps around it (latency),
     all rings of a round at once. Per round: (ring, neighbours, ns per pass over the neighbours,
     ns per lap)."""
-    big = [backend.full(spec.bytes, 0, "uint8") for _ in range(2)]
-    small = backend.full(8, 0, "uint8")
-    out: list[dict | None] = []
-    for groups in spec.rounds:
+    def ring_of(groups: list[list[int]]) -> list[int] | None:
         ring = next((g for g in groups if backend.rank in g), None)
-        backend.barrier()
-        if ring is None or len(ring) < 2:
-            out.append(None)
-            backend.barrier()
-            continue
+        return None if ring is None or len(ring) < 2 else ring
+
+    def exchanges(ring: list[int], big, small) -> dict:
         steps = ring_steps(ring, backend.rank)
 
-        def passes(steps=steps):
+        def passes():
             for peer in steps:
                 backend.exchange(peer, *big)
         small_ns = _timed(spec.small_reps or spec.reps, _token_lap(backend, ring, small))
-        out.append({"ring": ring, "steps": steps, "small_ns": small_ns, "big_ns": _timed(spec.reps, passes)})
-        backend.barrier()
-    return {"rounds": out}
+        return {"ring": ring, "steps": steps, "small_ns": small_ns, "big_ns": _timed(spec.reps, passes)}
+    return _each_round(backend, spec, ring_of, exchanges)
 
 
 class DoctorRank:

@@ -2,13 +2,9 @@
 the round trip of one cache line between their cores over a shared page (ns), with no
 communication library in it.
 
-Why: a virtual machine's host moves its vCPUs between dies (chiplets) as its own load shifts. On this
-project's VM the two vCPUs' cache-line round trip is about 115 ns (C) on one die and 530 ns apart,
-for seconds to many minutes at a time, and every intra-host collective follows it (1.14x at 8 B,
-MPICH all_gather 4 MiB 175 us vs 450 us; a numpy copy inside one rank does not move). A launch is
-then a sample of where the host put the cores, not of the library. With the round trip recorded
-per case, the history compares launches made in the same placement (reports/placement.py). On bare
-metal with bound ranks it is expected to stay put (not measured here).
+Why: on a VM the host moves the vCPUs between dies, and every intra-host collective follows (a
+launch samples where the cores sit, not the library); the measurements: docs/statistics.md ("Where
+the cores are"). reports/placement.py compares launches made in the same placement.
 
 The page is a file in /dev/shm that rank 0 makes and unlinks as soon as rank 1 has mapped it (a
 killed group's leftover carries PREFIX, which harness/engine/shm.py removes with MPI's segments).

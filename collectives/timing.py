@@ -1,23 +1,7 @@
 """Warm-up, then R rounds of K back-to-back iterations, each round timed on the device's clock.
 
-K comes from a calibration after the warm-up: runs of 1, then more iterations, until one run
-lasts at least half of ``round_time_s`` (a 5-iteration warm-up estimate carried first-call costs
-and gave rounds of 3 ms against a 20 ms target). Every rank takes the slowest rank's time, so
-all ranks agree on K. Returns this rank's round times; the driver takes the max over ranks per
-round (docs/method.md, Time).
-
-With ``Plan.graph`` (--graph, device backends) a round is one replay of a device graph holding its
-K iterations, captured once before any timed span: the library's time without Python's launch
-cost per call, which at small sizes is most of an eager round. A graph that held less than its K
-calls replays too fast: rounds under what the bytes allow are refused (`below_floor`).
-
-Each round also reads how long this rank's threads were runnable but off their cores (the kernel's
-schedstat run delay, `CpuWait`): a shared machine's other work takes the core in time slices of
-milliseconds, and a round that waited measures the scheduler, not the library. The driver keeps each
-round's longest wait over the ranks (schema/stats.py `undisturbed`: what verdicts judge).
-
-``Plan.slow`` (set only by the fault hook HCCL_BENCH_FAULT=slow:RANK:NAME:FACTOR, harness/engine/worker.py)
-makes this rank's timed rounds take FACTOR times as long: a known effect for measuring power.
+How K is calibrated, why graph rounds have a floor, what a round's CPU wait is and what the slow
+fault does: docs/method.md (Time, Graph capture, Where the cores sit) and docs/faults.md.
 """
 from __future__ import annotations
 
@@ -87,12 +71,9 @@ class Captured:
 
 
 class CpuWait:
-    """The rank process's run delay so far, per thread (ns): each /proc/self/task/TID/schedstat's second
-    field, the time that thread was runnable but waiting for a CPU. Every thread counts, not only the
-    one timing: a library's own threads (gloo's transport, a device runtime's) stall the collective
-    as surely. The threads are those alive when it is made (after the warm-up, when a library's are
-    up); one pread each a read. `read` is None where the kernel keeps no such counter (not Linux, no
-    CONFIG_SCHED_INFO)."""
+    """The rank process's run delay so far, summed over the threads alive when it is made (ns, each
+    /proc/self/task/TID/schedstat's second field; why every thread: docs/method.md, CPU waits).
+    `read` is None where the kernel keeps no such counter (not Linux, no CONFIG_SCHED_INFO)."""
 
     def __init__(self) -> None:
         self._fds: list[int] = []
@@ -213,27 +194,19 @@ SLOW_SPIN_NS = 200_000   # slowed_round spins only the wait's last 200 us: past 
 
 
 def slowed_round(loop: Callable[[int], None], k: int, backend, timer, factor: float) -> int:
-    """one_round, then a wait of (factor - 1) x the round's own time (host clock, after the device
-    finished) before the clock stops: this rank's round takes `factor` times as long, and so does
-    the round (the slowest rank's time). A wait after each call instead would fall short at
-    latency-bound sizes: the slow rank's own call time excludes the wait it makes its peers do.
-    The wait sleeps, spinning only its last SLOW_SPIN_NS so a quiet machine meets the deadline to
-    the microsecond: a wait spun whole held a core beside its peers and any other work, and each
-    time the scheduler took that core from it the round overran by a time slice (a 3x fault read
-    6.7x with load 25 on 2 cores)."""
-    _prime(loop, k)
-    backend.barrier()
-    backend.device.synchronize()
-    timer.start()
-    t0 = time.perf_counter_ns()
-    loop(k)
-    backend.device.synchronize()
-    deadline = t0 + factor * (time.perf_counter_ns() - t0)
-    while (left := deadline - time.perf_counter_ns()) > SLOW_SPIN_NS:
-        time.sleep((left - SLOW_SPIN_NS) / 1e9)
-    while time.perf_counter_ns() < deadline:
-        pass
-    return timer.stop()
+    """one_round, then a wait of (factor - 1) x the round's own time before the clock stops, so the
+    round takes `factor` times as long; why a wait per round, slept then spun: docs/faults.md."""
+    def slowed(k: int) -> None:
+        t0 = time.perf_counter_ns()
+        loop(k)
+        backend.device.synchronize()
+        deadline = t0 + factor * (time.perf_counter_ns() - t0)
+        while (left := deadline - time.perf_counter_ns()) > SLOW_SPIN_NS:
+            time.sleep((left - SLOW_SPIN_NS) / 1e9)
+        while time.perf_counter_ns() < deadline:
+            pass
+    _prime(loop, k)   # one_round primes only a Captured loop, which `slowed` is not
+    return one_round(slowed, k, backend, timer)
 
 
 def round_step(plan: Plan) -> Callable:
@@ -256,11 +229,7 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Ca
     clock = CpuWait()
     try:
         for _ in range(plan.rounds):
-            for i, (loop, out) in enumerate(zip(loops, times)):
-                before = clock.read() if i == 0 else None
-                out.append(step(loop, cal.k, backend, timer))
-                if before is not None and (after := clock.read()) is not None:
-                    waits.append(clock.waited(before, after))
+            _each_loop(loops, cal, timer, times, step, clock, waits, backend)
     finally:
         clock.close()
     return cal, times, waits if len(waits) == plan.rounds else []
@@ -288,12 +257,18 @@ def time_round(backend) -> dict:
     """One round of every prepared loop, in `measure`'s order, with the first one's CPU wait; the
     times stay here until `end`."""
     loops, cal, timer, times, _, step, clock, waits = backend.prepared
+    _each_loop(loops, cal, timer, times, step, clock, waits, backend)
+    return {}
+
+
+def _each_loop(loops, cal: Calibrated, timer, times: list[list[int]], step, clock: CpuWait, waits: list[int],
+               backend) -> None:
+    """One round of every loop, its time appended to its list, and the first loop's CPU wait."""
     for i, (loop, out) in enumerate(zip(loops, times)):
         before = clock.read() if i == 0 else None
         out.append(step(loop, cal.k, backend, timer))
         if before is not None and (after := clock.read()) is not None:
             waits.append(clock.waited(before, after))
-    return {}
 
 
 def end(backend):

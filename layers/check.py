@@ -1,22 +1,7 @@
 """A layer bench's result against its single-rank reference: how far the two may differ, and how
-many elements differ by more (the layer benches' #wrong).
-
-The parallel block and the reference compute the same sums in another order (split over tp
-ranks, over microbatches, over stages), so they may differ by rounding only. A value that went
-through reductions of total length n (dot products, token sums, the tp all-reduce, microbatch
-accumulation) carries at most about n u (sum of |terms|) of rounding error (Higham, "Accuracy and
-Stability of Numerical Algorithms", 2nd ed., 3.1); both sides carry such an error, so
-
-    tolerance = C x n_reduce x u x scale + tiny,    C = 2
-
-u: the unit roundoff of the arithmetic (float32 2^-24, float64 2^-53, bfloat16 2^-8, float16
-2^-11; float32 matmuls under torch's matmul precision "high" round like TF32, "medium" like
-bfloat16, and Ascend's HF32 like TF32). scale: the largest |reference| element of the tensor
-compared, standing for the terms' size (a sum of random terms is larger than each term). tiny:
-the dtype's smallest normal (an all-zero reference). The worst-case n u is loose (rounding grows
-like sqrt(n) u in practice), which covers the cancellation max |reference| does not see, while a
-real fault (a wrong shard, a collective that lost a rank, one changed element) moves a value by
-about its own size: past the tolerance as long as C n u << 1 (float32: n up to ~10^5).
+many elements differ by more (the layer benches' #wrong). The two compute the same sums in another
+order, so they differ by rounding only: tolerance = C x n_reduce x u x scale + tiny, C = 2. Why
+that bound, and why a real fault still lands past it: docs/layers.md (Checks).
 """
 from __future__ import annotations
 

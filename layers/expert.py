@@ -1,30 +1,8 @@
 """Expert parallelism: a top-k routed mixture-of-experts layer over an ep group, its token
-dispatchers, and the same layer on one rank as the reference (layers.check compares the two).
-
-The model: a gate Linear(H, E) and E expert MLPs (H -> ffn -> H, GELU; layers.tp.MLP), rank j of
-the ep group holding experts j*E/ep .. (j+1)*E/ep - 1. Which experts a token goes to comes from the
-routing profile, not from the gate's top-k, so that a bench can set the load it measures (uniform,
-a hot expert, a user's replayed trace) while the gate still shapes the result and gets a gradient:
-a token's weights are the gate's softmax at its chosen experts, renormalised over the k (Mixtral;
-top-1 keeps the raw probability, as the Switch Transformer does, else its weight would be 1 and
-the gate would have no gradient). Under skewed and file routing a token may choose one expert
-twice: its two copies travel and add up, the traffic a real router with that load would make. A
-masked choice (id -1, routing masked) goes nowhere and weighs 0.
-
-Capacity (capacity_factor > 0): each expert keeps at most ceil(cf x tokens x ep x topk / E) slots of
-its ep group, first come by (source rank, token, k); the rest are dropped and add nothing.
-
-Dispatchers, each as dispatch (permute + communication), experts, combine (communication + weighted
-un-permute), differentiable through torch.autograd (layers.tp's _Comm: one collective forward,
-its transpose backward):
-  alltoallv  Megatron-core's MoEAlltoAllTokenDispatcher: the per-expert counts all-gathered over the
-             ep group first (capacity needs the counts of the ranks before this one; the split sizes
-             follow from them), then all_to_all_single with input/output split sizes, and back.
-  allgather  Megatron-core's MoEAllGatherTokenDispatcher: all-gather every token, weight and choice
-             of the group, each rank runs its experts' slots, reduce-scatter of the weighted outputs.
-  fused      torch_npu's npu_moe_distribute_dispatch / npu_moe_distribute_combine (Atlas A2/A3):
-             forward only (the ops are documented for inference and have no backward), bfloat16 or
-             float16 tokens, distinct experts per token, no capacity.
+dispatchers (alltoallv, allgather, fused), and the same layer on one rank as the reference
+(layers.check compares the two). Differentiable through torch.autograd (layers.tp's _Comm: one
+collective forward, its transpose backward), fused forward only. The model, the routing, capacity
+and each dispatcher: docs/layers.md (`test_expert`, The model).
 """
 from __future__ import annotations
 
@@ -61,16 +39,8 @@ def generator(seed: int, rank: int = 0) -> torch.Generator:
 
 def choices(routing: str, tokens: int, topk: int, experts: int, rank: int, seed: int, hot_share: float = 0.0,
             expert_ids: Sequence[int] = (), hot_experts: int = 0) -> torch.Tensor:
-    """Rank `rank`'s expert ids, (tokens, topk) int64, the same on every rank that asks.
-    uniform: a seeded permutation of the experts dealt round-robin over the group's slots in rank
-    order (balanced, k distinct experts a token while k <= E); skewed: round(hot_share x slots) on
-    expert 0, the rest dealt round-robin over 1..E-1, shuffled; file: `expert_ids` cycled, rank r
-    starting where rank r-1 stopped; random: k distinct experts a token, drawn uniformly (seeded per
-    rank: what a trained router's top-k looks like without a preference); hotrank: k distinct experts a
-    token drawn with ep rank 0's experts (the first `hot_experts`, E/ep) weighted to
-    take `hot_share` of the draws (rank-level imbalance: one rank's experts all popular, as DeepEP's
-    and ep_bench's skewed runs load one rank); masked: random, then each selection masked (id -1: it
-    goes nowhere, as DeepEP's topk_idx -1 and Megatron's routing map) with probability `hot_share`."""
+    """Rank `rank`'s expert ids, (tokens, topk) int64, the same on every rank that asks; what each
+    routing deals: docs/layers.md (`--routing`)."""
     n = tokens * topk
     first = rank * n   # this rank's first slot in the group's order
     if routing == "uniform":

@@ -1,15 +1,7 @@
-"""Runs the expert-parallel bench on one rank (layers.expert): the MoE layer over groups of `ep`
-consecutive ranks (world / ep such groups: data-parallel replicas, each with its own tokens),
-checked once against the same seeded layer on one rank (layers.check), then timed as the others
-(collectives.timing): the forward+backward step (round_ns) and, in their own loops with the same
-K, the forward's dispatch, experts and combine alone (dispatch_ns, expert_ns, combine_ns, as
-TpResult's fwd_ns); recv_bytes / local_bytes: the rows dispatch hands this rank (and combine sends
-back) as DeepEP counts them, and the share of them from the rank itself. comm_share comes, as the
-TP bench's, from one extra run of K steps with the collectives timed: the share of the step (forward and backward) spent in them.
-
-The spec (decoded by the driver; read here: ep, experts, topk, hidden, ffn, tokens, routing,
-hot_share, expert_ids, capacity_factor, drop_policy, impl, seed, dtype, plan, corrupt) is duck-typed; its A/B
-form (kind "..._begin") is the worker's choice of ExpertRank.begin over run.
+"""Runs the expert-parallel bench on one rank (layers.expert): checked once against the same seeded
+layer on one rank (layers.check), then timed as the others (collectives.timing). What each figure
+is: docs/layers.md (`test_expert`, What a rank returns). The spec is duck-typed; its A/B form
+(kind "..._begin") is the worker's choice of ExpertRank.begin over run.
 """
 from __future__ import annotations
 
@@ -205,12 +197,7 @@ def expert_loops(backend, spec: ExpertSpec):
 
     def finish(k, times):
         t_step, t_dispatch, t_experts, t_combine = times
-        timer.seconds, timer.on = 0.0, True
-        clock = backend.device.timer()
-        clock.start()
-        step(k)
-        elapsed = clock.stop() / 1e9
-        timer.on = False
+        comm_share = timer.share(step, k, backend.device.timer()) or 0.0
         return ExpertResult(iters=k, round_ns=t_step, dispatch_ns=t_dispatch, expert_ns=t_experts, combine_ns=t_combine,
                     **check.record(), peak_memory_bytes=backend.device.peak_memory_bytes(),
                     params_local=sum(p.numel() for p in layer.parameters()),
@@ -218,7 +205,7 @@ def expert_loops(backend, spec: ExpertSpec):
                     dropped=int(counts.routed[ep_rank].sum() - counts.sent[ep_rank].sum()),
                     sent_bytes=counts.sent_bytes(spec.impl, ep_rank, len(x), spec.topk, spec.hidden, x.element_size()),
                     recv_bytes=rows * row_bytes, local_bytes=local * row_bytes, masked=int((ids < 0).sum()),
-                    comm_share=timer.seconds / elapsed if elapsed > 0 else 0.0)
+                    comm_share=comm_share)
     loops = [step, alone(lambda: dispatcher.dispatch(x, routed, w)),
              alone(lambda: expert.run_experts(layer.experts, h, sizes)), alone(lambda: dispatcher.combine(y, ctx))]
     return loops, finish

@@ -1,21 +1,7 @@
 """The hybrid step's parts that are not in layers.tp or layers.pipeline: DDP's bucketed gradient
 reduction overlapped with backward (all_reduce, or a distributed optimizer's reduce_scatter then
 all_gather of the updated weights, optionally in bfloat16), and a part timer that can leave the
-collectives out.
-
-GradBuckets does what torch DDP's Reducer does, on any group and without wrapping the model (a
-pipeline stage must stay a plain module for torch.distributed.pipelining): the parameters in
-buckets filled in reverse order up to a cap (layers.memory.bucket_plan), a post-accumulate-grad
-hook on each, and once every parameter of a bucket has its gradient for the step (the last
-microbatch's backward: gradients of earlier microbatches accumulate locally, as under DDP's
-no_sync) the bucket is copied into one flat buffer and its all_reduce started (async_op=True) while
-backward goes on. Buckets start in plan order, so every replica issues them in the same order.
-`finish` waits for them all and writes the averages (sum / dp) back into the gradients.
-
-distributed=True is Megatron's distributed optimizer (ZeRO-1): each bucket is reduce_scattered
-(each dp rank gets the averaged gradient of its 1/dp of the bucket), `sgd_step` updates only that
-shard and all_gathers the updated weights. reduce_dtype bfloat16 reduces the gradients in bfloat16
-(Megatron's --grad-reduce-in-bf16) and casts the averages back.
+collectives out. How GradBuckets follows DDP's Reducer: docs/layers.md (`test_hybrid`).
 """
 from __future__ import annotations
 
@@ -57,16 +43,10 @@ class SequenceParallelMLP(ParallelMLP):
 
 
 class PartTimer(CommTimer):
-    """Adds up the time of the calls it runs (`run`, as layers.tp's CommTimer, which the tp blocks
-    call) while `on`, and can leave them out (`skip`: the compute-alone loop runs the same sharded
-    blocks without their tp communication; values then differ, times are what count).
-
-    On CPU (gloo, MPI: the collectives return when done) the wall clock around each call. On a
-    device (`mod`: torch.cuda or torch.npu) a pair of events around each call, no synchronize: with
-    own_stream the call runs on a stream of its own that first waits for the current one, and the
-    current one waits for it after, so the span is the call alone (waits for the group's slowest
-    rank included), not the dp buckets or pipeline transfers in flight on other streams. `total`
-    reads the events (waiting for the last) at the end of the run."""
+    """Adds up the time of the calls it runs (`run`, as layers.tp's CommTimer) while `on`, and can
+    leave them out (`skip`, the compute-alone loop). Wall clock on CPU, a pair of events a call on a
+    device (`mod`; `own_stream`: the call alone); `total` reads them at the end of the run. Why so:
+    docs/layers.md (What each figure is, `tp`)."""
 
     def __init__(self, mod=None, own_stream: bool = False):
         super().__init__(on=False)

@@ -1,33 +1,8 @@
-"""Runs the hybrid step on one rank: `layers` MLP blocks (layers.tp.MLP) on tp x pp x dp ranks of one
-group, placed as Megatron places them (layers.mesh: tp fastest, then dp, then pp). Each dp replica
-trains `batch` sequences of its own in `microbatches` microbatches: through a
-torch.distributed.pipelining schedule over its pp stages (pp > 1), or one after the other (pp = 1,
-gradient accumulation); blocks are tensor-parallel (Megatron's f/g, layers.tp.ParallelMLP) at
-tp > 1; the dp gradient all_reduce is bucketed and overlapped with backward (layers.hybrid.GradBuckets);
-then an SGD step.
-
-Checked once against the same seeded blocks on one rank (layers.check): every replica's batch
-through the whole model, the loss averaged over replicas as DDP averages gradients; the loss of
-this replica (on its last stage) and every local gradient shard go into the check.
-
-Timed (collectives.timing, one K, the loops interleaved round by round): the step (round_ns),
-the step with the dp reduction off (nodp_ns; dp = 1: the step itself), the step with the dp
-reduction off and the tp collectives left out too (notp_ns; tp = 1: nodp; values then differ, only
-the time counts; its process CPU time per step beside it, cpu_notp_ns: on a machine with more ranks
-than cores, the machine's CPU work bounds the step), and this rank's compute alone (compute_ns: its
-stages' forward and backward of every microbatch and the SGD step, no pipeline, no collective).
-
-One extra run of K steps times each part on its own, per step on this rank (layers.hybrid.PartTimer:
-the wall clock on CPU, events on a device, no device-wide synchronize): the time inside the tp
-collectives (tp_ns, on their own stream on a device), inside the pipeline's sends and receives
-(p2p_ns: torch.distributed.pipelining's posting and waiting, which includes waiting for the
-neighbour stage, as Megatron's forward-recv/backward-send timers do; p2p_bytes: what they moved),
-the dp reduction's wait at the end of the step (dp_ns, with the distributed optimizer's all_gather)
-and the whole step (timed_step_ns). Then, at pp > 1, one microbatch's activation exchanged around
-the pp ring with every stage ready (exchange_ns, after a barrier): the transfer itself, which the
-driver uses to split p2p_ns into send/recv (the bytes at that rate) and the bubble (the rest: idle
-waiting for a neighbour). The driver (kinds/hybrid.py) makes the breakdown from these. The result is
-a plain dict (the rank code cannot import kinds/, where its type is declared), checked there.
+"""Runs the hybrid step on one rank (tp x pp x dp MLP blocks, layers.hybrid), checks it once against
+the same seeded blocks on one rank (layers.check) and times it and its parts. What is run, checked
+and timed, and each figure the rank returns: docs/layers.md (`test_hybrid`, What each figure is).
+The result is a plain dict (the rank code cannot import kinds/, where its type is declared),
+checked there.
 """
 from __future__ import annotations
 

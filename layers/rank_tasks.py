@@ -184,13 +184,8 @@ def tp_loops(backend, spec):
 
     def finish(k, times):
         t_step, t_fwd, t_fb, t_mm = times
-        timer.seconds, timer.on = 0.0, True
-        clock = backend.device.timer()
-        clock.start()
-        fwd_bwd(k)
-        elapsed = clock.stop() / 1e9
-        timer.on = False
-        comm_share = timer.seconds / elapsed if spec.impl == "manual" and elapsed > 0 else None
+        share = timer.share(fwd_bwd, k, backend.device.timer())
+        comm_share = share if spec.impl == "manual" else None
         return TpResult(iters=k, round_ns=t_step, fwd_ns=t_fwd, fwd_bwd_ns=t_fb, matmul_ns=t_mm,
                         flops_per_iter=flops, tokens_per_iter=tokens, comm_share=comm_share,
                         peak_memory_bytes=backend.device.peak_memory_bytes(), **check.record(),

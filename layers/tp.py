@@ -34,6 +34,15 @@ class CommTimer:
         self.seconds += time.perf_counter() - t0
         return out
 
+    def share(self, loop, k: int, clock) -> float | None:
+        """The share of one extra run of loop(k), timed on `clock`, spent in collectives (None: no time)."""
+        self.seconds, self.on = 0.0, True
+        clock.start()
+        loop(k)
+        elapsed = clock.stop() / 1e9
+        self.on = False
+        return self.seconds / elapsed if elapsed > 0 else None
+
 
 NO_TIMER = CommTimer()
 

@@ -1,20 +1,5 @@
-"""Intel MPI Benchmarks (IMB-MPI1) output: its collective tables as results.
-
-IMB prints a banner (`Intel(R) MPI Benchmarks <version>, MPI-1 part`), the datatypes and op it uses
-(`MPI_Datatype : MPI_BYTE`, `MPI_Datatype for reductions : MPI_FLOAT`, `MPI_Op : MPI_SUM`), then per
-benchmark and process count a block (src_c/IMB_output.c): `# Benchmarking <Name>`, `# #processes =
-N` (maybe `( M additional processes waiting in MPI_Barrier)`), the column line `#bytes #repetitions
-t_min[usec] t_max[usec] t_avg[usec]` and one row per size; `# All processes entering MPI_Finalize`
-ends the run. Each (benchmark, process count) of a run becomes its own result, in file order;
-benchmarks that are not collectives hccl-bench has (PingPong, Barrier, the v-variants, Multi- group
-mode, non-blocking overlap tables) are named in a warning and left out.
-
-Size: IMB's #bytes is what one process contributes; Allgather, Alltoall and Reduce_scatter_block
-move it to/from every rank, so the cell's size (nccl-tests' convention) is #bytes x processes;
-Reduce_scatter's #bytes is the whole vector (split over ranks), as nccl-tests'. Time: t_avg, the
-mean over processes (nccl-tests' default), one sample per size; t_min, t_max, repetitions kept.
-A run without its MPI_Finalize line was cut off or crashed: the block it was in keeps its rows.
-"""
+"""Intel MPI Benchmarks (IMB-MPI1) output: each collective block (benchmark, process count) a
+result. How a block is read: docs/results.md (IMB-MPI1)."""
 from __future__ import annotations
 
 import re
@@ -22,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectives.ops import ITEMSIZE, OPS
-from reports.log_rows import MPI_REDOPS, MPI_TYPES, PREFIXES, LogRun, entry, result_of
-from reports.run_failures import RunFailed, mpi_job
+from reports.log_rows import MPI_REDOPS, MPI_TYPES, LogRun, as_float, check_rows, each_table, entry, log_lines, table_result
+from reports.run_failures import mpi_job
 from schema.results import ResultError
 
 BANNER = re.compile(r"Intel\s?\(R\) MPI Benchmark(?:s| Suite)\s+V?([\w.]+)")   # 2018+, and 3.x's "Suite V3.2"
@@ -60,10 +45,7 @@ def _blocks(text: str) -> list[_Block]:
     version: str | None = None
     dtypes: dict[str, str] = {}
     open_run: list[_Block] = []                      # the blocks of the run not yet finalized
-    for number, raw in enumerate(text.splitlines(), 1):
-        s = PREFIXES.sub("", raw).strip()
-        if not s:
-            continue
+    for number, s in log_lines(text):
         if m := BANNER.search(s):
             _cut_if_open(open_run)                   # a run that never reached MPI_Finalize, then another
             version, dtypes, open_run = m.group(1), {}, []
@@ -94,7 +76,7 @@ def _blocks(text: str) -> list[_Block]:
             block.run.failed = block.run.failed or f"line {number}: {died}"
         elif block.columns and s[0].isdigit():
             tokens = s.split()
-            if len(tokens) != len(block.columns) or any(_float(t) is None for t in tokens):
+            if len(tokens) != len(block.columns) or any(as_float(t) is None for t in tokens):
                 block.run.cut = f"line {number}: row cut off or garbled ({len(tokens)} of {len(block.columns)} columns)"
                 block.run.warnings.append(block.run.cut)
                 continue
@@ -113,13 +95,6 @@ def _cut_if_open(open_run: list[_Block]) -> None:
         last.run.warnings.append(last.run.cut)
 
 
-def _float(token: str) -> float | None:
-    try:
-        return float(token)
-    except ValueError:
-        return None
-
-
 def _imported(block: _Block) -> bool:
     return block.name in NAMES and not block.multi and "t_avg[usec]" in block.columns
 
@@ -135,10 +110,7 @@ def _mpi(name: str | None, table: dict[str, str], default: str, what: str, block
 
 def _result(path: Path, where: str, block: _Block, nranks: int | None, label: str | None) -> dict:
     op, run = NAMES[block.name], block.run
-    if not block.rows:
-        if run.failed:
-            raise RunFailed(f"{where}: the run FAILED before its first result row: {run.failed}")
-        raise ResultError(f"{where}: IMB's {block.name} block (line {block.line}) has no result rows")
+    check_rows(block.rows, run.failed, where, f"IMB's {block.name} block (line {block.line}) has no result rows")
     if block.nprocs is None:
         raise ResultError(f"{where}: IMB's {block.name} block (line {block.line}) names no '# #processes = N'")
     n = block.nprocs
@@ -162,25 +134,18 @@ def _result(path: Path, where: str, block: _Block, nranks: int | None, label: st
         benches.append(entry("imb", op, dtype, redop, False, nbytes, nbytes // ITEMSIZE.get(dtype, 1), n,
                              [float(row["t_avg[usec]"])], float(row["defects"]) if "defects" in row else None,
                              extra, f"{where}: line {number}", backend="imb-mpi1"))
-    if not benches:
-        raise ResultError(f"{where}: IMB's {block.name} block (line {block.line}) holds only 0-byte rows")
     run.extra.update({"version": block.version, "benchmark": block.name, "datatypes": block.dtypes})
-    return result_of(path, "imb-mpi1-text", "imb", op, n, benches, run, {}, [], label)
+    return table_result(path, "imb-mpi1-text", "imb", op, n, benches, run, label,
+                        f"{where}: IMB's {block.name} block (line {block.line})")
 
 
 def read(path: Path, text: str, nranks: int | None, label: str | None) -> list[dict]:
     """Every collective block of the file, in order, each a result file's content."""
     blocks = _blocks(text)
-    wanted = [b for b in blocks if _imported(b)]
-    others = sorted({("Multi-" if b.multi else "") + b.name for b in blocks if not _imported(b)})
-    if not wanted:
-        found = ", ".join(others)[:50] or "no '# Benchmarking' block"
-        raise ResultError(f"{path}: IMB output with {found}: no collective table hccl-bench imports (it reads "
-                          "Allreduce, Reduce, Bcast, Allgather, Alltoall, Reduce_scatter[_block])")
-    out = []
-    for i, block in enumerate(wanted):
-        where = str(path) if len(wanted) == 1 else f"{path} ({block.name}, {block.nprocs} processes, line {block.line})"
-        if others and i == 0:
-            block.run.warnings.append(f"left out, not collectives hccl-bench imports: IMB {', '.join(others)}")
-        out.append(_result(path, where, block, nranks, label))
-    return out
+    others = ", ".join(sorted({("Multi-" if b.multi else "") + b.name for b in blocks if not _imported(b)}))
+    found = others[:50] or "no '# Benchmarking' block"
+    return each_table(path, [b for b in blocks if _imported(b)], others and f"IMB {others}",
+                      lambda i, b: f"{b.name}, {b.nprocs} processes, line {b.line}",
+                      lambda where, b: _result(path, where, b, nranks, label),
+                      f"IMB output with {found}: no collective table hccl-bench imports (it reads "
+                      "Allreduce, Reduce, Bcast, Allgather, Alltoall, Reduce_scatter[_block])")

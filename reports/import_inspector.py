@@ -1,13 +1,6 @@
 """NCCL Inspector logs (NCCL_INSPECTOR_ENABLE=1, plugins/profiler/inspector in NVIDIA/nccl): field
-data, what a production job's collectives took, never a controlled benchmark.
-
-Each process writes `<host>-pid<pid>.log`, one JSON object a line per collective per rank:
-`header` (communicator id, comm_name, rank, n_ranks, nnodes), `metadata` (format version, host,
-pid) and `coll_perf` (coll, coll_sn, coll_msg_size_bytes, coll_exec_time_us, coll_timing_source,
-bandwidths) or `p2p_perf`. A collective is (communicator, op, sequence number); its time is the
-slowest rank's (a collective ends when its last rank does), and every collective seen at one size
-is a sample of that cell. Rows carry source "field": compare refuses to judge them against a
-benchmark without --force, the report draws them beside the benchmark's curve.
+data, what a production job's collectives took, never a controlled benchmark. What a log holds and
+what a cell is: docs/results.md (NCCL Inspector).
 """
 from __future__ import annotations
 

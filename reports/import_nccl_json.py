@@ -1,21 +1,5 @@
-"""nccl-tests and rccl-tests `-J` JSON, read as the writer (src/util.cu) writes it.
-
-Versions: 1 (nccl-tests 2.17.3-2.19.1 and rccl-tests; the footer keys misspelt "bandwidith" up
-to 2.17.8), 2 (2.19.2: `*_per_iter` objects with every iteration's time under `-I 1`, and
-`per_process_max_times_us`, a row per process), 3 (2.19.6: `per_iter_skip`, `skipped_iterations`).
-Values as the writer prints them: "%lf" numbers, booleans as the strings "true"/"false", NaN as
-"nan", `root` a "%6i" string. rccl-tests adds `rccl_version` (for `nccl_version`) and
-`hip_event_time`.
-
-Ranks = `devices` entries (one per process) x nthreads x ngpus; printed bus_bw/alg_bw must agree
-(a file that lists 8 of 16 processes is refused, not read as 8 ranks). Per-iteration times become
-the cell's rounds (the first `skipped_iterations` kept aside), the per-process rows its rank x round
-matrix; without `-I` each entry's headline time is one sample. Repeated entries (`-N`, and the
-same cell again) add samples. A file cut off mid-entry (a killed run) or closed early keeps its
-complete entries and says where it ends. `nwrong` > 0, `out_of_bounds.okay` "false",
-`average_bus_bandwidth.okay` "false" or a non-empty `errors` entry mark the run failed. A file the
-writer closed after a failure (2.18.4+ finalize: lists and objects closed, no footer) with no complete
-result is the run FAILED, not a file of another kind.
+"""nccl-tests and rccl-tests `-J` JSON, read as the writer (src/util.cu) writes it, versions 1-3.
+What each version holds and how it becomes rows: docs/results.md (`-J` JSON).
 """
 from __future__ import annotations
 

@@ -1,29 +1,13 @@
-"""OSU micro-benchmarks (OMB) collective output: years of `osu_allreduce` & co. results as baselines.
-
-Each test prints `# OSU <MPI|NCCL|...>[-CUDA|-ROCM|...] <Name> Latency Test vX` (OMB's BENCHMARK
-string, the device after a dash with `-d cuda`), from 7.1 `# Datatype: MPI_X.`, then `# Size  Avg
-Latency(us)` and, with `-f`/`--full`, `Min Latency(us)  Max Latency(us)  Iterations` (later
-columns, e.g. `Validation` with `-c`, are read by name). A row is the size and one value per column;
-every other line (MPI warnings, UCC or NCCL log lines, `#Using NCCL`, a shell prompt) is skipped,
-wherever it falls. A file may hold several tests: each collective test becomes its own result, in
-file order; point-to-point and other tests are named in a warning and left out.
-
-Size: OMB prints the per-process message; allgather and alltoall send it to every rank, so the
-cell's size (nccl-tests' convention, what hccl-bench cells hold) is size x ranks. Time: Avg
-Latency, the mean over ranks (nccl-tests' default), one sample per size; min, max and iterations
-kept. Ranks: the launcher's -n on the command line before the test's header, else --nranks, else
-refused. Datatype: the printed one, else --dtype, else OMB's default before 7.1 (float for
-allreduce, reduce and reduce_scatter, char for the rest: mpi/collective/osu_allreduce.c
-`MPI_FLOAT`, osu_allgather.c `MPI_CHAR`), said in a warning. Reductions are MPI_SUM.
-"""
+"""OSU micro-benchmarks (OMB) collective output: each collective test a result, so years of
+`osu_allreduce` & co. results serve as baselines. How a test is read: docs/results.md (OSU)."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 from collectives.ops import ITEMSIZE, OPS
-from reports.log_rows import LAUNCH_N, MPI_TYPES, PREFIXES, LogRun, entry, result_of
-from reports.run_failures import RunFailed, mpi_job
+from reports.log_rows import LAUNCH_N, MPI_TYPES, LogRun, as_float, check_rows, each_table, entry, log_lines, table_result
+from reports.run_failures import mpi_job
 from schema.results import ResultError
 
 HEADER = re.compile(r"^#\s*OSU\s+(?P<lib>[A-Za-z]+)(?:-(?P<dev>[A-Za-z]+(?: MANAGED)?))?\s+(?P<name>.+?)\s+"
@@ -35,13 +19,6 @@ NAMES = {"allreduce": "all_reduce", "reduce": "reduce", "broadcast": "broadcast"
          "reduce_scatter": "reduce_scatter"}
 PER_PEER = {"all_gather", "all_to_all"}        # OMB's size is what one rank sends to each
 AVG = "Avg Latency(us)"
-
-
-def _float(token: str) -> float | None:
-    try:
-        return float(token)
-    except ValueError:
-        return None
 
 
 class _Test:
@@ -75,10 +52,10 @@ class _Test:
         tokens = s.split()
         if not self.columns or not tokens[0].isdigit():
             return                                   # a warning, a library's log line, a prompt
-        if len(tokens) == len(self.columns) and _float(tokens[1]) is not None:
+        if len(tokens) == len(self.columns) and as_float(tokens[1]) is not None:
             self.rows.append((number, dict(zip(self.columns, tokens))))
             self.run.last_line = number
-        elif len(tokens) < len(self.columns) and all(_float(t) is not None for t in tokens):
+        elif len(tokens) < len(self.columns) and all(as_float(t) is not None for t in tokens):
             self.run.cut = f"line {number}: row cut off ({len(tokens)} of {len(self.columns)} columns), ignored"
             self.run.warnings.append(self.run.cut)
 
@@ -86,10 +63,7 @@ class _Test:
 def _tests(text: str) -> list[_Test]:
     tests: list[_Test] = []
     launch_n: int | None = None
-    for number, raw in enumerate(text.splitlines(), 1):
-        s = PREFIXES.sub("", raw).strip()
-        if not s:
-            continue
+    for number, s in log_lines(text):
         if m := HEADER.match(s):
             tests.append(_Test(number, m, launch_n))
             launch_n = None
@@ -120,11 +94,8 @@ def _dtype(test: _Test, given: str | None, where: str) -> str:
 def _result(path: Path, where: str, test: _Test, nranks: int | None, dtype: str | None, label: str | None) -> dict:
     assert test.op is not None
     run, op = test.run, test.op
-    if not test.rows:
-        if run.failed:
-            raise RunFailed(f"{where}: the run FAILED before its first result row: {run.failed}")
-        raise ResultError(f"{where}: '{test.title}' (line {test.line}) has no result rows after it "
-                          f"(expected '# Size  {AVG}' and rows)")
+    check_rows(test.rows, run.failed, where, f"'{test.title}' (line {test.line}) has no result rows after it "
+               f"(expected '# Size  {AVG}' and rows)")
     if test.launch_n:
         if nranks and nranks != test.launch_n:
             run.warnings.append(f"--nranks {nranks} ignored: the launcher's command line says {test.launch_n}")
@@ -143,8 +114,8 @@ def _result(path: Path, where: str, test: _Test, nranks: int | None, dtype: str 
         if size == 0:
             continue
         extra = {"osu_size": size, "osu_test": test.name, "source_line": number,
-                 "min_latency_us": _float(row.get("Min Latency(us)", "")),
-                 "max_latency_us": _float(row.get("Max Latency(us)", "")),
+                 "min_latency_us": as_float(row.get("Min Latency(us)", "")),
+                 "max_latency_us": as_float(row.get("Max Latency(us)", "")),
                  "iterations": int(row["Iterations"]) if row.get("Iterations", "").isdigit() else None,
                  "validation": row.get("Validation")}
         if row.get("Validation") not in (None, "Pass"):
@@ -152,25 +123,17 @@ def _result(path: Path, where: str, test: _Test, nranks: int | None, dtype: str 
         benches.append(entry("osu", op, dt, redop, False, nbytes, nbytes // ITEMSIZE.get(dt, 1), n,
                              [float(row[AVG])], None, extra, f"{where}: line {number}",
                              backend=f"osu-{test.library.lower()}"))
-    if not benches:
-        raise ResultError(f"{where}: '{test.title}' (line {test.line}) holds only 0-byte rows")
     run.extra.update({"version": test.version, "library": test.library, "device": test.device,
                       "datatype_printed": test.datatype})
-    return result_of(path, "osu-text", "osu-micro-benchmarks", op, n, benches, run, {}, [], label)
+    return table_result(path, "osu-text", "osu-micro-benchmarks", op, n, benches, run, label,
+                        f"{where}: '{test.title}' (line {test.line})")
 
 
 def read(path: Path, text: str, nranks: int | None, dtype: str | None, label: str | None) -> list[dict]:
     """Every collective test in the file, in order, each a result file's content."""
     tests = _tests(text)
-    wanted = [t for t in tests if t.op]
     others = sorted({t.title for t in tests if not t.op})
-    if not wanted:
-        raise ResultError(f"{path}: {'; '.join(others)[:70]}: no collective test hccl-bench imports (it reads OSU "
-                          "allreduce, reduce, bcast, allgather, alltoall, reduce_scatter)")
-    out = []
-    for i, test in enumerate(wanted):
-        where = str(path) if len(wanted) == 1 else f"{path} (test {i + 1}, line {test.line})"
-        if others and i == 0:
-            test.run.warnings.append(f"left out, not collectives hccl-bench imports: {'; '.join(others)}")
-        out.append(_result(path, where, test, nranks, dtype, label))
-    return out
+    return each_table(path, [t for t in tests if t.op], "; ".join(others), lambda i, t: f"test {i + 1}, line {t.line}",
+                      lambda where, t: _result(path, where, t, nranks, dtype, label),
+                      f"{'; '.join(others)[:70]}: no collective test hccl-bench imports (it reads OSU "
+                      "allreduce, reduce, bcast, allgather, alltoall, reduce_scatter)")

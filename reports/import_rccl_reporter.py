@@ -1,14 +1,5 @@
-"""rccl-tests' own reporter (`-Z json|csv` with `-x FILE`): one record per size and placement.
-
-Its writer (src/common.cu, class Reporter) prints every value with std::to_string (6 decimals)
-and quotes the strings: `"wrong":"0"` or `"N/A"` (not checked). JSON is a list (`[`, a record a
-line, `]`); older files hold bare records a line each. CSV has one of two headers: MPI builds
-`numCycle,collective,nodes,ranks,ranksPerNode,gpusPerRank,size,...`, single-process builds
-`numCycle,collective,gpus,size,...`. Ranks = ranks x gpusPerRank (or gpus). Records of several
-cycles (`-N`) are samples of one cell. A crashed run leaves the file empty (refused upstream).
-Records are read by their keys, not by their order or case: the CSV's records turned into JSON
-lines by a JSON library that sorts keys (nlohmann::json's default, so `"#wrong"` comes first) read
-like the writer's own.
+"""rccl-tests' own reporter (`-Z json|csv` with `-x FILE`): one record per size and placement, read
+by its keys. The writer's formats: docs/results.md (rccl-tests reporter).
 """
 from __future__ import annotations
 

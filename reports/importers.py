@@ -1,30 +1,7 @@
 """Other tools' logs into the result schema, so years of nccl-tests and hccl_test output can serve
 as baselines and be compared. A log is read for what it says, or refused in one line; never guessed
-silently.
-
-Formats: nccl-tests / rccl-tests text output (every header generation: with or without `redop`,
-`root`, `error` or `#wrong`, `N/A`; the `*_perf_mpi` builds) and hccl_test output (`avg_time(us)`
-in the documentation, `aveg_time(us)` in the binary) here; nccl-tests / rccl-tests `-J` JSON in
-import_nccl_json, rccl-tests' `-Z json|csv` reporter in import_rccl_reporter, NCCL Inspector logs
-(field data) in import_inspector, OSU micro-benchmarks in import_osu, IMB-MPI1 in import_imb;
-msprof-analyze / torch_npu profiler files are refused by import_msprof, naming the doctor. A file
-may hold several runs and several ops (a campaign's log, a README with two runs): each run becomes
-its own result, in file order. Lines may carry Open MPI's
-`[1,0]<stdout>:`, MPICH's `[0] ` or an ISO timestamp (`kubectl logs --timestamps`) in front.
-
-Per run: the op from the run's own command or banner (`--op` only where the log does not say);
-the rank count from `# Rank` lines, else nThread x nGpus x the launcher's `-n`, else from
-busbw/algbw when every row's printed precision allows one count only (or the count the title's
-prose names, "128 GPU all reduce", is one of those allowed); otherwise refused, the counts that fit
-named, --nranks asked for. Printed algbw/busbw are kept and cross-checked against size/time; a
-mismatch beyond rounding refuses the file. `#wrong`, `Out of bounds values ... FAILED` and
-hccl_test `failed` mark the run failed; a run cut off mid-table keeps its rows and says where.
-A run that died says FAILED with its own error line (reports.run_failures): refused when it died
-before its first row, marked failed when after. NCCL's own log lines (NCCL_DEBUG=INFO, e.g. the
-COLL/TUNING lines printed during each op) may split a row anywhere: its pieces are joined again.
-Old nccl-tests print no redop for alltoall/all_gather/broadcast under a header that names one.
-Times are microseconds in every format; bandwidths are recomputed in GB/s (1e9 B/s).
-"""
+silently. Here nccl-tests / rccl-tests text and hccl_test; each other format in its import_* module
+(the dispatch is import_runs). What each reads: docs/results.md (Importing other tools' logs)."""
 from __future__ import annotations
 
 import re
@@ -48,7 +25,9 @@ from reports.log_rows import (
     PERF,
     LogRun,
     Sample,
+    as_float,
     canonical_op,
+    check_rows,
     cross_check,
     entry,
     need,
@@ -57,7 +36,7 @@ from reports.log_rows import (
 from reports.log_rows import LAUNCH_N as _LAUNCH_N
 from reports.log_rows import PREFIXES as _PREFIXES
 from reports.result_files import size_limit
-from reports.run_failures import FirstFailure, RunFailed
+from reports.run_failures import FirstFailure
 from schema.results import ResultError
 
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
@@ -73,17 +52,10 @@ _REPORTER_LINE = re.compile(r'\{\s*"(?:numCycle|name)"\s*:')
 _NCCL_LOG = re.compile(r"(?:\[\d+\] ?)?(?P<host>[^\s:\[\]]+):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|WARN|TRACE|ABORT)\b")
 
 
-def _float(token: str) -> float | None:
-    try:
-        return float(token)
-    except ValueError:
-        return None
-
-
 def _columns(header: list[str], tokens: list[str]) -> list[str]:
     """The header's columns a row has: nccl-tests before 2.13.2 print alltoall, all_gather and
     broadcast rows with an empty redop ("%6s" of "") under a header that names one."""
-    if len(tokens) == len(header) - 1 and "redop" in header and _float(tokens[header.index("redop")]) is not None:
+    if len(tokens) == len(header) - 1 and "redop" in header and as_float(tokens[header.index("redop")]) is not None:
         return [c for c in header if c != "redop"]
     return header
 
@@ -210,7 +182,7 @@ class NcclTextReader:
         if len(tokens) < len(columns):
             self.pending, self.pending_line = tokens, number
             return
-        if len(tokens) > len(columns) or any(_float(t.rstrip("*")) is None and t != "N/A" for t in tokens[len(tokens) - 4:]):
+        if len(tokens) > len(columns) or any(as_float(t.rstrip("*")) is None and t != "N/A" for t in tokens[len(tokens) - 4:]):
             # a row the tool abandoned: nccl-tests prints its error where the numbers would be
             run.failed = run.failed or f"line {number}: the run failed mid-row: {' '.join(tokens[:12])[:120]}"
             run.cut = run.cut or f"line {number}: the run stopped inside this row"
@@ -228,20 +200,20 @@ class NcclTextReader:
             return
         redop = row.get("redop", "none")
         for inplace, suffix in ((False, ""), (True, "_2")):
-            time_us = _float(row.get("time" + suffix, "") or row.get("cputime" + suffix, ""))
+            time_us = as_float(row.get("time" + suffix, "") or row.get("cputime" + suffix, ""))
             if time_us is None:
                 continue
             if time_us <= 0:
                 run.warnings.append(f"line {number}: time {time_us} us is not a measurement, ignored")
                 continue
             wrong_text = row.get("#wrong" + suffix, row.get("wrong" + suffix))
-            wrong = None if wrong_text in (None, "N/A") else _float(wrong_text.rstrip("*"))
+            wrong = None if wrong_text in (None, "N/A") else as_float(wrong_text.rstrip("*"))
             if wrong_text and wrong_text.endswith("*"):   # rccl-tests marks errors over its threshold
                 run.failed = run.failed or f"line {number}: #wrong {wrong_text} at {size} B"
             if wrong is not None and wrong > 0:
                 run.failed = run.failed or f"line {number}: #wrong {wrong_text} at {size} B"
-            run.samples.append(Sample(size, count, dtype, redop, inplace, time_us, _float(row.get("algbw" + suffix, "")),
-                                      _float(row.get("busbw" + suffix, "")), wrong, number))
+            run.samples.append(Sample(size, count, dtype, redop, inplace, time_us, as_float(row.get("algbw" + suffix, "")),
+                                      as_float(row.get("busbw" + suffix, "")), wrong, number))
         if "error" in row:
             run.extra["wrong_is_max_error"] = True   # the old `error` column is a max error, not a count
 
@@ -290,11 +262,8 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
     reader.finish()
     runs = [r for r in reader.runs if r.samples]
     dead = [r for r in reader.runs if r.failed and not r.samples]
-    if not runs:
-        if dead:
-            raise RunFailed(f"{path}: the run FAILED before its first result row: {dead[0].failed}")
-        raise ResultError(f"{path}: no nccl-tests result rows found (expected a '# size count type ...' header "
-                          "followed by rows)")
+    check_rows(runs, dead[0].failed if dead else "", str(path),
+               "no nccl-tests result rows found (expected a '# size count type ...' header followed by rows)")
     for d in dead:   # told beside the run before it, never dropped silently
         near = max((r for r in runs if r.first_line < d.first_line), key=lambda r: r.first_line, default=runs[0])
         near.warnings.append(f"the run at line {d.first_line} FAILED before its first result row: {d.failed}")
@@ -343,23 +312,22 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
     starts another run, so concatenated outputs of several tests split into their runs."""
     segments: list[dict] = []
     current: dict | None = None
+
+    def segment(number: int, cmd: list[str] | None = None) -> dict:
+        segments.append({"cmd": [] if cmd is None else cmd, "header": None, "rows": {}, "run": LogRun(first_line=number)})
+        return segments[-1]
     for number, line in _logical_lines(text):
         if error := run_failures.hccl_test(line.strip()):
-            if current is None:
-                current = {"cmd": [], "header": None, "rows": {}, "run": LogRun(first_line=number)}
-                segments.append(current)
+            current = current or segment(number)
             current.setdefault("failure", FirstFailure()).see(number, error)
             continue
         if "_test" in line and ("mpirun" in line or " -b " in line):
             if current is None or current["rows"]:
-                current = {"cmd": [], "header": None, "rows": {}, "run": LogRun(first_line=number)}
-                segments.append(current)
+                current = segment(number)
             current["cmd"].append(line)
             continue
         if failed := _HCCL_RANK_FAILED.search(line):   # a non-root rank's own check: the root's row shows only its own
-            if current is None:
-                current = {"cmd": [], "header": None, "rows": {}, "run": LogRun(first_line=number)}
-                segments.append(current)
+            current = current or segment(number)
             rank, size = int(failed.group(1)), int(failed.group(2))
             current.setdefault("rank_failures", {}).setdefault(size, set()).add(rank)
             current["run"].failed = current["run"].failed or f"line {number}: rank {rank}'s check failed at {size} B"
@@ -367,9 +335,7 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
         cols = [c.strip().rstrip(":") for c in line.split("|")]
         if "data_size(Bytes)" in cols:
             if current is None or current["rows"]:
-                inherited = current["cmd"] if current else []   # the same command, run again
-                current = {"cmd": inherited, "header": None, "rows": {}, "run": LogRun(first_line=number)}
-                segments.append(current)
+                current = segment(number, current["cmd"] if current else None)   # the same command, run again
             current["header"] = cols
             continue
         if current is None or current["header"] is None or not cols[0].isdigit():
@@ -379,10 +345,8 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
         if "failure" in seg:
             seg["run"].failed = seg["run"].failed or seg["failure"].text
     found = [seg for seg in segments if seg["rows"]]
-    if not found:
-        if died := next((seg["run"].failed for seg in segments if seg["run"].failed), ""):
-            raise RunFailed(f"{path}: the run FAILED before its first result row: {died}")
-        raise ResultError(f"{path}: no hccl_test result rows found (expected 'data_size(Bytes): | avg_time(us): | ...')")
+    check_rows(found, next((seg["run"].failed for seg in segments if seg["run"].failed), ""), str(path),
+               "no hccl_test result rows found (expected 'data_size(Bytes): | avg_time(us): | ...')")
     return [_hccl_result(path if len(found) == 1 else f"{path} (run {i + 1})", path, seg, op, nranks, dtype, label)
             for i, seg in enumerate(found)]
 
@@ -410,14 +374,14 @@ def _hccl_row(seg: dict, number: int, cols: list[str]) -> None:
         return
     row = dict(zip(header, cols))
     time_col = "aveg_time(us)" if "aveg_time(us)" in row else "avg_time(us)"
-    t = _float(row.get(time_col, ""))
+    t = as_float(row.get(time_col, ""))
     if t is None or t <= 0:
         run.warnings.append(f"line {number}: no time in this row, ignored")
         return
     check = row.get("check_result")
     if check not in (None, "NULL", "success"):
         run.failed = run.failed or f"line {number}: check_result {check} at {row['data_size(Bytes)']} B"
-    algbw = _float(row.get("alg_bandwidth(GB/s)", ""))
+    algbw = as_float(row.get("alg_bandwidth(GB/s)", ""))
     seg["rows"].setdefault(int(row["data_size(Bytes)"]), []).append((t, algbw, check, time_col))
     run.last_line = number
 

@@ -1,7 +1,7 @@
 """What every log importer shares: the rows a log yields (Sample, LogRun), the dtype names of
 the tools, the printed-bandwidth cross-check and the result entry an imported cell becomes. Its
 own module so the format readers (importers, import_nccl_json, import_rccl_reporter,
-import_inspector) import it and none imports another's dispatcher."""
+import_inspector, import_osu, import_imb) import it and none imports another's dispatcher."""
 from __future__ import annotations
 
 import re
@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectives.ops import OPS, bandwidths, by_log_name
+from reports.run_failures import RunFailed
 from schema.results import CollectiveRow, ResultError, bench_entry, result_file
 from schema.stats import median
 
@@ -76,6 +77,49 @@ class LogRun:
     cut: str = ""                # where the run was cut off (a crash, a truncated file)
     warnings: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+
+
+def as_float(token: str) -> float | None:
+    try:
+        return float(token)
+    except ValueError:
+        return None
+
+
+def log_lines(text: str):
+    """(line number, line) of every line not blank once its launcher prefix is gone."""
+    for number, raw in enumerate(text.splitlines(), 1):
+        if s := PREFIXES.sub("", raw).strip():
+            yield number, s
+
+
+def check_rows(rows: list, failed: str, where: str, empty: str) -> None:
+    """A table without rows: the run died before its first (`failed`: its error line), else `empty`."""
+    if not rows:
+        if failed:
+            raise RunFailed(f"{where}: the run FAILED before its first result row: {failed}")
+        raise ResultError(f"{where}: {empty}")
+
+
+def table_result(path: Path, fmt: str, tool: str, op: str, nranks: int, benches: list[dict], run: LogRun,
+                 label: str | None, zero_only: str) -> dict:
+    """A table of an MPI suite as a result; one of only 0-byte rows (`zero_only` names it) is refused."""
+    if not benches:
+        raise ResultError(f"{zero_only} holds only 0-byte rows")
+    return result_of(path, fmt, tool, op, nranks, benches, run, {}, [], label)
+
+
+def each_table(path: Path, tables: list, left_out: str, where, result, refusal: str) -> list[dict]:
+    """Every wanted table of a log as a result, in order; the tests left out named in the first's
+    warnings. `where(i, table)`: how a message names a table when the file has several."""
+    if not tables:
+        raise ResultError(f"{path}: {refusal}")
+    out = []
+    for i, table in enumerate(tables):
+        if left_out and i == 0:
+            table.run.warnings.append(f"left out, not collectives hccl-bench imports: {left_out}")
+        out.append(result(str(path) if len(tables) == 1 else f"{path} ({where(i, table)})", table))
+    return out
 
 
 def need(value, what: str, where: str, flag: str):

@@ -1,16 +1,7 @@
 """A run that died says so in its own words: the error lines nccl-tests, rccl-tests and hccl_test
 print when a CUDA/HIP/NCCL/ACL/HCCL call fails. Recognising them lets an import of a dead run say
-FAILED and quote the tool, instead of calling the file 'not a log of this kind'.
-
-nccl-tests / rccl-tests (src/common.h): CUDACHECK prints "HOST: Test CUDA failure FILE:LINE 'msg'",
-NCCLCHECK "HOST: Test NCCL failure FILE:LINE 'msg'" (2.13+: "'msg / last error'"), a timeout
-"HOST: Test timeout (Ns) FILE:LINE", and every TESTCHECK on the way up " .. HOST pid N: Test failure
-FILE:LINE" (a trace, quoted only when nothing better was printed); before 2019 "Cuda failure ..." /
-"NCCL failure ..."; util.cu "Invalid number of GPUs: N requested but only M were found."; rccl-tests
-"Hip error: 'msg'(N) at FILE:LINE". hccl_test (common/src/hccl_test_common.h, hccl_test_main.cc):
-ACLCHECK "acl interface return err FILE:LINE, retcode: N.", HCCLCHECK "hccl interface return
-errreturn err FILE:LINE, retcode: N", argument checks "Error: ...", then "This is an error in STEP."
-(a trace).
+FAILED and quote the tool, instead of calling the file 'not a log of this kind'. The lines each tool
+prints: docs/results.md (A run that died).
 """
 from __future__ import annotations
 
@@ -44,26 +35,22 @@ class RunFailed(ResultError):
     """A log of the tool, of a run that died before its first result: its own error line quoted."""
 
 
-def _quote(match: re.Match[str]) -> str:
-    return match.group(0).strip()[:200]
+def _error_or_trace(line: str, error: re.Pattern[str], trace: re.Pattern[str]) -> tuple[str, bool] | None:
+    """(the error as printed, whether it is the error itself rather than the tool's trace of it)."""
+    for pattern, primary in ((error, True), (trace, False)):
+        if m := pattern.search(line):
+            return m.group(0).strip()[:200], primary
+    return None
 
 
 def nccl_tests(line: str) -> tuple[str, bool] | None:
-    """(the error as printed, whether it is the error itself rather than a TESTCHECK trace)."""
-    if m := _NCCL_TESTS.search(line):
-        return _quote(m), True
-    if m := _NCCL_TRACE.search(line):
-        return _quote(m), False
-    return None
+    """An nccl-tests error line, or its TESTCHECK trace."""
+    return _error_or_trace(line, _NCCL_TESTS, _NCCL_TRACE)
 
 
 def hccl_test(line: str) -> tuple[str, bool] | None:
-    """(the error as printed, whether it is the error itself rather than hccl_test's step trace)."""
-    if m := _HCCL_TEST.search(line):
-        return _quote(m), True
-    if m := _HCCL_TRACE.search(line):
-        return _quote(m), False
-    return None
+    """An hccl_test error line, or its step trace."""
+    return _error_or_trace(line, _HCCL_TEST, _HCCL_TRACE)
 
 
 class FirstFailure:

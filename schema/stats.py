@@ -1,15 +1,8 @@
 """The statistics of a result: everything derived from the rank x round matrix (docs/method.md,
-Time), the one median, quantiles and the one weighted alpha-beta fit.
-
-The time of a round is the slowest rank's (a collective finishes when its last rank does);
-per-op time = round time / K. time_us is the median over rounds.
-
-A row keeps the whole matrix up to FULL_MATRIX_RANKS ranks. Past that it keeps a summary per rank
-(min, p25, median, p75, max over rounds) and the rounds of the ranks that matter in full: the
-SLOWEST_KEPT slowest by median and every round's slowest rank. So the max over the kept rows is the
-max over all ranks, round by round, and every statistic (round times, time_us, busbw, spread, the
-samples compare reads) comes out of the stored row exactly as from the whole matrix. RankView is the
-one way to read either form.
+Time), the one median, quantiles and the one weighted alpha-beta fit. A round's time is the slowest
+rank's, per-op time round / K, time_us the median over rounds. Past FULL_MATRIX_RANKS a row keeps a
+summary per rank and the ranks that matter whole, so every statistic comes out the same (docs/results.md,
+"Big groups"); RankView is the one way to read either form.
 """
 from __future__ import annotations
 

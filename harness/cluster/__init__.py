@@ -1,18 +1,9 @@
 """An emulated cluster on one machine, to rehearse multi-host runs: `hccl-bench cluster up|status|exec|down`.
 
-Each host is a Linux network namespace with its own address on a bridge, and a UTS namespace with
-its own hostname, so `socket.gethostname()` differs per host and every library sees separate
-nodes. Ranks on one host talk over that host's loopback; traffic between hosts crosses the host's
-veth, shaped with tc (tbf for the rate; a delay through netem, or through the userspace relay
-harness/cluster/delay_relay.py where the kernel has no netem). The launchers are the
-real ones: MPICH's hydra or Open MPI's prterun (their proxies or daemons start on each host through
-`nsenter`), one torchrun per host
-with c10d rendezvous, and Slurm (`--slurm`: slurmctld, one slurmd per host, munge). The hosts
-share one kernel, so UCX's shared-memory transports would join ranks of different hosts past the
-shaped links: the templates give MPI ranks UCX_TLS=tcp,self (srun's also FI_PROVIDER=tcp, Open MPI's
-ob1 over tcp between hosts; a user's setting wins). Everything
-`up` creates is recorded in the state folder before it is made, and `down` removes exactly that.
-Needs root.
+Each host a network namespace (and a UTS namespace: its own hostname) on a bridge, links shaped with
+tc; the launchers are the real ones. Everything `up` creates is recorded in the state folder before
+it is made, and `down` removes exactly that. Needs root. How and its limits: docs/clusters.md
+("Rehearse on one machine").
 """
 from __future__ import annotations
 

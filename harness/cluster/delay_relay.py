@@ -1,15 +1,6 @@
-"""A link delay without netem: a userspace relay that holds every frame of one emulated host's link for D.
-
-Where it sits: the host's veth pair stays (eth0 inside its namespace, VETH on this side), but VETH
-leaves the bridge; a TAP device takes its place as the bridge port, and this relay copies frames
-between an AF_PACKET socket on VETH and the TAP, each held D in a FIFO. Both directions are
-delayed, as the netem path delays both (netem sits on eth0's egress and on VETH's egress), so the
-two paths are interchangeable: a round trip through one delayed host's link grows by 2 x D. Every
-frame is relayed, ARP and ACKs included, so TCP round trips really grow. Frames carry their
-virtio-net header on both sides (PACKET_VNET_HDR, IFF_VNET_HDR), so TSO segments and offloaded
-checksums pass as they are: a 64 KiB segment is one read, not 44. Rate shaping stays with tc tbf on
-eth0 (before the relay) and on VETH (after it). A constant delay keeps arrival order, so each
-direction is a deque: frames leave in the order they came. Plain ioctl, no dependency. Needs root.
+"""A link delay without netem: a userspace relay that holds every frame of one emulated host's link
+for D, both directions, so it and netem are interchangeable. How it sits between the veth and a TAP
+and what it costs: docs/clusters.md ("The delay relay"). Plain ioctl, no dependency. Needs root.
 
   python -m harness.cluster.delay_relay --dev VETH --tap TAP --delay 1ms
 """

@@ -1,24 +1,8 @@
-"""`hccl-bench doctor`: which host, link or rank is bad, judged against its peers.
-
-Through any launcher, one worker group of every rank measures:
-- links, one rank per host, a large message for bandwidth and 8 bytes for latency: by default
-  adaptive group testing (harness/doctor/schedule.py: rings of hosts measured at once, the slow
-  ones halved, suspects confirmed against a known-good host; about log2(N) rounds); with --full,
-  every host pair, all pairs of a round at once and no host in two pairs (the circle method: N-1
-  rounds for N hosts, N for odd N; also the default under 4 hosts); plus a round of pairs inside
-  each host;
-- arrival: every rank does the same fixed work, then joins an 8-byte all_reduce; with clocks
-  aligned to rank 0 (ping-pong, smallest round trip), a rank whose work takes longer arrives late.
-  Its peers then wait inside the collective: they are its victims, not suspects, because they
-  arrive on time.
-
-Each host, link and rank is compared with the median of its peers over `repeat` independent
-measurements: a host or link must be worse than `1 + min_effect` times the median in most of them,
-a rank's work `1 + rank_effect` times in three of four.
-With --traces DIR (a job's own traces: torch.profiler files of gloo, NCCL or RCCL jobs, torch_npu
-profiler folders or msprof-analyze's cluster output) or --flight-recorder DIR (its
-flight-recorder dumps) nothing is launched: reports/traces/ reads and judges what the job recorded.
-Exit 0 healthy, 1 suspect found, 2 unusable (bad options or files, the group did not start).
+"""`hccl-bench doctor`: which host, link or rank is bad, judged against its peers. One worker group
+of every rank measures links (adaptive group testing, harness/doctor/schedule.py, or --full's
+pairwise sweep), a pair inside each host and each rank's arrival; with --traces or
+--flight-recorder nothing is launched (reports/traces/ judges what the job recorded). What is
+measured and how it is judged: docs/doctor.md. Exit 0 healthy, 1 suspect found, 2 unusable.
 """
 from __future__ import annotations
 

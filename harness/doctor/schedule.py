@@ -1,19 +1,7 @@
 """The doctor's link search as pure functions over measurements: which groups of hosts to test
 next, which tests ran slow, which hosts are named. The same code runs against real ranks
-(harness/doctor/__init__.py measures) and against a link model (scripts/fleet_sim.py).
-
-Adaptive group testing: round 1 splits the hosts into `groups` rings (strided, so a slow rack
-spreads over rings); every round measures all of its rings at once (disjoint, concurrent); a ring
-slower than its peers is halved next round; a half of one host is tested with a known-good helper
-(the confirmation), and once more with another helper; a host slow in both confirmations is named
-(one bad helper or one unlucky round names nobody). Cleared hosts run in control rings of the
-round's size, at most max(8, 2 x the tests) of them, rotating: each round's median stays healthy, a
-culprit that slipped through once can be caught when its control ring runs slow, and a fleet of
-1,000 does not re-test 500 healthy pairs a round, whose noise alone would start new searches.
-Eighths, not halves, in round 1: with halves, two culprits in different halves leave no healthy
-peer to compare.
-A test is slow when it is worse than `1 + min_effect` times the median of the round's other tests
-in most of `repeat` independent measurements (bandwidth: more than half; latency: three of four).
+(harness/doctor/__init__.py measures) and against a link model (scripts/fleet_sim.py). The search
+and why it is shaped so: docs/doctor.md (What it measures).
 """
 from __future__ import annotations
 
