@@ -1,8 +1,7 @@
 """Runs the hybrid step on one rank (tp x pp x dp MLP blocks, layers.hybrid), checks it once against
 the same seeded blocks on one rank (layers.check) and times it and its parts. What is run, checked
-and timed, and each figure the rank returns: docs/layers.md (`test_hybrid`, What each figure is).
-The result is a plain dict (the rank code cannot import kinds/, where its type is declared),
-checked there.
+and timed, and each figure the rank returns (a schema.wire.HybridResult): docs/layers.md
+(`test_hybrid`, What each figure is).
 """
 from __future__ import annotations
 
