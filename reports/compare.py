@@ -80,6 +80,32 @@ class CellResult:
         return self.outcome.text()
 
 
+@dataclass(frozen=True)
+class SizeRange:
+    """Consecutive sizes of one series with verdicts of one kind, pooled: the lines people read."""
+    series: Series
+    first: int
+    last: int
+    cells: int
+    ratio: float
+    low: float
+    high: float
+    samples: Samples
+    since: int = -1              # a history's: the run where most of its cells changed (history.settle)
+
+
+@dataclass(frozen=True)
+class Band:
+    """One backend and size band (or one backend's unsized kind): the change its cells could have seen."""
+    band: str
+    first: int
+    last: int
+    cells: int
+    detectable: float
+    kind: str
+    sized: bool
+
+
 @dataclass
 class Comparison:
     base: str
@@ -96,6 +122,8 @@ class Comparison:
     cpu_wait: list[str] = field(default_factory=list)   # launches that lost rounds to a CPU wait (cpu_wait_lines())
     placement: list[str] = field(default_factory=list)  # separate runs: where ranks 0 and 1's cores were, what left (_placed)
     unplaced: list[tuple] = field(default_factory=list)  # shared cells not judged: one side had no launch in the usual placement
+    ranges: dict[VerdictKind, list[SizeRange]] = field(default_factory=dict)   # conclude(): each kind's size ranges
+    bands: list[Band] = field(default_factory=list)                             # ... and what each band could have seen
 
     def by_verdict(self, kind: VerdictKind) -> list[CellResult]:
         if not isinstance(kind, VerdictKind):   # a verdict's words match nothing: say so rather than find no cell
@@ -113,17 +141,12 @@ class Comparison:
         return len(self.by_verdict(INCONCLUSIVE)) + len(self.unplaced)
 
 
-def _pair_shift(a: list[float], b: list[float], estimator: str = DEFAULT_ESTIMATOR, quads: bool = True) -> float:
-    """One interleaved launch's log ratio B/A. Its rounds ran AB, BA, AB, ... milliseconds apart,
-    so each AB round pair with the BA pair after it sees one machine state and cancels the position
-    (on a busy machine the round run second was 1.5x faster or slower); the median over those
-    quads. Rounds that do not pair up: the ratio of the sides' medians. With a low-quantile
-    estimator (p10, min) the ratio of the sides' quantiles over the launch: both sides' rounds
-    saw the same stretch of machine states, and a quantile of quads would mix the sides' noise.
-    quads=False (a side's rounds were filtered for CPU waits: positions no longer pair up): the ratio
-    of the sides' statistics over the launch."""
-    if estimator != "median":
-        return float(np.log(launch_value(b, estimator)) - np.log(launch_value(a, estimator)))
+def _pair_shift(a: list[float], b: list[float], quads: bool = True) -> float:
+    """One interleaved launch's log ratio B/A of medians. Its rounds ran AB, BA, AB, ... milliseconds
+    apart, so each AB round pair with the BA pair after it sees one machine state and cancels the
+    position (on a busy machine the round run second was 1.5x faster or slower); the median over
+    those quads. Rounds that do not pair up: the ratio of the sides' medians. quads=False (a side's
+    rounds were filtered for CPU waits: positions no longer pair up): the ratio of the sides' medians."""
     if quads and len(a) == len(b) and len(a) >= 2:
         d = np.log(b) - np.log(a)
         even = len(d) - len(d) % 2
@@ -141,9 +164,12 @@ def _samples(base: Cell, cand: Cell, paired: bool, estimator: str = DEFAULT_ESTI
     common = sorted(set(base.launches) & set(cand.launches))
     if paired and len(common) >= MIN_LAUNCHES:
         x = np.array([launch_value(base.launches[i], estimator) for i in common])
+        if estimator != "median":   # a low quantile of each side: both saw one stretch of machine states
+            y = np.array([launch_value(cand.launches[i], estimator) for i in common])   # (quads would mix their noise)
+            return x, x * np.exp(np.log(y) - np.log(x)), Samples.PAIRED
         # quads pair rounds by position: only while both sides kept every round
-        shifts = [_pair_shift(base.launches[i], cand.launches[i], estimator,
-                              quads=not (_filtered(base, i) or _filtered(cand, i))) for i in common]
+        shifts = [_pair_shift(base.launches[i], cand.launches[i], quads=not (_filtered(base, i) or _filtered(cand, i)))
+                  for i in common]
         return x, x * np.exp(shifts), Samples.PAIRED
     if len(base.launches) >= MIN_LAUNCHES and len(cand.launches) >= MIN_LAUNCHES:
         return (np.array([launch_value(v, estimator) for v in base.launches.values()]),
@@ -304,8 +330,9 @@ def compare(base: Run, cand: Run, calibration: Optional[Calibration] = None, min
                            + ("" if used == len(out.cells) else "; the others were sampled differently"))
     fdr(out.cells)
     assign_verdicts(out.cells, alpha, settled or [])
-    out.cells.sort(key=lambda c: key_order(c.key))
-    return out
+    rank = {key: i for i, key in enumerate(common)}
+    out.cells.sort(key=lambda c: rank[c.key])
+    return conclude(out)
 
 
 def fdr(cells: list[CellResult]) -> None:
@@ -359,39 +386,31 @@ def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellRes
             c.note = "one launch per side: rounds are not independent samples of a stack"
 
 
-def size_ranges(cmp: Comparison, kind: VerdictKind = REGRESSION) -> list[dict]:
-    """Consecutive sizes of one series with verdicts of one kind, pooled: the lines people read."""
-    ranges = []
+def conclude(cmp: Comparison) -> Comparison:
+    """The lines people read, made once from the final verdicts (the writers only read them): each
+    kind's size ranges (consecutive sizes of one series with verdicts of one kind, pooled) and, per
+    backend and size band, the median change its cells could have seen (80% power) with the
+    samples actually taken: what "no regression found" is worth. Call it again after a verdict changes."""
     by_series: dict[Series, list[CellResult]] = defaultdict(list)
-    for c in cmp.cells:
-        by_series[c.series].append(c)
-    for series, cells in by_series.items():
-        cells.sort(key=lambda c: c.size)
-        run: list[CellResult] = []
-        ended: list[CellResult | None] = [*cells, None]   # None closes the last range
-        for entry in ended:
-            if entry is not None and entry.outcome.kind == kind:
-                run.append(entry)
-                continue
-            if run:
-                logs = np.log([[r.ratio, r.low, r.high] for r in run]).mean(axis=0)
-                ranges.append({"series": series, "first": run[0].size, "last": run[-1].size, "cells": len(run),
-                               "ratio": float(np.exp(logs[0])), "low": float(np.exp(logs[1])), "high": float(np.exp(logs[2])),
-                               "samples": run[0].samples})
-            run = []
-    return ranges
-
-
-def detectable_bands(cmp: Comparison) -> list[dict]:
-    """Per backend and size band: the sizes it covers and the median change its cells could have
-    seen (80% power) with the samples actually taken: what "no regression found" is worth."""
     groups: dict[str, list[CellResult]] = defaultdict(list)
     for c in cmp.cells:
+        by_series[c.series].append(c)
         groups[band_key(c.series, c.size) if sized(c.series) else f"{c.series.backend} {c.series.kind}"].append(c)
-    return [{"band": key, "first": min(c.size for c in cells), "last": max(c.size for c in cells), "cells": len(cells),
-             "detectable": median([c.detectable for c in cells]), "kind": cells[0].series.kind,
-             "sized": sized(cells[0].series)}
-            for key, cells in groups.items()]
+    cmp.ranges = defaultdict(list)
+    for series, cells in by_series.items():
+        cells.sort(key=lambda c: c.size)
+        start = 0
+        for i, c in enumerate(cells):
+            if i + 1 < len(cells) and cells[i + 1].outcome.kind == c.outcome.kind:
+                continue
+            run = cells[start:i + 1]
+            ratio, low, high = np.exp(np.log([[r.ratio, r.low, r.high] for r in run]).mean(axis=0)).tolist()
+            cmp.ranges[c.outcome.kind].append(SizeRange(series, run[0].size, c.size, len(run), ratio, low, high, run[0].samples))
+            start = i + 1
+    cmp.bands = [Band(key, min(c.size for c in cells), max(c.size for c in cells), len(cells),
+                      median([c.detectable for c in cells]), cells[0].series.kind, sized(cells[0].series))
+                 for key, cells in groups.items()]
+    return cmp
 
 
 def cpu_wait_lines(runs: list[Run]) -> list[str]:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from reports import summary
 from reports.compare import Comparison, compare
 from reports.estimators import ESTIMATORS
-from reports.history import DEFAULT_WINDOW, History, alert_rule, analyse, confirm_with_ab, platform, recorded_ab, too_few
+from reports.history import DEFAULT_WINDOW, History, alert_rule, analyse, confirm_with_ab, platform, recorded_ab, settle, too_few
 from reports.result_files import load
 from reports.sequential import run_looks
 from schema.calibration import Calibration
@@ -69,11 +69,12 @@ def recorded_min_effect(run: Run) -> float:
     return float(value) if value is not None and 0 < value < 1 else DEFAULT_MIN_EFFECT
 
 
-def judge_pair(base: Run, cand: Run, calibration: Optional[Calibration] = None, min_effect: float | None = None,
-               force: bool = False, estimator: str | None = None) -> Judgement:
-    """Base (side A) against candidate (side B). The two sides of an --ab-until-decided run are
-    judged by replaying its looks (reports/sequential.py), as the session did. `estimator` (each
-    launch's statistic) and `min_effect`: None, the ones the candidate run was made with."""
+def pair(base: Run, cand: Run, calibration: Optional[Calibration] = None, min_effect: float | None = None,
+         force: bool = False, estimator: str | None = None) -> Judgement:
+    """Base (side A) against candidate (side B), not yet written as text (judge_pair writes it). The
+    two sides of an --ab-until-decided run are judged by replaying its looks (reports/sequential.py),
+    as the session did. `estimator` (each launch's statistic) and `min_effect`: None, the ones the
+    candidate run was made with."""
     prefix = ""
     estimator = estimator or recorded_estimator(cand)
     min_effect = recorded_min_effect(cand) if min_effect is None else min_effect
@@ -89,8 +90,17 @@ def judge_pair(base: Run, cand: Run, calibration: Optional[Calibration] = None, 
                          comparison=cmp)
     if not cmp.cells and not cmp.unplaced:   # cells not judged for the cores' placement are inconclusive, not absent
         return Judgement(refused="the two runs share no cells (backend, algo, op, dtype, size, in-place, nranks)", comparison=cmp)
-    return Judgement(prefix + summary.text(cmp), summary.markdown(cmp), summary.as_json(cmp), summary.headline(cmp),
-                     cmp.regressed, cmp.inconclusive, comparison=cmp)
+    return Judgement(prefix, regressed=cmp.regressed, inconclusive=cmp.inconclusive, comparison=cmp)
+
+
+def judge_pair(base: Run, cand: Run, calibration: Optional[Calibration] = None, min_effect: float | None = None,
+               force: bool = False, estimator: str | None = None) -> Judgement:
+    """pair(), written as text, Markdown, JSON and its headline."""
+    judgement = pair(base, cand, calibration, min_effect, force, estimator)
+    if judgement.refused or (cmp := judgement.comparison) is None:
+        return judgement
+    return replace(judgement, text=judgement.text + summary.text(cmp), markdown=summary.markdown(cmp),
+                   as_json=summary.as_json(cmp), headline=summary.headline(cmp))
 
 
 def judge_history(runs: list[Run], calibration: Optional[Calibration] = None, min_effect: float | None = None,
@@ -129,11 +139,12 @@ def judge_history(runs: list[Run], calibration: Optional[Calibration] = None, mi
         prefix += line
     if ab is not None:
         suspected = len(hist.screened())   # the newest night's moved cells, each on its own p
-        regressed = len(hist.judged.by_verdict(REGRESSION))
+        regressed = sum(c.outcome.kind == REGRESSION for c in hist.judged.cells)
         confirmed, unexplained = confirm_with_ab(hist, ab)
         prefix += (f"# same-day A/B: confirmed {confirmed} of the {len(ab.cells)} cells it measured ({suspected} suspected); "
                    f"{unexplained} of {regressed} regressed cells the stacks ran alike (the machine's)\n")
     alert_rule(hist)   # once, last: the cells the A/Bs confirmed or found alike are judged as they now stand
+    settle(hist)
     as_json = {**summary.as_json(hist.judged), "headline": summary.history_headline(hist), "runs": [r.path for r in hist.runs],
                "change_at": {f"{k[0].label()} {k[1]} B": hist.runs[s.at].path for k, s in hist.steps.items() if s.at >= 0},
                "suspected": summary.as_json(hist.suspected)["cells"], "machine_changed": hist.machine_changed,
@@ -156,7 +167,7 @@ def same_night(path) -> tuple[Comparison | None, str]:
         base, cand = load(path, side="A"), load(path, side="B")
         if RunMeta.of(base.meta).baseline_side is None:   # an older record: side A is this stack
             base, cand = cand, base
-        judgement = judge_pair(base, cand)
+        judgement = pair(base, cand)
     except ResultError as exc:
         return None, f"# same-night A/B {path} unusable: {exc}\n"
     if judgement.comparison is None or judgement.refused:

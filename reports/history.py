@@ -43,7 +43,7 @@ import numpy as np
 from reports.canary import CanaryView, coinciding
 from reports.canary import judge as judge_canary
 from reports.change_points import MIN_RUNS, MIN_SEGMENT, change_points
-from reports.compare import ALPHA, CellResult, Comparison, assign_verdicts, band_key, fdr
+from reports.compare import ALPHA, CellResult, Comparison, assign_verdicts, band_key, budget, conclude, cpu_wait_lines, fdr
 from reports.estimators import launch_value
 from reports.placement import Placement
 from reports.placement import of as placements
@@ -105,7 +105,11 @@ class History:
     below_alert: dict[tuple, str] = field(default_factory=dict)   # cell key -> why its machine step raised no alert
     placement: Optional[Placement] = None   # where ranks 0 and 1's cores were, case by case (reports/placement.py)
     placed_out: dict[tuple, int] = field(default_factory=dict)    # cell key -> nights with no launch in the usual placement
+    nights: dict[tuple, tuple[list[int], np.ndarray]] = field(default_factory=dict)   # cell key -> its points (History.points)
     tonight_elsewhere: int = 0   # cells whose newest night (not noisy) had no launch in the usual placement
+    budget: dict = field(default_factory=dict)      # what the verdict rests on: every night's launches (compare.budget)
+    cpu_wait: list[str] = field(default_factory=list)   # the nights' launches that lost rounds to a CPU wait
+    changes: dict[int, list[tuple[str, list[str]]]] = field(default_factory=dict)   # run -> what changed since the run before
 
     def step(self, key: tuple) -> Step:
         """The cell's newest change; NO_STEP for a cell the history did not judge."""
@@ -147,15 +151,6 @@ class History:
         of an upgrade night; with the correction a +35% all_reduce over 10 noisy nights, q 0.052,
         was not even suspected)."""
         return [c for c in self.suspected.cells if c.outcome.suspected or departs(c, c.p, alpha)]
-
-    def change_run(self, series: Series, first: int, last: int) -> int:
-        """The run where most cells of a size range changed."""
-        return Counter(self.step(c.key).at for c in self.judged.cells
-                       if c.series == series and first <= c.size <= last).most_common(1)[0][0]
-
-    def changed_between(self, at: int) -> list[tuple[str, list[str]]]:
-        """What differs between the run before a change and the run where it begins."""
-        return provenance_diff([run_provenance(self.runs[at - 1]), run_provenance(self.runs[at])]) if at > 0 else []
 
 
 def departs(c: CellResult, p: float, alpha: float = ALPHA) -> bool:
@@ -273,8 +268,9 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
     if calibration:
         hist.judged.calibration = ("A/A calibration (launches) applied" if cal and cal.bands else
                                    "A/A calibration not applied: it was made from paired launches, a history is separate runs")
-    for key, cell in newest.cells.items():
-        idx, y = hist.points(key)
+    for key in sorted(newest.cells, key=key_order):   # the cells in the order every writer lists them
+        cell, (idx, y) = newest.cells[key], hist.points(key)
+        hist.nights[key] = idx, y
         placed_out = sum(1 for i, r in enumerate(runs) if key in r.cells and i not in hist.left_out) - len(idx)
         if placed_out:
             hist.placed_out[key] = placed_out
@@ -305,9 +301,9 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
             hist.suspected.cells.append(CellResult(key, cell.series, cell.size, ratio, low, high,
                                                    float(2 * sps.t.sf(abs(shift) / sd, dof)), samples=Samples.NEWEST_RUN,
                                                    min_effect=effect, outcome=NEWEST_UNDECIDED))
-    for cmp in (hist.judged, hist.suspected):
-        fdr(cmp.cells)
-        cmp.cells.sort(key=lambda c: key_order(c.key))
+    hist.budget, hist.cpu_wait = budget(*runs), cpu_wait_lines(runs)
+    fdr(hist.judged.cells)
+    fdr(hist.suspected.cells)
     assign_verdicts(hist.judged.cells, alpha, cause=Cause.HISTORY)
     for c in hist.judged.cells:
         if c.outcome.direction not in CHANGES:
@@ -331,6 +327,23 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
         if departs(c, c.q, alpha):
             c.outcome = Verdict(Direction.REGRESSION if c.ratio > 1 else Direction.IMPROVEMENT, cause=Cause.HISTORY,
                                 newest=True)
+    return settle(hist)
+
+
+def settle(hist: History) -> History:
+    """The lines the writers read, made once from the final verdicts (compare.conclude), with each
+    flagged range's run of change (where most of its cells changed) and what changed at the runs
+    the writers name. Call it again after a verdict changes (gate.judge_history does)."""
+    conclude(hist.suspected)
+    for kind, ranges in conclude(hist.judged).ranges.items():
+        if kind.direction in CHANGES:
+            hist.judged.ranges[kind] = [replace(r, since=Counter(
+                hist.step(c.key).at for c in hist.judged.cells if c.series == r.series and r.first <= c.size <= r.last
+            ).most_common(1)[0][0]) for r in ranges]
+    runs = hist.runs
+    named = {r.since for ranges in hist.judged.ranges.values() for r in ranges} | {*hist.began.values()} | {
+        at + 1 for at in hist.ended.values()}
+    hist.changes = {at: provenance_diff([run_provenance(runs[at - 1]), run_provenance(runs[at])]) for at in named if at > 0}
     return hist
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from collectives.sizes import format_size
 from reports import summary
-from reports.compare import size_ranges
+from reports.compare import SizeRange
 from reports.history import History
 from reports.report_page import TEMPLATES, figure_png, plt
 from schema.judgement import (
@@ -28,11 +28,11 @@ FLAGGED = (REGRESSION, IMPROVEMENT, MACHINE_REGRESSION, MACHINE_IMPROVEMENT, STA
 PAGE = TEMPLATES.get_template("history.html.j2")
 
 
-def _figure(hist: History, r: dict) -> str:
+def _figure(hist: History, r: SizeRange) -> str:
     runs = hist.runs
     fig, ax = plt.subplots(figsize=(8, 3.2))
-    for cell in (c for c in hist.judged.cells if c.series == r["series"] and r["first"] <= c.size <= r["last"]):
-        idx, points = hist.points(cell.key)
+    for cell in (c for c in hist.judged.cells if c.series == r.series and r.first <= c.size <= r.last):
+        idx, points = hist.nights[cell.key]
         times = np.exp(points) * 1e6
         line, = ax.plot(idx, times, marker="o", ms=3, label=format_size(cell.size))
         at = hist.step(cell.key).at
@@ -41,7 +41,7 @@ def _figure(hist: History, r: dict) -> str:
         if at >= 0 and before and after:   # a cell an A/B judged alone may lack nights on either side
             ax.hlines([np.exp(np.log(times[before]).mean()), np.exp(np.log(times[after]).mean())],
                       [idx[before[0]], at], [idx[before[-1]], idx[-1]], colors=line.get_color(), linestyles="--", lw=1)
-    at = hist.change_run(r["series"], r["first"], r["last"])
+    at = r.since
     if at >= 0:
         ax.axvline(at - 0.5, color="r", lw=1)
         ax.annotate(f"change: {runs[at].label}", (at - 0.5, ax.get_ylim()[1]), fontsize=7, color="r", va="top")
@@ -78,7 +78,7 @@ def render_history(hist: History, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = []
     for kind in FLAGGED:
-        for r in size_ranges(hist.judged, kind):
+        for r in hist.judged.ranges.get(kind, []):
             figures.append({"title": f"{kind.text()}: {summary.range_text(r)}", "png": _figure(hist, r)})
     canary = _canary_figure(hist) if hist.canary.seconds else ""
     cells = [{"label": c.series.label(), "size": format_size(c.size) if c.size else "", "verdict": c.outcome.text(),

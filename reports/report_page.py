@@ -24,7 +24,7 @@ from collectives.ops import bandwidths  # noqa: E402
 from collectives.sizes import format_size  # noqa: E402
 from kinds.base import Bars, Lines, Panel  # noqa: E402
 from reports import provenance_diff, summary, sweep_fits, table  # noqa: E402
-from reports.compare import compare, size_ranges  # noqa: E402
+from reports.compare import compare  # noqa: E402
 from schema import results  # noqa: E402
 from schema.judgement import (  # noqa: E402
     IMPROVEMENT,
@@ -388,11 +388,11 @@ def _verdict_rows(cmp) -> list[dict]:
     """The flagged size ranges as the verdict table's rows, worst kind first."""
     rows = []
     for kind in VERDICT_ORDER:
-        for r in size_ranges(cmp, kind):
-            sizes = format_size(r["first"]) if r["first"] == r["last"] else f"{format_size(r['first'])}-{format_size(r['last'])}"
-            rows.append({"what": r["series"].label(algo_label), "sizes": sizes if r["first"] else "-",
-                         "verdict": kind.text(), "effect": summary.effect_text(r["series"], r["ratio"], r["low"], r["high"]),
-                         "samples": f"{r['samples']} ({r['cells']} sizes)"})
+        for r in cmp.ranges.get(kind, []):
+            sizes = format_size(r.first) if r.first == r.last else f"{format_size(r.first)}-{format_size(r.last)}"
+            rows.append({"what": r.series.label(algo_label), "sizes": sizes if r.first else "-",
+                         "verdict": kind.text(), "effect": summary.effect_text(r.series, r.ratio, r.low, r.high),
+                         "samples": f"{r.samples} ({r.cells} sizes)"})
     return rows
 
 

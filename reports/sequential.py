@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from reports.compare import ALPHA, CellResult, Comparison, budget, compare
+from reports.compare import ALPHA, CellResult, Comparison, budget, compare, conclude
 from schema.calibration import Calibration
 from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, Direction, Verdict
 from schema.results import Cell, Run, key_order
@@ -115,17 +115,24 @@ def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAU
     launch by `estimator` (reports/estimators.py)."""
     keys = set(base.cells) & set(cand.cells)
     done = min(launches_in(base), launches_in(cand), max_launches)
+    spent = budget(_upto(base, done, keys), _upto(cand, done, keys))   # every launch the looks rest on
+    rank = {key: i for i, key in enumerate(sorted(keys, key=key_order))}
     settled: dict[tuple, CellResult] = {}
     out = Sequential(Comparison(base.path, cand.path, [], estimator=estimator), max_launches=max_launches, alpha=alpha,
                      estimator=estimator)
     last: Comparison | None = None
-    for n in (n for n in planned_looks(max_launches) if n <= done):
+    looks = [n for n in planned_looks(max_launches) if n <= done] if keys else []
+    for n in looks or [done]:   # before the first planned look (or with no shared cell): one comparison, every cell open
         active = keys - set(settled)
-        if not active:
+        if settled and not active:
             break
-        a_look = look_alpha(n, max_launches, alpha)
+        a_look = look_alpha(n, max_launches, alpha) if looks else alpha
         last = compare(_upto(base, n, active), _upto(cand, n, active), calibration=calibration, min_effect=min_effect,
                        alpha=a_look, settled=list(settled.values()), estimator=estimator)
+        if not looks:
+            for c in last.cells:
+                c.outcome, c.note = Verdict(), f"{done} launches: before the first look"
+            break
         decided = {d.value: 0 for d in DECIDED}
         for c in last.cells:
             if c.outcome.confirmed:   # a regression, an improvement or no change, confirmed at this look's level
@@ -133,16 +140,12 @@ def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAU
                 out.decided_at[c.key] = n
                 decided[c.outcome.direction.value] += 1
         out.looks.append(Look(n, a_look, decided, len(keys) - len(settled)))
-    if last is None:   # before the first planned look: every cell open
-        last = compare(_upto(base, done, keys), _upto(cand, done, keys), calibration=calibration, min_effect=min_effect,
-                       estimator=estimator)
-        for c in last.cells:
-            c.outcome, c.note = Verdict(), f"{done} launches: before the first look"
+    assert last is not None   # the first pass always compares
     cells = {c.key: c for c in last.cells if c.key not in settled}
     cells.update(settled)
-    out.comparison = replace(last, base=base.path, cand=cand.path,
-                             cells=sorted(cells.values(), key=lambda c: key_order(c.key)))
-    out.comparison.budget = budget(_upto(base, done, keys), _upto(cand, done, keys))   # every launch the looks rested on
+    out.comparison = replace(last, base=base.path, cand=cand.path, cells=sorted(cells.values(), key=lambda c: rank[c.key]))
+    out.comparison.budget = spent
     out.comparison.only_base = sorted(set(base.cells) - keys, key=key_order)
     out.comparison.only_cand = sorted(set(cand.cells) - keys, key=key_order)
+    conclude(out.comparison)
     return out

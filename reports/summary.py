@@ -14,7 +14,7 @@ from kinds import sized
 from reports.calibration import calibrate  # noqa: F401  (its old home: tests/test_estimators.py calls summary.calibrate)
 from reports.canary import figure
 from reports.change_points import MIN_RUNS, MIN_SEGMENT
-from reports.compare import Comparison, budget, cpu_wait_lines, detectable_bands, size_ranges
+from reports.compare import Comparison, SizeRange
 from reports.estimators import describe
 from reports.history import MACHINE_ALPHA, MACHINE_MIN_EFFECT, MACHINE_NIGHTS, History
 from schema.calibration import Calibration
@@ -63,15 +63,15 @@ def effect_text(series: Series, ratio: float, low: float, high: float) -> str:
     return f"busbw {1 / ratio - 1:+.1%} [{1 / high - 1:+.1%}, {1 / low - 1:+.1%}]"
 
 
-def range_text(r: dict) -> str:
-    """One size range of size_ranges() as people read it."""
-    sizes = format_size(r["first"]) if r["first"] == r["last"] else f"{format_size(r['first'])}-{format_size(r['last'])}"
-    sizes = "" if r["first"] == 0 else f" {sizes}"
-    return f"{r['series'].label()}{sizes}: {effect_text(r['series'], r['ratio'], r['low'], r['high'])}"
+def range_text(r: SizeRange) -> str:
+    """One size range (compare.conclude) as people read it."""
+    sizes = format_size(r.first) if r.first == r.last else f"{format_size(r.first)}-{format_size(r.last)}"
+    sizes = "" if r.first == 0 else f" {sizes}"
+    return f"{r.series.label()}{sizes}: {effect_text(r.series, r.ratio, r.low, r.high)}"
 
 
 def range_lines(cmp: Comparison, kind: VerdictKind) -> list[str]:
-    return [range_text(r) for r in size_ranges(cmp, kind)]
+    return [range_text(r) for r in cmp.ranges.get(kind, [])]
 
 
 def counted(cells, kinds: tuple[VerdictKind, ...]) -> str:
@@ -102,7 +102,7 @@ def headline(cmp: Comparison) -> str:
     minimum effect) and "inconclusive" (not enough evidence) never read alike."""
     counts = Counter(c.outcome.kind for c in cmp.cells)
     if cmp.regressed:
-        ranges = size_ranges(cmp, REGRESSION)
+        ranges = cmp.ranges[REGRESSION]
         return f"REGRESSION in {len(ranges)} size ranges, first: {range_text(ranges[0])}"
     suspected = counts.get(SUSPECTED_REGRESSION, 0)
     tail = (f"{counts.get(NO_CHANGE, 0)} no change, {counts.get(IMPROVEMENT, 0)} improved"
@@ -118,11 +118,11 @@ def headline(cmp: Comparison) -> str:
 def detectable_lines(cmp: Comparison) -> list[str]:
     """What the samples taken could have seen, per backend and size band (80% power)."""
     out = []
-    for b in detectable_bands(cmp):
-        span = format_size(b["first"]) + ("" if b["first"] == b["last"] else f"-{format_size(b['last'])}")
-        sizes = f" {span}" if b["sized"] else ""
-        seen = "nothing (one sample a side)" if not math.isfinite(b["detectable"]) else f"a {b['detectable']:.0%} change"
-        out.append(f"{b['band'].split(' (')[0]}{sizes}: could have seen {seen} ({b['cells']} cells)")
+    for b in cmp.bands:
+        span = format_size(b.first) + ("" if b.first == b.last else f"-{format_size(b.last)}")
+        sizes = f" {span}" if b.sized else ""
+        seen = "nothing (one sample a side)" if not math.isfinite(b.detectable) else f"a {b.detectable:.0%} change"
+        out.append(f"{b.band.split(' (')[0]}{sizes}: could have seen {seen} ({b.cells} cells)")
     return out
 
 
@@ -219,7 +219,7 @@ def as_json(cmp: Comparison) -> dict:
     return {"base": cmp.base, "cand": cmp.cand, "base_label": cmp.base_label, "cand_label": cmp.cand_label,
             "regressed": cmp.regressed, "inconclusive": cmp.inconclusive, "headline": headline(cmp),
             "estimator": cmp.estimator, "statistic": statistic_line(cmp.estimator), "budget": cmp.budget,
-            "detectable": [{**b, "detectable": _finite(b["detectable"])} for b in detectable_bands(cmp)],
+            "detectable": [{**vars(b), "detectable": _finite(b.detectable)} for b in cmp.bands],
             "mismatch": cmp.mismatch, "placement": cmp.placement, "cpu_wait": cmp.cpu_wait,
             "unplaced": [{"series": series.to_json(), "size": size} for series, size in cmp.unplaced],
             "regressions": range_lines(cmp, REGRESSION), "improvements": range_lines(cmp, IMPROVEMENT),
@@ -269,9 +269,9 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
                         (f"{STANDING_REGRESSION.text()}s (began before the last {hist.window} runs)", STANDING_REGRESSION),
                         (f"{STANDING_IMPROVEMENT.text()}s", STANDING_IMPROVEMENT)):
         lines = []
-        for r in size_ranges(hist.judged, kind):
-            at = hist.change_run(r["series"], r["first"], r["last"])
-            why = next((c.note for c in hist.judged.cells if c.series == r["series"] and r["first"] <= c.size <= r["last"]
+        for r in hist.judged.ranges.get(kind, []):
+            at = r.since
+            why = next((c.note for c in hist.judged.cells if c.series == r.series and r.first <= c.size <= r.last
                         and c.outcome.machine), "")
             lines.append(f"{range_text(r)} since {runs[at].label} ({runs[at].started[:16]})" + (f": {why}" if why else ""))
             if at not in changed_at:
@@ -299,7 +299,7 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
         changed_at += sorted(({*hist.began.values()} | {at + 1 for at in hist.ended.values()}) - set(changed_at))
     what = []
     for at in changed_at:
-        diff = hist.changed_between(at)
+        diff = hist.changes.get(at, [])
         what.append(f"what changed from {runs[at - 1].label} to {runs[at].label}: "
                     + ("; ".join(f"{k}: {' -> '.join(v)}" for k, v in diff) if diff else
                        "nothing recorded (same versions and environment): the machine's state, or something not recorded"))
@@ -314,7 +314,7 @@ def history_headline(hist: History) -> str:
     if not hist.judged.cells:
         left = f"; {len(hist.left_out)} noisy nights left out" if hist.left_out else ""
         return f"nothing judged yet: {hist.too_short} cells have fewer than {MIN_RUNS} usable nights{left}"
-    machine = [r for k in (MACHINE_REGRESSION, MACHINE_IMPROVEMENT) for r in size_ranges(hist.judged, k)]
+    machine = [r for k in (MACHINE_REGRESSION, MACHINE_IMPROVEMENT) for r in hist.judged.ranges.get(k, [])]
     reasons = [machine_reason(c.outcome, c.note) for c in hist.judged.cells if c.outcome.machine]
     steps = "; ".join(dict.fromkeys(step for _, step in reasons))
     why = " or ".join(dict.fromkeys(what for what, _ in reasons))
@@ -340,14 +340,14 @@ def canary_lines(hist: History, where: bool = True) -> list[str]:
     view, runs = hist.canary, hist.runs
     if not view.seconds:
         return ["canary: none recorded in these runs (timed single-stack sweeps record one): noisy nights and machine "
-                "changes cannot be told", *(placement_lines(hist) + cpu_wait_lines(runs) if where else [])]
+                "changes cannot be told", *(placement_lines(hist) + hist.cpu_wait if where else [])]
     newest = [f"{name} {figure(name, view.workloads[name], secs[-1])}" for name, secs in view.seconds.items() if secs[-1]]
     spread = ", ".join(f"{name} {np.expm1(sd):.0%}" for name, sd in view.spread.items())
     out = [f"canary ({view.nights} nights): newest " + (", ".join(newest) or "not recorded")
            + (f"; usual night-to-night spread {spread}" if spread else "")]
     out += [f"canary step: {step.text(night(runs[step.at]))}" for step in view.steps]
     out += [f"noisy night left out of every cell: {night(runs[i])}: {why}" for i, why in hist.left_out.items()]
-    return out + (placement_lines(hist) + cpu_wait_lines(runs) if where else [])
+    return out + (placement_lines(hist) + hist.cpu_wait if where else [])
 
 
 def placement_lines(hist: History) -> list[str]:
@@ -372,7 +372,7 @@ def canary_json(hist: History) -> dict:
     return {"nights": view.nights, "seconds": view.seconds, "spread": view.spread,
             "steps": [{**vars(s), "run": hist.runs[s.at].path} for s in view.steps],
             "noisy": {hist.runs[i].path: why for i, why in hist.left_out.items()},
-            "cpu_wait": cpu_wait_lines(hist.runs),
+            "cpu_wait": hist.cpu_wait,
             "placement": {**hist.placement.record(), "cells_with_nights_left_out": len(hist.placed_out),
                           "cell_nights_left_out": sum(hist.placed_out.values()),
                           "newest_night_cells_left_out": hist.tonight_elsewhere} if hist.placement else None}
@@ -380,7 +380,7 @@ def canary_json(hist: History) -> dict:
 
 def history_budget(hist: History) -> str:
     """What the history's verdict rests on: its nights, their launches and cluster time."""
-    b = budget(*hist.runs)
+    b = hist.budget
     wall = f"wall {b['wall_s']:.0f} s" if b["wall_s"] is not None else "no wall recorded on every night"
     return (f"budget: {len(hist.runs)} nights of up to {max(b['launches'], default=0)} launches, {b['ranks']} ranks, "
             f"timed rounds {b['timed_s']:.1f} s, {wall}: {b['cluster_rank_s']:.0f} rank-s of cluster time")
@@ -403,7 +403,7 @@ def history_text(hist: History) -> str:
     if hist.judged.calibration:
         out.append(f"# {hist.judged.calibration}")
     out += [f"# {line}" for line in [history_budget(hist), *history_detectable_lines(hist), *canary_lines(hist, where=False)]]
-    out += [part for line in [*placement_lines(hist), *cpu_wait_lines(hist.runs)] for part in comment(line)]
+    out += [part for line in [*placement_lines(hist), *hist.cpu_wait] for part in comment(line)]
     for label, lines in sections:
         out += [f"{label}:"] + [f"  {line}" for line in lines]
     out += [f"# {line}" for line in what]

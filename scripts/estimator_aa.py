@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 from sequential_aa import swapped  # noqa: E402
 
-from reports.compare import ALPHA, detectable_bands  # noqa: E402
+from reports.compare import ALPHA  # noqa: E402
 from reports.estimators import ESTIMATORS  # noqa: E402
 from reports.gate import recorded_min_effect  # noqa: E402
 from reports.result_files import load  # noqa: E402
@@ -48,7 +48,7 @@ def _budget(run) -> int:
 
 
 def bands(seq) -> dict[str, float]:
-    return {b["band"].split(" (")[0]: b["detectable"] for b in detectable_bands(seq.comparison)}
+    return {b.band.split(" (")[0]: b.detectable for b in seq.comparison.bands}
 
 
 def judge(path: str, estimator: str) -> tuple[dict[str, float], dict[str, int], int]:

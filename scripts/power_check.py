@@ -45,7 +45,6 @@ sys.path.insert(0, str(HERE))
 from estimator_aa import draws  # noqa: E402
 
 from collectives.sizes import format_size  # noqa: E402
-from reports.compare import detectable_bands  # noqa: E402
 from reports.estimators import ESTIMATORS  # noqa: E402
 from reports.gate import recorded_min_effect, sequential_budget  # noqa: E402
 from reports.result_files import load  # noqa: E402
@@ -120,8 +119,8 @@ def report(backend_dir: Path, trials: int) -> None:
                         control[c.size][0] += confirmed
                         control[c.size][1] += 1
                 if slowed == AA:
-                    for b in detectable_bands(seq.comparison):
-                        seen[b["band"]].append(b["detectable"])
+                    for b in seq.comparison.bands:
+                        seen[b.band].append(b.detectable)
         runs_text = ", ".join(f"{c} x{len(p)}" for c, p in sorted(by_cond.items()))
         print(f"## {backend_dir.name}, --estimator {estimator}: runs {runs_text}")
         ops = sorted({k[0] for k in tried})

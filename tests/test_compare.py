@@ -7,7 +7,7 @@ import pytest
 
 from reports import summary
 from reports.calibration import calibrate
-from reports.compare import compare, size_ranges
+from reports.compare import compare
 from reports.result_files import load
 from schema.judgement import IMPROVEMENT, INCONCLUSIVE, REGRESSION, SUSPECTED_REGRESSION
 from schema.results import CollectiveRow, bench_entry, result_file
@@ -60,11 +60,11 @@ def test_a_a_flags_nothing(tmp_path):
 def test_slowdown_is_flagged_exactly_on_its_size_range(tmp_path):
     slow = lambda op, size: 1.25 if op == "all_reduce" and (64 << 10) <= size <= (1 << 20) else 1.0  # noqa: E731
     cmp = compare(load(write_run(tmp_path / "a.json", 1, launches=3)), load(write_run(tmp_path / "c.json", 2, slow, launches=3)))
-    ranges = size_ranges(cmp)
-    assert [(r["series"].op, r["first"], r["last"]) for r in ranges] == [("all_reduce", 64 << 10, 1 << 20)]
-    assert ranges[0]["low"] < 1.25 < ranges[0]["high"] * 1.05
+    ranges = cmp.ranges[REGRESSION]
+    assert [(r.series.op, r.first, r.last) for r in ranges] == [("all_reduce", 64 << 10, 1 << 20)]
+    assert ranges[0].low < 1.25 < ranges[0].high * 1.05
     line = summary.range_lines(cmp, REGRESSION)[0]
-    assert line.startswith("all_reduce float32 sum 2 ranks mpi/default 64KiB-1MiB: busbw -") and 1.15 < ranges[0]["ratio"] < 1.35
+    assert line.startswith("all_reduce float32 sum 2 ranks mpi/default 64KiB-1MiB: busbw -") and 1.15 < ranges[0].ratio < 1.35
 
 
 def test_an_isolated_blip_stays_inconclusive(tmp_path):
@@ -91,7 +91,7 @@ def test_one_launch_a_side_can_only_suspect(tmp_path):
     slow = lambda op, size: 1.25 if op == "all_reduce" and (64 << 10) <= size <= (1 << 20) else 1.0  # noqa: E731
     cmp = compare(load(write_run(tmp_path / "a.json", 1)), load(write_run(tmp_path / "c.json", 2, slow)))
     assert not cmp.regressed and cmp.by_verdict(REGRESSION) == []
-    assert [(r["first"], r["last"]) for r in size_ranges(cmp, SUSPECTED_REGRESSION)] == [(64 << 10, 1 << 20)]
+    assert [(r.first, r.last) for r in cmp.ranges[SUSPECTED_REGRESSION]] == [(64 << 10, 1 << 20)]
     out = summary.text(cmp)
     assert "suspected regressions" in out and "REGRESSIONS" not in out
     assert "--repeat 3 --backend mpi --ops all_reduce --dtypes float32 --sizes 64KiB,256KiB,1MiB" in summary.settle_command(cmp)
@@ -142,9 +142,9 @@ def test_interleaved_pairs_cancel_drift_the_unpaired_test_cannot(tmp_path):
     path = write_ab(tmp_path / "ab.json", slow=1.15, drift_sd=0.3)  # machine 30% noisier between launches than within
     paired = compare(load(path, side="A"), load(path, side="B"))
     assert {c.samples for c in paired.cells} == {"paired launches"}
-    ranges = size_ranges(paired)
-    assert [(r["first"], r["last"]) for r in ranges] == [(SIZES[0], SIZES[-1])]
-    assert ranges[0]["low"] < 1.15 < ranges[0]["high"]
+    ranges = paired.ranges[REGRESSION]
+    assert [(r.first, r.last) for r in ranges] == [(SIZES[0], SIZES[-1])]
+    assert ranges[0].low < 1.15 < ranges[0].high
     b_alone = load(path, side="B")
     b_alone.side = ""                                  # the same numbers, pairing forgotten
     unpaired = compare(load(path, side="A"), b_alone)

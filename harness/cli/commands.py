@@ -142,22 +142,23 @@ def run_history(args) -> ExitCode:
         return fail(f"--window {args.window}: give a number of runs, 1 or more")
     from reports.history import load_runs, too_few
     runs, skipped = load_runs(args.runs)
+    short = too_few(runs, ab=bool(args.ab))
     for line in skipped:
         print(f"# skipped: {line}")
     for run in runs:
         _say_notes(run)
-    if short := too_few(runs, ab=bool(args.ab)):
+    if short:
         print(short + ("; no history page written" if args.report else ""))
         return ExitCode.OK
     cal = calibration.read(args.calibration) if args.calibration else None
     ab = None
     if args.ab:   # judged as compare --ab does: a sequential run's looks replayed, its estimator, a setup check
-        from reports.gate import judge_pair
-        pair = judge_pair(load(args.ab, side="A"), load(args.ab, side="B"), min_effect=args.min_effect, force=args.force,
-                          estimator=args.estimator)
-        if pair.refused:
-            return fail(f"--ab {args.ab}: {pair.refused}")
-        ab = pair.comparison
+        from reports.gate import pair
+        same_day = pair(load(args.ab, side="A"), load(args.ab, side="B"), min_effect=args.min_effect, force=args.force,
+                        estimator=args.estimator)
+        if same_day.refused:
+            return fail(f"--ab {args.ab}: {same_day.refused}")
+        ab = same_day.comparison
         print(f"# same-day A/B {args.ab}: side A (baseline) the previous stack, side B (candidate) the newest one")
     judgement = judge_history(runs, calibration=cal, min_effect=args.min_effect, window=args.window, force=args.force, ab=ab,
                               estimator=args.estimator)
