@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from reports.change_points import change_points
-from schema.run_meta import RunMeta
 from schema.stats import median
 
 MIN_STEP = 0.05           # a canary step smaller than this is not a change of the machine
@@ -73,12 +72,11 @@ def _nights(runs: list) -> CanaryView:
     """Nights measured the way the newest canary was (its version): a canary that changed what a
     night's figure is starts its levels afresh instead of showing as a step of the machine."""
     view = CanaryView()
-    canaries = [RunMeta.of(run.meta).canary for run in runs]
-    versions = [c.get("version") if c is not None else None for c in canaries]
+    canaries = [run.meta.canary for run in runs]
+    versions = [c.version if c is not None else None for c in canaries]
     newest = next((v for v in reversed(versions) if v is not None), None)
     for i, canary in enumerate(canaries):
-        workloads = canary.get("workloads") if canary is not None and versions[i] == newest else None
-        for name, w in (workloads or {}).items() if isinstance(workloads, dict) else ():
+        for name, w in (canary.workloads if canary is not None and versions[i] == newest else {}).items():
             samples = w.get("samples") if isinstance(w, dict) else None
             if not isinstance(samples, list) or not samples or not all(
                     isinstance(s, (int, float)) and np.isfinite(s) and s > 0 for s in samples):

@@ -35,7 +35,6 @@ from schema.judgement import (
     VerdictKind,
 )
 from schema.results import Cell, Run, Series, key_order, metrics
-from schema.run_meta import RunMeta
 from schema.stats import MIN_UNDISTURBED, UNDISTURBED_SHARE, median, medians
 
 ALPHA = 0.05
@@ -457,7 +456,7 @@ def budget(*runs: Run) -> dict:
         return float(sum(launch_s(cell, i, times) for cell in run.cells.values() for i, times in cell.launches.items()))
     ranks = max((c.row.nranks or 1 for r in runs for c in r.cells.values()), default=1)
     launches = [max((len(c.launches) for c in r.cells.values()), default=0) for r in runs]
-    walls = {r.path: RunMeta.of(r.meta).wall_s for r in runs}   # one A/B run: one wall for both sides
+    walls = {r.path: r.meta.wall_s for r in runs}   # one A/B run: one wall for both sides
     known = [float(w) for w in walls.values() if w is not None]
     wall = sum(known) if len(known) == len(walls) else None
     seconds = sum(timed(r) for r in runs)

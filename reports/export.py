@@ -42,7 +42,6 @@ from reports.history import DEFAULT_WINDOW, load_runs, too_few
 from reports.placement import round_trip_ns
 from reports.result_files import load
 from schema.results import NoCells, ResultError, Run, Series
-from schema.run_meta import RunMeta
 
 CELL_LABELS = ("op", "bytes", "message_size", "dtype", "redop", "inplace", "backend", "algo", "nranks", "hosts",
                "series", "knobs", "side", "stack", "run", "job", "cluster")
@@ -177,9 +176,8 @@ def _verdicts(m: _Metrics, cells: list[CellResult], rows: dict, side: str, stack
 
 
 def _canary(m: _Metrics, run: Run, where: Where) -> None:
-    canary = RunMeta.of(run.meta).canary or {}
     from schema.stats import median
-    for workload, w in (canary.get("workloads") or {}).items():
+    for workload, w in (run.meta.canary.workloads if run.meta.canary else {}).items():
         samples = w.get("samples") if isinstance(w, dict) else None
         if isinstance(samples, list) and samples and all(isinstance(s, (int, float)) and s > 0 for s in samples):
             m.canary.labels(workload=str(workload), run=_run_name(run), **where.labels).set(median(samples))

@@ -16,7 +16,6 @@ from schema.calibration import Calibration
 from schema.exit_codes import ExitCode
 from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, REGRESSION
 from schema.results import ResultError, Run
-from schema.run_meta import RunMeta
 
 EXIT_INCONCLUSIVE = ExitCode.INCONCLUSIVE   # the old names, kept for their importers
 EXIT_MACHINE = ExitCode.MACHINE_CHANGED
@@ -49,7 +48,7 @@ class Judgement:
 
 def sequential_budget(base: Run, cand: Run) -> int:
     """The launch budget when these are the two sides of one --ab-until-decided run, else 0."""
-    options = RunMeta.of(base.meta).options
+    options = base.meta.options
     if base.side and cand.side and base.path == cand.path and options is not None and options.ab_until_decided:
         return options.repeat or 0
     return 0
@@ -57,14 +56,14 @@ def sequential_budget(base: Run, cand: Run) -> int:
 
 def recorded_estimator(run: Run) -> str:
     """The --estimator a run was made with (what its session judged by), else the default."""
-    options = RunMeta.of(run.meta).options
+    options = run.meta.options
     value = options.estimator if options is not None else None
     return value if value in ESTIMATORS else DEFAULT_ESTIMATOR
 
 
 def recorded_min_effect(run: Run) -> float:
     """The --min-effect a run was made with (what its session judged by), else the default."""
-    options = RunMeta.of(run.meta).options
+    options = run.meta.options
     value = options.min_effect if options is not None else None
     return float(value) if value is not None and 0 < value < 1 else DEFAULT_MIN_EFFECT
 
@@ -165,7 +164,7 @@ def same_night(path) -> tuple[Comparison | None, str]:
     saying what it was."""
     try:
         base, cand = load(path, side="A"), load(path, side="B")
-        if RunMeta.of(base.meta).baseline_side is None:   # an older record: side A is this stack
+        if base.meta.baseline_side is None:   # an older record: side A is this stack
             base, cand = cand, base
         judgement = pair(base, cand)
     except ResultError as exc:

@@ -52,7 +52,6 @@ from reports.result_files import load, setup_of
 from schema.calibration import Calibration
 from schema.judgement import CHANGES, DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, REGRESSION, Cause, Direction, Samples, Verdict
 from schema.results import NoCells, ResultError, Run, Series, key_order
-from schema.run_meta import RunMeta
 
 NEWEST_UNDECIDED = Verdict(cause=Cause.HISTORY, newest=True)   # the newest night, before it is judged against its level
 PLATFORM = ("nranks", "hosts")   # what makes a night another platform (a night that lost a backend is not)
@@ -478,7 +477,7 @@ def stack_kept(runs: list[Run], first: int, last: int, declared: bool) -> bool:
     what neither records (a library rebuilt under the same version) is not seen."""
     newest = run_provenance(runs[last])
     for i in range(first, last + 1):
-        options = RunMeta.of(runs[i].meta).options
+        options = runs[i].meta.options
         if declared and i > first and (options is None or not options.previous_stack or options.previous_differs is not False):
             return False
         if provenance_diff([run_provenance(runs[i]), newest]):

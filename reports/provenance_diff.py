@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 
-from schema.run_meta import RunMeta
-
 
 def flatten(d: dict, prefix: str = "") -> dict[str, str]:
     out = {}
@@ -46,8 +44,7 @@ def run_provenance(run) -> dict:
         for k, v in cell.row.group_env.items():
             rank_env.setdefault(k, set()).add("(unset)" if v is None else str(v))
     seen: dict[str, dict[str, set]] = {"versions": {}, "adapter_env": {}}
-    meta = RunMeta.of(run.meta)
-    for group in meta.groups.values():
+    for group in run.meta.groups.values():
         if group.get("side", "") != run.side:
             continue   # the other side's groups: both sides' env can be empty (another interpreter only)
         if tuple(sorted((group.get("env") or {}).items())) in envs:
@@ -55,5 +52,5 @@ def run_provenance(run) -> dict:
                 for k, v in (group.get(what) or {}).items():
                     values.setdefault(k, set()).add(str(v))
     joined = {what: {k: " | ".join(sorted(v)) for k, v in values.items()} for what, values in seen.items()}
-    return {**meta.provenance, "rank_env": {k: " | ".join(sorted(v)) for k, v in rank_env.items()},
+    return {**run.meta.provenance, "rank_env": {k: " | ".join(sorted(v)) for k, v in rank_env.items()},
             "ranks": joined["versions"], "rank_vars": joined["adapter_env"]}

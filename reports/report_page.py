@@ -35,7 +35,6 @@ from schema.judgement import (  # noqa: E402
     SUSPECTED_REGRESSION,
 )
 from schema.results import Cell, Metric, ResultError, Run, Series, layout, metrics, side_role  # noqa: E402
-from schema.run_meta import RunMeta  # noqa: E402
 from schema.stats import NAMED_RANKS_OVER  # noqa: E402
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"), autoescape=True)
@@ -485,7 +484,7 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                        algos=[f for r in runs for f in _algo_figures(r)], kind_sections=_kind_sections(runs, names),
                        slowest=_slowest_ranks(runs, names),
                        named_over=NAMED_RANKS_OVER, heatmaps=heatmaps,
-                       field_note=sorted({limits for r in runs if (limits := RunMeta.of(r.meta).field_limits)}))
+                       field_note=sorted({limits for r in runs if (limits := r.meta.field_limits)}))
     (out_dir / "report.html").write_text(html)
     md = [f"## hccl-bench report: {summary.md(', '.join(r.label for r in runs))}", ""]
     md += [summary.markdown(last)] if last else ["(one run: no comparison)"]

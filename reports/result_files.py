@@ -115,17 +115,15 @@ OTHER_SIDE = {"A": "B", "B": "A"}
 SAME_NIGHT_LABELS = {"A": "this stack", "B": "previous stack"}   # the same-night child's --label (harness/session/same_night.py)
 
 
-def with_direction(meta: RunMeta, raw: dict) -> tuple[RunMeta, dict, bool]:
+def with_direction(meta: RunMeta) -> tuple[RunMeta, bool]:
     """A same-night A/B recorded before runs carried their direction (no hccl_bench.baseline_side) still
     names its sides as its child session labelled them, side A "this stack" and side B "previous stack":
-    its baseline is side B, as the newer record says outright. (meta, raw, whether it was read from the
+    its baseline is side B, as the newer record says outright. (meta, whether it was read from the
     labels); any other run keeps its record (an A/B without the field ran the convention, A the baseline)."""
-    options = raw.get("options")
-    labels = (options.get("labels") if isinstance(options, dict) else None) or raw.get("labels") or {}
-    if meta.baseline_side is not None or not isinstance(labels, dict) or \
-            any(labels.get(s) != name for s, name in SAME_NIGHT_LABELS.items()):
-        return meta, raw, False
-    return replace(meta, baseline_side="B"), {**raw, "baseline_side": "B"}, True
+    labels = (meta.options.labels if meta.options else None) or meta.labels
+    if meta.baseline_side is not None or any(labels.get(s) != name for s, name in SAME_NIGHT_LABELS.items()):
+        return meta, False
+    return replace(meta, baseline_side="B"), True
 
 
 def recorded_side(meta: RunMeta, side: str) -> str:
@@ -134,15 +132,14 @@ def recorded_side(meta: RunMeta, side: str) -> str:
     return OTHER_SIDE[side] if side in OTHER_SIDE and meta.baseline_side == "B" else side
 
 
-def _as_roles(meta: dict) -> dict:
+def _as_roles(meta: RunMeta) -> RunMeta:
     """The metadata of a run whose baseline ran as side B, its sides named by role: each group's side,
     the --label names (the session's and a reader's) swapped, so every reader sees side A as the baseline."""
-    swap = lambda labels: {OTHER_SIDE.get(k, k): v for k, v in (labels or {}).items()}  # noqa: E731
-    options = meta.get("options")
-    return {**meta, "groups": {name: {**g, "side": OTHER_SIDE.get(g.get("side", ""), g.get("side", ""))}
-                               for name, g in (meta.get("groups") or {}).items()},
-            **({"options": {**options, "labels": swap(options.get("labels"))}} if isinstance(options, dict) else {}),
-            **({"labels": swap(meta["labels"])} if meta.get("labels") else {})}
+    swap = lambda labels: {OTHER_SIDE.get(k, k): v for k, v in labels.items()}  # noqa: E731
+    return replace(meta, groups={name: {**g, "side": OTHER_SIDE.get(g.get("side", ""), g.get("side", ""))}
+                                 for name, g in meta.groups.items()},
+                   options=meta.options and replace(meta.options, labels=swap(meta.options.labels)),
+                   labels=swap(meta.labels))
 
 
 def load(path: str | Path, side: str = "") -> Run:
@@ -153,8 +150,7 @@ def load(path: str | Path, side: str = "") -> Run:
     data, path, notes = _read(Path(path))
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise ResultError(f"{path} is not an hccl-bench/pytest-benchmark result file (no 'benchmarks' list)")
-    meta, raw_meta, from_labels = with_direction(RunMeta.from_json(data.get("hccl_bench"), str(path)),
-                                                 data.get("hccl_bench") or {})
+    meta, from_labels = with_direction(RunMeta.from_json(data.get("hccl_bench"), str(path)))
     recorded = recorded_side(meta, side)
     cells: dict[tuple, Cell] = {}
     for number, bench in enumerate(data["benchmarks"]):
@@ -173,9 +169,9 @@ def load(path: str | Path, side: str = "") -> Run:
         what = f"side {side} of an --ab-env run" if side else "collective or layer results (an --ab-env run? use --ab)"
         raise NoCells(f"{path} holds no {what}")
     started = data.get("datetime") or datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat()
-    run = Run(str(path), cells, _as_roles(raw_meta) if recorded != side else raw_meta, side, str(started), notes)
+    run = Run(str(path), cells, _as_roles(meta) if recorded != side else meta, side, str(started), notes)
     if recorded != side:
-        given = (raw_meta.get("options") or {}).get("labels") or {}
+        given = meta.options.labels if meta.options else {}
         names = {s: given.get(s) or f"side {s}" for s in "AB"}
         run.notes.append(f"{path}: its session ran the candidate as side A ({names['A']}) and the baseline as side B "
                          f"({names['B']}); read by role, as it records ("
@@ -228,7 +224,7 @@ def _leave_out_disturbed(cells: list[Cell]) -> None:
                 cell.row = next(iter(cell.rows.values()))
 
 
-def run_from_rows(rows: list[Row], side: str, path: str, meta: dict) -> Run:
+def run_from_rows(rows: list[Row], side: str, path: str, meta: RunMeta) -> Run:
     """A run from rows still in memory (a session looking at its own launches); round times from
     round_ns_per_rank, whole or summarised (schema/stats.py keeps each round's slowest rank)."""
     from schema.stats import per_op_seconds
@@ -271,13 +267,13 @@ def knob_sides(run: Run, name: str, base: str, cand: str) -> tuple[Run, Run]:
         if not cells:
             found = sorted({f"{name}={c.row.knobs[name]}" for c in run.cells.values() if name in c.row.knobs})
             raise NoCells(f"{run.path} holds no cells with {name}={value} (it has: {', '.join(found) or 'no such knob'})")
-        return replace(run, cells=cells, meta={**run.meta, "label": f"{name}={value}"})
+        return replace(run, cells=cells, meta=replace(run.meta, label=f"{name}={value}"))
     return side(base), side(cand)
 
 
 def setup_of(run: Run) -> dict:
     """What must match between two runs for a comparison to mean anything."""
-    groups = RunMeta.of(run.meta).groups.values()
+    groups = run.meta.groups.values()
     hosts = sorted({len(g.get("hosts", {})) for g in groups})
     return {"backends": run.backends(),
             "nranks": sorted({c.row.nranks for c in run.cells.values()}),

@@ -17,9 +17,9 @@ from typing import Any, ClassVar, Union
 
 from schema.kwonly import keyword_dataclass
 from schema.records import ResultError, column, load_fields
+from schema.run_meta import SCHEMA, RunMeta
 from schema.stats import RankView, median
 
-SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
 ROW_OF_BENCH: dict[str, Any] = {}   # a row's bench -> its row type, filled as each row type is defined
 
 
@@ -463,7 +463,7 @@ class Cell:
 class Run:
     path: str
     cells: dict[tuple, Cell]
-    meta: dict
+    meta: RunMeta               # its file's `hccl_bench`, checked and typed once as it was read
     side: str = ""              # "A"/"B" of an interleaved --ab-env run: launches pair up across sides
     started: str = ""           # ISO time (pytest-benchmark's `datetime`, else the file's): orders a history
     notes: list[str] = field(default_factory=list)   # what a reader must be told: rebuilt, incomplete, torn line
@@ -471,25 +471,23 @@ class Run:
     @property
     def complete(self) -> bool:
         """False for a session that ended early (signal, -x, full disk) or was rebuilt from cases.jsonl."""
-        return self.meta.get("complete", True) is not False
+        return self.meta.complete
 
     @property
     def given_name(self) -> str:
         """The name a user gave: `--label SIDE=NAME` (pytest or the CLI) for a side, `import --label` for a run."""
-        options = self.meta.get("options")
-        labels = {**(options.get("labels") or {} if isinstance(options, dict) else {}), **(self.meta.get("labels") or {})}
-        return str(labels.get(self.side) or ("" if self.side else self.meta.get("label") or ""))
+        labels = {**(self.meta.options.labels if self.meta.options else {}), **self.meta.labels}
+        return str(labels.get(self.side) or ("" if self.side else self.meta.label or ""))
 
     def name_as(self, name: str) -> None:
         """`--label SIDE=NAME` given to a reader (hccl-bench compare): this run, or its side, is called NAME."""
-        self.meta["labels"] = {**(self.meta.get("labels") or {}), (self.side or ""): name}
-        if not self.side:
-            self.meta["label"] = name
+        self.meta = replace(self.meta, labels={**self.meta.labels, (self.side or ""): name},
+                            label=self.meta.label if self.side else name)
 
     @property
     def provenance(self) -> dict:
         """What the run was measured on (harness/provenance.py): versions, environment, commit; {} where not recorded."""
-        return self.meta.get("provenance") or {}
+        return self.meta.provenance
 
     @property
     def label(self) -> str:

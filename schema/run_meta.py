@@ -1,13 +1,14 @@
 """What a result file says about its run beside its rows (`hccl_bench` in results.json): the
-fields the readers judge by, typed, with a load check like the rows. Fields no reader needs are
-left out; older files lack some fields (None: not recorded) and still load."""
+fields the readers judge by, typed once as the run loads (`Run.meta`), checked like the rows. Fields
+no reader needs are left out; older files lack some fields (None: not recorded) and still load."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from schema.records import load_fields
-from schema.results import SCHEMA, ResultError, column
+from schema.records import ResultError, column, load_fields
+
+SCHEMA = "hccl-bench/1"     # written into every result file, checked when one is read
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,14 @@ class RunOptions:
     ab_until_decided: bool = column("flag", False)
     previous_stack: Optional[str] = column("text")     # --previous-stack
     previous_differs: Optional[bool] = column("flag")  # ... and it was another stack than this one
+    labels: dict = column("object", {})                # --label SIDE=NAME
+
+
+@dataclass(frozen=True)
+class Canary:
+    """A night's canary (harness/session/canary.py measure/spanning): reports/canary.py and export read it."""
+    version: Optional[int] = column("whole")           # what a night's figure is: levels start afresh when it changes
+    workloads: dict = column("object", {})             # workload -> samples (s) and what one is, or its error
 
 
 @dataclass(frozen=True)
@@ -26,7 +35,7 @@ class RunMeta:
     groups: dict = column("object", {})                # group -> hosts, devices, versions, env, side
     provenance: dict = column("object", {})            # versions, environment, commit (harness/provenance.py)
     options: Optional[RunOptions] = column("object")   # None: not a pytest session (an import, an older file)
-    canary: Optional[dict] = column("object")          # harness/session/canary.py's measurement; reports/canary.py reads it
+    canary: Optional[Canary] = column("object")        # None: not measured (an A/B, an import, an older file)
     wall_s: Optional[float] = column("real")           # the session's wall-clock
     interrupted: Optional[str] = column("text")        # why it ended early
     failed: Optional[str] = column("text")             # an imported log's failure
@@ -35,6 +44,11 @@ class RunMeta:
     # candidate as side A (the same-night A/B: side A this stack, side B the previous one); None: side A,
     # the convention. Readers load it previous -> this (reports/result_files.py load)
     baseline_side: Optional[str] = column("text")
+    complete: bool = column("flag", True)              # False: ended early or rebuilt from cases.jsonl
+    label: Optional[str] = column("text")              # `import --label`, or a reader's name for the run (Run.name_as)
+    labels: dict = column("object", {})                # a reader's `--label SIDE=NAME` (Run.name_as)
+    failures: list = column("list", [])                # cases that failed, each with its error
+    skipped: list = column("list", [])                 # cases skipped, each with its reason
 
     @classmethod
     def from_json(cls, data, where: str) -> RunMeta:
@@ -56,9 +70,11 @@ class RunMeta:
                               f"found {str(values['baseline_side'])[:12]}")
         if "options" in values:
             values["options"] = RunOptions(**load_fields(RunOptions, values["options"], f"{where}: hccl_bench.options"))
+        if "canary" in values:
+            values["canary"] = Canary(**load_fields(Canary, values["canary"], f"{where}: hccl_bench.canary"))
         return cls(**values)
 
     @classmethod
     def of(cls, meta: dict) -> RunMeta:
-        """A loaded run's metadata (checked when its file was read), or a session's own in memory."""
+        """A session's own metadata in memory (or a test's), checked as a file's would be."""
         return cls.from_json(meta, "run metadata")

@@ -62,7 +62,7 @@ def _load(folder: Path):
 
 def _problems(run) -> list[str]:
     """Failures and wrong results of a run, one line each."""
-    out = [f"FAILED {f.get('what', f.get('id', '?'))}: {f.get('error', '')}" for f in run.meta.get("failures", [])]
+    out = [f"FAILED {f.get('what', f.get('id', '?'))}: {f.get('error', '')}" for f in run.meta.failures]
     for cell in run.cells.values():
         for row in cell.rows.values():
             if row.wrong:
@@ -91,7 +91,7 @@ def _refusals(run, context: dict) -> tuple[list[str], list[str]]:
     from reports.table import rows_of
     if context.get("backend") not in ("nccl", "hccl"):
         return ["  captured cases skip on a CPU backend: nothing to refuse"], []
-    rows, failures = rows_of(run), run.meta.get("failures", [])
+    rows, failures = rows_of(run), run.meta.failures
     gather = [r.wrong for r in rows if r.op == "all_gather" and r.graph]
     reduce = [r for r in rows if r.op == "all_reduce" and r.graph]
     refused = [f.get("error", "") for f in failures if "all_reduce" in str(f.get("id", f.get("what", "")))]
@@ -99,7 +99,7 @@ def _refusals(run, context: dict) -> tuple[list[str], list[str]]:
     problems = [] if gather == [2] else [f"the captured check did not count the corrupted element: #wrong {gather}, want [2]"]
     if context.get("nproc") == 1:   # nothing to capture: skipped at collection (kinds/collective.py ONE_RANK_IN_PLACE);
         # the empty-graph error itself is shown by tests/test_capture_check.py
-        skipped = [s.get("reason", "") for s in run.meta.get("skipped", []) if "all_reduce" in str(s.get("id", ""))
+        skipped = [s.get("reason", "") for s in run.meta.skipped if "all_reduce" in str(s.get("id", ""))
                    and "graph" in str(s.get("id", ""))]
         lines.append(f"  captured in-place all_reduce on one rank: {skipped[0] if skipped else 'not skipped'}")
         if not (skipped and "moves no data" in skipped[0]) or reduce or refused:
@@ -135,7 +135,7 @@ def _pat(run, context: dict) -> tuple[list[str], list[str]]:
 
 def _skips(run) -> list[str]:
     reasons: dict[str, int] = {}
-    for s in run.meta.get("skipped", []):
+    for s in run.meta.skipped:
         reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
     return [f"  skipped {n}: {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
 
@@ -178,13 +178,13 @@ def _layers(run) -> list[str]:
 
 
 def _provenance(run) -> list[str]:
-    prov = run.meta.get("provenance", {})
+    prov = run.meta.provenance
     out = [f"  drivers: {json.dumps(prov.get('drivers'))}"]
     for name, text in (prov.get("topology") or {}).items():
         lines = str(text).splitlines()
         out.append(f"  {name}: {len(lines)} lines")
         out += [f"    {line}" for line in lines[:12]] + (["    ..."] if len(lines) > 12 else [])
-    for name, group in (run.meta.get("groups") or {}).items():
+    for name, group in run.meta.groups.items():
         out.append(f"  group {name}: devices {group.get('devices')} versions {json.dumps(group.get('versions'))}")
         out.append(f"    adapter variables the ranks saw: {json.dumps(group.get('adapter_env') or {})}")
     out.append(f"  variables recorded by the driver: {json.dumps(prov.get('env') or {})}")

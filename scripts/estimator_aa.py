@@ -44,7 +44,7 @@ CLEARLY = 0.8   # a new default must see at most this share of the default's det
 
 
 def _budget(run) -> int:
-    return int((run.meta.get("options") or {}).get("repeat") or 0)
+    return int(run.meta.options and run.meta.options.repeat or 0)
 
 
 def bands(seq) -> dict[str, float]:

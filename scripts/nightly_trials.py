@@ -91,7 +91,7 @@ def nights_of(results: Path) -> list:
 
 def made_slow(run) -> bool:
     """The night ran with the slow fault (its provenance recorded HCCL_BENCH_FAULT): a changed night."""
-    return "HCCL_BENCH_FAULT" in (run.meta.get("provenance") or {}).get("env", {})
+    return "HCCL_BENCH_FAULT" in run.meta.provenance.get("env", {})
 
 
 def large_size_figures(runs: list, hist) -> list[str]:

@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     a, b = load(args.run, side="A"), load(args.run, side="B")
-    budget = int((a.meta.get("options") or {}).get("repeat") or 0)
+    budget = int(a.meta.options and a.meta.options.repeat or 0)
     launches = sorted({i for c in a.cells.values() for i in c.launches})
     rng = np.random.default_rng(args.seed)
     flagged, decided = 0, []

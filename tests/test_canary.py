@@ -4,6 +4,7 @@ canary shows too (a machine regression, exit 7, not a software regression; a mac
 reported, exit 0), a software change beside a
 quiet canary (exit 1), and the canary's own measurement."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -83,7 +84,7 @@ def test_a_noisy_night_is_left_out_with_the_canary_figures(tmp_path):
     assert list(hist.left_out) == [7] and not [c for c in hist.suspected.cells if c.outcome.suspected]
     without = runs_of(newest)   # the same nights, the canary removed: a suspicion
     for run in without:
-        run.meta.pop("canary")
+        run.meta = replace(run.meta, canary=None)
     assert analyse(without).suspected.by_verdict(SUSPECTED_REGRESSION)
 
 
@@ -179,9 +180,9 @@ def test_nights_of_an_older_canary_version_are_not_levels_of_the_newest(tmp_path
     from reports.canary import judge
     runs = runs_of(with_canary(nightly(tmp_path, 10, drift=0.02), lambda night: 1.4 if night >= 6 else 1.0))
     for run in runs[:6]:
-        run.meta["canary"]["version"] = 0
+        run.meta = replace(run.meta, canary=replace(run.meta.canary, version=0))
     view = judge(runs, 0.05)
     assert view.steps == [] and view.nights == 4
     for run in runs[:6]:
-        run.meta["canary"]["version"] = 1
+        run.meta = replace(run.meta, canary=replace(run.meta.canary, version=1))
     assert {s.at for s in judge(runs, 0.05).steps} == {6}   # one step per workload

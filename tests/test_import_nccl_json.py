@@ -11,6 +11,7 @@ from reports.importers import import_runs
 from reports.result_files import load, run_from_rows
 from reports.run_failures import RunFailed
 from schema.results import CollectiveRow, ResultError
+from schema.run_meta import RunMeta
 from tests.conftest import run_cli
 
 DATA = Path(__file__).parent / "data" / "importers"
@@ -204,7 +205,7 @@ def native(run):
     rows = [CollectiveRow(backend=c.row.backend, algo="default", op=c.row.op, dtype=c.row.dtype, redop=c.row.redop,
                           inplace=c.row.inplace, nranks=c.row.nranks, bytes=c.size, round_ns_per_rank=c.row.round_ns_per_rank,
                           iters_per_round=1) for c in run.cells.values()]
-    return run_from_rows(rows, "", "native", {})
+    return run_from_rows(rows, "", "native", RunMeta())
 
 
 def test_an_imported_per_iteration_pair_compares_like_a_native_pair(tmp_path):

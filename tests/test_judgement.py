@@ -13,7 +13,6 @@ from schema.calibration import Calibration
 from schema.exit_codes import ExitCode
 from schema.judgement import Cause, Direction, GateResult, Samples, Verdict
 from schema.results import ResultError
-from schema.run_meta import RunMeta
 from tests.test_compare import write_ab, write_run
 from tests.test_history import nightly, runs_of
 
@@ -69,9 +68,9 @@ def test_a_calibration_round_trips_and_is_checked_on_load(tmp_path):
 
 def test_run_metadata_is_typed_and_checked_where_a_run_is_loaded(tmp_path):
     path = write_run(tmp_path / "r.json", 1, options={"min_effect": 0.02, "estimator": "min", "repeat": 3})
-    meta = RunMeta.of(load(path).meta)
+    meta = load(path).meta
     assert meta.options is not None and (meta.options.min_effect, meta.options.estimator, meta.options.repeat) == (0.02, "min", 3)
-    assert RunMeta.of(load(write_run(tmp_path / "old.json", 1)).meta).options is None   # no options: an older file, an import
+    assert load(write_run(tmp_path / "old.json", 1)).meta.options is None   # no options: an older file, an import
     data = json.loads((tmp_path / "r.json").read_text())
     data["hccl_bench"]["options"]["min_effect"] = "2%"
     (tmp_path / "bad.json").write_text(json.dumps(data))

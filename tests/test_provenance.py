@@ -114,6 +114,7 @@ def test_rank_reported_variables_and_topology_show_in_the_diff():
     from harness.provenance import group_info
     from reports.provenance_diff import provenance_diff, run_provenance
     from schema.results import Cell, CollectiveRow, Run, Series
+    from schema.run_meta import RunMeta
 
     def run(queue: str, topo: str, hccl: str) -> Run:
         ranks = [{"host": "n1", "device": "Ascend910B3", "versions": {"hccl": hccl}, "env": {"TASK_QUEUE_ENABLE": queue}}
@@ -121,7 +122,7 @@ def test_rank_reported_variables_and_topology_show_in_the_diff():
         row = CollectiveRow(backend="hccl", algo="default", op="all_reduce", bytes=8)
         cell = Cell(Series.of(row), 8, row)
         meta = {"provenance": {"topology": {"npu-smi info": topo}}, "groups": {"g0": {"env": {}, **group_info(ranks)}}}
-        return Run("r", {cell.key: cell}, meta)
+        return Run("r", {cell.key: cell}, RunMeta.of(meta))
 
     base, cand = run("1", "NPU 0\nNPU 1", "8.1.RC1"), run("2", "NPU 0\nNPU 1\nNPU 2", "8.2.RC1")
     assert run_provenance(base)["rank_vars"] == {"TASK_QUEUE_ENABLE": "1"}

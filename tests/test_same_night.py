@@ -100,7 +100,7 @@ def test_a_suspected_cell_is_confirmed_the_same_night_and_an_aa_confirms_nothing
     assert re.search(r"budget: \d+ launches a side, 2 ranks, .* rank-s of cluster time", out)
     # the A/B run's own folder, opened alone (a CI link): previous -> this, the slowed all_reduce a regression
     ab = re.search(r"# same-night A/B: \d+ cases .* against \S+: (\S+)", out)
-    assert ab and load(ab.group(1), side="A").meta["baseline_side"] == "B", out[-3000:]
+    assert ab and load(ab.group(1), side="A").meta.baseline_side == "B", out[-3000:]
     alone = run_cli("compare", ab.group(1), "--ab")
     assert alone.returncode == 1 and "# baseline:  previous stack (side A, baseline)" in alone.stdout, alone.stdout + alone.stderr
     after = alone.stdout.split("REGRESSIONS:\n", 1)[-1].splitlines()
@@ -129,7 +129,7 @@ def test_a_suspected_cell_is_confirmed_the_same_night_and_an_aa_confirms_nothing
     assert "# same-night A/B: the previous stack is this one (it changes nothing here), nothing to A/B" in proc.output, \
         proc.output[-3000:]
     recorded = re.search(r"# results: (.*/nights/[0-9-]+/results\.json)", proc.output)
-    assert recorded and load(recorded.group(1)).meta["options"]["previous_differs"] is False, proc.output[-3000:]
+    assert recorded and load(recorded.group(1)).meta.options.previous_differs is False, proc.output[-3000:]
     assert bench_run.leftovers() == []
 
 
@@ -181,9 +181,9 @@ def test_the_same_night_ab_run_reads_previous_to_this_in_every_reader(tmp_path):
     assert before.returncode == 1 and "11 regression, 0 improvement" in before.stdout, before.stdout + before.stderr
     assert "REGRESSIONS:\n  all_reduce float32 sum 2 ranks mpi/default 4B-4MiB: busbw -23" in before.stdout
     assert "its side labels; recorded before runs carried baseline_side" in before.stderr
-    assert load(unmarked, side="A").meta["baseline_side"] == "B"
+    assert load(unmarked, side="A").meta.baseline_side == "B"
     mark_direction(marked)
-    assert load(marked, side="A").meta["baseline_side"] == "B"
+    assert load(marked, side="A").meta.baseline_side == "B"
     out = run_cli("compare", marked, "--ab")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "# baseline:  previous stack (side A, baseline)" in out.stdout

@@ -30,19 +30,18 @@ def save(result: str, name: str, root: Path = ROOT) -> Path:
     if not _NAME.match(name):
         raise ResultError(f"baseline name {name!r}: use letters, digits and . _ + - (e.g. cann-8.0.RC3)")
     run = load(result)
-    meta = RunMeta.of(run.meta)
     if not run.complete:
-        raise ResultError(f"{result} is an incomplete run ({meta.interrupted or 'ended early'}): "
+        raise ResultError(f"{result} is an incomplete run ({run.meta.interrupted or 'ended early'}): "
                           "a baseline must be a whole run")
     backends = run.backends()
-    target = root / platform_key(meta, backends) / name
+    target = root / platform_key(run.meta, backends) / name
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         target.mkdir()
     except FileExistsError:
         raise ResultError(f"baseline {target.relative_to(root)} exists: pick another name or remove it") from None
     files.write_atomic(target / "results.json", Path(run.path).read_text())
-    prov = meta.provenance
+    prov = run.meta.provenance
     # meta.json last: a baseline is listed only once its results are whole
     files.write_atomic(target / "meta.json", json.dumps({
         "name": name, "saved": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": run.path, "cells": len(run.cells),
@@ -68,7 +67,7 @@ def find(name: str, root: Path = ROOT) -> dict:
 def auto(result: str, root: Path = ROOT) -> str:
     """The most recently saved baseline of the same platform as `result`."""
     run = load(result)
-    key = platform_key(RunMeta.of(run.meta), run.backends())
+    key = platform_key(run.meta, run.backends())
     same = [e for e in entries(root) if e["platform"] == key]
     if not same:
         raise ResultError(f"no stored baseline for platform {key} (save one: hccl-bench baseline save RESULT --name NAME)")

@@ -20,6 +20,7 @@ from harness.session.run_store import RunStore
 from kinds.base import Case, Kind, Ran
 from schema.judgement import GateResult
 from schema.results import SCHEMA, Row
+from schema.run_meta import RunMeta
 from schema.wire import Spec
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class BenchSession:
         if launches not in planned_looks(self.opts.repeat):
             return []
         rows: list[Row] = [r for kind in kinds.KINDS if kind.cells for r in kinds.rows_of(kind, self.rows)]
-        meta = {"options": asdict(self.opts)}
+        meta = RunMeta.of({"options": asdict(self.opts)})
         base, cand = (run_from_rows(rows, side, str(self.run_dir), meta) for side in "AB")
         if not (set(base.cells) & set(cand.cells)):
             return []
@@ -134,7 +135,7 @@ class BenchSession:
         if self._top_up is not None and (self._top_up.stopped or not self._top_up.short):
             return []   # stopped, or no cell was short: nothing ran since
         rows: list[Row] = [r for kind in kinds.KINDS if kind.cells for r in kinds.rows_of(kind, self.rows)]
-        tonight = run_from_rows(rows, "", str(self.run_dir), {"options": asdict(self.opts)})
+        tonight = run_from_rows(rows, "", str(self.run_dir), RunMeta.of({"options": asdict(self.opts)}))
         try:
             if self._earlier is None:   # read once: the earlier nights do not change during the session
                 here = self.run_dir.resolve()
