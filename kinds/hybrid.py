@@ -514,8 +514,8 @@ def _build_launch(kind: HybridKind, opts: Options) -> list[HybridCase]:
                                   bucket_bytes=o.hybrid_bucket, dist_opt=dist_opt, grad_reduce=grad_reduce,
                                   sp=sp, vpp=o.hybrid_vpp if vpp else 0, group=key)
                 case.skip = (no_torch(backend) or refusal(kind.spec(case, opts), opts.nproc)
-                             or support.missing("tp_bench", "manual")
-                             or (support.missing("pp_bench", schedule=case.schedule) if pp > 1 else "")
+                             or support.missing("linear", "manual")
+                             or (support.missing("pipeline", schedule=case.schedule) if pp > 1 else "")
                              or (_no_bf16_reduction(backend) if grad_reduce == "bfloat16" else ""))
                 out.append(case)
     return out

@@ -1,13 +1,14 @@
 """What the two layer kinds share (kinds/linear.py: TP blocks, kinds/pipeline.py: pipeline steps):
-a case on a tp x pp x dp layout, the spec fields of the model, and the row's measured common part
-(round times, the check against the single-rank reference, memory, placement warnings)."""
+a case on a tp x pp x dp layout, their Kind base (the LayerRow, the layout in what a failure and the
+row's identity say), the spec fields of the model, and the row's measured common part (round times,
+the check against the single-rank reference, memory, placement warnings)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from collectives.backends import BACKENDS, info
-from kinds.base import Case, Ran, placed
+from kinds.base import Case, Kind, Ran, placed
 from layers import memory
 from layers.mesh import ParallelDims, tp_placement
 from schema import stats
@@ -27,6 +28,21 @@ class LayerCase(Case):
     @property
     def dp(self) -> int:
         return self.nranks // (self.tp * self.pp) if self.nranks % (self.tp * self.pp) == 0 else 0
+
+
+L = TypeVar("L", bound=LayerCase)
+
+
+class LayerKind(Kind[L]):
+    """A layer kind: its own spec type and rank half, one LayerRow for both (the stored rows, told
+    apart by their bench: the kind's name)."""
+    row_type = LayerRow
+
+    def what(self, case: L) -> str:
+        return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
+
+    def identity(self, case: L) -> dict:
+        return {**super().identity(case), "tp": case.tp, "pp": case.pp, "dp": case.dp, "bench": self.name}
 
 
 def spec_fields(case: LayerCase, opts: Options) -> dict[str, Any]:

@@ -1,19 +1,19 @@
 """Tensor-parallel blocks (benches/test_layers.py::test_linear): a column-parallel linear, a TP MLP
 block and its sequence-parallel form, hand-written and through DTensor, at every tp; spec ->
-(layers.rank_tasks.LayerRank) -> LayerRow with times, throughput and efficiency against plain GEMMs."""
+(layers.rank_tasks.LinearRank) -> LayerRow with times, throughput and efficiency against plain GEMMs."""
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from collectives.backends import info
-from kinds.base import Bars, Kind, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, launches, typed, values
-from kinds.layer import LayerCase, measured_row, no_torch, spec_fields
+from kinds.base import Bars, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, launches, typed, values
+from kinds.layer import LayerCase, LayerKind, measured_row, no_torch, spec_fields
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import Cell, LayerRow, metrics
-from schema.wire import LayerSpec, TpResult
+from schema.wire import LinearSpec, TpResult
 
 if TYPE_CHECKING:
     from kinds.options import Options
@@ -34,28 +34,23 @@ class LinearCase(LayerCase):
         return name + knob_suffix(self.knobs) + launch_suffix(self.launch, self.side)
 
 
-class LinearKind(Kind[LinearCase]):
+class LinearKind(LayerKind[LinearCase]):
     name = "linear"
     title = "Tensor-parallel blocks"
     fixture = "linear_case"
     case_type = LinearCase
-    row_type = LayerRow
-    spec_types = (LayerSpec,)
-    rank = ("layers.rank_tasks", "LayerRank")
+    spec_types = (LinearSpec,)
+    rank = ("layers.rank_tasks", "LinearRank")
 
     def build(self, opts: Options) -> list[LinearCase]:
         """TP blocks for every tp; a tp that does not divide the world size is skipped with the reason."""
         return launches(opts, _build_launch)
 
-    def what(self, case: LinearCase) -> str:
-        return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
-
     def identity(self, case: LinearCase) -> dict:
-        return {**super().identity(case), "tp": case.tp, "pp": case.pp, "dp": case.dp, "bench": "linear",
-                "layer": case.layer, "sequence_parallel": case.sp, "impl": case.impl}
+        return {**super().identity(case), "layer": case.layer, "sequence_parallel": case.sp, "impl": case.impl}
 
-    def spec(self, case: LinearCase, opts: Options) -> LayerSpec:
-        return LayerSpec(task="tp_bench", **spec_fields(case, opts), layer=case.layer, sp=case.sp, impl=case.impl)
+    def spec(self, case: LinearCase, opts: Options) -> LinearSpec:
+        return LinearSpec(**spec_fields(case, opts), layer=case.layer, sp=case.sp, impl=case.impl)
 
     def row(self, case: LinearCase, opts: Options, ran: Ran) -> LayerRow:
         """A TP block's times, throughput and efficiency (plain-GEMM time over fwd+bwd time)."""
@@ -106,7 +101,7 @@ def _build_launch(opts: Options) -> list[LinearCase]:
                                       group=key)
                     case.skip = no_torch(backend) or ("" if opts.nproc % tp == 0 else
                                                       f"tp {tp} does not divide the world size {opts.nproc}")
-                    case.skip = case.skip or support.missing("tp_bench", impl=impl) or _no_dtensor(backend, impl)
+                    case.skip = case.skip or support.missing("linear", impl=impl) or _no_dtensor(backend, impl)
                     out.append(case)
     return out
 

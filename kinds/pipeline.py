@@ -1,19 +1,19 @@
 """Pipeline steps (benches/test_layers.py::test_pipeline): torch.distributed.pipelining schedules at
-every (tp, pp > 1), schedule and microbatch count; spec -> (layers.rank_tasks.LayerRank) -> LayerRow
+every (tp, pp > 1), schedule and microbatch count; spec -> (layers.rank_tasks.PipelineRank) -> LayerRow
 with the step time and the measured bubble against the schedule's theory."""
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from kinds.base import Bars, Kind, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, launches, typed, values
-from kinds.layer import LayerCase, measured_row, no_torch, spec_fields
+from kinds.base import Bars, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, launches, typed, values
+from kinds.layer import LayerCase, LayerKind, measured_row, no_torch, spec_fields
 from layers import schedules
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import Cell, LayerRow, metrics
-from schema.wire import LayerSpec, PipelineResult
+from schema.wire import PipelineResult, PipelineSpec
 
 if TYPE_CHECKING:
     from kinds.options import Options
@@ -30,30 +30,25 @@ class PipelineCase(LayerCase):
         return name + knob_suffix(self.knobs) + launch_suffix(self.launch, self.side)
 
 
-class PipelineKind(Kind[PipelineCase]):
+class PipelineKind(LayerKind[PipelineCase]):
     name = "pipeline"
     title = "Pipeline steps"
     fixture = "pipeline_case"
     case_type = PipelineCase
-    row_type = LayerRow
-    spec_types = (LayerSpec,)
-    rank = ("layers.rank_tasks", "LayerRank")
+    spec_types = (PipelineSpec,)
+    rank = ("layers.rank_tasks", "PipelineRank")
 
     def build(self, opts: Options) -> list[PipelineCase]:
         """Every (tp, pp > 1), schedule and microbatch count; layouts whose tp x pp does not divide
         the world size are skipped with the reason."""
         return launches(opts, _build_launch)
 
-    def what(self, case: PipelineCase) -> str:
-        return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
-
     def identity(self, case: PipelineCase) -> dict:
-        return {**super().identity(case), "tp": case.tp, "pp": case.pp, "dp": case.dp, "bench": "pipeline",
-                "schedule": case.schedule, "microbatches": case.microbatches}
+        return {**super().identity(case), "schedule": case.schedule, "microbatches": case.microbatches}
 
-    def spec(self, case: PipelineCase, opts: Options) -> LayerSpec:
-        return LayerSpec(task="pp_bench", **spec_fields(case, opts), schedule=case.schedule,
-                         microbatches=case.microbatches, layers=opts.layers)
+    def spec(self, case: PipelineCase, opts: Options) -> PipelineSpec:
+        return PipelineSpec(**spec_fields(case, opts), schedule=case.schedule, microbatches=case.microbatches,
+                            layers=opts.layers)
 
     def row(self, case: PipelineCase, opts: Options, ran: Ran) -> LayerRow:
         """The step ends when its slowest rank does; each rank's own compute fills part of it:
@@ -112,7 +107,7 @@ def _build_launch(opts: Options) -> list[PipelineCase]:
                         elif pp == 1:
                             case.skip = f"pp=1 has no pipeline: tp={tp} is measured by the linear benches"
                         else:
-                            case.skip = support.missing("pp_bench", schedule=schedule)
+                            case.skip = support.missing("pipeline", schedule=schedule)
                         out.append(case)
     return out
 

@@ -1,4 +1,5 @@
-"""Runs layer specs on one rank (schema.wire.LayerSpec): TP/pipeline correctness checks and benches.
+"""The rank halves of the layer kinds: a TP block (schema.wire.LinearSpec) and a pipeline step
+(PipelineSpec), each a bench or, with `check` set, its correctness check alone.
 
 Every rank builds the same full model from the same seed, then takes its shard or stage, so the
 parallel result can be compared with the single-process one on the same rank: each bench does
@@ -19,7 +20,7 @@ from layers.mesh import Axis, ParallelDims
 from layers.mesh import create_groups as _create_groups
 from layers.schedules import SCHEDULES, stage_indices
 from layers.tp import MLP, ColumnParallelLinear, CommTimer, ParallelMLP, dtensor_linear, dtensor_mlp
-from schema.wire import LayerSpec, PipelineResult, TpResult
+from schema.wire import LayerSpec, LinearSpec, PipelineResult, PipelineSpec, TpResult
 
 _GROUPS: dict[ParallelDims, dict] = {}
 _MESHES: dict[ParallelDims, Any] = {}   # torch DeviceMesh
@@ -123,7 +124,7 @@ def _tp_compare(spec, full, block, tp: int, tp_rank: int, check: Check, watch=No
         check.compare(g, _shard_like(ref_grads[name].grad, g, tp, tp_rank), n)
 
 
-def tp_check(backend, spec) -> dict:
+def tp_check(backend, spec: LinearSpec) -> dict:
     """The TP block against its single-rank reference (layers.check), with collective counts."""
     from torch.distributed.tensor.debug import CommDebugMode
     dims, groups, dtype, device = _setup(backend, spec)
@@ -135,7 +136,7 @@ def tp_check(backend, spec) -> dict:
     return {**check.record(), "fwd": comm_counts(fwd), "bwd": comm_counts(bwd)}
 
 
-def tp_loops(backend, spec):
+def tp_loops(backend, spec: LinearSpec):
     """Forward, forward+backward and optimizer-step loops of a TP block and a plain matmul reference
     of the same per-rank GEMMs; `finish` adds the share of time in the block's collectives."""
     dims, groups, dtype, device = _setup(backend, spec)
@@ -249,7 +250,7 @@ def _pp_compare(spec, dims, tp_rank, local, model, x, target, step, last, check:
                 check.compare(p.grad, _shard_like(ref_grads[name].grad, p.grad, dims.tp, tp_rank), n)
 
 
-def pp_check(backend, spec) -> dict:
+def pp_check(backend, spec: PipelineSpec) -> dict:
     """One pipelined step against the model without a pipeline (layers.check), and the stages held."""
     dims, local, model, x, target, step, _, last = _pipeline(backend, spec)
     check = Check(dtype_name(x.dtype), corrupt=spec.corrupt)
@@ -257,7 +258,7 @@ def pp_check(backend, spec) -> dict:
     return {**check.record(), "stages": sorted(local)}
 
 
-def pp_loops(backend, spec):
+def pp_loops(backend, spec: PipelineSpec):
     """Step time of the schedule, and this rank's compute for one microbatch measured alone:
     bubble = 1 - m x compute / step."""
     dims, local, model, x, target, step, _, last = _pipeline(backend, spec)
@@ -290,10 +291,6 @@ def pp_loops(backend, spec):
     return [pipeline_loop, compute_loop], finish
 
 
-BENCHES = {"tp_bench": tp_loops, "pp_bench": pp_loops}
-CHECKS = {"tp_check": tp_check, "pp_check": pp_check}
-
-
 def _need_torch(backend) -> None:
     if not backend.info.layers:
         raise RuntimeError(f"layer benches need torch.distributed, not the {backend.name} backend ({backend.info.api})")
@@ -311,14 +308,19 @@ def torch_loops(build):
 
 
 class _LayerRank(timing.LoopRank):
-    """The rank half of the layer benches (the driver halves: kinds/linear.py, kinds/pipeline.py); the
-    checks alone (tp_check, pp_check: the tests') return their record as a plain object."""
+    """A layer kind's rank half (the driver halves: kinds/linear.py, kinds/pipeline.py): its timed
+    loops, or with `check` set on the spec the check alone (the tests'), its record a plain object."""
+
+    def __init__(self, check, loops):
+        super().__init__(torch_loops(loops))
+        self.check = check
 
     def run(self, backend, spec: LayerSpec):
-        if spec.task in CHECKS:
+        if spec.check:
             _need_torch(backend)
-            return CHECKS[spec.task](backend, spec)
+            return self.check(backend, spec)
         return super().run(backend, spec)
 
 
-LayerRank = _LayerRank(torch_loops(lambda backend, spec: BENCHES[spec.task](backend, spec)))
+LinearRank = _LayerRank(tp_check, tp_loops)
+PipelineRank = _LayerRank(pp_check, pp_loops)

@@ -40,13 +40,13 @@ def _stage_infers_shapes() -> bool:
     return param is None or param.default is not inspect.Parameter.empty
 
 
-def missing(task: str, impl: str = "", schedule: str = "") -> str:
-    """Why this torch cannot run the layer case (task "tp_bench" with its impl, "pp_bench" with its schedule), or ""."""
+def missing(kind: str, impl: str = "", schedule: str = "") -> str:
+    """Why this torch cannot run the layer case (kind "linear" with its impl, "pipeline" with its schedule), or ""."""
     try:
         import torch
     except ImportError:
         return "layer benches need torch (not installed)"
-    if task == "tp_bench":
+    if kind == "linear":
         needs = MANUAL_TP + (DTENSOR_TP if impl == "dtensor" else ())
     else:
         cls = SCHEDULES[schedule][0]
@@ -55,6 +55,6 @@ def missing(task: str, impl: str = "", schedule: str = "") -> str:
     for module, name, since in needs:
         if not _has(module, name):
             return f"torch {torch.__version__} has no {module}.{name} (torch >= {since})"
-    if task == "pp_bench" and not _stage_infers_shapes():
+    if kind == "pipeline" and not _stage_infers_shapes():
         return f"torch {torch.__version__}'s PipelineStage needs example inputs (shape inference: torch >= 2.6)"
     return ""

@@ -94,36 +94,48 @@ class OverheadSpec(Spec):
         return {self.op}
 
 
-TASK_OF_BENCH = {"linear": "tp_bench", "pipeline": "pp_bench"}   # a layer bench (schema.results, case ids) -> its rank task
-LAYER_BENCH_OF_TASK = {task: bench for bench, task in TASK_OF_BENCH.items()}
-
-
 @keyword_dataclass
 class LayerSpec(Spec):
-    """A TP block (task tp_bench; tp_check: its check alone) or a pipeline step (pp_bench, pp_check)."""
-    KINDS = ("layer", "layer_begin")
-    kind: str = "layer"
-    pp: int = 1                     # tp benches: 1
-    task: str
+    """What a TP block and a pipeline step share: the layout, the model's shape and the timing plan.
+    `check`: run the check against the single-rank reference alone and return its record (the tests')."""
+    pp: int = 1
     tp: int
     hidden: int
     seq: int
     batch: int
     plan: dict = field(default_factory=dict)
-    layer: str = ""                 # tp: "linear" or "mlp"
-    sp: bool = False
-    impl: str = ""                  # tp: "manual" or "dtensor"
-    schedule: str = ""              # pp
-    microbatches: int = 0
-    layers: int = 0                 # pp: model layers (0: pp x the schedule's virtual stages)
+    check: bool = False
     seed: int = 1234
     dtype: str = "float32"
-    model: str = ""                 # pp: "sleep" for SleepLayers of fwd_s / bwd_s (the bubble tests)
+
+
+@keyword_dataclass
+class LinearSpec(LayerSpec):
+    """A TP block (kinds/linear.py): its layer ("linear" or "mlp"), sequence parallel, impl ("manual", "dtensor")."""
+    KINDS = ("linear", "linear_begin")
+    kind: str = "linear"
+    layer: str = ""
+    sp: bool = False
+    impl: str = ""
+
+    def fault_names(self) -> set[str]:
+        return {n for n in ("linear", self.layer) if n}
+
+
+@keyword_dataclass
+class PipelineSpec(LayerSpec):
+    """A pipeline step (kinds/pipeline.py)."""
+    KINDS = ("pipeline", "pipeline_begin")
+    kind: str = "pipeline"
+    schedule: str = ""
+    microbatches: int = 0
+    layers: int = 0                 # model layers (0: pp x the schedule's virtual stages)
+    model: str = ""                 # "sleep" for SleepLayers of fwd_s / bwd_s (the bubble tests)
     fwd_s: float = 0.0
     bwd_s: float = 0.0
 
     def fault_names(self) -> set[str]:
-        return {n for n in (LAYER_BENCH_OF_TASK.get(self.task, ""), self.layer) if n}
+        return {"pipeline"}
 
 
 @keyword_dataclass

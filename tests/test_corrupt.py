@@ -9,16 +9,16 @@ import pytest
 
 from collectives.rank_tasks import corrupt_one
 from harness.engine.worker import _inject_fault, fault_names
-from schema.wire import CollectiveSpec, LayerSpec, Step, TuningSpec
+from schema.wire import CollectiveSpec, LinearSpec, PipelineSpec, Step, TuningSpec
 
-LAYER_SPEC = LayerSpec(task="tp_bench", layer="mlp", impl="manual", tp=2, hidden=16, seq=8, batch=2)
+LAYER_SPEC = LinearSpec(layer="mlp", impl="manual", tp=2, hidden=16, seq=8, batch=2)
 ALL_REDUCE = CollectiveSpec(op="all_reduce", dtype="float32", redop="sum", inplace=True, count=2, plan={})
 
 
 def test_names_a_fault_may_give_a_case():
     assert fault_names(ALL_REDUCE) == {"all_reduce"}
     assert fault_names(LAYER_SPEC) == {"linear", "mlp"}
-    assert fault_names(LayerSpec(task="pp_bench", schedule="1f1b", tp=1, pp=2, hidden=16, seq=8, batch=2)) == {"pipeline"}
+    assert fault_names(PipelineSpec(schedule="1f1b", tp=1, pp=2, hidden=16, seq=8, batch=2)) == {"pipeline"}
     assert fault_names(TuningSpec(bench="overlap", op="all_gather", hidden=16, layers=2, plan={})) == {"overlap", "all_gather"}
     assert fault_names(Step(kind="round")) == set()
 

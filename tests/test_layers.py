@@ -11,7 +11,7 @@ from harness.engine.groups import GroupKey, GroupPool
 from layers import check, memory, schedules, support
 from layers.mesh import Axis, MeshError, ParallelDims, tp_placement
 from schema.results import LayerRow
-from schema.wire import LayerSpec
+from schema.wire import spec_from_json
 
 
 # ---- mesh -----------------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def test_corrupt_changes_exactly_the_first_result_compared():
 def test_a_missing_torch_api_skips_the_layer_case_with_its_reason(monkeypatch):
     from harness.session.options import Options
     from kinds import linear, pipeline
-    assert support.missing("tp_bench", impl="dtensor") == "" and support.missing("pp_bench", schedule="zbv") == ""
+    assert support.missing("linear", impl="dtensor") == "" and support.missing("pipeline", schedule="zbv") == ""
     monkeypatch.setattr(support, "_has", lambda module, name: name not in ("ScheduleZBVZeroBubble", "parallelize_module"))
     opts = Options(backends=["gloo"], nproc=2, tp=[1], pp=[2], schedules=["1f1b", "zbv"], microbatches=[2], layers=4)
     skips = {c.id: c.skip for kind in (linear.KIND, pipeline.KIND) for c in kind.build(opts)}
@@ -162,7 +162,7 @@ def test_a_missing_torch_api_skips_the_layer_case_with_its_reason(monkeypatch):
 
 
 def _tp_row(impl: str, fwd_bwd_ns: int, shares: list, launch: int = 0, waits: tuple = ()) -> LayerRow:
-    """A TP block's row as the driver makes it, from what two ranks of layers/rank_tasks.tp_bench return
+    """A TP block's row as the driver makes it, from what two ranks of layers/rank_tasks.tp_loops return
     (`waits`: each round's CPU wait on both ranks, ns)."""
     from harness.session.options import Options
     from kinds import linear
@@ -211,7 +211,7 @@ def ranks4(tmp_path_factory):
     key = GroupKey("gloo", 4)
 
     def run(spec, timeout=120):
-        results, _ = pool.run(key, LayerSpec(**spec), timeout)
+        results, _ = pool.run(key, spec_from_json(spec), timeout)
         return results
     yield run
     pool.close_all()
@@ -229,7 +229,8 @@ EXPECTED_COUNTS = {  # per forward / backward of the MLP block at tp > 1
 @pytest.mark.parametrize("impl, sp", list(EXPECTED_COUNTS))
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_tp_block_equals_nn_linear_and_counts_collectives(ranks4, impl, sp, tp):
-    results = ranks4({"task": "tp_check", "tp": tp, "impl": impl, "sp": sp, "hidden": 16, "seq": 8, "batch": 2})
+    results = ranks4({"kind": "linear", "check": True, "tp": tp, "impl": impl, "sp": sp, "hidden": 16, "seq": 8,
+                      "batch": 2})
     h, tokens = 16, 16
     # output, input gradient and the four weight gradients of this rank's shard
     shard = (2 * h * 4 * h + 4 * h) // tp + h
@@ -245,7 +246,7 @@ def test_tp_block_equals_nn_linear_and_counts_collectives(ranks4, impl, sp, tp):
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved1f1b", "interleavedzb", "zbv"])
 @pytest.mark.parametrize("pp", [2, 4])
 def test_pipeline_gradients_equal_single_process(ranks4, schedule, pp):
-    results = ranks4({"task": "pp_check", "tp": 1, "pp": pp, "schedule": schedule, "microbatches": 4,
+    results = ranks4({"kind": "pipeline", "check": True, "tp": 1, "pp": pp, "schedule": schedule, "microbatches": 4,
                       "hidden": 8, "seq": 4, "batch": 8})
     v = schedules.SCHEDULES[schedule][1]
     assert sorted(s for r in results for s in r["stages"]) == sorted(list(range(pp * v)) * (4 // pp))
@@ -261,7 +262,7 @@ def test_pipeline_gradients_equal_single_process(ranks4, schedule, pp):
 @pytest.mark.parametrize("pp, m", [(2, 4), (2, 8), (4, 4), (4, 8)])
 def test_sleep_timed_bubble_matches_theory(ranks4, schedule, pp, m):
     """Stages that sleep 80 ms forward and 80 ms backward: the measured bubble is the schedule's."""
-    results = ranks4({"task": "pp_bench", "model": "sleep", "fwd_s": 0.08, "bwd_s": 0.08, "tp": 1, "pp": pp,
+    results = ranks4({"kind": "pipeline", "model": "sleep", "fwd_s": 0.08, "bwd_s": 0.08, "tp": 1, "pp": pp,
                       "schedule": schedule, "microbatches": m, "hidden": 4, "seq": 1, "batch": m, "layers": pp,
                       "plan": {"warmup": 1, "rounds": 2, "iters": 1, "round_time_s": 0.01}})
     from schema.stats import median_seconds, per_rank_median_seconds
@@ -287,7 +288,7 @@ def test_sleep_timed_bubble_matches_theory(ranks4, schedule, pp, m):
 @pytest.mark.parametrize("impl", ["manual", "dtensor"])
 @pytest.mark.parametrize("sp", [False, True])
 def test_column_parallel_linear_equals_its_slice_of_nn_linear(ranks4, impl, sp):
-    results = ranks4({"task": "tp_check", "tp": 2, "layer": "linear", "impl": impl, "sp": sp, "hidden": 16, "seq": 8,
+    results = ranks4({"kind": "linear", "check": True, "tp": 2, "layer": "linear", "impl": impl, "sp": sp, "hidden": 16, "seq": 8,
                       "batch": 2})
     tokens, h = 16, 16
     for r in results:   # output (all tokens, half the columns), input gradient, weight and bias shards
@@ -296,8 +297,8 @@ def test_column_parallel_linear_equals_its_slice_of_nn_linear(ranks4, impl, sp):
 
 
 @pytest.mark.slow  # four real rank processes
-@pytest.mark.parametrize("spec", [{"task": "tp_check", "tp": 2, "impl": "dtensor", "sp": True},
-                                  {"task": "pp_check", "tp": 2, "pp": 2, "schedule": "1f1b", "microbatches": 2}],
+@pytest.mark.parametrize("spec", [{"kind": "linear", "check": True, "tp": 2, "impl": "dtensor", "sp": True},
+                                  {"kind": "pipeline", "check": True, "tp": 2, "pp": 2, "schedule": "1f1b", "microbatches": 2}],
                          ids=["tp", "pp"])
 def test_the_checks_count_one_changed_element_per_rank(ranks4, spec):
     """With "corrupt" (what HCCL_BENCH_FAULT=corrupt sets on its rank) each rank changes one element."""

@@ -22,7 +22,8 @@ SPECS = [
     wire.Step(kind="round"), wire.Step(kind="end"),
     wire.CollectiveSpec(op="all_reduce", dtype="float32", redop="sum", inplace=False, count=8, plan={"rounds": 3}),
     wire.OverheadSpec(count=2, plan={"rounds": 40}),
-    wire.LayerSpec(task="tp_check", tp=2, impl="dtensor", sp=True, hidden=16, seq=8, batch=2, corrupt=True),
+    wire.LinearSpec(check=True, tp=2, impl="dtensor", sp=True, hidden=16, seq=8, batch=2, corrupt=True),
+    wire.PipelineSpec(kind="pipeline_begin", tp=1, pp=2, schedule="1f1b", microbatches=4, hidden=16, seq=8, batch=2),
     wire.TuningSpec(kind="tuning_begin", bench="bucket", hidden=64, layers=4, plan={}, bucket_bytes=1 << 20),
     wire.DoctorSpec(kind="doctor_rings", rounds=[[[0, 1]]], bytes=1024, reps=5, small_reps=20),
     wire.DoctorSkewSpec(rounds=9, work=48, matrix=160),
@@ -40,6 +41,17 @@ def test_every_spec_kind_has_one_type_and_every_type_a_rank_half():
     assert set(worker.RANK_BENCHES) == set(wire.SPECS.values())
     assert wire.spec_from_json({"kind": "collective_begin", **{k: v for k, v in wire.to_json(SPECS[2]).items()
                                                               if k != "kind"}}).begins
+
+
+def test_a_spec_type_two_kinds_give_different_rank_halves_is_an_error(monkeypatch):
+    """linear and pipeline have a spec type each, so neither takes over the other's specs; a kind that
+    declared another's spec type with its own rank half would, so the worker refuses it at start."""
+    assert worker.RANK_BENCHES[wire.LinearSpec] != worker.RANK_BENCHES[wire.PipelineSpec]
+    clash = dataclasses.make_dataclass("Clash", [("name", str, "clash"), ("spec_types", tuple, (wire.LinearSpec,)),
+                                                 ("rank", tuple, ("layers.rank_tasks", "PipelineRank"))])()
+    monkeypatch.setattr(worker, "KINDS", (*kinds.KINDS, clash))
+    with pytest.raises(TypeError, match="LinearSpec has two rank halves"):
+        worker._rank_halves()
 
 
 def test_results_are_typed_and_a_missing_field_is_named():
@@ -79,7 +91,7 @@ def test_the_driver_halves_make_the_specs_of_today():
         "inplace": True, "count": 16, "plan": {**opts.plan(), "graph": True}}
     layer = kinds.pipeline.KIND.spec(PipelineCase(backend="gloo", tp=1, pp=2, nranks=2, schedule="1f1b", microbatches=4), opts)
     assert (layer.kind, layer.schedule, layer.microbatches, layer.layers, layer.plan["warmup"]) == \
-           ("layer", "1f1b", 4, opts.layers, max(1, min(opts.warmup, 2)))
+           ("pipeline", "1f1b", 4, opts.layers, max(1, min(opts.warmup, 2)))
     tuning = kinds.compress.KIND.spec(CompressCase(backend="gloo", nranks=2, gradient_bytes=4096, comm_dtype="bfloat16"), opts)
     assert (tuning.kind, tuning.bucket_bytes, tuning.comm_dtype, tuning.op) == ("tuning", 4096, "bfloat16", "")
     compress = CompressCase(backend="gloo", nranks=2, gradient_bytes=1, comm_dtype="float32")

@@ -118,15 +118,22 @@ def _inject_fault(spec: Spec, rank: int) -> Spec:
     return replace(spec, corrupt=True)
 
 
-# the rank half of each bench kind (kinds.KINDS) and of the A/B steps and the doctor's exchanges:
-# (module, class) with run(backend, spec) and begin(backend, spec), imported when its first spec
-# arrives (torch layers only for a layer case)
-RANK_BENCHES: dict[type[Spec], tuple[str, str]] = {
-    wire.Step: ("collectives.timing", "StepRank"),
-    **{spec: kind.rank for kind in KINDS for spec in kind.spec_types},
-    wire.DoctorSpec: ("collectives.doctor_tasks", "DoctorRank"),
-    wire.DoctorSkewSpec: ("collectives.doctor_tasks", "DoctorRank"),
-}
+def _rank_halves() -> dict[type[Spec], tuple[str, str]]:
+    """The rank half of each spec type: the bench kinds' (kinds.KINDS), the A/B steps' and the doctor's,
+    as (module, class) with run(backend, spec) and begin(backend, spec), imported when its first spec
+    arrives (torch only for a layer case). Kinds that share a spec type must share its rank half: a
+    second one would silently take over the first's specs, so it is an error here."""
+    halves: dict[type[Spec], tuple[str, str]] = {wire.Step: ("collectives.timing", "StepRank"),
+                                                 wire.DoctorSpec: ("collectives.doctor_tasks", "DoctorRank"),
+                                                 wire.DoctorSkewSpec: ("collectives.doctor_tasks", "DoctorRank")}
+    for kind in KINDS:
+        for spec in kind.spec_types:
+            if halves.setdefault(spec, kind.rank) != kind.rank:
+                raise TypeError(f"{spec.__name__} has two rank halves: {halves[spec]} and {kind.name}'s {kind.rank}")
+    return halves
+
+
+RANK_BENCHES = _rank_halves()
 
 
 def run_case(backend, spec: Spec) -> dict:
