@@ -23,6 +23,8 @@ _MODULES = (   # kinds/<name>.py, each exposing KIND; the order is the tables' a
     "hybrid",
 )
 KINDS: tuple[Kind, ...] = tuple(importlib.import_module(f"kinds.{name}").KIND for name in _MODULES)
+# a named bench -> the row type its cells hold, for whoever reads result files (schema.results.row_from_json)
+ROW_TYPES: dict[str, type[Row]] = {bench: k.row_type for k in KINDS for bench in getattr(k.row_type, "BENCHES", ())}
 
 
 def of_case(case: Case) -> Kind:

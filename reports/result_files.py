@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import kinds  # noqa: F401  the kinds declare their rows (schema.results.ROW_OF_BENCH) as they are imported
+from kinds import ROW_TYPES
 from schema.results import Cell, NoCells, ResultError, Row, Run, Series, knob_text, row_from_json
 from schema.run_meta import RunMeta
 from schema.stats import MIN_UNDISTURBED, median, undisturbed, waited_rounds
@@ -159,7 +159,7 @@ def load(path: str | Path, side: str = "") -> Run:
             raise ResultError(f"{where} is a JSON {type(bench).__name__}, not an object")
         where = f"{where} ({str(bench.get('name', 'unnamed'))[:80]})"
         info, times = _entry_parts(bench, where)
-        row = row_from_json(info, where)
+        row = row_from_json(info, where, ROW_TYPES)
         if row is None or row.side != recorded or not times:
             continue  # overhead rows and foreign benchmarks are not comparison cells
         add_row(cells, row if recorded == side else replace(row, side=side), times)

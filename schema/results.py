@@ -10,17 +10,16 @@ find it there, so adding one is a field here plus the code that measures it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar, Union
 
 from schema.kwonly import keyword_dataclass
 from schema.records import ResultError, column, load_fields
 from schema.run_meta import SCHEMA, RunMeta
 from schema.stats import RankView, median
-
-ROW_OF_BENCH: dict[str, Any] = {}   # a row's bench -> its row type, filled as each row type is defined
 
 
 class NoCells(ResultError):
@@ -77,13 +76,6 @@ def _copied(value):
 class _Row:
     """to_json / from_json for the row dataclasses below (and a bench kind's own, kinds/)."""
     KEY: ClassVar[tuple[str, ...]] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A row type that names its benches is the row of those benches' cells (ROW_OF_BENCH)."""
-        super().__init_subclass__(**kwargs)
-        for bench in cls.__dict__.get("BENCHES", ()):
-            if ROW_OF_BENCH.setdefault(bench, cls) is not cls:
-                raise TypeError(f"bench {bench!r} has two row types: {ROW_OF_BENCH[bench].__name__} and {cls.__name__}")
 
     def to_json(self) -> dict:
         """The fields as a dict, its lists and dicts copied two levels down (a row holds scalars,
@@ -333,11 +325,12 @@ def link_class(hosts: dict[str, int]) -> str:
     return "inter-host" if max(hosts.values()) == 1 else "mixed"
 
 
-def row_from_json(info: dict, where: str) -> Row | None:
+def row_from_json(info: dict, where: str, row_types: Mapping[str, Any] = MappingProxyType({})) -> Row | None:
     """The row an extra_info holds, or None for entries that are not cells (overhead rows,
-    foreign benchmarks)."""
-    if info.get("bench") in ROW_OF_BENCH:
-        return ROW_OF_BENCH[info["bench"]].from_json(info, where)
+    foreign benchmarks). `row_types`: a named bench's row type (kinds.ROW_TYPES); a collective
+    row names none."""
+    if info.get("bench") in row_types:
+        return row_types[info["bench"]].from_json(info, where)
     if "op" in info and "algo" in info:   # overhead rows carry no algo: they are not cells
         return CollectiveRow.from_json(info, where)
     return None
@@ -371,6 +364,7 @@ class Series:
     knobs: str | None = None        # --knobs: "NAME=value ..." of the case's group, a series of its own
     graph: bool | None = None       # --graph: True for graph-captured rounds (eager series and old files: None)
     params: tuple | None = None     # (name, value) pairs of a kind's KEY fields that are none of the above
+    row_type: Any = field(default=CollectiveRow, compare=False, repr=False)   # the row its cells hold: names it, keys it
 
     @classmethod
     def of(cls, row: Row) -> Series:
@@ -385,12 +379,7 @@ class Series:
         key: dict[str, Any] = {"bench": "collective", **{k: values.get(k) for k in row_type.KEY if k in own}}
         params = tuple((k, values.get(k)) for k in row_type.KEY if k not in own) or None
         return cls(**key, knobs=knob_text(values.get("knobs") or {}), graph=True if values.get("graph") else None,
-                   params=params)
-
-    @property
-    def row_type(self) -> Any:
-        """The row type of the series' bench (a kind's own, kinds/, once its module is imported)."""
-        return ROW_OF_BENCH.get(self.bench, CollectiveRow)
+                   params=params, row_type=row_type)
 
     @property
     def kind(self) -> str:
@@ -400,10 +389,10 @@ class Series:
         return replace(self, knobs=None)
 
     def sort_key(self) -> tuple[str, ...]:
-        return tuple(str(getattr(self, f.name)) for f in fields(self))
+        return tuple(str(getattr(self, f.name)) for f in fields(self) if f.compare)
 
     def to_json(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.compare and getattr(self, f.name) is not None}
         params = dict(out.pop("params", ()))
         return {**out, **params}
 
