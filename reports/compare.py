@@ -20,7 +20,6 @@ import numpy as np
 from collectives.sizes import format_size
 from kinds import sized
 from reports.estimators import launch_value
-from reports.result_files import setup_of
 from schema.calibration import Calibration
 from schema.judgement import (
     CHANGES,
@@ -288,7 +287,7 @@ def compare(base: Run, cand: Run, calibration: Optional[Calibration] = None, min
                      sorted(set(cand.cells) - set(base.cells), key=key_order), estimator=estimator)
     out.budget = budget(base, cand)
     out.cpu_wait = cpu_wait_lines([base, cand])
-    sb, sc = setup_of(base), setup_of(cand)
+    sb, sc = base.setup, cand.setup
     # devices and thread levels count only where both sides name them (an imported log, an older file)
     out.mismatch = [f"{k}: baseline {sb[k]} vs candidate {sc[k]}" for k in sb
                     if sb[k] != sc[k] and (k not in ("devices", "mpi_thread_level") or (sb[k] and sc[k]))]

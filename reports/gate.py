@@ -80,7 +80,7 @@ def pair(base: Run, cand: Run, calibration: Optional[Calibration] = None, min_ef
     if budget := sequential_budget(base, cand):
         seq = run_looks(base, cand, budget, min_effect=min_effect, calibration=calibration, estimator=estimator)
         cmp = seq.comparison
-        prefix = "\n".join([*seq.progress(), f"# sequential A/B: {seq.launches_used} launches used of {budget}; "
+        prefix = "\n".join([*seq.progress, f"# sequential A/B: {seq.launches_used} launches used of {budget}; "
                              f"{len(seq.undecided)} cells undecided"]) + "\n"
     else:
         cmp = compare(base, cand, calibration=calibration, min_effect=min_effect, estimator=estimator)

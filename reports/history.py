@@ -48,7 +48,7 @@ from reports.estimators import launch_value
 from reports.placement import Placement
 from reports.placement import of as placements
 from reports.provenance_diff import provenance_diff, run_provenance
-from reports.result_files import load, setup_of
+from reports.result_files import load
 from schema.calibration import Calibration
 from schema.judgement import CHANGES, DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, REGRESSION, Cause, Direction, Samples, Verdict
 from schema.results import NoCells, ResultError, Run, Series, key_order
@@ -160,7 +160,7 @@ def departs(c: CellResult, p: float, alpha: float = ALPHA) -> bool:
 
 def platform(run: Run) -> dict:
     """What makes a night another platform (PLATFORM of its setup)."""
-    setup = setup_of(run)
+    setup = run.setup
     return {k: setup[k] for k in PLATFORM}
 
 
@@ -251,7 +251,7 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
     from scipy import stats as sps
     runs = sorted(runs, key=lambda r: r.started)
     newest = runs[-1]
-    sn = setup_of(newest)
+    sn = newest.setup
     hist = History(runs, Comparison(runs[0].path, newest.path, [], estimator=estimator),
                    Comparison(runs[-2].path if len(runs) > 1 else "", newest.path, [], estimator=estimator),
                    window=window, estimator=estimator)
@@ -261,7 +261,7 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
     # a night that lost a whole backend (every case failed) still belongs to the history: only the
     # rank counts and hosts make a different platform
     hist.judged.mismatch = sorted({f"{k}: {r.path} has {s[k]}, the newest run {sn[k]}"
-                                   for r in runs[:-1] for s in [setup_of(r)] for k in PLATFORM if s[k] != sn[k]})
+                                   for r in runs[:-1] for s in [r.setup] for k in PLATFORM if s[k] != sn[k]})
     hist.began, hist.ended = series_changes(runs)
     cal = calibration if calibration and calibration.samples is Samples.LAUNCHES else None
     if calibration:

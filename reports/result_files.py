@@ -269,14 +269,3 @@ def knob_sides(run: Run, name: str, base: str, cand: str) -> tuple[Run, Run]:
             raise NoCells(f"{run.path} holds no cells with {name}={value} (it has: {', '.join(found) or 'no such knob'})")
         return replace(run, cells=cells, meta=replace(run.meta, label=f"{name}={value}"))
     return side(base), side(cand)
-
-
-def setup_of(run: Run) -> dict:
-    """What must match between two runs for a comparison to mean anything."""
-    groups = run.meta.groups.values()
-    hosts = sorted({len(g.get("hosts", {})) for g in groups})
-    return {"backends": run.backends(),
-            "nranks": sorted({c.row.nranks for c in run.cells.values()}),
-            "hosts": hosts, "devices": sorted({str(d) for g in groups for d in g.get("devices", [])}),
-            "mpi_thread_level": sorted({str(g["versions"]["mpi_thread_level"]) for g in groups
-                                        if isinstance(g.get("versions"), dict) and "mpi_thread_level" in g["versions"]})}

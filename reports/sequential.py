@@ -68,6 +68,7 @@ class Sequential:
     max_launches: int = 0
     alpha: float = ALPHA
     estimator: str = DEFAULT_ESTIMATOR
+    progress: list[str] = field(default_factory=list)   # a line per look: what it decided, the alpha spent so far
 
     @property
     def undecided(self) -> list[tuple]:
@@ -77,12 +78,6 @@ class Sequential:
     def launches_used(self) -> int:
         return max((look.launches for look in self.looks), default=0)
 
-    def progress(self) -> list[str]:
-        total, spent, out = len(self.comparison.cells), 0.0, []
-        for look in self.looks:
-            spent += look.alpha
-            out.append(look.text(total, spent))
-        return out
 
     def record(self) -> dict:
         """What the result file keeps of the procedure (the verdicts are replayed from the data)."""
@@ -115,7 +110,7 @@ def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAU
     launch by `estimator` (reports/estimators.py)."""
     keys = set(base.cells) & set(cand.cells)
     done = min(launches_in(base), launches_in(cand), max_launches)
-    spent = budget(_upto(base, done, keys), _upto(cand, done, keys))   # every launch the looks rest on
+    upto = _upto(base, done, keys), _upto(cand, done, keys)   # every launch the looks rest on
     rank = {key: i for i, key in enumerate(sorted(keys, key=key_order))}
     settled: dict[tuple, CellResult] = {}
     out = Sequential(Comparison(base.path, cand.path, [], estimator=estimator), max_launches=max_launches, alpha=alpha,
@@ -144,8 +139,12 @@ def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAU
     cells = {c.key: c for c in last.cells if c.key not in settled}
     cells.update(settled)
     out.comparison = replace(last, base=base.path, cand=cand.path, cells=sorted(cells.values(), key=lambda c: rank[c.key]))
-    out.comparison.budget = spent
     out.comparison.only_base = sorted(set(base.cells) - keys, key=key_order)
     out.comparison.only_cand = sorted(set(cand.cells) - keys, key=key_order)
+    spent = 0.0
+    for look in out.looks:
+        spent += look.alpha
+        out.progress.append(look.text(len(out.comparison.cells), spent))
+    out.comparison.budget = budget(*upto)
     conclude(out.comparison)
     return out

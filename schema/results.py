@@ -487,6 +487,17 @@ class Run:
     def backends(self) -> list[str]:
         return sorted({c.series.backend for c in self.cells.values()})
 
+    @property
+    def setup(self) -> dict:
+        """What must match between two runs for a comparison to mean anything."""
+        groups = self.meta.groups.values()
+        return {"backends": self.backends(),
+                "nranks": sorted({c.row.nranks for c in self.cells.values()}),
+                "hosts": sorted({len(g.get("hosts", {})) for g in groups}),
+                "devices": sorted({str(d) for g in groups for d in g.get("devices", [])}),
+                "mpi_thread_level": sorted({str(g["versions"]["mpi_thread_level"]) for g in groups
+                                            if isinstance(g.get("versions"), dict) and "mpi_thread_level" in g["versions"]})}
+
 
 # ---- writing: the one shape every writer produces ----
 

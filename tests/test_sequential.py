@@ -54,7 +54,7 @@ def test_a_small_message_slowdown_is_decided_on_its_range_before_the_budget(tmp_
     small_at = [seq.decided_at[c.key] for c in seq.comparison.cells if c.size <= 1024]
     assert max(small_at) < 12                      # decided before the budget was spent
     assert [look.launches for look in seq.looks] == planned_looks(12)[:len(seq.looks)]
-    assert "decided" in seq.progress()[-1] and seq.record()["launches_used"] == seq.launches_used
+    assert "decided" in seq.progress[-1] and seq.record()["launches_used"] == seq.launches_used
 
 
 def test_a_decided_cell_keeps_its_verdict_whatever_comes_after(tmp_path):

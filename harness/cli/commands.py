@@ -145,8 +145,8 @@ def run_history(args) -> ExitCode:
     short = too_few(runs, ab=bool(args.ab))
     for line in skipped:
         print(f"# skipped: {line}")
-    for run in runs:
-        _say_notes(run)
+    for note in (note for run in runs for note in run.notes):   # as _say_notes, every run's
+        print(f"# note: {note}", file=sys.stderr)
     if short:
         print(short + ("; no history page written" if args.report else ""))
         return ExitCode.OK
@@ -154,8 +154,8 @@ def run_history(args) -> ExitCode:
     ab = None
     if args.ab:   # judged as compare --ab does: a sequential run's looks replayed, its estimator, a setup check
         from reports.gate import pair
-        same_day = pair(load(args.ab, side="A"), load(args.ab, side="B"), min_effect=args.min_effect, force=args.force,
-                        estimator=args.estimator)
+        base, cand = load(args.ab, side="A"), load(args.ab, side="B")
+        same_day = pair(base, cand, min_effect=args.min_effect, force=args.force, estimator=args.estimator)
         if same_day.refused:
             return fail(f"--ab {args.ab}: {same_day.refused}")
         ab = same_day.comparison

@@ -121,7 +121,7 @@ class BenchSession:
         if not self.sequential.looks or self.sequential.looks[-1].launches != launches:
             return []   # every cell was decided at an earlier look
         self.store.append({"look": vars(self.sequential.looks[-1])})
-        return self.sequential.progress()[-1:]
+        return self.sequential.progress[-1:]
 
     def top_up(self, launch: int) -> list[str]:
         """--top-up: before launch `launch` (at or past --repeat), which cells still have fewer than
