@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from harness.session.options import OptionError
+from harness.session.option_error import OptionError
 from reports import summary
 from reports.compare import compare
 from reports.estimators import ESTIMATORS, launch_value

@@ -7,7 +7,7 @@ import pytest
 
 from collectives import timing
 from collectives.device import GRAPH_NEEDS_DEVICE, Device, DeviceUnavailable
-from harness.session.options import OptionError
+from harness.session.option_error import OptionError
 from kinds import collective
 from kinds.collective import KIND as COLLECTIVE
 from kinds.collective import CollectiveCase

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.provenance import numpy_torch_problem
-from harness.session.options import OptionError, Options, prepare
+from harness.session.option_error import OptionError
+from harness.session.options import Options, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_PYC = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}   # another Python's .pyc files would stay in the checkout

@@ -7,7 +7,9 @@ import os
 import pytest
 
 from collectives.backends import BACKENDS
-from harness.session.options import OptionError, add_options, parse, prepare, sourced_env
+from harness.session.option_error import OptionError
+from harness.session.options import add_options, parse, prepare
+from harness.session.stack_env import sourced_env
 
 
 class _Options:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness.session.options import OptionError
+from harness.session.option_error import OptionError
 from harness.session.same_night import child_args
 from reports.result_files import load
 from tests.conftest import run_cli

@@ -7,32 +7,33 @@ checks that span options; `prepare` then asks this machine
 what the options leave to it (which backends `auto` means, the device count, a device backend's
 probe, the environment an --ab-source script sets) and exports what ranks inherit. Every problem in
 either step becomes one `OptionError` line saying what is wrong and what is allowed; the plugin
-turns it into pytest's usage error (exit code 4).
+turns it into pytest's usage error (exit code 4). This module holds the declared options, their
+converters and the two steps; what the machine says is world.py's, the env scripts stack_env.py's.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 from collectives import algorithms
-from collectives.backends import BACKENDS, info, oversubscribed
+from collectives.backends import BACKENDS
 from collectives.capabilities import ALL as TORCH_BACKEND_DTYPES
-from collectives.device import DeviceUnavailable, device_count
 from collectives.ops import OPS, REDOPS
 from collectives.sizes import SizeError, parse_size, parse_sizes
 from collectives.timing import MAX_GRAPH_ITERS, SMOKE, Plan
 from harness import files
 from harness.engine.launchers import validate_template
-from harness.provenance import numpy_torch_problem
+from harness.session.option_error import OptionError
+from harness.session.stack_env import previous_stack_kind, sourced_env
+from harness.session.world import check_world, settle
 from kinds import KINDS
 from kinds.base import KindOption
 from kinds.options import BUCKETS, COMM_DTYPES, Options
+from layers import schedules
 from reports.estimators import ESTIMATORS
 from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT
 from schema.results import side_labels
@@ -42,10 +43,6 @@ SMOKE_SIZES = "8,4K,64K"
 MPI_THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True)}   # --graph: eager and/or captured rounds
 INPLACE_MODES = {"auto": ("auto",), "0": ("out",), "1": ("in",), "out": ("out",), "in": ("in",), "both": ("out", "in")}
-
-
-class OptionError(ValueError):
-    pass
 
 
 Convert = Callable[[Any, str], Any]   # (pytest's value, the flag) -> the Options value; ValueError: the one line
@@ -94,14 +91,14 @@ def _int(text, name: str, minimum: int) -> int:
     return value
 
 
-def _float(text, name: str) -> float:
+def _seconds(value, flag: str) -> float:
     try:
-        value = float(text)
+        seconds = float(value)
     except (TypeError, ValueError):
-        raise OptionError(f"--{name} must be a positive number of seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise OptionError(f"--{name} must be a finite positive number of seconds, got {text!r}")
-    return value
+        raise OptionError(f"{flag} must be a positive number of seconds, got {value!r}") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise OptionError(f"{flag} must be a finite positive number of seconds, got {value!r}")
+    return seconds
 
 
 def _switch(value, flag: str) -> bool:
@@ -127,11 +124,11 @@ def _top_up(value, flag: str) -> int:
 
 
 def _wholes(value, flag: str) -> list[int]:
-    return _ints(value, flag[2:])
-
-
-def _seconds(value, flag: str) -> float:
-    return _float(value, flag[2:])
+    """A comma list of integers >= 1, repeats dropped."""
+    items = [s.strip() for s in str(value).split(",") if s.strip()]
+    if not items:
+        raise OptionError(f"{flag} is empty: give a comma list of integers >= 1")
+    return list(dict.fromkeys(_int(i, flag[2:], 1) for i in items))
 
 
 def _list_of(allowed) -> Convert:
@@ -200,7 +197,18 @@ def _thread_level(value, flag: str) -> str:
 
 
 def _knobs(value, flag: str) -> dict[str, list[str]]:
-    return parse_knobs(value or [])
+    """['HCCL_BUFFSIZE=100,200'] -> {"HCCL_BUFFSIZE": ["100", "200"]}; OptionError on anything else."""
+    knobs: dict[str, list[str]] = {}
+    for item in value or []:
+        name, sep, values = str(item).partition("=")
+        name = name.strip()
+        chosen = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not name or not name.replace("_", "").isalnum() or not chosen:
+            raise OptionError(f"--knobs {item!r}: use NAME=value1,value2,... (an environment variable and its values)")
+        if name in knobs:
+            raise OptionError(f"--knobs {name} is given twice: put every value in one list")
+        knobs[name] = list(dict.fromkeys(chosen))
+    return knobs
 
 
 def _buckets(value, flag: str) -> list[int]:
@@ -232,11 +240,6 @@ def _baseline(value, flag: str) -> str:
     if path not in ("", "auto") and not os.path.exists(path):
         raise OptionError(f"--baseline {path!r} does not exist: give a results.json (or its folder) or 'auto'")
     return path
-
-
-def _schedules(value, flag: str) -> list[str]:
-    from layers import schedules
-    return _list(value, list(schedules.SCHEDULES), "schedules")
 
 
 def _case_ids(value, flag: str) -> list[str]:
@@ -362,7 +365,7 @@ LAYERS = (
     CoreOption("--pp", "1,2", "pipeline-parallel degrees for the layer benches", _wholes),
     CoreOption("--microbatches", "4", "microbatch counts for the pipeline benches", _wholes),
     CoreOption("--schedules", "gpipe,1f1b,interleaved1f1b",
-               "pipeline schedules: gpipe, 1f1b, interleaved1f1b, interleavedzb, zbv", _schedules),
+               "pipeline schedules: gpipe, 1f1b, interleaved1f1b, interleavedzb, zbv", _list_of(schedules.SCHEDULES)),
     CoreOption("--hidden", "256", "hidden size of the layer benches' MLP blocks (ffn = 4 x hidden)", _whole(1)),
     CoreOption("--seq", "128", "sequence length", _whole(1)),
     CoreOption("--batch", "8", "global batch per data-parallel replica (split into microbatches)", _whole(1)),
@@ -409,15 +412,6 @@ def _kind_option(option: KindOption, text) -> object:
         return option.convert(str(text))
     except ValueError as exc:
         raise OptionError(f"{option.flag} {str(text)!r}: {exc}") from None
-
-
-def auto_backends() -> list[str]:
-    """hccl where torch_npu is installed, nccl where an NVIDIA driver is, else gloo (+ mpi if installed)."""
-    if importlib.util.find_spec("torch_npu") is not None:
-        return ["hccl"]
-    if os.path.exists("/proc/driver/nvidia/version"):
-        return ["nccl"]
-    return ["gloo"] + (["mpi"] if importlib.util.find_spec("mpi4py") is not None else [])
 
 
 def parse(getoption) -> Options:
@@ -476,23 +470,9 @@ def _check_across(o: Options, values: dict) -> None:
 
 def prepare(o: Options, getoption) -> Options:
     """The machine's part, after `parse`: resolve --backend auto and the default --nproc, probe each
-    backend's device, merge --ab-source's environment under --ab-env's, and export the MPI thread
+    backend's device (world.settle), merge --ab-source's environment under --ab-env's, and export the MPI thread
     level; raise OptionError on the first problem (the same lines as before the split)."""
-    resolved_world = not o.nproc
-    o.backends = o.backends or auto_backends()
-    if any(info(b).family == "torch" for b in o.backends) and (abi := numpy_torch_problem()):
-        raise OptionError(abi)
-    for name in o.backends:
-        try:
-            info(name).probe()
-        except DeviceUnavailable as exc:
-            raise OptionError(str(exc)) from None
-    o.nproc = o.nproc or _default_nproc(o.backends)
-    for name in (b for b in o.backends if info(b).one_rank_per_device):   # one line here, not NCCL's duplicate-GPU error
-        if crowded := oversubscribed(name, o.nproc, device_count(info(name).device_kind), o.launcher):
-            raise OptionError(crowded)
-    if resolved_world:
-        check_world(o)
+    settle(o)
     o.ab_env = {**sourced_env(o.ab_source), **o.ab_env}
     python = o.ab_env.get("HCCL_BENCH_PYTHON")
     if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
@@ -500,122 +480,3 @@ def prepare(o: Options, getoption) -> Options:
     if o.mpi_thread_level:
         os.environ["HCCL_BENCH_MPI_THREAD_LEVEL"] = o.mpi_thread_level   # every rank inherits it, under any launcher
     return o
-
-
-def parse_knobs(items: list[str]) -> dict[str, list[str]]:
-    """['HCCL_BUFFSIZE=100,200'] -> {"HCCL_BUFFSIZE": ["100", "200"]}; OptionError on anything else."""
-    knobs: dict[str, list[str]] = {}
-    for item in items:
-        name, sep, values = str(item).partition("=")
-        name = name.strip()
-        chosen = [v.strip() for v in values.split(",") if v.strip()]
-        if not sep or not name or not name.replace("_", "").isalnum() or not chosen:
-            raise OptionError(f"--knobs {item!r}: use NAME=value1,value2,... (an environment variable and its values)")
-        if name in knobs:
-            raise OptionError(f"--knobs {name} is given twice: put every value in one list")
-        knobs[name] = list(dict.fromkeys(chosen))
-    return knobs
-
-
-BASH_OWN = {"_", "SHLVL", "PWD", "OLDPWD", "COLUMNS", "LINES"}   # set by the shell itself, never by the script
-
-
-def sourced_env(path: str, option: str = "--ab-source") -> dict[str, str | None]:
-    """What sourcing a stack's env script (CANN's set_env.sh, a module file wrapper) changes, as
-    NAME -> VALUE, and NAME -> None for what it unsets (else `unset HCCL_ALGO` in the previous
-    stack's script left the variable on both sides: an A/A read as the change). Run once in a
-    throwaway bash, its environment read before and after, so its shell logic ($PATH appends) works
-    and bash's own variables (SHLVL, PWD) never count."""
-    if not path:
-        return {}
-    if not os.path.isfile(path):
-        raise OptionError(f"{option} {path!r} is not a file: give a shell script to source (e.g. set_env.sh)")
-    shell = 'env -0; printf "\\1\\0"; source "$1" >/dev/null 2>&1 || exit 97; env -0; printf "\\2\\0"'
-    try:
-        proc = subprocess.run(["bash", "-c", shell, "ab-source", path], capture_output=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        raise OptionError(f"{option} {path!r}: sourcing it did not return within 60 s in bash "
-                          "(does it wait for input?)") from None
-    if proc.returncode:
-        raise OptionError(f"{option} {path!r}: sourcing it failed (exit {proc.returncode}) in bash")
-    before, _, after = proc.stdout.decode(errors="replace").partition("\1\0")
-    if not after.endswith("\2\0"):   # `exit` in the script ended the shell: nothing after it is known
-        raise OptionError(f"{option} {path!r} ended the shell (exit) while being sourced: give a script that "
-                          "returns, as set_env.sh does")
-
-    def parsed(text: str) -> dict[str, str]:
-        pairs = (item.split("=", 1) for item in text.split("\0") if "=" in item)
-        return {k: v for k, v in pairs if k not in BASH_OWN}
-    was, now = parsed(before), parsed(after)
-    return {**{k: v for k, v in now.items() if not _same_value(was.get(k), v)}, **{k: None for k in was if k not in now}}
-
-
-def _same_value(was: str | None, now: str) -> bool:
-    """Equal, or the same path list once repeated entries are dropped: CANN's set_env.sh sourced again
-    where it was sourced already prepends its paths to PATH and LD_LIBRARY_PATH a second time, and
-    that stack is this one."""
-    if was is None or was == now:
-        return was == now
-    entries = lambda value: list(dict.fromkeys(value.split(":")))  # noqa: E731
-    return ":" in now and entries(was) == entries(now)
-
-
-def previous_stack_kind(path: str) -> str:
-    """'script' (a text file, sourced in bash like --ab-source) or 'python' (an executable binary
-    named python*, run like HCCL_BENCH_PYTHON); OptionError for anything else."""
-    what = f"--previous-stack {path!r}"
-    if not os.path.isfile(path):
-        raise OptionError(f"{what} is not a file: give the previous stack's env script (set_env.sh) or its python interpreter")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8192)
-    except OSError as exc:
-        raise OptionError(f"{what} cannot be read: {exc.strerror or exc}") from None
-    if head.startswith(b"\x7fELF"):
-        if not any(os.path.basename(p).startswith("python") for p in (path, os.path.realpath(path))):
-            raise OptionError(f"{what} is a program but not a python interpreter: "
-                              "give the previous stack's python or its env script")
-        if not os.access(path, os.X_OK):
-            raise OptionError(f"{what} is a python interpreter but not executable")
-        return "python"
-    first = head.split(b"\n", 1)[0]
-    if b"\0" in head or (first.startswith(b"#!") and b"python" in first):
-        raise OptionError(f"{what} is neither a shell script to source nor a python interpreter "
-                          "(a Python script or another binary): give set_env.sh or the previous stack's python")
-    return "script"
-
-
-def _ints(text, name: str) -> list[int]:
-    items = [s.strip() for s in str(text).split(",") if s.strip()]
-    if not items:
-        raise OptionError(f"--{name} is empty: give a comma list of integers >= 1")
-    return list(dict.fromkeys(_int(i, name, 1) for i in items))
-
-
-def check_world(o: Options) -> None:
-    """The layer benches' degrees and shapes against the world size --nproc: each constraint is
-    checked here, before any rank starts."""
-    from layers import schedules
-    valid = [(t, p) for t in o.tp for p in o.pp if o.nproc % (t * p) == 0]
-    if not valid:
-        raise OptionError(f"no tp x pp x dp equals the world size {o.nproc}: tp in {o.tp}, pp in {o.pp} "
-                          f"(tp x pp must divide --nproc)")
-    for t in {t for t, _ in valid}:
-        if o.hidden % t:
-            raise OptionError(f"--hidden {o.hidden} is not divisible by tp {t}")
-        if o.seq % t:
-            raise OptionError(f"--seq {o.seq} is not divisible by tp {t} (sequence parallelism shards it)")
-    for m in o.microbatches:
-        if o.batch % m:
-            raise OptionError(f"--batch {o.batch} does not split into {m} microbatches")
-        for p in {p for _, p in valid if p > 1}:
-            for schedule in o.schedules:
-                if err := schedules.validate(schedule, p, m, o.layers):
-                    raise OptionError(f"pp {p}: {err}")
-
-
-def _default_nproc(backends: list[str]) -> int:
-    for backend in backends:
-        if info(backend).one_rank_per_device:
-            return max(1, device_count(info(backend).device_kind))
-    return 2

@@ -9,7 +9,8 @@ import pytest
 import kinds
 from harness import files
 from harness.session import ordering, run_output, session_end, signals
-from harness.session.options import OptionError, add_options, parse, prepare
+from harness.session.option_error import OptionError
+from harness.session.options import add_options, parse, prepare
 from harness.session.progress import Progress
 from harness.session.session import BenchSession
 from schema.exit_codes import ExitCode
