@@ -31,9 +31,10 @@ sys.path.insert(0, str(ROOT))
 from collectives.ops import OPS  # noqa: E402
 from collectives.sizes import parse_sizes  # noqa: E402
 from harness import files  # noqa: E402
-from harness.session.options import BENCH_SIZES, Options  # noqa: E402
+from harness.session.options import BENCH_SIZES  # noqa: E402
 from kinds import collective  # noqa: E402
 from kinds.base import Ran  # noqa: E402
+from kinds.options import Options  # noqa: E402
 from reports.result_files import load  # noqa: E402
 from schema.results import bench_entry, result_file  # noqa: E402
 from schema.stats import FULL_MATRIX_RANKS, per_op_seconds, rank_rounds  # noqa: E402

@@ -9,8 +9,8 @@ from collectives.backends.hccl import HCCL_FALLBACK_NOTE, hccl_product
 from collectives.backends.nccl import nccl_algo_ran, parse_nccl_tuning
 from collectives.capabilities import DeviceFacts
 from collectives.ops import OPS
-from harness.session.options import Options
 from kinds.collective import build
+from kinds.options import Options
 
 A2 = DeviceFacts("hccl", name="Ascend910B3", devices=8)
 A3 = DeviceFacts("hccl", name="Ascend910_9391", devices=16)

@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("torch", reason="the doctor exchange runs real gloo ranks and the capture skips read torch: they need torch")
 from collectives.capabilities import DeviceFacts
 from collectives.device import graph_env_unsupported, graph_unsupported
-from harness.session.options import Options
 from kinds.collective import build
+from kinds.options import Options
 
 A2 = DeviceFacts("hccl", name="Ascend910B3", devices=8)
 H200 = DeviceFacts("nccl", name="NVIDIA H200", devices=8, version=(2, 21, 5), capability=(9, 0))

@@ -283,9 +283,9 @@ def test_every_dispatcher_on_mpi_equals_the_single_rank_layer_and_the_hook_fails
     from pathlib import Path
 
     from harness.engine.groups import GroupKey, GroupPool
-    from harness.session.options import Options
     from kinds.base import Ran
     from kinds.expert import KIND, ExpertCase
+    from kinds.options import Options
     opts = Options(warmup=1, rounds=2, iters=1, round_time_s=0.001)
     pool = GroupPool(Path(tmp_path))
     places = {r: ("localhost", r) for r in range(world)}
@@ -349,8 +349,8 @@ def test_the_per_rank_spread_names_the_slowest_and_fastest_rank():
 
 
 def test_low_latency_sizes_are_their_own_cases():
-    from harness.session.options import Options
     from kinds.expert import ExpertSettings, _build_launch
+    from kinds.options import Options
     opts = Options(backends=["gloo"], nproc=2)
     opts.settings = [replace(ExpertSettings.defaults(), moe_impl=["alltoallv"], routing=["random"], tokens=[256, 8])]
     cases = _build_launch(opts)

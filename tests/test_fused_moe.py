@@ -86,8 +86,8 @@ def test_hccl_buffsize_below_the_documented_minimum_is_refused():
 def _cases(**given):
     from dataclasses import replace
 
-    from harness.session.options import Options
     from kinds.expert import ExpertSettings, _build_launch
+    from kinds.options import Options
     opts = Options(backends=["hccl"], nproc=8)
     opts.settings = [replace(ExpertSettings.defaults(), moe_impl=["fused"], routing=["uniform"], **given)]
     return _build_launch(opts)
@@ -98,8 +98,8 @@ def test_the_fused_case_is_bfloat16_unless_told_and_float32_is_skipped_with_the_
     assert auto.dtype == "bfloat16" and "bfloat16" in auto.id
     f32, f16 = _cases(moe_dtype=["float32", "float16"])
     assert "bfloat16 or float16 tokens, not float32" in f32.skip and f16.dtype == "float16"
-    from harness.session.options import Options
     from kinds.expert import KIND
+    from kinds.options import Options
     assert KIND.spec(f16, Options()).dtype == "float16"   # the dtype travels to the ranks
 
 

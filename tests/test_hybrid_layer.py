@@ -14,7 +14,6 @@ import pytest
 pytest.importorskip("torch", reason="the layer tests need torch")
 
 from harness.engine.groups import GroupKey, GroupPool
-from harness.session.options import Options
 from kinds.base import Ran
 from kinds.hybrid import (
     KIND,
@@ -29,6 +28,7 @@ from kinds.hybrid import (
     machines_cores,
     model_flops,
 )
+from kinds.options import Options
 from layers import memory, schedules
 from layers.hybrid_tasks import refusal
 

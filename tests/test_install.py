@@ -9,7 +9,8 @@ import pytest
 
 from harness.provenance import numpy_torch_problem
 from harness.session.option_error import OptionError
-from harness.session.options import Options, prepare
+from harness.session.options import prepare
+from kinds.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_PYC = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}   # another Python's .pyc files would stay in the checkout

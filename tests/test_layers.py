@@ -147,8 +147,8 @@ def test_corrupt_changes_exactly_the_first_result_compared():
 
 
 def test_a_missing_torch_api_skips_the_layer_case_with_its_reason(monkeypatch):
-    from harness.session.options import Options
     from kinds import linear, pipeline
+    from kinds.options import Options
     assert support.missing("linear", impl="dtensor") == "" and support.missing("pipeline", schedule="zbv") == ""
     monkeypatch.setattr(support, "_has", lambda module, name: name not in ("ScheduleZBVZeroBubble", "parallelize_module"))
     opts = Options(backends=["gloo"], nproc=2, tp=[1], pp=[2], schedules=["1f1b", "zbv"], microbatches=[2], layers=4)
@@ -164,9 +164,9 @@ def test_a_missing_torch_api_skips_the_layer_case_with_its_reason(monkeypatch):
 def _tp_row(impl: str, fwd_bwd_ns: int, shares: list, launch: int = 0, waits: tuple = ()) -> LayerRow:
     """A TP block's row as the driver makes it, from what two ranks of layers/rank_tasks.tp_loops return
     (`waits`: each round's CPU wait on both ranks, ns)."""
-    from harness.session.options import Options
     from kinds import linear
     from kinds.base import Ran
+    from kinds.options import Options
     ranks = [{"iters": 1, "round_ns": [fwd_bwd_ns + 100_000 + 1000 * i for i in range(5)], "fwd_ns": [fwd_bwd_ns // 3] * 5,
               "fwd_bwd_ns": [fwd_bwd_ns] * 5, "matmul_ns": [fwd_bwd_ns // 2] * 5, "flops_per_iter": 6e9,
               "tokens_per_iter": 1024, "comm_share": share, "peak_memory_bytes": 1 << 20, "wrong": 0, "checked": 10,

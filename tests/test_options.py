@@ -213,8 +213,8 @@ def test_a_series_forced_by_the_environment_is_judged_and_counted_by_its_algorit
     does; NCCL_ALGO=PAT exported: all_reduce (no PAT AllReduce) is skipped with the table's reason."""
     from collectives.capabilities import DeviceFacts
     from collectives.ops import OPS
-    from harness.session.options import Options
     from kinds.collective import build
+    from kinds.options import Options
     assert OPS["all_reduce"].bus_factor(8, "NVLS (environment)") == OPS["all_reduce"].bus_factor(8, "nccl:NVLS") == 7 / 9
     h200 = DeviceFacts("nccl", name="NVIDIA H200", devices=8, version=(2, 27, 3), capability=(9, 0))
     monkeypatch.setenv("NCCL_ALGO", "PAT")

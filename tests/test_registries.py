@@ -5,8 +5,8 @@ import pytest
 from collectives import algorithms
 from collectives.backends import BACKENDS, algo_label, create, forms, info
 from collectives.ops import ITEMSIZE, OPS, Op, by_log_name
-from harness.session.options import Options
 from kinds.collective import build
+from kinds.options import Options
 from kinds.overlap import OPS_WITH_ASYNC
 
 

@@ -9,10 +9,10 @@ import pytest
 
 from collectives.ops import OPS, bandwidths
 from harness.engine.groups import GroupKey
-from harness.session.options import Options
 from kinds.base import Ran
 from kinds.collective import KIND as COLLECTIVE
 from kinds.collective import CollectiveCase
+from kinds.options import Options
 from reports import table
 from reports.compare import compare
 from reports.report_page import _heatmaps, render

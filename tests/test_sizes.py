@@ -35,8 +35,8 @@ def test_labels():
 def test_a_size_that_rounds_onto_another_is_measured_once():
     """At 8 ranks 8 B of all_gather is one float a rank, 32 B: the 8 B case is skipped with the
     reason, the 32 B case measures it, and all_reduce (no rounding there) keeps both."""
-    from harness.session.options import Options
     from kinds import collective
+    from kinds.options import Options
     opts = Options(backends=["gloo"], nproc=8, sizes=[8, 32, 128], ops=["all_gather", "all_reduce"], dtypes=["float32"],
                    redops=["sum"])
     skips = {(c.op, c.size): c.skip for c in collective.build(opts)}

@@ -151,8 +151,8 @@ def test_a_knob_sweep_over_an_mpich_cvar_is_series_in_one_table_report_and_compa
 
 def _bucket_row(cap: int, step_ns: int, launch: int = 0) -> TuningRow:
     """A bucket case's row as the driver makes it, from what two bucketing ranks return."""
-    from harness.session.options import Options
     from kinds.base import Ran
+    from kinds.options import Options
     sizes = mlp_gradient_sizes(64, 4)
     calls = len(bucket_plan([4 * n for n in sizes], cap))
     ranks = [{"iters": 1, "round_ns": [step_ns + 1000 * i for i in range(5)], "calls": calls, "tensors": len(sizes),

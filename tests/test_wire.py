@@ -10,10 +10,10 @@ import pytest
 import kinds
 from harness.engine import worker
 from harness.engine.groups import CaseFailure, GroupKey, GroupPool
-from harness.session.options import Options
 from kinds.base import Ran
 from kinds.collective import CollectiveCase
 from kinds.compress import CompressCase
+from kinds.options import Options
 from kinds.overhead import OverheadCase
 from kinds.pipeline import PipelineCase
 from schema import wire

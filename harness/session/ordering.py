@@ -3,7 +3,7 @@ that follows: a group costs seconds to start, so cases sharing one run back to b
 from __future__ import annotations
 
 import kinds
-from harness.session.options import Options
+from kinds.options import Options
 from schema.group_key import GroupKey
 
 CASE_FIXTURES = tuple(kind.fixture for kind in kinds.KINDS)

@@ -7,8 +7,8 @@ import textwrap
 
 import kinds
 from harness import files
-from harness.session.options import Options
 from harness.session.session import BenchSession
+from kinds.options import Options
 
 
 def benchmark_session(config):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import files
-from harness.session.options import Options
+from kinds.options import Options
 from reports.history import SAME_NIGHT
 
 # options the child sets itself, or must not inherit: (name, takes a value)

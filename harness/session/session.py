@@ -15,9 +15,9 @@ import kinds
 from harness import provenance
 from harness.engine.groups import CaseFailure, GroupKey, GroupPool
 from harness.session.ab_pairing import ABPairing, PartnerFailed
-from harness.session.options import Options
 from harness.session.run_store import RunStore
 from kinds.base import Case, Kind, Ran
+from kinds.options import Options
 from schema.judgement import GateResult
 from schema.results import SCHEMA, Row
 from schema.run_meta import RunMeta
