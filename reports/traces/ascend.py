@@ -1,23 +1,5 @@
 """torch_npu profiler output, one folder per rank (`*_ascend_pt/`), into RankTraces: HCCL's collectives.
-
-What torch_npu writes (its profiler's CommunicationParser and msprof-analyze's cluster_analyse, which
-reads the same files) and what is read of it:
-- `profiler_info_<rank>.json` in the rank's folder: the rank, from the file's name (as cluster_analyse
-  takes it; `profiler_info.json`, no rank, is a run without torch.distributed: a one-rank job);
-  `profiler_metadata.json`'s `distributed_args.world_size` where the job added it (Megatron /
-  MindSpeed do, through the profiler's add_metadata_json: an object or its JSON text), else the
-  world is the highest rank seen + 1;
-- `ASCEND_PROFILER_OUTPUT/communication.json`: step ("step<N>", or "step") -> "collective" / "p2p" ->
-  op (`hcom_<op>__<tag>_<index>_<...>@<group id>`, one name per collective, the same on every member:
-  cluster_analyse matches ranks by it) -> "Communication Time Info": "Start Timestamp(us)", "Elapse
-  Time(ms)", "Wait Time(ms)", "Synchronization Time(ms)", "Transit Time(ms)", "Idle Time(ms)"; the
-  "Total Op Info" rows are sums and skipped. P2P ops are read too (their group is the pair).
-Each op's start and elapse are its time on the device, as NCCL kernels' are: the judgement reads
-arrival from them the same way; HCCL's own Wait Time (the time the rank waited for its peers inside
-the op) is kept beside each collective (`wait_us`). A group's members are the ranks whose file holds
-that group id (torch_npu writes no membership here). trace_view.json's hcom_* events carry the same
-ops with no more than this and are not read.
-"""
+What is read of it: docs/doctor.md (The trace formats read)."""
 from __future__ import annotations
 
 import json

@@ -1,19 +1,5 @@
-"""torch.profiler (Kineto) Chrome-trace JSON, one file per rank, into RankTraces.
-
-What torch 2.13 writes, and what is read of it (nothing else is assumed):
-- `distributedInfo`: `rank`, `world_size`, `pg_config` (each group's `pg_name`, `ranks`), written when
-  torch.distributed was initialised before the profiler started; a trace without it names no rank
-  and is refused;
-- `host_name`: the host (gethostname) the rank ran on;
-- gloo collectives as complete events (`ph` "X") named `gloo:<op>` on the group's own runloop
-  threads (`pt_gloo_runloop`), `dur` the time from the rank's entry to its completion, with `Input
-  Dims` / `Input type` when record_shapes was on. gloo makes 2 runloop threads per group, when the
-  group is made, so the trace's runloop threads in id order are the groups in `pg_config` order
-  when every group left events; otherwise all of a rank's collectives are taken as one stream in
-  start order (the job's groups unknown), which still matches collectives when every rank runs the
-  same sequence.
-- NCCL and RCCL jobs' GPU kernels and their CPU side: nccl.py (a trace holding no gloo events).
-"""
+"""torch.profiler (Kineto) Chrome-trace JSON, one file per rank, into RankTraces (gloo's events;
+NCCL and RCCL kernels: nccl.py). What is read of it: docs/doctor.md (The trace formats read)."""
 from __future__ import annotations
 
 import json

@@ -1,13 +1,5 @@
 """msprof-analyze's cluster_analyse output (`cluster_analysis_output/`) into RankTraces: every rank's
-HCCL ops, merged by the tool from each rank's communication.json.
-
-`cluster_communication.json`: group (its ranks as written, "(0, 1)") -> step ("step", "step<N>") ->
-op (the name torch_npu gave it, the same on every member) -> rank ("0") -> the rank's
-"Communication Time Info" (Start Timestamp(us), Elapse Time(ms), Wait Time(ms), Synchronization
-Time(ms), ...), as in the rank's own communication.json (ascend.py reads those fields alike); rows
-named "Total Op Info" are sums and skipped. The world is the highest rank + 1, or the rank rows of
-`cluster_step_trace_time.csv` beside it where there are more. The file names no host.
-"""
+HCCL ops, merged by the tool. What is read of it: docs/doctor.md (The trace formats read)."""
 from __future__ import annotations
 
 import csv
