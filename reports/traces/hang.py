@@ -85,7 +85,7 @@ def _base(op: str) -> str:
 
 def _mismatched(got: list[tuple[str, str, str]]) -> bool:
     """Whether ranks entered different collectives at one sequence number, as torch's analyser
-    judges it (input sizes and dtypes; see the module's note)."""
+    judges it (input sizes and dtypes: docs/doctor.md)."""
     ops = {_base(op) for op, _, _ in got}
     if len(ops) > 1:
         return True

@@ -181,13 +181,9 @@ DRAWS = 4000   # the cost test's permutations: its smallest p is 1 / 4001, under
 
 
 def _cost(last: np.ndarray, hold: np.ndarray, member: np.ndarray) -> np.ndarray:
-    """Per rank, the permutation test that its holds (what each peer waited for it alone, as the last
-    to arrive) are more than chance: were the ranks alike, each collective's last arriver would be
-    any of its members with equal chance, whatever the holds' sizes. The statistic is the sum of the
-    ranks of its holds among all the job's holds, not their times: a job's first collective or a
-    descheduled moment can hold a second once, and that must not outweigh forty steps (any rank may
-    draw it, so it is no evidence); a rank that holds 5 ms at every step's first collective draws
-    its sum in no permutation."""
+    """Per rank, the permutation test that its holds are more than chance (were the ranks alike, each
+    collective's last arriver would be any member), on the holds' ranks, not their times, so one long
+    stall is no evidence: docs/doctor.md (What a rank costs)."""
     world, n = member.shape
     if n == 0:
         return np.ones(world)

@@ -2,11 +2,10 @@
 NCCL and RCCL kernels: nccl.py). What is read of it: docs/doctor.md (The trace formats read)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from reports.traces import nccl
-from reports.traces.files import listed, read_bytes, shown
+from reports.traces.files import listed, load_json, shown
 from reports.traces.records import Collective, RankTrace
 from schema.results import ResultError
 
@@ -15,13 +14,7 @@ GLOO_THREADS = 2      # ProcessGroupGloo::Options threads, the default every tor
 
 
 def read(path: Path) -> RankTrace:
-    raw = read_bytes(path)
-    try:
-        trace = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ResultError(f"{shown(path)}: truncated or not JSON ({str(exc)[:50]}): not a whole torch.profiler trace") from None
-    except RecursionError:
-        raise ResultError(f"{shown(path)}: JSON nested too deeply") from None
+    trace = load_json(path, "torch.profiler trace")
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ResultError(f"{shown(path)}: JSON without 'traceEvents': not a torch.profiler (Kineto) trace")
     info = trace.get("distributedInfo")

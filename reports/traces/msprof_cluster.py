@@ -7,8 +7,8 @@ import io
 import re
 from pathlib import Path
 
-from reports.traces.ascend import collectives, hccl_waits, load_json
-from reports.traces.files import read_bytes, shown
+from reports.traces.ascend import collectives, with_hccl_waits
+from reports.traces.files import load_json, read_bytes, shown
 from reports.traces.records import RankTrace
 from schema.results import ResultError
 
@@ -58,10 +58,7 @@ def read_dir(folder: Path) -> list[RankTrace]:
         mine = collectives(path, ops, group_of[rank])
         out.append(RankTrace(rank, world, "", f"{path} rank {rank}",
                              {g: groups[g] for g in {c.group for c in mine}}, mine, NOTE, "hccl"))
-    said = hccl_waits(out)
-    for t in out:
-        t.note = f"{t.note}; {said}" if said else t.note
-    return out
+    return with_hccl_waits(out)
 
 
 def _ranks_in_steps(path: Path) -> int:
