@@ -9,15 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from collectives.ops import ITEMSIZE, OPS, by_log_name
-from reports import (
-    import_imb,
-    import_inspector,
-    import_msprof,
-    import_nccl_json,
-    import_osu,
-    import_rccl_reporter,
-    run_failures,
-)
+from reports import import_imb, import_inspector, import_msprof, import_nccl_json, import_osu, import_rccl_reporter, run_failures
 from reports.import_nccl_json import fits, ratio_candidates, span_text
 from reports.log_rows import (
     HCCL_TYPES,
