@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from collectives.ops import OPS, by_log_name
-from reports.log_rows import LOG_LIMIT_MIB, LogRun, entry, result_of
+from reports.log_rows import LogRun, entry, log_bytes, result_of
 from schema.results import ResultError
 
 LIMITS = ("field data (NCCL Inspector): kernel execution time only (no launch or queueing), 1 us resolution, "
@@ -25,26 +25,17 @@ def files_of(paths: list[Path]) -> list[Path]:
 
 
 def read(paths: list[Path], label: str | None) -> list[dict]:
-    from reports.result_files import size_limit
     logs = files_of(paths)
     where = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
     if not logs:
         raise ResultError(f"{where}: no NCCL Inspector *.log files")
-    limit = size_limit("HCCL_BENCH_MAX_LOG_MB", LOG_LIMIT_MIB)
     seen: dict[tuple, dict[int, float]] = {}      # (comm, op, sn) -> rank -> us
     sizes: dict[tuple, tuple[int, int]] = {}      # (comm, op, sn) -> (bytes, n_ranks)
     hosts: dict[str, set] = {}
     run = LogRun(first_line=1)
     p2p = sources = bad = 0
     for log in logs:
-        try:
-            if log.stat().st_size > limit:
-                raise ResultError(f"{log} is {log.stat().st_size >> 20} MiB; logs above {limit >> 20} MiB are refused "
-                                  "(HCCL_BENCH_MAX_LOG_MB raises it)")
-            text = log.read_text(errors="replace")
-        except OSError as exc:
-            raise ResultError(f"cannot read {log}: {exc.strerror or exc}") from None
-        for number, line in enumerate(text.splitlines(), 1):
+        for number, line in enumerate(log_bytes(log).decode(errors="replace").splitlines(), 1):
             if not line.strip():
                 continue
             try:

@@ -1,13 +1,6 @@
-"""msprof-analyze and torch_npu profiler files given to `import`: recognised and refused in one line
-that says what the file is and what reads it. They are a training job's own traces (per-op times of
-one step, per rank), not a benchmark's size sweep: `hccl-bench doctor --traces DIR` judges them.
-
-Recognised by their own keys (Ascend/mstt profiler/msprof_analyze, torch_npu's
-ASCEND_PROFILER_OUTPUT): `cluster_communication.json` ({"(0, 1)": {"step": {op: {rank: {...}}}}})
-and a rank's `communication.json` ({"step1": {"collective": {op: {...}}}}), both holding
-"Communication Time Info" records; `cluster_step_trace_time.csv` / `step_trace_time.csv` by their
-header (`Step,Type,Index,Computing,Communication(Not Overlapped),...`).
-"""
+"""msprof-analyze and torch_npu profiler files given to `import`: a training job's own traces, not a
+benchmark's size sweep, recognised by their own keys and refused in one line naming what reads them
+(`hccl-bench doctor --traces DIR`). What is recognised: docs/results.md (Not benchmark output)."""
 from __future__ import annotations
 
 import re

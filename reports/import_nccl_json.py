@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectives.ops import OPS
-from reports.log_rows import NCCL_TYPES, PERF, LogRun, Sample, canonical_op, cross_check, entry, need, result_of
+from collectives.ops import OPS, by_log_name
+from reports.log_rows import NCCL_TYPES, PERF, LogRun, Sample, cross_check, entry, need, result_of
 from reports.run_failures import RunFailed
 from schema.results import ResultError
 
@@ -43,11 +44,8 @@ class Parsed:
 
 def _num(value) -> float | None:
     """A writer's number: a float, or "nan" (jsonDouble of NaN) as None."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
-    return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
 
 
 def parse(text: str, where: str) -> Parsed:
@@ -187,7 +185,7 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
     tool = "rccl-tests" if "rccl_version" in data else "nccl-tests"
     args = [str(a) for a in data.get("args") or [] if isinstance(a, (str, int, float))]
     flags = flags_of(args)
-    named = next((canonical_op(m.group(1)) for a in args[:1] for m in [PERF.search(a)] if m), None)
+    named = next((by_log_name(m.group(1)) for a in args[:1] for m in [PERF.search(a)] if m), None)
     json_op: str = need(named or op, "collective", where, "--op")
     run = LogRun(first_line=1, op=json_op, cut=parsed.cut)
     if op and named and op != named:
@@ -251,11 +249,9 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
         run.warnings.append("-C 1: the times are host enqueue times; the bandwidths were not checked against them")
     else:
         cross_check(json_op, n, samples, where)
-    benches = [_cell_entry(tool, json_op, cell, hs, n, data, meaning, where, entry) for cell, hs in halves.items()]
+    benches = [_cell_entry(tool, json_op, cell, hs, n, data, meaning, where) for cell, hs in halves.items()]
     _verdicts(run, data, results, incomplete)
-    hosts: dict[str, int] = {}
-    for d in devices:
-        hosts[str(d.get("hostname"))] = hosts.get(str(d.get("hostname")), 0) + per_process
+    hosts = {h: k * per_process for h, k in Counter(str(d.get("hostname")) for d in devices).items()}
     groups = sorted({int(d["group"]) for d in devices if isinstance(d.get("group"), int)})
     if len(groups) > 1:
         run.warnings.append(f"split communicators (groups {groups}): the times are each group's, ranks counted over all")
@@ -310,8 +306,7 @@ def _verdicts(run, data: dict, results: list, incomplete: list[str]) -> None:
         run.warnings.append(run.cut)
 
 
-def _cell_entry(tool: str, op: str, cell: tuple, halves: list[Half], n: int, data: dict, meaning: dict, where: str,
-                make_entry) -> dict:
+def _cell_entry(tool: str, op: str, cell: tuple, halves: list[Half], n: int, data: dict, meaning: dict, where: str) -> dict:
     """One cell from all its repeats: per-iteration rounds (and process rows) when -I wrote them,
     else one sample per repeat's headline time."""
     size, count, dtype, redop, inplace = cell
@@ -342,5 +337,5 @@ def _cell_entry(tool: str, op: str, cell: tuple, halves: list[Half], n: int, dat
                 "samples": "per-iteration rounds" if per_iter else "headline time per repeat",
                 "library_version": data.get("rccl_version", data.get("nccl_version"))}
     wrongs = [h.wrong for h in halves if h.wrong is not None]
-    return make_entry(tool, op, dtype, redop, inplace, size, count, n, [float(t) for t in rounds] if per_iter else headline,
+    return entry(tool, op, dtype, redop, inplace, size, count, n, [float(t) for t in rounds] if per_iter else headline,
                       max(wrongs) if wrongs else None, imported, f"{where}: entry {halves[0].entry}", matrix_ns=matrix)

@@ -8,8 +8,8 @@ import io
 import json
 from pathlib import Path
 
-from collectives.ops import ITEMSIZE, OPS
-from reports.log_rows import NCCL_TYPES, LogRun, Sample, canonical_op, cross_check, entry, result_of
+from collectives.ops import ITEMSIZE, OPS, by_log_name
+from reports.log_rows import NCCL_TYPES, LogRun, Sample, cross_check, entry, result_of
 from schema.results import ResultError
 
 FIELDS = ("numCycle", "name", "nodes", "ranks", "ranksPerNode", "gpusPerRank", "gpus", "size", "type", "redop",
@@ -79,7 +79,7 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
     by_op: dict[str, list[tuple[int, dict]]] = {}
     for index, rec in enumerate(records, 1):
         rec = {_key(k): v for k, v in rec.items()} if isinstance(rec, dict) else {}
-        name = canonical_op(str(_value(rec, "name") or "")) or op
+        name = by_log_name(str(_value(rec, "name") or "")) or op
         if not name:
             raise ResultError(f"{where}: record {index} names no collective it is ({_value(rec, 'name')!r}); pass --op")
         by_op.setdefault(name, []).append((index, rec))

@@ -5,37 +5,28 @@ silently. Here nccl-tests / rccl-tests text and hccl_test; each other format in 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
-from collectives.ops import ITEMSIZE, OPS
-from reports import (
-    import_imb,
-    import_inspector,
-    import_msprof,
-    import_nccl_json,
-    import_osu,
-    import_rccl_reporter,
-    run_failures,
-)
+from collectives.ops import ITEMSIZE, OPS, by_log_name
+from reports import import_imb, import_inspector, import_msprof, import_nccl_json, import_osu, import_rccl_reporter, run_failures
 from reports.import_nccl_json import fits, ratio_candidates, span_text
 from reports.log_rows import (
     HCCL_TYPES,
-    LOG_LIMIT_MIB,
+    LAUNCH_N,
     NCCL_TYPES,
     PERF,
+    PREFIXES,
     LogRun,
     Sample,
     as_float,
-    canonical_op,
     check_rows,
     cross_check,
     entry,
+    log_bytes,
     need,
     result_of,
 )
-from reports.log_rows import LAUNCH_N as _LAUNCH_N
-from reports.log_rows import PREFIXES as _PREFIXES
-from reports.result_files import size_limit
 from reports.run_failures import FirstFailure
 from schema.results import ResultError
 
@@ -128,13 +119,12 @@ class NcclTextReader:
             self._failure(number, found)
             return
         perf = PERF.search(s)
-        if perf and canonical_op(perf.group(1)):
-            op = canonical_op(perf.group(1))
+        if perf and (op := by_log_name(perf.group(1))):
             run = self.runs[-1] if self.runs and not (self.runs[-1].samples or self.runs[-1].summary) else None
             if run is not None and run.op is None:
                 run.op = op
             self.pending_op = op
-        if m := _LAUNCH_N.search(s[:perf.start()] if perf else s):   # the launcher's -n, not the benchmark's
+        if m := LAUNCH_N.search(s[:perf.start()] if perf else s):   # the launcher's -n, not the benchmark's
             self.pending_n = int(m.group(1))
             if self.runs and not (self.runs[-1].samples or self.runs[-1].summary):
                 self.runs[-1].launch_n = self.pending_n
@@ -208,9 +198,7 @@ class NcclTextReader:
                 continue
             wrong_text = row.get("#wrong" + suffix, row.get("wrong" + suffix))
             wrong = None if wrong_text in (None, "N/A") else as_float(wrong_text.rstrip("*"))
-            if wrong_text and wrong_text.endswith("*"):   # rccl-tests marks errors over its threshold
-                run.failed = run.failed or f"line {number}: #wrong {wrong_text} at {size} B"
-            if wrong is not None and wrong > 0:
+            if (wrong is not None and wrong > 0) or (wrong_text or "").endswith("*"):   # rccl-tests: * over its threshold
                 run.failed = run.failed or f"line {number}: #wrong {wrong_text} at {size} B"
             run.samples.append(Sample(size, count, dtype, redop, inplace, time_us, as_float(row.get("algbw" + suffix, "")),
                                       as_float(row.get("busbw" + suffix, "")), wrong, number))
@@ -255,7 +243,7 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
     reader = NcclTextReader()
     hints: list[tuple[int, int, str]] = []   # (line, count, prose): "128 GPU all reduce ...", a hint only
     for number, line in enumerate(text.splitlines(), 1):
-        clean = _PREFIXES.sub("", line)
+        clean = PREFIXES.sub("", line)
         if (m := _TITLE.search(clean)) and not clean.lstrip().startswith("#"):
             hints.append((number, int(m.group(1)), clean.strip()))
         reader.feed(number, clean)
@@ -297,9 +285,7 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
                                   {"printed_algbw": samples[0].algbw, "printed_busbw": samples[0].busbw,
                                    "header": " ".join(run.header), "source_line": samples[0].line},
                                   f"{where_run}: line {samples[0].line}"))
-        hosts: dict[str, int] = {}
-        for host, _ in run.ranks.values():
-            hosts[host] = hosts.get(host, 0) + 1
+        hosts = dict(Counter(host for host, _ in run.ranks.values()))
         out.append(result_of(path, "nccl-tests-text", "nccl-tests", run_op, n, benches, run, hosts,
                            [d for _, d in run.ranks.values()], label))
     return out
@@ -355,7 +341,7 @@ def _logical_lines(text: str):
     """(first line number, line) with prefixes removed and backslash-continued lines joined."""
     pending, start = "", 0
     for number, raw in enumerate(text.splitlines(), 1):
-        line = _PREFIXES.sub("", raw)
+        line = PREFIXES.sub("", raw)
         start = start or number
         if line.rstrip().endswith("\\"):
             pending += line.rstrip()[:-1] + " "
@@ -388,11 +374,11 @@ def _hccl_row(seg: dict, number: int, cols: list[str]) -> None:
 
 def _hccl_result(where, path: Path, seg: dict, op: str | None, nranks: int | None, dtype: str | None, label) -> dict:
     run, cmd = seg["run"], " ".join(seg["cmd"])
-    named = next((canonical_op(m.group(1)) for m in re.finditer(r"([a-z_]+?)_test\b", cmd) if canonical_op(m.group(1))), None)
+    named = next(filter(None, (by_log_name(m.group(1)) for m in re.finditer(r"([a-z_]+?)_test\b", cmd))), None)
     run.op = named or op
     binary = re.search(r"[a-z_]+_test\b", cmd)
     launcher, own = (cmd[:binary.start()], cmd[binary.end():]) if binary else (cmd, cmd)   # hccl_test's own -n is iterations
-    m = _LAUNCH_N.search(launcher) or re.search(r"\s-p\s+(\d+)", own)
+    m = LAUNCH_N.search(launcher) or re.search(r"\s-p\s+(\d+)", own)
     nranks = (int(m.group(1)) if m else None) or nranks
     m = re.search(r"\s-d\s+(\w+)", own)
     dtype = (HCCL_TYPES.get(m.group(1)) if m else None) or dtype
@@ -430,15 +416,7 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
         raise ResultError(f"--nranks {nranks}: give a rank count >= 1")
     if path.is_dir():    # an NCCL Inspector dump directory: its per-process logs together
         return import_inspector.read([path], label)
-    limit = size_limit("HCCL_BENCH_MAX_LOG_MB", LOG_LIMIT_MIB)
-    try:
-        size = path.stat().st_size
-        if size > limit:
-            raise ResultError(f"{path} is {size >> 20} MiB; logs above {limit >> 20} MiB are refused "
-                              "(HCCL_BENCH_MAX_LOG_MB raises it)")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ResultError(f"cannot read {path}: {exc.strerror or exc}") from None
+    raw = log_bytes(path)
     if b"\0" in raw[:4096]:
         raise ResultError(f"{path} is binary (NUL bytes), not a text log of nccl-tests, rccl-tests or hccl_test")
     text = raw.decode(errors="replace")
@@ -466,7 +444,7 @@ def _mpi_suites(path: Path, text: str, op: str | None, nranks: int | None, dtype
                 label: str | None) -> list[dict]:
     """OSU and IMB runs, and nccl-tests runs beside them in the same log (an acceptance job's output),
     each read by its own reader and returned in file order; [] when the file holds neither suite."""
-    osu = "# OSU " in text and any(import_osu.HEADER.match(_PREFIXES.sub("", line).strip()) for line in text.splitlines())
+    osu = "# OSU " in text and any(import_osu.HEADER.match(PREFIXES.sub("", line).strip()) for line in text.splitlines())
     imb = bool(import_imb.BANNER.search(text) or ("# Benchmarking " in text and "#repetitions" in text))
     if not (osu or imb):
         return []

@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectives.ops import OPS, bandwidths, by_log_name
+from collectives.ops import OPS, bandwidths
+from reports.result_files import size_limit
 from reports.run_failures import RunFailed
 from schema.results import CollectiveRow, ResultError, bench_entry, result_file
 from schema.stats import median
@@ -39,11 +40,6 @@ PERF = re.compile(r"\b(?:nccl_|rccl_)?([a-z_]+?)_perf(?:_mpi)?\b")
 # rounding of the printed time (4-5 significant digits)
 _ABS_TOL, _REL_TOL = 0.011, 0.02
 LOG_LIMIT_MIB = 64   # a campaign's log is a few MiB; HCCL_BENCH_MAX_LOG_MB raises it
-
-
-def canonical_op(name: str) -> str | None:
-    """Our op for a tool's name of it (each op module's LogNames)."""
-    return by_log_name(name)
 
 
 @dataclass
@@ -84,6 +80,18 @@ def as_float(token: str) -> float | None:
         return float(token)
     except ValueError:
         return None
+
+
+def log_bytes(path: Path) -> bytes:
+    """A log's bytes, refused in one line when unreadable or above HCCL_BENCH_MAX_LOG_MB."""
+    limit = size_limit("HCCL_BENCH_MAX_LOG_MB", LOG_LIMIT_MIB)
+    try:
+        if (size := path.stat().st_size) > limit:
+            raise ResultError(f"{path} is {size >> 20} MiB; logs above {limit >> 20} MiB are refused "
+                              "(HCCL_BENCH_MAX_LOG_MB raises it)")
+        return path.read_bytes()
+    except OSError as exc:
+        raise ResultError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def log_lines(text: str):

@@ -1,23 +1,5 @@
 """torch_npu profiler output, one folder per rank (`*_ascend_pt/`), into RankTraces: HCCL's collectives.
-
-What torch_npu writes (its profiler's CommunicationParser and msprof-analyze's cluster_analyse, which
-reads the same files) and what is read of it:
-- `profiler_info_<rank>.json` in the rank's folder: the rank, from the file's name (as cluster_analyse
-  takes it; `profiler_info.json`, no rank, is a run without torch.distributed: a one-rank job);
-  `profiler_metadata.json`'s `distributed_args.world_size` where the job added it (Megatron /
-  MindSpeed do, through the profiler's add_metadata_json: an object or its JSON text), else the
-  world is the highest rank seen + 1;
-- `ASCEND_PROFILER_OUTPUT/communication.json`: step ("step<N>", or "step") -> "collective" / "p2p" ->
-  op (`hcom_<op>__<tag>_<index>_<...>@<group id>`, one name per collective, the same on every member:
-  cluster_analyse matches ranks by it) -> "Communication Time Info": "Start Timestamp(us)", "Elapse
-  Time(ms)", "Wait Time(ms)", "Synchronization Time(ms)", "Transit Time(ms)", "Idle Time(ms)"; the
-  "Total Op Info" rows are sums and skipped. P2P ops are read too (their group is the pair).
-Each op's start and elapse are its time on the device, as NCCL kernels' are: the judgement reads
-arrival from them the same way; HCCL's own Wait Time (the time the rank waited for its peers inside
-the op) is kept beside each collective (`wait_us`). A group's members are the ranks whose file holds
-that group id (torch_npu writes no membership here). trace_view.json's hcom_* events carry the same
-ops with no more than this and are not read.
-"""
+What is read of it: docs/doctor.md (The trace formats read)."""
 from __future__ import annotations
 
 import json
@@ -25,7 +7,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from reports.traces.files import read_bytes, shown
+from reports.traces.files import load_json, shown
 from reports.traces.records import Collective, RankTrace
 from schema.results import ResultError
 from schema.stats import median
@@ -47,15 +29,6 @@ def rank_folders(folder: Path) -> list[Path]:
     if is_rank_folder(folder):
         return [folder]
     return sorted(p for p in folder.iterdir() if is_rank_folder(p))
-
-
-def load_json(path: Path, what: str):
-    try:
-        return json.loads(read_bytes(path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ResultError(f"{shown(path)}: truncated or not JSON ({str(exc)[:50]}): not a whole {what}") from None
-    except RecursionError:
-        raise ResultError(f"{shown(path)}: JSON nested too deeply") from None
 
 
 def op_times(path: Path, name: str, info) -> tuple[float, float, float | None]:
@@ -152,24 +125,23 @@ def with_groups(traces: list[RankTrace], world: int | None = None) -> list[RankT
         for c in t.collectives:
             members.setdefault(c.group, set()).add(t.rank)
     size = world or max([t.world for t in traces] + [max(t.rank for t in traces) + 1])
-    said = hccl_waits(traces)
     for t in traces:
         t.world = size
         t.groups = {g: sorted(members[g]) for g in {c.group for c in t.collectives}}
-        t.note = f"{t.note}; {said}" if said else t.note
-    return traces
+    return with_hccl_waits(traces)
 
 
-def hccl_waits(traces: list[RankTrace], shown_ranks: int = 3) -> str:
-    """HCCL's own figure beside the doctor's, in one line: each rank's median Wait Time, the lowest
-    few (the last to arrive wait least) and the highest."""
+def with_hccl_waits(traces: list[RankTrace], shown_ranks: int = 3) -> list[RankTrace]:
+    """HCCL's own figure beside the doctor's, added to each trace's note in one line: each rank's median
+    Wait Time, the lowest few (the last to arrive wait least) and the highest."""
     medians = sorted((float(median(w)), t.rank) for t in traces
                      if (w := [c.wait_us for c in t.collectives if c.wait_us is not None]))
-    if not medians:
-        return ""
-    low = ", ".join(f"rank {r} {m / 1e3:.2f} ms" for m, r in medians[:shown_ranks])
-    high = f"; highest rank {medians[-1][1]} {medians[-1][0] / 1e3:.2f} ms" if len(medians) > shown_ranks else ""
-    return f"HCCL's own Wait Time, median per rank: lowest {low}{high}"
+    if medians:
+        low = ", ".join(f"rank {r} {m / 1e3:.2f} ms" for m, r in medians[:shown_ranks])
+        high = f"; highest rank {medians[-1][1]} {medians[-1][0] / 1e3:.2f} ms" if len(medians) > shown_ranks else ""
+        for t in traces:
+            t.note = f"{t.note}; HCCL's own Wait Time, median per rank: lowest {low}{high}"
+    return traces
 
 
 def read_dir(folder: Path) -> list[RankTrace]:

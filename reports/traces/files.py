@@ -4,6 +4,7 @@ unreadable; .gz is read through gzip with the same bound on what it expands to."
 from __future__ import annotations
 
 import gzip
+import json
 import zlib
 from pathlib import Path
 
@@ -47,3 +48,13 @@ def read_bytes(path: Path) -> bytes:
         raise ResultError(f"cannot read {shown(path)}: {exc.strerror or exc}") from None
     except (EOFError, zlib.error) as exc:
         raise ResultError(f"{shown(path)}: a cut or corrupt gzip file ({exc})") from None
+
+
+def load_json(path: Path, what: str):
+    """A file's JSON (bounded as read_bytes), or one line why not: `what` names the whole it should be."""
+    try:
+        return json.loads(read_bytes(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultError(f"{shown(path)}: truncated or not JSON ({str(exc)[:50]}): not a whole {what}") from None
+    except RecursionError:
+        raise ResultError(f"{shown(path)}: JSON nested too deeply") from None

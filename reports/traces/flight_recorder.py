@@ -1,22 +1,5 @@
-"""torch's flight-recorder dumps (TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE; one file per rank,
-`<prefix><rank>`, e.g. torch's default TORCH_FR_DUMP_TEMP_FILE `nccl_trace_rank_<rank>`) into FrDumps.
-
-The format is what torch.distributed.flight_recorder's loader reads (torch 2.13, dump version
-"2.10"): a pickled dict with `version`, `pg_config` (name -> {name, desc, ranks as a string}),
-`pg_status` (name -> last_enqueued/started/completed_collective) and `entries`, each with
-`process_group` (name, desc), `collective_seq_id`, `p2p_seq_id`, `is_p2p`, `profiling_name`,
-`input_sizes`, `input_dtypes`, `state`. The rank is the file name's trailing number, as torch's
-loader takes it; a dump carries no host. A dump is untrusted: it is unpickled with no classes at all
-(torch's dumps hold only dicts, lists, tuples, strings and numbers), so a crafted file cannot run code.
-gloo records every entry as "scheduled" (its work is not watched), so for gloo groups "completed"
-comes from pg_status and says only what was enqueued and retired. pg_status is keyed by the group's
-id (each entry's `pg_id`), which is its name only where the two agree (the default group of a gloo
-job); names are taken from the entries. Files without a rank at the end of their name (a
-`fault_injection.log`, a README) are not dumps: skipped and named (not_dumps).
-torch_npu's HCCL flight recorder (TORCH_HCCL_TRACE_BUFFER_SIZE; Ascend/pytorch
-torch_npu/csrc/distributed/TraceUtils.h, HCCLTraceBuffer::dump) pickles the same dict with torch's
-own Pickler (version "2.4", `hccl_comm_state` for `nccl_comm_state`): read the same way.
-"""
+"""torch's (and torch_npu's HCCL) flight-recorder dumps, one file per rank, into FrDumps; unpickled
+with no classes allowed. What is read of them: docs/doctor.md (The trace formats read)."""
 from __future__ import annotations
 
 import io

@@ -10,9 +10,6 @@ from reports.traces import ascend, kineto, msprof_cluster
 from reports.traces.records import RankTrace
 from schema.results import ResultError
 
-READ = ("torch.profiler (Kineto) traces of gloo, NCCL or RCCL jobs (.json/.json.gz, one per rank), torch_npu "
-        "profiler folders (*_ascend_pt) or msprof-analyze's cluster_analysis_output")
-
 
 def read_job(folder: Path) -> list[RankTrace]:
     folder = Path(folder)

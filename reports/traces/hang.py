@@ -1,16 +1,6 @@
 """Where a hung job's ranks stopped, from their flight-recorder dumps (records.FrDump): per group, the
-last collective each rank entered; the ranks that never reached the collective the others wait in
-(the wavefront, as nvidia-resiliency-ext's fr_attribution calls it) named; and collectives whose op,
-sizes or dtypes differ across ranks at one sequence number reported as mismatches.
-
-Two wavefronts, as nvidia-resiliency-ext's fr_attribution reads them: a rank that never entered
-(enqueued) the collective its peers wait in is stuck on its host; a rank that entered every
-collective its peers did but completed fewer (pg_status's last completed, where the dump has it)
-is stuck on its device (a GPU error, a hung kernel): its peers completed collectives it took part in,
-its own watchdog never saw them end. Mismatches follow torch's own analyser
-(torch.distributed.flight_recorder): input sizes are not compared for all_to_all (MoE's uneven
-splits), scatter or the `_v` collectives (uneven by design), dtypes not where a rank's input is
-empty (a scatter or gather's non-root) or for scatter and broadcast."""
+ranks that never reached (or never completed) the collective the others wait in, and mismatches.
+The two wavefronts and the mismatch rules: docs/doctor.md (The trace formats read)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -95,7 +85,7 @@ def _base(op: str) -> str:
 
 def _mismatched(got: list[tuple[str, str, str]]) -> bool:
     """Whether ranks entered different collectives at one sequence number, as torch's analyser
-    judges it (input sizes and dtypes; see the module's note)."""
+    judges it (input sizes and dtypes: docs/doctor.md)."""
     ops = {_base(op) for op, _, _ in got}
     if len(ops) > 1:
         return True

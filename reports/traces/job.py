@@ -4,6 +4,7 @@ job (some ranks' files missing) is judged over the ranks present when there are 
 missing ones are named as ranges ("ranks 2-127 of 128"), never one by one."""
 from __future__ import annotations
 
+from itertools import groupby
 from pathlib import Path
 
 from reports.traces.records import RankTrace
@@ -14,16 +15,8 @@ MIN_RANKS = 2   # lateness is against peers: one rank has none
 
 def ranges(ranks: list[int]) -> str:
     """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8": a rank list of any length in a few characters."""
-    out: list[str] = []
-    rs = sorted(set(ranks))
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ", ".join(out)
+    runs = [[r for _, r in run] for _, run in groupby(enumerate(sorted(set(ranks))), lambda x: x[1] - x[0])]
+    return ", ".join(str(rs[0]) if len(rs) == 1 else f"{rs[0]}-{rs[-1]}" for rs in runs)
 
 
 def short_ranges(ranks: list[int], limit: int = 60) -> str:

@@ -1,47 +1,7 @@
-"""Which rank, host or group the job waits for, from every rank's collectives (records.RankTrace).
-
-Matching: a collective is (group, order within the group) on each of the group's ranks; it counts
-when every member has it with the same op and shape. A collective ends at about the same moment on
-every member, so what a rank did between its previous collective's end and this one's start (its
-**gap**, one clock) says when it arrived: a rank's **lateness** in a collective is its gap minus its
-peers' median gap (no clocks compared across hosts); in a rank's first collective, which has no
-previous end, the median duration of its peers minus its own (the rank that arrived last spent the
-least time in it). The gap reads arrival better than the duration: a collective's end on each rank
-carries its own scheduling noise, the gap the previous end's, and the late rank's lateness shows
-whole (8 gloo ranks on 2 cores, one 2 ms late in 70% of collectives: the gap reads 2.0 ms, and that
-rank arrives last in 20-25 of 39 collectives against 12-18 by duration, in 7 of the 20 jobs). Its **wait** is its duration
-minus the group's shortest. The late arriver is the culprit; the
-ranks that wait for it are its victims, never suspects (as the synthetic doctor judges).
-
-A rank is named when, over all its collectives, (1) it arrives late more often than a healthy
-rank would, by two one-sided tests at alpha / ranks together (Bonferroni over ranks; the smaller
-p-value doubled, Bonferroni over the two): the sign test (it arrives after its peers' median more
-often than not; a healthy rank, like its peers, does so half the time by symmetry, whatever the
-noise) and the last-arriver test (it is the last of its group to arrive, the longest gap; in a
-first collective the shortest time, more often than 1 / group size per collective allows: a
-Poisson-binomial tail); the sign test sees a rank a little late nearly always, the last-arriver test one much late
-in part of its collectives (at 8 ranks, 2 ms late in 70% of 40 collectives: last in about 28, where
-5 is a healthy rank's share); so this is the false-alarm budget, alpha a job, for collectives that
-are independent; and (2) its median lateness is above `min_late_us`, so a consistent but harmless
-skew is not named. Medians and signs, with a
-bootstrap interval of the median: a job's first collective (connections made) or a descheduled
-moment can last a second and must not outweigh forty ordinary steps. A rank late once, however
-much, is not named; one late by 2 ms in 70% of 40 collectives is.
-
-What a rank costs: a rank late once a step (before the step's first collective; the rest follow
-back to back) is late in a third of its collectives, its median lateness ~0. Each collective's last
-arriver is charged its **hold**, its lead over the next-to-last: the time each peer waited for it
-alone. A rank is also named when its holds are more than chance (a permutation test of their
-ranks: _cost) and its cost a step (trimmed mean over the trace's ProfilerStep steps, or per
-collective) exceeds its chance share by over `min_late_us`. Each reading has half the budget,
-alpha / (2 x ranks). When every rank of a host (two
-or more) is named, the host is the suspect. A group is named (a link) when its collectives' floor
-(the shortest member's time: the transfer once the last rank arrived) is over `min_link_ratio`
-times other groups' floor for the same op and shape, by a one-sided Mann-Whitney test at alpha /
-groups; the baseline is the groups that share no host with it where there are such (a slow host's
-link slows every group through it). Slow groups that hold one host in common and no other are
-named once, as that host's link.
-"""
+"""Which rank, host or group the job waits for, from every rank's collectives (records.RankTrace):
+collectives matched by (group, order), each rank's lateness (its gap minus its peers' median gap),
+the sign and last-arriver tests, what a late rank costs its peers (its holds) and slow links.
+The method, its tests and what it was measured on: docs/doctor.md (How it judges a job)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -221,13 +181,9 @@ DRAWS = 4000   # the cost test's permutations: its smallest p is 1 / 4001, under
 
 
 def _cost(last: np.ndarray, hold: np.ndarray, member: np.ndarray) -> np.ndarray:
-    """Per rank, the permutation test that its holds (what each peer waited for it alone, as the last
-    to arrive) are more than chance: were the ranks alike, each collective's last arriver would be
-    any of its members with equal chance, whatever the holds' sizes. The statistic is the sum of the
-    ranks of its holds among all the job's holds, not their times: a job's first collective or a
-    descheduled moment can hold a second once, and that must not outweigh forty steps (any rank may
-    draw it, so it is no evidence); a rank that holds 5 ms at every step's first collective draws
-    its sum in no permutation."""
+    """Per rank, the permutation test that its holds are more than chance (were the ranks alike, each
+    collective's last arriver would be any member), on the holds' ranks, not their times, so one long
+    stall is no evidence: docs/doctor.md (What a rank costs)."""
     world, n = member.shape
     if n == 0:
         return np.ones(world)

@@ -1,26 +1,11 @@
-"""torch.profiler (Kineto) Chrome-trace JSON, one file per rank, into RankTraces.
-
-What torch 2.13 writes, and what is read of it (nothing else is assumed):
-- `distributedInfo`: `rank`, `world_size`, `pg_config` (each group's `pg_name`, `ranks`), written when
-  torch.distributed was initialised before the profiler started; a trace without it names no rank
-  and is refused;
-- `host_name`: the host (gethostname) the rank ran on;
-- gloo collectives as complete events (`ph` "X") named `gloo:<op>` on the group's own runloop
-  threads (`pt_gloo_runloop`), `dur` the time from the rank's entry to its completion, with `Input
-  Dims` / `Input type` when record_shapes was on. gloo makes 2 runloop threads per group, when the
-  group is made, so the trace's runloop threads in id order are the groups in `pg_config` order
-  when every group left events; otherwise all of a rank's collectives are taken as one stream in
-  start order (the job's groups unknown), which still matches collectives when every rank runs the
-  same sequence.
-- NCCL and RCCL jobs' GPU kernels and their CPU side: nccl.py (a trace holding no gloo events).
-"""
+"""torch.profiler (Kineto) Chrome-trace JSON, one file per rank, into RankTraces (gloo's events;
+NCCL and RCCL kernels: nccl.py). What is read of it: docs/doctor.md (The trace formats read)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from reports.traces import nccl
-from reports.traces.files import listed, read_bytes, shown
+from reports.traces.files import listed, load_json, shown
 from reports.traces.records import Collective, RankTrace
 from schema.results import ResultError
 
@@ -29,13 +14,7 @@ GLOO_THREADS = 2      # ProcessGroupGloo::Options threads, the default every tor
 
 
 def read(path: Path) -> RankTrace:
-    raw = read_bytes(path)
-    try:
-        trace = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ResultError(f"{shown(path)}: truncated or not JSON ({str(exc)[:50]}): not a whole torch.profiler trace") from None
-    except RecursionError:
-        raise ResultError(f"{shown(path)}: JSON nested too deeply") from None
+    trace = load_json(path, "torch.profiler trace")
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ResultError(f"{shown(path)}: JSON without 'traceEvents': not a torch.profiler (Kineto) trace")
     info = trace.get("distributedInfo")

@@ -1,13 +1,5 @@
 """msprof-analyze's cluster_analyse output (`cluster_analysis_output/`) into RankTraces: every rank's
-HCCL ops, merged by the tool from each rank's communication.json.
-
-`cluster_communication.json`: group (its ranks as written, "(0, 1)") -> step ("step", "step<N>") ->
-op (the name torch_npu gave it, the same on every member) -> rank ("0") -> the rank's
-"Communication Time Info" (Start Timestamp(us), Elapse Time(ms), Wait Time(ms), Synchronization
-Time(ms), ...), as in the rank's own communication.json (ascend.py reads those fields alike); rows
-named "Total Op Info" are sums and skipped. The world is the highest rank + 1, or the rank rows of
-`cluster_step_trace_time.csv` beside it where there are more. The file names no host.
-"""
+HCCL ops, merged by the tool. What is read of it: docs/doctor.md (The trace formats read)."""
 from __future__ import annotations
 
 import csv
@@ -15,8 +7,8 @@ import io
 import re
 from pathlib import Path
 
-from reports.traces.ascend import collectives, hccl_waits, load_json
-from reports.traces.files import read_bytes, shown
+from reports.traces.ascend import collectives, with_hccl_waits
+from reports.traces.files import load_json, read_bytes, shown
 from reports.traces.records import RankTrace
 from schema.results import ResultError
 
@@ -66,10 +58,7 @@ def read_dir(folder: Path) -> list[RankTrace]:
         mine = collectives(path, ops, group_of[rank])
         out.append(RankTrace(rank, world, "", f"{path} rank {rank}",
                              {g: groups[g] for g in {c.group for c in mine}}, mine, NOTE, "hccl"))
-    said = hccl_waits(out)
-    for t in out:
-        t.note = f"{t.note}; {said}" if said else t.note
-    return out
+    return with_hccl_waits(out)
 
 
 def _ranks_in_steps(path: Path) -> int:

@@ -1,19 +1,5 @@
 """NCCL and RCCL collectives in a torch.profiler (Kineto) trace: the GPU kernels, read on the device's
-clock, each with what its CPU side says it is.
-
-A NCCL collective starts on the GPU when its stream reaches it (the rank's arrival) and ends once every
-member has arrived and the data moved, so the last rank to arrive has the shortest kernel and the others
-wait inside theirs: the kernels' start and duration are what the judgement reads, as it reads gloo's
-CPU events. What is read (HTA's tests/data traces, torch 1.13 to 2.x, show each form):
-- kernels (`cat` "kernel") named `ncclKernel_*` / `ncclDevKernel_*` (RCCL keeps NCCL's names);
-- the CPU side, paired by the kernel's `correlation` with the runtime launch (`cudaLaunchKernel*` /
-  `hipLaunchKernel*`, `cat` "cuda_runtime") and the CPU ops enclosing that launch on its thread:
-  `record_param_comms` (args "Collective name", "In msg nelems", "Out msg nelems", "dtype", "Process
-  Group Name", "Process Group Ranks", "Seq" where torch records it) and `nccl:<op>`. Newer torch
-  copies those args onto the kernel itself; older traces hold none of them (op from `nccl:<op>` or
-  the kernel's name, shape unknown), and no group name: each op's kernels are then matched in their
-  own order across ranks (group "? <op>").
-"""
+clock, each with what its CPU side says it is. What is read: docs/doctor.md (The trace formats read)."""
 from __future__ import annotations
 
 import json
