@@ -1,0 +1,70 @@
+"""How far a history's nights spread, cell by cell, and what that lets it see: the measurement
+behind issue 50 (docs/statistics.md, "What a busy machine lets a nightly see").
+
+    python scripts/night_spread.py RESULTS_DIR [--nights 7]
+
+RESULTS_DIR is a --results folder of nights (a nightly, or one trial of scripts/nightly_trials.py).
+For each cell of its first N nights it prints the night-to-night sd of log time for several ways
+of making a night's point from its launches (the mean of their logs, which the history judges;
+their median, 25th percentile, second fastest, fastest) and the share of rounds in which no rank
+waited for a CPU (schema/stats.py UNDISTURBED_SHARE; a launch with at least MIN_UNDISTURBED of
+them is judged on those alone, as the reader already gives it). The last lines say what a
+night-to-night sd lets 7 nights see (the history's own detectable_change on simulated nights):
+about 1% for a 5% change, 2% for 8%.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from reports.estimators import launch_value  # noqa: E402
+from reports.history import detectable_change, load_runs  # noqa: E402
+from schema.stats import UNDISTURBED_SHARE, per_op_seconds  # noqa: E402
+
+POINTS = {   # a night's point from its launches' per-launch medians
+    "mean": lambda v: np.mean(np.log(v)), "median": lambda v: np.log(np.median(v)),
+    "p25": lambda v: np.log(np.percentile(v, 25)), "2nd": lambda v: np.log(np.sort(v)[min(1, v.size - 1)]),
+    "min": lambda v: np.log(v.min()),
+}
+
+
+def undisturbed_share(row) -> float:
+    """The share of the launch's rounds in which no rank waited for a CPU (0 where none was recorded)."""
+    k = row.iters_per_round or 1
+    t = per_op_seconds(row.round_ns_per_rank, k)
+    waits = np.asarray(row.round_cpu_wait_ns or [], dtype=float)
+    return float(np.mean(waits <= UNDISTURBED_SHARE * t * k * 1e9)) if waits.size == t.size else 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results")
+    parser.add_argument("--nights", type=int, default=7)
+    args = parser.parse_args()
+    runs = sorted(load_runs([args.results])[0], key=lambda r: r.started)[:args.nights]
+    if len(runs) < 3:
+        print(f"night_spread: {args.results} holds {len(runs)} nights; give at least 3", file=sys.stderr)
+        return 2
+    print(f"# {len(runs)} nights of {args.results}: night-to-night sd of log time by night point; "
+          "undisturbed: the share of rounds without a CPU wait")
+    keys = sorted(set.intersection(*(set(r.cells) for r in runs)), key=lambda k: (str(k[0].op), k[1]))
+    for key in keys:
+        cells = [r.cells[key] for r in runs]
+        values = [np.array([launch_value(v, "median") for v in c.launches.values()]) for c in cells]
+        sds = {name: np.std([point(v) for v in values], ddof=1) for name, point in POINTS.items()}
+        share = np.mean([undisturbed_share(row) for c in cells for row in c.rows.values()])
+        print(f"{key[0].label():45s} {key[1]:>8d} B  " + "  ".join(f"{n} {sd:6.1%}" for n, sd in sds.items())
+              + f"  | undisturbed {share:4.0%}")
+    rng = np.random.default_rng(1)
+    for sd in (0.01, 0.02, 0.05):
+        seen = np.median([detectable_change(rng.normal(0, sd, 7), []) for _ in range(200)])
+        print(f"# a night-to-night sd of {sd:.0%}: 7 nights could have seen {seen:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
