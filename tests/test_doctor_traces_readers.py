@@ -262,3 +262,18 @@ def test_the_world_size_a_job_added_to_the_profiler_metadata_is_read(tmp_path, a
     (job_dir / "node_0_ascend_pt" / "profiler_metadata.json").write_text(json.dumps({"distributed_args": args}))
     traces = formats.read_job(job_dir)
     assert [t.world for t in traces] == [4, 4] and job.missing(traces) == [2, 3]
+
+
+def test_the_json_is_the_same_whatever_pythons_hash_seed(tmp_path):
+    """Two runs on one folder write the same bytes: no set's order (it follows PYTHONHASHSEED) reaches
+    the JSON. The per-group floors of a two-group job once came out in either order."""
+    import os
+    import subprocess
+    import sys
+    written = []
+    for seed in ("1", "2", "3"):
+        out = tmp_path / f"doctor-{seed}.json"
+        subprocess.run([sys.executable, "-m", "harness.cli", "doctor", "--traces", str(DATA / "slow-group"), "--json",
+                        str(out)], cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, check=False)
+        written.append(out.read_bytes())
+    assert json.loads(written[0])["group_floor_us"] and written[0] == written[1] == written[2]

@@ -134,7 +134,7 @@ def judge(traces: list[RankTrace], ranks_per_host: int | None = None, min_late_u
         floors[(g, c.op, c.shape)].append(float(d.min()))
     verdict = Verdict(world, hosts, groups, len(matched), unmatched, mismatched, [],
                       {g: float(median([x for (h, _, _), v in floors.items() if h == g for x in v]))
-                       for g in {k[0] for k in floors}},
+                       for g in sorted({k[0] for k in floors})},
                       late.tolist(), notes=sorted({t.note for t in traces if t.note}) + partial_note(traces),
                       settings={"min_late_us": min_late_us, "alpha": alpha, "min_link_ratio": min_link_ratio})
     p_cost = _cost(last, hold, ~np.isnan(late))
