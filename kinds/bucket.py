@@ -3,14 +3,11 @@ all_reduced one per tensor and in buckets of each size (flatten, all_reduce, unf
 spec -> (layers.tuning_tasks.TuningRank) -> TuningRow with the step, the calls and how full buckets are."""
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from collectives.sizes import format_size
 from kinds import tuning
-from kinds.base import Case, Kind, Lines, Panel, Ran, heads, knob_suffix, launch_suffix, launches, typed, values, wrong_text
-from schema import stats
-from schema.group_key import GroupKey
+from kinds.base import Case, Lines, Panel, Ran, heads, knob_suffix, launch_suffix, launches, typed, values
 from schema.kwonly import keyword_dataclass
 from schema.results import Cell, TuningRow, metrics
 from schema.wire import BucketResult, TuningSpec
@@ -29,34 +26,29 @@ class BucketCase(Case):
         return f"{self.backend}-bucket-{what}{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}"
 
 
-class BucketKind(Kind[BucketCase]):
+class BucketKind(tuning.TuningKind[BucketCase]):
     name = "bucket"
     title = "Gradient buckets"
     fixture = "bucket_case"
     case_type = BucketCase
-    row_type = TuningRow
-    spec_types = (TuningSpec,)
-    rank = ("layers.tuning_tasks", "TuningRank")
 
     def build(self, opts: Options) -> list[BucketCase]:
         """Every --buckets cap; a cap that makes the same buckets as a smaller one is skipped with the reason."""
         return launches(opts, _build_launch)
 
     def identity(self, case: BucketCase) -> dict:
-        return {**super().identity(case), "bench": "bucket", "bytes": case.bucket_bytes}
+        return {**super().identity(case), "bytes": case.bucket_bytes}
 
     def spec(self, case: BucketCase, opts: Options) -> TuningSpec:
-        return TuningSpec(**tuning.spec_fields("bucket", opts), bucket_bytes=case.bucket_bytes)
+        return self.tuning_spec(opts, bucket_bytes=case.bucket_bytes)
 
     def row(self, case: BucketCase, opts: Options, ran: Ran) -> TuningRow:
         """The step time, calls per step and how full the buckets are (gradient bytes / (calls x cap));
         DDP closes a bucket once it holds the cap, so a bucket can pass it: fill > 1 is an overshoot."""
         ranks = typed(BucketResult, ran.results)
-        first = ranks[0]
-        fill = first.model_bytes / (first.calls * case.bucket_bytes) if case.bucket_bytes else None
-        return replace(tuning.measured_row(case, self.identity(case), ran, ranks),
-                       step_us=stats.median_seconds([r.round_ns for r in ranks], first.iters) * 1e6, calls=first.calls,
-                       tensors=first.tensors, model_bytes=first.model_bytes, bucket_bytes=case.bucket_bytes, bucket_fill=fill)
+        fill = ranks[0].model_bytes / (ranks[0].calls * case.bucket_bytes) if case.bucket_bytes else None
+        return self.measured(case, ran, ranks, **tuning.gradient_fields(ranks), bucket_bytes=case.bucket_bytes,
+                             bucket_fill=fill)
 
     def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
         """The gradient step against bucket size; one all_reduce per tensor (size 0) as a dashed level."""
@@ -71,9 +63,8 @@ class BucketKind(Kind[BucketCase]):
             out += ["", f"# gradient bucketing: {block[0].tensors} gradient tensors, {format_size(block[0].model_bytes or 0)} "
                         f"float32, DDP-style flatten, all_reduce, x 1/world, unflatten  {where}",
                     f"#{'bucket':>12}" + heads(shown) + tuning.TAIL]
-            for r in sorted(block, key=lambda r: (r.bytes, r.launch)):
-                out.append(f" {format_size(r.bytes) if r.bytes else 'per-tensor':>12}" + values(r, shown)
-                           + f" {wrong_text(r.wrong):>7} {r.launch:>6}")
+            out += [f" {format_size(r.bytes) if r.bytes else 'per-tensor':>12}" + values(r, shown) + tuning.tail(r)
+                    for r in sorted(block, key=lambda r: (r.bytes, r.launch))]
             out.append(_best(block))
         return "\n".join(out)
 
@@ -93,11 +84,10 @@ def _build_launch(opts: Options) -> list[BucketCase]:
     sizes = tuning.gradient_sizes(opts)
     model = 4 * sum(sizes)
     out: list[BucketCase] = []
-    for backend in opts.backends:
-        key = GroupKey(backend, opts.nproc, (), opts.launcher)
+    for where in tuning.groups(opts):
         seen: dict[int, int] = {}
         for cap in opts.buckets:
-            case = BucketCase(backend=backend, nranks=opts.nproc, bucket_bytes=cap, group=key)
+            case = BucketCase(**where, bucket_bytes=cap)
             n = len(bucket_plan([4 * s for s in sizes], cap))
             if cap and n in seen:
                 case.skip = (f"the same {n} bucket{'s' if n > 1 else ''} as {format_size(seen[n])} for the "

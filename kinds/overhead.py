@@ -67,12 +67,10 @@ class OverheadKind(Kind[OverheadCase]):
                            plain_round_ns_per_rank=[r.plain_round_ns for r in ranks])
 
     def table(self, rows: list[OverheadRow]) -> str:
-        out = ["# harness overhead: harness loop vs a bare loop of the same call, same buffers, same worker",
-               f"#{'backend':>8} {'size':>10} {'harness(us)':>12} {'plain(us)':>10} {'ratio':>7} {'added(us)':>10}"]
-        for r in rows:
-            out.append(f" {r.backend:>8} {format_size(r.bytes):>10} {r.time_us:>12.3f} {r.plain_us:>10.3f} "
-                       f"{r.ratio:>7.3f} {r.added_us:>10.3f}")
-        return "\n".join(out)
+        return "\n".join(["# harness overhead: harness loop vs a bare loop of the same call, same buffers, same worker",
+                          f"#{'backend':>8} {'size':>10} {'harness(us)':>12} {'plain(us)':>10} {'ratio':>7} {'added(us)':>10}"]
+                         + [f" {r.backend:>8} {format_size(r.bytes):>10} {r.time_us:>12.3f} {r.plain_us:>10.3f} "
+                            f"{r.ratio:>7.3f} {r.added_us:>10.3f}" for r in rows])
 
 
 KIND = OverheadKind()

@@ -4,18 +4,14 @@ alone, per message size; spec -> (layers.tuning_tasks.TuningRank) -> TuningRow."
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from collectives import capabilities
-from collectives.backends import info
 from collectives.capabilities import DeviceFacts
 from collectives.ops import ITEMSIZE, OPS
 from collectives.sizes import format_size
 from kinds import tuning
 from kinds.base import (
     Case,
-    Kind,
     Lines,
     Panel,
     Ran,
@@ -28,10 +24,8 @@ from kinds.base import (
     no_dtype,
     typed,
     values,
-    wrong_text,
 )
 from schema import stats
-from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import Cell, TuningRow, metrics
 from schema.wire import OverlapResult, TuningSpec
@@ -58,25 +52,21 @@ class OverlapCase(Case):
         return f"{self.backend}-overlap-{what}{knob_suffix(self.knobs)}{launch_suffix(self.launch, self.side)}"
 
 
-class OverlapKind(Kind[OverlapCase]):
+class OverlapKind(tuning.TuningKind[OverlapCase]):
     name = "overlap"
     title = "Compute/communication overlap"
     fixture = "overlap_case"
     case_type = OverlapCase
-    row_type = TuningRow
-    spec_types = (TuningSpec,)
-    rank = ("layers.tuning_tasks", "TuningRank")
 
     def build(self, opts: Options) -> list[OverlapCase]:
         return build(opts)
 
     def identity(self, case: OverlapCase) -> dict:
-        return {**super().identity(case), "bench": "overlap", "op": case.op, "dtype": case.dtype, "bytes": case.nbytes,
-                "count": case.count}
+        return {**super().identity(case), "op": case.op, "dtype": case.dtype, "bytes": case.nbytes, "count": case.count}
 
     def spec(self, case: OverlapCase, opts: Options) -> TuningSpec:
-        return TuningSpec(**tuning.spec_fields("overlap", opts), op=case.op, dtype=case.dtype, redop=case.redop,
-                          count=case.count, inplace=case.inplace)
+        return self.tuning_spec(opts, op=case.op, dtype=case.dtype, redop=case.redop, count=case.count,
+                                inplace=case.inplace)
 
     def row(self, case: OverlapCase, opts: Options, ran: Ran) -> TuningRow:
         """Each loop's median per-iteration time (slowest rank per round) and the efficiency
@@ -87,9 +77,9 @@ class OverlapKind(Kind[OverlapCase]):
         comm = stats.median_seconds([r.comm_round_ns for r in ranks], k)
         comp = stats.median_seconds([r.comp_round_ns for r in ranks], k)
         raw = (comm + comp - both) / min(comm, comp)
-        return replace(tuning.measured_row(case, self.identity(case), ran, ranks), t_comm_us=comm * 1e6,
-                       t_comp_us=comp * 1e6, t_both_us=both * 1e6, overlap_efficiency=min(1.0, max(0.0, raw)),
-                       overlap_efficiency_raw=raw, matmul_n=ranks[0].matmul_n)
+        return self.measured(case, ran, ranks, t_comm_us=comm * 1e6, t_comp_us=comp * 1e6, t_both_us=both * 1e6,
+                             overlap_efficiency=min(1.0, max(0.0, raw)), overlap_efficiency_raw=raw,
+                             matmul_n=ranks[0].matmul_n)
 
     def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
         """Overlap efficiency against message size, a line per run, backend, op and knob value."""
@@ -103,29 +93,28 @@ class OverlapKind(Kind[OverlapCase]):
             out += ["", f"# overlap: {r0.op} {r0.dtype} started async, a matmul sized to match, then wait  {where}",
                     "#   efficiency = (comm + comp - both) / min(comm, comp), clipped to [0, 1] (raw in brackets)",
                     f"#{'size':>12} {'matmul n':>9}" + heads(shown) + tuning.TAIL]
-            for r in sorted(block, key=lambda r: (r.bytes, r.launch)):
-                out.append(f" {r.bytes:>12} {r.matmul_n or 0:>9}" + values(r, shown) + f" {wrong_text(r.wrong):>7} {r.launch:>6}")
+            out += [f" {r.bytes:>12} {r.matmul_n or 0:>9}" + values(r, shown) + tuning.tail(r)
+                    for r in sorted(block, key=lambda r: (r.bytes, r.launch))]
         return "\n".join(out)
 
 
 def build(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[OverlapCase]:
     """`facts` stand in for devices this machine lacks (unit tests)."""
-    known = {f.backend: f for f in facts}
+    known = tuple(facts)
     return launches(opts, lambda o: _build_launch(o, known))
 
 
-def _build_launch(opts: Options, facts: dict[str, DeviceFacts]) -> list[OverlapCase]:
+def _build_launch(opts: Options, facts: Iterable[DeviceFacts]) -> list[OverlapCase]:
     out: list[OverlapCase] = []
-    for backend in opts.backends:
-        key = GroupKey(backend, opts.nproc, (), opts.launcher)
-        target = capabilities.Target.of(facts.get(backend) or info(backend).facts(), opts.nproc, opts.launcher)
+    for where, target in zip(tuning.groups(opts), tuning.targets(opts, facts)):
+        backend = where["backend"]
         for op in (op for op in opts.ops if op in OPS_WITH_ASYNC):
             for dtype in opts.dtypes:
                 inplace, _ = inplace_choices(backend, op, ("auto",))[0]
                 for size in opts.sizes:
                     count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
-                    case = OverlapCase(backend=backend, nranks=opts.nproc, op=op, dtype=dtype, size=size, inplace=inplace,
-                                       count=count, nbytes=count * ITEMSIZE[dtype], group=key)
+                    case = OverlapCase(**where, op=op, dtype=dtype, size=size, inplace=inplace, count=count,
+                                       nbytes=count * ITEMSIZE[dtype])
                     case.skip = no_dtype(backend, dtype) or capability_skip(
                         target, "default", op, dtype, "sum" if OPS[op].reduces else "none")
                     out.append(case)

@@ -1,8 +1,6 @@
-"""Runs tuning specs on one rank (schema.wire.TuningSpec): how much of a collective hides behind
-compute, how gradient bucket size changes a DDP-style all_reduce, and what compressing the
-gradients to bf16, fp16 or int8 buys and costs in error. Each bench returns its timed loops and
-how to finish them, so it runs alone (timing.measure) or round-interleaved in an A/B (timing.begin).
-"""
+"""Runs tuning specs on one rank (schema.wire.TuningSpec): overlap, gradient buckets, compressed
+gradients (docs/tuning.md). Each bench returns its timed loops and how to finish them, so it runs
+alone (timing.measure) or round-interleaved in an A/B (timing.begin)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -40,8 +38,7 @@ def _matmul(backend, n: int) -> Callable[[], object]:
 
 
 def _sized_matmul(backend, target_s: float) -> tuple[Callable[[], object], int]:
-    """The matmul whose time is closest to the collective's: n from a 64 x 64 run's flop rate,
-    corrected once from a run at that n (caches change the rate); every rank takes the largest n."""
+    """The matmul whose time is closest to the collective's (docs/tuning.md); every rank takes the largest n."""
     lo, hi = MATMUL_N
     n = 64
     for _ in range(2):
@@ -86,20 +83,27 @@ def seeded_gradients(sizes: list[int], rank: int, integers: bool) -> list[np.nda
     return [rng.standard_normal(n).astype(np.float32) for n in sizes]
 
 
+def _mean_step(backend, bufs: list) -> Callable[[], None]:
+    """A step that all_reduces each buffer in place and scales it by 1/world: the mean."""
+    calls = [backend.call("all_reduce", b, b, "sum", True) for b in bufs]
+    mean = 1 / backend.world
+
+    def step() -> None:
+        for b, call in zip(bufs, calls):
+            call()
+            backend.scale(b, mean)
+    return step
+
+
 def bucket(backend, spec: TuningSpec):
-    """DDP's gradient all_reduce: per bucket, copy the gradients into one flat buffer, all_reduce
-    it, scale by 1/world and copy back; bucket_bytes 0 all_reduces each gradient tensor."""
+    """DDP's gradient all_reduce (flatten per bucket, all_reduce, x 1/world, unflatten); bucket_bytes 0:
+    each gradient tensor all_reduced."""
     sizes = mlp_gradient_sizes(spec.hidden, spec.layers)
     world = backend.world
     grads = [backend.from_numpy(g, "float32") for g in seeded_gradients(sizes, backend.rank, integers=True)]
     plan = bucket_plan([4 * n for n in sizes], spec.bucket_bytes)
     if spec.bucket_bytes <= 0:
-        calls = [backend.call("all_reduce", g, g, "sum", True) for g in grads]
-
-        def step() -> None:
-            for g, call in zip(grads, calls):
-                call()
-                backend.scale(g, 1 / world)
+        step = _mean_step(backend, grads)
     else:
         flats = [backend.full(sum(sizes[i] for i in members), 0.0, "float32") for members in plan]
         views = []   # per bucket: (its slice of the flat buffer, the gradient it holds)
@@ -132,10 +136,7 @@ def bucket(backend, spec: TuningSpec):
 
 
 def error_bound(comm_dtype: str, world: int, inputs: list[np.ndarray], scale: np.ndarray) -> np.ndarray:
-    """The largest error each element of the mean may have (absolute, float64).
-    Floats (x cast, then x 1/world, then world - 1 additions in that type): (world + 1) u mean|x|
-    plus underflow. int8 (each rank rounds x to a step of s/127, s the bucket's absmax over all
-    ranks; the int32 sum is exact): half a step, s/254, plus the float32 rescale's rounding."""
+    """The largest error each element of the mean may have (absolute, float64; derivation: docs/tuning.md)."""
     mean_abs = np.sum([np.abs(x.astype(np.float64)) for x in inputs], axis=0) / world
     if comm_dtype == "int8":
         return scale / 254 + 4 * UNIT_ROUNDOFF["float32"] * scale
@@ -144,10 +145,8 @@ def error_bound(comm_dtype: str, world: int, inputs: list[np.ndarray], scale: np
 
 
 def compress(backend, spec: TuningSpec):
-    """The gradients all_reduced in DDP-sized buckets in another type, as PyTorch's comm hooks do:
-    float16/bfloat16 cast, x 1/world, all_reduce, cast back; int8 per bucket: s = the absmax over
-    ranks (a 1-element MAX all_reduce), q = round(x x 127/s), all_gather of every rank's q and the
-    sum in int32 on each rank (int8 sums would overflow), x s/127/world."""
+    """The gradients all_reduced in DDP-sized buckets in another type, as PyTorch's comm hooks do
+    (each type's steps: docs/tuning.md)."""
     sizes = mlp_gradient_sizes(spec.hidden, spec.layers)
     world, kind = backend.world, spec.comm_dtype
     local = np.concatenate(seeded_gradients(sizes, backend.rank, integers=False))
@@ -157,12 +156,7 @@ def compress(backend, spec: TuningSpec):
     views = [backend.view(flat, a, b) for a, b in bounds]
     step_calls = 1 if kind != "int8" else 2
     if kind == "float32":
-        calls = [backend.call("all_reduce", v, v, "sum", True) for v in views]
-
-        def step() -> None:
-            for v, call in zip(views, calls):
-                call()
-                backend.scale(v, 1 / world)
+        step = _mean_step(backend, views)
     elif kind in ("bfloat16", "float16"):
         halves = [backend.full(b - a, 0.0, kind) for a, b in bounds]
         calls = [backend.call("all_reduce", h, h, "sum", True) for h in halves]
