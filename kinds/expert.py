@@ -1,19 +1,14 @@
-"""Expert parallelism (benches/test_expert.py): a seeded top-k router over E experts spread over the
-ep group, tokens dispatched (permute, counts exchanged, AlltoAllV; or Megatron's all-gather
-dispatcher; or torch_npu's fused dispatch/combine), the experts' MLPs, combined back and
-un-permuted, forward and backward, checked against the same model on one rank. Spec ->
+"""Expert parallelism (benches/test_expert.py; the model and dispatchers: docs/layers.md): spec ->
 (layers.expert_tasks.ExpertRank) -> ExpertRow: dispatch and combine time, bytes moved, load
-imbalance and dropped tokens; the table says what the imbalance costs against uniform routing.
-
-The kind is this module: its case, spec, rank result, row, options and table are declared here."""
+imbalance and dropped tokens. The kind is this module: case, row, options and table."""
 from __future__ import annotations
 
 import itertools
 import math
 import os
-from dataclasses import replace
+from collections.abc import Callable
 from statistics import fmean
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from collectives.backends import info
 from collectives.backends.hccl import hccl_product
@@ -130,12 +125,10 @@ def _routing(text: str) -> list[str]:
     out = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
         name, _, arg = item.partition(":")
-        if name == "uniform" and not arg:
+        if name in ("uniform", "random") and not arg:
             out.append(item)
         elif name in ("skewed", "hotrank", "masked", "uneven") and 0 < _share(arg) < 1:
             out.append(f"{name}:{_share(arg):g}")
-        elif name == "random" and not arg:
-            out.append(item)
         elif name == "file" and arg:
             read_expert_ids(arg)
             out.append(item)
@@ -154,27 +147,16 @@ def _share(text: str) -> float:
         return math.nan
 
 
-def _impls(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items or any(i not in IMPLS for i in items):
-        raise ValueError(f"allowed {', '.join(IMPLS)}")
-    return items
-
-
-def _drops(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items or any(i not in DROP_POLICIES for i in items):
-        raise ValueError(f"allowed {', '.join(DROP_POLICIES)}")
-    return items
-
-
-def _dtypes(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if items == ["auto"]:
-        return []
-    if not items or any(i not in DTYPES for i in items):
-        raise ValueError(f"allowed auto or a comma list of {', '.join(DTYPES)}")
-    return items
+def _names(allowed: tuple[str, ...], auto: bool = False) -> Callable[[str], list[str]]:
+    """The converter of a comma list of `allowed` names; with `auto`, "auto" alone gives []."""
+    def convert(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if auto and items == ["auto"]:
+            return []
+        if not items or any(i not in allowed for i in items):
+            raise ValueError(f"allowed {'auto or a comma list of ' if auto else ''}{', '.join(allowed)}")
+        return items
+    return convert
 
 
 def _capacity(text: str) -> list[float]:
@@ -251,13 +233,15 @@ class ExpertSettings(KindSettings):
                    _capacity),
         KindOption("--drop-policy", "group", "where capacity drops, comma list: group (each expert keeps the group's first "
                    "ceil(cf x tokens x ep x k / E) slots), probs / position (Megatron's: each rank drops before dispatch, "
-                   "an expert keeping ceil(cf x tokens x k / E) of its highest-probability / first selections)", _drops),
+                   "an expert keeping ceil(cf x tokens x k / E) of its highest-probability / first selections)",
+                   _names(DROP_POLICIES)),
         KindOption("--moe-impl", "alltoallv,allgather,fused",
-                   f"dispatchers: alltoallv (counts, then AlltoAllV), allgather (Megatron's), fused ({FUSED_NEEDS})", _impls),
+                   f"dispatchers: alltoallv (counts, then AlltoAllV), allgather (Megatron's), fused ({FUSED_NEEDS})",
+                   _names(IMPLS)),
         KindOption("--tokens", "256", "tokens per rank, comma list: a few (e.g. 256,8) add decode-sized low-latency cases "
                    "beside the prefill-sized ones (DeepEP's low-latency test sends 128 a rank)", _counts),
         KindOption("--moe-dtype", "auto", "token and weight dtypes: float32, bfloat16, float16, comma list; auto: float32, "
-                   "and bfloat16 for fused (its ops take bfloat16/float16 only)", _dtypes),
+                   "and bfloat16 for fused (its ops take bfloat16/float16 only)", _names(DTYPES, auto=True)),
     )
 
 
@@ -280,9 +264,8 @@ class ExpertKind(Kind[ExpertCase]):
         return f"{case.id} (ep={case.ep} dp={case.nranks // case.ep if case.nranks % case.ep == 0 else '?'})"
 
     def identity(self, case: ExpertCase) -> dict:
-        return {**super().identity(case), "bench": "expert", "ep": case.ep, "experts": case.experts, "topk": case.topk,
-                "routing": case.routing, "capacity_factor": case.capacity_factor, "impl": case.impl, "tokens": case.tokens,
-                "hidden": case.hidden, "dtype": case.dtype, "drop_policy": case.drop_policy}
+        own = ExpertRow.KEY[ExpertRow.KEY.index("ep"):]   # the case's own fields, as the row names them
+        return {**super().identity(case), "bench": "expert", **{f: getattr(case, f) for f in own}}
 
     def spec(self, case: ExpertCase, opts: Options) -> ExpertSpec:
         name, _, arg = case.routing.partition(":")
@@ -294,28 +277,21 @@ class ExpertKind(Kind[ExpertCase]):
                           plan={**opts.plan(), "warmup": max(1, min(opts.warmup, 2))})
 
     def row(self, case: ExpertCase, opts: Options, ran: Ran) -> ExpertRow:
-        """Times are medians of the slowest rank per round; dispatch and combine GB/s are DeepEP's per-rank
-        figures (the rows dispatch hands a rank x hidden x element size, its own included, over that
-        rank's median dispatch / combine time), averaged over ranks, and beside them the same without the
-        rank's own rows (-nl: what crossed a link); imbalance is max / mean tokens."""
+        """Times are medians of the slowest rank per round; GB/s are DeepEP's per-rank figures (the table's
+        header, _bandwidths); imbalance is max / mean tokens."""
         ranks = typed(ExpertResult, ran.results)
         k = ranks[0].iters
-        step = [r.round_ns for r in ranks]
-        dispatch_s = stats.median_seconds([r.dispatch_ns for r in ranks], k)
-        combine_s = stats.median_seconds([r.combine_ns for r in ranks], k)
-        sent = max(r.sent_bytes for r in ranks)
         per_expert, per_rank = ranks[0].tokens_per_expert, ranks[0].tokens_per_rank
-        row = ExpertRow(
+        times: dict[str, Any] = {f"{part}_us": stats.median_seconds([getattr(r, f"{part}_ns") for r in ranks], k) * 1e6
+                                 for part in ("dispatch", "expert", "combine")}
+        return ExpertRow(
             **checked_fields(case, ran, ranks), **self.identity(case), ffn=2 * case.hidden,
             tokens_per_expert=per_expert, tokens_per_rank=per_rank, dropped=sum(r.dropped for r in ranks),
-            masked=sum(r.masked for r in ranks[:case.ep]),
-            sent_bytes_per_rank=sent, placement_warnings=ep_placement(case.ep, ran.rank_hosts))
-        return replace(row, step_us=stats.median_seconds(step, k) * 1e6, dispatch_us=dispatch_s * 1e6,
-                       combine_us=combine_s * 1e6,
-                       expert_us=stats.median_seconds([r.expert_ns for r in ranks], k) * 1e6,
-                       comm_share=sum(r.comm_share for r in ranks) / len(ranks),
-                       **_bandwidths(ranks, k),
-                       expert_imbalance=_imbalance(per_expert), rank_imbalance=_imbalance(per_rank))
+            masked=sum(r.masked for r in ranks[:case.ep]), sent_bytes_per_rank=max(r.sent_bytes for r in ranks),
+            placement_warnings=ep_placement(case.ep, ran.rank_hosts),
+            step_us=stats.median_seconds([r.round_ns for r in ranks], k) * 1e6, **times,
+            comm_share=sum(r.comm_share for r in ranks) / len(ranks), **_bandwidths(ranks, k),
+            expert_imbalance=_imbalance(per_expert), rank_imbalance=_imbalance(per_rank))
 
     def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
         """Each case's step as its parts (dispatch, experts, combine, the rest: backward and the
@@ -433,29 +409,21 @@ def ep_placement(ep: int, rank_hosts: dict[int, str]) -> list[str]:
 def _build_launch(opts: Options) -> list[ExpertCase]:
     o = ExpertSettings.of(opts)
     out: list[ExpertCase] = []
+    # (capacity factor, drop policy): each policy once per factor > 0 (factor 0 drops nothing: one case)
+    capacities = [(cf, drop) for cf in o.capacity_factor for drop in (o.drop_policy if cf else ["group"])]
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
-        impls = o.moe_impl
         # the fused ops' limits differ per Atlas product: read the chip once (npu-smi; '' where not an NPU)
-        chip = _chip(backend) if "fused" in impls else ""
-        for ep in o.ep or [opts.nproc]:
-            for topk in o.topk:
-                for routing, tokens in itertools.product(o.routing, o.tokens):
-                    for cf, drop in _capacities(o):
-                        for impl in impls:
-                            for dtype in o.moe_dtype or ["bfloat16" if impl == "fused" else "float32"]:
-                                case = ExpertCase(backend=backend, nranks=opts.nproc, ep=ep, experts=o.experts,
-                                                  topk=topk, routing=routing, capacity_factor=cf, impl=impl,
-                                                  tokens=tokens, hidden=opts.hidden, dtype=dtype, drop_policy=drop,
-                                                  group=key)
-                                case.skip = _skip(case, backend, chip)
-                                out.append(case)
+        chip = _chip(backend) if "fused" in o.moe_impl else ""
+        for ep, topk, routing, tokens, (cf, drop), impl in itertools.product(
+                o.ep or [opts.nproc], o.topk, o.routing, o.tokens, capacities, o.moe_impl):
+            for dtype in o.moe_dtype or ["bfloat16" if impl == "fused" else "float32"]:
+                case = ExpertCase(backend=backend, nranks=opts.nproc, ep=ep, experts=o.experts, topk=topk,
+                                  routing=routing, capacity_factor=cf, impl=impl, tokens=tokens, hidden=opts.hidden,
+                                  dtype=dtype, drop_policy=drop, group=key)
+                case.skip = _skip(case, backend, chip)
+                out.append(case)
     return out
-
-
-def _capacities(o: ExpertSettings) -> list[tuple[float, str]]:
-    """(capacity factor, drop policy) pairs: each policy once per factor > 0 (factor 0 drops nothing: one case)."""
-    return [(cf, drop) for cf in o.capacity_factor for drop in (o.drop_policy if cf else ["group"])]
 
 
 def _chip(backend: str) -> str:

@@ -1,9 +1,6 @@
-"""Expert parallelism: a top-k routed mixture-of-experts layer over an ep group, its token
-dispatchers (alltoallv, allgather, fused), and the same layer on one rank as the reference
-(layers.check compares the two). Differentiable through torch.autograd (layers.tp's _Comm: one
-collective forward, its transpose backward), fused forward only. The model, the routing, capacity
-and each dispatcher: docs/layers.md (`test_expert`, The model).
-"""
+"""Expert parallelism: a top-k routed mixture-of-experts layer over an ep group, its token dispatchers
+(alltoallv, allgather, fused: forward only) and the same layer on one rank as the reference. The model,
+routing, capacity and each dispatcher: docs/layers.md (`test_expert`, The model)."""
 from __future__ import annotations
 
 import copy
@@ -144,10 +141,9 @@ def rank_capacity(capacity_factor: float, tokens: int, topk: int, experts: int) 
 
 
 def rank_drops(ids: torch.Tensor, probs: torch.Tensor, cap: int, policy: str) -> torch.Tensor:
-    """Megatron's token dropping on one rank before dispatch (moe_utils.apply_router_token_dropping):
-    each expert keeps at most `cap` of this rank's selections, its highest router probabilities
-    (`probs`: the softmax over every expert, (tokens, E)) under policy probs, its first under position;
-    a dropped selection becomes -1 (masked: it goes nowhere; the kept ones keep their weights)."""
+    """Megatron's token dropping on one rank before dispatch (moe_utils.apply_router_token_dropping): each
+    expert keeps at most `cap` of this rank's selections, its highest `probs` (the softmax over every
+    expert) under policy probs, its first under position; a dropped selection becomes -1 (masked)."""
     flat = ids.reshape(-1)
     none_before = flat.new_zeros(probs.shape[1])
     if policy == "position":
@@ -192,7 +188,7 @@ def reference(model: MoE, x: torch.Tensor, ids: torch.Tensor, cap: int, drop: tu
 
 
 def _a2a(out_splits: list[int], in_splits: list[int]):
-    """all_to_all_single with these splits, as a layers.tp._Comm direction (the transpose swaps them)."""
+    """all_to_all_single with these splits, as a layers.tp._Comm direction."""
     def call(x, group, timer):
         out = x.new_empty((sum(out_splits), *x.shape[1:]))
         timer.run(lambda: dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group))
@@ -212,10 +208,8 @@ class Traffic:
         return self.sent.sum(0).view(ep, -1).sum(1).tolist()
 
     def received_rows(self, impl: str, rank: int, tokens: int) -> tuple[int, int]:
-        """(rows, of them this rank's own) dispatch hands this rank, as DeepEP counts its dispatch bytes
-        (received tokens x hidden x element size, the rank's own included): alltoallv and fused, the
-        kept slots routed to its experts from every rank of the group; allgather, every token of the
-        group. Combine sends the same rows back (DeepEP's combine bytes equal its dispatch's)."""
+        """(rows, of them this rank's own) dispatch hands this rank (and combine sends back), as DeepEP
+        counts its bytes: the kept slots routed to its experts (allgather: every token of the group)."""
         ep, experts = self.sent.shape
         if impl == "allgather":
             return ep * tokens, tokens
@@ -224,10 +218,7 @@ class Traffic:
         return int(mine.sum()), int(mine[rank].sum())
 
     def sent_bytes(self, impl: str, rank: int, tokens: int, topk: int, hidden: int, itemsize: int) -> int:
-        """Bytes this rank sends other ranks in one forward's dispatch and combine. alltoallv (and
-        fused): the counts, its kept slots' tokens out, the outputs of the slots it received back;
-        allgather: its tokens, weights and choices to each, and (ep - 1) / ep of the group's
-        outputs in the reduce-scatter."""
+        """Bytes this rank sends other ranks in one forward's dispatch and combine (docs/tuning.md)."""
         ep, experts = self.sent.shape
         if impl == "allgather":
             return (ep - 1) * tokens * (2 * hidden * itemsize + topk * (itemsize + 8))
@@ -334,10 +325,8 @@ def fused_missing() -> str:
 
 
 class Fused(_Dispatcher):
-    """torch_npu's fused EP AlltoAllV (its documented signatures, op-plugin
-    docs/context/torch_npu-npu_moe_distribute_{dispatch,combine}.md): forward only, on `group` alone
-    (the docs allow no other operator on the EP group: layers.expert_tasks.fused_group). The call
-    follows the chip (`chip`: A2 or A3, collectives.backends.hccl.hccl_product): see dispatch_args."""
+    """torch_npu's fused EP AlltoAllV (op-plugin's documented signatures): forward only, on `group` alone
+    (layers.expert_tasks.fused_group); the call follows the chip (A2 or A3: dispatch_args)."""
 
     def __init__(self, group, experts: int, cap: int, timer: CommTimer = NO_TIMER, global_rank: int = 0,
                  chip: str = "", global_bs: int = 0):
@@ -372,13 +361,8 @@ class Fused(_Dispatcher):
 
 def dispatch_args(chip: str, x, ids32, group: str, ep: int, ep_rank: int, experts: int, expert_scales,
                   global_bs: int = 0) -> dict:
-    """npu_moe_distribute_dispatch's arguments by their documented names (tests/data/op_plugin holds the
-    prototype and the limits they are checked against); its 7 outputs: expand_x, dynamic_scales,
-    expand_idx, expert_token_nums (per local expert: expert_token_nums_type=1), ep_recv_counts,
-    tp_recv_counts, expand_scales. On A2 the token weights go in as expert_scales, so that dispatch
-    fills expand_scales, which A2's combine requires; A3 takes no expert_scales (and returns no
-    expand_scales). No shared experts (shared_expert_rank_num 0: A2 supports none), no TP domain,
-    global_bs 0 (every rank sends the same BS)."""
+    """npu_moe_distribute_dispatch's arguments by their documented names (tests/data/op_plugin; its
+    outputs and why A2 alone takes expert_scales: docs/tuning.md)."""
     args = {"x": x, "expert_ids": ids32, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
             "moe_expert_num": experts, "expert_token_nums_type": 1}
     return {**args, "expert_scales": expert_scales} if chip == "A2" else args
@@ -387,8 +371,7 @@ def dispatch_args(chip: str, x, ids32, group: str, ep: int, ep_rank: int, expert
 def combine_args(chip: str, expand_x, ids32, expand_idx, ep_recv_counts, expert_scales, group: str, ep: int,
                  ep_rank: int, experts: int, tp_recv_counts, expand_scales, global_bs: int = 0) -> dict:
     """npu_moe_distribute_combine's arguments by their documented names: dispatch's counts passed back
-    as they came. A2: expand_scales (required there), tp_send_counts left at its default (A2 has no TP
-    domain); A3: tp_send_counts from dispatch's tp_recv_counts, no expand_scales (not supported there)."""
+    as they came; A2 takes expand_scales, A3 tp_send_counts (docs/tuning.md)."""
     args = {"expand_x": expand_x, "expert_ids": ids32, "expand_idx": expand_idx, "ep_send_counts": ep_recv_counts,
             "expert_scales": expert_scales, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
             "moe_expert_num": experts, "global_bs": global_bs}

@@ -1,8 +1,6 @@
 """Runs the expert-parallel bench on one rank (layers.expert): checked once against the same seeded
 layer on one rank (layers.check), then timed as the others (collectives.timing). What each figure
-is: docs/layers.md (`test_expert`, What a rank returns). The spec is duck-typed; its A/B form
-(kind "..._begin") is the worker's choice of ExpertRank.begin over run.
-"""
+is: docs/layers.md (`test_expert`, What a rank returns). The spec is duck-typed."""
 from __future__ import annotations
 
 from typing import Any
@@ -80,8 +78,7 @@ def _inputs(spec: ExpertSpec, rank: int, device, dtype) -> tuple[torch.Tensor, t
     t, h = expert.tokens_of(spec.routing, spec.tokens, spec.hot_share, rank % spec.ep, spec.ep), spec.hidden
     x = torch.randn(t, h, generator=expert.generator(spec.seed + 1, rank)).to(device, dtype)
     gy = torch.randn(t, h, generator=expert.generator(spec.seed + 2, rank)).to(device, dtype)
-    ids = _choices(spec, rank)
-    return x, ids.to(device), gy
+    return x, _choices(spec, rank).to(device), gy
 
 
 def _compare(spec: ExpertSpec, model: expert.MoE, layer: expert.ExpertParallel, ranks: list[int], ep_rank: int,
@@ -198,14 +195,13 @@ def expert_loops(backend, spec: ExpertSpec):
     def finish(k, times):
         t_step, t_dispatch, t_experts, t_combine = times
         comm_share = timer.share(step, k, backend.device.timer()) or 0.0
-        return ExpertResult(iters=k, round_ns=t_step, dispatch_ns=t_dispatch, expert_ns=t_experts, combine_ns=t_combine,
-                    **check.record(), peak_memory_bytes=backend.device.peak_memory_bytes(),
-                    params_local=sum(p.numel() for p in layer.parameters()),
-                    tokens_per_expert=counts.routed.sum(0).tolist(), tokens_per_rank=counts.tokens_per_rank(),
-                    dropped=int(counts.routed[ep_rank].sum() - counts.sent[ep_rank].sum()),
-                    sent_bytes=counts.sent_bytes(spec.impl, ep_rank, len(x), spec.topk, spec.hidden, x.element_size()),
-                    recv_bytes=rows * row_bytes, local_bytes=local * row_bytes, masked=int((ids < 0).sum()),
-                    comm_share=comm_share)
+        return ExpertResult(
+            iters=k, round_ns=t_step, dispatch_ns=t_dispatch, expert_ns=t_experts, combine_ns=t_combine,
+            **check.record(), peak_memory_bytes=backend.device.peak_memory_bytes(),
+            params_local=sum(p.numel() for p in layer.parameters()), tokens_per_expert=counts.routed.sum(0).tolist(),
+            tokens_per_rank=counts.tokens_per_rank(), dropped=int(counts.routed[ep_rank].sum() - counts.sent[ep_rank].sum()),
+            sent_bytes=counts.sent_bytes(spec.impl, ep_rank, len(x), spec.topk, spec.hidden, x.element_size()),
+            recv_bytes=rows * row_bytes, local_bytes=local * row_bytes, masked=int((ids < 0).sum()), comm_share=comm_share)
     loops = [step, alone(lambda: dispatcher.dispatch(x, routed, w)),
              alone(lambda: expert.run_experts(layer.experts, h, sizes)), alone(lambda: dispatcher.combine(y, ctx))]
     return loops, finish

@@ -1,10 +1,6 @@
-"""What torch_npu's fused MoE dispatch/combine (npu_moe_distribute_dispatch / _combine) accept, per
-Atlas product, as op-plugin documents them (docs/context/torch_npu-npu_moe_distribute_dispatch.md and
-..._combine.md at commit 159a97e4ea8bf2f694b11955570a49be72dafa5d; the lines relied on are kept in
-tests/data/op_plugin/moe_distribute_limits.txt). A case outside them is refused with the documented
-reason before any call, by the driver where it knows the chip, by the ranks otherwise.
-
-No torch here: the driver (kinds/expert.py) reads these limits without loading torch_npu."""
+"""What torch_npu's fused MoE dispatch/combine accept, per Atlas product, as op-plugin documents them
+(the lines relied on: tests/data/op_plugin/moe_distribute_limits.txt). No torch here: the driver
+(kinds/expert.py) refuses a case outside them without loading torch_npu, the ranks judge the rest."""
 from __future__ import annotations
 
 import os
