@@ -445,8 +445,7 @@ def fused_skip(case: ExpertCase, chip: str) -> str:
     most = case.tokens + round(float(arg) * case.tokens) if name == "uneven" else case.tokens   # layers.expert.tokens_of
     return fused_moe.refusal(chip, ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden,
                              tokens=most, dtype=case.dtype, distinct=name not in REPEATING_ROUTINGS,
-                             masked=name == "masked",
-                             capacity_factor=case.capacity_factor, buffsize=buffsize)
+                             masked=name == "masked", capacity_factor=case.capacity_factor, buffsize=buffsize)
 
 
 def _skip(case: ExpertCase, backend: str, chip: str = "") -> str:
