@@ -3,6 +3,7 @@
 alone, per message size; spec -> (layers.tuning_tasks.TuningRank) -> TuningRow."""
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -108,16 +109,14 @@ def _build_launch(opts: Options, facts: Iterable[DeviceFacts]) -> list[OverlapCa
     out: list[OverlapCase] = []
     for where, target in zip(tuning.groups(opts), tuning.targets(opts, facts)):
         backend = where["backend"]
-        for op in (op for op in opts.ops if op in OPS_WITH_ASYNC):
-            for dtype in opts.dtypes:
-                inplace, _ = inplace_choices(backend, op, ("auto",))[0]
-                for size in opts.sizes:
-                    count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
-                    case = OverlapCase(**where, op=op, dtype=dtype, size=size, inplace=inplace, count=count,
-                                       nbytes=count * ITEMSIZE[dtype])
-                    case.skip = no_dtype(backend, dtype) or capability_skip(
-                        target, "default", op, dtype, "sum" if OPS[op].reduces else "none")
-                    out.append(case)
+        asynchronous = [op for op in opts.ops if op in OPS_WITH_ASYNC]
+        for op, dtype, size in itertools.product(asynchronous, opts.dtypes, opts.sizes):
+            count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
+            case = OverlapCase(**where, op=op, dtype=dtype, size=size, inplace=inplace_choices(backend, op, ("auto",))[0][0],
+                               count=count, nbytes=count * ITEMSIZE[dtype])
+            case.skip = no_dtype(backend, dtype) or capability_skip(
+                target, "default", op, dtype, "sum" if OPS[op].reduces else "none")
+            out.append(case)
     return out
 
 
