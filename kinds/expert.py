@@ -379,31 +379,23 @@ def _imbalance(counts: list[int]) -> float | None:
 
 def imbalance_cost_lines(rows: list[ExpertRow]) -> list[str]:
     """The step of each non-uniform routing over the uniform one of the same shape (medians over launches)."""
-    def shape(r: ExpertRow) -> tuple:
-        return (r.backend, r.ep, r.experts, r.topk, r.capacity_factor, r.drop_policy, r.impl, r.tokens, r.hidden, r.side)
     steps: dict[tuple, dict[str, list[float]]] = {}
     for r in rows:
         if r.step_us:
-            steps.setdefault(shape(r), {}).setdefault(r.routing, []).append(r.step_us)
-    out = []
-    for key, by_routing in steps.items():
-        uniform = by_routing.get("uniform")
-        for routing, times in by_routing.items():
-            if uniform and routing != "uniform":
-                cost = stats.median(times) / stats.median(uniform)
-                out.append(f"# imbalance cost: {routing} takes {cost:.2f}x the uniform step "
-                           f"(ep={key[1]} E={key[2]} top{key[3]} {key[6]})")
-    return out
+            shape = (r.backend, r.ep, r.experts, r.topk, r.capacity_factor, r.drop_policy, r.impl, r.tokens, r.hidden, r.side)
+            steps.setdefault(shape, {}).setdefault(r.routing, []).append(r.step_us)
+    return [f"# imbalance cost: {routing} takes {stats.median(times) / stats.median(by_routing['uniform']):.2f}x the uniform "
+            f"step (ep={key[1]} E={key[2]} top{key[3]} {key[6]})"
+            for key, by_routing in steps.items() if "uniform" in by_routing
+            for routing, times in by_routing.items() if routing != "uniform"]
 
 
 def ep_placement(ep: int, rank_hosts: dict[int, str]) -> list[str]:
     """An ep group spanning hosts sends its AlltoAllV over the inter-host links (RoCE), not inside one (HCCS/NVLink)."""
     spans = sorted({g for g in range(len(rank_hosts) // ep or 1)
                     if len({rank_hosts.get(r) for r in range(g * ep, (g + 1) * ep)} - {None}) > 1})
-    if not spans:
-        return []
     return [f"ep={ep}: {len(spans)} expert-parallel group(s) span hosts, so dispatch and combine cross the inter-host "
-            "links; keep ep within a host (ep <= ranks per host) where the model allows"]
+            "links; keep ep within a host (ep <= ranks per host) where the model allows"] if spans else []
 
 
 def _build_launch(opts: Options) -> list[ExpertCase]:
