@@ -364,7 +364,7 @@ def dispatch_args(chip: str, x, ids32, group: str, ep: int, ep_rank: int, expert
     """npu_moe_distribute_dispatch's arguments by their documented names (tests/data/op_plugin; its
     outputs and why A2 alone takes expert_scales: docs/tuning.md)."""
     args = {"x": x, "expert_ids": ids32, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
-            "moe_expert_num": experts, "expert_token_nums_type": 1}
+            "moe_expert_num": experts, "expert_token_nums_type": 1, "global_bs": global_bs}
     return {**args, "expert_scales": expert_scales} if chip == "A2" else args
 
 

@@ -342,6 +342,15 @@ def test_the_fused_calls_follow_the_chip():
     assert c2["expert_scales"] == c3["expert_scales"] == "e"   # combine weighs by them on both
 
 
+def test_dispatch_and_combine_get_the_same_global_bs():
+    """op-plugin: where ranks send different BS, both ops take global_bs = max BS x ep_world_size (0 where equal);
+    a dispatch left at 0 while combine gets 64 would mis-size the exchange on uneven routing."""
+    for chip in ("A2", "A3"):
+        d = expert.dispatch_args(chip, "x", "ids", "g", 16, 0, 32, "w", global_bs=64)
+        c = expert.combine_args(chip, *"abcde", "g", 16, 0, 32, "tp", "expand", global_bs=64)
+        assert d["global_bs"] == c["global_bs"] == 64, chip
+
+
 def test_the_per_rank_spread_names_the_slowest_and_fastest_rank():
     from kinds.expert import spread_text
     assert spread_text([2.0, 0.5, 3.0, 1.0]) == "0.5@r1/3@r2"
