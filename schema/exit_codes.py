@@ -1,9 +1,5 @@
-"""Every exit status hccl-bench gives, in one place: the `hccl-bench` commands, the pytest session
-(the sweeps) and the ranks. Values are a contract with CI jobs and scripts: never renumber one.
-
-Two values carry two names: what a status means depends on the command that gave it (a pytest
-session interrupted and a command given unusable input both end with 2), so each name says which.
-"""
+"""Every exit status hccl-bench gives: a contract with CI jobs and scripts, never renumber one.
+A value may carry several names, one per command that gives it."""
 from __future__ import annotations
 
 from enum import IntEnum

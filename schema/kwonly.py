@@ -1,7 +1,5 @@
-"""`keyword_dataclass`: `@dataclass(kw_only=True)` on Python 3.10+, and the same keyword-only
-__init__ written here on 3.9, whose dataclass has no kw_only (openEuler 22.03, the OS of many
-Atlas NPU servers, ships 3.9). Rows and wire messages are built by field name only, so a field
-added in the middle of a class can never shift a positional argument into the wrong field."""
+"""`keyword_dataclass`: `@dataclass(kw_only=True)`, written here on 3.9 (openEuler 22.03), so a field
+added mid-class never shifts a positional argument into the wrong field."""
 from __future__ import annotations
 
 import sys

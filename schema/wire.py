@@ -1,14 +1,6 @@
-"""What the driver and the ranks send each other for a case: one spec type per bench kind and the
-ranks' result types, as plain dataclasses. On the wire they are JSON objects (never pickles) whose
-keys are the field names; `to_json` and `spec_from_json` / `result_from_json` are the one pair
-that turns them into each other, checking every field against its annotation, so a malformed
-message is refused in one `WireError` line before any rank code reads it.
-
-A spec's `kind` says its type (SPECS: every Spec subclass registers its KINDS as it is defined, so a
-bench kind may declare its spec in its own module); "<kind>_begin" asks for the round-interleaved
-A/B form of the same case (the driver then sends `Step` "round"s and one "end"). Both sides import
-this module, and it imports nothing of ours, so the driver and the ranks cannot disagree on a key.
-"""
+"""What the driver and the ranks send each other: spec and result dataclasses, as JSON objects
+(never pickles) checked field by field against their annotations, so a malformed message is one
+`WireError` line; "<kind>_begin" asks for the round-interleaved A/B form of a case."""
 from __future__ import annotations
 
 import types
@@ -238,9 +230,8 @@ class HybridSpec(Spec):
 
 @dataclass(frozen=True)
 class RankLaunch:
-    """What every rank needs before any connection exists: which backend to join and where the
-    driver listens. Launchers (mpiexec, srun, torchrun, a cluster template) pass nothing but the
-    environment through, so this travels as variables; their names are written only here."""
+    """What every rank needs before any connection exists; launchers pass only the environment
+    through, so it travels as variables."""
     ENV: ClassVar[dict[str, str]] = {"backend": "HCCL_BENCH_BACKEND", "driver_host": "HCCL_BENCH_DRIVER_HOST",
                                      "driver_port": "HCCL_BENCH_DRIVER_PORT", "token": "HCCL_BENCH_TOKEN",
                                      "log_dir": "HCCL_BENCH_LOG_DIR"}
@@ -270,16 +261,13 @@ class RankLaunch:
 
 @keyword_dataclass
 class Timed:
-    """What every timed bench returns: #wrong of its check, K, this rank's round times, K's calibration;
-    ranks 0 and 1 of a collective case on one node also their cores' round trip before and after it
-    (ns, collectives/placement.py; the worker adds it); and how long this rank's threads waited for a
-    CPU in each round (ns, collectives/timing.py CpuWait; empty where the kernel does not say)."""
+    """What every timed bench returns: #wrong of its check, K, this rank's round times, K's calibration."""
     wrong: int
     iters: int
     round_ns: list[int]
     calibration: dict = field(default_factory=dict)
-    cores_rt_ns: list = field(default_factory=list)
-    cpu_wait_ns: list = field(default_factory=list)
+    cores_rt_ns: list = field(default_factory=list)   # ranks 0, 1 on one node: cores' round trip before, after
+    cpu_wait_ns: list = field(default_factory=list)   # per round, how long this rank waited for a CPU (ns)
 
 
 @keyword_dataclass
@@ -339,8 +327,6 @@ class CompressResult(BucketResult):
     error_bound: float
 
 
-# ---- the one pair of functions ----
-
 @keyword_dataclass
 class ExpertResult(Checked):
     dispatch_ns: list[int]
@@ -377,6 +363,8 @@ class HybridResult(Checked):
     machine: str                    # its kernel's boot id: ranks on one machine share its cores
     cpu_notp_ns: float              # its process's CPU time per step of the notp loop (median over rounds)
 
+
+# ---- the one pair of functions ----
 
 def to_json(message: Spec | Timed) -> dict:
     """The JSON object of a spec or result: one key per field (nested values are plain JSON)."""
