@@ -3,6 +3,7 @@ with its worker group or the reason it is skipped, its spec, its row and the ncc
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import re
 from collections.abc import Iterable
@@ -186,40 +187,36 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
                 env = inherited.get(op) or resolved[op]
                 env_b = resolved_b.get(op, env)
                 series_algo = environment_algo(op, inherited[op]) if inherited.get(op) else algo
-                for dtype in opts.dtypes:
-                    redops = opts.redops if OPS[op].reduces else ["none"]
-                    for redop in redops:
-                        for inplace, inplace_skip in inplace_choices(backend, op, opts.inplace):
-                            measured_by = _measured_by(op, dtype, opts.sizes, opts.nproc)
-                            for size in opts.sizes:
-                                count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
-                                case = CollectiveCase(backend=backend, algo=series_algo, op=op, dtype=dtype, redop=redop,
-                                                      inplace=inplace, size=size, nranks=opts.nproc, count=count,
-                                                      nbytes=count * ITEMSIZE[dtype])
-                                if crowded:
-                                    case.skip = crowded
-                                elif isinstance(env, algorithms.Unsupported):
-                                    case.skip = env.reason
-                                elif isinstance(env_b, algorithms.Unsupported):
-                                    case.skip = f"side B ({library_b}): {env_b.reason}"
-                                elif why := no_dtype(backend, dtype):
-                                    case.skip = why
-                                elif why := capability_skip(target, _as_native(backend, series_algo), op, dtype, redop):
-                                    case.skip = why
-                                elif inplace_skip:
-                                    case.skip = inplace_skip
-                                elif opts.benchmark and (why := one_rank_in_place(backend, opts.nproc, inplace)):
-                                    case.skip = why   # timed, it is no transfer; the smoke run still checks the call
-                                elif opts.nproc < OPS[op].min_ranks:
-                                    case.skip = f"{op} needs at least {OPS[op].min_ranks} ranks"
-                                elif measured_by[case.nbytes] != size:   # one workload, one cell
-                                    case.skip = (f"{format_size(size)} rounds to {format_size(case.nbytes)} at {opts.nproc} "
-                                                 f"ranks: the {format_size(measured_by[case.nbytes])} case measures that")
-                                else:
-                                    case.env, case.group = env, key
-                                    if resolved_b:
-                                        case.side_b = (env_b, group_env_b)
-                                cases.append(case)
+                native = _as_native(backend, series_algo)
+                redops = opts.redops if OPS[op].reduces else ["none"]
+                choices = inplace_choices(backend, op, opts.inplace)
+                for dtype, redop, (inplace, inplace_skip) in itertools.product(opts.dtypes, redops, choices):
+                    measured_by = _measured_by(op, dtype, opts.sizes, opts.nproc)
+                    for size in opts.sizes:
+                        count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
+                        case = CollectiveCase(backend=backend, algo=series_algo, op=op, dtype=dtype, redop=redop, inplace=inplace,
+                                              size=size, nranks=opts.nproc, count=count, nbytes=count * ITEMSIZE[dtype])
+                        if crowded:
+                            case.skip = crowded
+                        elif isinstance(env, algorithms.Unsupported):
+                            case.skip = env.reason
+                        elif isinstance(env_b, algorithms.Unsupported):
+                            case.skip = f"side B ({library_b}): {env_b.reason}"
+                        # timed, an in-place case at one rank is no transfer; the smoke run still checks the call
+                        elif why := (no_dtype(backend, dtype)
+                                     or capability_skip(target, native, op, dtype, redop) or inplace_skip
+                                     or (one_rank_in_place(backend, opts.nproc, inplace) if opts.benchmark else "")):
+                            case.skip = why
+                        elif opts.nproc < OPS[op].min_ranks:
+                            case.skip = f"{op} needs at least {OPS[op].min_ranks} ranks"
+                        elif measured_by[case.nbytes] != size:   # one workload, one cell
+                            case.skip = (f"{format_size(size)} rounds to {format_size(case.nbytes)} at {opts.nproc} "
+                                         f"ranks: the {format_size(measured_by[case.nbytes])} case measures that")
+                        else:
+                            case.env, case.group = env, key
+                            if resolved_b:
+                                case.side_b = (env_b, group_env_b)
+                        cases.append(case)
     return cases
 
 

@@ -24,6 +24,7 @@ SPECS: dict[str, type[Spec]] = {}   # spec kind -> its type, filled as each Spec
 class Spec:
     KINDS: ClassVar[tuple[str, ...]] = ()
     REQUIRED: ClassVar[tuple[str, ...]] = ()   # fields a message must carry although the class gives a default
+    FAULT_NAMES: ClassVar[tuple[str, ...]] = ()   # what NAME in HCCL_BENCH_FAULT=MODE:RANK:NAME calls its cases
     kind: str
     timeout_s: float = 0.0          # set by the driver when it sends the spec (the hang dump's delay)
     corrupt: bool = False           # set on the faulting rank only (HCCL_BENCH_FAULT=corrupt, harness/engine/worker.py)
@@ -41,7 +42,7 @@ class Spec:
 
     def fault_names(self) -> set[str]:
         """What NAME in HCCL_BENCH_FAULT=MODE:RANK:NAME may call this case (none for a step)."""
-        return set()
+        return set(self.FAULT_NAMES)
 
 
 @keyword_dataclass
@@ -118,6 +119,7 @@ class LinearSpec(LayerSpec):
 class PipelineSpec(LayerSpec):
     """A pipeline step (kinds/pipeline.py)."""
     KINDS = ("pipeline", "pipeline_begin")
+    FAULT_NAMES = ("pipeline",)
     kind: str = "pipeline"
     schedule: str = ""
     microbatches: int = 0
@@ -125,9 +127,6 @@ class PipelineSpec(LayerSpec):
     model: str = ""                 # "sleep" for SleepLayers of fwd_s / bwd_s (the bubble tests)
     fwd_s: float = 0.0
     bwd_s: float = 0.0
-
-    def fault_names(self) -> set[str]:
-        return {"pipeline"}
 
 
 @keyword_dataclass
@@ -160,14 +159,12 @@ class DoctorSpec(Spec):
 class DoctorSkewSpec(Spec):
     """hccl-bench doctor's arrival skew: `rounds` of `work` fixed matmuls (matrix x matrix), then an all_reduce."""
     KINDS = ("doctor_skew",)
+    FAULT_NAMES = ("doctor",)
     kind: str = "doctor_skew"
     rounds: int
     work: int
     matrix: int
     slow: float = 1.0               # set on the faulting rank only (HCCL_BENCH_FAULT=slow:RANK:doctor:FACTOR)
-
-    def fault_names(self) -> set[str]:
-        return {"doctor"}
 
 
 EXIT = {"cmd": "exit"}              # the driver's last message to a group (not a spec)
@@ -177,6 +174,7 @@ EXIT = {"cmd": "exit"}              # the driver's last message to a group (not 
 class ExpertSpec(Spec):
     """One MoE layer step on ep ranks (groups of ep consecutive ranks; the rest data-parallel replicas)."""
     KINDS = ("expert", "expert_begin")
+    FAULT_NAMES = ("expert",)
     kind: str = "expert"
     ep: int
     experts: int
@@ -195,14 +193,12 @@ class ExpertSpec(Spec):
     dtype: str = "float32"
     plan: dict
 
-    def fault_names(self) -> set[str]:
-        return {"expert"}
-
 
 @keyword_dataclass
 class HybridSpec(Spec):
     """One training step on tp x pp x dp ranks (layers/hybrid_tasks.py)."""
     KINDS = ("hybrid", "hybrid_begin")
+    FAULT_NAMES = ("hybrid",)
     kind: str = "hybrid"
     tp: int
     pp: int
@@ -221,9 +217,6 @@ class HybridSpec(Spec):
     sequence_parallel: bool = False       # Megatron's sequence parallelism in the tp blocks
     vpp: int = 0                          # interleaved schedules' chunks per rank (0: the schedule's own)
     plan: dict
-
-    def fault_names(self) -> set[str]:
-        return {"hybrid"}
 
 
 # ---- a rank's launch: driver -> ranks, through the environment ----
