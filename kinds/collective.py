@@ -120,17 +120,13 @@ def with_graph(cases: list[CollectiveCase], modes: tuple[bool, ...], side_b: dic
         return graph_unsupported(kind, dict(env))
 
     def captured_skip(case: CollectiveCase) -> str:
-        kind = info(case.backend).device_kind
-        if why := one_rank_in_place(case.backend, case.nranks, case.inplace):
-            return why
         sides = [case.group.rank_env if case.group else {}]
         if side_b is not None:
             sides.append({**sides[0], **{k: v for k, v in side_b.items() if k != "HCCL_BENCH_PYTHON"}})
-        for side in sides:   # a value None: the group unsets it
-            env = {k: v for k, v in {**os.environ, **side}.items() if v is not None}
-            if why := reason(kind, tuple(sorted(env.items()))):
-                return why
-        return ""
+        # each side's environment, a variable the group sets to None left out
+        envs = [tuple(sorted((k, v) for k, v in {**os.environ, **side}.items() if v is not None)) for side in sides]
+        return (one_rank_in_place(case.backend, case.nranks, case.inplace)
+                or next((why for env in envs if (why := reason(info(case.backend).device_kind, env))), ""))
     out = []
     for case in cases:
         for graph in modes:
@@ -311,11 +307,10 @@ def render(rows: list[CollectiveRow]) -> str:
     out = ["# hccl-bench results. time(us): median over rounds of the slowest rank's per-op time;",
            "# algbw = size/time, busbw = algbw x factor (nccl-tests); GB/s = 1e9 bytes/s"]
     for (backend, algo, op, dtype, nranks, side, hosts, knobs, graph), block in blocks.items():
-        out.append("")
         where = f" ({hosts}, {link_class(block[0].hosts)})" if block[0].hosts else ""
-        out.append(f"# {op}  backend={backend}  algo={algo_label(backend, algo)}  dtype={dtype}  nranks={nranks}{where}  "
-                   f"busbw factor={OPS[op].bus_factor(nranks, algo):.3f}" + ("  graph-captured" if graph else "")
-                   + (f"  {side_role(side)}" if side else ""))
+        out += ["", f"# {op}  backend={backend}  algo={algo_label(backend, algo)}  dtype={dtype}  nranks={nranks}{where}  "
+                    f"busbw factor={OPS[op].bus_factor(nranks, algo):.3f}" + ("  graph-captured" if graph else "")
+                    + (f"  {side_role(side)}" if side else "")]
         if algo_label(backend, algo) != algo:
             out.append(f"# note: {HCCL_FALLBACK_NOTE}")
         if knobs:
@@ -329,10 +324,7 @@ def render(rows: list[CollectiveRow]) -> str:
         out.append(f"# peak busbw: {peak.busbw_gbps or 0:.3f} GB/s at {format_size(peak.bytes)}" if peak.busbw_gbps else
                    f"# peak busbw: 0 (busbw factor 0 at {peak.nranks} rank); peak algbw {peak.algbw_gbps or 0:.3f} GB/s "
                    f"at {format_size(peak.bytes)}")
-    out += _ab_ratios(rows)
-    out += host_cost_lines(rows)
-    out += slowest_rank_lines(rows)
-    return "\n".join(out)
+    return "\n".join(out + _ab_ratios(rows) + host_cost_lines(rows) + slowest_rank_lines(rows))
 
 
 SLOWEST_SHOWN = 2   # ranks named per case in the table, within 120 columns (the report names more)

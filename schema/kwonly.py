@@ -28,14 +28,9 @@ def keyword_dataclass(cls: type[T]) -> type[T]:
         if unknown:
             raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument {unknown[0]!r}")
         for f in params:
-            if f.name in values:
-                value = values[f.name]
-            elif f.default is not MISSING:
-                value = f.default
-            elif f.default_factory is not MISSING:
-                value = f.default_factory()
-            else:
+            if f.name not in values and f.default is MISSING and f.default_factory is MISSING:
                 raise TypeError(f"{cls.__name__}.__init__() missing 1 required keyword-only argument: {f.name!r}")
+            value = values[f.name] if f.name in values else f.default if f.default is not MISSING else f.default_factory()
             object.__setattr__(self, f.name, value)
         if hasattr(self, "__post_init__"):
             self.__post_init__()

@@ -43,7 +43,6 @@ class Metric:
 
     @property
     def width(self) -> int:
-        """Column width in the text tables: the heading's, at least 8."""
         return max(8, len(self.heading))
 
 

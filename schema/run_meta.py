@@ -65,10 +65,9 @@ class RunMeta:
         if values.get("baseline_side") not in (None, "A", "B"):
             raise ResultError(f"{where}: hccl_bench.baseline_side must be \"A\" or \"B\", "
                               f"found {str(values['baseline_side'])[:12]}")
-        if "options" in values:
-            values["options"] = RunOptions(**load_fields(RunOptions, values["options"], f"{where}: hccl_bench.options"))
-        if "canary" in values:
-            values["canary"] = Canary(**load_fields(Canary, values["canary"], f"{where}: hccl_bench.canary"))
+        for name, record in (("options", RunOptions), ("canary", Canary)):
+            if name in values:
+                values[name] = record(**load_fields(record, values[name], f"{where}: hccl_bench.{name}"))
         return cls(**values)
 
     @classmethod

@@ -38,17 +38,14 @@ def quantiles(values, percents) -> list[float]:
 def relative_fit(design, t) -> np.ndarray:
     """Least squares of t = design @ coefficients weighted by 1/t, so a latency-bound point counts as
     much as a bandwidth-bound one: the one alpha-beta fit."""
-    a = np.asarray(design, dtype=np.float64)
-    y = np.asarray(t, dtype=np.float64)
+    a, y = np.asarray(design, dtype=np.float64), np.asarray(t, dtype=np.float64)
     w = 1 / y
-    coefficients, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
-    return coefficients
+    return np.linalg.lstsq(a * w[:, None], y * w, rcond=None)[0]
 
 
 def per_op_seconds(round_ns_by_rank: list[list[int]], iters: int) -> np.ndarray:
     """Per round, the slowest rank's time / K (a summarised row keeps every round's slowest rank)."""
-    m = np.asarray(round_ns_by_rank, dtype=np.float64)
-    return m.max(axis=0) / iters / 1e9
+    return np.asarray(round_ns_by_rank, dtype=np.float64).max(axis=0) / iters / 1e9
 
 
 def round_waits(waits_by_rank: list[list[int]], rounds: int) -> list[int]:
