@@ -121,8 +121,7 @@ class Kind(Generic[C]):
     rank: ClassVar[tuple[str, str]]           # (module, class) of the rank half: run(backend, spec), begin(...)
     record_key: ClassVar[str] = ""            # "": its rows are cells in cases.jsonl; else written under this key
     cells: ClassVar[bool] = True              # its rows are compared (cells of a run)
-    # its cells span message sizes: verdicts speak bus bandwidth and group by size range
-    sized: ClassVar[bool] = False
+    sized: ClassVar[bool] = False             # its cells span message sizes: verdicts speak busbw, group by size range
     settings: ClassVar[type[KindSettings]] = KindSettings   # its own pytest options (settings.flags), typed
 
     def build(self, opts: Options) -> list[C]:

@@ -254,18 +254,16 @@ class CollectiveKind(Kind[CollectiveCase]):
         summary = stats.summarize(matrix, k)
         algbw, busbw = bandwidths(case.op, case.nbytes, summary["time_us"] * 1e-6, case.nranks, case.algo)
         assert case.group is not None
-        row = CollectiveRow(
+        reader = info(case.backend).algo_ran   # e.g. NCCL_DEBUG_SUBSYS=TUNING: what NCCL says ran
+        return CollectiveRow(
             **placed(case), **self.identity(case), size=case.size, count=case.count,
             **summary, algbw_gbps=algbw, busbw_gbps=busbw,
             wrong=sum(r.wrong for r in ranks), wrong_per_rank=[r.wrong for r in ranks],
             iters_per_round=k, calibration=ranks[0].calibration, cores_rt_ns=ranks[0].cores_rt_ns,
             round_cpu_wait_ns=stats.round_waits([r.cpu_wait_ns for r in ranks], len(matrix[0])),
             **stats.rank_rounds(matrix, ran.places),
-            algo_env=case.env, group_env=case.group.rank_env, hosts=ran.hosts, link_class=link_class(ran.hosts))
-        reader = info(case.backend).algo_ran   # e.g. NCCL_DEBUG_SUBSYS=TUNING: what NCCL says ran
-        if reader:
-            row.algo_ran = reader(ran.rank0_log(), case.op, case.nbytes, case.nranks)
-        return row
+            algo_env=case.env, group_env=case.group.rank_env, hosts=ran.hosts, link_class=link_class(ran.hosts),
+            algo_ran=reader(ran.rank0_log(), case.op, case.nbytes, case.nranks) if reader else None)
 
     def table(self, rows: list[CollectiveRow]) -> str:
         return render(rows)

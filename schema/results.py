@@ -188,8 +188,7 @@ class LayerRow(Measured):
     matmul_flops: float | None = column("amount")
     efficiency: float | None = metric("eff", ".2f", "higher", ("table", "report"), benches=("linear",))
     comm_share: float | None = metric("comm", ".2f", "lower", ("table", "report"), "ratio", ("linear",))
-    # the time per fwd+bwd inside the block's collectives (comm_share x fwd+bwd): the TP block's
-    # collectives are blocking and on the critical path, so none of it hides under compute
+    # comm_share x fwd+bwd: the TP block's collectives block on the critical path, none of it hidden
     comm_exposed_us: float | None = metric("exposed comm(us)", ".1f", "lower", ("table", "compare", "report"),
                                            benches=("linear",))
     # pipeline steps
@@ -299,9 +298,7 @@ def layout(hosts: dict[str, int]) -> str:
 
 def link_class(hosts: dict[str, int]) -> str:
     """Which links a collective over all ranks crosses: one host, one rank per host, or both kinds."""
-    if len(hosts) <= 1:
-        return "intra-host"
-    return "inter-host" if max(hosts.values()) == 1 else "mixed"
+    return "intra-host" if len(hosts) <= 1 else "inter-host" if max(hosts.values()) == 1 else "mixed"
 
 
 def row_from_json(info: dict, where: str, row_types: Mapping[str, Any] = MappingProxyType({})) -> Row | None:

@@ -177,13 +177,10 @@ class RankView:
 def _summary(t: np.ndarray, per_rank: np.ndarray) -> dict:
     q1, mid, q3 = quantiles(t, [25, 50, 75])
     mean = float(t.mean())
-    out = {
-        "time_us": float(mid) * 1e6, "min_us": float(t.min()) * 1e6, "max_us": float(t.max()) * 1e6,
-        "mean_us": mean * 1e6, "iqr_us": float(q3 - q1) * 1e6,
-        "cv": float(t.std(ddof=1) / mean) if t.size > 1 and mean > 0 else 0.0,
-        "rounds": int(t.size),
-        "rank_spread": float(per_rank.max() / per_rank.min() - 1) if per_rank.min() > 0 else 0.0,
-    }
+    out = {"time_us": float(mid) * 1e6, "min_us": float(t.min()) * 1e6, "max_us": float(t.max()) * 1e6,
+           "mean_us": mean * 1e6, "iqr_us": float(q3 - q1) * 1e6,
+           "cv": float(t.std(ddof=1) / mean) if t.size > 1 and mean > 0 else 0.0, "rounds": int(t.size),
+           "rank_spread": float(per_rank.max() / per_rank.min() - 1) if per_rank.min() > 0 else 0.0}
     if t.size >= 20:
         out["p95_us"] = quantiles(t, [95])[0] * 1e6
     if t.size >= 100:

@@ -183,8 +183,7 @@ class ExpertSpec(Spec):
     ffn: int
     tokens: int                     # per rank
     routing: str                    # uniform, random, skewed, hotrank, file
-    hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0; hotrank: ep rank 0's
-                                    # weight; masked: the share of selections masked; uneven: the tokens' spread
+    hot_share: float = 0.0          # skewed: expert 0's share of slots; hotrank: ep rank 0's weight; masked, uneven
     expert_ids: list[int] = field(default_factory=list)   # file: the replayed expert ids, cycled
     capacity_factor: float = 0.0    # 0: no capacity; else slots past ceil(cf x tokens x ep x topk / experts) per expert drop
     drop_policy: str = "group"      # group: the group's first slots; probs / position: Megatron's per-rank drop
