@@ -89,15 +89,14 @@ class OverheadSpec(Spec):
 
 @keyword_dataclass
 class LayerSpec(Spec):
-    """What a TP block and a pipeline step share: the layout, the model's shape and the timing plan.
-    `check`: run the check against the single-rank reference alone and return its record (the tests')."""
+    """What a TP block and a pipeline step share: the layout, the model's shape and the timing plan."""
     pp: int = 1
     tp: int
     hidden: int
     seq: int
     batch: int
     plan: dict = field(default_factory=dict)
-    check: bool = False
+    check: bool = False             # run the check against the single-rank reference alone, return its record
     seed: int = 1234
     dtype: str = "float32"
 
