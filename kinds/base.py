@@ -1,7 +1,5 @@
-"""What every bench kind is made of (`Kind`), what every case of every kind holds (`Case`), and the
-steps all kinds share: one launch of a selection repeated per --repeat and A/B side (`launches`),
---knobs values as series of their own (`with_knobs`), the ranks' typed results (`typed`) and the
-columns every table prints (`heads`, `values`, `wrong_text`)."""
+"""What every bench kind is made of (`Kind`), what every case holds (`Case`), and the steps all
+kinds share: launches, --knobs, typed results and the columns every table prints."""
 from __future__ import annotations
 
 import itertools
@@ -23,8 +21,7 @@ if TYPE_CHECKING:   # what the session was asked for (kinds/options.py), filled 
 
 @keyword_dataclass
 class Case:
-    """Where and how often a case runs: its backend and world size, its worker group (None: skipped,
-    with the reason), its launch (--repeat) and A/B side, the other side's group, its --knobs values."""
+    """Where and how often a case runs; its group is None when it is skipped (with the reason)."""
     backend: str
     nranks: int
     group: Optional[GroupKey] = None
@@ -41,9 +38,7 @@ class Case:
 
 @dataclass(frozen=True)
 class KindOption:
-    """A pytest option a kind declares, with the converter beside it: `convert` turns the command
-    line's text into the value (its KindSettings field) or raises ValueError with one line that
-    says what is allowed."""
+    """A pytest option a kind declares; `convert` turns its text into the value or raises ValueError."""
     flag: str
     default: str
     help: str
@@ -55,9 +50,8 @@ class KindOption:
 
 
 class KindSettings:
-    """A kind's own options, typed: a dataclass with one field per KindOption (named by its dest),
-    made from the command line's values, or from the flags' own defaults where none were given (a
-    test's Options, a caller outside pytest): the defaults live in the KindOption alone."""
+    """A kind's own options, typed: one field per KindOption (named by its dest); the defaults live
+    in the KindOptions alone."""
     flags: ClassVar[tuple[KindOption, ...]] = ()
 
     @classmethod
@@ -76,8 +70,7 @@ _S = TypeVar("_S", bound=KindSettings)
 
 @dataclass(frozen=True)
 class Bars:
-    """A report panel of horizontal bars: a row per label, a bar per named series (side by side,
-    or end to end when `stacked`: a step's breakdown)."""
+    """A report panel of horizontal bars: a row per label, a bar per named series (end to end when `stacked`)."""
     xlabel: str
     labels: list[str]
     series: dict[str, list[float]]   # name -> one value per label
@@ -87,8 +80,8 @@ class Bars:
 
 @dataclass(frozen=True)
 class Lines:
-    """A report panel of lines against message size: a point at size 0 is a level, drawn dashed in
-    its line's colour (one all_reduce per tensor); or, with `x_is_size` False, points against `xlabel`."""
+    """A report panel of lines against message size (a point at size 0: a dashed level), or against
+    `xlabel` when not `x_is_size`."""
     ylabel: str
     xlabel: str
     lines: dict[str, list[tuple[float, float]]]   # label -> (x, y)
@@ -101,8 +94,8 @@ Panel = Union[Bars, Lines]
 
 @dataclass
 class Ran:
-    """What the session knows of a case that ran, beside its ranks' results: the group's hosts
-    (host -> ranks), rank -> (host, local rank), and rank 0's log since the case began."""
+    """A case that ran: its ranks' results, hosts (host -> ranks), places (rank -> (host, local
+    rank)) and rank 0's log since it began."""
     results: list[dict]
     hosts: dict
     places: dict = field(default_factory=dict)
@@ -117,10 +110,8 @@ C = TypeVar("C", bound=Case)
 
 
 class Kind(Generic[C]):
-    """One bench kind: the cases a session builds for it, the spec its ranks run (their half is
-    `rank`, imported on a rank when its first spec arrives), the row made of their results and the
-    table section showing those rows. The plugin, session, worker and run output iterate
-    kinds.KINDS and ask each kind; nothing outside a kind's module knows what a kind holds."""
+    """One bench kind: its cases, the spec its ranks run, the row made of their results and its
+    table section; nothing outside a kind's module knows what a kind holds."""
     name: ClassVar[str]                       # the row's bench ("collective" for the sweep)
     title: ClassVar[str] = ""                 # its section of the report page
     fixture: ClassVar[str]                    # the pytest fixture its bench file takes cases from
@@ -130,9 +121,7 @@ class Kind(Generic[C]):
     rank: ClassVar[tuple[str, str]]           # (module, class) of the rank half: run(backend, spec), begin(...)
     record_key: ClassVar[str] = ""            # "": its rows are cells in cases.jsonl; else written under this key
     cells: ClassVar[bool] = True              # its rows are compared (cells of a run)
-    # its cells span message sizes (the collective sweep): verdicts speak bus bandwidth and group by size
-    # range, a settling sweep names the sizes, the ranks probe their cores' placement beside each case
-    sized: ClassVar[bool] = False
+    sized: ClassVar[bool] = False             # its cells span message sizes: verdicts speak busbw, group by size range
     settings: ClassVar[type[KindSettings]] = KindSettings   # its own pytest options (settings.flags), typed
 
     def build(self, opts: Options) -> list[C]:
@@ -154,8 +143,7 @@ class Kind(Generic[C]):
         return self.name
 
     def identity(self, case: C) -> dict:
-        """The row fields that name the case's cell: the row builder starts from them and
-        cell_key derives the cell from them, so the two cannot disagree."""
+        """The row fields that name the case's cell, for the row builder and cell_key alike."""
         return {"backend": case.backend, "nranks": case.nranks, "knobs": case.knobs}
 
     def cell_key(self, case: C) -> tuple[Series, int]:
@@ -198,7 +186,7 @@ T = TypeVar("T", bound=Timed)
 
 
 def typed(cls: type[T], results: list[dict]) -> list[T]:
-    """The ranks' results as `cls` (schema.wire), each checked: a reply missing a field is one line."""
+    """The ranks' results as `cls` (schema.wire), each checked."""
     return [cast(T, result_from_json(cls, r, f"rank {i}'s result")) for i, r in enumerate(results)]
 
 
@@ -211,8 +199,7 @@ def knob_suffix(knobs: dict) -> str:
 
 
 def with_knobs(templates: list, knobs: dict[str, list[str]]) -> list:
-    """--knobs: every template once per combination of values, its group's environment extended
-    by them (a worker group of its own, so the library reads them at start), as its own series."""
+    """--knobs: every template once per combination of values, each in a group of its own."""
     if not knobs:
         return templates
     combos = [dict(zip(knobs, values)) for values in itertools.product(*knobs.values())]
@@ -231,29 +218,22 @@ def side_python(opts: Options, side: str) -> str:
 
 def launches(opts: Options, build_one: Callable[[Options], list], per_knobs: Callable[[list], list] = lambda t: t,
              top_up: bool = False) -> list:
-    """Every launch repeats the whole selection in fresh groups, one launch after the other; a kind
-    whose cases probe their cores' placement (`top_up`) plans --top-up more, each run only for the cells
-    still short of launches in the usual placement (harness/session/session.py top_up). With
-    --ab-env both sides' groups stay alive and each case has an A item (the environment as it is)
-    and a B item (plus --ab-env) side by side, A first in even launches and B first in odd ones;
-    collectives and layers alternate single rounds between the two groups (harness/session/session.py), because this
-    VM's speed flips 2x within seconds and only rounds milliseconds apart see the same machine."""
+    """Every launch repeats the selection in fresh groups (`top_up`: plus --top-up launches); with
+    --ab-env each case has an A and a B item side by side, A first in even launches, B in odd ones."""
     sides = ("A", "B") if opts.two_sides else ("",)
     cases = []
     for launch in range(opts.repeat + (opts.top_up if top_up else 0)):
         order = sides if launch % 2 == 0 else sides[::-1]
         for template in per_knobs(with_knobs(build_one(opts), opts.knobs)):
+            side_b = getattr(template, "side_b", None)   # side B loads another MPI build: its own variables
             groups = {}
             for side in sides:
                 extra = {k: v for k, v in opts.ab_env.items() if k != "HCCL_BENCH_PYTHON"} if side == "B" else {}
-                # side B's interpreter loads another MPI build: its own algorithm variables, the knobs kept
-                own = ({"env": tuple(sorted({**dict(template.side_b[1]), **template.knobs}.items()))}
-                       if side == "B" and getattr(template, "side_b", None) else {})
-                groups[side] = template.group and replace(template.group, launch=launch, side=side,
-                                                          python=side_python(opts, side), side_env=tuple(sorted(extra.items())),
-                                                          **own)
+                own = {"env": tuple(sorted({**dict(side_b[1]), **template.knobs}.items()))} if side == "B" and side_b else {}
+                groups[side] = template.group and replace(template.group, launch=launch, side=side, **own,
+                                                          python=side_python(opts, side), side_env=tuple(sorted(extra.items())))
             for side in order:
-                own = {"env": template.side_b[0]} if side == "B" and getattr(template, "side_b", None) else {}
+                own = {"env": side_b[0]} if side == "B" and side_b else {}
                 case = replace(template, launch=launch, side=side, group=groups[side], **own)
                 if side and case.group is not None:
                     case.partner = groups["B" if side == "A" else "A"]
@@ -263,16 +243,12 @@ def launches(opts: Options, build_one: Callable[[Options], list], per_knobs: Cal
 
 def inplace_choices(backend: str, op: str, modes: tuple[str, ...]) -> list[tuple[bool, str]]:
     """(in-place?, skip reason) per requested mode; 'auto' prefers out-of-place where it exists."""
-    have = info(backend).forms(op)
-    lib = info(backend).api
+    have, lib = info(backend).forms(op), info(backend).api
     out = []
     for mode in modes:
-        if mode == "auto":
-            out.append((False not in have, ""))
-        else:
-            want = mode == "in"
-            reason = "" if want in have else f"{lib} has no {'in-place' if want else 'out-of-place'} {op}"
-            out.append((want, reason))
+        want = (False not in have) if mode == "auto" else mode == "in"
+        missing = mode != "auto" and want not in have
+        out.append((want, f"{lib} has no {'in-place' if want else 'out-of-place'} {op}" if missing else ""))
     return list(dict.fromkeys(out))
 
 
@@ -300,6 +276,4 @@ def values(row, shown: list[Metric]) -> str:
 
 def wrong_text(value) -> str:
     """#wrong as nccl-tests prints it: a count, N/A when the tool did not check."""
-    if value is None:
-        return "N/A"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return "N/A" if value is None else f"{value:g}" if isinstance(value, float) else str(value)

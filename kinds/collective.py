@@ -1,9 +1,9 @@
 """The collective sweep, nccl-tests' kind: every (backend, algo, op, dtype, redop, in-place, size)
-either with its worker group or with the reason it is skipped; its spec (schema.wire.CollectiveSpec,
-run by collectives.rank_tasks.CollectiveRank), its row (schema.results.CollectiveRow, bandwidths as
-nccl-tests defines them) and the nccl-tests table users read every day."""
+with its worker group or the reason it is skipped, its spec, its row and the nccl-tests table."""
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import re
 from collections.abc import Iterable
@@ -22,6 +22,7 @@ from kinds.base import (
     Kind,
     Ran,
     capability_skip,
+    heads,
     inplace_choices,
     knob_suffix,
     launch_suffix,
@@ -30,6 +31,7 @@ from kinds.base import (
     placed,
     side_python,
     typed,
+    values,
     wrong_text,
 )
 from schema import stats
@@ -66,10 +68,8 @@ class CollectiveCase(Case):
 
 
 def environment_switch(backend: str, op: str, env) -> dict[str, str]:
-    """The algorithm switches of `backend` (BackendInfo.switch_vars) that `env` already sets and
-    that apply to `op`: a per-op variable (MPIR_CVAR_<OP>_INTRA_ALGORITHM, OMPI_MCA_coll_tuned_<op>_algorithm)
-    when it names one of the op's switch names, a global one (NCCL_ALGO, HCCL_ALGO) for every collective.
-    That is the site's production setting: the 'default' series measures it under its own name."""
+    """The algorithm switches of `backend` that `env` already sets for `op` (per-op or global): the
+    site's production setting, which the 'default' series measures under its own name."""
     if OPS[op].point_to_point:
         return {}
     names = {n.lower() for b in BACKENDS.values() for n in b.switch_names(op)}
@@ -83,17 +83,17 @@ def environment_switch(backend: str, op: str, env) -> dict[str, str]:
 
 
 def environment_algo(op: str, forced: dict[str, str]) -> str:
-    """The series name of what the environment forces on `op`: its values, e.g. 'recexch (environment)'
-    (Open MPI's numeric coll_tuned ids by their names: 'pairwise (environment)', not '2 (environment)')."""
+    """The series name of what the environment forces on `op`, e.g. 'recexch (environment)' (Open MPI's
+    numeric ids by their names)."""
     names = {k: v for b in BACKENDS.values() for k, v in b.value_names(op).items()}
-    values = (algorithms.forced_for_op(k, v, OPS[op]) for k, v in forced.items())
+    forced_values = (algorithms.forced_for_op(k, v, OPS[op]) for k, v in forced.items())
     return "; ".join(dict.fromkeys(names.get(v, v) if k.startswith("OMPI_MCA_") else v
-                                   for k, v in zip(forced, values))) + ENVIRONMENT
+                                   for k, v in zip(forced, forced_values))) + ENVIRONMENT
 
 
 def _as_native(backend: str, algo: str) -> str:
-    """'<backend>:VALUE' for a series forced by the environment with one plain algorithm name (so the
-    capability table judges it as --algos would: NCCL_ALGO=PAT exported skips all_reduce), else `algo`."""
+    """'<backend>:VALUE' for a series the environment forces to one plain algorithm name (judged by the
+    capability table as --algos would be), else `algo`."""
     value = algo[:-len(ENVIRONMENT)] if algo.endswith(ENVIRONMENT) else ""
     return f"{backend}:{value}" if value and re.fullmatch(r"[\w-]+", value) else algo
 
@@ -104,47 +104,29 @@ ONE_RANK_IN_PLACE = ("at one rank an in-place collective moves no data: NCCL enq
 
 
 def one_rank_in_place(backend: str, nranks: int, inplace: bool) -> str:
-    """Why an in-place case at one rank on nccl is not timed or captured ('' where it is): on one H200
-    such cases took 14-16 us at every size from 8 B to 128 MiB, a broadcast's '9389 GB/s' at 128 MiB
-    being no transfer at all; an out-of-place call copies between its buffers and is timed. Without
-    --benchmark the call still runs and is checked (a dtype NCCL refuses fails even at one rank)."""
+    """Why an in-place case at one rank on nccl is not timed or captured ('' where it is)."""
     return ONE_RANK_IN_PLACE if inplace and nranks == 1 and info(backend).device_kind == "cuda" else ""
 
 
 def with_graph(cases: list[CollectiveCase], modes: tuple[bool, ...], side_b: dict | None = None) -> list[CollectiveCase]:
-    """--graph: each case once per mode (eager, captured), side by side; a captured case where the
-    backend cannot replay graphs with its group's environment (--knobs values included; with an A/B,
-    either side's: `side_b` is --ab-env/--ab-source, and a pair runs both or neither) is skipped with
-    the reason (collectives.device.graph_unsupported), and so is an in-place case at one rank on nccl
-    (nothing to capture)."""
+    """--graph: each case once per mode (eager, captured); a captured case is skipped with the reason
+    where either side's environment (`side_b`: --ab-env) cannot replay graphs, or nothing is captured."""
     if modes == (False,):
         return cases
     from collectives.device import graph_unsupported
-    reasons: dict[tuple, str] = {}
 
-    def reason(kind: str, env: dict) -> str:
-        key = (kind, tuple(sorted(env.items())))
-        if key not in reasons:
-            reasons[key] = graph_unsupported(kind, env)
-        return reasons[key]
+    @functools.cache
+    def reason(kind: str, env: tuple) -> str:
+        return graph_unsupported(kind, dict(env))
 
     def captured_skip(case: CollectiveCase) -> str:
-        kind = info(case.backend).device_kind
-        if why := one_rank_in_place(case.backend, case.nranks, case.inplace):
-            return why
         sides = [case.group.rank_env if case.group else {}]
         if side_b is not None:
             sides.append({**sides[0], **{k: v for k, v in side_b.items() if k != "HCCL_BENCH_PYTHON"}})
-        for side in sides:
-            env = dict(os.environ)
-            for name, value in side.items():
-                if value is None:   # the group unsets it
-                    env.pop(name, None)
-                else:
-                    env[name] = value
-            if why := reason(kind, env):
-                return why
-        return ""
+        # each side's environment, a variable the group sets to None left out
+        envs = [tuple(sorted((k, v) for k, v in {**os.environ, **side}.items() if v is not None)) for side in sides]
+        return (one_rank_in_place(case.backend, case.nranks, case.inplace)
+                or next((why for env in envs if (why := reason(info(case.backend).device_kind, env))), ""))
     out = []
     for case in cases:
         for graph in modes:
@@ -154,8 +136,7 @@ def with_graph(cases: list[CollectiveCase], modes: tuple[bool, ...], side_b: dic
 
 
 def build(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[CollectiveCase]:
-    """The collective cases. `facts` stand in for devices this machine lacks (unit tests); every
-    backend without them is read from the device here (BackendInfo.read_facts)."""
+    """The collective cases; `facts` stand in for devices this machine lacks (unit tests)."""
     given = {f.backend: f for f in facts}
     known = {b: given.get(b) or info(b).facts() for b in opts.backends}
     side_b = opts.ab_env if opts.two_sides else None
@@ -171,9 +152,8 @@ def _resolve(backend: str, algo: str, ops, library: str, target) -> tuple[dict, 
 
 
 def _measured_by(op: str, dtype: str, sizes: list[int], nproc: int) -> dict[int, int]:
-    """Bytes a case moves -> the one size that measures them: small sizes of the gathering ops round
-    up to one element a rank (8 B and 32 B are both 32 B at 8 ranks), and one workload measured
-    twice would merge into one cell; the size that needs no rounding is kept."""
+    """Bytes a case moves -> the one size that measures them (small sizes of the gathering ops round up
+    to one element a rank); the size that needs no rounding is kept."""
     out: dict[int, int] = {}
     for size in sizes:
         nbytes = OPS[op].count_for(size, ITEMSIZE[dtype], nproc) * ITEMSIZE[dtype]
@@ -203,40 +183,36 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
                 env = inherited.get(op) or resolved[op]
                 env_b = resolved_b.get(op, env)
                 series_algo = environment_algo(op, inherited[op]) if inherited.get(op) else algo
-                for dtype in opts.dtypes:
-                    redops = opts.redops if OPS[op].reduces else ["none"]
-                    for redop in redops:
-                        for inplace, inplace_skip in inplace_choices(backend, op, opts.inplace):
-                            measured_by = _measured_by(op, dtype, opts.sizes, opts.nproc)
-                            for size in opts.sizes:
-                                count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
-                                case = CollectiveCase(backend=backend, algo=series_algo, op=op, dtype=dtype, redop=redop,
-                                                      inplace=inplace, size=size, nranks=opts.nproc, count=count,
-                                                      nbytes=count * ITEMSIZE[dtype])
-                                if crowded:
-                                    case.skip = crowded
-                                elif isinstance(env, algorithms.Unsupported):
-                                    case.skip = env.reason
-                                elif isinstance(env_b, algorithms.Unsupported):
-                                    case.skip = f"side B ({library_b}): {env_b.reason}"
-                                elif why := no_dtype(backend, dtype):
-                                    case.skip = why
-                                elif why := capability_skip(target, _as_native(backend, series_algo), op, dtype, redop):
-                                    case.skip = why
-                                elif inplace_skip:
-                                    case.skip = inplace_skip
-                                elif opts.benchmark and (why := one_rank_in_place(backend, opts.nproc, inplace)):
-                                    case.skip = why   # timed, it is no transfer; the smoke run still checks the call
-                                elif opts.nproc < OPS[op].min_ranks:
-                                    case.skip = f"{op} needs at least {OPS[op].min_ranks} ranks"
-                                elif measured_by[case.nbytes] != size:   # one workload, one cell
-                                    case.skip = (f"{format_size(size)} rounds to {format_size(case.nbytes)} at {opts.nproc} "
-                                                 f"ranks: the {format_size(measured_by[case.nbytes])} case measures that")
-                                else:
-                                    case.env, case.group = env, key
-                                    if resolved_b:
-                                        case.side_b = (env_b, group_env_b)
-                                cases.append(case)
+                native = _as_native(backend, series_algo)
+                redops = opts.redops if OPS[op].reduces else ["none"]
+                choices = inplace_choices(backend, op, opts.inplace)
+                for dtype, redop, (inplace, inplace_skip) in itertools.product(opts.dtypes, redops, choices):
+                    measured_by = _measured_by(op, dtype, opts.sizes, opts.nproc)
+                    for size in opts.sizes:
+                        count = OPS[op].count_for(size, ITEMSIZE[dtype], opts.nproc)
+                        case = CollectiveCase(backend=backend, algo=series_algo, op=op, dtype=dtype, redop=redop, inplace=inplace,
+                                              size=size, nranks=opts.nproc, count=count, nbytes=count * ITEMSIZE[dtype])
+                        if crowded:
+                            case.skip = crowded
+                        elif isinstance(env, algorithms.Unsupported):
+                            case.skip = env.reason
+                        elif isinstance(env_b, algorithms.Unsupported):
+                            case.skip = f"side B ({library_b}): {env_b.reason}"
+                        # timed, an in-place case at one rank is no transfer; the smoke run still checks the call
+                        elif why := (no_dtype(backend, dtype)
+                                     or capability_skip(target, native, op, dtype, redop) or inplace_skip
+                                     or (one_rank_in_place(backend, opts.nproc, inplace) if opts.benchmark else "")):
+                            case.skip = why
+                        elif opts.nproc < OPS[op].min_ranks:
+                            case.skip = f"{op} needs at least {OPS[op].min_ranks} ranks"
+                        elif measured_by[case.nbytes] != size:   # one workload, one cell
+                            case.skip = (f"{format_size(size)} rounds to {format_size(case.nbytes)} at {opts.nproc} "
+                                         f"ranks: the {format_size(measured_by[case.nbytes])} case measures that")
+                        else:
+                            case.env, case.group = env, key
+                            if resolved_b:
+                                case.side_b = (env_b, group_env_b)
+                        cases.append(case)
     return cases
 
 
@@ -278,18 +254,16 @@ class CollectiveKind(Kind[CollectiveCase]):
         summary = stats.summarize(matrix, k)
         algbw, busbw = bandwidths(case.op, case.nbytes, summary["time_us"] * 1e-6, case.nranks, case.algo)
         assert case.group is not None
-        row = CollectiveRow(
+        reader = info(case.backend).algo_ran   # e.g. NCCL_DEBUG_SUBSYS=TUNING: what NCCL says ran
+        return CollectiveRow(
             **placed(case), **self.identity(case), size=case.size, count=case.count,
             **summary, algbw_gbps=algbw, busbw_gbps=busbw,
             wrong=sum(r.wrong for r in ranks), wrong_per_rank=[r.wrong for r in ranks],
             iters_per_round=k, calibration=ranks[0].calibration, cores_rt_ns=ranks[0].cores_rt_ns,
             round_cpu_wait_ns=stats.round_waits([r.cpu_wait_ns for r in ranks], len(matrix[0])),
             **stats.rank_rounds(matrix, ran.places),
-            algo_env=case.env, group_env=case.group.rank_env, hosts=ran.hosts, link_class=link_class(ran.hosts))
-        reader = info(case.backend).algo_ran   # e.g. NCCL_DEBUG_SUBSYS=TUNING: what NCCL says ran
-        if reader:
-            row.algo_ran = reader(ran.rank0_log(), case.op, case.nbytes, case.nranks)
-        return row
+            algo_env=case.env, group_env=case.group.rank_env, hosts=ran.hosts, link_class=link_class(ran.hosts),
+            algo_ran=reader(ran.rank0_log(), case.op, case.nbytes, case.nranks) if reader else None)
 
     def table(self, rows: list[CollectiveRow]) -> str:
         return render(rows)
@@ -322,48 +296,41 @@ EXTRA = metrics(CollectiveRow, "table")   # columns after nccl-tests' own, in th
 
 
 def render(rows: list[CollectiveRow]) -> str:
-    """GB/s = 1e9 B/s; time = median per-op time, max over ranks. Rows of an --ab-env run get a
-    block per side, a launch column, and B/A ratios per size."""
+    """The nccl-tests table; rows of an --ab-env run get a block per side, a launch column and B/A ratios."""
     blocks: dict[tuple, list[CollectiveRow]] = {}
     for r in rows:
         blocks.setdefault((r.backend, r.algo, r.op, r.dtype, r.nranks, r.side, layout(r.hosts), knob_text(r.knobs),
                            r.graph), []).append(r)
     launches = len({r.launch for r in rows}) > 1
-    extra_head = "".join(f" {m.heading:>{max(8, len(m.heading))}}" for m in EXTRA)
     out = ["# hccl-bench results. time(us): median over rounds of the slowest rank's per-op time;",
            "# algbw = size/time, busbw = algbw x factor (nccl-tests); GB/s = 1e9 bytes/s"]
     for (backend, algo, op, dtype, nranks, side, hosts, knobs, graph), block in blocks.items():
-        out.append("")
         where = f" ({hosts}, {link_class(block[0].hosts)})" if block[0].hosts else ""
-        out.append(f"# {op}  backend={backend}  algo={algo_label(backend, algo)}  dtype={dtype}  nranks={nranks}{where}  "
-                   f"busbw factor={OPS[op].bus_factor(nranks, algo):.3f}" + ("  graph-captured" if graph else "")
-                   + (f"  {side_role(side)}" if side else ""))
+        out += ["", f"# {op}  backend={backend}  algo={algo_label(backend, algo)}  dtype={dtype}  nranks={nranks}{where}  "
+                    f"busbw factor={OPS[op].bus_factor(nranks, algo):.3f}" + ("  graph-captured" if graph else "")
+                    + (f"  {side_role(side)}" if side else "")]
         if algo_label(backend, algo) != algo:
             out.append(f"# note: {HCCL_FALLBACK_NOTE}")
         if knobs:
             out.append(f"# knobs: {knobs}" + hbm_text(block[0].knobs, communicators=1))
-        out.append(HEADER + extra_head + (f" {'launch':>6}" if launches else ""))
+        out.append(HEADER + heads(EXTRA) + (f" {'launch':>6}" if launches else ""))
         for r in sorted(block, key=lambda r: (r.bytes, r.redop, r.inplace, r.launch)):
-            extra = "".join(f" {m.text(getattr(r, m.name)):>{max(8, len(m.heading))}}" for m in EXTRA)
-            out.append(f" {r.bytes:>12} {r.count:>12} {r.dtype:>9} {r.redop:>6} "
-                       f"{'ip' if r.inplace else 'oop':>5} {r.time_us or 0:>10.2f} {r.algbw_gbps or 0:>12.3f} "
-                       f"{r.busbw_gbps or 0:>12.3f} {wrong_text(r.wrong):>7}{extra}" + (f" {r.launch:>6}" if launches else ""))
+            out.append(f" {r.bytes:>12} {r.count:>12} {r.dtype:>9} {r.redop:>6} {'ip' if r.inplace else 'oop':>5} "
+                       f"{r.time_us or 0:>10.2f} {r.algbw_gbps or 0:>12.3f} {r.busbw_gbps or 0:>12.3f} "
+                       f"{wrong_text(r.wrong):>7}{values(r, EXTRA)}" + (f" {r.launch:>6}" if launches else ""))
         peak = max(block, key=peak_order)
         out.append(f"# peak busbw: {peak.busbw_gbps or 0:.3f} GB/s at {format_size(peak.bytes)}" if peak.busbw_gbps else
                    f"# peak busbw: 0 (busbw factor 0 at {peak.nranks} rank); peak algbw {peak.algbw_gbps or 0:.3f} GB/s "
                    f"at {format_size(peak.bytes)}")
-    out += _ab_ratios(rows)
-    out += host_cost_lines(rows)
-    out += slowest_rank_lines(rows)
-    return "\n".join(out)
+    return "\n".join(out + _ab_ratios(rows) + host_cost_lines(rows) + slowest_rank_lines(rows))
 
 
 SLOWEST_SHOWN = 2   # ranks named per case in the table, within 120 columns (the report names more)
 
 
 def slowest_rank_lines(rows: list[CollectiveRow]) -> list[str]:
-    """Groups of more than stats.NAMED_RANKS_OVER ranks: per case, its slowest ranks by median round
-    time, where they ran (host/local rank), their median and how much slower than the group's median rank."""
+    """Groups of more than NAMED_RANKS_OVER ranks: per case, its slowest ranks, where they ran, their
+    median and how much slower than the group's median rank."""
     out: list[str] = []
     for r in sorted(rows, key=lambda r: (r.backend, r.algo, r.op, r.dtype, r.side, r.bytes, r.launch)):
         if r.nranks <= NAMED_RANKS_OVER or not r.round_ns_per_rank:
@@ -389,8 +356,7 @@ HOST_COST_MAX_BYTES = 1 << 20   # "small sizes": where a call's host launch cost
 
 
 def host_cost_lines(rows: list[CollectiveRow]) -> list[str]:
-    """--graph both: per small size, the eager and the graph-captured per-call time (medians over
-    launches) and their difference, the host's cost of launching one call."""
+    """--graph both: per small size, eager time - graph-captured time, the host's cost of one call."""
     times: dict[tuple, dict[bool, list[float]]] = {}
     for r in rows:
         if r.time_us is not None and r.bytes <= HOST_COST_MAX_BYTES:

@@ -1,6 +1,5 @@
-"""An A/A calibration (`hccl-bench calibrate`, reports/calibration.py): per backend and size band,
-how far two runs of one stack drifted and the minimum effect that would have flagged none of its
-cells. Written as JSON and read back with a load check, like the rows."""
+"""An A/A calibration (`hccl-bench calibrate`): per size band, how far two runs of one stack drifted
+and the minimum effect that would have flagged none of its cells."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

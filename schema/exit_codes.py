@@ -1,9 +1,5 @@
-"""Every exit status hccl-bench gives, in one place: the `hccl-bench` commands, the pytest session
-(the sweeps) and the ranks. Values are a contract with CI jobs and scripts: never renumber one.
-
-Two values carry two names: what a status means depends on the command that gave it (a pytest
-session interrupted and a command given unusable input both end with 2), so each name says which.
-"""
+"""Every exit status hccl-bench gives: a contract with CI jobs and scripts, never renumber one.
+A value may carry several names, one per command that gives it."""
 from __future__ import annotations
 
 from enum import IntEnum
@@ -21,7 +17,5 @@ class ExitCode(IntEnum):
     BAD_OPTION = 4        # pytest session: a bad option, unwritable --results, an unusable --baseline/--history
     NO_TESTS = 5          # pytest session: nothing selected (pytest's own status, passed through)
     INCONCLUSIVE = 6      # no confirmed regression, but cells without the evidence to say "no change" (--inconclusive fail)
-    # history: no software regression, but cells got slower with the canary, ran alike on both stacks, or got slower
-    # on nights that all kept their stack, past the machine-alert rule (a machine regression; a machine improvement exits 0)
-    MACHINE_CHANGED = 7
+    MACHINE_CHANGED = 7   # history: no software regression, but a machine regression (a machine improvement exits 0)
     DRIVER_GONE = 70      # a rank's own status: its driver, or its host leader, vanished (harness/engine/control.py)

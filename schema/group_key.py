@@ -18,9 +18,8 @@ class GroupKey:
 
     @property
     def rank_env(self) -> dict[str, str | None]:
-        """Every variable the harness sets (None: removes) for this group's ranks on top of the driver's.
-        The case's own algorithm and knob variables win over side B's: the case's label says what ran
-        (a previous stack's script that unsets HCCL_ALGO must not undo --algos ring)."""
+        """Every variable the harness sets (None: removes) for this group's ranks; the case's own win
+        over side B's, since the case's label says what ran."""
         return {**dict(self.side_env), **dict(self.env)}
 
     def slot(self) -> GroupKey:

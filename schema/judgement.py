@@ -1,11 +1,5 @@
-"""What a comparison or a history decided, as types (ARCHITECTURE.md, Comparing runs).
-
-A cell's `Verdict` is made by the analysis (reports/compare.py, history.py, sequential.py) and read
-by the gates and the writers; nothing decides on its words. Its `kind` is what a reader is told:
-`VerdictKind.text` is the one place the words are written ("machine regression", "standing
-improvement", "regression (confirmed by A/B)", ...), so the text, Markdown, HTML and JSON say what
-they said when verdicts were strings. `GateResult` is one of a session's gates at its end.
-"""
+"""What a comparison or a history decided, as types (ARCHITECTURE.md, Comparing runs): nothing
+decides on a verdict's words, and `VerdictKind.text` is the one place they are written."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,10 +7,7 @@ from enum import Enum
 
 from schema.exit_codes import ExitCode
 
-# each launch's statistic a verdict rests on (--estimator; reports/estimators.py): scripts/estimator_aa.py
-# on this VM's recorded A/A and slow-1.10 A/B runs did not single out a better one clearly
-# (docs/statistics.md), so the median stays the default
-DEFAULT_ESTIMATOR = "median"
+DEFAULT_ESTIMATOR = "median"   # each launch's statistic a verdict rests on (--estimator; docs/statistics.md)
 DEFAULT_MIN_EFFECT = 0.05      # the smallest change a verdict counts (reports/compare.py; --min-effect)
 
 
@@ -59,8 +50,7 @@ MACHINE = (Cause.CANARY, Cause.KEPT_STACK, Cause.STACKS_ALIKE)
 
 @dataclass(frozen=True)
 class VerdictKind:
-    """What a reader is told of a verdict; a machine change reads alike whatever showed it. Counts,
-    sections and size ranges group cells by kind."""
+    """What a reader is told of a verdict; a machine change reads alike whatever showed it."""
     direction: Direction
     confirmed: bool = True       # False: suspected (or inconclusive)
     standing: bool = False
@@ -95,10 +85,8 @@ STANDING_IMPROVEMENT = VerdictKind(Direction.IMPROVEMENT, standing=True)
 
 @dataclass(frozen=True)
 class Verdict:
-    """One cell's verdict. `confirmed`: independent samples (launches, nights, an A/B) decided it;
-    a regression or improvement that is not is suspected and never fails a job. `standing`: a
-    history's change that began before its window. `newest`: a verdict on the newest night alone
-    (History.suspected). A combination no judgement makes is refused when it is built."""
+    """One cell's verdict: `confirmed` by independent samples, else suspected (never fails a job);
+    `standing`: began before the window; `newest`: on the newest night alone. Impossible combinations are refused."""
     direction: Direction = Direction.INCONCLUSIVE
     confirmed: bool = False
     standing: bool = False
@@ -138,8 +126,7 @@ class Verdict:
 
 @dataclass(frozen=True)
 class GateResult:
-    """One of a session's gates at its end (--baseline, --ab-until-decided, --history): what it
-    prints, its exit status (OK: it passes) and its one-line reason."""
+    """One of a session's gates at its end (--baseline, --ab-until-decided, --history)."""
     text: str
     exit: ExitCode = ExitCode.OK
     headline: str = ""

@@ -1,7 +1,5 @@
-"""`keyword_dataclass`: `@dataclass(kw_only=True)` on Python 3.10+, and the same keyword-only
-__init__ written here on 3.9, whose dataclass has no kw_only (openEuler 22.03, the OS of many
-Atlas NPU servers, ships 3.9). Rows and wire messages are built by field name only, so a field
-added in the middle of a class can never shift a positional argument into the wrong field."""
+"""`keyword_dataclass`: `@dataclass(kw_only=True)`, written here on 3.9 (openEuler 22.03), so a field
+added mid-class never shifts a positional argument into the wrong field."""
 from __future__ import annotations
 
 import sys
@@ -30,14 +28,9 @@ def keyword_dataclass(cls: type[T]) -> type[T]:
         if unknown:
             raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument {unknown[0]!r}")
         for f in params:
-            if f.name in values:
-                value = values[f.name]
-            elif f.default is not MISSING:
-                value = f.default
-            elif f.default_factory is not MISSING:
-                value = f.default_factory()
-            else:
+            if f.name not in values and f.default is MISSING and f.default_factory is MISSING:
                 raise TypeError(f"{cls.__name__}.__init__() missing 1 required keyword-only argument: {f.name!r}")
+            value = values[f.name] if f.name in values else f.default if f.default is not MISSING else f.default_factory()
             object.__setattr__(self, f.name, value)
         if hasattr(self, "__post_init__"):
             self.__post_init__()

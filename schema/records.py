@@ -12,16 +12,24 @@ class ResultError(ValueError):
     """A result file or log that cannot be used; the message says which, where and why."""
 
 
-CHECKS = {
-    "text": "a string",
-    "flag": "true or false",
-    "whole": "a whole number >= 0",
-    "count": "a whole number >= 1",
-    "amount": "a finite number >= 0",
-    "real": "a finite number",
-    "ratio": "a finite number or null",
-    "list": "a list",
-    "object": "an object",
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+CHECKS = {   # check -> (what a refusal says the value must be, the test)
+    "text": ("a string", lambda v: isinstance(v, str)),
+    "flag": ("true or false", lambda v: isinstance(v, bool)),
+    "whole": ("a whole number >= 0", lambda v: _whole(v) and v >= 0),
+    "count": ("a whole number >= 1", lambda v: _whole(v) and v >= 1),
+    "amount": ("a finite number >= 0", lambda v: _number(v) and math.isfinite(v) and v >= 0),
+    "real": ("a finite number", lambda v: _number(v) and math.isfinite(v)),
+    "ratio": ("a finite number or null", lambda v: v is None or (_number(v) and math.isfinite(v))),
+    "list": ("a list", lambda v: isinstance(v, list)),
+    "object": ("an object", lambda v: isinstance(v, dict)),
 }
 
 
@@ -32,33 +40,6 @@ def column(check: str, default: Any = None, **meta):
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(), metadata={"check": check, **meta})
     return field(default=default, metadata={"check": check, **meta})
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-_CHECKS = {
-    "text": lambda v: isinstance(v, str),
-    "flag": lambda v: isinstance(v, bool),
-    "whole": lambda v: _whole(v) and v >= 0,
-    "count": lambda v: _whole(v) and v >= 1,
-    "amount": lambda v: _number(v) and math.isfinite(v) and v >= 0,
-    "real": lambda v: _number(v) and math.isfinite(v),
-    "ratio": lambda v: v is None or (_number(v) and math.isfinite(v)),
-    "list": lambda v: isinstance(v, list),
-    "object": lambda v: isinstance(v, dict),
-}
-
-
-def _valid(check: str, value) -> bool:
-    return _CHECKS[check](value)
-
-
 
 
 def load_fields(cls: type, data: dict, where: str) -> dict:
@@ -73,7 +54,7 @@ def load_fields(cls: type, data: dict, where: str) -> dict:
         value, check = data[f.name], f.metadata["check"]
         if value is None and f.default is None:
             continue
-        if not _valid(check, value):
-            raise ResultError(f"{where}.{f.name} must be {CHECKS[check]}, found {str(value)[:40]}")
+        if not CHECKS[check][1](value):
+            raise ResultError(f"{where}.{f.name} must be {CHECKS[check][0]}, found {str(value)[:40]}")
         values[f.name] = value
     return values

@@ -1,12 +1,6 @@
-"""The result schema, written once: what a case row, a series, a cell and a run hold.
-
-A case row is one measured (or imported) case: `CollectiveRow` or `LayerRow`. It travels as
-pytest-benchmark's `extra_info` and as a line of `cases.jsonl`. Every writer builds a row here and
-calls `to_json`. Every reader gets rows from `from_json`, which checks each field (finite numbers,
-times > 0, whole sizes >= 0, plain identity values) and names the entry and field it refuses.
-A metric is a row field declared with `metric(...)`: the table, the compare JSON and the report
-find it there, so adding one is a field here plus the code that measures it.
-"""
+"""The result schema, written once: what a case row, a series, a cell and a run hold. Every writer
+builds rows here (`to_json`), every reader checks them here (`from_json`); a row field declared with
+`metric(...)` is found by the table, the compare JSON and the report alike."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -30,8 +24,7 @@ class NoCells(ResultError):
 
 def metric(heading: str, fmt: str, better: str, where: tuple[str, ...], check: str = "amount",
            benches: tuple[str, ...] = (), scale: float = 1.0):
-    """A measured quantity shown by name: `where` is any of "table", "compare", "report";
-    `benches`: the row's benches that have it (empty: all); shown as value / scale."""
+    """A measured quantity shown by name in `where` ("table", "compare", "report")."""
     return column(check, None, metric=Metric("", heading, fmt, better, where, benches, scale))
 
 
@@ -50,19 +43,13 @@ class Metric:
 
     @property
     def width(self) -> int:
-        """Column width in the text tables: the heading's, at least 8."""
         return max(8, len(self.heading))
 
 
 def metrics(row_type: type, where: str, bench: str | None = None) -> list[Metric]:
-    """The metrics of a row type shown in one place ("table", "compare", "report"), in field order;
-    with `bench`, only those that bench measures."""
-    found = []
-    for f in fields(row_type):
-        m = f.metadata.get("metric")
-        if m is not None and where in m.where and (bench is None or not m.benches or bench in m.benches):
-            found.append(replace(m, name=f.name))
-    return found
+    """The metrics of a row type shown in `where`, in field order; with `bench`, those it measures."""
+    return [replace(m, name=f.name) for f in fields(row_type) if (m := f.metadata.get("metric")) is not None
+            and where in m.where and (bench is None or not m.benches or bench in m.benches)]
 
 
 def _copied(value):
@@ -78,15 +65,13 @@ class _Row:
     KEY: ClassVar[tuple[str, ...]] = ()
 
     def to_json(self) -> dict:
-        """The fields as a dict, its lists and dicts copied two levels down (a row holds scalars,
-        rank x round lists and dicts of lists) rather than deep-copied value by value as
-        dataclasses.asdict does: this runs for every case, on 1024 ranks' round times too."""
+        """The fields as a dict, lists and dicts copied two levels down: asdict's deep copy is too
+        slow for 1024 ranks' round times."""
         return {f.name: _copied(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
     @classmethod
     def from_json(cls, data: dict, where: str):
-        """The row in `data`, every present field checked; unknown keys (newer writers, other
-        tools) are left out. ResultError names the entry and the field."""
+        """The row in `data`, every present field checked, unknown keys left out; ResultError names the field."""
         row = cls(**load_fields(cls, data, f"{where}: extra_info"))
         row.check(where)
         return row
@@ -97,9 +82,8 @@ class _Row:
 
 @keyword_dataclass
 class Measured(_Row):
-    """What every measured case has: where it ran, its launch and side, and the round statistics
-    of schema/stats.summarize (from the rank x round matrix: kept whole up to
-    stats.FULL_MATRIX_RANKS ranks, summarised per rank past it; read either form with ranks())."""
+    """What every measured case has: where it ran, its launch and side, and stats.summarize's round
+    statistics (the rank x round matrix whole, or summarised past stats.FULL_MATRIX_RANKS: ranks())."""
     backend: str = column("text", MISSING)
     nranks: int = column("count", 1)
     launch: int = column("whole", 0)                    # fresh worker group number (--repeat)
@@ -204,8 +188,7 @@ class LayerRow(Measured):
     matmul_flops: float | None = column("amount")
     efficiency: float | None = metric("eff", ".2f", "higher", ("table", "report"), benches=("linear",))
     comm_share: float | None = metric("comm", ".2f", "lower", ("table", "report"), "ratio", ("linear",))
-    # the time per fwd+bwd inside the block's collectives (comm_share x fwd+bwd): the TP block's
-    # collectives are blocking and on the critical path, so none of it hides under compute
+    # comm_share x fwd+bwd: the TP block's collectives block on the critical path, none of it hidden
     comm_exposed_us: float | None = metric("exposed comm(us)", ".1f", "lower", ("table", "compare", "report"),
                                            benches=("linear",))
     # pipeline steps
@@ -229,9 +212,7 @@ class LayerRow(Measured):
 @keyword_dataclass
 class TuningRow(Measured):
     """One tuning case (benches/test_tuning.py): compute/communication overlap at one message size,
-    a DDP-style gradient all_reduce at one bucket size, or one communication dtype of the gradients.
-    time_us is a step: overlap's collective started, the matmul, the wait; bucket's and compress's
-    whole gradient all_reduce (copies in and out included)."""
+    a DDP-style gradient all_reduce at one bucket size, or one communication dtype of the gradients."""
     KIND: ClassVar[str] = "tuning"
     BENCHES: ClassVar[tuple[str, ...]] = ("overlap", "bucket", "compress")
     KEY: ClassVar[tuple[str, ...]] = ("bench", "backend", "op", "dtype", "nranks", "comm_dtype")
@@ -269,8 +250,7 @@ class TuningRow(Measured):
 
 @keyword_dataclass
 class OverheadRow(_Row):
-    """The harness loop against a bare loop of the same all_reduce (benches/test_overhead.py): the
-    harness's own cost per op. A session record, not a cell: it is never compared."""
+    """The harness's own cost per op against a bare loop (benches/test_overhead.py); never compared."""
     backend: str = column("text", MISSING)
     op: str = column("text", "all_reduce")
     dtype: str = column("text", "float32")
@@ -292,8 +272,7 @@ SIDE_ROLES = {"A": "side A, baseline", "B": "side B, candidate"}
 
 
 def side_labels(items: list[str]) -> dict[str, str]:
-    """--label ['A=mpich 4.2.3', 'B=mpich 5.0'] -> {"A": ..., "B": ...} (pytest and the CLI alike);
-    ValueError, one line, on anything else."""
+    """--label ['A=mpich 4.2.3', 'B=mpich 5.0'] -> {"A": ..., "B": ...}; ValueError on anything else."""
     labels = {}
     for item in items:
         side, sep, name = str(item).partition("=")
@@ -304,8 +283,7 @@ def side_labels(items: list[str]) -> dict[str, str]:
 
 
 def side_role(side: str) -> str:
-    """One convention everywhere: side A is the baseline (the stack as started), side B the
-    candidate (with --ab-env/--ab-source); every compare, history and report reads B against A."""
+    """Side A is the baseline, side B the candidate: every compare, history and report reads B against A."""
     return SIDE_ROLES.get(side, f"side {side}")
 
 
@@ -320,15 +298,12 @@ def layout(hosts: dict[str, int]) -> str:
 
 def link_class(hosts: dict[str, int]) -> str:
     """Which links a collective over all ranks crosses: one host, one rank per host, or both kinds."""
-    if len(hosts) <= 1:
-        return "intra-host"
-    return "inter-host" if max(hosts.values()) == 1 else "mixed"
+    return "intra-host" if len(hosts) <= 1 else "inter-host" if max(hosts.values()) == 1 else "mixed"
 
 
 def row_from_json(info: dict, where: str, row_types: Mapping[str, Any] = MappingProxyType({})) -> Row | None:
-    """The row an extra_info holds, or None for entries that are not cells (overhead rows,
-    foreign benchmarks). `row_types`: a named bench's row type (kinds.ROW_TYPES); a collective
-    row names none."""
+    """The row an extra_info holds, or None for entries that are not cells (overhead rows, foreign
+    benchmarks); `row_types`: a named bench's row type (kinds.ROW_TYPES)."""
     if info.get("bench") in row_types:
         return row_types[info["bench"]].from_json(info, where)
     if "op" in info and "algo" in info:   # overhead rows carry no algo: they are not cells
@@ -372,9 +347,8 @@ class Series:
 
     @classmethod
     def of_fields(cls, row_type: type[Row], values: dict) -> Series:
-        """The one derivation of a series: the row type's KEY fields, its knobs and its graph flag,
-        from a row's fields or from the identity fields a row is about to be built with (the
-        driver names a case's cell before its rows exist: kinds.base.Kind.cell_key)."""
+        """The one derivation of a series, from a row's fields or from those it is about to be built
+        with (kinds.base.Kind.cell_key)."""
         own = {f.name for f in fields(cls)}
         key: dict[str, Any] = {"bench": "collective", **{k: values.get(k) for k in row_type.KEY if k in own}}
         params = tuple((k, values.get(k)) for k in row_type.KEY if k not in own) or None
@@ -397,8 +371,7 @@ class Series:
         return {**out, **params}
 
     def label(self, algo_label: Callable[[str, str], str] = lambda backend, algo: algo) -> str:
-        """What a reader calls the series; `algo_label(backend, algo)` says how a backend's
-        algorithm is named (collectives.backends.algo_label: HCCL's is only "requested")."""
+        """What a reader calls the series; `algo_label(backend, algo)` names a backend's algorithm."""
         knobs = f" [{self.knobs}]" if self.knobs else ""
         return self.row_type.series_label(self, algo_label) + knobs
 

@@ -1,6 +1,5 @@
-"""What a result file says about its run beside its rows (`hccl_bench` in results.json): the
-fields the readers judge by, typed once as the run loads (`Run.meta`), checked like the rows. Fields
-no reader needs are left out; older files lack some fields (None: not recorded) and still load."""
+"""What a result file says about its run beside its rows (`hccl_bench` in results.json), typed once
+as the run loads and checked like the rows; None: not recorded (older files)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,9 +39,7 @@ class RunMeta:
     interrupted: Optional[str] = column("text")        # why it ended early
     failed: Optional[str] = column("text")             # an imported log's failure
     field_limits: Optional[str] = column("text")       # field data (NCCL Inspector): what it cannot show
-    # which recorded side of an --ab-env/--ab-source run is the baseline: "B" where the session ran the
-    # candidate as side A (the same-night A/B: side A this stack, side B the previous one); None: side A,
-    # the convention. Readers load it previous -> this (reports/result_files.py load)
+    # the recorded side that is the baseline: "B" where a same-night A/B ran this stack as side A; None: A
     baseline_side: Optional[str] = column("text")
     complete: bool = column("flag", True)              # False: ended early or rebuilt from cases.jsonl
     label: Optional[str] = column("text")              # `import --label`, or a reader's name for the run (Run.name_as)
@@ -68,10 +65,9 @@ class RunMeta:
         if values.get("baseline_side") not in (None, "A", "B"):
             raise ResultError(f"{where}: hccl_bench.baseline_side must be \"A\" or \"B\", "
                               f"found {str(values['baseline_side'])[:12]}")
-        if "options" in values:
-            values["options"] = RunOptions(**load_fields(RunOptions, values["options"], f"{where}: hccl_bench.options"))
-        if "canary" in values:
-            values["canary"] = Canary(**load_fields(Canary, values["canary"], f"{where}: hccl_bench.canary"))
+        for name, record in (("options", RunOptions), ("canary", Canary)):
+            if name in values:
+                values[name] = record(**load_fields(record, values[name], f"{where}: hccl_bench.{name}"))
         return cls(**values)
 
     @classmethod

@@ -1,32 +1,23 @@
-"""The statistics of a result: everything derived from the rank x round matrix (docs/method.md,
-Time), the one median, quantiles and the one weighted alpha-beta fit. A round's time is the slowest
-rank's, per-op time round / K, time_us the median over rounds. Past FULL_MATRIX_RANKS a row keeps a
-summary per rank and the ranks that matter whole, so every statistic comes out the same (docs/results.md,
-"Big groups"); RankView is the one way to read either form.
-"""
+"""Everything derived from the rank x round matrix (docs/method.md, Time): a round's time is the
+slowest rank's, per-op time round / K. Past FULL_MATRIX_RANKS a row keeps a summary per rank, and
+RankView reads either form."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-# 256 ranks x 20 rounds is ~80 KiB a case in results.json (indent=1, ~16 bytes a round time): a
-# default sweep of ~80 cases stays under 10 MB. At 1,024 ranks the matrix would be 4x that a case;
-# the summary is 5 numbers a rank whatever the rounds, and a slow rank is still seen whole.
-FULL_MATRIX_RANKS = 256
+FULL_MATRIX_RANKS = 256       # ~80 KiB a case in results.json at 20 rounds: a default sweep stays under 10 MB
 SLOWEST_KEPT = 8              # past the threshold: the rounds of this many slowest ranks are kept whole
 NAMED_RANKS_OVER = 8          # the table and report name the slowest ranks of groups larger than this
 RANK_QUANTILES = ("min", "p25", "median", "p75", "max")
-# A round is undisturbed when no rank's threads waited for a CPU longer than this share of it
-# (collectives/timing.py CpuWait): other work on a shared machine takes a core in slices of ms.
-UNDISTURBED_SHARE = 0.05
+UNDISTURBED_SHARE = 0.05      # a round is undisturbed when no rank waited for a CPU longer than this share of it
 MIN_UNDISTURBED = 5           # a launch is judged on its undisturbed rounds when it has at least this many
 
 
 def median(values) -> float:
-    """The median every reader uses: the mean of the two middle values at even n (numpy's and
-    statistics.median's), never the upper middle one (sorted(x)[n // 2]). A short list (a cell's
-    rounds, read for every cell of every file) is sorted in Python: numpy's call costs 50 us."""
+    """The median every reader uses (the mean of the two middle values at even n); a short list is
+    sorted in Python, where numpy's call costs 50 us."""
     if isinstance(values, list) and 0 < len(values) <= 64 and all(v == v for v in values):   # NaN: numpy's answer
         s = sorted(values)
         mid = len(s) // 2
@@ -35,8 +26,7 @@ def median(values) -> float:
 
 
 def medians(values, axis: int = -1) -> np.ndarray:
-    """Medians along one axis of a matrix (numpy's), for the vectorised readers: a bootstrap's
-    statistic, a shift per cell."""
+    """Medians along one axis of a matrix, for the vectorised readers."""
     return np.median(np.asarray(values, dtype=np.float64), axis=axis)
 
 
@@ -46,21 +36,16 @@ def quantiles(values, percents) -> list[float]:
 
 
 def relative_fit(design, t) -> np.ndarray:
-    """Least squares of t = design @ coefficients, each point weighted by 1/t: a relative-error
-    fit, so a 8 B latency-bound point counts as much as a 1 GiB bandwidth-bound one. The one
-    alpha-beta fit (sweep_fits: design [1, size]; predict: design [steps, share x size])."""
-    a = np.asarray(design, dtype=np.float64)
-    y = np.asarray(t, dtype=np.float64)
+    """Least squares of t = design @ coefficients weighted by 1/t, so a latency-bound point counts as
+    much as a bandwidth-bound one: the one alpha-beta fit."""
+    a, y = np.asarray(design, dtype=np.float64), np.asarray(t, dtype=np.float64)
     w = 1 / y
-    coefficients, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
-    return coefficients
+    return np.linalg.lstsq(a * w[:, None], y * w, rcond=None)[0]
 
 
 def per_op_seconds(round_ns_by_rank: list[list[int]], iters: int) -> np.ndarray:
-    """Per round, the slowest rank's time / K. Right for both forms of a row's round_ns_per_rank:
-    a summarised row keeps every round's slowest rank."""
-    m = np.asarray(round_ns_by_rank, dtype=np.float64)
-    return m.max(axis=0) / iters / 1e9
+    """Per round, the slowest rank's time / K (a summarised row keeps every round's slowest rank)."""
+    return np.asarray(round_ns_by_rank, dtype=np.float64).max(axis=0) / iters / 1e9
 
 
 def round_waits(waits_by_rank: list[list[int]], rounds: int) -> list[int]:
@@ -72,18 +57,15 @@ def round_waits(waits_by_rank: list[list[int]], rounds: int) -> list[int]:
 
 def _waited(per_op_s: list[float], waits: list, iters: int) -> list[bool] | None:
     """Per round: did a rank wait for a CPU longer than UNDISTURBED_SHARE of it; None when the waits
-    are not this launch's rounds (none recorded: older files, other writers)."""
+    are not this launch's rounds."""
     if not waits or len(waits) != len(per_op_s) or iters <= 0:
         return None
     return [w > UNDISTURBED_SHARE * t * iters * 1e9 for t, w in zip(per_op_s, waits)]
 
 
 def undisturbed(per_op_s: list[float], waits: list, iters: int) -> list[float]:
-    """The per-op times a verdict judges: a launch's rounds in which no rank waited for a CPU longer
-    than UNDISTURBED_SHARE of the round, when at least MIN_UNDISTURBED did; else all of them (a row
-    without waits, or one disturbed throughout: its numbers then carry the contention, and the
-    summaries say how many). Why: a round a rank spent off its core times the scheduler's slices,
-    and how many rounds a launch loses to them is a state of the machine, not of the library."""
+    """The per-op times a verdict judges: the undisturbed rounds when at least MIN_UNDISTURBED are,
+    else all; a round spent off a core times the scheduler, not the library."""
     waited = _waited(per_op_s, waits, iters)
     if waited is None:
         return per_op_s
@@ -113,9 +95,8 @@ def _number(value: float) -> int | float:
 
 def rank_rounds(round_ns_by_rank: list[list[int]], places: dict | None = None,
                 full_up_to: int = FULL_MATRIX_RANKS) -> dict:
-    """The per-rank fields of a row: per_rank "full" (the whole matrix) up to `full_up_to` ranks,
-    else "summary": rank_summary over every rank, kept_ranks and their rounds in round_ns_per_rank.
-    rank_places: rank -> [host, local rank] of the ranks a reader is shown (groups > NAMED_RANKS_OVER)."""
+    """The per-rank fields of a row: the whole matrix up to `full_up_to` ranks, else a summary per rank
+    and the kept ranks' rounds; rank_places of the ranks a reader is shown."""
     m = np.asarray(round_ns_by_rank, dtype=np.float64)
     medians = np.median(m, axis=1)
     slowest = [int(r) for r in np.argsort(-medians, kind="stable")[:SLOWEST_KEPT]]
@@ -135,8 +116,7 @@ def rank_rounds(round_ns_by_rank: list[list[int]], places: dict | None = None,
 
 @dataclass
 class RankView:
-    """A row's per-rank data, either form: every rank's median round time (ns), the ranks whose
-    rounds are stored and those rounds, and where the named ranks ran."""
+    """A row's per-rank data, either form."""
     form: str                           # "full" or "summary"
     nranks: int
     iters: int
@@ -197,13 +177,10 @@ class RankView:
 def _summary(t: np.ndarray, per_rank: np.ndarray) -> dict:
     q1, mid, q3 = quantiles(t, [25, 50, 75])
     mean = float(t.mean())
-    out = {
-        "time_us": float(mid) * 1e6, "min_us": float(t.min()) * 1e6, "max_us": float(t.max()) * 1e6,
-        "mean_us": mean * 1e6, "iqr_us": float(q3 - q1) * 1e6,
-        "cv": float(t.std(ddof=1) / mean) if t.size > 1 and mean > 0 else 0.0,
-        "rounds": int(t.size),
-        "rank_spread": float(per_rank.max() / per_rank.min() - 1) if per_rank.min() > 0 else 0.0,
-    }
+    out = {"time_us": float(mid) * 1e6, "min_us": float(t.min()) * 1e6, "max_us": float(t.max()) * 1e6,
+           "mean_us": mean * 1e6, "iqr_us": float(q3 - q1) * 1e6,
+           "cv": float(t.std(ddof=1) / mean) if t.size > 1 and mean > 0 else 0.0, "rounds": int(t.size),
+           "rank_spread": float(per_rank.max() / per_rank.min() - 1) if per_rank.min() > 0 else 0.0}
     if t.size >= 20:
         out["p95_us"] = quantiles(t, [95])[0] * 1e6
     if t.size >= 100:
@@ -213,8 +190,7 @@ def _summary(t: np.ndarray, per_rank: np.ndarray) -> dict:
 
 def summarize(round_ns_by_rank: list[list[int]], iters: int) -> dict:
     """Median/min/max/mean/IQR/CV (p95, p99 with enough rounds); rank_spread = slowest rank's
-    median / fastest rank's median - 1 (ranks that leave a collective at different times: 0 when
-    they all see the same time). Bandwidths are the op's (collectives.ops.bandwidths of time_us)."""
+    median / fastest rank's median - 1."""
     return _summary(per_op_seconds(round_ns_by_rank, iters), per_rank_median_seconds(round_ns_by_rank, iters))
 
 

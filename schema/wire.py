@@ -1,14 +1,6 @@
-"""What the driver and the ranks send each other for a case: one spec type per bench kind and the
-ranks' result types, as plain dataclasses. On the wire they are JSON objects (never pickles) whose
-keys are the field names; `to_json` and `spec_from_json` / `result_from_json` are the one pair
-that turns them into each other, checking every field against its annotation, so a malformed
-message is refused in one `WireError` line before any rank code reads it.
-
-A spec's `kind` says its type (SPECS: every Spec subclass registers its KINDS as it is defined, so a
-bench kind may declare its spec in its own module); "<kind>_begin" asks for the round-interleaved
-A/B form of the same case (the driver then sends `Step` "round"s and one "end"). Both sides import
-this module, and it imports nothing of ours, so the driver and the ranks cannot disagree on a key.
-"""
+"""What the driver and the ranks send each other: spec and result dataclasses, as JSON objects
+(never pickles) checked field by field against their annotations, so a malformed message is one
+`WireError` line; "<kind>_begin" asks for the round-interleaved A/B form of a case."""
 from __future__ import annotations
 
 import types
@@ -32,6 +24,7 @@ SPECS: dict[str, type[Spec]] = {}   # spec kind -> its type, filled as each Spec
 class Spec:
     KINDS: ClassVar[tuple[str, ...]] = ()
     REQUIRED: ClassVar[tuple[str, ...]] = ()   # fields a message must carry although the class gives a default
+    FAULT_NAMES: ClassVar[tuple[str, ...]] = ()   # what NAME in HCCL_BENCH_FAULT=MODE:RANK:NAME calls its cases
     kind: str
     timeout_s: float = 0.0          # set by the driver when it sends the spec (the hang dump's delay)
     corrupt: bool = False           # set on the faulting rank only (HCCL_BENCH_FAULT=corrupt, harness/engine/worker.py)
@@ -49,7 +42,7 @@ class Spec:
 
     def fault_names(self) -> set[str]:
         """What NAME in HCCL_BENCH_FAULT=MODE:RANK:NAME may call this case (none for a step)."""
-        return set()
+        return set(self.FAULT_NAMES)
 
 
 @keyword_dataclass
@@ -96,15 +89,14 @@ class OverheadSpec(Spec):
 
 @keyword_dataclass
 class LayerSpec(Spec):
-    """What a TP block and a pipeline step share: the layout, the model's shape and the timing plan.
-    `check`: run the check against the single-rank reference alone and return its record (the tests')."""
+    """What a TP block and a pipeline step share: the layout, the model's shape and the timing plan."""
     pp: int = 1
     tp: int
     hidden: int
     seq: int
     batch: int
     plan: dict = field(default_factory=dict)
-    check: bool = False
+    check: bool = False             # run the check against the single-rank reference alone, return its record
     seed: int = 1234
     dtype: str = "float32"
 
@@ -126,6 +118,7 @@ class LinearSpec(LayerSpec):
 class PipelineSpec(LayerSpec):
     """A pipeline step (kinds/pipeline.py)."""
     KINDS = ("pipeline", "pipeline_begin")
+    FAULT_NAMES = ("pipeline",)
     kind: str = "pipeline"
     schedule: str = ""
     microbatches: int = 0
@@ -133,9 +126,6 @@ class PipelineSpec(LayerSpec):
     model: str = ""                 # "sleep" for SleepLayers of fwd_s / bwd_s (the bubble tests)
     fwd_s: float = 0.0
     bwd_s: float = 0.0
-
-    def fault_names(self) -> set[str]:
-        return {"pipeline"}
 
 
 @keyword_dataclass
@@ -168,14 +158,12 @@ class DoctorSpec(Spec):
 class DoctorSkewSpec(Spec):
     """hccl-bench doctor's arrival skew: `rounds` of `work` fixed matmuls (matrix x matrix), then an all_reduce."""
     KINDS = ("doctor_skew",)
+    FAULT_NAMES = ("doctor",)
     kind: str = "doctor_skew"
     rounds: int
     work: int
     matrix: int
     slow: float = 1.0               # set on the faulting rank only (HCCL_BENCH_FAULT=slow:RANK:doctor:FACTOR)
-
-    def fault_names(self) -> set[str]:
-        return {"doctor"}
 
 
 EXIT = {"cmd": "exit"}              # the driver's last message to a group (not a spec)
@@ -185,6 +173,7 @@ EXIT = {"cmd": "exit"}              # the driver's last message to a group (not 
 class ExpertSpec(Spec):
     """One MoE layer step on ep ranks (groups of ep consecutive ranks; the rest data-parallel replicas)."""
     KINDS = ("expert", "expert_begin")
+    FAULT_NAMES = ("expert",)
     kind: str = "expert"
     ep: int
     experts: int
@@ -193,8 +182,7 @@ class ExpertSpec(Spec):
     ffn: int
     tokens: int                     # per rank
     routing: str                    # uniform, random, skewed, hotrank, file
-    hot_share: float = 0.0          # skewed: the share of all routed slots that go to expert 0; hotrank: ep rank 0's
-                                    # weight; masked: the share of selections masked; uneven: the tokens' spread
+    hot_share: float = 0.0          # skewed: expert 0's share of slots; hotrank: ep rank 0's weight; masked, uneven
     expert_ids: list[int] = field(default_factory=list)   # file: the replayed expert ids, cycled
     capacity_factor: float = 0.0    # 0: no capacity; else slots past ceil(cf x tokens x ep x topk / experts) per expert drop
     drop_policy: str = "group"      # group: the group's first slots; probs / position: Megatron's per-rank drop
@@ -203,14 +191,12 @@ class ExpertSpec(Spec):
     dtype: str = "float32"
     plan: dict
 
-    def fault_names(self) -> set[str]:
-        return {"expert"}
-
 
 @keyword_dataclass
 class HybridSpec(Spec):
     """One training step on tp x pp x dp ranks (layers/hybrid_tasks.py)."""
     KINDS = ("hybrid", "hybrid_begin")
+    FAULT_NAMES = ("hybrid",)
     kind: str = "hybrid"
     tp: int
     pp: int
@@ -230,17 +216,13 @@ class HybridSpec(Spec):
     vpp: int = 0                          # interleaved schedules' chunks per rank (0: the schedule's own)
     plan: dict
 
-    def fault_names(self) -> set[str]:
-        return {"hybrid"}
-
 
 # ---- a rank's launch: driver -> ranks, through the environment ----
 
 @dataclass(frozen=True)
 class RankLaunch:
-    """What every rank needs before any connection exists: which backend to join and where the
-    driver listens. Launchers (mpiexec, srun, torchrun, a cluster template) pass nothing but the
-    environment through, so this travels as variables; their names are written only here."""
+    """What every rank needs before any connection exists; launchers pass only the environment
+    through, so it travels as variables."""
     ENV: ClassVar[dict[str, str]] = {"backend": "HCCL_BENCH_BACKEND", "driver_host": "HCCL_BENCH_DRIVER_HOST",
                                      "driver_port": "HCCL_BENCH_DRIVER_PORT", "token": "HCCL_BENCH_TOKEN",
                                      "log_dir": "HCCL_BENCH_LOG_DIR"}
@@ -270,16 +252,13 @@ class RankLaunch:
 
 @keyword_dataclass
 class Timed:
-    """What every timed bench returns: #wrong of its check, K, this rank's round times, K's calibration;
-    ranks 0 and 1 of a collective case on one node also their cores' round trip before and after it
-    (ns, collectives/placement.py; the worker adds it); and how long this rank's threads waited for a
-    CPU in each round (ns, collectives/timing.py CpuWait; empty where the kernel does not say)."""
+    """What every timed bench returns: #wrong of its check, K, this rank's round times, K's calibration."""
     wrong: int
     iters: int
     round_ns: list[int]
     calibration: dict = field(default_factory=dict)
-    cores_rt_ns: list = field(default_factory=list)
-    cpu_wait_ns: list = field(default_factory=list)
+    cores_rt_ns: list = field(default_factory=list)   # ranks 0, 1 on one node: cores' round trip before, after
+    cpu_wait_ns: list = field(default_factory=list)   # per round, how long this rank waited for a CPU (ns)
 
 
 @keyword_dataclass
@@ -339,8 +318,6 @@ class CompressResult(BucketResult):
     error_bound: float
 
 
-# ---- the one pair of functions ----
-
 @keyword_dataclass
 class ExpertResult(Checked):
     dispatch_ns: list[int]
@@ -377,6 +354,8 @@ class HybridResult(Checked):
     machine: str                    # its kernel's boot id: ranks on one machine share its cores
     cpu_notp_ns: float              # its process's CPU time per step of the notp loop (median over rounds)
 
+
+# ---- the one pair of functions ----
 
 def to_json(message: Spec | Timed) -> dict:
     """The JSON object of a spec or result: one key per field (nested values are plain JSON)."""
