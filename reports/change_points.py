@@ -1,5 +1,5 @@
 """Change points in one cell's history (binary segmentation, Hunter's t-test form; the method is
-described in reports/history.py): used by the nightly guard and by the canary's step search, so it
+in docs/statistics.md): used by the nightly guard and by the canary's step search, so it
 lives apart from both."""
 from __future__ import annotations
 

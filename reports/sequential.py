@@ -1,19 +1,5 @@
 """Sequential A/B (--ab-until-decided): look at planned points, stop measuring a cell once it is
-decided, keep the false-positive rate at any stopping time.
-
-Looks are planned after launch 6, 8, 12, 16, 24, ... and at the budget N (--max-repeat). The
-error budget alpha is spent over them in proportion to the launches each adds (alpha x 6/N at the
-first look), and a look judges its undecided cells exactly like `compare` at that level: trimmed
-paired t intervals at 1 - alpha_look (repeated confidence intervals), Benjamini-Hochberg at
-alpha_look, the minimum effect, neighbouring sizes. The looks' levels add up to alpha, so by the
-union bound an A/A (no true change anywhere) flags a regression at any look with probability
-<= alpha, however early it stops; a cell's "no change" means its repeated interval sits inside
-the minimum effect. A cell decided at a look keeps that verdict and is not measured again. Sparse
-looks are the price of the union bound: a look after every launch left each one alpha/N, too
-little for a busy machine's launch-to-launch noise.
-
-The procedure is a pure function of the launches recorded, so the live session and a later
-`hccl-bench compare RUN --ab` replay the same looks and reach the same verdicts.
+decided, keep the false-positive rate at any stopping time (docs/statistics.md, "Until decided").
 """
 from __future__ import annotations
 
@@ -77,7 +63,6 @@ class Sequential:
     @property
     def launches_used(self) -> int:
         return max((look.launches for look in self.looks), default=0)
-
 
     def record(self) -> dict:
         """What the result file keeps of the procedure (the verdicts are replayed from the data)."""

@@ -63,10 +63,14 @@ def effect_text(series: Series, ratio: float, low: float, high: float) -> str:
     return f"busbw {1 / ratio - 1:+.1%} [{1 / high - 1:+.1%}, {1 / low - 1:+.1%}]"
 
 
+def sizes_text(first: int, last: int) -> str:
+    """'4 KiB', or '4 KiB-1 MiB' for a span of sizes."""
+    return format_size(first) if first == last else f"{format_size(first)}-{format_size(last)}"
+
+
 def range_text(r: SizeRange) -> str:
     """One size range (compare.conclude) as people read it."""
-    sizes = format_size(r.first) if r.first == r.last else f"{format_size(r.first)}-{format_size(r.last)}"
-    sizes = "" if r.first == 0 else f" {sizes}"
+    sizes = "" if r.first == 0 else f" {sizes_text(r.first, r.last)}"
     return f"{r.series.label()}{sizes}: {effect_text(r.series, r.ratio, r.low, r.high)}"
 
 
@@ -104,12 +108,10 @@ def headline(cmp: Comparison) -> str:
     if cmp.regressed:
         ranges = cmp.ranges[REGRESSION]
         return f"REGRESSION in {len(ranges)} size ranges, first: {range_text(ranges[0])}"
-    suspected = counts.get(SUSPECTED_REGRESSION, 0)
+    suspected, cells = counts.get(SUSPECTED_REGRESSION, 0), len(cmp.cells) + len(cmp.unplaced)
     tail = (f"{counts.get(NO_CHANGE, 0)} no change, {counts.get(IMPROVEMENT, 0)} improved"
-            + (f", {suspected} suspected from one launch a side" if suspected else "")
-            + f" of {len(cmp.cells) + len(cmp.unplaced)} cells")
+            + (f", {suspected} suspected from one launch a side" if suspected else "") + f" of {cells} cells")
     if cmp.inconclusive:
-        cells = len(cmp.cells) + len(cmp.unplaced)
         return (f"INCONCLUSIVE: no confirmed regression, but {cmp.inconclusive} of {cells} cells lack the "
                 f"evidence to say no change ({tail})")
     return f"no regression: every cell decided ({tail})"
@@ -119,8 +121,7 @@ def detectable_lines(cmp: Comparison) -> list[str]:
     """What the samples taken could have seen, per backend and size band (80% power)."""
     out = []
     for b in cmp.bands:
-        span = format_size(b.first) + ("" if b.first == b.last else f"-{format_size(b.last)}")
-        sizes = f" {span}" if b.sized else ""
+        sizes = f" {sizes_text(b.first, b.last)}" if b.sized else ""
         seen = "nothing (one sample a side)" if not math.isfinite(b.detectable) else f"a {b.detectable:.0%} change"
         out.append(f"{b.band.split(' (')[0]}{sizes}: could have seen {seen} ({b.cells} cells)")
     return out
@@ -132,13 +133,14 @@ def statistic_line(estimator: str) -> str:
             f"{estimator}); tables show medians")
 
 
-def budget_text(b: dict) -> str:
+def budget_text(b: dict, launches: str = "", no_wall: str = "no wall recorded") -> str:
     """What a verdict cost (compare.budget): launches, timed seconds, wall-clock and cluster time."""
     if not b:
         return ""
-    la, lb = b["launches"]
-    launches = f"{la} launches a side" if la == lb else f"{la} launches (baseline) and {lb} (candidate)"
-    wall = f"wall {b['wall_s']:.0f} s" if b.get("wall_s") is not None else "no wall recorded"
+    if not launches:
+        la, lb = b["launches"]
+        launches = f"{la} launches a side" if la == lb else f"{la} launches (baseline) and {lb} (candidate)"
+    wall = f"wall {b['wall_s']:.0f} s" if b.get("wall_s") is not None else no_wall
     return (f"budget: {launches}, {b['ranks']} ranks, timed rounds {b['timed_s']:.1f} s, {wall}: "
             f"{b['cluster_rank_s']:.0f} rank-s of cluster time")
 
@@ -208,10 +210,12 @@ def markdown(cmp: Comparison) -> str:
             body += ["", f"**{label[0].upper() + label[1:].lower()}**", ""] + [f"- {md(line)}" for line in lines]
     if settle := settle_command(cmp):
         body += ["", f"To settle the suspected cells, run for both stacks: `{settle}`"]
-    text_ = "\n".join(head + body)
-    if len(text_) > MARKDOWN_LIMIT:
-        text_ = text_[:MARKDOWN_LIMIT].rsplit("\n", 1)[0] + "\n- … (truncated; see the HTML report)"
-    return text_
+    return _within_limit("\n".join(head + body), "truncated; see the HTML report")
+
+
+def _within_limit(text_: str, why: str) -> str:
+    """A Markdown comment cut at its last whole line within MARKDOWN_LIMIT, saying so."""
+    return text_ if len(text_) <= MARKDOWN_LIMIT else text_[:MARKDOWN_LIMIT].rsplit("\n", 1)[0] + f"\n- … ({why})"
 
 
 def as_json(cmp: Comparison) -> dict:
@@ -338,16 +342,17 @@ def canary_lines(hist: History, where: bool = True) -> list[str]:
     """The canary as the history saw it: the newest night's figures and usual spread, its steps, the
     nights left out as noisy; `where`: then where the cores were and what waited for a CPU."""
     view, runs = hist.canary, hist.runs
+    tail = placement_lines(hist) + hist.cpu_wait if where else []
     if not view.seconds:
         return ["canary: none recorded in these runs (timed single-stack sweeps record one): noisy nights and machine "
-                "changes cannot be told", *(placement_lines(hist) + hist.cpu_wait if where else [])]
+                "changes cannot be told", *tail]
     newest = [f"{name} {figure(name, view.workloads[name], secs[-1])}" for name, secs in view.seconds.items() if secs[-1]]
     spread = ", ".join(f"{name} {np.expm1(sd):.0%}" for name, sd in view.spread.items())
     out = [f"canary ({view.nights} nights): newest " + (", ".join(newest) or "not recorded")
            + (f"; usual night-to-night spread {spread}" if spread else "")]
     out += [f"canary step: {step.text(night(runs[step.at]))}" for step in view.steps]
     out += [f"noisy night left out of every cell: {night(runs[i])}: {why}" for i, why in hist.left_out.items()]
-    return out + (placement_lines(hist) + hist.cpu_wait if where else [])
+    return out + tail
 
 
 def placement_lines(hist: History) -> list[str]:
@@ -380,10 +385,8 @@ def canary_json(hist: History) -> dict:
 
 def history_budget(hist: History) -> str:
     """What the history's verdict rests on: its nights, their launches and cluster time."""
-    b = hist.budget
-    wall = f"wall {b['wall_s']:.0f} s" if b["wall_s"] is not None else "no wall recorded on every night"
-    return (f"budget: {len(hist.runs)} nights of up to {max(b['launches'], default=0)} launches, {b['ranks']} ranks, "
-            f"timed rounds {b['timed_s']:.1f} s, {wall}: {b['cluster_rank_s']:.0f} rank-s of cluster time")
+    return budget_text(hist.budget, f"{len(hist.runs)} nights of up to {max(hist.budget['launches'], default=0)} launches",
+                       "no wall recorded on every night")
 
 
 def history_detectable_lines(hist: History) -> list[str]:
@@ -421,7 +424,4 @@ def history_markdown(hist: History) -> str:
     for label, lines in sections:
         out += ["", f"**{md(label[0].upper() + label[1:])}**", ""] + [f"- {md(line)}" for line in lines]
     out += [""] + [f"_{md(line)}_" for line in what] if what else []
-    text_ = "\n".join(out)
-    if len(text_) > MARKDOWN_LIMIT:
-        text_ = text_[:MARKDOWN_LIMIT].rsplit("\n", 1)[0] + "\n- … (truncated)"
-    return text_
+    return _within_limit("\n".join(out), "truncated")
