@@ -1,7 +1,6 @@
 """The canary's nights: which were noisy, and where the machine itself changed (docs/statistics.md,
 "The canary"). A night is one point per workload, the log of its median sample; interference only
-adds time, so only a slower night is noisy.
-"""
+adds time, so only a slower night is noisy."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

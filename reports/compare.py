@@ -1,6 +1,5 @@
 """Baseline vs candidate, cell by cell, with statistics that survive a noisy sweep (ARCHITECTURE.md,
-Comparing runs; the method: docs/statistics.md, "From cells to a verdict").
-"""
+Comparing runs; the method: docs/statistics.md, "From cells to a verdict")."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -35,13 +34,9 @@ POWER_Z = 0.8416   # z of 80% power: what "could have seen" means in the minimum
 BANDS = (("small (<= 8 KiB)", 8 << 10), ("medium (<= 1 MiB)", 1 << 20), ("large (> 1 MiB)", float("inf")))
 
 
-def band_of(size: int) -> str:
-    return next(name for name, top in BANDS if size <= top)
-
-
 def band_key(series: Series, size: int) -> str:
     """Calibration is per backend and size band: gloo's small-message noise says nothing about MPI's."""
-    return f"{series.backend} {band_of(size)}"
+    return f"{series.backend} {next(name for name, top in BANDS if size <= top)}"
 
 
 @dataclass

@@ -1,10 +1,9 @@
 """Nightly guard: each cell's history across runs and the newest change point in it (ARCHITECTURE.md,
-Comparing runs; the method, the canary and the machine-alert rule: docs/statistics.md, "Nightly").
-"""
+Comparing runs; the method, the canary and the machine-alert rule: docs/statistics.md, "Nightly")."""
 from __future__ import annotations
 
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
@@ -334,9 +333,9 @@ def alert_rule(hist: History, alpha: float = MACHINE_ALPHA) -> None:
         elif c.p * len(cells) >= alpha:
             why[id(c)] = f"p {c.p:.2g} x {len(cells)} cells of the sweep is not below {alpha:g}"
     passes = lambda c: c.outcome.machine and c.outcome.direction in CHANGES and id(c) not in why  # noqa: E731
-    by_series: dict[Series, list[CellResult]] = {}
+    by_series: dict[Series, list[CellResult]] = defaultdict(list)
     for c in cells:
-        by_series.setdefault(c.series, []).append(c)
+        by_series[c.series].append(c)
     for series in by_series.values():   # neighbours as assign_verdicts has them: the series' judged sizes
         series.sort(key=lambda c: c.size)
         lone = [c for i, c in enumerate(series) if passes(c) and not any(

@@ -1,7 +1,6 @@
-"""``hccl-bench history ... --report DIR``: the nightly guard's page. One figure per flagged size
-range: each size's time run by run, its levels before and after the newest change, and the run
-where it began; the verdict text and what changed above them; the canary night by night (noisy
-nights and its steps marked) and each cell's detectable change. Self-contained like the report."""
+"""``hccl-bench history ... --report DIR``: the nightly guard's page: a figure per flagged size range
+(levels before and after its change), the verdict text, the canary night by night, each cell's
+detectable change. Self-contained like the report."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,8 +1,6 @@
-"""``hccl-bench report RUN [RUN ...] -o DIR``: a self-contained HTML page and a Markdown summary.
-
-Figures are matplotlib PNGs inlined as data URIs (the page opens offline); every text that comes
-from a result file is escaped by jinja2's autoescape.
-"""
+"""``hccl-bench report RUN [RUN ...] -o DIR``: a self-contained HTML page and a Markdown summary. Its
+figures are matplotlib PNGs inlined as data URIs (the page opens offline); every text that comes
+from a result file is escaped by jinja2's autoescape."""
 from __future__ import annotations
 
 import base64

@@ -1,6 +1,5 @@
 """Sequential A/B (--ab-until-decided): look at planned points, stop measuring a cell once it is
-decided, keep the false-positive rate at any stopping time (docs/statistics.md, "Until decided").
-"""
+decided, keep the false-positive rate at any stopping time (docs/statistics.md, "Until decided")."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace

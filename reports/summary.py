@@ -145,23 +145,18 @@ def budget_text(b: dict, launches: str = "", no_wall: str = "no wall recorded") 
             f"{b['cluster_rank_s']:.0f} rank-s of cluster time")
 
 
-def sides_lines(cmp: Comparison) -> list[str]:
-    """Which run is which, where their names say more than the paths above."""
-    if not cmp.base_label or cmp.base_label == cmp.cand_label:
-        return []
-    return [f"# baseline:  {cmp.base_label}", f"# candidate: {cmp.cand_label}  (effects: candidate against baseline)"]
-
-
 def text(cmp: Comparison) -> str:
     kinds = Counter(c.samples for c in cmp.cells)
-    out = [f"# compare {cmp.base}", f"#      -> {cmp.cand}", *sides_lines(cmp),
+    named = cmp.base_label and cmp.base_label != cmp.cand_label   # the runs' names say more than their paths
+    out = [f"# compare {cmp.base}", f"#      -> {cmp.cand}",
+           *([f"# baseline:  {cmp.base_label}", f"# candidate: {cmp.cand_label}  (effects: candidate against baseline)"]
+             if named else []),
            f"# {len(cmp.cells) + len(cmp.unplaced)} cells: " + counted(cmp.cells, VERDICTS)
            + (f",\n#   {len(cmp.unplaced)} not judged (placement)" if cmp.unplaced else ""),
            "# samples: " + ", ".join(f"{n} cells by {k}" for k, n in sorted(kinds.items()))]
     if kinds.get(Samples.ROUNDS):
-        out.append("#   (one launch a side: its rounds are not independent samples of a stack, so those cells "
-                   "are at most")
-        out.append("#   'suspected' and never fail the job)")
+        out += ["#   (one launch a side: its rounds are not independent samples of a stack, so those cells are at most",
+                "#   'suspected' and never fail the job)"]
     stat = {"median": "medians", "p10": "10th percentiles", "min": "minima"}.get(cmp.estimator, cmp.estimator)
     out += [f"# effect: time ratio, 95% CI (paired launches: 20%-trimmed paired t on log launch {stat}; launches:",
             "#   Welch t; rounds: Hodges-Lehmann); Benjamini-Hochberg across the sweep",
@@ -294,10 +289,8 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
         lines = range_lines(hist.suspected, kind)
         if lines:
             sections.append((f"{kind.text()}s in the newest run alone (the next run or a same-day A/B confirms)", lines))
-    renamed = [f"began in {runs[at].label}: {series.label()}" for series, at in
-               sorted(hist.began.items(), key=lambda kv: (kv[1], kv[0].sort_key()))]
-    renamed += [f"ended after {runs[at].label}: {series.label()}" for series, at in
-                sorted(hist.ended.items(), key=lambda kv: (kv[1], kv[0].sort_key()))]
+    renamed = [f"{word} {runs[at].label}: {series.label()}" for word, changes in (("began in", hist.began),
+               ("ended after", hist.ended)) for series, at in sorted(changes.items(), key=lambda kv: (kv[1], kv[0].sort_key()))]
     if renamed:
         sections.append(("series that began or ended (not judged across the change: see what changed)", renamed))
         changed_at += sorted(({*hist.began.values()} | {at + 1 for at in hist.ended.values()}) - set(changed_at))
