@@ -263,8 +263,7 @@ def compare(base: Run, cand: Run, calibration: Optional[Calibration] = None, min
     out = Comparison(base.path, cand.path, [], base.label, cand.label,
                      sorted(set(base.cells) - set(cand.cells), key=key_order),
                      sorted(set(cand.cells) - set(base.cells), key=key_order), estimator=estimator)
-    out.budget = budget(base, cand)
-    out.cpu_wait = cpu_wait_lines([base, cand])
+    out.budget, out.cpu_wait = budget(base, cand), cpu_wait_lines([base, cand])
     sb, sc = base.setup, cand.setup
     # devices and thread levels count only where both sides name them (an imported log, an older file)
     out.mismatch = [f"{k}: baseline {sb[k]} vs candidate {sc[k]}" for k in sb

@@ -29,23 +29,15 @@ DEFAULT_WINDOW = 7       # a change fails the job only if it began within the la
 POWER = 0.8              # what "could have seen" means: the change found this often
 MACHINE_NIGHTS = MIN_SEGMENT + 1   # a machine alert: the step held this many nights, the newest among them
 MACHINE_MIN_EFFECT = 0.10          # ... and at least this large (Greyhound's floor for an alert; Conbench waits for 5 sigma)
-# ... its p x the sweep's cells below this: the alarm is one per night, so its family-wise rate per
-# night is the budget, one alert in 30 same-stack nights (0.033), divided by the ~3 nights a false
-# step once found is judged again; the software verdicts' 0.05 would allow one alarm night in 20
-MACHINE_ALPHA = 0.01
+MACHINE_ALPHA = 0.01   # ... and its p x the sweep's cells below this (one alarm night in 100: docs/statistics.md)
 
 
 @dataclass(frozen=True)
 class Step:
     """A judged cell's newest change, as run indices: one record, so nothing reads four maps in step."""
     at: int = -1        # the run where the change begins (-1: no change point)
-    # the stack must have stayed the same from this run for the change to be the machine's: MIN_SEGMENT
-    # judged nights before the change (a change point on noisy nights may land a night or two late;
-    # a left-out night between them is inside the span) ...
-    level_from: int = 0
-    # ... up to this run: MIN_SEGMENT judged nights past its first night (it may land a night or two
-    # early as well); a stack changed after that came after the step and did not make it
-    level_to: int = 0
+    level_from: int = 0   # for the change to be the machine's, the stack stayed the same from this run (MIN_SEGMENT
+    level_to: int = 0     # judged nights before the change) up to this one (MIN_SEGMENT past its first night)
     held: int = 0       # the newest judged nights on its new level, none back
 
 
@@ -65,10 +57,8 @@ class History:
     canary: CanaryView = field(default_factory=CanaryView)
     left_out: dict[int, str] = field(default_factory=dict)  # run index -> why its cells were left out (a noisy night)
     estimator: str = DEFAULT_ESTIMATOR
-    # series of the newest run that the first run lacks -> the run where it began; series an earlier
-    # run had that the newest lacks -> the last run it was in: a renamed series (an algorithm the environment forces)
-    began: dict[Series, int] = field(default_factory=dict)
-    ended: dict[Series, int] = field(default_factory=dict)
+    began: dict[Series, int] = field(default_factory=dict)   # series the first run lacks -> the run it began in
+    ended: dict[Series, int] = field(default_factory=dict)   # series the newest run lacks -> the last run it was in
     below_alert: dict[tuple, str] = field(default_factory=dict)   # cell key -> why its machine step raised no alert
     placement: Optional[Placement] = None   # where ranks 0 and 1's cores were, case by case (reports/placement.py)
     placed_out: dict[tuple, int] = field(default_factory=dict)    # cell key -> nights with no launch in the usual placement
@@ -85,16 +75,10 @@ class History:
     def points(self, key: tuple) -> tuple[list[int], np.ndarray]:
         """A cell's nights (run indices) and their points (night_values): nights the canary left out
         and nights with no launch in the usual placement are not among them."""
-        idx, y = [], []
-        for i, run in enumerate(self.runs):
-            if key not in run.cells or i in self.left_out:
-                continue
-            launches = self.placement.kept(run.cells[key]) if self.placement else None
-            if launches == []:
-                continue
-            idx.append(i)
-            y.append(night_values(run, key, self.estimator, launches))
-        return idx, np.array(y)
+        kept = {i: self.placement.kept(run.cells[key]) if self.placement else None
+                for i, run in enumerate(self.runs) if key in run.cells and i not in self.left_out}
+        idx = [i for i, launches in kept.items() if launches != []]
+        return idx, np.array([night_values(self.runs[i], key, self.estimator, kept[i]) for i in idx])
 
     @property
     def regressed(self) -> bool:

@@ -75,10 +75,8 @@ def _canary_figure(hist: History) -> str:
 
 def render_history(hist: History, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    figures = []
-    for kind in FLAGGED:
-        for r in hist.judged.ranges.get(kind, []):
-            figures.append({"title": f"{kind.text()}: {summary.range_text(r)}", "png": _figure(hist, r)})
+    figures = [{"title": f"{kind.text()}: {summary.range_text(r)}", "png": _figure(hist, r)}
+               for kind in FLAGGED for r in hist.judged.ranges.get(kind, [])]
     canary = _canary_figure(hist) if hist.canary.seconds else ""
     cells = [{"label": c.series.label(), "size": format_size(c.size) if c.size else "", "verdict": c.outcome.text(),
               "detectable": f"{c.detectable:.0%}" if np.isfinite(c.detectable) else "nothing", "note": c.note}

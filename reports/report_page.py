@@ -379,13 +379,9 @@ PAGE = TEMPLATES.get_template("report.html.j2")
 
 def _verdict_rows(cmp) -> list[dict]:
     """The flagged size ranges as the verdict table's rows, worst kind first."""
-    rows = []
-    for kind in VERDICT_ORDER:
-        for r in cmp.ranges.get(kind, []):
-            rows.append({"what": r.series.label(algo_label), "sizes": summary.sizes_text(r.first, r.last) if r.first else "-",
-                         "verdict": kind.text(), "effect": summary.effect_text(r.series, r.ratio, r.low, r.high),
-                         "samples": f"{r.samples} ({r.cells} sizes)"})
-    return rows
+    return [{"what": r.series.label(algo_label), "sizes": summary.sizes_text(r.first, r.last) if r.first else "-",
+             "verdict": kind.text(), "effect": summary.effect_text(r.series, r.ratio, r.low, r.high),
+             "samples": f"{r.samples} ({r.cells} sizes)"} for kind in VERDICT_ORDER for r in cmp.ranges.get(kind, [])]
 
 
 def _sentence(cmp) -> str:

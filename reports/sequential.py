@@ -3,6 +3,7 @@ decided, keep the false-positive rate at any stopping time (docs/statistics.md, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 from typing import Optional
 
 from reports.compare import ALPHA, CellResult, Comparison, budget, compare, conclude
@@ -12,8 +13,7 @@ from schema.results import Cell, Run, key_order
 
 DECIDED = (Direction.REGRESSION, Direction.IMPROVEMENT, Direction.NO_CHANGE)
 
-# launches after which a look is planned; none before 6: four launches whose ratios happened to be
-# alike in size gave a t of 17 on 3 degrees of freedom in one draw of eight from a real A/A
+# launches after which a look is planned; none before 6 (docs/statistics.md, "Sequential A/B")
 LOOK_POINTS = (6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
@@ -125,10 +125,8 @@ def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAU
     out.comparison = replace(last, base=base.path, cand=cand.path, cells=sorted(cells.values(), key=lambda c: rank[c.key]))
     out.comparison.only_base = sorted(set(base.cells) - keys, key=key_order)
     out.comparison.only_cand = sorted(set(cand.cells) - keys, key=key_order)
-    spent = 0.0
-    for look in out.looks:
-        spent += look.alpha
-        out.progress.append(look.text(len(out.comparison.cells), spent))
+    spent = accumulate(look.alpha for look in out.looks)
+    out.progress = [look.text(len(out.comparison.cells), alpha_spent) for look, alpha_spent in zip(out.looks, spent)]
     out.comparison.budget = budget(*upto)
     conclude(out.comparison)
     return out

@@ -239,8 +239,8 @@ def calibration_text(cal: Calibration) -> str:
     out = [f"# A/A calibration {cal.a} vs {cal.b} ({cal.samples})",
            "# noise: 95th percentile of |A/A ratio - 1|; CI missed: share of cells whose 95% CI excluded 1 (~5% is honest)",
            f"#{'backend and band':>28} {'cells':>6} {'noise':>8} {'CI missed':>10} {'min effect':>11}"]
-    for name, b in cal.bands.items():
-        out.append(f" {name:>28} {b.cells:>6} {b.noise:>8.1%} {b.ci_missed:>10.0%} {b.min_effect:>11.1%}")
+    out += [f" {name:>28} {b.cells:>6} {b.noise:>8.1%} {b.ci_missed:>10.0%} {b.min_effect:>11.1%}"
+            for name, b in cal.bands.items()]
     return "\n".join(out)
 
 
@@ -294,12 +294,10 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
     if renamed:
         sections.append(("series that began or ended (not judged across the change: see what changed)", renamed))
         changed_at += sorted(({*hist.began.values()} | {at + 1 for at in hist.ended.values()}) - set(changed_at))
-    what = []
-    for at in changed_at:
-        diff = hist.changes.get(at, [])
-        what.append(f"what changed from {runs[at - 1].label} to {runs[at].label}: "
-                    + ("; ".join(f"{k}: {' -> '.join(v)}" for k, v in diff) if diff else
-                       "nothing recorded (same versions and environment): the machine's state, or something not recorded"))
+    what = [f"what changed from {runs[at - 1].label} to {runs[at].label}: "
+            + ("; ".join(f"{k}: {' -> '.join(v)}" for k, v in diff) if (diff := hist.changes.get(at, [])) else
+               "nothing recorded (same versions and environment): the machine's state, or something not recorded")
+            for at in changed_at]
     headline = (f"{len(runs)} runs {runs[0].started[:10]}..{runs[-1].started[:10]}; a change needs "
                 f"{MIN_SEGMENT} runs at its level, counts if it began in the last {hist.window}")
     return headline, sections, what
