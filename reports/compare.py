@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 from typing import Optional
 
 import numpy as np
@@ -372,14 +373,10 @@ def conclude(cmp: Comparison) -> Comparison:
     cmp.ranges = defaultdict(list)
     for series, cells in by_series.items():
         cells.sort(key=lambda c: c.size)
-        start = 0
-        for i, c in enumerate(cells):
-            if i + 1 < len(cells) and cells[i + 1].outcome.kind == c.outcome.kind:
-                continue
-            run = cells[start:i + 1]
+        for kind, group in groupby(cells, key=lambda c: c.outcome.kind):
+            run = list(group)
             ratio, low, high = np.exp(np.log([[r.ratio, r.low, r.high] for r in run]).mean(axis=0)).tolist()
-            cmp.ranges[c.outcome.kind].append(SizeRange(series, run[0].size, c.size, len(run), ratio, low, high, run[0].samples))
-            start = i + 1
+            cmp.ranges[kind].append(SizeRange(series, run[0].size, run[-1].size, len(run), ratio, low, high, run[0].samples))
     cmp.bands = [Band(key, min(c.size for c in cells), max(c.size for c in cells), len(cells),
                       median([c.detectable for c in cells]), cells[0].series.kind, sized(cells[0].series))
                  for key, cells in groups.items()]

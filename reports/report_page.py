@@ -173,8 +173,7 @@ def _ratio_figure(comparisons, members: list[Series]) -> str | None:
     _size_axis(ax)
     ax.set_yscale("log")
     ax.set_ylim(lo_lim * 0.9, hi_lim * 1.1)
-    plain = FuncFormatter(lambda y, _: f"{y:g}")
-    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if round(y, 2) in (0.5, 2.0, 3.0) else ""))
     ax.set_ylabel("time ratio vs first (95% CI), log")
     ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.32), frameon=False)
@@ -428,8 +427,7 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
     names = names_by_difference(runs)
     heatmaps = _heatmaps(runs, names, heatmap)   # an unknown case id fails before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
-    first = runs[0]
-    comparisons = [(f"{name} / {names[0]}", compare(first, run)) for run, name in zip(runs[1:], names[1:])]
+    comparisons = [(f"{name} / {names[0]}", compare(runs[0], run)) for run, name in zip(runs[1:], names[1:])]
     field = [(name, c) for r, name in zip(runs, names) for c in r.cells.values() if getattr(c.row, "source", "") == "field"]
     bench_series = {c.series for r in runs for c in r.cells.values()
                     if kinds.sized(c.series) and getattr(c.row, "source", "") != "field"}

@@ -179,9 +179,8 @@ def text(cmp: Comparison) -> str:
         out += ["# to settle the suspected cells, run for both stacks and compare those runs:"]
         out += [f"#   {part}" + (" \\" if i < len(wrapped) - 1 else "") for i, part in enumerate(wrapped)]
         out += ["#   (or add --repeat 6 --ab-env VAR=VALUE / --ab-source OTHER/set_env.sh: one interleaved A/B)"]
-    isolated = [c for c in cmp.cells if c.isolated]
-    if isolated:
-        out.append(f"# {len(isolated)} isolated cells left inconclusive (no neighbouring size agreed)")
+    if isolated := sum(c.isolated for c in cmp.cells):
+        out.append(f"# {isolated} isolated cells left inconclusive (no neighbouring size agreed)")
     if cmp.only_base or cmp.only_cand:
         out.append(f"# unmatched cells: {len(cmp.only_base)} only in baseline, {len(cmp.only_cand)} only in candidate")
     return "\n".join(out)
