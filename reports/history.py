@@ -92,8 +92,7 @@ class History:
 
     @property
     def machine_regressed(self) -> bool:
-        """A machine change that made cells slower: what may fail a job (exit 7). A machine
-        improvement is reported beside it and never fails one."""
+        """A machine change that made cells slower: what may fail a job (exit 7), unlike an improvement."""
         return any(c.outcome.machine and c.outcome.direction is Direction.REGRESSION for c in self.judged.cells)
 
     def screened(self, alpha: float = ALPHA) -> list[CellResult]:
