@@ -1,7 +1,5 @@
-"""A/A calibration (`hccl-bench calibrate`): two runs of one stack compared, per backend and size
-band how far they drift, how often the 95% CI misses (about 5% when the sampling is honest), and the
-smallest minimum effect under which none of these A/A cells would have been flagged: noise the
-intervals already carry is not charged twice. `compare` and `history` apply it (schema/calibration.py)."""
+"""A/A calibration (`hccl-bench calibrate`): per backend and size band how far two runs of one stack drift,
+how often the 95% CI misses, and the smallest minimum effect that flags none of them (docs/statistics.md)."""
 from __future__ import annotations
 
 import json

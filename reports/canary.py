@@ -1,17 +1,6 @@
 """The canary's nights: which were noisy, and where the machine itself changed (docs/statistics.md,
-"The canary").
-
-Each run of a history may carry the canary (harness/session/canary.py): a fixed workload's samples. Per
-workload a night is one point, the log of its median sample. Its steps are found like a cell's
-(reports/change_points.py) and count when the level moved by at least MIN_STEP. Within the
-canary's levels a night is noisy when it is slower than its own usual spread allows: more than
-NOISY_Z robust standard deviations (1.4826 x the median absolute deviation of the other nights of
-that level, at least NOISY_MIN_NIGHTS of them) and at least NOISY_FLOOR above their median.
-Interference only adds time, so a night faster than usual is not noisy. A slower new level shows
-first as one noisy night (its cells are left out, so it is not a suspicion of the software), then
-as a step. On a 5-night history of this VM, a 10% floor left 2 of 5 quiet nights out: the
-canary's own median moves ~15% from night to night when the machine is busy.
-"""
+"The canary"). A night is one point per workload, the log of its median sample; interference only
+adds time, so only a slower night is noisy."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,5 +1,5 @@
 """Change points in one cell's history (binary segmentation, Hunter's t-test form; the method is
-described in reports/history.py): used by the nightly guard and by the canary's step search, so it
+in docs/statistics.md): used by the nightly guard and by the canary's step search, so it
 lives apart from both."""
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ def _split_t(y: np.ndarray, lo: int) -> np.ndarray:
 
 def _bump_t(y: np.ndarray, lo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pooled t of a stretch y[a:b] against the rest, for every a, b leaving `lo` runs in each of the
-    three pieces: a change that was later undone (a regression fixed a week on) has no single split
-    that separates it."""
+    three pieces: a change later undone has no single split that separates it."""
     n = y.size
     y = y - y.mean()
     c1, c2 = np.r_[0.0, np.cumsum(y)], np.r_[0.0, np.cumsum(y * y)]

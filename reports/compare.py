@@ -1,18 +1,10 @@
-"""Baseline vs candidate, cell by cell, with statistics that survive a noisy sweep (ARCHITECTURE.md, Comparing runs).
-
-Per cell, with launches as samples (both sides run with --repeat >= 2): the ratio of geometric
-means of the per-launch times (each launch's median, p10 or minimum of its rounds: --estimator,
-reports/estimators.py) with a Welch t 95% CI and p-value, so launch-to-launch drift
-counts as noise. With one launch a side: the Hodges-Lehmann shift of log round times with its
-distribution-free CI (Mann-Whitney order statistics), whose strongest verdict is "suspected" (rounds
-of one launch are not independent samples of a software stack, so they never fail a job). Then
-Benjamini-Hochberg across the sweep, a minimum effect an A/A calibration can raise, and
-neighbouring sizes must agree before a regression counts.
-"""
+"""Baseline vs candidate, cell by cell, with statistics that survive a noisy sweep (ARCHITECTURE.md,
+Comparing runs; the method: docs/statistics.md, "From cells to a verdict")."""
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 from typing import Optional
 
 import numpy as np
@@ -43,13 +35,9 @@ POWER_Z = 0.8416   # z of 80% power: what "could have seen" means in the minimum
 BANDS = (("small (<= 8 KiB)", 8 << 10), ("medium (<= 1 MiB)", 1 << 20), ("large (> 1 MiB)", float("inf")))
 
 
-def band_of(size: int) -> str:
-    return next(name for name, top in BANDS if size <= top)
-
-
 def band_key(series: Series, size: int) -> str:
     """Calibration is per backend and size band: gloo's small-message noise says nothing about MPI's."""
-    return f"{series.backend} {band_of(size)}"
+    return f"{series.backend} {next(name for name, top in BANDS if size <= top)}"
 
 
 @dataclass
@@ -140,11 +128,9 @@ class Comparison:
 
 
 def _pair_shift(a: list[float], b: list[float], quads: bool = True) -> float:
-    """One interleaved launch's log ratio B/A of medians. Its rounds ran AB, BA, AB, ... milliseconds
-    apart, so each AB round pair with the BA pair after it sees one machine state and cancels the
-    position (on a busy machine the round run second was 1.5x faster or slower); the median over
-    those quads. Rounds that do not pair up: the ratio of the sides' medians. quads=False (a side's
-    rounds were filtered for CPU waits: positions no longer pair up): the ratio of the sides' medians."""
+    """One interleaved launch's log ratio B/A: the median over its AB, BA round quads (each sees one
+    machine state and cancels the position); the ratio of the sides' medians where rounds do not
+    pair up or `quads` is False (a side's rounds were filtered for CPU waits)."""
     if quads and len(a) == len(b) and len(a) >= 2:
         d = np.log(b) - np.log(a)
         even = len(d) - len(d) % 2
@@ -178,10 +164,8 @@ def _samples(base: Cell, cand: Cell, paired: bool, estimator: str = DEFAULT_ESTI
 
 def _placed(base: Run, cand: Run, common: list[tuple]) -> tuple[dict[tuple, tuple[Cell, Cell]], list[str]]:
     """Two separate runs' cells, each side's launches in the runs' usual placement of ranks 0 and 1's
-    cores (reports/placement.py): on a VM a run recorded with the cores on one die and one with them
-    apart differ 1.1-2.3x at every size, which is the host, not the stack. Where both runs carry the
-    round trip; a cell with no launch in it on one side is not judged, and the lines say so. (An
-    interleaved A/B runs both sides in one placement round by round and needs none of this.)"""
+    cores (reports/placement.py); a cell with no launch in it on one side is not judged, and the
+    lines say so."""
     from reports.placement import of
     pairs = {k: (base.cells[k], cand.cells[k]) for k in common}
     place = of([base, cand]) if of([base]) and of([cand]) else None
@@ -210,9 +194,8 @@ def _only(cell: Cell, launches: list[int]) -> Cell:
 
 
 def detectable(low: float, high: float, alpha: float) -> float:
-    """The change a cell's sample could have seen: with the interval's half-width h (log scale) at
-    level 1 - alpha, a true effect of h x (z_alpha/2 + z_0.8) / z_alpha/2 is flagged about 80% of
-    the time (normal approximation)."""
+    """The change a cell's sample could have seen: h x (z_alpha/2 + z_0.8) / z_alpha/2 for the
+    interval's log half-width h (flagged about 80% of the time, normal approximation)."""
     from scipy import stats as sps
     z = float(sps.norm.ppf(1 - alpha / 2))
     half = (np.log(high) - np.log(low)) / 2
@@ -220,30 +203,19 @@ def detectable(low: float, high: float, alpha: float) -> float:
 
 
 def _paired_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Interleaved A/B: launch i of A and of B ran back to back, so their log ratio cancels the
-    machine's drift. Tukey-McLaughlin's test on those differences: the 20%-trimmed mean with a
-    winsorized standard error and n - 2g - 1 degrees of freedom (g = floor(0.2 n) trimmed from each
-    end; with 4 launches or fewer it is the plain paired t). On a busy machine one launch in ten had
-    a side descheduled and a 10x ratio; the plain t's variance took it whole and decided nothing."""
-    from scipy import stats as sps
+    """Interleaved A/B: Tukey-McLaughlin's test on the paired launches' log ratios (20%-trimmed mean,
+    winsorized standard error, n - 2g - 1 degrees of freedom): one descheduled launch cannot sink it."""
     d = np.sort(y - x, axis=1)
     n = d.shape[1]
     g = int(TRIM * n)
     kept = d[:, g:n - g]
     shift = kept.mean(axis=1)
     wins = np.concatenate([np.repeat(kept[:, :1], g, axis=1), kept, np.repeat(kept[:, -1:], g, axis=1)], axis=1)
-    df = n - 2 * g - 1
-    se = wins.std(axis=1, ddof=1) / ((1 - 2 * g / n) * np.sqrt(n))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(se > 0, shift / se, 0.0)
-    half = sps.t.ppf(1 - alpha / 2, df) * se
-    return shift, shift - half, shift + half, 2 * sps.t.sf(np.abs(t), df)
+    return _t_test(shift, wins.std(axis=1, ddof=1) / ((1 - 2 * g / n) * np.sqrt(n)), n - 2 * g - 1, alpha)
 
 
 def _welch_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Vectorised Welch t on log launch medians: (shift, CI low, CI high, p). With a handful of
-    launches a rank test cannot reach 95%; the t interval can, and it charges launch-to-launch drift."""
-    from scipy import stats as sps
+    """Vectorised Welch t on log launch medians: (shift, CI low, CI high, p); it charges launch-to-launch drift."""
     n, m = x.shape[1], y.shape[1]
     shift = y.mean(axis=1) - x.mean(axis=1)
     vx, vy = x.var(axis=1, ddof=1) / n, y.var(axis=1, ddof=1) / m
@@ -251,6 +223,13 @@ def _welch_stats(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray
     with np.errstate(divide="ignore", invalid="ignore"):
         df = (vx + vy) ** 2 / (vx ** 2 / (n - 1) + vy ** 2 / (m - 1))
         df = np.where(np.isfinite(df), df, n + m - 2)
+    return _t_test(shift, se, df, alpha)
+
+
+def _t_test(shift: np.ndarray, se: np.ndarray, df, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(shift, CI low, CI high, p) of a t statistic shift / se on `df` degrees of freedom."""
+    from scipy import stats as sps
+    with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(se > 0, shift / se, 0.0)
     half = sps.t.ppf(1 - alpha / 2, df) * se
     return shift, shift - half, shift + half, 2 * sps.t.sf(np.abs(t), df)
@@ -285,8 +264,7 @@ def compare(base: Run, cand: Run, calibration: Optional[Calibration] = None, min
     out = Comparison(base.path, cand.path, [], base.label, cand.label,
                      sorted(set(base.cells) - set(cand.cells), key=key_order),
                      sorted(set(cand.cells) - set(base.cells), key=key_order), estimator=estimator)
-    out.budget = budget(base, cand)
-    out.cpu_wait = cpu_wait_lines([base, cand])
+    out.budget, out.cpu_wait = budget(base, cand), cpu_wait_lines([base, cand])
     sb, sc = base.setup, cand.setup
     # devices and thread levels count only where both sides name them (an imported log, an older file)
     out.mismatch = [f"{k}: baseline {sb[k]} vs candidate {sc[k]}" for k in sb
@@ -385,10 +363,8 @@ def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellRes
 
 
 def conclude(cmp: Comparison) -> Comparison:
-    """The lines people read, made once from the final verdicts (the writers only read them): each
-    kind's size ranges (consecutive sizes of one series with verdicts of one kind, pooled) and, per
-    backend and size band, the median change its cells could have seen (80% power) with the
-    samples actually taken: what "no regression found" is worth. Call it again after a verdict changes."""
+    """The lines people read, made once from the final verdicts: each kind's size ranges and, per
+    backend and size band, the median change its cells could have seen. Call it again after a verdict changes."""
     by_series: dict[Series, list[CellResult]] = defaultdict(list)
     groups: dict[str, list[CellResult]] = defaultdict(list)
     for c in cmp.cells:
@@ -397,14 +373,10 @@ def conclude(cmp: Comparison) -> Comparison:
     cmp.ranges = defaultdict(list)
     for series, cells in by_series.items():
         cells.sort(key=lambda c: c.size)
-        start = 0
-        for i, c in enumerate(cells):
-            if i + 1 < len(cells) and cells[i + 1].outcome.kind == c.outcome.kind:
-                continue
-            run = cells[start:i + 1]
+        for kind, group in groupby(cells, key=lambda c: c.outcome.kind):
+            run = list(group)
             ratio, low, high = np.exp(np.log([[r.ratio, r.low, r.high] for r in run]).mean(axis=0)).tolist()
-            cmp.ranges[c.outcome.kind].append(SizeRange(series, run[0].size, c.size, len(run), ratio, low, high, run[0].samples))
-            start = i + 1
+            cmp.ranges[kind].append(SizeRange(series, run[0].size, run[-1].size, len(run), ratio, low, high, run[0].samples))
     cmp.bands = [Band(key, min(c.size for c in cells), max(c.size for c in cells), len(cells),
                       median([c.detectable for c in cells]), cells[0].series.kind, sized(cells[0].series))
                  for key, cells in groups.items()]
@@ -437,11 +409,8 @@ def cpu_wait_lines(runs: list[Run]) -> list[str]:
 
 
 def budget(*runs: Run) -> dict:
-    """What a verdict cost, so time can be traded for resolution: launches per run (the most any
-    cell has: a side of a compare, a night of a history), ranks, the seconds of timed rounds of all
-    runs (per-op time x K, summed over cells and launches: warm-up, checks and start-up not
-    included), and their wall-clock where every run recorded it (harness/session/session.py); cluster
-    time = ranks x wall (rank-seconds the allocation held), else ranks x timed."""
+    """What a verdict cost: launches per run (the most any cell has), ranks, the seconds of timed
+    rounds, their wall-clock where every run recorded it, and cluster time = ranks x wall (else x timed)."""
     def launch_s(cell, i: int, times: list[float]) -> float:
         row = cell.rows.get(i)
         if row is None:

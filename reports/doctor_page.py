@@ -38,21 +38,6 @@ def html(diag, text: str, heatmap: bool) -> str:
 
 # ---- --traces / --flight-recorder (reports/traces/): from the JSON the doctor writes ----
 
-_TRACES_PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>hccl-bench doctor: a job's traces</title>
-<style>body{font-family:sans-serif;margin:1.5em;max-width:1100px}table{border-collapse:collapse;font-size:12px}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}pre{white-space:pre-wrap;font-size:11px;background:#f7f7f7}
-.bad{color:#b00}.ok{color:#070}img{max-width:100%}</style></head><body>
-<h1>hccl-bench doctor: {{ "hang forensics" if data.source == "flight_recorder" else "a job's traces" }}</h1>
-{% if data.suspects %}<p class=bad>{{ data.suspects|length }} suspect(s):</p>
-<table><tr><th>kind</th><th>rank(s)</th><th>host</th><th>evidence</th></tr>
-{% for s in data.suspects %}<tr><td>{{ s.kind }}</td><td>{{ s.ranks|join(", ") }}</td><td>{{ s.host }}</td>
-<td>{{ s.evidence }}</td></tr>{% endfor %}</table>
-{% else %}<p class=ok>No rank, host or group stands out from its peers.</p>{% endif %}
-{% if png %}<h2>Lateness, rank x collective</h2><img alt="lateness heatmap" src="data:image/png;base64,{{ png }}">{% endif %}
-<h2>Evidence</h2><pre>{{ text }}</pre>
-</body></html>"""
-
 
 def lateness_png(data: dict) -> str | None:
     """Rank x collective lateness in ms (red: arrived after its peers, blue: waited for them)."""
@@ -70,7 +55,7 @@ def lateness_png(data: dict) -> str | None:
 
 
 def traces_html(data: dict, text: str) -> str:
-    return TEMPLATES.from_string(_TRACES_PAGE).render(data=data, text=text, png=lateness_png(data))
+    return TEMPLATES.get_template("doctor_traces.html.j2").render(data=data, text=text, png=lateness_png(data))
 
 
 def traces_markdown(data: dict) -> str:

@@ -1,12 +1,5 @@
 """The per-launch statistic a verdict rests on (--estimator): how one launch's round times become
-the one number a comparison or a history judges (docs/statistics.md, "Which statistic").
-
-Interference on a shared machine only adds time, so a low quantile of a launch's rounds moves less
-with the machine's load than the median does (Chen & Revels, "Robust benchmarking in noisy
-environments", 2016: why BenchmarkTools.jl judges by the minimum). Which one gives the smallest
-detectable change at the promised false-positive rate is measured, not assumed:
-scripts/estimator_aa.py replays recorded A/A and A/B runs with each. Tables always show medians.
-"""
+the one number a comparison or a history judges (docs/statistics.md, "Which statistic")."""
 from __future__ import annotations
 
 import numpy as np

@@ -17,8 +17,7 @@ from schema.exit_codes import ExitCode
 from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, REGRESSION
 from schema.results import ResultError, Run
 
-EXIT_INCONCLUSIVE = ExitCode.INCONCLUSIVE   # the old names, kept for their importers
-EXIT_MACHINE = ExitCode.MACHINE_CHANGED
+EXIT_MACHINE = ExitCode.MACHINE_CHANGED   # the old name, kept for its importers
 
 
 @dataclass
@@ -36,8 +35,7 @@ class Judgement:
     history: History | None = None         # what a history's verdict rests on (its page draws from it)
 
     def exit_status(self, inconclusive: str = "fail") -> ExitCode:
-        """1 a confirmed regression; 7 a history's machine regression past the machine-alert rule (never
-        read as the stack's regression; a machine improvement is reported and never fails a job); 6
+        """1 a confirmed regression; 7 a history's machine regression past the machine-alert rule; 6
         inconclusive cells (unless the gate passes them); else 0."""
         if self.regressed:
             return ExitCode.REGRESSION
@@ -70,10 +68,8 @@ def recorded_min_effect(run: Run) -> float:
 
 def pair(base: Run, cand: Run, calibration: Optional[Calibration] = None, min_effect: float | None = None,
          force: bool = False, estimator: str | None = None) -> Judgement:
-    """Base (side A) against candidate (side B), not yet written as text (judge_pair writes it). The
-    two sides of an --ab-until-decided run are judged by replaying its looks (reports/sequential.py),
-    as the session did. `estimator` (each launch's statistic) and `min_effect`: None, the ones the
-    candidate run was made with."""
+    """Base (side A) against candidate (side B), not yet written as text (judge_pair writes it); an
+    --ab-until-decided run's looks are replayed. `estimator`, `min_effect`: None, the candidate's own."""
     prefix = ""
     estimator = estimator or recorded_estimator(cand)
     min_effect = recorded_min_effect(cand) if min_effect is None else min_effect
@@ -105,9 +101,8 @@ def judge_pair(base: Run, cand: Run, calibration: Optional[Calibration] = None, 
 def judge_history(runs: list[Run], calibration: Optional[Calibration] = None, min_effect: float | None = None,
                   window: int = DEFAULT_WINDOW, force: bool = False, ab: Comparison | None = None,
                   estimator: str | None = None) -> Judgement:
-    """`runs`: enough for a history (callers say `history.too_few` themselves). `ab`: a same-day
-    interleaved A/B of the newest run (base: the previous stack); every earlier night's recorded one is applied too.
-    `estimator`: each launch's statistic; None: the one the newest run was made with."""
+    """`runs`: enough for a history (callers check `history.too_few`). `ab`: a same-day interleaved A/B of
+    the newest run; every earlier night's recorded one is applied too. `estimator`: None, the newest run's."""
     newest = max(runs, key=lambda r: r.started)
     prefix = ""
     newest_platform = platform(newest)
@@ -156,12 +151,8 @@ def judge_history(runs: list[Run], calibration: Optional[Calibration] = None, mi
 
 
 def same_night(path) -> tuple[Comparison | None, str]:
-    """The same-night A/B a --previous-stack session recorded: its session ran this stack as side A
-    and the previous one as side B (--ab-source gives side B the other environment), and its run
-    records that its baseline is side B (hccl_bench.baseline_side), so it loads previous (side A,
-    the baseline) -> this (side B, the candidate) as every reader loads it; a run recorded before
-    runs carried their direction is turned round here. Judged with its looks replayed; and a line
-    saying what it was."""
+    """The same-night A/B a --previous-stack session recorded, judged previous -> this stack (a record
+    older than hccl_bench.baseline_side is turned round here), and a line saying what it was."""
     try:
         base, cand = load(path, side="A"), load(path, side="B")
         if base.meta.baseline_side is None:   # an older record: side A is this stack

@@ -1,39 +1,9 @@
-"""Nightly guard: each cell's history across runs and the newest change point in it (ARCHITECTURE.md, Comparing runs).
-
-A run (a night) is one point per cell: the mean log of its per-launch median times. Change points
-come from binary segmentation, as in E-divisive / Otava (Hunter's t-test form): the split of a
-stretch with the largest pooled two-sample t of log time, or the piece that differs most from the
-rest (a change later undone has no single good split). A cut is kept when its p, multiplied by the
-number of cuts tried, is below alpha / 2 (two searches); then the pieces are searched again.
-Analytic p-values stay usable under Benjamini-Hochberg on sweeps of thousands of cells, where a
-permutation p would bottom out at 1 / permutations.
-
-The newest change is judged like a compare cell, level before against level after: BH across the
-sweep, the minimum effect (an A/A calibration can raise it), neighbouring sizes must agree. It
-needs MIN_SEGMENT runs at its new level; a newest run alone off its level is "suspected" until
-the next night or a same-day interleaved A/B (confirm_with_ab) settles it. Only changes that began
-within the last `window` runs fail the guard; older ones are listed as standing.
-
-The history knows its noise: each cell's `detectable` is the change a new level held MIN_SEGMENT
-nights could be found at (80% power) given the cell's own night-to-night spread and the search's
-Bonferroni threshold. Runs that carry the canary (harness/session/canary.py, reports/canary.py) are read
-with it: a noisy night is left out of every cell, with the canary's figures as the reason, and a
-change that began with a canary step in the same direction is the machine's (Cause.CANARY), which
-never fails the guard as a software regression. A machine change is judged exactly as a software
-one before its cause is named (the same Benjamini-Hochberg across the sweep, minimum effect and
-neighbouring sizes, in assign_verdicts); then it must pass the machine-alert rule (alert_rule),
-calibrated for nights of one stack on a shared machine: the step held MACHINE_NIGHTS nights (none
-undone), at least MACHINE_MIN_EFFECT and past what the cell's own nights could have seen, its p
-below MACHINE_ALPHA over every cell of the sweep (Bonferroni: an alert is one per night, not a
-share of the cells), and a neighbouring size making the same step; applied once, last, after
-the same-night A/Bs (reports/gate.py). A step that fails it is inconclusive, with the reason. A
-machine regression gives exit 7, a machine improvement is reported and never
-fails a job.
-"""
+"""Nightly guard: each cell's history across runs and the newest change point in it (ARCHITECTURE.md,
+Comparing runs; the method, the canary and the machine-alert rule: docs/statistics.md, "Nightly")."""
 from __future__ import annotations
 
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
@@ -59,23 +29,15 @@ DEFAULT_WINDOW = 7       # a change fails the job only if it began within the la
 POWER = 0.8              # what "could have seen" means: the change found this often
 MACHINE_NIGHTS = MIN_SEGMENT + 1   # a machine alert: the step held this many nights, the newest among them
 MACHINE_MIN_EFFECT = 0.10          # ... and at least this large (Greyhound's floor for an alert; Conbench waits for 5 sigma)
-# ... its p x the sweep's cells below this: the alarm is one per night, so its family-wise rate per
-# night is the budget, one alert in 30 same-stack nights (0.033), divided by the ~3 nights a false
-# step once found is judged again; the software verdicts' 0.05 would allow one alarm night in 20
-MACHINE_ALPHA = 0.01
+MACHINE_ALPHA = 0.01   # ... and its p x the sweep's cells below this (one alarm night in 100: docs/statistics.md)
 
 
 @dataclass(frozen=True)
 class Step:
     """A judged cell's newest change, as run indices: one record, so nothing reads four maps in step."""
     at: int = -1        # the run where the change begins (-1: no change point)
-    # the stack must have stayed the same from this run for the change to be the machine's: MIN_SEGMENT
-    # judged nights before the change (a change point on noisy nights may land a night or two late;
-    # a left-out night between them is inside the span) ...
-    level_from: int = 0
-    # ... up to this run: MIN_SEGMENT judged nights past its first night (it may land a night or two
-    # early as well); a stack changed after that came after the step and did not make it
-    level_to: int = 0
+    level_from: int = 0   # for the change to be the machine's, the stack stayed the same from this run (MIN_SEGMENT
+    level_to: int = 0     # judged nights before the change) up to this one (MIN_SEGMENT past its first night)
     held: int = 0       # the newest judged nights on its new level, none back
 
 
@@ -84,10 +46,8 @@ NO_STEP = Step()
 
 @dataclass
 class History:
-    """Verdicts per cell (reports/compare.CellResult.outcome): a regression, improvement, no change or
-    inconclusive for changes that began within the last `window` runs, standing for older ones, the
-    machine's where the canary, a kept stack or a same-night A/B says so; `suspected` holds the
-    newest run's departures from its level (suspected until a same-night A/B confirms them)."""
+    """Verdicts per cell (compare.CellResult.outcome) on each cell's newest change; `suspected`: the
+    newest run's departures from its level, until a same-night A/B confirms them."""
     runs: list[Run]                                          # oldest first
     judged: Comparison                                       # per cell: level before vs after its newest change
     suspected: Comparison
@@ -97,10 +57,8 @@ class History:
     canary: CanaryView = field(default_factory=CanaryView)
     left_out: dict[int, str] = field(default_factory=dict)  # run index -> why its cells were left out (a noisy night)
     estimator: str = DEFAULT_ESTIMATOR
-    # series of the newest run that the first run lacks -> the run where it began; series an earlier
-    # run had that the newest lacks -> the last run it was in: a renamed series (an algorithm the environment forces)
-    began: dict[Series, int] = field(default_factory=dict)
-    ended: dict[Series, int] = field(default_factory=dict)
+    began: dict[Series, int] = field(default_factory=dict)   # series the first run lacks -> the run it began in
+    ended: dict[Series, int] = field(default_factory=dict)   # series the newest run lacks -> the last run it was in
     below_alert: dict[tuple, str] = field(default_factory=dict)   # cell key -> why its machine step raised no alert
     placement: Optional[Placement] = None   # where ranks 0 and 1's cores were, case by case (reports/placement.py)
     placed_out: dict[tuple, int] = field(default_factory=dict)    # cell key -> nights with no launch in the usual placement
@@ -117,16 +75,10 @@ class History:
     def points(self, key: tuple) -> tuple[list[int], np.ndarray]:
         """A cell's nights (run indices) and their points (night_values): nights the canary left out
         and nights with no launch in the usual placement are not among them."""
-        idx, y = [], []
-        for i, run in enumerate(self.runs):
-            if key not in run.cells or i in self.left_out:
-                continue
-            launches = self.placement.kept(run.cells[key]) if self.placement else None
-            if launches == []:
-                continue
-            idx.append(i)
-            y.append(night_values(run, key, self.estimator, launches))
-        return idx, np.array(y)
+        kept = {i: self.placement.kept(run.cells[key]) if self.placement else None
+                for i, run in enumerate(self.runs) if key in run.cells and i not in self.left_out}
+        idx = [i for i, launches in kept.items() if launches != []]
+        return idx, np.array([night_values(self.runs[i], key, self.estimator, kept[i]) for i in idx])
 
     @property
     def regressed(self) -> bool:
@@ -140,15 +92,12 @@ class History:
 
     @property
     def machine_regressed(self) -> bool:
-        """A machine change that made cells slower: what may fail a job (exit 7). A machine
-        improvement is reported beside it and never fails one."""
+        """A machine change that made cells slower: what may fail a job (exit 7), unlike an improvement."""
         return any(c.outcome.machine and c.outcome.direction is Direction.REGRESSION for c in self.judged.cells)
 
     def screened(self, alpha: float = ALPHA) -> list[CellResult]:
-        """The newest night's moved cells, each on its own p, without the correction across the
-        sweep: what a same-day A/B's line counts as suspected (the A/B itself measures every cell
-        of an upgrade night; with the correction a +35% all_reduce over 10 noisy nights, q 0.052,
-        was not even suspected)."""
+        """The newest night's moved cells, each on its own p (no correction across the sweep): what a
+        same-day A/B's line counts as suspected."""
         return [c for c in self.suspected.cells if c.outcome.suspected or departs(c, c.p, alpha)]
 
 
@@ -175,9 +124,8 @@ def run_folders(folder: Path) -> list[Path]:
 
 
 def load_runs(paths: list[str]) -> tuple[list[Run], list[str]]:
-    """Runs from result files, run directories, or directories of run directories (a --results
-    folder that nightly runs accumulate in); files holding no cells (a run that failed whole, an
-    --ab-env run) are skipped with the reason."""
+    """Runs from result files, run directories, or --results folders of them; files holding no cells
+    (a run that failed whole, an --ab-env run) are skipped with the reason."""
     runs, skipped = [], []
     for arg in paths:
         path = Path(arg)
@@ -193,9 +141,8 @@ def load_runs(paths: list[str]) -> tuple[list[Run], list[str]]:
 
 
 def too_few(runs: list[Run], ab: bool = False) -> str:
-    """Why nothing can be judged yet, or "" when there are enough runs, or a same-night A/B to judge
-    by (`ab`: one is given or about to run; or a run records one): its interleaved launches compared
-    the two stacks without a history, so an upgrade on a new history's second night is judged too."""
+    """Why nothing can be judged yet, or "" when there are enough runs or a same-night A/B to judge by
+    (`ab`: one is given or about to run; or a run records one)."""
     if len(runs) >= MIN_RUNS or ab or any(recorded_ab(run) for run in runs):
         return ""
     how_many = f"{len(runs)} run{'' if len(runs) == 1 else 's'}"
@@ -203,18 +150,16 @@ def too_few(runs: list[Run], ab: bool = False) -> str:
 
 
 def night_values(run: Run, key: tuple, estimator: str = DEFAULT_ESTIMATOR, launches: list[int] | None = None) -> float:
-    """A night's point for one cell: the mean log of its launches' (all, or `launches`) `estimator`
-    per-op times."""
+    """A night's point for one cell: the mean log of its launches' (or `launches'`) `estimator` times."""
     cell = run.cells[key]
     chosen = cell.launches if launches is None else {i: cell.launches[i] for i in launches}
     return float(np.mean([np.log(launch_value(v, estimator)) for v in chosen.values()]))
 
 
 def detectable_change(y: np.ndarray, cuts: list[int], alpha: float = ALPHA, min_effect: float = DEFAULT_MIN_EFFECT) -> float:
-    """The change this cell's history could have seen: a new level held MIN_SEGMENT nights after
-    the current one, found with 80% power. The spread is the pooled sd of log time within the
-    levels between `cuts`; the threshold the split search's (Bonferroni over its splits, alpha / 2
-    for the step search), as a real change would face it. inf when the spread cannot be told."""
+    """The change this cell's history could have seen (80% power): a new level held MIN_SEGMENT nights,
+    against the pooled sd within the levels between `cuts` and the split search's threshold; inf
+    when the spread cannot be told."""
     from scipy import stats as sps
     from scipy.optimize import brentq
     edges = [0, *cuts, y.size]
@@ -233,8 +178,7 @@ def detectable_change(y: np.ndarray, cuts: list[int], alpha: float = ALPHA, min_
 
 
 def _level_shift(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float]:
-    """Shift of mean log time with its pooled-t 95% CI (conditional on where the split was found;
-    the Bonferroni p is what accounts for the search)."""
+    """Shift of mean log time with its pooled-t 95% CI (the Bonferroni p accounts for the search)."""
     from scipy import stats as sps
     n, m = before.size, after.size
     shift = after.mean() - before.mean()
@@ -330,9 +274,8 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
 
 
 def settle(hist: History) -> History:
-    """The lines the writers read, made once from the final verdicts (compare.conclude), with each
-    flagged range's run of change (where most of its cells changed) and what changed at the runs
-    the writers name. Call it again after a verdict changes (gate.judge_history does)."""
+    """The lines the writers read (compare.conclude), each flagged range's run of change and what
+    changed at the runs they name. Call it again after a verdict changes."""
     conclude(hist.suspected)
     for kind, ranges in conclude(hist.judged).ranges.items():
         if kind.direction in CHANGES:
@@ -349,24 +292,13 @@ def settle(hist: History) -> History:
 def held_nights(before: float, after: np.ndarray) -> int:
     """How many of the newest nights sit nearer the new level than the old, counted back from the
     newest: a step a later night undoes holds 0."""
-    level = after.mean()
-    held = 0
-    for value in after[::-1]:
-        if abs(value - level) >= abs(value - before):
-            break
-        held += 1
-    return held
+    nearer = np.abs(after[::-1] - after.mean()) < np.abs(after[::-1] - before)
+    return int(np.argmin(nearer)) if not nearer.all() else nearer.size
 
 
 def alert_rule(hist: History, alpha: float = MACHINE_ALPHA) -> None:
-    """The machine-alert rule: a machine change within the window stays one only when it held
-    MACHINE_NIGHTS nights, is at least MACHINE_MIN_EFFECT and past the cell's own `detectable`, its
-    p times the sweep's cells is below alpha, and a neighbouring size of its series passes alike;
-    the others become inconclusive, saying which part they failed. On a busy 2-core VM the software
-    verdicts' rules (BH, 5%, two nights) let one lone cell per 10 same-stack nights through
-    (all_reduce 64 B +5.3%, gone the night after); an alert that fires that often is not read.
-    Applied once, last: after every same-night A/B (gate.judge_history), so an A/B's confirmation
-    or its "stacks alike" is what the rule judges."""
+    """The machine-alert rule (docs/statistics.md): a machine change that fails a part of it becomes
+    inconclusive, saying which. Applied once, last, after every same-night A/B (gate.judge_history)."""
     cells = hist.judged.cells
     why: dict[int, str] = {}
     for c in cells:
@@ -384,9 +316,9 @@ def alert_rule(hist: History, alpha: float = MACHINE_ALPHA) -> None:
         elif c.p * len(cells) >= alpha:
             why[id(c)] = f"p {c.p:.2g} x {len(cells)} cells of the sweep is not below {alpha:g}"
     passes = lambda c: c.outcome.machine and c.outcome.direction in CHANGES and id(c) not in why  # noqa: E731
-    by_series: dict[Series, list[CellResult]] = {}
+    by_series: dict[Series, list[CellResult]] = defaultdict(list)
     for c in cells:
-        by_series.setdefault(c.series, []).append(c)
+        by_series[c.series].append(c)
     for series in by_series.values():   # neighbours as assign_verdicts has them: the series' judged sizes
         series.sort(key=lambda c: c.size)
         lone = [c for i, c in enumerate(series) if passes(c) and not any(
@@ -401,20 +333,9 @@ def alert_rule(hist: History, alpha: float = MACHINE_ALPHA) -> None:
 
 
 def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tuple[int, int]:
-    """A same-day interleaved A/B of night `at` (default the newest; base: the stack before it,
-    candidate: that night's) settles what the history alone cannot. Applied night by night, oldest
-    first, so a confirmation made on the night of an upgrade still stands the nights after it. A cell
-    with too few usable nights for the history takes the A/B's confirmed change as its verdict.
-
-    A cell the A/B flags, whether the history suspected it or not (on an upgrade night every cell is
-    measured), is a change that began with night `at`, unless the history holds that same change
-    already, or a change of its own that began later (a revert it saw). A regression of the history
-    that the A/B finds the two stacks run alike (no change, its interval inside the minimum effect)
-    is the machine's (then judged by the machine-alert rule), with the A/B's figures, but only when nothing recorded changed from
-    its level_from (MIN_SEGMENT judged nights before it) to the night before `at`: then the stack the A/B ran as the
-    previous one is the stack from before it (a drifting machine's two slower nights read as a level), and tonight's
-    stack, new or not, runs like it. After an upgrade on an earlier night an A/A of last night's stack says nothing
-    about it. Returns (cells confirmed, regressions not reproduced)."""
+    """A same-day interleaved A/B of night `at` (default the newest; base: the stack before it) settles
+    what the history alone cannot, night by night, oldest first (docs/statistics.md). Returns (cells
+    confirmed, regressions not reproduced)."""
     at = len(hist.runs) - 1 if at is None else at
     by_key = {c.key: c for c in ab.cells}
     judged = {c.key: i for i, c in enumerate(hist.judged.cells)}
@@ -458,10 +379,8 @@ def confirm_with_ab(hist: History, ab: Comparison, at: int | None = None) -> tup
 
 
 def series_changes(runs: list[Run]) -> tuple[dict[Series, int], dict[Series, int]]:
-    """Series the newest run has that the first run lacks (-> the run each began in) and series an
-    earlier run had that the newest lacks (-> the last run each was in): a series renamed from one
-    night to the next ('default' to 'recexch (environment)' the night a job exported MPICH's switch)
-    is not judged across the rename, so it is said."""
+    """Series the newest run has that the first lacks (-> the run each began in) and series an earlier
+    run had that the newest lacks (-> the last run each was in): a renamed series is not judged across."""
     present = [{c.series for c in r.cells.values()} for r in runs]
     began = {s: next(i for i, p in enumerate(present) if s in p) for s in present[-1] - present[0]}
     gone = set().union(*present[:-1]) - present[-1]
@@ -469,12 +388,8 @@ def series_changes(runs: list[Run]) -> tuple[dict[Series, int], dict[Series, int
 
 
 def stack_kept(runs: list[Run], first: int, last: int, declared: bool) -> bool:
-    """Nothing recorded (versions, environment) differs between any run from `first` to `last` and
-    run `last`; with `declared`, every run after `first` up to `last` also said it ran the stack of
-    the run before (its --previous-stack changed nothing: options.previous_differs false; a run that
-    does not say so, an older one or one without --previous-stack, breaks the chain). An in-place
-    upgrade under the same paths changes the recorded versions, so it is never read as the machine;
-    what neither records (a library rebuilt under the same version) is not seen."""
+    """Nothing recorded (versions, environment) differs between any run from `first` to `last` and run
+    `last`; with `declared`, every run after `first` also said its --previous-stack changed nothing."""
     newest = run_provenance(runs[last])
     for i in range(first, last + 1):
         options = runs[i].meta.options
@@ -489,8 +404,7 @@ SAME_NIGHT = "same_night_ab.json"   # in a run's folder: the same-night A/B agai
 
 
 def recorded_ab(run: Run) -> tuple[Path, dict] | None:
-    """The same-night A/B a session recorded beside this run (harness/session/verdicts.py): its results'
-    path (a sibling folder in the same --results folder) and the record; None when there is none."""
+    """The same-night A/B a session recorded beside this run: its results' path and the record, or None."""
     record_file = Path(run.path).parent / SAME_NIGHT
     try:
         record = json.loads(record_file.read_text())

@@ -1,7 +1,6 @@
-"""``hccl-bench history ... --report DIR``: the nightly guard's page. One figure per flagged size
-range: each size's time run by run, its levels before and after the newest change, and the run
-where it began; the verdict text and what changed above them; the canary night by night (noisy
-nights and its steps marked) and each cell's detectable change. Self-contained like the report."""
+"""``hccl-bench history ... --report DIR``: the nightly guard's page: a figure per flagged size range
+(levels before and after its change), the verdict text, the canary night by night, each cell's
+detectable change. Self-contained like the report."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -76,10 +75,8 @@ def _canary_figure(hist: History) -> str:
 
 def render_history(hist: History, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    figures = []
-    for kind in FLAGGED:
-        for r in hist.judged.ranges.get(kind, []):
-            figures.append({"title": f"{kind.text()}: {summary.range_text(r)}", "png": _figure(hist, r)})
+    figures = [{"title": f"{kind.text()}: {summary.range_text(r)}", "png": _figure(hist, r)}
+               for kind in FLAGGED for r in hist.judged.ranges.get(kind, [])]
     canary = _canary_figure(hist) if hist.canary.seconds else ""
     cells = [{"label": c.series.label(), "size": format_size(c.size) if c.size else "", "verdict": c.outcome.text(),
               "detectable": f"{c.detectable:.0%}" if np.isfinite(c.detectable) else "nothing", "note": c.note}

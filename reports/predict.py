@@ -1,20 +1,5 @@
 """`hccl-bench predict RUN... --hosts H --ranks-per-host R`: collective times at another scale from
-alpha-beta fits per link class and the algorithms' step counts.
-
-Model (Hockney; Thakur, Rabenseifner and Gropp 2005): an algorithm of `steps` rounds moving
-`share x S` bytes in all costs `steps x alpha + share x S x beta`, where alpha and beta belong to
-the slowest link the rounds cross: inter-host as soon as the ranks span hosts, else intra-host.
-
-| op | ring (steps, share) | tree (steps, share) |
-|---|---|---|
-| all_reduce | 2(p-1), 2(p-1)/p | 2 log2 p, 2 log2 p (binary tree: reduce then broadcast of S) |
-| all_gather, reduce_scatter | p-1, (p-1)/p | log2 p, (p-1)/p (recursive doubling / halving) |
-| all_to_all | p-1, (p-1)/p (pairwise) | log2 p, log2(p)/2 (Bruck) |
-
-alpha and beta are fitted per op and link class from every measured cell of that class, with the
-ring model's coefficients for the measured rank count (the libraries' large-message algorithms
-move the ring's volume), least squares weighted by 1/t so every size counts alike.
-"""
+alpha-beta fits per link class and the algorithms' step counts (the model: docs/statistics.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

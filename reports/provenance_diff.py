@@ -33,10 +33,8 @@ def provenance_diff(provs: list[dict]) -> list[tuple[str, list[str]]]:
 
 
 def run_provenance(run) -> dict:
-    """The session's provenance plus what its ranks ran with (algorithm and --ab-env variables), the
-    versions its own groups reported (interpreter, torch, MPI library, thread level; NCCL and the CUDA
-    driver; CANN, HCCL and the NPU driver) and the adapter variables its ranks saw (`rank_vars`:
-    TASK_QUEUE_ENABLE, TORCH_NCCL_*, ...): that is where the two sides of an --ab-env/--ab-source run differ."""
+    """The session's provenance plus what its ranks ran with (`rank_env`), the versions its own groups
+    reported (`ranks`) and the adapter variables its ranks saw (`rank_vars`): where two A/B sides differ."""
     rank_env: dict[str, set] = {}
     envs = set()
     for cell in run.cells.values():

@@ -1,8 +1,6 @@
-"""``hccl-bench report RUN [RUN ...] -o DIR``: a self-contained HTML page and a Markdown summary.
-
-Figures are matplotlib PNGs inlined as data URIs (the page opens offline); every text that comes
-from a result file is escaped by jinja2's autoescape.
-"""
+"""``hccl-bench report RUN [RUN ...] -o DIR``: a self-contained HTML page and a Markdown summary. Its
+figures are matplotlib PNGs inlined as data URIs (the page opens offline); every text that comes
+from a result file is escaped by jinja2's autoescape."""
 from __future__ import annotations
 
 import base64
@@ -86,12 +84,11 @@ def _cells(run: Run, series: Series) -> list[Cell]:
     return sorted((c for c in run.cells.values() if c.series == series), key=lambda c: c.size)
 
 
-def _rows(run: Run, series: Series) -> tuple[list[int], list[float], list[float]]:
+def _points(cells: list[Cell]) -> tuple[list[int], list[float], list[float]]:
     """(sizes, pooled time us, busbw): every launch pooled, the median of the per-launch medians
     (not the first launch's time)."""
-    cells = _cells(run, series)
     times = [c.pooled_s * 1e6 for c in cells]
-    busbw = [bandwidths(str(series.op), c.size, t * 1e-6, c.row.nranks, str(c.series.algo))[1] for c, t in zip(cells, times)]
+    busbw = [bandwidths(str(c.series.op), c.size, t * 1e-6, c.row.nranks, str(c.series.algo))[1] for c, t in zip(cells, times)]
     return [c.size for c in cells], times, busbw
 
 
@@ -102,13 +99,10 @@ def _field_points(ax1, ax2, field: list[tuple[str, Cell]]) -> int:
     for name, cell in field:
         by_name[name].append(cell)
     for name, cells in by_name.items():
-        cells.sort(key=lambda c: c.size)
-        times = [c.pooled_s * 1e6 for c in cells]
-        busbw = [bandwidths(str(c.series.op), c.size, t * 1e-6, c.row.nranks, str(c.series.algo))[1]
-                 for c, t in zip(cells, times)]
+        sizes, times, busbw = _points(sorted(cells, key=lambda c: c.size))
         label = f"field: {name} (what production saw at these sizes)"
-        ax1.scatter([c.size for c in cells], busbw, marker="x", s=22, color="k", label=label, zorder=3)
-        ax2.scatter([c.size for c in cells], times, marker="x", s=22, color="k", zorder=3)
+        ax1.scatter(sizes, busbw, marker="x", s=22, color="k", label=label, zorder=3)
+        ax2.scatter(sizes, times, marker="x", s=22, color="k", zorder=3)
     return len(field)
 
 
@@ -121,7 +115,7 @@ def _sweep_figure(runs: list[Run], members: list[Series], names: list[str],
     if field and drawn is not None:
         drawn.append(_field_points(ax1, ax2, field))
     for (run, run_name), series in ((r, s) for r in zip(runs, names) for s in members):
-        sizes, times, busbw = _rows(run, series)
+        sizes, times, busbw = _points(_cells(run, series))
         name = f"{run_name} [{series.knobs}]" if series.knobs else run_name
         if sizes:
             ax1.plot(sizes, busbw, marker="o", ms=3, label=name)
@@ -162,7 +156,7 @@ def _ratio_figure(comparisons, members: list[Series]) -> str | None:
     for (name, cmp), series in ((c, s) for c in comparisons for s in members):
         label = f"{name} [{series.knobs}]" if series.knobs else name
         cells = sorted((c for c in cmp.cells if c.series == series), key=lambda c: c.size)
-        if len(cells) < 1:
+        if not cells:
             continue
         x = [c.size for c in cells]
         ratio, low, high, clipped = clipped_band(cells)
@@ -179,8 +173,7 @@ def _ratio_figure(comparisons, members: list[Series]) -> str | None:
     _size_axis(ax)
     ax.set_yscale("log")
     ax.set_ylim(lo_lim * 0.9, hi_lim * 1.1)
-    plain = FuncFormatter(lambda y, _: f"{y:g}")
-    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if round(y, 2) in (0.5, 2.0, 3.0) else ""))
     ax.set_ylabel("time ratio vs first (95% CI), log")
     ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.32), frameon=False)
@@ -275,7 +268,7 @@ def _algo_figures(run: Run) -> list[dict]:
         fig, ax = plt.subplots(figsize=(5.5, 3.2))
         data = {}
         for algo, series in sorted(algos.items()):
-            sizes, times, _ = _rows(run, series)
+            sizes, times, _ = _points(_cells(run, series))
             data[algo] = dict(zip(sizes, times))
             ax.plot(sizes, times, marker="o", ms=3, label=algo)
         common = sorted(set(data["ring"]) & set(data["tree"]))
@@ -290,9 +283,9 @@ def _algo_figures(run: Run) -> list[dict]:
         ax.set_ylabel("time (us)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-        backend, op, dtype = key.backend, key.op, key.dtype
-        fig.suptitle(f"{run.label}: {op} {dtype} {backend} ring vs tree", fontsize=9)
-        out.append({"title": f"{run.label}: {op} {dtype} {backend}", "png": figure_png(fig),
+        title = f"{run.label}: {key.op} {key.dtype} {key.backend}"
+        fig.suptitle(f"{title} ring vs tree", fontsize=9)
+        out.append({"title": title, "png": figure_png(fig),
                     "crossover": format_size(cross) if cross else "none (one algorithm wins at every size)"})
     return out
 
@@ -385,14 +378,9 @@ PAGE = TEMPLATES.get_template("report.html.j2")
 
 def _verdict_rows(cmp) -> list[dict]:
     """The flagged size ranges as the verdict table's rows, worst kind first."""
-    rows = []
-    for kind in VERDICT_ORDER:
-        for r in cmp.ranges.get(kind, []):
-            sizes = format_size(r.first) if r.first == r.last else f"{format_size(r.first)}-{format_size(r.last)}"
-            rows.append({"what": r.series.label(algo_label), "sizes": sizes if r.first else "-",
-                         "verdict": kind.text(), "effect": summary.effect_text(r.series, r.ratio, r.low, r.high),
-                         "samples": f"{r.samples} ({r.cells} sizes)"})
-    return rows
+    return [{"what": r.series.label(algo_label), "sizes": summary.sizes_text(r.first, r.last) if r.first else "-",
+             "verdict": kind.text(), "effect": summary.effect_text(r.series, r.ratio, r.low, r.high),
+             "samples": f"{r.samples} ({r.cells} sizes)"} for kind in VERDICT_ORDER for r in cmp.ranges.get(kind, [])]
 
 
 def _sentence(cmp) -> str:
@@ -439,8 +427,7 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
     names = names_by_difference(runs)
     heatmaps = _heatmaps(runs, names, heatmap)   # an unknown case id fails before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
-    first = runs[0]
-    comparisons = [(f"{name} / {names[0]}", compare(first, run)) for run, name in zip(runs[1:], names[1:])]
+    comparisons = [(f"{name} / {names[0]}", compare(runs[0], run)) for run, name in zip(runs[1:], names[1:])]
     field = [(name, c) for r, name in zip(runs, names) for c in r.cells.values() if getattr(c.row, "source", "") == "field"]
     bench_series = {c.series for r in runs for c in r.cells.values()
                     if kinds.sized(c.series) and getattr(c.row, "source", "") != "field"}
@@ -460,11 +447,10 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                        "ratio": _ratio_figure(comparisons, members) if comparisons else None})
     for series in series_all:
         for run, name in zip(runs, names):
-            sizes, times, busbw = _rows(run, series)
-            if not sizes:
-                continue
-            st = sweep_fits.sweep_stats(sizes, times, busbw)
             cells = _cells(run, series)
+            if not cells:
+                continue
+            st = sweep_fits.sweep_stats(*_points(cells))
             stats.append({"series": series.label(algo_label), "run": name, **st, "metrics": _worst(cells, shown),
                           "launches": max(len(c.launches) for c in cells),
                           "spread": f"{max(c.launch_spread for c in cells):.2f}",

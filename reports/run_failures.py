@@ -1,8 +1,5 @@
-"""A run that died says so in its own words: the error lines nccl-tests, rccl-tests and hccl_test
-print when a CUDA/HIP/NCCL/ACL/HCCL call fails. Recognising them lets an import of a dead run say
-FAILED and quote the tool, instead of calling the file 'not a log of this kind'. The lines each tool
-prints: docs/results.md (A run that died).
-"""
+"""A run that died says so in its own words: the error lines nccl-tests, rccl-tests and hccl_test print
+when a CUDA/HIP/NCCL/ACL/HCCL call fails, quoted by an import of a dead run (docs/results.md, A run that died)."""
 from __future__ import annotations
 
 import re

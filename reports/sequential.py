@@ -1,23 +1,9 @@
 """Sequential A/B (--ab-until-decided): look at planned points, stop measuring a cell once it is
-decided, keep the false-positive rate at any stopping time.
-
-Looks are planned after launch 6, 8, 12, 16, 24, ... and at the budget N (--max-repeat). The
-error budget alpha is spent over them in proportion to the launches each adds (alpha x 6/N at the
-first look), and a look judges its undecided cells exactly like `compare` at that level: trimmed
-paired t intervals at 1 - alpha_look (repeated confidence intervals), Benjamini-Hochberg at
-alpha_look, the minimum effect, neighbouring sizes. The looks' levels add up to alpha, so by the
-union bound an A/A (no true change anywhere) flags a regression at any look with probability
-<= alpha, however early it stops; a cell's "no change" means its repeated interval sits inside
-the minimum effect. A cell decided at a look keeps that verdict and is not measured again. Sparse
-looks are the price of the union bound: a look after every launch left each one alpha/N, too
-little for a busy machine's launch-to-launch noise.
-
-The procedure is a pure function of the launches recorded, so the live session and a later
-`hccl-bench compare RUN --ab` replay the same looks and reach the same verdicts.
-"""
+decided, keep the false-positive rate at any stopping time (docs/statistics.md, "Until decided")."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 from typing import Optional
 
 from reports.compare import ALPHA, CellResult, Comparison, budget, compare, conclude
@@ -27,8 +13,7 @@ from schema.results import Cell, Run, key_order
 
 DECIDED = (Direction.REGRESSION, Direction.IMPROVEMENT, Direction.NO_CHANGE)
 
-# launches after which a look is planned; none before 6: four launches whose ratios happened to be
-# alike in size gave a t of 17 on 3 degrees of freedom in one draw of eight from a real A/A
+# launches after which a look is planned; none before 6 (docs/statistics.md, "Sequential A/B")
 LOOK_POINTS = (6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
@@ -77,7 +62,6 @@ class Sequential:
     @property
     def launches_used(self) -> int:
         return max((look.launches for look in self.looks), default=0)
-
 
     def record(self) -> dict:
         """What the result file keeps of the procedure (the verdicts are replayed from the data)."""
@@ -141,10 +125,8 @@ def run_looks(base: Run, cand: Run, max_launches: int, min_effect: float = DEFAU
     out.comparison = replace(last, base=base.path, cand=cand.path, cells=sorted(cells.values(), key=lambda c: rank[c.key]))
     out.comparison.only_base = sorted(set(base.cells) - keys, key=key_order)
     out.comparison.only_cand = sorted(set(cand.cells) - keys, key=key_order)
-    spent = 0.0
-    for look in out.looks:
-        spent += look.alpha
-        out.progress.append(look.text(len(out.comparison.cells), spent))
+    spent = accumulate(look.alpha for look in out.looks)
+    out.progress = [look.text(len(out.comparison.cells), alpha_spent) for look, alpha_spent in zip(out.looks, spent)]
     out.comparison.budget = budget(*upto)
     conclude(out.comparison)
     return out

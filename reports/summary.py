@@ -63,10 +63,14 @@ def effect_text(series: Series, ratio: float, low: float, high: float) -> str:
     return f"busbw {1 / ratio - 1:+.1%} [{1 / high - 1:+.1%}, {1 / low - 1:+.1%}]"
 
 
+def sizes_text(first: int, last: int) -> str:
+    """'4 KiB', or '4 KiB-1 MiB' for a span of sizes."""
+    return format_size(first) if first == last else f"{format_size(first)}-{format_size(last)}"
+
+
 def range_text(r: SizeRange) -> str:
     """One size range (compare.conclude) as people read it."""
-    sizes = format_size(r.first) if r.first == r.last else f"{format_size(r.first)}-{format_size(r.last)}"
-    sizes = "" if r.first == 0 else f" {sizes}"
+    sizes = "" if r.first == 0 else f" {sizes_text(r.first, r.last)}"
     return f"{r.series.label()}{sizes}: {effect_text(r.series, r.ratio, r.low, r.high)}"
 
 
@@ -104,12 +108,10 @@ def headline(cmp: Comparison) -> str:
     if cmp.regressed:
         ranges = cmp.ranges[REGRESSION]
         return f"REGRESSION in {len(ranges)} size ranges, first: {range_text(ranges[0])}"
-    suspected = counts.get(SUSPECTED_REGRESSION, 0)
+    suspected, cells = counts.get(SUSPECTED_REGRESSION, 0), len(cmp.cells) + len(cmp.unplaced)
     tail = (f"{counts.get(NO_CHANGE, 0)} no change, {counts.get(IMPROVEMENT, 0)} improved"
-            + (f", {suspected} suspected from one launch a side" if suspected else "")
-            + f" of {len(cmp.cells) + len(cmp.unplaced)} cells")
+            + (f", {suspected} suspected from one launch a side" if suspected else "") + f" of {cells} cells")
     if cmp.inconclusive:
-        cells = len(cmp.cells) + len(cmp.unplaced)
         return (f"INCONCLUSIVE: no confirmed regression, but {cmp.inconclusive} of {cells} cells lack the "
                 f"evidence to say no change ({tail})")
     return f"no regression: every cell decided ({tail})"
@@ -119,8 +121,7 @@ def detectable_lines(cmp: Comparison) -> list[str]:
     """What the samples taken could have seen, per backend and size band (80% power)."""
     out = []
     for b in cmp.bands:
-        span = format_size(b.first) + ("" if b.first == b.last else f"-{format_size(b.last)}")
-        sizes = f" {span}" if b.sized else ""
+        sizes = f" {sizes_text(b.first, b.last)}" if b.sized else ""
         seen = "nothing (one sample a side)" if not math.isfinite(b.detectable) else f"a {b.detectable:.0%} change"
         out.append(f"{b.band.split(' (')[0]}{sizes}: could have seen {seen} ({b.cells} cells)")
     return out
@@ -132,34 +133,30 @@ def statistic_line(estimator: str) -> str:
             f"{estimator}); tables show medians")
 
 
-def budget_text(b: dict) -> str:
+def budget_text(b: dict, launches: str = "", no_wall: str = "no wall recorded") -> str:
     """What a verdict cost (compare.budget): launches, timed seconds, wall-clock and cluster time."""
     if not b:
         return ""
-    la, lb = b["launches"]
-    launches = f"{la} launches a side" if la == lb else f"{la} launches (baseline) and {lb} (candidate)"
-    wall = f"wall {b['wall_s']:.0f} s" if b.get("wall_s") is not None else "no wall recorded"
+    if not launches:
+        la, lb = b["launches"]
+        launches = f"{la} launches a side" if la == lb else f"{la} launches (baseline) and {lb} (candidate)"
+    wall = f"wall {b['wall_s']:.0f} s" if b.get("wall_s") is not None else no_wall
     return (f"budget: {launches}, {b['ranks']} ranks, timed rounds {b['timed_s']:.1f} s, {wall}: "
             f"{b['cluster_rank_s']:.0f} rank-s of cluster time")
 
 
-def sides_lines(cmp: Comparison) -> list[str]:
-    """Which run is which, where their names say more than the paths above."""
-    if not cmp.base_label or cmp.base_label == cmp.cand_label:
-        return []
-    return [f"# baseline:  {cmp.base_label}", f"# candidate: {cmp.cand_label}  (effects: candidate against baseline)"]
-
-
 def text(cmp: Comparison) -> str:
     kinds = Counter(c.samples for c in cmp.cells)
-    out = [f"# compare {cmp.base}", f"#      -> {cmp.cand}", *sides_lines(cmp),
+    named = cmp.base_label and cmp.base_label != cmp.cand_label   # the runs' names say more than their paths
+    out = [f"# compare {cmp.base}", f"#      -> {cmp.cand}",
+           *([f"# baseline:  {cmp.base_label}", f"# candidate: {cmp.cand_label}  (effects: candidate against baseline)"]
+             if named else []),
            f"# {len(cmp.cells) + len(cmp.unplaced)} cells: " + counted(cmp.cells, VERDICTS)
            + (f",\n#   {len(cmp.unplaced)} not judged (placement)" if cmp.unplaced else ""),
            "# samples: " + ", ".join(f"{n} cells by {k}" for k, n in sorted(kinds.items()))]
     if kinds.get(Samples.ROUNDS):
-        out.append("#   (one launch a side: its rounds are not independent samples of a stack, so those cells "
-                   "are at most")
-        out.append("#   'suspected' and never fail the job)")
+        out += ["#   (one launch a side: its rounds are not independent samples of a stack, so those cells are at most",
+                "#   'suspected' and never fail the job)"]
     stat = {"median": "medians", "p10": "10th percentiles", "min": "minima"}.get(cmp.estimator, cmp.estimator)
     out += [f"# effect: time ratio, 95% CI (paired launches: 20%-trimmed paired t on log launch {stat}; launches:",
             "#   Welch t; rounds: Hodges-Lehmann); Benjamini-Hochberg across the sweep",
@@ -182,9 +179,8 @@ def text(cmp: Comparison) -> str:
         out += ["# to settle the suspected cells, run for both stacks and compare those runs:"]
         out += [f"#   {part}" + (" \\" if i < len(wrapped) - 1 else "") for i, part in enumerate(wrapped)]
         out += ["#   (or add --repeat 6 --ab-env VAR=VALUE / --ab-source OTHER/set_env.sh: one interleaved A/B)"]
-    isolated = [c for c in cmp.cells if c.isolated]
-    if isolated:
-        out.append(f"# {len(isolated)} isolated cells left inconclusive (no neighbouring size agreed)")
+    if isolated := sum(c.isolated for c in cmp.cells):
+        out.append(f"# {isolated} isolated cells left inconclusive (no neighbouring size agreed)")
     if cmp.only_base or cmp.only_cand:
         out.append(f"# unmatched cells: {len(cmp.only_base)} only in baseline, {len(cmp.only_cand)} only in candidate")
     return "\n".join(out)
@@ -208,10 +204,12 @@ def markdown(cmp: Comparison) -> str:
             body += ["", f"**{label[0].upper() + label[1:].lower()}**", ""] + [f"- {md(line)}" for line in lines]
     if settle := settle_command(cmp):
         body += ["", f"To settle the suspected cells, run for both stacks: `{settle}`"]
-    text_ = "\n".join(head + body)
-    if len(text_) > MARKDOWN_LIMIT:
-        text_ = text_[:MARKDOWN_LIMIT].rsplit("\n", 1)[0] + "\n- … (truncated; see the HTML report)"
-    return text_
+    return _within_limit("\n".join(head + body), "truncated; see the HTML report")
+
+
+def _within_limit(text_: str, why: str) -> str:
+    """A Markdown comment cut at its last whole line within MARKDOWN_LIMIT, saying so."""
+    return text_ if len(text_) <= MARKDOWN_LIMIT else text_[:MARKDOWN_LIMIT].rsplit("\n", 1)[0] + f"\n- … ({why})"
 
 
 def as_json(cmp: Comparison) -> dict:
@@ -240,8 +238,8 @@ def calibration_text(cal: Calibration) -> str:
     out = [f"# A/A calibration {cal.a} vs {cal.b} ({cal.samples})",
            "# noise: 95th percentile of |A/A ratio - 1|; CI missed: share of cells whose 95% CI excluded 1 (~5% is honest)",
            f"#{'backend and band':>28} {'cells':>6} {'noise':>8} {'CI missed':>10} {'min effect':>11}"]
-    for name, b in cal.bands.items():
-        out.append(f" {name:>28} {b.cells:>6} {b.noise:>8.1%} {b.ci_missed:>10.0%} {b.min_effect:>11.1%}")
+    out += [f" {name:>28} {b.cells:>6} {b.noise:>8.1%} {b.ci_missed:>10.0%} {b.min_effect:>11.1%}"
+            for name, b in cal.bands.items()]
     return "\n".join(out)
 
 
@@ -290,19 +288,15 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
         lines = range_lines(hist.suspected, kind)
         if lines:
             sections.append((f"{kind.text()}s in the newest run alone (the next run or a same-day A/B confirms)", lines))
-    renamed = [f"began in {runs[at].label}: {series.label()}" for series, at in
-               sorted(hist.began.items(), key=lambda kv: (kv[1], kv[0].sort_key()))]
-    renamed += [f"ended after {runs[at].label}: {series.label()}" for series, at in
-                sorted(hist.ended.items(), key=lambda kv: (kv[1], kv[0].sort_key()))]
+    renamed = [f"{word} {runs[at].label}: {series.label()}" for word, changes in (("began in", hist.began),
+               ("ended after", hist.ended)) for series, at in sorted(changes.items(), key=lambda kv: (kv[1], kv[0].sort_key()))]
     if renamed:
         sections.append(("series that began or ended (not judged across the change: see what changed)", renamed))
         changed_at += sorted(({*hist.began.values()} | {at + 1 for at in hist.ended.values()}) - set(changed_at))
-    what = []
-    for at in changed_at:
-        diff = hist.changes.get(at, [])
-        what.append(f"what changed from {runs[at - 1].label} to {runs[at].label}: "
-                    + ("; ".join(f"{k}: {' -> '.join(v)}" for k, v in diff) if diff else
-                       "nothing recorded (same versions and environment): the machine's state, or something not recorded"))
+    what = [f"what changed from {runs[at - 1].label} to {runs[at].label}: "
+            + ("; ".join(f"{k}: {' -> '.join(v)}" for k, v in diff) if (diff := hist.changes.get(at, [])) else
+               "nothing recorded (same versions and environment): the machine's state, or something not recorded")
+            for at in changed_at]
     headline = (f"{len(runs)} runs {runs[0].started[:10]}..{runs[-1].started[:10]}; a change needs "
                 f"{MIN_SEGMENT} runs at its level, counts if it began in the last {hist.window}")
     return headline, sections, what
@@ -338,16 +332,17 @@ def canary_lines(hist: History, where: bool = True) -> list[str]:
     """The canary as the history saw it: the newest night's figures and usual spread, its steps, the
     nights left out as noisy; `where`: then where the cores were and what waited for a CPU."""
     view, runs = hist.canary, hist.runs
+    tail = placement_lines(hist) + hist.cpu_wait if where else []
     if not view.seconds:
         return ["canary: none recorded in these runs (timed single-stack sweeps record one): noisy nights and machine "
-                "changes cannot be told", *(placement_lines(hist) + hist.cpu_wait if where else [])]
+                "changes cannot be told", *tail]
     newest = [f"{name} {figure(name, view.workloads[name], secs[-1])}" for name, secs in view.seconds.items() if secs[-1]]
     spread = ", ".join(f"{name} {np.expm1(sd):.0%}" for name, sd in view.spread.items())
     out = [f"canary ({view.nights} nights): newest " + (", ".join(newest) or "not recorded")
            + (f"; usual night-to-night spread {spread}" if spread else "")]
     out += [f"canary step: {step.text(night(runs[step.at]))}" for step in view.steps]
     out += [f"noisy night left out of every cell: {night(runs[i])}: {why}" for i, why in hist.left_out.items()]
-    return out + (placement_lines(hist) + hist.cpu_wait if where else [])
+    return out + tail
 
 
 def placement_lines(hist: History) -> list[str]:
@@ -380,10 +375,8 @@ def canary_json(hist: History) -> dict:
 
 def history_budget(hist: History) -> str:
     """What the history's verdict rests on: its nights, their launches and cluster time."""
-    b = hist.budget
-    wall = f"wall {b['wall_s']:.0f} s" if b["wall_s"] is not None else "no wall recorded on every night"
-    return (f"budget: {len(hist.runs)} nights of up to {max(b['launches'], default=0)} launches, {b['ranks']} ranks, "
-            f"timed rounds {b['timed_s']:.1f} s, {wall}: {b['cluster_rank_s']:.0f} rank-s of cluster time")
+    return budget_text(hist.budget, f"{len(hist.runs)} nights of up to {max(hist.budget['launches'], default=0)} launches",
+                       "no wall recorded on every night")
 
 
 def history_detectable_lines(hist: History) -> list[str]:
@@ -421,7 +414,4 @@ def history_markdown(hist: History) -> str:
     for label, lines in sections:
         out += ["", f"**{md(label[0].upper() + label[1:])}**", ""] + [f"- {md(line)}" for line in lines]
     out += [""] + [f"_{md(line)}_" for line in what] if what else []
-    text_ = "\n".join(out)
-    if len(text_) > MARKDOWN_LIMIT:
-        text_ = text_[:MARKDOWN_LIMIT].rsplit("\n", 1)[0] + "\n- … (truncated)"
-    return text_
+    return _within_limit("\n".join(out), "truncated")

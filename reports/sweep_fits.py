@@ -34,7 +34,5 @@ def sweep_stats(sizes: list[int], times_us: list[float], busbw: list[float]) -> 
 def crossover(sizes: list[int], first: list[float], second: list[float]) -> int | None:
     """First size at which the faster of two algorithms changes (None if one wins throughout)."""
     sign = np.sign(np.asarray(first) - np.asarray(second))
-    for i in range(1, len(sign)):
-        if sign[i] != 0 and sign[i - 1] != 0 and sign[i] != sign[i - 1]:
-            return int(sizes[i])
-    return None
+    flips = np.flatnonzero((sign[1:] != 0) & (sign[:-1] != 0) & (sign[1:] != sign[:-1]))
+    return int(sizes[flips[0] + 1]) if flips.size else None
