@@ -35,25 +35,13 @@ class Export:
     exit_code: int | None = None     # the judgement's exit status (a history: 1 regression, 7 the machine, else 0)
 
 
-@dataclass(frozen=True)
-class Where:
-    """The labels every sample of one export carries: which job wrote it, on which cluster (what a
-    fleet's dashboard aggregates and filters by)."""
-    job: str
-    cluster: str
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return {"job": self.job, "cluster": self.cluster}
-
-
-def _series_labels(series: Series, size: int, row, side: str, stack: str, run: str, where: Where) -> dict[str, str]:
+def _series_labels(series: Series, size: int, row, side: str, stack: str, run: str, where: dict[str, str]) -> dict[str, str]:
     return {"op": series.op or "", "bytes": str(size), "message_size": format_size(size) if size else "",
             "dtype": series.dtype or "", "redop": series.redop or "", "inplace": "" if series.inplace is None else
             str(bool(series.inplace)).lower(), "backend": series.backend, "algo": series.algo or "",
             "nranks": "" if series.nranks is None else str(series.nranks),
             "hosts": str(len(row.hosts)) if getattr(row, "hosts", None) else "", "series": series.label(),
-            "knobs": series.knobs or "", "side": side, "stack": stack, "run": run, **where.labels}
+            "knobs": series.knobs or "", "side": side, "stack": stack, "run": run, **where}
 
 
 def _run_name(run: Run) -> str:
@@ -96,7 +84,7 @@ class _Metrics:
         self.started = g("hccl_bench_run_start_seconds", "When the run began (Unix time)", RUN_LABELS)
 
 
-def _figures(m: _Metrics, run: Run, side: str, where: Where, out: Export) -> None:
+def _figures(m: _Metrics, run: Run, side: str, where: dict[str, str], out: Export) -> None:
     """Each collective cell's busbw, algbw and time (median over launches) with its labels."""
     name, stack = _run_name(run), _stack(run)
     other = 0
@@ -120,12 +108,12 @@ def _figures(m: _Metrics, run: Run, side: str, where: Where, out: Export) -> Non
                            "(no bandwidth): not exported")
     try:
         started = datetime.fromisoformat(run.started.replace("Z", "+00:00")).timestamp()
-        m.started.labels(run=name, **where.labels).set(started)
+        m.started.labels(run=name, **where).set(started)
     except ValueError:
         pass
 
 
-def _verdicts(m: _Metrics, judgement: Judgement, cells: list[CellResult], run: Run, stack: str, where: Where,
+def _verdicts(m: _Metrics, judgement: Judgement, cells: list[CellResult], run: Run, stack: str, where: dict[str, str],
               out: Export, inconclusive: str) -> None:
     """Each judged cell's verdict, ratio and detectable change, labelled as `run`'s cells, and the exit status."""
     rows, name = {k: c.row for k, c in run.cells.items()}, _run_name(run)
@@ -139,15 +127,15 @@ def _verdicts(m: _Metrics, judgement: Judgement, cells: list[CellResult], run: R
         m.detectable.labels(**labels).set(c.detectable)
         out.verdicts += 1
     out.exit_code = int(judgement.exit_status(inconclusive))
-    m.exit_code.labels(run=name, **where.labels).set(out.exit_code)
+    m.exit_code.labels(run=name, **where).set(out.exit_code)
 
 
-def _canary(m: _Metrics, run: Run, where: Where) -> None:
+def _canary(m: _Metrics, run: Run, where: dict[str, str]) -> None:
     from schema.stats import median
     for workload, w in (run.meta.canary.workloads if run.meta.canary else {}).items():
         samples = w.get("samples") if isinstance(w, dict) else None
         if isinstance(samples, list) and samples and all(isinstance(s, (int, float)) and s > 0 for s in samples):
-            m.canary.labels(workload=str(workload), run=_run_name(run), **where.labels).set(median(samples))
+            m.canary.labels(workload=str(workload), run=_run_name(run), **where).set(median(samples))
 
 
 def _ab_sides(path: str) -> tuple[Run, Run] | None:
@@ -161,8 +149,8 @@ def _ab_sides(path: str) -> tuple[Run, Run] | None:
 def collect(paths: list[str], job: str | None = None, window: int = DEFAULT_WINDOW,
             cluster: str | None = None) -> tuple[_Metrics, Export]:
     """The gauges for `paths` (one run, one A/B run, several runs or a --results folder of nights)."""
-    where = Where(job or os.environ.get("SLURM_JOB_NAME") or os.environ.get("JOB_NAME") or "hccl-bench",
-                  cluster or os.environ.get("SLURM_CLUSTER_NAME") or socket.gethostname())
+    where = {"job": job or os.environ.get("SLURM_JOB_NAME") or os.environ.get("JOB_NAME") or "hccl-bench",   # on every sample
+             "cluster": cluster or os.environ.get("SLURM_CLUSTER_NAME") or socket.gethostname()}
     m, out = _Metrics(), Export()
     runs, skipped = load_runs(paths)
     if not runs and len(paths) == 1 and (sides := _ab_sides(paths[0])) is not None:

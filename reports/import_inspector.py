@@ -16,16 +16,8 @@ LIMITS = ("field data (NCCL Inspector): kernel execution time only (no launch or
           "reduction not recorded, sizes and repeats are whatever the job ran")
 
 
-def files_of(paths: list[Path]) -> list[Path]:
-    """The logs named, a dump directory standing for its *.log files."""
-    out = []
-    for p in paths:
-        out += sorted(p.glob("*.log")) if p.is_dir() else [p]
-    return out
-
-
 def read(paths: list[Path], label: str | None) -> list[dict]:
-    logs = files_of(paths)
+    logs = [f for p in paths for f in (sorted(p.glob("*.log")) if p.is_dir() else [p])]   # a dump directory: its logs
     where = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
     if not logs:
         raise ResultError(f"{where}: no NCCL Inspector *.log files")

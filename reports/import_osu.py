@@ -96,15 +96,12 @@ def _result(path: Path, where: str, test: _Test, nranks: int | None, dtype: str 
     run, op = test.run, test.op
     check_rows(test.rows, run.failed, where, f"'{test.title}' (line {test.line}) has no result rows after it "
                f"(expected '# Size  {AVG}' and rows)")
-    if test.launch_n:
-        if nranks and nranks != test.launch_n:
-            run.warnings.append(f"--nranks {nranks} ignored: the launcher's command line says {test.launch_n}")
-        n = test.launch_n
-    elif nranks:
-        n = nranks
-    else:
+    n = test.launch_n or nranks
+    if not n:
         raise ResultError(f"{where}: OSU prints no rank count and no launcher line with -n precedes the test; "
                           "pass --nranks N")
+    if test.launch_n and nranks and nranks != n:
+        run.warnings.append(f"--nranks {nranks} ignored: the launcher's command line says {n}")
     dt = _dtype(test, dtype, where)
     redop = "sum" if OPS[op].reduces else "none"
     benches = []

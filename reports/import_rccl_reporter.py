@@ -44,10 +44,8 @@ def _records(text: str, where: str) -> tuple[list[dict], str, str]:
         return [r for r in rows if len(r) == len(header)], "rccl-tests-csv", cut
     try:
         data = json.loads(body)
-        if isinstance(data, list):
-            return data, "rccl-tests-reporter-json", ""
-        if isinstance(data, dict):
-            return [data], "rccl-tests-reporter-json", ""
+        if isinstance(data, (list, dict)):
+            return data if isinstance(data, list) else [data], "rccl-tests-reporter-json", ""
     except (ValueError, RecursionError):
         pass
     records: list[dict] = []

@@ -43,23 +43,6 @@ _REPORTER_LINE = re.compile(r'\{\s*"(?:numCycle|name)"\s*:')
 _NCCL_LOG = re.compile(r"(?:\[\d+\] ?)?(?P<host>[^\s:\[\]]+):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|WARN|TRACE|ABORT)\b")
 
 
-def _columns(header: list[str], tokens: list[str]) -> list[str]:
-    """The header's columns a row has: nccl-tests before 2.13.2 print alltoall, all_gather and
-    broadcast rows with an empty redop ("%6s" of "") under a header that names one."""
-    if len(tokens) == len(header) - 1 and "redop" in header and as_float(tokens[header.index("redop")]) is not None:
-        return [c for c in header if c != "redop"]
-    return header
-
-
-def _dedupe(header: list[str]) -> list[str]:
-    """The in-place columns repeat the out-of-place names: suffix the second occurrence."""
-    seen, out = set(), []
-    for name in header:
-        out.append(name + "_2" if name in seen else name)
-        seen.add(name)
-    return out
-
-
 class NcclTextReader:
     """nccl-tests / rccl-tests text: splits a log into runs at each banner or table header."""
 
@@ -148,7 +131,7 @@ class NcclTextReader:
                 run = self.current(number)
                 if run.header and run.samples:
                     run = self.current(number)
-                run.header = _dedupe(tokens)
+                run.header = [t + "_2" if t in tokens[:i] else t for i, t in enumerate(tokens)]   # in-place: the same names
             elif m := _OOB.match(s):
                 if self.runs:
                     run = self.runs[-1]
@@ -168,7 +151,9 @@ class NcclTextReader:
             return                                  # a library's log line inside the table
         else:
             self.finish()                           # a new row while another was in pieces: that one was cut
-        columns = _columns(run.header, tokens)
+        columns = run.header   # nccl-tests before 2.13.2: alltoall, all_gather and broadcast rows print no redop
+        if len(tokens) == len(columns) - 1 and "redop" in columns and as_float(tokens[columns.index("redop")]) is not None:
+            columns = [c for c in columns if c != "redop"]
         if len(tokens) < len(columns):
             self.pending, self.pending_line = tokens, number
             return

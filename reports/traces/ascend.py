@@ -31,21 +31,6 @@ def rank_folders(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if is_rank_folder(p))
 
 
-def op_times(path: Path, name: str, info) -> tuple[float, float, float | None]:
-    """(start us, elapse us, HCCL's wait us) of one op's "Communication Time Info", or one line why not."""
-    times = info.get(TIME_INFO) if isinstance(info, dict) else None
-    try:
-        if not isinstance(times, dict):
-            raise TypeError(TIME_INFO)
-        start = float(times["Start Timestamp(us)"])
-        elapse = float(times["Elapse Time(ms)"]) * 1e3
-        wait = times.get("Wait Time(ms)")
-        return start, elapse, None if wait is None else float(wait) * 1e3
-    except (KeyError, TypeError, ValueError):
-        raise ResultError(f"{shown(path)}: op {name.partition('@')[0][:40]} has no Start Timestamp(us) / Elapse Time(ms) "
-                          f"in its '{TIME_INFO}'") from None
-
-
 def split_name(name: str) -> tuple[str, str, str]:
     """hcom_allReduce__501_0_1@629723... -> (group "629723...", op "all_reduce", the name's tag "501_0_1")."""
     stem, _, group = name.partition("@")
@@ -65,7 +50,13 @@ def collectives(path: Path, ops: dict[str, dict], group_of: dict[str, str] | Non
     for name, info in ops.items():
         if name.startswith("Total Op Info") or not isinstance(info, dict):
             continue
-        start, elapse, wait = op_times(path, name, info)
+        times = info.get(TIME_INFO) or {}   # start us, elapse us and HCCL's own wait us, or one line why not
+        try:
+            start, elapse = float(times["Start Timestamp(us)"]), float(times["Elapse Time(ms)"]) * 1e3
+            wait = None if times.get("Wait Time(ms)") is None else float(times["Wait Time(ms)"]) * 1e3
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ResultError(f"{shown(path)}: op {name.partition('@')[0][:40]} has no Start Timestamp(us) / Elapse Time(ms) "
+                              f"in its '{TIME_INFO}'") from None
         group, op, tag = split_name(name)
         group = (group_of or {}).get(name, group)
         rows.append((start, elapse, wait, group, op, tag))

@@ -95,10 +95,8 @@ def _cpu_side(events: list[dict], wanted: set) -> dict:
 
 
 def _op(args: dict, kernel: str) -> str:
-    if args.get("Collective name"):
-        return _snake(str(args["Collective name"]).lstrip("_"))
-    if args.get("op"):
-        return _snake(str(args["op"]).lstrip("_"))
+    if name := args.get("Collective name") or args.get("op"):
+        return _snake(str(name).lstrip("_"))
     m = re.match(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", kernel)
     return _snake(m.group(1)) if m else kernel
 
