@@ -1,7 +1,5 @@
-"""NCCL Inspector logs (NCCL_INSPECTOR_ENABLE=1, plugins/profiler/inspector in NVIDIA/nccl): field
-data, what a production job's collectives took, never a controlled benchmark. What a log holds and
-what a cell is: docs/results.md (NCCL Inspector).
-"""
+"""NCCL Inspector logs (NCCL_INSPECTOR_ENABLE=1): field data, what a production job's collectives
+took, never a controlled benchmark. What a log holds: docs/results.md (NCCL Inspector)."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,5 @@
 """nccl-tests and rccl-tests `-J` JSON, read as the writer (src/util.cu) writes it, versions 1-3.
-What each version holds and how it becomes rows: docs/results.md (`-J` JSON).
-"""
+What each version holds and how it becomes rows: docs/results.md (`-J` JSON)."""
 from __future__ import annotations
 
 import json
@@ -327,6 +326,6 @@ def _cell_entry(tool: str, op: str, cell: tuple, halves: list[Half], n: int, dat
                 if any(h.hip_event_us is not None for h in halves) else None,
                 "samples": "per-iteration rounds" if per_iter else "headline time per repeat",
                 "library_version": data.get("rccl_version", data.get("nccl_version"))}
-    wrongs = [h.wrong for h in halves if h.wrong is not None]
     return entry(tool, op, dtype, redop, inplace, size, count, n, [float(t) for t in rounds] if per_iter else headline,
-                      max(wrongs) if wrongs else None, imported, f"{where}: entry {halves[0].entry}", matrix_ns=matrix)
+                 max((h.wrong for h in halves if h.wrong is not None), default=None), imported,
+                 f"{where}: entry {halves[0].entry}", matrix_ns=matrix)

@@ -1,6 +1,5 @@
 """rccl-tests' own reporter (`-Z json|csv` with `-x FILE`): one record per size and placement, read
-by its keys. The writer's formats: docs/results.md (rccl-tests reporter).
-"""
+by its keys. The writer's formats: docs/results.md (rccl-tests reporter)."""
 from __future__ import annotations
 
 import csv

@@ -1,7 +1,6 @@
-"""Other tools' logs into the result schema, so years of nccl-tests and hccl_test output can serve
-as baselines and be compared. A log is read for what it says, or refused in one line; never guessed
-silently. Here nccl-tests / rccl-tests text and hccl_test; each other format in its import_* module
-(the dispatch is import_runs). What each reads: docs/results.md (Importing other tools' logs)."""
+"""Other tools' logs into the result schema, read for what they say or refused in one line, never
+guessed: nccl-tests / rccl-tests text and hccl_test here, each other format in its import_* module
+(import_runs dispatches). What each reads: docs/results.md (Importing other tools' logs)."""
 from __future__ import annotations
 
 import re
@@ -262,14 +261,11 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
         cells: dict[tuple, list[Sample]] = {}
         for s in run.samples:
             cells.setdefault((s.size, s.count, s.dtype, s.redop if OPS[run_op].reduces else "none", s.inplace), []).append(s)
-        benches = []
-        for (size, count, dtype, redop, inplace), samples in cells.items():
-            wrongs = [s.wrong for s in samples if s.wrong is not None]
-            benches.append(entry("nccl-tests", run_op, dtype, redop, inplace, size, count, n, [s.time_us for s in samples],
-                                  max(wrongs) if wrongs else None,
-                                  {"printed_algbw": samples[0].algbw, "printed_busbw": samples[0].busbw,
-                                   "header": " ".join(run.header), "source_line": samples[0].line},
-                                  f"{where_run}: line {samples[0].line}"))
+        benches = [entry("nccl-tests", run_op, dtype, redop, inplace, size, count, n, [s.time_us for s in ss],
+                         max((s.wrong for s in ss if s.wrong is not None), default=None),
+                         {"printed_algbw": ss[0].algbw, "printed_busbw": ss[0].busbw, "header": " ".join(run.header),
+                          "source_line": ss[0].line}, f"{where_run}: line {ss[0].line}")
+                   for (size, count, dtype, redop, inplace), ss in cells.items()]
         hosts = dict(Counter(host for host, _ in run.ranks.values()))
         out.append(result_of(path, "nccl-tests-text", "nccl-tests", run_op, n, benches, run, hosts,
                            [d for _, d in run.ranks.values()], label))

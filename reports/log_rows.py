@@ -1,7 +1,5 @@
-"""What every log importer shares: the rows a log yields (Sample, LogRun), the dtype names of
-the tools, the printed-bandwidth cross-check and the result entry an imported cell becomes. Its
-own module so the format readers (importers, import_nccl_json, import_rccl_reporter,
-import_inspector, import_osu, import_imb) import it and none imports another's dispatcher."""
+"""What every log importer shares (rows, the tools' dtype names, the printed-bandwidth cross-check,
+the result entry), in its own module so no format reader imports another's dispatcher."""
 from __future__ import annotations
 
 import re

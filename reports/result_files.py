@@ -1,7 +1,5 @@
-"""Result files on disk -> `Run`s of `Cell`s: results.json (or any pytest-benchmark JSON written
-with hccl-bench's rows), or a run rebuilt from the cases.jsonl beside it when results.json is
-missing or unreadable. Memory stays bounded: a file that is not a JSON object is refused from its
-first bytes, and one larger than the limit (512 MiB; HCCL_BENCH_MAX_RESULT_MB) before it is read."""
+"""Result files on disk -> `Run`s of `Cell`s: results.json (any pytest-benchmark JSON with hccl-bench's
+rows), or the run rebuilt from the cases.jsonl beside it; reads bounded by HCCL_BENCH_MAX_RESULT_MB."""
 from __future__ import annotations
 
 import json

@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from reports.traces.files import load_json, shown
+from reports.traces.nccl import snake_op
 from reports.traces.records import Collective, RankTrace
 from schema.results import ResultError
 from schema.stats import median
@@ -36,11 +37,7 @@ def split_name(name: str) -> tuple[str, str, str]:
     stem, _, group = name.partition("@")
     m = re.match(r"hcom_([A-Za-z]+)_*(.*)$", stem)
     op = m.group(1) if m else stem
-    flat = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", op).lower()
-    known = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-             "alltoall": "all_to_all", "alltoallv": "all_to_all", "alltoallvc": "all_to_all",
-             "receive": "recv", "batchsendrecv": "batch_send_recv"}
-    return group, known.get(flat.replace("_", ""), flat), (m.group(2) if m else "")
+    return group, snake_op(op), (m.group(2) if m else "")
 
 
 def collectives(path: Path, ops: dict[str, dict], group_of: dict[str, str] | None = None) -> list[Collective]:

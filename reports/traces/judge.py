@@ -1,7 +1,5 @@
-"""Which rank, host or group the job waits for, from every rank's collectives (records.RankTrace):
-collectives matched by (group, order), each rank's lateness (its gap minus its peers' median gap),
-the sign and last-arriver tests, what a late rank costs its peers (its holds) and slow links.
-The method, its tests and what it was measured on: docs/doctor.md (How it judges a job)."""
+"""Which rank, host or group the job waits for, from every rank's collectives matched by (group,
+order): lateness, the sign and last-arriver tests, holds and slow links (docs/doctor.md, How it judges a job)."""
 from __future__ import annotations
 
 from collections import defaultdict

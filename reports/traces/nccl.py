@@ -96,18 +96,19 @@ def _cpu_side(events: list[dict], wanted: set) -> dict:
 
 def _op(args: dict, kernel: str) -> str:
     if name := args.get("Collective name") or args.get("op"):
-        return _snake(str(name).lstrip("_"))
+        return snake_op(str(name).lstrip("_"))
     m = re.match(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", kernel)
-    return _snake(m.group(1)) if m else kernel
+    return snake_op(m.group(1)) if m else kernel
 
 
-def _snake(name: str) -> str:
-    """allreduce, all_reduce, AllReduce -> all_reduce: the CPU side and the kernel name the same op."""
+def snake_op(name: str) -> str:
+    """allreduce, all_reduce, AllReduce -> all_reduce: the CPU side, the kernel and HCCL's op name the same op."""
     flat = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower().replace("_base", "")
     known = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
              "alltoall": "all_to_all", "all_to_allv": "all_to_all", "alltoallv": "all_to_all", "all_gather_base": "all_gather",
              "reduce_scatter_tensor": "reduce_scatter", "all_gather_into_tensor": "all_gather",
-             "send_recv": "send_recv", "sendrecv": "send_recv"}
+             "send_recv": "send_recv", "sendrecv": "send_recv", "receive": "recv", "batchsendrecv": "batch_send_recv",
+             "alltoallvc": "all_to_all"}
     return known.get(flat.replace("_", ""), known.get(flat, flat))
 
 
