@@ -113,7 +113,7 @@ class NcclTextReader:
         if m := _NTHREAD.match(s):
             self.finish()
             run = self.current(number)
-            if run.header and not run.samples:   # a second banner before any row: a new launch
+            if run.header:   # a second banner before any row: a new launch
                 run = LogRun(first_line=number, op=self.pending_op, launch_n=self.pending_n)
                 self.runs.append(run)
             run.nthread_ngpus = int(m.group(1)) * int(m.group(2))
@@ -128,8 +128,6 @@ class NcclTextReader:
             tokens = s.lstrip("#").split()
             if tokens[:3] == ["size", "count", "type"] and "time" in tokens:
                 run = self.current(number)
-                if run.header and run.samples:
-                    run = self.current(number)
                 run.header = [t + "_2" if t in tokens[:i] else t for i, t in enumerate(tokens)]   # in-place: the same names
             elif m := _OOB.match(s):
                 if self.runs:
@@ -452,11 +450,10 @@ def import_all(names: list[str], op: str | None = None, nranks: int | None = Non
     inspector = [p for p in paths if p.is_file() and _is_inspector(p)]
     out: list[dict] = []
     for p in paths:
-        if p in inspector:
-            if p == inspector[0]:
-                out += import_inspector.read(inspector, label)
-            continue
-        out += import_runs(p, op, nranks, dtype, label)
+        if p not in inspector:
+            out += import_runs(p, op, nranks, dtype, label)
+        elif p == inspector[0]:
+            out += import_inspector.read(inspector, label)
     return out
 
 

@@ -111,21 +111,6 @@ OTHER_SIDE = {"A": "B", "B": "A"}
 SAME_NIGHT_LABELS = {"A": "this stack", "B": "previous stack"}   # the same-night child's --label (harness/session/same_night.py)
 
 
-def with_direction(meta: RunMeta) -> tuple[RunMeta, bool]:
-    """(meta, whether read from the labels): a same-night A/B recorded before baseline_side existed
-    has its baseline as side B, told by its child session's side labels; any other run keeps its record."""
-    labels = (meta.options.labels if meta.options else None) or meta.labels
-    if meta.baseline_side is not None or any(labels.get(s) != name for s, name in SAME_NIGHT_LABELS.items()):
-        return meta, False
-    return replace(meta, baseline_side="B"), True
-
-
-def recorded_side(meta: RunMeta, side: str) -> str:
-    """The side of the file that plays `side`'s role (A the baseline, B the candidate): the other one
-    where the run records its baseline as side B (a same-night A/B: hccl_bench.baseline_side)."""
-    return OTHER_SIDE[side] if side in OTHER_SIDE and meta.baseline_side == "B" else side
-
-
 def _as_roles(meta: RunMeta) -> RunMeta:
     """The metadata of a run whose baseline ran as side B, its sides named by role: each group's side,
     the --label names (the session's and a reader's) swapped, so every reader sees side A as the baseline."""
@@ -142,8 +127,12 @@ def load(path: str | Path, side: str = "") -> Run:
     data, path, notes = _read(Path(path))
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise ResultError(f"{path} is not an hccl-bench/pytest-benchmark result file (no 'benchmarks' list)")
-    meta, from_labels = with_direction(RunMeta.from_json(data.get("hccl_bench"), str(path)))
-    recorded = recorded_side(meta, side)
+    meta = RunMeta.from_json(data.get("hccl_bench"), str(path))
+    labels = (meta.options.labels if meta.options else None) or meta.labels
+    # a same-night A/B recorded before baseline_side existed: its child session's side labels say B is the baseline
+    if from_labels := meta.baseline_side is None and all(labels.get(s) == name for s, name in SAME_NIGHT_LABELS.items()):
+        meta = replace(meta, baseline_side="B")
+    recorded = OTHER_SIDE[side] if side in OTHER_SIDE and meta.baseline_side == "B" else side   # the file's side in that role
     cells: dict[tuple, Cell] = {}
     for number, bench in enumerate(data["benchmarks"]):
         where = f"{path}: benchmark {number}"

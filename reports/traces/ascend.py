@@ -27,9 +27,7 @@ def is_rank_folder(folder: Path) -> bool:
 def rank_folders(folder: Path) -> list[Path]:
     """The job folder's rank folders (`*_ascend_pt`, or any holding profiler_info_<rank>.json), or the
     folder itself when it is one rank's."""
-    if is_rank_folder(folder):
-        return [folder]
-    return sorted(p for p in folder.iterdir() if is_rank_folder(p))
+    return [folder] if is_rank_folder(folder) else sorted(p for p in folder.iterdir() if is_rank_folder(p))
 
 
 def split_name(name: str) -> tuple[str, str, str]:

@@ -79,20 +79,15 @@ def forensics(dumps: list[FrDump], ranks_per_host: int | None = None) -> HangRep
     return report
 
 
-def _base(op: str) -> str:
-    return op.split(":", 1)[-1].split()[0] if op else op
-
-
 def _mismatched(got: list[tuple[str, str, str]]) -> bool:
     """Whether ranks entered different collectives at one sequence number, as torch's analyser
     judges it (input sizes and dtypes: docs/doctor.md)."""
-    ops = {_base(op) for op, _, _ in got}
+    ops = {op.split(":", 1)[-1].split()[0] if op else op for op, _, _ in got}   # "gloo:all_reduce" -> all_reduce
     if len(ops) > 1:
         return True
     op = ops.pop()
-    if not ("all_to_all" in op or op == "scatter" or op.endswith("_v") or "_v_" in op):
-        if len({sizes for _, sizes, _ in got}) > 1:
-            return True
+    if not ("all_to_all" in op or op == "scatter" or op.endswith("_v") or "_v_" in op) and len({s for _, s, _ in got}) > 1:
+        return True
     if op in ("scatter", "broadcast"):
         return False
     dtypes = {t for _, sizes, t in got if sizes not in ("[]", "[[]]", "None")}
