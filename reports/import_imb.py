@@ -55,8 +55,7 @@ def _blocks(text: str) -> list[_Block]:
                 dtypes[key] = m.group(1)
                 break
         if m := _BENCH.match(s):
-            block = _Block(m.group(2), number, version, dict(dtypes), multi=bool(m.group(1)))
-            block.run = LogRun(first_line=number, op=NAMES.get(block.name))
+            block = _Block(m.group(2), number, version, dict(dtypes), bool(m.group(1)), run=LogRun(number, NAMES.get(m.group(2))))
             blocks.append(block)
             open_run.append(block)
             continue

@@ -232,8 +232,8 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
             n = cands[0]
             run.warnings.append(f"rank count {n} from bus_bw/alg_bw: the file lists no devices")
         else:
-            raise ResultError(f"{where}: the file lists no devices and bus_bw/alg_bw fits "
-                              f"{span_text(cands) if cands else 'any rank count'} ranks; pass --nranks N")
+            raise ResultError(f"{where}: the file lists no devices and bus_bw/alg_bw fits {span_text(cands)} ranks; "
+                              "pass --nranks N")
     samples = [Sample(c[0], c[1], c[2], c[3], c[4], h.time_us, h.algbw, h.busbw, h.wrong, h.entry)
                for c, hs in halves.items() for h in hs]
     if meaning["report_cputime"]:   # printed bandwidths come from the synchronised time, not the CPU time
@@ -297,8 +297,7 @@ def _verdicts(run, data: dict, results: list, incomplete: list[str]) -> None:
 
 
 def _cell_entry(tool: str, op: str, cell: tuple, halves: list[Half], n: int, data: dict, meaning: dict, where: str) -> dict:
-    """One cell from all its repeats: per-iteration rounds (and process rows) when -I wrote them,
-    else one sample per repeat's headline time."""
+    """One cell from all its repeats: -I's per-iteration rounds (and process rows), else each repeat's headline time."""
     size, count, dtype, redop, inplace = cell
     rounds: list[float] = []
     rows: list[list[float]] | None = []

@@ -29,7 +29,6 @@ class _Test:
         self.title = m.group(0).lstrip("#").strip()
         self.library, self.device = m.group("lib").upper(), (m.group("dev") or "").upper() or None
         self.op = NAMES.get(self.name.lower())
-        self.launch_n = launch_n
         self.datatype: str | None = None
         self.columns: list[str] = []
         self.rows: list[tuple[int, dict[str, str]]] = []
@@ -96,11 +95,11 @@ def _result(path: Path, where: str, test: _Test, nranks: int | None, dtype: str 
     run, op = test.run, test.op
     check_rows(test.rows, run.failed, where, f"'{test.title}' (line {test.line}) has no result rows after it "
                f"(expected '# Size  {AVG}' and rows)")
-    n = test.launch_n or nranks
+    n = test.run.launch_n or nranks
     if not n:
         raise ResultError(f"{where}: OSU prints no rank count and no launcher line with -n precedes the test; "
                           "pass --nranks N")
-    if test.launch_n and nranks and nranks != n:
+    if test.run.launch_n and nranks and nranks != n:
         run.warnings.append(f"--nranks {nranks} ignored: the launcher's command line says {n}")
     dt = _dtype(test, dtype, where)
     redop = "sum" if OPS[op].reduces else "none"

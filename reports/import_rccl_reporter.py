@@ -22,8 +22,7 @@ def _key(name: str) -> str:
 
 
 def is_record_line(line: str) -> bool:
-    """A reporter record on one line, whatever its key order: a JSON object naming a size, a time
-    and the collective (the first line of a JSON-lines file)."""
+    """A reporter record on one line, whatever its key order: a JSON object naming a size, a time and the collective."""
     try:
         obj = json.loads(line.strip().rstrip(","))
     except (ValueError, RecursionError):

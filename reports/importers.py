@@ -272,9 +272,8 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
 
 def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: str | None,
               label: str | None = None) -> list[dict]:
-    """hccl_test prints its table on the root rank: a size seen again within one run is a repeat
-    (its times are samples), not another rank. Each command line (or a table header after rows)
-    starts another run, so concatenated outputs of several tests split into their runs."""
+    """hccl_test prints its table on the root rank: a size seen again within one run is a repeat, not another
+    rank. Each command line (or a table header after rows) starts another run."""
     segments: list[dict] = []
     current: dict | None = None
 
@@ -421,8 +420,7 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
 
 def _mpi_suites(path: Path, text: str, op: str | None, nranks: int | None, dtype: str | None,
                 label: str | None) -> list[dict]:
-    """OSU and IMB runs, and nccl-tests runs beside them in the same log (an acceptance job's output),
-    each read by its own reader and returned in file order; [] when the file holds neither suite."""
+    """OSU and IMB runs, and nccl-tests runs beside them (an acceptance job's log), in file order; [] for neither."""
     osu = "# OSU " in text and any(import_osu.HEADER.match(PREFIXES.sub("", line).strip()) for line in text.splitlines())
     imb = bool(import_imb.BANNER.search(text) or ("# Benchmarking " in text and "#repetitions" in text))
     if not (osu or imb):
@@ -444,8 +442,7 @@ def _is_inspector(path: Path) -> bool:
 
 def import_all(names: list[str], op: str | None = None, nranks: int | None = None, dtype: str | None = None,
                label: str | None = None) -> list[dict]:
-    """Every run of every file, in order; NCCL Inspector logs (one per process) are read together
-    as one job's field data, where the first of them stands."""
+    """Every run of every file, in order; NCCL Inspector logs (one per process) read together as one job's."""
     paths = [Path(n) for n in names]
     inspector = [p for p in paths if p.is_file() and _is_inspector(p)]
     out: list[dict] = []

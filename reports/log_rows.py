@@ -152,9 +152,8 @@ def cross_check(op: str, nranks: int, samples: list[Sample], where: str) -> None
 def entry(tool: str, op: str, dtype: str, redop: str, inplace: bool, nbytes: int, count: int, nranks: int,
            times_us: list[float], wrong, imported: dict, where: str, matrix_ns: list[list[int]] | None = None,
            source: str = "benchmark", backend: str | None = None) -> dict:
-    """One imported cell as a result entry; a time that is not finite and > 0 refuses the log.
-    `matrix_ns`: a process (or rank) x round matrix of per-op times, summarised as a native case's
-    (schema.stats), its rounds the samples."""
+    """One imported cell as a result entry; a time that is not finite and > 0 refuses the log. `matrix_ns`:
+    a process (or rank) x round matrix of per-op times, summarised as a native case's, its rounds the samples."""
     bad = next((t for t in times_us if not (isinstance(t, (int, float)) and 0 < t < float("inf"))), None)
     if bad is not None:
         raise ResultError(f"{where}: {op} {nbytes} B has time {bad} us; a time must be a finite number > 0")

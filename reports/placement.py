@@ -56,8 +56,7 @@ def _probes_expected(row) -> bool:
 
 
 def round_trip_ns(cell) -> float | None:
-    """Where ranks 0 and 1's cores were for a cell: the median over its launches of each case's
-    faster round trip (ns); None where no launch was probed."""
+    """Where ranks 0 and 1's cores were for a cell: the median of its launches' faster round trips (ns), or None."""
     fastest = sorted(float(min(row.cores_rt_ns)) for row in cell.rows.values() if _probed(row))
     return median(fastest) if fastest else None
 
@@ -88,8 +87,7 @@ def of(runs: list) -> Placement | None:
 
 @dataclass(frozen=True)
 class TopUp:
-    """Before a --top-up launch: the cells of tonight's run still short of launches in the usual
-    placement, or why no more run."""
+    """Before a --top-up launch: the cells of tonight's run still short of launches in the usual placement."""
     short: frozenset       # cell keys to launch again
     stopped: str = ""      # why no top-up launch runs any more ("" while they do)
     usual: str = ""        # the history's usual placement: "near" or "far"

@@ -23,8 +23,7 @@ def size_limit(variable: str, default_mib: int) -> int:
 
 
 def read_json_object(path: Path) -> dict:
-    """A file's JSON object, or ResultError in one line: too large, not an object, not JSON,
-    nested too deeply. Never reads more than MAX_RESULT_BYTES."""
+    """A file's JSON object, or ResultError in one line: too large, not an object, not JSON, nested too deeply."""
     limit = size_limit("HCCL_BENCH_MAX_RESULT_MB", 512)
     try:
         size = path.stat().st_size
@@ -112,8 +111,7 @@ SAME_NIGHT_LABELS = {"A": "this stack", "B": "previous stack"}   # the same-nigh
 
 
 def _as_roles(meta: RunMeta) -> RunMeta:
-    """The metadata of a run whose baseline ran as side B, its sides named by role: each group's side,
-    the --label names (the session's and a reader's) swapped, so every reader sees side A as the baseline."""
+    """A baseline-as-side-B run's metadata by role: its groups' sides and --label names swapped (side A the baseline)."""
     swap = lambda labels: {OTHER_SIDE.get(k, k): v for k, v in labels.items()}  # noqa: E731
     return replace(meta, groups={name: {**g, "side": OTHER_SIDE.get(g.get("side", ""), g.get("side", ""))}
                                  for name, g in meta.groups.items()},
@@ -197,8 +195,7 @@ def leave_out_disturbed(cells: dict[tuple, Cell]) -> None:
 
 
 def run_from_rows(rows: list[Row], side: str, path: str, meta: RunMeta) -> Run:
-    """A run from rows still in memory (a session looking at its own launches); round times from
-    round_ns_per_rank, whole or summarised (schema/stats.py keeps each round's slowest rank)."""
+    """A run from rows still in memory (a session's own launches), its round times from round_ns_per_rank."""
     from schema.stats import per_op_seconds
     cells: dict[tuple, Cell] = {}
     for row in rows:

@@ -25,8 +25,7 @@ def is_rank_folder(folder: Path) -> bool:
 
 
 def rank_folders(folder: Path) -> list[Path]:
-    """The job folder's rank folders (`*_ascend_pt`, or any holding profiler_info_<rank>.json), or the
-    folder itself when it is one rank's."""
+    """The folder's rank folders (`*_ascend_pt`, or any with profiler_info_<rank>.json), or itself as one rank's."""
     return [folder] if is_rank_folder(folder) else sorted(p for p in folder.iterdir() if is_rank_folder(p))
 
 
@@ -85,8 +84,7 @@ def read_rank(folder: Path) -> RankTrace:
             part = step.get(kind) if isinstance(step, dict) else None
             if isinstance(part, dict):
                 ops.update(part)
-    world = _world(folder)
-    return RankTrace(rank, world or 0, "", str(folder), {}, collectives(comm, ops), NOTE, "hccl")
+    return RankTrace(rank, _world(folder) or 0, "", str(folder), {}, collectives(comm, ops), NOTE, "hccl")
 
 
 def _world(folder: Path) -> int | None:
@@ -118,8 +116,7 @@ def with_groups(traces: list[RankTrace], world: int | None = None) -> list[RankT
 
 
 def with_hccl_waits(traces: list[RankTrace], shown_ranks: int = 3) -> list[RankTrace]:
-    """HCCL's own figure beside the doctor's, added to each trace's note in one line: each rank's median
-    Wait Time, the lowest few (the last to arrive wait least) and the highest."""
+    """HCCL's own Wait Time beside the doctor's, in each trace's note: each rank's median, the lowest few and the highest."""
     medians = sorted((float(median(w)), t.rank) for t in traces
                      if (w := [c.wait_us for c in t.collectives if c.wait_us is not None]))
     if medians:

@@ -80,8 +80,7 @@ def forensics(dumps: list[FrDump], ranks_per_host: int | None = None) -> HangRep
 
 
 def _mismatched(got: list[tuple[str, str, str]]) -> bool:
-    """Whether ranks entered different collectives at one sequence number, as torch's analyser
-    judges it (input sizes and dtypes: docs/doctor.md)."""
+    """Whether ranks entered different collectives at one sequence number, as torch's analyser judges it (docs/doctor.md)."""
     ops = {op.split(":", 1)[-1].split()[0] if op else op for op, _, _ in got}   # "gloo:all_reduce" -> all_reduce
     if len(ops) > 1:
         return True

@@ -249,9 +249,8 @@ def _where(late: np.ndarray, last: np.ndarray, hold: np.ndarray, places: list[tu
 
 
 def _previous_ends(traces: list[RankTrace]) -> dict[tuple[int, str, int], float]:
-    """(rank, group, seq) -> when that rank's last collective before this one (any group) ended, on
-    its own clock; absent where one of its collectives was still running when this one started
-    (overlapped, as DDP's bucket all_reduces are: the gap would measure another collective's wait)."""
+    """(rank, group, seq) -> when that rank's previous collective (any group) ended, on its own clock; absent
+    where one was still running when this one started (overlapped, as DDP's bucket all_reduces are)."""
     out = {}
     for t in traces:
         latest_end = None   # of every collective of this rank so far
