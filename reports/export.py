@@ -53,8 +53,7 @@ def _run_name(run: Run) -> str:
 def _stack(run: Run) -> str:
     """What the run's stack is called: its --label, else the CANN version, MPI library or folder."""
     prov = run.provenance
-    return (run.given_name or (prov.get("cann") or {}).get("cann") or str(prov.get("mpi_library") or "")
-            or _run_name(run))
+    return (run.given_name or (prov.get("cann") or {}).get("cann") or str(prov.get("mpi_library") or "") or _run_name(run))
 
 
 class _Metrics:

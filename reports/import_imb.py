@@ -23,7 +23,6 @@ _FINALIZE = re.compile(r"^#\s*All processes entering MPI_Finalize")
 NAMES = {"Allreduce": "all_reduce", "Reduce": "reduce", "Bcast": "broadcast", "Allgather": "all_gather",
          "Alltoall": "all_to_all", "Reduce_scatter": "reduce_scatter", "Reduce_scatter_block": "reduce_scatter"}
 PER_PEER = {"Allgather", "Alltoall", "Reduce_scatter_block"}
-COLUMNS = ("#bytes", "#repetitions", "t_min[usec]", "t_max[usec]", "t_avg[usec]")
 
 
 @dataclass

@@ -72,9 +72,8 @@ def read(paths: list[Path], label: str | None) -> list[dict]:
                         (p2p, "p2p records (Send/Recv) not imported"), (bad, "lines that are not Inspector records skipped")):
         if count:
             run.warnings.append(f"{count} {what}")
-    ops = sorted({op for op, _, _ in cells})
     out = []
-    for run_op in ops:
+    for run_op in sorted({op for op, _, _ in cells}):
         benches = []
         for (op, size, n), collectives in sorted(cells.items()):
             if op != run_op:
@@ -93,7 +92,6 @@ def read(paths: list[Path], label: str | None) -> list[dict]:
         one.extra.update({"field": True, "limits": LIMITS, "files": [str(p) for p in logs]})
         result = result_of(logs[0] if len(logs) == 1 else paths[0], "nccl-inspector", "nccl-inspector", run_op, nranks[0],
                          benches, one, ranks_per_host, [], label)
-        result["hccl_bench"]["source"] = "field"
-        result["hccl_bench"]["field_limits"] = LIMITS
+        result["hccl_bench"].update(source="field", field_limits=LIMITS)
         out.append(result)
     return out

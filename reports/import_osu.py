@@ -119,8 +119,7 @@ def _result(path: Path, where: str, test: _Test, nranks: int | None, dtype: str 
         benches.append(entry("osu", op, dt, redop, False, nbytes, nbytes // ITEMSIZE.get(dt, 1), n,
                              [float(row[AVG])], None, extra, f"{where}: line {number}",
                              backend=f"osu-{test.library.lower()}"))
-    run.extra.update({"version": test.version, "library": test.library, "device": test.device,
-                      "datatype_printed": test.datatype})
+    run.extra.update({"version": test.version, "library": test.library, "device": test.device, "datatype_printed": test.datatype})
     return table_result(path, "osu-text", "osu-micro-benchmarks", op, n, benches, run, label,
                         f"{where}: '{test.title}' (line {test.line})")
 

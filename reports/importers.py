@@ -304,7 +304,21 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
             continue
         if current is None or current["header"] is None or not cols[0].isdigit():
             continue
-        _hccl_row(current, number, cols)
+        run, header = current["run"], current["header"]
+        if len(cols) < len(header):
+            run.cut = f"line {number}: row cut off ({len(cols)} of {len(header)} columns), ignored"
+            run.warnings.append(run.cut)
+            continue
+        row = dict(zip(header, cols))
+        time_col = "aveg_time(us)" if "aveg_time(us)" in row else "avg_time(us)"
+        if (t := as_float(row.get(time_col, ""))) is None or t <= 0:
+            run.warnings.append(f"line {number}: no time in this row, ignored")
+            continue
+        if (check := row.get("check_result")) not in (None, "NULL", "success"):
+            run.failed = run.failed or f"line {number}: check_result {check} at {row['data_size(Bytes)']} B"
+        algbw = as_float(row.get("alg_bandwidth(GB/s)", ""))
+        current["rows"].setdefault(int(row["data_size(Bytes)"]), []).append((t, algbw, check, time_col))
+        run.last_line = number
     for seg in segments:
         if "failure" in seg:
             seg["run"].failed = seg["run"].failed or seg["failure"].text
@@ -328,26 +342,6 @@ def _logical_lines(text: str):
         pending, start = "", 0
     if pending:
         yield start, pending
-
-
-def _hccl_row(seg: dict, number: int, cols: list[str]) -> None:
-    run, header = seg["run"], seg["header"]
-    if len(cols) < len(header):
-        run.cut = f"line {number}: row cut off ({len(cols)} of {len(header)} columns), ignored"
-        run.warnings.append(run.cut)
-        return
-    row = dict(zip(header, cols))
-    time_col = "aveg_time(us)" if "aveg_time(us)" in row else "avg_time(us)"
-    t = as_float(row.get(time_col, ""))
-    if t is None or t <= 0:
-        run.warnings.append(f"line {number}: no time in this row, ignored")
-        return
-    check = row.get("check_result")
-    if check not in (None, "NULL", "success"):
-        run.failed = run.failed or f"line {number}: check_result {check} at {row['data_size(Bytes)']} B"
-    algbw = as_float(row.get("alg_bandwidth(GB/s)", ""))
-    seg["rows"].setdefault(int(row["data_size(Bytes)"]), []).append((t, algbw, check, time_col))
-    run.last_line = number
 
 
 def _hccl_result(where, path: Path, seg: dict, op: str | None, nranks: int | None, dtype: str | None, label) -> dict:
@@ -418,8 +412,7 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
     return nccl_text(path, text, op, nranks, label)
 
 
-def _mpi_suites(path: Path, text: str, op: str | None, nranks: int | None, dtype: str | None,
-                label: str | None) -> list[dict]:
+def _mpi_suites(path: Path, text: str, op: str | None, nranks: int | None, dtype: str | None, label: str | None) -> list[dict]:
     """OSU and IMB runs, and nccl-tests runs beside them (an acceptance job's log), in file order; [] for neither."""
     osu = "# OSU " in text and any(import_osu.HEADER.match(PREFIXES.sub("", line).strip()) for line in text.splitlines())
     imb = bool(import_imb.BANNER.search(text) or ("# Benchmarking " in text and "#repetitions" in text))

@@ -24,9 +24,8 @@ def read(path: Path) -> FrDump:
     m = _RANK.search(path.name)
     if not m:
         raise ResultError(f"{path}: no rank at the end of its name (a flight-recorder dump is <prefix><rank>)")
-    raw = read_bytes(path)
     try:
-        dump = _DataOnly(io.BytesIO(raw)).load()
+        dump = _DataOnly(io.BytesIO(read_bytes(path))).load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
             UnicodeDecodeError, MemoryError, RecursionError) as exc:
         raise ResultError(f"{path}: not a flight-recorder dump (a cut or foreign file: {exc})") from None

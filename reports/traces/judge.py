@@ -283,8 +283,7 @@ def _name_ranks_and_hosts(verdict: Verdict, named: list[RankStats], wait: np.nda
         mine = [s for s in named if s.host == host]
         if not mine:
             continue
-        victims = sorted(r for r in verdict.hosts if r not in named_ranks
-                         and np.nanmean(wait[r]) > max(s.wait_us for s in mine))
+        victims = sorted(r for r in verdict.hosts if r not in named_ranks and np.nanmean(wait[r]) > max(s.wait_us for s in mine))
         if len(ranks) >= 2 and len(mine) == len(ranks) and host != "?":
             mean = float(np.mean([s.late_us for s in mine]))
             verdict.suspects.append(Suspect(
@@ -307,8 +306,7 @@ def _name_ranks_and_hosts(verdict: Verdict, named: list[RankStats], wait: np.nda
                                             s.cost_us, s.cost_step_us))
 
 
-def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float]], alpha: float,
-                 min_link_ratio: float) -> None:
+def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float]], alpha: float, min_link_ratio: float) -> None:
     by_sig: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(dict)
     for (g, op, shape), v in floors.items():
         if g:

@@ -44,8 +44,7 @@ def read(path: Path) -> RankTrace:
         return out
     try:
         threads = sorted({int(e["tid"]) for e in events})
-        rows = [(float(e["ts"]), float(e["dur"]), int(e["tid"]), e["name"][len("gloo:"):], _shape(e.get("args")))
-                for e in events]
+        rows = [(float(e["ts"]), float(e["dur"]), int(e["tid"]), e["name"][len("gloo:"):], _shape(e.get("args"))) for e in events]
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultError(f"{shown(path)}: a gloo event without a number where one belongs ({exc})") from None
     names = list(groups)

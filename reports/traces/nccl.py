@@ -38,8 +38,7 @@ def collectives(events: list[dict], base_us: float) -> tuple[list[Collective], d
         # no group name (older torch): each op's kernels are matched in their own order across ranks,
         # which holds where the job's groups interleave differently by rank, as long as each op runs alike
         group = str(args.get("Process Group Name", "")) or f"? {op}"
-        ranks = _ranks(args.get("Process Group Ranks"))
-        if group and ranks:
+        if ranks := _ranks(args.get("Process Group Ranks")):
             groups.setdefault(group, ranks)
         seq = args.get("Seq")
         rows.append((group, seq if isinstance(seq, int) else None, op, _shape(op, args),
@@ -51,8 +50,7 @@ def collectives(events: list[dict], base_us: float) -> tuple[list[Collective], d
                  if all(r[1] is not None for r in rows if r[0] == g)
                  and len({r[1] for r in rows if r[0] == g}) == sum(r[0] == g for r in rows)}
     for group, seq, op, shape, start, dur in rows:
-        out.append(Collective(group, seq if seq is not None and group in torch_seq else order[group], op, shape, start,
-                              dur))
+        out.append(Collective(group, seq if seq is not None and group in torch_seq else order[group], op, shape, start, dur))
         order[group] += 1
     note = (f"NCCL kernels on the device clock ({len(kernels)}), {described} described by their CPU side "
             "(record_param_comms / nccl:*), the rest by the kernel's name")
@@ -73,8 +71,7 @@ def _corr(e: dict):
 
 def _cpu_side(events: list[dict], wanted: set) -> dict:
     """correlation -> the args of record_param_comms and the nccl:<op> name around its launch."""
-    launches = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith(LAUNCHES)
-                and _corr(e) in wanted]
+    launches = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith(LAUNCHES) and _corr(e) in wanted]
     ops = defaultdict(list)
     for e in events:
         name = str(e.get("name", ""))
