@@ -70,7 +70,6 @@ def read_rank(folder: Path) -> RankTrace:
     comm = folder / OUTPUT / "communication.json"
     if number is None:     # torch_npu writes no rank where torch.distributed was not initialised
         return RankTrace(0, 1, "", str(folder), {}, [], NOTE, "hccl")
-    rank = int(number)
     if not comm.is_file():
         db = "only the .db export there: profile with export_type text, " if list(folder.glob(f"{OUTPUT}/*.db")) else ""
         raise ResultError(f"{shown(folder)}: no {OUTPUT}/communication.json ({db}profiler_level Level1 or higher, "
@@ -84,7 +83,7 @@ def read_rank(folder: Path) -> RankTrace:
             part = step.get(kind) if isinstance(step, dict) else None
             if isinstance(part, dict):
                 ops.update(part)
-    return RankTrace(rank, _world(folder) or 0, "", str(folder), {}, collectives(comm, ops), NOTE, "hccl")
+    return RankTrace(int(number), _world(folder) or 0, "", str(folder), {}, collectives(comm, ops), NOTE, "hccl")
 
 
 def _world(folder: Path) -> int | None:

@@ -32,8 +32,7 @@ def alone(traces: list[RankTrace]) -> str | None:
 
 
 def missing(traces: list[RankTrace]) -> list[int]:
-    world = traces[0].world
-    return sorted(set(range(world)) - {t.rank for t in traces})
+    return sorted(set(range(traces[0].world)) - {t.rank for t in traces})
 
 
 def partial_note(traces: list[RankTrace]) -> list[str]:
