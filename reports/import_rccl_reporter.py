@@ -81,9 +81,7 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
         by_op.setdefault(name, []).append((index, rec))
     out = []
     for run_op, recs in by_op.items():
-        run = LogRun(first_line=recs[0][0], op=run_op, cut=cut)
-        if cut:
-            run.warnings.append(cut)
+        run = LogRun(first_line=recs[0][0], op=run_op, cut=cut, warnings=[cut] if cut else [])
         cells: dict[tuple, list[Sample]] = {}
         counts = set()
         for index, rec in recs:

@@ -120,12 +120,9 @@ def each_table(path: Path, tables: list, left_out: str, where, result, refusal: 
     warnings. `where(i, table)`: how a message names a table when the file has several."""
     if not tables:
         raise ResultError(f"{path}: {refusal}")
-    out = []
-    for i, table in enumerate(tables):
-        if left_out and i == 0:
-            table.run.warnings.append(f"left out, not collectives hccl-bench imports: {left_out}")
-        out.append(result(str(path) if len(tables) == 1 else f"{path} ({where(i, table)})", table))
-    return out
+    if left_out:
+        tables[0].run.warnings.append(f"left out, not collectives hccl-bench imports: {left_out}")
+    return [result(str(path) if len(tables) == 1 else f"{path} ({where(i, table)})", table) for i, table in enumerate(tables)]
 
 
 def need(value, what: str, where: str, flag: str):
