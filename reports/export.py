@@ -1,30 +1,6 @@
-"""`hccl-bench export`: a night's figures and verdicts where fleets look (docs/results.md, Export).
-
-`--prometheus FILE` writes the Prometheus text format that node_exporter's textfile collector (or a
-Pushgateway) reads, through prometheus_client (a registry of gauges, written atomically by
-write_to_textfile), so the text is the client library's own, never assembled by hand. Metric and
-label names follow NCCL Inspector's textfile output (`nccl_bus_bandwidth_gbs` and
-`nccl_collective_exec_time_microseconds` with collective, message_size, algo_proto, nranks,
-n_nodes, node and job labels), named for hccl-bench:
-
-    hccl_bench_busbw_gbps{op,bytes,message_size,dtype,redop,inplace,backend,algo,nranks,hosts,series,knobs,side,stack,run,job,cluster}
-    hccl_bench_algbw_gbps{...}   hccl_bench_time_us{...}   (each cell's median per-op time over its launches)
-    hccl_bench_verdict{<cell labels>,verdict,cause,direction,confirmed,machine} 1
-    hccl_bench_time_ratio{<cell labels>,bound="estimate"|"low"|"high"}   (candidate / baseline time, 95% CI)
-    hccl_bench_detectable_change{<cell labels>}   (the change the cell could have seen, 80% power)
-    hccl_bench_cores_round_trip_ns{<cell labels>}   (ranks 0 and 1's cores' round trip: where the host put them)
-    hccl_bench_waited_rounds_ratio{<cell labels>}   (the share of rounds a rank waited for a CPU in)
-    hccl_bench_exit_code{run,job,cluster}   hccl_bench_canary_seconds{workload,run,job,cluster}
-    hccl_bench_run_start_seconds{run,job,cluster}
-
-What is exported depends on what is given: one run, its figures; one --ab-env/--ab-source run, both
-sides' figures (side A the baseline, B the candidate, by role: a same-night A/B reads previous ->
-this, reports/result_files.py) and the pair's verdicts; a history (a --results folder, or at least
-MIN_RUNS runs), its newest night's figures and canary and the history's verdicts, judged exactly as
-`hccl-bench history` judges them (reports/gate.py). Only collective cells have bandwidths; other
-kinds' cells are counted in what the command prints. No sample carries a timestamp (the textfile
-collector refuses them): the scrape's time is the sample's.
-"""
+"""`hccl-bench export`: a night's figures and verdicts where fleets look, as the Prometheus text format
+through prometheus_client's own registry. The metrics, labels and what each input exports: docs/results.md
+(Where fleets look)."""
 from __future__ import annotations
 
 import os
@@ -59,38 +35,13 @@ class Export:
     exit_code: int | None = None     # the judgement's exit status (a history: 1 regression, 7 the machine, else 0)
 
 
-def default_job() -> str:
-    """The job label: the scheduler's job name where there is one, else hccl-bench."""
-    return os.environ.get("SLURM_JOB_NAME") or os.environ.get("JOB_NAME") or "hccl-bench"
-
-
-def default_cluster() -> str:
-    """The cluster label: Slurm's cluster name where there is one, else this machine's name."""
-    return os.environ.get("SLURM_CLUSTER_NAME") or socket.gethostname()
-
-
-@dataclass(frozen=True)
-class Where:
-    """The labels every sample of one export carries: which job wrote it, on which cluster (what a
-    fleet's dashboard aggregates and filters by)."""
-    job: str
-    cluster: str
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return {"job": self.job, "cluster": self.cluster}
-
-
-def _hosts(row) -> str:
-    return str(len(row.hosts)) if getattr(row, "hosts", None) else ""
-
-
-def _series_labels(series: Series, size: int, row, side: str, stack: str, run: str, where: Where) -> dict[str, str]:
+def _series_labels(series: Series, size: int, row, side: str, stack: str, run: str, where: dict[str, str]) -> dict[str, str]:
     return {"op": series.op or "", "bytes": str(size), "message_size": format_size(size) if size else "",
             "dtype": series.dtype or "", "redop": series.redop or "", "inplace": "" if series.inplace is None else
             str(bool(series.inplace)).lower(), "backend": series.backend, "algo": series.algo or "",
-            "nranks": "" if series.nranks is None else str(series.nranks), "hosts": _hosts(row) if row is not None else "",
-            "series": series.label(), "knobs": series.knobs or "", "side": side, "stack": stack, "run": run, **where.labels}
+            "nranks": "" if series.nranks is None else str(series.nranks),
+            "hosts": str(len(row.hosts)) if getattr(row, "hosts", None) else "", "series": series.label(),
+            "knobs": series.knobs or "", "side": side, "stack": stack, "run": run, **where}
 
 
 def _run_name(run: Run) -> str:
@@ -102,8 +53,7 @@ def _run_name(run: Run) -> str:
 def _stack(run: Run) -> str:
     """What the run's stack is called: its --label, else the CANN version, MPI library or folder."""
     prov = run.provenance
-    return (run.given_name or (prov.get("cann") or {}).get("cann") or str(prov.get("mpi_library") or "")
-            or _run_name(run))
+    return (run.given_name or (prov.get("cann") or {}).get("cann") or str(prov.get("mpi_library") or "") or _run_name(run))
 
 
 class _Metrics:
@@ -133,7 +83,7 @@ class _Metrics:
         self.started = g("hccl_bench_run_start_seconds", "When the run began (Unix time)", RUN_LABELS)
 
 
-def _figures(m: _Metrics, run: Run, side: str, where: Where, out: Export) -> None:
+def _figures(m: _Metrics, run: Run, side: str, where: dict[str, str], out: Export) -> None:
     """Each collective cell's busbw, algbw and time (median over launches) with its labels."""
     name, stack = _run_name(run), _stack(run)
     other = 0
@@ -157,15 +107,17 @@ def _figures(m: _Metrics, run: Run, side: str, where: Where, out: Export) -> Non
                            "(no bandwidth): not exported")
     try:
         started = datetime.fromisoformat(run.started.replace("Z", "+00:00")).timestamp()
-        m.started.labels(run=name, **where.labels).set(started)
+        m.started.labels(run=name, **where).set(started)
     except ValueError:
         pass
 
 
-def _verdicts(m: _Metrics, cells: list[CellResult], rows: dict, side: str, stack: str, run: str, where: Where,
-              out: Export) -> None:
+def _verdicts(m: _Metrics, judgement: Judgement, cells: list[CellResult], run: Run, stack: str, where: dict[str, str],
+              out: Export, inconclusive: str) -> None:
+    """Each judged cell's verdict, ratio and detectable change, labelled as `run`'s cells, and the exit status."""
+    rows, name = {k: c.row for k, c in run.cells.items()}, _run_name(run)
     for c in cells:
-        labels = _series_labels(c.series, c.size, rows.get(c.key), side, stack, run, where)
+        labels = _series_labels(c.series, c.size, rows.get(c.key), "", stack, name, where)
         v = c.outcome
         m.verdict.labels(**labels, verdict=v.text(), cause=v.cause.value, direction=v.direction.value,
                          confirmed=str(v.confirmed).lower(), machine=str(v.machine).lower()).set(1)
@@ -173,14 +125,16 @@ def _verdicts(m: _Metrics, cells: list[CellResult], rows: dict, side: str, stack
             m.ratio.labels(**labels, bound=bound).set(value)
         m.detectable.labels(**labels).set(c.detectable)
         out.verdicts += 1
+    out.exit_code = int(judgement.exit_status(inconclusive))
+    m.exit_code.labels(run=name, **where).set(out.exit_code)
 
 
-def _canary(m: _Metrics, run: Run, where: Where) -> None:
+def _canary(m: _Metrics, run: Run, where: dict[str, str]) -> None:
     from schema.stats import median
     for workload, w in (run.meta.canary.workloads if run.meta.canary else {}).items():
         samples = w.get("samples") if isinstance(w, dict) else None
         if isinstance(samples, list) and samples and all(isinstance(s, (int, float)) and s > 0 for s in samples):
-            m.canary.labels(workload=str(workload), run=_run_name(run), **where.labels).set(median(samples))
+            m.canary.labels(workload=str(workload), run=_run_name(run), **where).set(median(samples))
 
 
 def _ab_sides(path: str) -> tuple[Run, Run] | None:
@@ -194,7 +148,8 @@ def _ab_sides(path: str) -> tuple[Run, Run] | None:
 def collect(paths: list[str], job: str | None = None, window: int = DEFAULT_WINDOW,
             cluster: str | None = None) -> tuple[_Metrics, Export]:
     """The gauges for `paths` (one run, one A/B run, several runs or a --results folder of nights)."""
-    where = Where(job or default_job(), cluster or default_cluster())
+    where = {"job": job or os.environ.get("SLURM_JOB_NAME") or os.environ.get("JOB_NAME") or "hccl-bench",   # on every sample
+             "cluster": cluster or os.environ.get("SLURM_CLUSTER_NAME") or socket.gethostname()}
     m, out = _Metrics(), Export()
     runs, skipped = load_runs(paths)
     if not runs and len(paths) == 1 and (sides := _ab_sides(paths[0])) is not None:
@@ -203,10 +158,8 @@ def collect(paths: list[str], job: str | None = None, window: int = DEFAULT_WIND
             _figures(m, run, run.side, where, out)
         judgement = judge_pair(base, cand)
         if judgement.comparison is not None and not judgement.refused:
-            rows = {k: c.row for k, c in cand.cells.items()}
-            _verdicts(m, judgement.comparison.cells, rows, "", f"{_stack(base)} -> {_stack(cand)}", _run_name(cand), where,
-                      out)
-            _exit(m, judgement, _run_name(cand), where, out, "fail")   # as `compare --ab` exits
+            _verdicts(m, judgement, judgement.comparison.cells, cand, f"{_stack(base)} -> {_stack(cand)}", where, out,
+                      "fail")   # as `compare --ab` exits
         else:
             out.skipped.append(f"no verdicts: {judgement.refused}")
         out.what = f"the A/B run {paths[0]}: {base.label} -> {cand.label}"
@@ -230,16 +183,9 @@ def collect(paths: list[str], job: str | None = None, window: int = DEFAULT_WIND
     if hist is None or judgement.refused:
         out.skipped.append(f"no verdicts: {judgement.refused or judgement.headline}")
     else:
-        rows = {k: c.row for k, c in newest.cells.items()}
-        _verdicts(m, hist.judged.cells, rows, "", _stack(newest), _run_name(newest), where, out)
-        _exit(m, judgement, _run_name(newest), where, out, "pass")
+        _verdicts(m, judgement, hist.judged.cells, newest, _stack(newest), where, out, "pass")
     out.what = f"the history of {len(runs)} runs: the newest night {_run_name(newest)}'s figures and the history's verdicts"
     return m, out
-
-
-def _exit(m: _Metrics, judgement: Judgement, run: str, where: Where, out: Export, inconclusive: str) -> None:
-    out.exit_code = int(judgement.exit_status(inconclusive))
-    m.exit_code.labels(run=run, **where.labels).set(out.exit_code)
 
 
 def prometheus(paths: list[str], file: str | Path, job: str | None = None, window: int = DEFAULT_WINDOW,

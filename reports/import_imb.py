@@ -23,7 +23,6 @@ _FINALIZE = re.compile(r"^#\s*All processes entering MPI_Finalize")
 NAMES = {"Allreduce": "all_reduce", "Reduce": "reduce", "Bcast": "broadcast", "Allgather": "all_gather",
          "Alltoall": "all_to_all", "Reduce_scatter": "reduce_scatter", "Reduce_scatter_block": "reduce_scatter"}
 PER_PEER = {"Allgather", "Alltoall", "Reduce_scatter_block"}
-COLUMNS = ("#bytes", "#repetitions", "t_min[usec]", "t_max[usec]", "t_avg[usec]")
 
 
 @dataclass
@@ -55,8 +54,7 @@ def _blocks(text: str) -> list[_Block]:
                 dtypes[key] = m.group(1)
                 break
         if m := _BENCH.match(s):
-            block = _Block(m.group(2), number, version, dict(dtypes), multi=bool(m.group(1)))
-            block.run = LogRun(first_line=number, op=NAMES.get(block.name))
+            block = _Block(m.group(2), number, version, dict(dtypes), bool(m.group(1)), run=LogRun(number, NAMES.get(m.group(2))))
             blocks.append(block)
             open_run.append(block)
             continue

@@ -1,7 +1,5 @@
-"""NCCL Inspector logs (NCCL_INSPECTOR_ENABLE=1, plugins/profiler/inspector in NVIDIA/nccl): field
-data, what a production job's collectives took, never a controlled benchmark. What a log holds and
-what a cell is: docs/results.md (NCCL Inspector).
-"""
+"""NCCL Inspector logs (NCCL_INSPECTOR_ENABLE=1): field data, what a production job's collectives
+took, never a controlled benchmark. What a log holds: docs/results.md (NCCL Inspector)."""
 from __future__ import annotations
 
 import json
@@ -16,16 +14,8 @@ LIMITS = ("field data (NCCL Inspector): kernel execution time only (no launch or
           "reduction not recorded, sizes and repeats are whatever the job ran")
 
 
-def files_of(paths: list[Path]) -> list[Path]:
-    """The logs named, a dump directory standing for its *.log files."""
-    out = []
-    for p in paths:
-        out += sorted(p.glob("*.log")) if p.is_dir() else [p]
-    return out
-
-
 def read(paths: list[Path], label: str | None) -> list[dict]:
-    logs = files_of(paths)
+    logs = [f for p in paths for f in (sorted(p.glob("*.log")) if p.is_dir() else [p])]   # a dump directory: its logs
     where = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
     if not logs:
         raise ResultError(f"{where}: no NCCL Inspector *.log files")
@@ -82,9 +72,8 @@ def read(paths: list[Path], label: str | None) -> list[dict]:
                         (p2p, "p2p records (Send/Recv) not imported"), (bad, "lines that are not Inspector records skipped")):
         if count:
             run.warnings.append(f"{count} {what}")
-    ops = sorted({op for op, _, _ in cells})
     out = []
-    for run_op in ops:
+    for run_op in sorted({op for op, _, _ in cells}):
         benches = []
         for (op, size, n), collectives in sorted(cells.items()):
             if op != run_op:
@@ -103,7 +92,6 @@ def read(paths: list[Path], label: str | None) -> list[dict]:
         one.extra.update({"field": True, "limits": LIMITS, "files": [str(p) for p in logs]})
         result = result_of(logs[0] if len(logs) == 1 else paths[0], "nccl-inspector", "nccl-inspector", run_op, nranks[0],
                          benches, one, ranks_per_host, [], label)
-        result["hccl_bench"]["source"] = "field"
-        result["hccl_bench"]["field_limits"] = LIMITS
+        result["hccl_bench"].update(source="field", field_limits=LIMITS)
         out.append(result)
     return out

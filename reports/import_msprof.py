@@ -11,7 +11,6 @@ from schema.results import ResultError
 _COMM_INFO = '"Communication Time Info"'
 _STEP_TRACE = re.compile(r"^\ufeff?Step,(?:Type,Index,)?Computing,Communication\(Not Overlapped\)", re.M)
 _CLUSTER_KEY = re.compile(r'^\{\s*"\(\d+(?:,\s*\d+)*\)"\s*:')
-READER = "hccl-bench doctor --traces DIR reads its folder"
 
 
 def what(head: str) -> str | None:
@@ -29,4 +28,4 @@ def what(head: str) -> str | None:
 def refuse(path: Path, head: str) -> None:
     """Raise the one-line refusal when `head` (the file's first KiBs) is one of these files."""
     if found := what(head):
-        raise ResultError(f"{path}: {found}, not benchmark output; {READER}")
+        raise ResultError(f"{path}: {found}, not benchmark output; hccl-bench doctor --traces DIR reads its folder")

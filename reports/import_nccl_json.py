@@ -1,12 +1,11 @@
 """nccl-tests and rccl-tests `-J` JSON, read as the writer (src/util.cu) writes it, versions 1-3.
-What each version holds and how it becomes rows: docs/results.md (`-J` JSON).
-"""
+What each version holds and how it becomes rows: docs/results.md (`-J` JSON)."""
 from __future__ import annotations
 
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from collectives.ops import OPS, by_log_name
@@ -35,26 +34,19 @@ class Half:
     hip_event_us: float | None = None
 
 
-@dataclass
-class Parsed:
-    data: dict
-    cut: str = ""
-    warnings: list[str] = field(default_factory=list)
-
-
 def _num(value) -> float | None:
     """A writer's number: a float, or "nan" (jsonDouble of NaN) as None."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     return float(value) if ok else None
 
 
-def parse(text: str, where: str) -> Parsed:
-    """The whole object, or the complete entries of a file cut off inside `results`."""
+def parse(text: str, where: str) -> tuple[dict, str]:
+    """(the whole object, ""), or the complete entries of a file cut off inside `results` and where it stops."""
     try:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ResultError(f"{where}: JSON that is not an nccl-tests -J object")
-        return Parsed(data)
+        return data, ""
     except (ValueError, RecursionError):
         pass
     marker = text.find('"results":[')
@@ -80,7 +72,7 @@ def parse(text: str, where: str) -> Parsed:
                    f"the {len(entries)} entries before it are kept")
             break
         entries.append(obj)
-    return Parsed({**head, "results": entries}, cut)
+    return {**head, "results": entries}, cut
 
 
 def flags_of(args: list[str]) -> dict[str, str]:
@@ -106,7 +98,7 @@ def flags_of(args: list[str]) -> dict[str, str]:
     return out
 
 
-def _int(text: str | None, default: int) -> int:
+def _int(text, default: int) -> int:
     try:
         return int(str(text), 0)
     except (TypeError, ValueError):
@@ -116,10 +108,10 @@ def _int(text: str | None, default: int) -> int:
 def timing(flags: dict[str, str], config: dict, cpu: bool) -> dict:
     """What the headline time and the rounds mean under -a, -C, -z, -m, -G, -I, -K."""
     average, blocking = _int(flags.get("a"), 1), _int(flags.get("z"), 1 if config.get("blocking_collectives") == "true" else 0)
-    agg, graph = _int(str(config.get("aggregated_iterations", flags.get("m", 1))), 1), _int(str(config.get("graph", 0)), 0)
+    agg, graph = _int(config.get("aggregated_iterations", flags.get("m", 1)), 1), _int(config.get("graph", 0), 0)
     out = {"average": average, "report_cputime": int(cpu), "blocking": blocking, "agg_iters": agg, "cuda_graph_launches": graph,
            "per_iter_timing": config.get("per_iter_timing") == "true" or _int(flags.get("I"), 0) == 1,
-           "per_iter_skip": _int(str(config.get("per_iter_skip", flags.get("K", 0))), 0)}
+           "per_iter_skip": _int(config.get("per_iter_skip", flags.get("K", 0)), 0)}
     what = "host time to enqueue the timed loop (-C 1: not the collective's time; bandwidths come from the synchronised time)" \
         if cpu else f"{AVERAGE.get(average, f'-a {average}')} per-op time of the timed loop (wall time / (iters x {agg}))"
     if graph:
@@ -176,10 +168,9 @@ def fits(cands: tuple[int, int | None] | None, n: int) -> bool:
 
 def read(path: Path, text: str, op: str | None, nranks: int | None, label: str | None) -> list[dict]:
     where = str(path)
-    parsed = parse(text, where)
-    data = parsed.data
+    data, cut = parse(text, where)
     results = data.get("results")
-    _died_early(data, parsed.cut, where)
+    _died_early(data, cut, where)
     if not isinstance(results, list):
         raise ResultError(f"{where}: 'results' is not a list: not nccl-tests -J output")
     tool = "rccl-tests" if "rccl_version" in data else "nccl-tests"
@@ -187,12 +178,12 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
     flags = flags_of(args)
     named = next((by_log_name(m.group(1)) for a in args[:1] for m in [PERF.search(a)] if m), None)
     json_op: str = need(named or op, "collective", where, "--op")
-    run = LogRun(first_line=1, op=json_op, cut=parsed.cut)
+    run = LogRun(first_line=1, op=json_op, cut=cut)
     if op and named and op != named:
         run.warnings.append(f"--op {op} ignored: the file says {named}")
     config: dict = data["config"] if isinstance(data.get("config"), dict) else {}
     devices = [d for d in config.get("devices") or [] if isinstance(d, dict)]
-    per_process = _int(str(config.get("nthreads", 1)), 1) * _int(str(config.get("ngpus", 1)), 1)
+    per_process = _int(config.get("nthreads", 1), 1) * _int(config.get("ngpus", 1), 1)
     said = len(devices) * per_process if devices else None
     halves: dict[tuple, list[Half]] = {}
     incomplete = []
@@ -221,7 +212,7 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
                                                     _num(body.get("bus_bw", body.get("busbw"))), wrong,
                                                     per if isinstance(per, dict) else None, _num(body.get("hip_event_time"))))
     if not halves:
-        raise ResultError(f"{where}: nccl-tests -J JSON without a complete result" + (f" ({parsed.cut})" if parsed.cut else ""))
+        raise ResultError(f"{where}: nccl-tests -J JSON without a complete result" + (f" ({cut})" if cut else ""))
     cpu = any("cpu_time" in (r.get("out_of_place") or r.get("in_place") or {}) for r in results if isinstance(r, dict))
     meaning = timing(flags, config, cpu or _int(flags.get("C"), 0) == 1)
     # the rank count: the file's own, checked against what the printed bandwidths allow
@@ -241,8 +232,8 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
             n = cands[0]
             run.warnings.append(f"rank count {n} from bus_bw/alg_bw: the file lists no devices")
         else:
-            raise ResultError(f"{where}: the file lists no devices and bus_bw/alg_bw fits "
-                              f"{span_text(cands) if cands else 'any rank count'} ranks; pass --nranks N")
+            raise ResultError(f"{where}: the file lists no devices and bus_bw/alg_bw fits {span_text(cands)} ranks; "
+                              "pass --nranks N")
     samples = [Sample(c[0], c[1], c[2], c[3], c[4], h.time_us, h.algbw, h.busbw, h.wrong, h.entry)
                for c, hs in halves.items() for h in hs]
     if meaning["report_cputime"]:   # printed bandwidths come from the synchronised time, not the CPU time
@@ -295,8 +286,7 @@ def _verdicts(run, data: dict, results: list, incomplete: list[str]) -> None:
     if isinstance(bandwidth, dict) and bandwidth.get("okay") == "false":
         value = bandwidth.get("bandwidth", bandwidth.get("bandwidith"))
         run.failed = run.failed or f"the file says: average bus bandwidth {value} failed its check (okay \"false\")"
-    errors = [str(e) for e in data.get("errors") or [] if str(e).strip()]
-    if errors:
+    if errors := [str(e) for e in data.get("errors") or [] if str(e).strip()]:
         run.failed = run.failed or f"the file's errors: {errors[0][:160]}"
     ended = [] if isinstance(bounds, dict) and data.get("end_time") else [
         f"no footer ({'out_of_bounds' if not isinstance(bounds, dict) else 'end_time'} missing): the run stopped early"]
@@ -307,8 +297,7 @@ def _verdicts(run, data: dict, results: list, incomplete: list[str]) -> None:
 
 
 def _cell_entry(tool: str, op: str, cell: tuple, halves: list[Half], n: int, data: dict, meaning: dict, where: str) -> dict:
-    """One cell from all its repeats: per-iteration rounds (and process rows) when -I wrote them,
-    else one sample per repeat's headline time."""
+    """One cell from all its repeats: -I's per-iteration rounds (and process rows), else each repeat's headline time."""
     size, count, dtype, redop, inplace = cell
     rounds: list[float] = []
     rows: list[list[float]] | None = []
@@ -318,7 +307,7 @@ def _cell_entry(tool: str, op: str, cell: tuple, halves: list[Half], n: int, dat
         if not isinstance(times, list) or not times or any(_num(t) is None or _num(t) <= 0 for t in times):  # type: ignore[operator]
             rows = None
             continue
-        skip = _int(str(h.per_iter.get("skipped_iterations", meaning["per_iter_skip"])), 0)  # type: ignore[union-attr]
+        skip = _int(h.per_iter.get("skipped_iterations", meaning["per_iter_skip"]), 0)  # type: ignore[union-attr]
         skipped += times[:skip]
         rounds += times[skip:]
         proc = h.per_iter.get("per_process_max_times_us")  # type: ignore[union-attr]
@@ -336,6 +325,6 @@ def _cell_entry(tool: str, op: str, cell: tuple, halves: list[Half], n: int, dat
                 if any(h.hip_event_us is not None for h in halves) else None,
                 "samples": "per-iteration rounds" if per_iter else "headline time per repeat",
                 "library_version": data.get("rccl_version", data.get("nccl_version"))}
-    wrongs = [h.wrong for h in halves if h.wrong is not None]
     return entry(tool, op, dtype, redop, inplace, size, count, n, [float(t) for t in rounds] if per_iter else headline,
-                      max(wrongs) if wrongs else None, imported, f"{where}: entry {halves[0].entry}", matrix_ns=matrix)
+                 max((h.wrong for h in halves if h.wrong is not None), default=None), imported,
+                 f"{where}: entry {halves[0].entry}", matrix_ns=matrix)

@@ -29,7 +29,6 @@ class _Test:
         self.title = m.group(0).lstrip("#").strip()
         self.library, self.device = m.group("lib").upper(), (m.group("dev") or "").upper() or None
         self.op = NAMES.get(self.name.lower())
-        self.launch_n = launch_n
         self.datatype: str | None = None
         self.columns: list[str] = []
         self.rows: list[tuple[int, dict[str, str]]] = []
@@ -96,15 +95,12 @@ def _result(path: Path, where: str, test: _Test, nranks: int | None, dtype: str 
     run, op = test.run, test.op
     check_rows(test.rows, run.failed, where, f"'{test.title}' (line {test.line}) has no result rows after it "
                f"(expected '# Size  {AVG}' and rows)")
-    if test.launch_n:
-        if nranks and nranks != test.launch_n:
-            run.warnings.append(f"--nranks {nranks} ignored: the launcher's command line says {test.launch_n}")
-        n = test.launch_n
-    elif nranks:
-        n = nranks
-    else:
+    n = test.run.launch_n or nranks
+    if not n:
         raise ResultError(f"{where}: OSU prints no rank count and no launcher line with -n precedes the test; "
                           "pass --nranks N")
+    if test.run.launch_n and nranks and nranks != n:
+        run.warnings.append(f"--nranks {nranks} ignored: the launcher's command line says {n}")
     dt = _dtype(test, dtype, where)
     redop = "sum" if OPS[op].reduces else "none"
     benches = []
@@ -123,8 +119,7 @@ def _result(path: Path, where: str, test: _Test, nranks: int | None, dtype: str 
         benches.append(entry("osu", op, dt, redop, False, nbytes, nbytes // ITEMSIZE.get(dt, 1), n,
                              [float(row[AVG])], None, extra, f"{where}: line {number}",
                              backend=f"osu-{test.library.lower()}"))
-    run.extra.update({"version": test.version, "library": test.library, "device": test.device,
-                      "datatype_printed": test.datatype})
+    run.extra.update({"version": test.version, "library": test.library, "device": test.device, "datatype_printed": test.datatype})
     return table_result(path, "osu-text", "osu-micro-benchmarks", op, n, benches, run, label,
                         f"{where}: '{test.title}' (line {test.line})")
 

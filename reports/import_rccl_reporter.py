@@ -1,6 +1,5 @@
 """rccl-tests' own reporter (`-Z json|csv` with `-x FILE`): one record per size and placement, read
-by its keys. The writer's formats: docs/results.md (rccl-tests reporter).
-"""
+by its keys. The writer's formats: docs/results.md (rccl-tests reporter)."""
 from __future__ import annotations
 
 import csv
@@ -23,8 +22,7 @@ def _key(name: str) -> str:
 
 
 def is_record_line(line: str) -> bool:
-    """A reporter record on one line, whatever its key order: a JSON object naming a size, a time
-    and the collective (the first line of a JSON-lines file)."""
+    """A reporter record on one line, whatever its key order: a JSON object naming a size, a time and the collective."""
     try:
         obj = json.loads(line.strip().rstrip(","))
     except (ValueError, RecursionError):
@@ -44,10 +42,8 @@ def _records(text: str, where: str) -> tuple[list[dict], str, str]:
         return [r for r in rows if len(r) == len(header)], "rccl-tests-csv", cut
     try:
         data = json.loads(body)
-        if isinstance(data, list):
-            return data, "rccl-tests-reporter-json", ""
-        if isinstance(data, dict):
-            return [data], "rccl-tests-reporter-json", ""
+        if isinstance(data, (list, dict)):
+            return data if isinstance(data, list) else [data], "rccl-tests-reporter-json", ""
     except (ValueError, RecursionError):
         pass
     records: list[dict] = []
@@ -85,9 +81,7 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
         by_op.setdefault(name, []).append((index, rec))
     out = []
     for run_op, recs in by_op.items():
-        run = LogRun(first_line=recs[0][0], op=run_op, cut=cut)
-        if cut:
-            run.warnings.append(cut)
+        run = LogRun(first_line=recs[0][0], op=run_op, cut=cut, warnings=[cut] if cut else [])
         cells: dict[tuple, list[Sample]] = {}
         counts = set()
         for index, rec in recs:

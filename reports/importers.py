@@ -1,7 +1,6 @@
-"""Other tools' logs into the result schema, so years of nccl-tests and hccl_test output can serve
-as baselines and be compared. A log is read for what it says, or refused in one line; never guessed
-silently. Here nccl-tests / rccl-tests text and hccl_test; each other format in its import_* module
-(the dispatch is import_runs). What each reads: docs/results.md (Importing other tools' logs)."""
+"""Other tools' logs into the result schema, read for what they say or refused in one line, never
+guessed: nccl-tests / rccl-tests text and hccl_test here, each other format in its import_* module
+(import_runs dispatches). What each reads: docs/results.md (Importing other tools' logs)."""
 from __future__ import annotations
 
 import re
@@ -41,23 +40,6 @@ _REPORTER_LINE = re.compile(r'\{\s*"(?:numCycle|name)"\s*:')
 # NCCL's own log line (debug.cc: "HOST:PID:TID [DEV] NCCL INFO ", WARN with "FILE:LINE " before NCCL),
 # maybe behind an MPICH "[RANK] " tag; printed mid-row, it starts right after the row's last character
 _NCCL_LOG = re.compile(r"(?:\[\d+\] ?)?(?P<host>[^\s:\[\]]+):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|WARN|TRACE|ABORT)\b")
-
-
-def _columns(header: list[str], tokens: list[str]) -> list[str]:
-    """The header's columns a row has: nccl-tests before 2.13.2 print alltoall, all_gather and
-    broadcast rows with an empty redop ("%6s" of "") under a header that names one."""
-    if len(tokens) == len(header) - 1 and "redop" in header and as_float(tokens[header.index("redop")]) is not None:
-        return [c for c in header if c != "redop"]
-    return header
-
-
-def _dedupe(header: list[str]) -> list[str]:
-    """The in-place columns repeat the out-of-place names: suffix the second occurrence."""
-    seen, out = set(), []
-    for name in header:
-        out.append(name + "_2" if name in seen else name)
-        seen.add(name)
-    return out
 
 
 class NcclTextReader:
@@ -131,7 +113,7 @@ class NcclTextReader:
         if m := _NTHREAD.match(s):
             self.finish()
             run = self.current(number)
-            if run.header and not run.samples:   # a second banner before any row: a new launch
+            if run.header:   # a second banner before any row: a new launch
                 run = LogRun(first_line=number, op=self.pending_op, launch_n=self.pending_n)
                 self.runs.append(run)
             run.nthread_ngpus = int(m.group(1)) * int(m.group(2))
@@ -146,9 +128,7 @@ class NcclTextReader:
             tokens = s.lstrip("#").split()
             if tokens[:3] == ["size", "count", "type"] and "time" in tokens:
                 run = self.current(number)
-                if run.header and run.samples:
-                    run = self.current(number)
-                run.header = _dedupe(tokens)
+                run.header = [t + "_2" if t in tokens[:i] else t for i, t in enumerate(tokens)]   # in-place: the same names
             elif m := _OOB.match(s):
                 if self.runs:
                     run = self.runs[-1]
@@ -168,7 +148,9 @@ class NcclTextReader:
             return                                  # a library's log line inside the table
         else:
             self.finish()                           # a new row while another was in pieces: that one was cut
-        columns = _columns(run.header, tokens)
+        columns = run.header   # nccl-tests before 2.13.2: alltoall, all_gather and broadcast rows print no redop
+        if len(tokens) == len(columns) - 1 and "redop" in columns and as_float(tokens[columns.index("redop")]) is not None:
+            columns = [c for c in columns if c != "redop"]
         if len(tokens) < len(columns):
             self.pending, self.pending_line = tokens, number
             return
@@ -277,14 +259,11 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
         cells: dict[tuple, list[Sample]] = {}
         for s in run.samples:
             cells.setdefault((s.size, s.count, s.dtype, s.redop if OPS[run_op].reduces else "none", s.inplace), []).append(s)
-        benches = []
-        for (size, count, dtype, redop, inplace), samples in cells.items():
-            wrongs = [s.wrong for s in samples if s.wrong is not None]
-            benches.append(entry("nccl-tests", run_op, dtype, redop, inplace, size, count, n, [s.time_us for s in samples],
-                                  max(wrongs) if wrongs else None,
-                                  {"printed_algbw": samples[0].algbw, "printed_busbw": samples[0].busbw,
-                                   "header": " ".join(run.header), "source_line": samples[0].line},
-                                  f"{where_run}: line {samples[0].line}"))
+        benches = [entry("nccl-tests", run_op, dtype, redop, inplace, size, count, n, [s.time_us for s in ss],
+                         max((s.wrong for s in ss if s.wrong is not None), default=None),
+                         {"printed_algbw": ss[0].algbw, "printed_busbw": ss[0].busbw, "header": " ".join(run.header),
+                          "source_line": ss[0].line}, f"{where_run}: line {ss[0].line}")
+                   for (size, count, dtype, redop, inplace), ss in cells.items()]
         hosts = dict(Counter(host for host, _ in run.ranks.values()))
         out.append(result_of(path, "nccl-tests-text", "nccl-tests", run_op, n, benches, run, hosts,
                            [d for _, d in run.ranks.values()], label))
@@ -293,9 +272,8 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
 
 def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: str | None,
               label: str | None = None) -> list[dict]:
-    """hccl_test prints its table on the root rank: a size seen again within one run is a repeat
-    (its times are samples), not another rank. Each command line (or a table header after rows)
-    starts another run, so concatenated outputs of several tests split into their runs."""
+    """hccl_test prints its table on the root rank: a size seen again within one run is a repeat, not another
+    rank. Each command line (or a table header after rows) starts another run."""
     segments: list[dict] = []
     current: dict | None = None
 
@@ -326,7 +304,21 @@ def hccl_test(path: Path, text: str, op: str | None, nranks: int | None, dtype: 
             continue
         if current is None or current["header"] is None or not cols[0].isdigit():
             continue
-        _hccl_row(current, number, cols)
+        run, header = current["run"], current["header"]
+        if len(cols) < len(header):
+            run.cut = f"line {number}: row cut off ({len(cols)} of {len(header)} columns), ignored"
+            run.warnings.append(run.cut)
+            continue
+        row = dict(zip(header, cols))
+        time_col = "aveg_time(us)" if "aveg_time(us)" in row else "avg_time(us)"
+        if (t := as_float(row.get(time_col, ""))) is None or t <= 0:
+            run.warnings.append(f"line {number}: no time in this row, ignored")
+            continue
+        if (check := row.get("check_result")) not in (None, "NULL", "success"):
+            run.failed = run.failed or f"line {number}: check_result {check} at {row['data_size(Bytes)']} B"
+        algbw = as_float(row.get("alg_bandwidth(GB/s)", ""))
+        current["rows"].setdefault(int(row["data_size(Bytes)"]), []).append((t, algbw, check, time_col))
+        run.last_line = number
     for seg in segments:
         if "failure" in seg:
             seg["run"].failed = seg["run"].failed or seg["failure"].text
@@ -350,26 +342,6 @@ def _logical_lines(text: str):
         pending, start = "", 0
     if pending:
         yield start, pending
-
-
-def _hccl_row(seg: dict, number: int, cols: list[str]) -> None:
-    run, header = seg["run"], seg["header"]
-    if len(cols) < len(header):
-        run.cut = f"line {number}: row cut off ({len(cols)} of {len(header)} columns), ignored"
-        run.warnings.append(run.cut)
-        return
-    row = dict(zip(header, cols))
-    time_col = "aveg_time(us)" if "aveg_time(us)" in row else "avg_time(us)"
-    t = as_float(row.get(time_col, ""))
-    if t is None or t <= 0:
-        run.warnings.append(f"line {number}: no time in this row, ignored")
-        return
-    check = row.get("check_result")
-    if check not in (None, "NULL", "success"):
-        run.failed = run.failed or f"line {number}: check_result {check} at {row['data_size(Bytes)']} B"
-    algbw = as_float(row.get("alg_bandwidth(GB/s)", ""))
-    seg["rows"].setdefault(int(row["data_size(Bytes)"]), []).append((t, algbw, check, time_col))
-    run.last_line = number
 
 
 def _hccl_result(where, path: Path, seg: dict, op: str | None, nranks: int | None, dtype: str | None, label) -> dict:
@@ -440,10 +412,8 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
     return nccl_text(path, text, op, nranks, label)
 
 
-def _mpi_suites(path: Path, text: str, op: str | None, nranks: int | None, dtype: str | None,
-                label: str | None) -> list[dict]:
-    """OSU and IMB runs, and nccl-tests runs beside them in the same log (an acceptance job's output),
-    each read by its own reader and returned in file order; [] when the file holds neither suite."""
+def _mpi_suites(path: Path, text: str, op: str | None, nranks: int | None, dtype: str | None, label: str | None) -> list[dict]:
+    """OSU and IMB runs, and nccl-tests runs beside them (an acceptance job's log), in file order; [] for neither."""
     osu = "# OSU " in text and any(import_osu.HEADER.match(PREFIXES.sub("", line).strip()) for line in text.splitlines())
     imb = bool(import_imb.BANNER.search(text) or ("# Benchmarking " in text and "#repetitions" in text))
     if not (osu or imb):
@@ -465,17 +435,15 @@ def _is_inspector(path: Path) -> bool:
 
 def import_all(names: list[str], op: str | None = None, nranks: int | None = None, dtype: str | None = None,
                label: str | None = None) -> list[dict]:
-    """Every run of every file, in order; NCCL Inspector logs (one per process) are read together
-    as one job's field data, where the first of them stands."""
+    """Every run of every file, in order; NCCL Inspector logs (one per process) read together as one job's."""
     paths = [Path(n) for n in names]
     inspector = [p for p in paths if p.is_file() and _is_inspector(p)]
     out: list[dict] = []
     for p in paths:
-        if p in inspector:
-            if p == inspector[0]:
-                out += import_inspector.read(inspector, label)
-            continue
-        out += import_runs(p, op, nranks, dtype, label)
+        if p not in inspector:
+            out += import_runs(p, op, nranks, dtype, label)
+        elif p == inspector[0]:
+            out += import_inspector.read(inspector, label)
     return out
 
 

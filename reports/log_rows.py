@@ -1,7 +1,5 @@
-"""What every log importer shares: the rows a log yields (Sample, LogRun), the dtype names of
-the tools, the printed-bandwidth cross-check and the result entry an imported cell becomes. Its
-own module so the format readers (importers, import_nccl_json, import_rccl_reporter,
-import_inspector, import_osu, import_imb) import it and none imports another's dispatcher."""
+"""What every log importer shares (rows, the tools' dtype names, the printed-bandwidth cross-check,
+the result entry), in its own module so no format reader imports another's dispatcher."""
 from __future__ import annotations
 
 import re
@@ -122,12 +120,9 @@ def each_table(path: Path, tables: list, left_out: str, where, result, refusal: 
     warnings. `where(i, table)`: how a message names a table when the file has several."""
     if not tables:
         raise ResultError(f"{path}: {refusal}")
-    out = []
-    for i, table in enumerate(tables):
-        if left_out and i == 0:
-            table.run.warnings.append(f"left out, not collectives hccl-bench imports: {left_out}")
-        out.append(result(str(path) if len(tables) == 1 else f"{path} ({where(i, table)})", table))
-    return out
+    if left_out:
+        tables[0].run.warnings.append(f"left out, not collectives hccl-bench imports: {left_out}")
+    return [result(str(path) if len(tables) == 1 else f"{path} ({where(i, table)})", table) for i, table in enumerate(tables)]
 
 
 def need(value, what: str, where: str, flag: str):
@@ -154,9 +149,8 @@ def cross_check(op: str, nranks: int, samples: list[Sample], where: str) -> None
 def entry(tool: str, op: str, dtype: str, redop: str, inplace: bool, nbytes: int, count: int, nranks: int,
            times_us: list[float], wrong, imported: dict, where: str, matrix_ns: list[list[int]] | None = None,
            source: str = "benchmark", backend: str | None = None) -> dict:
-    """One imported cell as a result entry; a time that is not finite and > 0 refuses the log.
-    `matrix_ns`: a process (or rank) x round matrix of per-op times, summarised as a native case's
-    (schema.stats), its rounds the samples."""
+    """One imported cell as a result entry; a time that is not finite and > 0 refuses the log. `matrix_ns`:
+    a process (or rank) x round matrix of per-op times, summarised as a native case's, its rounds the samples."""
     bad = next((t for t in times_us if not (isinstance(t, (int, float)) and 0 < t < float("inf"))), None)
     if bad is not None:
         raise ResultError(f"{where}: {op} {nbytes} B has time {bad} us; a time must be a finite number > 0")

@@ -1,26 +1,6 @@
-"""Which launches of a history ran with ranks 0 and 1's cores where they usually are.
-
-Every collective case carries its cores' cache-line round trip before and after it (`cores_rt_ns`,
-collectives/placement.py). A virtual machine's host moves its vCPUs between dies for seconds to
-minutes at a time, and a 1-4 MiB intra-host collective follows: on this project's VM the round trip
-is about 300 ns (Python) on one die and 670 ns apart, and MPICH's all_gather 4 MiB takes 175 us and
-450 us. A night's point must then come from launches made in one placement, or the history measures
-where the host put the cores. A case is *near* when both its round trips are within FAR of the
-history's near level (a low order statistic of every case's faster one: the 1st percentile, at least
-the second fastest, so one odd probe cannot set it; a 10th percentile took the far level for near in
-a history with fewer than a tenth of its cases near), *far* when both are beyond
-it, *moved* otherwise (the host moved the cores during it). The usual placement is where most of the
-history's cases ran; a night's point comes from its launches in it, and a night with none for a cell
-leaves that cell (reports/history.py), the newest night included: the history says so, and tonight's
-same-night A/B, if one ran, judges its stack round by round. A history with no round trip at all
-(older files, ranks 0 and 1 on different hosts) is judged as before; in one that has them, a launch
-without one is in no known placement and left out. On bare metal with bound ranks nothing is
-expected to move (not measured here).
-
-What it cannot tell apart: a new stack whose launcher binds ranks 0 and 1 elsewhere moves the round
-trip too, and its launches leave the usual placement with the rest of the machine's; the same-night
-A/B, which runs both stacks round by round and filters nothing, is what judges such a change.
-"""
+"""Which launches of a history ran with ranks 0 and 1's cores where they usually are (near, far or
+moved, from each case's `cores_rt_ns`), so a night's point comes from one placement. The method and
+what it cannot tell apart: docs/results.md (Where the cores were: reports/placement.py)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -48,9 +28,8 @@ class Placement:
         return "far" if min(round_trips) > limit else "moved"
 
     def kept(self, cell) -> list[int]:
-        """The cell's launches to judge: those in the usual placement. A launch without the round trip
-        in a history that has it (an older file, a probe that got no answer) is in no known placement
-        and is left out too: kept, it would mix placements again and step at the first probed night."""
+        """The cell's launches to judge: those in the usual placement (one without the round trip, in a
+        history that has it, is in no known placement and left out too)."""
         if not any(_probed(row) for row in cell.rows.values()) and not _probes_expected(cell.row):
             return sorted(cell.rows)   # a case the ranks never probe (a layer, ranks 0 and 1 on two hosts)
         return [i for i, row in sorted(cell.rows.items()) if _probed(row) and self.state(row.cores_rt_ns) == self.usual]
@@ -76,15 +55,14 @@ def _probes_expected(row) -> bool:
     return sized(Series.of(row)) and len(getattr(row, "hosts", None) or {}) <= 1
 
 
-def _probed(row) -> bool:
-    return _probed_rt(getattr(row, "cores_rt_ns", None))
-
-
 def round_trip_ns(cell) -> float | None:
-    """Where ranks 0 and 1's cores were for a cell: the median over its launches of each case's
-    faster round trip (ns); None where no launch was probed."""
+    """Where ranks 0 and 1's cores were for a cell: the median of its launches' faster round trips (ns), or None."""
     fastest = sorted(float(min(row.cores_rt_ns)) for row in cell.rows.values() if _probed(row))
     return median(fastest) if fastest else None
+
+
+def _probed(row) -> bool:
+    return _probed_rt(getattr(row, "cores_rt_ns", None))
 
 
 def _probed_rt(rt) -> bool:
@@ -92,10 +70,8 @@ def _probed_rt(rt) -> bool:
 
 
 def of(runs: list) -> Placement | None:
-    """The placements of `runs`' cases: the usual one is where most of them ran (judging each night in
-    its own placement instead leaves the newest night's cells too few nights whenever it ran in the
-    rarer one: replayed on 5 recorded trials, 4 MiB went unjudged in 2); None when no case carries
-    the round trip or none ran near or far."""
+    """The placements of `runs`' cases, the usual one where most of them ran (docs/results.md says why);
+    None when no case carries the round trip or none ran near or far."""
     probes = [row.cores_rt_ns for run in runs for cell in run.cells.values() for row in cell.rows.values() if _probed(row)]
     if not probes:
         return None
@@ -111,8 +87,7 @@ def of(runs: list) -> Placement | None:
 
 @dataclass(frozen=True)
 class TopUp:
-    """Before a --top-up launch: the cells of tonight's run still short of launches in the usual
-    placement, or why no more run."""
+    """Before a --top-up launch: the cells of tonight's run still short of launches in the usual placement."""
     short: frozenset       # cell keys to launch again
     stopped: str = ""      # why no top-up launch runs any more ("" while they do)
     usual: str = ""        # the history's usual placement: "near" or "far"
@@ -130,11 +105,8 @@ class TopUp:
 
 
 def top_up(runs: list, tonight, wanted: int, last_top_up: list | None = None) -> TopUp:
-    """`runs`: the history, tonight's run (what its session measured so far) among them. A cell is
-    short while fewer than `wanted` of its launches ran in the usual placement. `last_top_up`: the
-    round trips of the top-up launch before this one (every case it ran, judged or not), None before
-    the first: when it landed none of them in the usual placement, top-ups stop: the host has moved
-    the cores for now, and more launches would run where the history never judges them."""
+    """Tonight's cells (in `runs`, the history) with fewer than `wanted` launches in the usual placement;
+    top-ups stop once the last one (`last_top_up`: its cases' round trips) landed none there."""
     placement = of(runs)
     if placement is None:
         return TopUp(frozenset(), "no case carries its cores' round trip")

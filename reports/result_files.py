@@ -1,7 +1,5 @@
-"""Result files on disk -> `Run`s of `Cell`s: results.json (or any pytest-benchmark JSON written
-with hccl-bench's rows), or a run rebuilt from the cases.jsonl beside it when results.json is
-missing or unreadable. Memory stays bounded: a file that is not a JSON object is refused from its
-first bytes, and one larger than the limit (512 MiB; HCCL_BENCH_MAX_RESULT_MB) before it is read."""
+"""Result files on disk -> `Run`s of `Cell`s: results.json (any pytest-benchmark JSON with hccl-bench's
+rows), or the run rebuilt from the cases.jsonl beside it; reads bounded by HCCL_BENCH_MAX_RESULT_MB."""
 from __future__ import annotations
 
 import json
@@ -25,8 +23,7 @@ def size_limit(variable: str, default_mib: int) -> int:
 
 
 def read_json_object(path: Path) -> dict:
-    """A file's JSON object, or ResultError in one line: too large, not an object, not JSON,
-    nested too deeply. Never reads more than MAX_RESULT_BYTES."""
+    """A file's JSON object, or ResultError in one line: too large, not an object, not JSON, nested too deeply."""
     limit = size_limit("HCCL_BENCH_MAX_RESULT_MB", 512)
     try:
         size = path.stat().st_size
@@ -110,31 +107,11 @@ def rebuild(cases: Path) -> tuple[dict, list[str]]:
 
 
 OTHER_SIDE = {"A": "B", "B": "A"}
-
-
 SAME_NIGHT_LABELS = {"A": "this stack", "B": "previous stack"}   # the same-night child's --label (harness/session/same_night.py)
 
 
-def with_direction(meta: RunMeta) -> tuple[RunMeta, bool]:
-    """A same-night A/B recorded before runs carried their direction (no hccl_bench.baseline_side) still
-    names its sides as its child session labelled them, side A "this stack" and side B "previous stack":
-    its baseline is side B, as the newer record says outright. (meta, whether it was read from the
-    labels); any other run keeps its record (an A/B without the field ran the convention, A the baseline)."""
-    labels = (meta.options.labels if meta.options else None) or meta.labels
-    if meta.baseline_side is not None or any(labels.get(s) != name for s, name in SAME_NIGHT_LABELS.items()):
-        return meta, False
-    return replace(meta, baseline_side="B"), True
-
-
-def recorded_side(meta: RunMeta, side: str) -> str:
-    """The side of the file that plays `side`'s role (A the baseline, B the candidate): the other one
-    where the run records its baseline as side B (a same-night A/B: hccl_bench.baseline_side)."""
-    return OTHER_SIDE[side] if side in OTHER_SIDE and meta.baseline_side == "B" else side
-
-
 def _as_roles(meta: RunMeta) -> RunMeta:
-    """The metadata of a run whose baseline ran as side B, its sides named by role: each group's side,
-    the --label names (the session's and a reader's) swapped, so every reader sees side A as the baseline."""
+    """A baseline-as-side-B run's metadata by role: its groups' sides and --label names swapped (side A the baseline)."""
     swap = lambda labels: {OTHER_SIDE.get(k, k): v for k, v in labels.items()}  # noqa: E731
     return replace(meta, groups={name: {**g, "side": OTHER_SIDE.get(g.get("side", ""), g.get("side", ""))}
                                  for name, g in meta.groups.items()},
@@ -143,15 +120,17 @@ def _as_roles(meta: RunMeta) -> RunMeta:
 
 
 def load(path: str | Path, side: str = "") -> Run:
-    """One run; `side` picks the A (baseline) or B (candidate) half of an interleaved --ab-env run.
-    A run that records its baseline as side B (the same-night A/B ran this stack, the candidate, as
-    side A) is read by role: side A is its recorded side B, with that side's rows, groups and name,
-    so every reader (compare, report, table, history, export) judges it previous -> this."""
+    """One run; `side` picks the A (baseline) or B (candidate) half of an interleaved --ab-env run,
+    by role: a run that records its baseline as side B is read with its sides swapped."""
     data, path, notes = _read(Path(path))
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise ResultError(f"{path} is not an hccl-bench/pytest-benchmark result file (no 'benchmarks' list)")
-    meta, from_labels = with_direction(RunMeta.from_json(data.get("hccl_bench"), str(path)))
-    recorded = recorded_side(meta, side)
+    meta = RunMeta.from_json(data.get("hccl_bench"), str(path))
+    labels = (meta.options.labels if meta.options else None) or meta.labels
+    # a same-night A/B recorded before baseline_side existed: its child session's side labels say B is the baseline
+    if from_labels := meta.baseline_side is None and all(labels.get(s) == name for s, name in SAME_NIGHT_LABELS.items()):
+        meta = replace(meta, baseline_side="B")
+    recorded = OTHER_SIDE[side] if side in OTHER_SIDE and meta.baseline_side == "B" else side   # the file's side in that role
     cells: dict[tuple, Cell] = {}
     for number, bench in enumerate(data["benchmarks"]):
         where = f"{path}: benchmark {number}"
@@ -200,33 +179,23 @@ def add_row(cells: dict[tuple, Cell], row: Row, times: list[float]) -> None:
 
 
 def leave_out_disturbed(cells: dict[tuple, Cell]) -> None:
-    """A launch with fewer than MIN_UNDISTURBED rounds no rank waited for a CPU in timed the machine's
-    other work: where most of the run's launches with waits had enough, it leaves its cell (a cell
-    keeps its last launch), as a launch in another placement leaves a history's night; where most
-    had too few (long rounds on a busy machine), every launch is judged on all its rounds; each bench
-    kind decides for itself (a layer step's rounds are far longer than a small collective's). Its
-    `waited` entry stays, so the summaries count it (reports/compare.py cpu_wait_lines). Not for an
-    interleaved A/B's sides: a launch there is judged against its pair on the other side."""
+    """A launch with fewer than MIN_UNDISTURBED rounds free of CPU waits leaves its cell (a cell keeps
+    its last) where most of its bench kind's launches with waits had enough. Why: docs/results.md."""
     for bench in sorted({cell.series.bench for cell in cells.values()}):   # a kind's rounds are its own length
-        _leave_out_disturbed([cell for cell in cells.values() if cell.series.bench == bench])
-
-
-def _leave_out_disturbed(cells: list[Cell]) -> None:
-    waited = [(cell, i) for cell in cells for i in cell.waited]
-    whole = [(cell, i) for cell, i in waited if 0 < cell.waited[i][0] and cell.waited[i][1] - cell.waited[i][0] < MIN_UNDISTURBED]
-    if not whole or 2 * len(whole) >= len(waited):
-        return
-    for cell, i in whole:
-        if len(cell.launches) > 1:
-            del cell.launches[i]
-            cell.rows.pop(i, None)
-            if cell.row.launch == i:
-                cell.row = next(iter(cell.rows.values()))
+        waited = [(cell, i) for cell in cells.values() if cell.series.bench == bench for i in cell.waited]
+        whole = [(c, i) for c, i in waited if 0 < c.waited[i][0] and c.waited[i][1] - c.waited[i][0] < MIN_UNDISTURBED]
+        if not whole or 2 * len(whole) >= len(waited):
+            continue
+        for cell, i in whole:
+            if len(cell.launches) > 1:
+                del cell.launches[i]
+                cell.rows.pop(i, None)
+                if cell.row.launch == i:
+                    cell.row = next(iter(cell.rows.values()))
 
 
 def run_from_rows(rows: list[Row], side: str, path: str, meta: RunMeta) -> Run:
-    """A run from rows still in memory (a session looking at its own launches); round times from
-    round_ns_per_rank, whole or summarised (schema/stats.py keeps each round's slowest rank)."""
+    """A run from rows still in memory (a session's own launches), its round times from round_ns_per_rank."""
     from schema.stats import per_op_seconds
     cells: dict[tuple, Cell] = {}
     for row in rows:
@@ -243,14 +212,11 @@ def _entry_parts(bench: dict, where: str) -> tuple[dict, list]:
     if not isinstance(info, dict) or not isinstance(stats, dict):
         raise ResultError(f"{where}: extra_info and stats must be objects")
     times = stats.get("data") or []
-    bad = [t for t in times if not _time(t)] if isinstance(times, list) else [times]
+    bad = [t for t in times if not (isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf"))] \
+        if isinstance(times, list) else [times]
     if bad:
         raise ResultError(f"{where}: stats.data must be a list of finite times > 0 s, found {str(bad[0])[:40]}")
     return info, times
-
-
-def _time(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
 def knob_sides(run: Run, name: str, base: str, cand: str) -> tuple[Run, Run]:

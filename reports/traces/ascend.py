@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from reports.traces.files import load_json, shown
+from reports.traces.nccl import snake_op
 from reports.traces.records import Collective, RankTrace
 from schema.results import ResultError
 from schema.stats import median
@@ -24,26 +25,8 @@ def is_rank_folder(folder: Path) -> bool:
 
 
 def rank_folders(folder: Path) -> list[Path]:
-    """The job folder's rank folders (`*_ascend_pt`, or any holding profiler_info_<rank>.json), or the
-    folder itself when it is one rank's."""
-    if is_rank_folder(folder):
-        return [folder]
-    return sorted(p for p in folder.iterdir() if is_rank_folder(p))
-
-
-def op_times(path: Path, name: str, info) -> tuple[float, float, float | None]:
-    """(start us, elapse us, HCCL's wait us) of one op's "Communication Time Info", or one line why not."""
-    times = info.get(TIME_INFO) if isinstance(info, dict) else None
-    try:
-        if not isinstance(times, dict):
-            raise TypeError(TIME_INFO)
-        start = float(times["Start Timestamp(us)"])
-        elapse = float(times["Elapse Time(ms)"]) * 1e3
-        wait = times.get("Wait Time(ms)")
-        return start, elapse, None if wait is None else float(wait) * 1e3
-    except (KeyError, TypeError, ValueError):
-        raise ResultError(f"{shown(path)}: op {name.partition('@')[0][:40]} has no Start Timestamp(us) / Elapse Time(ms) "
-                          f"in its '{TIME_INFO}'") from None
+    """The folder's rank folders (`*_ascend_pt`, or any with profiler_info_<rank>.json), or itself as one rank's."""
+    return [folder] if is_rank_folder(folder) else sorted(p for p in folder.iterdir() if is_rank_folder(p))
 
 
 def split_name(name: str) -> tuple[str, str, str]:
@@ -51,11 +34,7 @@ def split_name(name: str) -> tuple[str, str, str]:
     stem, _, group = name.partition("@")
     m = re.match(r"hcom_([A-Za-z]+)_*(.*)$", stem)
     op = m.group(1) if m else stem
-    flat = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", op).lower()
-    known = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-             "alltoall": "all_to_all", "alltoallv": "all_to_all", "alltoallvc": "all_to_all",
-             "receive": "recv", "batchsendrecv": "batch_send_recv"}
-    return group, known.get(flat.replace("_", ""), flat), (m.group(2) if m else "")
+    return group, snake_op(op), (m.group(2) if m else "")
 
 
 def collectives(path: Path, ops: dict[str, dict], group_of: dict[str, str] | None = None) -> list[Collective]:
@@ -65,7 +44,13 @@ def collectives(path: Path, ops: dict[str, dict], group_of: dict[str, str] | Non
     for name, info in ops.items():
         if name.startswith("Total Op Info") or not isinstance(info, dict):
             continue
-        start, elapse, wait = op_times(path, name, info)
+        times = info.get(TIME_INFO) or {}   # start us, elapse us and HCCL's own wait us, or one line why not
+        try:
+            start, elapse = float(times["Start Timestamp(us)"]), float(times["Elapse Time(ms)"]) * 1e3
+            wait = None if times.get("Wait Time(ms)") is None else float(times["Wait Time(ms)"]) * 1e3
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ResultError(f"{shown(path)}: op {name.partition('@')[0][:40]} has no Start Timestamp(us) / Elapse Time(ms) "
+                              f"in its '{TIME_INFO}'") from None
         group, op, tag = split_name(name)
         group = (group_of or {}).get(name, group)
         rows.append((start, elapse, wait, group, op, tag))
@@ -85,7 +70,6 @@ def read_rank(folder: Path) -> RankTrace:
     comm = folder / OUTPUT / "communication.json"
     if number is None:     # torch_npu writes no rank where torch.distributed was not initialised
         return RankTrace(0, 1, "", str(folder), {}, [], NOTE, "hccl")
-    rank = int(number)
     if not comm.is_file():
         db = "only the .db export there: profile with export_type text, " if list(folder.glob(f"{OUTPUT}/*.db")) else ""
         raise ResultError(f"{shown(folder)}: no {OUTPUT}/communication.json ({db}profiler_level Level1 or higher, "
@@ -99,8 +83,7 @@ def read_rank(folder: Path) -> RankTrace:
             part = step.get(kind) if isinstance(step, dict) else None
             if isinstance(part, dict):
                 ops.update(part)
-    world = _world(folder)
-    return RankTrace(rank, world or 0, "", str(folder), {}, collectives(comm, ops), NOTE, "hccl")
+    return RankTrace(int(number), _world(folder) or 0, "", str(folder), {}, collectives(comm, ops), NOTE, "hccl")
 
 
 def _world(folder: Path) -> int | None:
@@ -132,8 +115,7 @@ def with_groups(traces: list[RankTrace], world: int | None = None) -> list[RankT
 
 
 def with_hccl_waits(traces: list[RankTrace], shown_ranks: int = 3) -> list[RankTrace]:
-    """HCCL's own figure beside the doctor's, added to each trace's note in one line: each rank's median
-    Wait Time, the lowest few (the last to arrive wait least) and the highest."""
+    """HCCL's own Wait Time beside the doctor's, in each trace's note: each rank's median, the lowest few and the highest."""
     medians = sorted((float(median(w)), t.rank) for t in traces
                      if (w := [c.wait_us for c in t.collectives if c.wait_us is not None]))
     if medians:

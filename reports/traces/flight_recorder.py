@@ -24,9 +24,8 @@ def read(path: Path) -> FrDump:
     m = _RANK.search(path.name)
     if not m:
         raise ResultError(f"{path}: no rank at the end of its name (a flight-recorder dump is <prefix><rank>)")
-    raw = read_bytes(path)
     try:
-        dump = _DataOnly(io.BytesIO(raw)).load()
+        dump = _DataOnly(io.BytesIO(read_bytes(path))).load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
             UnicodeDecodeError, MemoryError, RecursionError) as exc:
         raise ResultError(f"{path}: not a flight-recorder dump (a cut or foreign file: {exc})") from None
@@ -61,14 +60,12 @@ def read(path: Path) -> FrDump:
 
 
 def not_dumps(folder: Path) -> list[str]:
-    """The folder's files without a rank at the end of their name (a `fault_injection.log`, a README
-    beside the dumps): skipped, and named once, rather than the folder refused for them."""
+    """The folder's files without a rank at the end of their name (a README beside the dumps): skipped, named once."""
     return [p.name for p in listed(Path(folder), None) if not _RANK.search(p.name)]
 
 
 def read_dir(folder: Path) -> list[FrDump]:
-    """Every rank's dump in the folder, in rank order (files without a rank in their name skipped:
-    not_dumps); the same rank twice is refused."""
+    """Every rank's dump in the folder, in rank order (not_dumps skipped); the same rank twice is refused."""
     paths = [p for p in listed(Path(folder), None) if _RANK.search(p.name)]
     if not paths:
         raise ResultError(f"{folder}: no file named <prefix><rank> in it (torch's default: nccl_trace_rank_<rank>): "

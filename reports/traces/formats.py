@@ -1,7 +1,5 @@
-"""Which reader a job's folder needs, from what the folder holds (the format checked before anything
-about the job): msprof-analyze's cluster output (cluster_communication.json), torch_npu's per-rank
-profiler folders (profiler_info_<rank>.json), or torch.profiler (Kineto) files of gloo, NCCL or RCCL
-jobs, one per rank."""
+"""Which reader a job's folder needs, from what it holds: msprof-analyze's cluster output, torch_npu's
+per-rank profiler folders, or torch.profiler (Kineto) files, one per rank."""
 from __future__ import annotations
 
 from pathlib import Path

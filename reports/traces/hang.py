@@ -36,8 +36,7 @@ def forensics(dumps: list[FrDump], ranks_per_host: int | None = None) -> HangRep
     hosts = {d.rank: (f"host{d.rank // ranks_per_host}" if ranks_per_host else d.host or "?") for d in dumps}
     names = sorted({e.group for d in dumps for e in d.entries if not e.p2p})
     report = HangReport(hosts, {})
-    empty = [d.rank for d in dumps if not d.entries]
-    if empty:
+    if empty := [d.rank for d in dumps if not d.entries]:
         report.notes.append(f"rank {', '.join(map(str, empty))}: a dump without entries (the recorder off, or the "
                             "rank stuck before it recorded anything): counted as entering nothing")
     if any(e.op.startswith("gloo:") for d in dumps for e in d.entries):
@@ -45,8 +44,7 @@ def forensics(dumps: list[FrDump], ranks_per_host: int | None = None) -> HangRep
     for g in names:
         members = next((d.groups[g] for d in dumps if g in d.groups), [d.rank for d in dumps])
         mine = {d.rank: [e for e in d.entries if e.group == g and not e.p2p] for d in dumps if d.rank in members}
-        absent = sorted(set(members) - set(mine))
-        if absent:
+        if absent := sorted(set(members) - set(mine)):
             report.notes.append(f"group {g}: no dump from rank {', '.join(map(str, absent))}")
         last = {r: max(es, key=lambda e: e.seq) for r, es in mine.items() if es}
         completed = {d.rank: d.completed.get(g) for d in dumps}
@@ -70,8 +68,7 @@ def forensics(dumps: list[FrDump], ranks_per_host: int | None = None) -> HangRep
         gloo = any(e.op.startswith("gloo:") for es in mine.values() for e in es)   # no device: a timed-out
         if not gloo and len(done) >= 2 and len(done) + len(behind) == len(mine):   # work is retired too
             best = max(done.values())
-            stuck = sorted(r for r, c in done.items() if c < best)
-            if stuck:
+            if stuck := sorted(r for r, c in done.items() if c < best):
                 seq = min(done[r] for r in stuck) + 1
                 op = next((op for op, _, _ in by_seq.get(seq, {}).values()), "?")
                 report.stops.append(Stop(g, seq, op, sorted(r for r, c in done.items() if c == best), stuck, True,
@@ -79,20 +76,14 @@ def forensics(dumps: list[FrDump], ranks_per_host: int | None = None) -> HangRep
     return report
 
 
-def _base(op: str) -> str:
-    return op.split(":", 1)[-1].split()[0] if op else op
-
-
 def _mismatched(got: list[tuple[str, str, str]]) -> bool:
-    """Whether ranks entered different collectives at one sequence number, as torch's analyser
-    judges it (input sizes and dtypes: docs/doctor.md)."""
-    ops = {_base(op) for op, _, _ in got}
+    """Whether ranks entered different collectives at one sequence number, as torch's analyser judges it (docs/doctor.md)."""
+    ops = {op.split(":", 1)[-1].split()[0] if op else op for op, _, _ in got}   # "gloo:all_reduce" -> all_reduce
     if len(ops) > 1:
         return True
     op = ops.pop()
-    if not ("all_to_all" in op or op == "scatter" or op.endswith("_v") or "_v_" in op):
-        if len({sizes for _, sizes, _ in got}) > 1:
-            return True
+    if not ("all_to_all" in op or op == "scatter" or op.endswith("_v") or "_v_" in op) and len({s for _, s, _ in got}) > 1:
+        return True
     if op in ("scatter", "broadcast"):
         return False
     dtypes = {t for _, sizes, t in got if sizes not in ("[]", "[[]]", "None")}

@@ -1,7 +1,5 @@
-"""One job's traces, or one line saying why they are not: each rank once, the same world, groups that
-agree, windows that overlap in time (traces of two runs mixed), and collectives to judge. A partial
-job (some ranks' files missing) is judged over the ranks present when there are at least two; the
-missing ones are named as ranges ("ranks 2-127 of 128"), never one by one."""
+"""One job's traces, or one line why not (a rank twice, worlds or groups that disagree, windows apart,
+nothing to judge); a partial job is judged over its ranks present, the missing named as ranges."""
 from __future__ import annotations
 
 from itertools import groupby
@@ -34,8 +32,7 @@ def alone(traces: list[RankTrace]) -> str | None:
 
 
 def missing(traces: list[RankTrace]) -> list[int]:
-    world = traces[0].world
-    return sorted(set(range(world)) - {t.rank for t in traces})
+    return sorted(set(range(traces[0].world)) - {t.rank for t in traces})
 
 
 def partial_note(traces: list[RankTrace]) -> list[str]:
@@ -49,10 +46,8 @@ def partial_note(traces: list[RankTrace]) -> list[str]:
 
 
 def checked(traces: list[RankTrace]) -> tuple[list[RankTrace], dict[str, list[int]]]:
-    """The traces in rank order and the job's process groups (members restricted to the ranks
-    present), refused in one line when they are not one job or too few of it. Each rank's trace lists
-    the groups it is in (torch keeps no other), so the job's groups are their union; one group name
-    with two memberships is two jobs mixed."""
+    """The traces in rank order and the job's groups (their union over ranks, members restricted to the
+    ranks present), refused in one line when they are not one job or too few of it."""
     first = traces[0]
     for t in traces:
         if t.world != first.world:

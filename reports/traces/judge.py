@@ -1,7 +1,5 @@
-"""Which rank, host or group the job waits for, from every rank's collectives (records.RankTrace):
-collectives matched by (group, order), each rank's lateness (its gap minus its peers' median gap),
-the sign and last-arriver tests, what a late rank costs its peers (its holds) and slow links.
-The method, its tests and what it was measured on: docs/doctor.md (How it judges a job)."""
+"""Which rank, host or group the job waits for, from every rank's collectives matched by (group,
+order): lateness, the sign and last-arriver tests, holds and slow links (docs/doctor.md, How it judges a job)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -181,9 +179,8 @@ DRAWS = 4000   # the cost test's permutations: its smallest p is 1 / 4001, under
 
 
 def _cost(last: np.ndarray, hold: np.ndarray, member: np.ndarray) -> np.ndarray:
-    """Per rank, the permutation test that its holds are more than chance (were the ranks alike, each
-    collective's last arriver would be any member), on the holds' ranks, not their times, so one long
-    stall is no evidence: docs/doctor.md (What a rank costs)."""
+    """Per rank, the permutation test that its holds (ranked, not timed) are more than chance: docs/doctor.md
+    (What a rank costs)."""
     world, n = member.shape
     if n == 0:
         return np.ones(world)
@@ -226,11 +223,9 @@ def _places(traces: list[RankTrace], matched: list[tuple[str, dict[int, Collecti
 def _per_unit(mine: np.ndarray, places: list[tuple[int | None, int]]) -> tuple[list[list[int]], str]:
     """A rank's matched collectives by step, where the traces mark steps; else one collective a unit."""
     if all(places[j][0] is not None for j in mine):
-        steps: dict[int, list[int]] = defaultdict(list)
+        steps: dict = defaultdict(list)
         for j in mine:
-            step = places[j][0]
-            assert step is not None
-            steps[step].append(int(j))
+            steps[places[j][0]].append(int(j))
         return [steps[k] for k in sorted(steps)], "step"
     return [[int(j)] for j in mine], "collective"
 
@@ -248,18 +243,14 @@ def _where(late: np.ndarray, last: np.ndarray, hold: np.ndarray, places: list[tu
         place, count = max(((q, at.count(q)) for q in set(at)), key=lambda kv: kv[1])
         if count >= 0.75 * len(costly):
             each = "each step" if count >= 0.9 * units else f"{count} of its {units} steps"
-            return f"late by ~{by / 1e3:.1f} ms at the {_ordinal(place + 1)} collective of {each}"
+            ordinal = {1: "first", 2: "second", 3: "third"}.get(place + 1, f"{place + 1}th")
+            return f"late by ~{by / 1e3:.1f} ms at the {ordinal} collective of {each}"
     return f"late by ~{by / 1e3:.1f} ms in {len(costly)} of its {int(np.sum(~np.isnan(late)))} collectives"
 
 
-def _ordinal(n: int) -> str:
-    return {1: "first", 2: "second", 3: "third"}.get(n, f"{n}th")
-
-
 def _previous_ends(traces: list[RankTrace]) -> dict[tuple[int, str, int], float]:
-    """(rank, group, seq) -> when that rank's last collective before this one (any group) ended, on
-    its own clock; absent where one of its collectives was still running when this one started
-    (overlapped, as DDP's bucket all_reduces are: the gap would measure another collective's wait)."""
+    """(rank, group, seq) -> when that rank's previous collective (any group) ended, on its own clock; absent
+    where one was still running when this one started (overlapped, as DDP's bucket all_reduces are)."""
     out = {}
     for t in traces:
         latest_end = None   # of every collective of this rank so far
@@ -271,8 +262,7 @@ def _previous_ends(traces: list[RankTrace]) -> dict[tuple[int, str, int], float]
 
 
 def poisson_binomial_sf(k: int, probs: np.ndarray) -> float:
-    """P(K >= k) for K a sum of independent Bernoulli(probs): how often a healthy rank is the last
-    to arrive k times or more, its group sizes differing. By convolution, exact (scipy.stats.poisson_binom
+    """P(K >= k) for K a sum of independent Bernoulli(probs), exact by convolution (scipy.stats.poisson_binom
     needs SciPy 1.15, hence Python 3.10; this project runs on 3.9)."""
     if k <= 0:
         return 1.0
@@ -293,8 +283,7 @@ def _name_ranks_and_hosts(verdict: Verdict, named: list[RankStats], wait: np.nda
         mine = [s for s in named if s.host == host]
         if not mine:
             continue
-        victims = sorted(r for r in verdict.hosts if r not in named_ranks
-                         and np.nanmean(wait[r]) > max(s.wait_us for s in mine))
+        victims = sorted(r for r in verdict.hosts if r not in named_ranks and np.nanmean(wait[r]) > max(s.wait_us for s in mine))
         if len(ranks) >= 2 and len(mine) == len(ranks) and host != "?":
             mean = float(np.mean([s.late_us for s in mine]))
             verdict.suspects.append(Suspect(
@@ -317,8 +306,7 @@ def _name_ranks_and_hosts(verdict: Verdict, named: list[RankStats], wait: np.nda
                                             s.cost_us, s.cost_step_us))
 
 
-def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float]], alpha: float,
-                 min_link_ratio: float) -> None:
+def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float]], alpha: float, min_link_ratio: float) -> None:
     by_sig: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(dict)
     for (g, op, shape), v in floors.items():
         if g:
@@ -346,10 +334,8 @@ def _name_groups(verdict: Verdict, floors: dict[tuple[str, str, str], list[float
 
 
 def _host_link(verdict: Verdict) -> None:
-    """Slow groups that hold one host in common, and no other, are that host's link (a host's NIC or
-    cable slows every group through it): one suspect instead of each group, where that reading is
-    the only one: no other host of those groups has a slow group of its own that avoids this host
-    (two slow hosts close together leave every group named on its own), and hosts are known."""
+    """Slow groups that hold one host in common, and no other, as one suspect: that host's link, where
+    that reading is the only one (docs/doctor.md, How it judges a job)."""
     links = [s for s in verdict.suspects if s.kind == "link" and s.group is not None]
     hosts_of = {s.group: {verdict.hosts[r] for r in verdict.groups.get(s.group or "", [])} for s in links}
     through: dict[str, list[Suspect]] = defaultdict(list)

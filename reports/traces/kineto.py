@@ -21,11 +21,9 @@ def read(path: Path) -> RankTrace:
     if not isinstance(info, dict) or not isinstance(info.get("rank"), int) or not isinstance(info.get("world_size"), int):
         raise ResultError(f"{shown(path)}: a trace without distributedInfo (rank, world_size): start the profiler after "
                           "torch.distributed.init_process_group")
-    groups: dict[str, list[int]] = {}
     pgs = info.get("pg_config") or []
-    for pg in pgs.values() if isinstance(pgs, dict) else pgs:
-        if isinstance(pg, dict) and isinstance(pg.get("ranks"), list):
-            groups[str(pg.get("pg_name"))] = [int(r) for r in pg["ranks"]]
+    groups = {str(pg.get("pg_name")): [int(r) for r in pg["ranks"]] for pg in (pgs.values() if isinstance(pgs, dict) else pgs)
+              if isinstance(pg, dict) and isinstance(pg.get("ranks"), list)}
     events = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
               and str(e.get("name", "")).startswith("gloo:")]
     out = RankTrace(info["rank"], info["world_size"], str(trace.get("host_name") or ""), str(path), groups,
@@ -46,8 +44,7 @@ def read(path: Path) -> RankTrace:
         return out
     try:
         threads = sorted({int(e["tid"]) for e in events})
-        rows = [(float(e["ts"]), float(e["dur"]), int(e["tid"]), e["name"][len("gloo:"):], _shape(e.get("args")))
-                for e in events]
+        rows = [(float(e["ts"]), float(e["dur"]), int(e["tid"]), e["name"][len("gloo:"):], _shape(e.get("args"))) for e in events]
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultError(f"{shown(path)}: a gloo event without a number where one belongs ({exc})") from None
     names = list(groups)

@@ -20,10 +20,7 @@ NOTE = ("HCCL ops from msprof-analyze's cluster_communication.json (Start Timest
 
 def where(folder: Path) -> Path | None:
     """The cluster_communication.json of a folder (or its cluster_analysis_output/), if any."""
-    for p in (folder / FILE, folder / "cluster_analysis_output" / FILE):
-        if p.is_file():
-            return p
-    return None
+    return next((p for p in (folder / FILE, folder / "cluster_analysis_output" / FILE) if p.is_file()), None)
 
 
 def read_dir(folder: Path) -> list[RankTrace]:

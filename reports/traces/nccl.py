@@ -38,8 +38,7 @@ def collectives(events: list[dict], base_us: float) -> tuple[list[Collective], d
         # no group name (older torch): each op's kernels are matched in their own order across ranks,
         # which holds where the job's groups interleave differently by rank, as long as each op runs alike
         group = str(args.get("Process Group Name", "")) or f"? {op}"
-        ranks = _ranks(args.get("Process Group Ranks"))
-        if group and ranks:
+        if ranks := _ranks(args.get("Process Group Ranks")):
             groups.setdefault(group, ranks)
         seq = args.get("Seq")
         rows.append((group, seq if isinstance(seq, int) else None, op, _shape(op, args),
@@ -51,8 +50,7 @@ def collectives(events: list[dict], base_us: float) -> tuple[list[Collective], d
                  if all(r[1] is not None for r in rows if r[0] == g)
                  and len({r[1] for r in rows if r[0] == g}) == sum(r[0] == g for r in rows)}
     for group, seq, op, shape, start, dur in rows:
-        out.append(Collective(group, seq if seq is not None and group in torch_seq else order[group], op, shape, start,
-                              dur))
+        out.append(Collective(group, seq if seq is not None and group in torch_seq else order[group], op, shape, start, dur))
         order[group] += 1
     note = (f"NCCL kernels on the device clock ({len(kernels)}), {described} described by their CPU side "
             "(record_param_comms / nccl:*), the rest by the kernel's name")
@@ -73,8 +71,7 @@ def _corr(e: dict):
 
 def _cpu_side(events: list[dict], wanted: set) -> dict:
     """correlation -> the args of record_param_comms and the nccl:<op> name around its launch."""
-    launches = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith(LAUNCHES)
-                and _corr(e) in wanted]
+    launches = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith(LAUNCHES) and _corr(e) in wanted]
     ops = defaultdict(list)
     for e in events:
         name = str(e.get("name", ""))
@@ -95,21 +92,20 @@ def _cpu_side(events: list[dict], wanted: set) -> dict:
 
 
 def _op(args: dict, kernel: str) -> str:
-    if args.get("Collective name"):
-        return _snake(str(args["Collective name"]).lstrip("_"))
-    if args.get("op"):
-        return _snake(str(args["op"]).lstrip("_"))
+    if name := args.get("Collective name") or args.get("op"):
+        return snake_op(str(name).lstrip("_"))
     m = re.match(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", kernel)
-    return _snake(m.group(1)) if m else kernel
+    return snake_op(m.group(1)) if m else kernel
 
 
-def _snake(name: str) -> str:
-    """allreduce, all_reduce, AllReduce -> all_reduce: the CPU side and the kernel name the same op."""
+def snake_op(name: str) -> str:
+    """allreduce, all_reduce, AllReduce -> all_reduce: the CPU side, the kernel and HCCL's op name the same op."""
     flat = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower().replace("_base", "")
     known = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
              "alltoall": "all_to_all", "all_to_allv": "all_to_all", "alltoallv": "all_to_all", "all_gather_base": "all_gather",
              "reduce_scatter_tensor": "reduce_scatter", "all_gather_into_tensor": "all_gather",
-             "send_recv": "send_recv", "sendrecv": "send_recv"}
+             "send_recv": "send_recv", "sendrecv": "send_recv", "receive": "recv", "batchsendrecv": "batch_send_recv",
+             "alltoallvc": "all_to_all"}
     return known.get(flat.replace("_", ""), known.get(flat, flat))
 
 
