@@ -1,15 +1,14 @@
-"""The one place that touches accelerator APIs: allocate, synchronise, time, memory, names.
-
-cpu times with perf_counter_ns; cuda and npu time with their own events (docs/method.md, Time). No
-``torch.cuda.*`` / ``torch.npu.*`` call lives anywhere else.
-"""
+"""The one place that touches accelerator APIs (no ``torch.cuda.*`` / ``torch.npu.*`` call lives
+elsewhere): allocate, synchronise, time (docs/method.md, Time), memory, names."""
 from __future__ import annotations
 
 import ctypes
+import inspect
 import os
 import platform
 import re
 import resource
+import subprocess
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -87,11 +86,8 @@ class Device:
             self._mod.synchronize()
 
     def capture(self, loop: Callable[[int], None], k: int) -> Callable[[], None]:
-        """Capture loop(k) once into a device graph and return its replay: k iterations launched by
-        one host call (nccl-tests -G). One iteration runs first on a side stream, as torch asks
-        before capturing collectives; the replay runs on the current stream, where the timer's
-        events are recorded. A capture that recorded nothing raises EmptyGraph; one replay runs
-        here, untimed, as a graph's first launch also uploads it."""
+        """Capture loop(k) once into a device graph and return its replay (nccl-tests -G); how and
+        why: docs/method.md, Graph capture."""
         mod, reason = self._mod, graph_unsupported_on(self.kind, self._mod)
         if mod is None or reason:
             raise DeviceUnavailable(reason)
@@ -103,7 +99,6 @@ class Device:
         mod.synchronize()
         graph = getattr(mod, GRAPHS[self.kind])()
         # thread_local: the process group's watchdog thread may query its events while this thread captures
-        import inspect
         thread_local = "capture_error_mode" in inspect.signature(mod.graph).parameters   # older torch_npu lacks it
 
         def record() -> None:
@@ -188,8 +183,7 @@ def nvidia_driver_version(path: str = NVIDIA_DRIVER_FILE) -> str | None:
 
 
 def cuda_driver_version() -> str | None:
-    """The CUDA version the installed driver supports (cuDriverGetVersion: 12040 -> "12.4"); None
-    where libcuda cannot be loaded (no NVIDIA driver)."""
+    """The CUDA version the driver supports (cuDriverGetVersion: 12040 -> "12.4"); None without libcuda."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError:
@@ -205,10 +199,8 @@ class EmptyGraph(RuntimeError):
 
 
 def refusing_empty_graph(capture: Callable[[], None]) -> None:
-    """capture(), with the library's empty-graph warning (EMPTY_GRAPH) raised as EmptyGraph: torch
-    only warns, and an empty graph replays in microseconds as if the calls had run. The warnings are
-    recorded and judged after capture() returns, never raised inside it: torch.cuda.graph.__exit__
-    restores the current stream only after capture_end returns. Other warnings are issued again."""
+    """capture(), with torch's empty-graph warning (EMPTY_GRAPH) raised as EmptyGraph once it returns
+    (torch.cuda.graph.__exit__ restores the stream after capture_end); other warnings are issued again."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         capture()
@@ -233,10 +225,7 @@ def graph_unsupported_on(kind: str, mod) -> str:
 
 def graph_env_unsupported(kind: str, env: Mapping[str, str]) -> str:
     """'' where `env` (the ranks inherit it) lets a device of `kind` capture collectives, else the skip
-    reason: these settings fail every capture in the call. torch_npu's NPUGraph::capture_begin has
-    TORCH_CHECK(_task_queue_enable != 2) (Ascend/pytorch v7.0.0-pytorch2.1.0 NPUGraph.cpp:103,
-    v7.3.0-pytorch2.7.1 :148; ASCEND_LAUNCH_BLOCKING=1 turns the queue off); a blocking wait makes
-    every wait() poll `while (!isCompleted())` on a collective that runs only at replay."""
+    reason: settings that fail every capture (sources: docs/method.md, Graph capture)."""
     def on(name: str) -> bool:
         return (env.get(name) or "").strip().lower() in ("1", "true")
     if kind == "npu" and (env.get("TASK_QUEUE_ENABLE") or "").strip() == "2" and not on("ASCEND_LAUNCH_BLOCKING"):
@@ -251,8 +240,7 @@ def graph_env_unsupported(kind: str, env: Mapping[str, str]) -> str:
 
 def graph_unsupported(kind: str, env: Mapping[str, str] | None = None) -> str:
     """Driver side, at collection: '' where a device of `kind` can replay captured graphs with the
-    ranks' environment (`env`, default this process's), else the skip reason. Device backends were
-    probed first, so their module imports here."""
+    ranks' environment (`env`, default this process's), else the skip reason."""
     if kind == "cpu":
         return GRAPH_NEEDS_DEVICE
     if why := graph_env_unsupported(kind, os.environ if env is None else env):
@@ -314,8 +302,6 @@ def hf32_matmuls() -> bool:
 def npu_smi_chip_name(text: str | None = None) -> str:
     """The first NPU's chip name from `npu-smi info` ("| 0     910B3     | OK ..." -> "Ascend910B3"),
     read without touching the device; '' where npu-smi is absent or prints no such row."""
-    import re
-    import subprocess
     if text is None:
         try:
             text = subprocess.run(["npu-smi", "info"], capture_output=True, text=True, timeout=30).stdout
@@ -328,16 +314,14 @@ def npu_smi_chip_name(text: str | None = None) -> str:
 
 
 def npu_chip(smi_name: str, runtime_name) -> str:
-    """npu-smi's chip name, unless it cannot tell the product: an Atlas A3 node's npu-smi prints a
-    bare "Ascend910" (two chips an NPU), the old Atlas 910's name, and A3's capability table
-    differs (bfloat16, the algorithms); then the runtime's name ("Ascend910_9392")."""
+    """npu-smi's chip name, unless it is the bare "Ascend910" an Atlas A3 node prints (the old Atlas
+    910's name; A3's capability table differs): then the runtime's name ("Ascend910_9392")."""
     return smi_name if smi_name and smi_name != "Ascend910" else runtime_name()
 
 
 def accelerator_facts(kind: str) -> dict:
-    """What the driver reads about this node's accelerators for the capability table, without
-    opening a context on a GPU (a driver context would take GPU 0 from rank 0 in exclusive-process
-    mode): the first visible device's name (and CUDA capability), the count, NCCL's version."""
+    """This node's accelerators for the capability table (first device's name and CUDA capability,
+    count, NCCL's version), read without a GPU context (it would take GPU 0 from rank 0 in exclusive mode)."""
     if kind == "npu":
         npu = _npu()
         # npu.get_device_name initialises the runtime on NPU 0 in this process: npu-smi first
@@ -345,8 +329,6 @@ def accelerator_facts(kind: str) -> dict:
         return {"name": name, "devices": int(npu.device_count())}
     if kind != "cuda":
         return {}
-    import subprocess
-
     import torch
     v = torch.cuda.nccl.version()   # ncclGetVersion: no CUDA context
     version = tuple(v) if isinstance(v, tuple) else (v // 10000, v % 10000 // 100, v % 100) if v >= 10000 \

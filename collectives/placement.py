@@ -1,14 +1,6 @@
-"""Where ranks 0 and 1 sit relative to each other, measured before and after every collective case:
-the round trip of one cache line between their cores over a shared page (ns), with no
-communication library in it.
-
-Why: on a VM the host moves the vCPUs between dies, and every intra-host collective follows (a
-launch samples where the cores sit, not the library); the measurements: docs/statistics.md ("Where
-the cores are"). reports/placement.py compares launches made in the same placement.
-
-The page is a file in /dev/shm that rank 0 makes and unlinks as soon as rank 1 has mapped it (a
-killed group's leftover carries PREFIX, which harness/engine/shm.py removes with MPI's segments).
-"""
+"""Where ranks 0 and 1 sit relative to each other, before and after every collective case: a cache
+line's round trip between their cores over a shared /dev/shm page (ns), no library in it (why and how:
+docs/method.md, Where the cores sit; a killed group's leftover page carries PREFIX: harness/engine/shm.py)."""
 from __future__ import annotations
 
 import mmap
@@ -30,13 +22,9 @@ _SEQ_STRIDE = 1 << 16        # each probe's exchanges count from (id + 1) x this
 
 
 class CorePair:
-    """One side of the shared page. `me` 0 pings, 1 answers. Each probe has an id both ranks know
-    (worker.py: from the messages they served), and its exchanges count from that id's own base, so a
-    probe one side missed or gave up on (a case that raised on one rank only) cannot shift the next.
-
-    On a busy machine (more runnable processes than cores) the two sides may take turns on one core:
-    a side that spins unanswered yields its core after YIELD_AFTER checks, and the probe gives up only
-    when the partner made no progress for GIVE_UP_S (dead or stopped), not when it was merely slow."""
+    """One side of the shared page: `me` 0 pings, 1 answers. A probe's exchanges count from its id's own
+    base, so a probe one side missed cannot shift the next; a side spinning unanswered yields its core
+    (docs/method.md, Where the cores sit)."""
 
     def __init__(self, page: mmap.mmap, me: int):
         self._page = page

@@ -1,13 +1,13 @@
 """Runs one collective case on one rank: buffers, one checked call, then the timed rounds."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from collectives.ops import ITEMSIZE, OPS, Pattern, count_wrong
-from collectives.timing import Plan, begin, below_floor, measure, repeat
+from collectives.timing import LoopRank, Plan, below_floor, measure, repeat
 from schema.wire import CollectiveResult, CollectiveSpec, OverheadResult, OverheadSpec
 
 
@@ -90,22 +90,14 @@ def _result(spec: CollectiveSpec, wrong: int, k: int, times: list[int]) -> Colle
     return CollectiveResult(wrong=wrong, iters=k, round_ns=times)
 
 
-class CollectiveRank:
-    """The rank half of the collective bench (the driver half: kinds/collective.py)."""
+def _collective_loops(backend, spec: CollectiveSpec):
+    """Check once on fresh data (#wrong), then the loop to time and how its rounds make the result."""
+    call, wrong = _checked_call(backend, spec)
+    return [repeat(call)], lambda k, times: _result(spec, wrong, k, times[0])
 
-    @staticmethod
-    def run(backend, spec: CollectiveSpec) -> CollectiveResult:
-        """Check once on fresh data (#wrong), then time; returns this rank's share of the result."""
-        call, wrong = _checked_call(backend, spec)
-        cal, (times,), waits = measure([repeat(call)], backend, Plan(**spec.plan))
-        return replace(_result(spec, wrong, cal.k, times), calibration=cal.record(), cpu_wait_ns=waits)
 
-    @staticmethod
-    def begin(backend, spec: CollectiveSpec) -> None:
-        """Round-interleaved A/B: check now and keep the case for the driver's single rounds
-        (collectives.timing.begin); `end` returns what run would."""
-        call, wrong = _checked_call(backend, spec)
-        begin([repeat(call)], lambda k, times: _result(spec, wrong, k, times[0]), backend, Plan(**spec.plan))
+# The rank half of the collective bench (the driver half: kinds/collective.py).
+CollectiveRank = LoopRank(_collective_loops)
 
 
 class OverheadRank:

@@ -15,10 +15,7 @@ from dataclasses import asdict, dataclass, replace
 MAX_ITERS = 1_000_000
 MAX_GRAPH_ITERS = 10_000    # a captured round holds K kernels: capture time and graph memory grow with it
 CALIBRATION_SHARE = 0.5     # a calibration run must last this share of the round time
-# A captured call no device can finish faster (floor_ns): S (the op's bytes, as nccl-tests counts them) at
-# MAX_BYTES_PER_S, a rate above every path S takes (HBM: H200 4.8 TB/s, B200 8 TB/s, a local copy both reads
-# and writes; NVLink 5: 1.8 TB/s a GPU; Ascend 910B HBM 1.6 TB/s), and MIN_CALL_NS, under the latency of one
-# L2 access (~150-250 ns on H100) that every call pays at least once before the next call in stream order starts.
+# floor_ns: no device moves S faster than MAX_BYTES_PER_S nor ends a call in under MIN_CALL_NS (docs/method.md)
 MAX_BYTES_PER_S = 10e12
 MIN_CALL_NS = 100
 
@@ -133,21 +130,9 @@ def _prime(loop: Callable[[int], None], k: int) -> None:
         loop.prime(k)
 
 
-def _limit(loop: Callable[[int], None]) -> int:
-    return getattr(loop, "max_iters", MAX_ITERS)
-
-
 def prepared(loops: list[Callable[[int], None]], backend, plan: Plan) -> list[Callable[[int], None]]:
     """The loops as timed: each captured as a graph with plan.graph, else as given."""
     return [Captured(loop, backend.device) for loop in loops] if plan.graph else loops
-
-
-def choose_iters(per_iter_s: float, plan: Plan, limit: int = MAX_ITERS) -> int:
-    if plan.iters > 0:
-        return plan.iters
-    if per_iter_s <= 0:
-        return limit
-    return max(1, min(limit, math.ceil(plan.round_time_s / per_iter_s)))
 
 
 def calibrate(loop: Callable[[int], None], backend, plan: Plan) -> Calibrated:
@@ -157,7 +142,7 @@ def calibrate(loop: Callable[[int], None], backend, plan: Plan) -> Calibrated:
         return Calibrated(plan.iters)
     timer = backend.device.timer()
     target = plan.round_time_s * CALIBRATION_SHARE
-    limit = _limit(loop)
+    limit = getattr(loop, "max_iters", MAX_ITERS)
     n = 1
     while True:
         _prime(loop, n)
@@ -169,7 +154,8 @@ def calibrate(loop: Callable[[int], None], backend, plan: Plan) -> Calibrated:
         # aim past the target from what this run took, at most 16x more (a fast first run misleads)
         wanted = n * 16 if elapsed <= 0 else math.ceil(n * target / elapsed * 1.2)
         n = min(limit, max(n + 1, min(wanted, n * 16)))
-    return Calibrated(choose_iters(elapsed / n, plan, limit), n, elapsed, plan.round_time_s)
+    k = limit if elapsed <= 0 else max(1, min(limit, math.ceil(plan.round_time_s / (elapsed / n))))
+    return Calibrated(k, n, elapsed, plan.round_time_s)
 
 
 def warm_up(loops: list[Callable[[int], None]], backend, plan: Plan) -> Calibrated:
@@ -215,24 +201,42 @@ def round_step(plan: Plan) -> Callable:
     return one_round if plan.slow == 1.0 else functools.partial(slowed_round, factor=plan.slow)
 
 
-def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Calibrated, list[list[int]], list[int]]:
-    """Time each loop in `loops` (interleaved round by round) with one shared K.
+class Rounds:
+    """A case's loops after their warm-up and their round times so far: `measure` runs every round at
+    once; `begin` keeps one on the rank for the driver's single A/B rounds."""
 
-    Each loop(k) runs k iterations. Returns (K's calibration, [round ns per loop], the first loop's
-    CPU wait per round in ns: [] where the kernel does not say)."""
-    loops = prepared(loops, backend, plan)
-    cal = warm_up(loops, backend, plan)
-    timer = backend.device.timer()
-    step = round_step(plan)
-    times: list[list[int]] = [[] for _ in loops]
-    waits: list[int] = []
-    clock = CpuWait()
+    def __init__(self, loops: list[Callable[[int], None]], backend, plan: Plan, finish: Callable | None = None):
+        self.loops = prepared(loops, backend, plan)
+        self.cal = warm_up(self.loops, backend, plan)
+        self.backend, self.finish = backend, finish
+        self.timer, self.step, self.clock = backend.device.timer(), round_step(plan), CpuWait()
+        self.times: list[list[int]] = [[] for _ in loops]
+        self.waits: list[int] = []
+
+    def round(self) -> None:
+        """One round of every loop, its time appended to its list, and the first loop's CPU wait."""
+        for i, (loop, out) in enumerate(zip(self.loops, self.times)):
+            before = self.clock.read() if i == 0 else None
+            out.append(self.step(loop, self.cal.k, self.backend, self.timer))
+            if before is not None and (after := self.clock.read()) is not None:
+                self.waits.append(self.clock.waited(before, after))
+
+    def close(self) -> list[int]:
+        """The first loop's CPU wait per round in ns ([] unless every round has one)."""
+        self.clock.close()
+        return self.waits if len(self.waits) == len(self.times[0]) else []
+
+
+def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Calibrated, list[list[int]], list[int]]:
+    """Time each loop in `loops` (interleaved round by round) with one shared K: (K's calibration,
+    [round ns per loop], the first loop's CPU wait per round: [] where the kernel does not say)."""
+    rounds = Rounds(loops, backend, plan)
     try:
         for _ in range(plan.rounds):
-            _each_loop(loops, cal, timer, times, step, clock, waits, backend)
+            rounds.round()
     finally:
-        clock.close()
-    return cal, times, waits if len(waits) == plan.rounds else []
+        waits = rounds.close()
+    return rounds.cal, rounds.times, waits
 
 
 def run(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan):
@@ -247,35 +251,20 @@ def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: P
     alternate single rounds of two worker groups (two stacks) milliseconds apart; `end` then
     returns finish(K, round ns per loop) and the calibration, what `measure` gives in one go."""
     if getattr(backend, "prepared", None):   # a begun case that never ended (its A/B failed): its clock's files
-        backend.prepared[6].close()
-    loops = prepared(loops, backend, plan)
-    cal = warm_up(loops, backend, plan)
-    backend.prepared = (loops, cal, backend.device.timer(), [[] for _ in loops], finish, round_step(plan), CpuWait(), [])
+        backend.prepared.clock.close()
+    backend.prepared = Rounds(loops, backend, plan, finish)
 
 
 def time_round(backend) -> dict:
-    """One round of every prepared loop, in `measure`'s order, with the first one's CPU wait; the
-    times stay here until `end`."""
-    loops, cal, timer, times, _, step, clock, waits = backend.prepared
-    _each_loop(loops, cal, timer, times, step, clock, waits, backend)
+    """One round of every prepared loop, in `measure`'s order; the times stay here until `end`."""
+    backend.prepared.round()
     return {}
 
 
-def _each_loop(loops, cal: Calibrated, timer, times: list[list[int]], step, clock: CpuWait, waits: list[int],
-               backend) -> None:
-    """One round of every loop, its time appended to its list, and the first loop's CPU wait."""
-    for i, (loop, out) in enumerate(zip(loops, times)):
-        before = clock.read() if i == 0 else None
-        out.append(step(loop, cal.k, backend, timer))
-        if before is not None and (after := clock.read()) is not None:
-            waits.append(clock.waited(before, after))
-
-
 def end(backend):
-    _, cal, _, times, finish, _, clock, waits = backend.prepared
-    backend.prepared = None
-    clock.close()
-    return with_calibration(finish(cal.k, times), cal, waits if len(waits) == len(times[0]) else [])
+    rounds, backend.prepared = backend.prepared, None
+    waits = rounds.close()
+    return with_calibration(rounds.finish(rounds.cal.k, rounds.times), rounds.cal, waits)
 
 
 def with_calibration(result, cal, waits: list[int] | None = None):

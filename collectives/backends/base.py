@@ -136,14 +136,8 @@ def family_call(backend, op: str, send, recv, red, inplace: bool, asynchronous: 
 
 
 def page_aligned(nbytes: int) -> np.ndarray:
-    """Zeroed host bytes of their own anonymous mapping, starting on a page boundary and backed by
-    base pages only, so every launch's buffers sit the same way. Where numpy's allocator happened to
-    put a buffer otherwise decided the result: MPICH's intranode 256 KiB all_reduce took 240-260 us
-    on buffers at a heap offset and 100-114 us on page-aligned ones in the same process (5 launches
-    each); and numpy asks for transparent huge pages on arrays of 4 MiB and more, which back only the
-    2 MiB-aligned part of such a buffer, a different part in every launch: mpi 4 MiB all_reduce
-    launches then sat anywhere in 699-818 us, against 818-832 us on base pages (one busy loop,
-    docs/statistics.md "Huge pages")."""
+    """Zeroed host bytes of their own anonymous mapping, page-aligned and on base pages only, so every
+    launch's buffers sit the same way (docs/method.md, Same cost in every case: Buffers)."""
     private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
     region = mmap.mmap(-1, max(nbytes, 1), **private)   # a process's own memory, as malloc's (not shared)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):   # Linux: also where THP is "always"

@@ -13,18 +13,15 @@ import time
 import numpy as np
 
 from collectives.backends.base import BackendInfo, encode, family_call, page_aligned
+from collectives.capabilities import DeviceFacts
 from collectives.device import Device, DeviceUnavailable
 
 SPEC_TAG = 4242
 DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
 
 
-# Slurm's mpi/pmi2 plugin takes a PMI-1 request in one read of 1,024 bytes (agent.c handle_pmi1_cmd:
-# "TODO: read until newline"); MPICH's PMI-1 client sends puts of up to 1,024 value characters plus
-# the command and key, about 1,080 bytes. MPICH allgathers UCX's business card as 9 such segments of
-# a fixed-size buffer whose unused part is whatever the heap held: hex with runs of zeros compressed,
-# a segment without zero runs overflows the read and every rank's MPI_Init fails ("mpi/pmi2: request
-# not begin with 'cmd='", then UCX "failed to unpack address"). OFI's card is 16 bytes: one short put.
+# UCX's business card overflows the 1,024-byte PMI-1 reads of Slurm's pmi2 plugin; OFI's fits
+# (docs/clusters.md, How a sweep runs on a cluster)
 SLURM_PMI1_NETMOD = "ofi"
 
 
@@ -62,11 +59,9 @@ class MpiBackend:
         self.redops = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 
     def from_numpy(self, values: np.ndarray, dtype: str):
-        buf = page_aligned(values.size * np.dtype(dtype).itemsize).view(dtype)
-        buf[:] = values
-        return buf
+        return self.full(values.size, values, dtype)
 
-    def full(self, count: int, value: float, dtype: str):
+    def full(self, count: int, value: float | np.ndarray, dtype: str):
         buf = page_aligned(count * np.dtype(dtype).itemsize).view(dtype)
         buf[:] = value
         return buf
@@ -197,3 +192,13 @@ def variant(python: str = "") -> str:
     """'mpich' or 'openmpi' as `python` loads it. The backend was probed before this runs, so a
     failure here is a real error, not a reason to guess MPICH."""
     return "openmpi" if "Open MPI" in library_version(python) else "mpich"
+
+
+def declare(name: str, library: str, build: str, **declared) -> BackendInfo:
+    """An MPI build's backend: what every one shares (this rank side, the library's mpiexec), and `declared`."""
+    info = BackendInfo(name, family="mpi", device_kind="cpu", dtypes=DTYPES, library=library, api="mpi4py",
+                       create=lambda _, *at: MpiBackend(info, *at), launcher="mpiexec", rendezvous_store=False,
+                       numpy_buffers=True, variant=variant, thread_level=True, build=build,
+                       read_facts=lambda: DeviceFacts(name), packages=("mpi4py", build),
+                       version_keys=("mpi4py", "mpi_library", "mpi_thread_level"), **declared)
+    return info

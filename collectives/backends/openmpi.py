@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectives.backends.base import BackendInfo, Unsupported
-from collectives.backends.mpi_ranks import DTYPES, MpiBackend, library_version, variant
-from collectives.capabilities import DeviceFacts, Target
+from collectives.backends.mpi_ranks import declare, library_version
+from collectives.capabilities import Target
 from collectives.device import DeviceUnavailable
 
 
@@ -133,13 +133,7 @@ def value_names(op: str) -> dict[str, str]:
 
 NATIVE = tuple(sorted({v for tuned in COLL_TUNED.values() for v in tuned.ids}))
 BACKENDS: dict[str, BackendInfo] = {
-    "openmpi": BackendInfo("openmpi", family="mpi", device_kind="cpu", dtypes=DTYPES, library="Open MPI", api="mpi4py",
-                           create=lambda name, *at: MpiBackend(BACKENDS[name], *at), launcher="mpiexec",
-                           rendezvous_store=False, numpy_buffers=True, layers=False,
-                           switch=switch, switch_vars=(r"OMPI_MCA_coll_tuned_\w+_algorithm",),
-                           switch_names=switch_names, value_names=value_names,
-                           native_algos=NATIVE, probe=probe, variant=variant,
-                           thread_level=True, read_facts=lambda: DeviceFacts("openmpi"), build="openmpi",
-                           mpiexec_flags=mpiexec_flags, packages=("mpi4py", "openmpi"),
-                           version_keys=("mpi4py", "mpi_library", "mpi_thread_level")),
+    "openmpi": declare("openmpi", "Open MPI", "openmpi", layers=False, switch=switch,
+                       switch_vars=(r"OMPI_MCA_coll_tuned_\w+_algorithm",), switch_names=switch_names,
+                       value_names=value_names, native_algos=NATIVE, probe=probe, mpiexec_flags=mpiexec_flags),
 }

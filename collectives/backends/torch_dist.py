@@ -16,10 +16,8 @@ from collectives.ops import OPS
 
 
 def agent_store(env) -> bool:
-    """Whether torchrun's leader agent serves these ranks a TCPStore (TORCHELASTIC_USE_AGENT_STORE, with
-    MASTER_ADDR and MASTER_PORT naming it: torch.distributed.rendezvous._create_c10d_store connects
-    every rank as a client). Then the ranks meet there, not at the store the driver serves, whose
-    sockets would grow with ranks (28 for 8 hosts x 2 gloo ranks)."""
+    """Whether torchrun's leader agent serves these ranks a TCPStore at MASTER_ADDR:MASTER_PORT
+    (TORCHELASTIC_USE_AGENT_STORE): they meet there, not at the driver's, whose sockets grow with ranks."""
     return env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and bool(env.get("MASTER_ADDR")) and bool(env.get("MASTER_PORT"))
 
 
@@ -62,12 +60,10 @@ class TorchBackend:
             self.device.synchronize()
 
     # -- buffers
-    def _dtype(self, name: str):
-        return getattr(self.torch, name)
-
     def _empty(self, count: int, dtype: str):
         """Device memory from the device's allocator; host memory page-aligned (see page_aligned)."""
-        torch, dt = self.torch, self._dtype(dtype)
+        torch = self.torch
+        dt = getattr(torch, dtype)
         if self.device.kind != "cpu":
             return torch.empty((count,), dtype=dt, device=self.device.torch_device)
         return torch.from_numpy(page_aligned(count * dt.itemsize)).view(dt)
@@ -102,11 +98,8 @@ class TorchBackend:
         """buf *= float32(factor): the same rounding as the mpi backend's numpy."""
         buf.mul_(float(np.float32(factor)))
 
-    # -- point to point (the doctor's link measurements). Always batched (batch_isend_irecv): a batch
-    # runs on the group's own communicator, while a bare send/recv makes a 2-rank communicator per pair
-    # (torch ProcessGroupNCCL::pointToPoint getKeySendRecv; torch_npu ProcessGroupHCCL the same while
-    # P2P_HCCL_BUFFSIZE != 0, its default 20 MB), each with its init time and its own buffers. torch 2.1's
-    # batch_isend_irecv coalesces only device.type "cuda"; on NPU that rests on torch_npu (not yet verified).
+    # -- point to point (the doctor's link measurements), always batched: a bare send/recv makes a
+    # 2-rank communicator per pair (docs/method.md, Point to point on torch.distributed)
     def _p2p(self, *ops) -> None:
         """Run (isend|irecv, buffer, peer) triples as one batch and wait for them."""
         d = self.dist
