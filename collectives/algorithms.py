@@ -1,11 +1,5 @@
-"""Portable algorithm names -> each library's own switch (docs/method.md, Algorithms).
-
-``resolve(backend, algo, op, library)`` returns the environment a worker group needs before its
-communicator exists, or an ``Unsupported`` reason. The switches themselves are declared by each
-backend (``BackendInfo.switch``) from its library's own op -> switch table (collectives/backends/);
-this module keeps the portable names and the dispatch. An algorithm a backend or op lacks is never
-run as the default under another name.
-"""
+"""Portable algorithm names -> each library's own switch (docs/method.md, Algorithms): the names and
+the dispatch to ``BackendInfo.switch``. An algorithm a backend or op lacks is never run as the default."""
 from __future__ import annotations
 
 from collectives.backends import BACKENDS, Unsupported
@@ -54,10 +48,8 @@ def validate(algo: str) -> str | None:
 
 def resolve(backend: str, algo: str, op: str, library: str = "",
             target: Target | None = None) -> dict[str, str] | Unsupported:
-    """Environment that forces `algo` for `op` on `backend`; {} for the library's own choice.
-    `library` is the backend's build where it has several (BackendInfo.variant: "mpich", "openmpi").
-    With a `target` (the device facts and rank layout) nccl and hccl are checked against the
-    capability table for that device; without one, only what the library lacks everywhere."""
+    """Environment that forces `algo` for `op` on `backend` ({} for the library's own choice), or why not.
+    `library`: the build (BackendInfo.variant); a `target` checks the device's capability table too."""
     owner, value = split(algo)
     if owner is not None and owner != backend:
         return Unsupported(f"{algo} is a {owner} algorithm, not {backend}'s")

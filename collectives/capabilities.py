@@ -1,11 +1,5 @@
-"""Where a worker group runs, the library-neutral half of every capability question: the device
-facts and the rank layout a library's tables judge a case by. What each library supports is the
-library's own module (collectives/backends/: hccl.py, nccl.py), each table with its source, read
-through ``BackendInfo.switch`` and ``BackendInfo.skip_reason``.
-
-Device facts (SoC name, NCCL version, accelerators per node) come from the driver at collection
-(``BackendInfo.read_facts``); unit tests pass ``DeviceFacts`` for hardware they do not have.
-"""
+"""Where a worker group runs, the library-neutral half of every capability question: the device facts
+and the rank layout that each library's own tables (collectives/backends/) judge a case by."""
 from __future__ import annotations
 
 import math

@@ -68,13 +68,9 @@ class Device:
         if kind == "cpu":
             self.torch_device = "cpu"
             return
-        import torch
-        if kind == "npu":
-            self._mod = _npu()
-        elif kind == "cuda":
-            self._mod = torch.cuda
-        else:
+        if kind not in GRAPHS:
             raise DeviceUnavailable(f"unknown device kind {kind!r}: use cpu, cuda or npu")
+        self._mod = _module(kind)
         if not self._mod.is_available() or self._mod.device_count() == 0:
             raise DeviceUnavailable(f"no {kind} device is visible to this process")
         self.index = local_rank % self._mod.device_count()
@@ -245,8 +241,7 @@ def graph_unsupported(kind: str, env: Mapping[str, str] | None = None) -> str:
         return GRAPH_NEEDS_DEVICE
     if why := graph_env_unsupported(kind, os.environ if env is None else env):
         return why
-    import torch
-    return graph_unsupported_on(kind, _npu() if kind == "npu" else torch.cuda)
+    return graph_unsupported_on(kind, _module(kind))
 
 
 def preload_mpi_library() -> None:
@@ -270,26 +265,23 @@ def probe_device(kind: str, backend: str) -> None:
         import torch
     except Exception as exc:  # torch_npu without CANN breaks even `import torch`
         raise DeviceUnavailable(f"backend {backend}: import torch failed ({str(exc).splitlines()[0]})") from exc
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise DeviceUnavailable(f"backend {backend} needs a CUDA GPU; torch.cuda.is_available() is False here")
-        return
-    if not _npu().is_available():
-        raise DeviceUnavailable(f"backend {backend} needs an Ascend NPU; torch.npu.is_available() is False here")
+    if not (torch.cuda if kind == "cuda" else _module("npu")).is_available():
+        what = "a CUDA GPU" if kind == "cuda" else "an Ascend NPU"
+        raise DeviceUnavailable(f"backend {backend} needs {what}; torch.{kind}.is_available() is False here")
 
 
-def _npu():
-    """torch.npu, which torch_npu adds to torch when it is imported (torch's own stubs do not know it)."""
+def _module(kind: str):
+    """torch.cuda, or for "npu" torch.npu, which torch_npu adds to torch when it is imported (torch's
+    own stubs do not know it)."""
     import torch
+    if kind != "npu":
+        return torch.cuda
     import_torch_npu()
     return getattr(torch, "npu")  # noqa: B009
 
 
 def device_count(kind: str) -> int:
-    import torch
-    if kind == "npu":
-        return _npu().device_count()
-    return torch.cuda.device_count() if kind == "cuda" else 1
+    return _module(kind).device_count() if kind in GRAPHS else 1
 
 
 def hf32_matmuls() -> bool:
@@ -323,7 +315,7 @@ def accelerator_facts(kind: str) -> dict:
     """This node's accelerators for the capability table (first device's name and CUDA capability,
     count, NCCL's version), read without a GPU context (it would take GPU 0 from rank 0 in exclusive mode)."""
     if kind == "npu":
-        npu = _npu()
+        npu = _module("npu")
         # npu.get_device_name initialises the runtime on NPU 0 in this process: npu-smi first
         name = npu_chip(npu_smi_chip_name(), lambda: str(npu.get_device_name(0)))
         return {"name": name, "devices": int(npu.device_count())}

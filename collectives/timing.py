@@ -43,9 +43,6 @@ class Calibrated:
     seconds: float = 0.0
     round_time_s: float = 0.0
 
-    def record(self) -> dict:
-        return asdict(self)
-
 
 class Captured:
     """loop(k) as a device graph: the k iterations captured once (`prime`, outside any timed span),
@@ -130,11 +127,6 @@ def _prime(loop: Callable[[int], None], k: int) -> None:
         loop.prime(k)
 
 
-def prepared(loops: list[Callable[[int], None]], backend, plan: Plan) -> list[Callable[[int], None]]:
-    """The loops as timed: each captured as a graph with plan.graph, else as given."""
-    return [Captured(loop, backend.device) for loop in loops] if plan.graph else loops
-
-
 def calibrate(loop: Callable[[int], None], backend, plan: Plan) -> Calibrated:
     """Runs of n iterations, n growing, until one lasts CALIBRATION_SHARE of the round time: K
     from that run's time per iteration. Every rank takes the max, so all make the same choices."""
@@ -156,14 +148,6 @@ def calibrate(loop: Callable[[int], None], backend, plan: Plan) -> Calibrated:
         n = min(limit, max(n + 1, min(wanted, n * 16)))
     k = limit if elapsed <= 0 else max(1, min(limit, math.ceil(plan.round_time_s / (elapsed / n))))
     return Calibrated(k, n, elapsed, plan.round_time_s)
-
-
-def warm_up(loops: list[Callable[[int], None]], backend, plan: Plan) -> Calibrated:
-    """Run every loop's warm-up, then calibrate K on the first loop (the one being measured)."""
-    warm = max(1, plan.warmup)
-    for loop in loops:
-        loop(warm)
-    return calibrate(loops[0], backend, plan)
 
 
 def one_round(loop: Callable[[int], None], k: int, backend, timer) -> int:
@@ -202,12 +186,15 @@ def round_step(plan: Plan) -> Callable:
 
 
 class Rounds:
-    """A case's loops after their warm-up and their round times so far: `measure` runs every round at
-    once; `begin` keeps one on the rank for the driver's single A/B rounds."""
+    """A case's loops (each captured as a graph with plan.graph) after their warm-up, K calibrated on the
+    first, and their round times so far: `measure` runs every round at once; `begin` keeps one on the
+    rank for the driver's single A/B rounds."""
 
     def __init__(self, loops: list[Callable[[int], None]], backend, plan: Plan, finish: Callable | None = None):
-        self.loops = prepared(loops, backend, plan)
-        self.cal = warm_up(self.loops, backend, plan)
+        self.loops = [Captured(loop, backend.device) for loop in loops] if plan.graph else loops
+        for loop in self.loops:
+            loop(max(1, plan.warmup))
+        self.cal = calibrate(self.loops[0], backend, plan)
         self.backend, self.finish = backend, finish
         self.timer, self.step, self.clock = backend.device.timer(), round_step(plan), CpuWait()
         self.times: list[list[int]] = [[] for _ in loops]
@@ -269,7 +256,7 @@ def end(backend):
 
 def with_calibration(result, cal, waits: list[int] | None = None):
     """The schema.wire result with how K was chosen (and each round's CPU wait, where measured)."""
-    return replace(result, calibration=cal.record(), **({"cpu_wait_ns": waits} if waits else {}))
+    return replace(result, calibration=asdict(cal), **({"cpu_wait_ns": waits} if waits else {}))
 
 
 class LoopRank:

@@ -1,8 +1,5 @@
-"""The communication libraries: the modules in ``_MODULES`` each declare a ``BackendInfo`` per backend
-name (collectives/backends/base.py); the rest of the code asks ``info(name)`` instead of comparing
-names. Adding a backend = its module + one line in ``_MODULES``. Each library's knowledge (its switch
-per op, what it supports) is its own module's: torch_dist.py declares gloo, nccl and hccl from nccl.py
-and hccl.py; mpich.py and openmpi.py declare theirs over the shared MPI rank side, mpi_ranks.py."""
+"""The communication libraries: each module in ``_MODULES`` declares a ``BackendInfo`` per backend name;
+the rest of the code asks ``info(name)`` instead of comparing names. A backend = its module + a line here."""
 from __future__ import annotations
 
 import importlib

@@ -1,10 +1,5 @@
-"""What every backend offers (``Backend``, the rank side) and declares (``BackendInfo``, the driver side).
-
-A backend owns the communicator of one rank. ``call(...)`` returns a zero-argument callable that
-issues one collective on pre-allocated buffers (the timed loop does nothing else); the side channel
-(barrier, max, JSON broadcast/gather) is a CPU path (gloo or MPI) that never carries benchmark data.
-Code outside a backend's own module asks its ``BackendInfo`` instead of comparing its name.
-"""
+"""What every backend offers (``Backend``, the rank side: ``call`` returns a zero-argument callable issuing
+one collective; the side channel is a CPU path) and declares (``BackendInfo``, the driver side)."""
 from __future__ import annotations
 
 import json

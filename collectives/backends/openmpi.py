@@ -1,11 +1,6 @@
-"""The "openmpi" backend: Open MPI through mpi4py (mpi_ranks.py), started by Open MPI's own mpiexec
-(PRRTE's prterun), algorithms forced through coll/tuned's MCA parameters (its table here; the "mpi"
-backend uses the same table under an interpreter whose mpi4py loads Open MPI).
-
-The "mpi" backend under an interpreter whose mpi4py loads Open MPI launches as declared here too
-(collectives.backends.for_python): an A/B run between MPICH and Open MPI is `--backend mpi` with
-side B's HCCL_BENCH_PYTHON pointing at an Open MPI python.
-"""
+"""The "openmpi" backend: Open MPI through mpi4py (mpi_ranks.py), started by its own mpiexec (prterun),
+algorithms forced through coll/tuned's MCA parameters; "mpi" under a python whose mpi4py loads Open MPI
+uses this table and launches as declared here (collectives.backends.for_python)."""
 from __future__ import annotations
 
 import functools

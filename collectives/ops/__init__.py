@@ -1,8 +1,5 @@
-"""The collectives hccl-bench sweeps: one module per op (collectives/ops/<op>.py, each exposing
-``OP = Op(...)``: counts, in-place layout, bus factor, exact expected result, each backend family's
-call, buffer forms, names in other tools' logs, traffic model), registered here by name. Adding an
-op = its module + one line in ``_MODULES``; nothing else lists ops. What a library calls the op in
-its algorithm switch is the library's (collectives/backends/): a new backend touches no op module."""
+"""The collectives hccl-bench sweeps: one module per op (collectives/ops/<op>.py exposing ``OP = Op(...)``),
+registered here by name. An op = its module + one line in ``_MODULES``; nothing else lists ops."""
 from __future__ import annotations
 
 import importlib
