@@ -32,14 +32,6 @@ def no_switch(library: str, why: str) -> Switch:
     return switch
 
 
-def nothing_to_skip(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
-    return ""
-
-
-def nothing_to_probe() -> None:
-    return None
-
-
 @dataclass(frozen=True)
 class BackendInfo:
     """One backend's declared capabilities: everything the driver, the cases and the reports need to
@@ -66,11 +58,11 @@ class BackendInfo:
     value_names: Callable[[str], dict[str, str]] = lambda op: {}    # op -> {value a variable holds: algorithm name}
     native_algos: tuple[str, ...] = ()   # BACKEND:VALUE names --algos accepts
     portable: dict[str, str] = field(default_factory=dict)   # ring/tree -> the library's name, where op-independent
-    skip_reason: Callable[[Target, str, str, str, str], str] = nothing_to_skip   # (target, native, op, dtype, redop)
+    skip_reason: Callable[[Target, str, str, str, str], str] = lambda target, native, op, dtype, redop: ""
     requested_only: bool = False         # the library cannot say which algorithm ran: series say "(requested)"
     algo_ran: Callable[[str, str, int, int], str | None] | None = None   # (rank-0 log, op, nbytes, nranks)
     read_facts: Callable[[], DeviceFacts] | None = None     # this node's device facts (None: a CPU backend)
-    probe: Callable[[], None] = nothing_to_probe             # raises DeviceUnavailable when it cannot run here
+    probe: Callable[[], None] = lambda: None                 # raises DeviceUnavailable when it cannot run here
     variant: Callable[..., str] = lambda python="": ""      # (python="") -> the library build it loads: "mpich", "openmpi"
     build: str = ""                      # the build this declaration is for: a same-family backend whose variant()
                                          # reports it launches and sets rank env as declared here (for_python)

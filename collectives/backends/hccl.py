@@ -19,10 +19,7 @@ HCCL_PORTABLE = {"ring": "ring", "tree": "H-D_R"}  # HCCL has no tree; RHD is it
 def hccl_product(soc: str) -> str:
     """HCCL's product line from the SoC name (torch.npu.get_device_name): A2, A3, Ascend950,
     Atlas training (910) or '' when the name is not one the tables know (every non-Ascend name)."""
-    # SoC names as torch_npu reports them (torch.npu.get_device_name / CANN soc_version):
-    # Ascend910B1..B4, 910B2C = Atlas A2; Ascend910_93xx = Atlas A3; Ascend910_95xx / Ascend950 =
-    # Ascend 950; Ascend910A/ProA/ProB/PremiumA = Atlas training (torch_npu SocVersion enum,
-    # torchair check_platform.is_arch35).
+    # SoC names as torch.npu.get_device_name reports them (torch_npu SocVersion enum, torchair check_platform.is_arch35)
     if soc.startswith("Ascend910B"):
         return "A2"
     if soc.startswith("Ascend910_93"):
@@ -38,9 +35,7 @@ PRODUCT_NAMES = {"A2": "Atlas A2", "A3": "Atlas A3", "Ascend950": "Ascend 950", 
 
 # --- HCCL dtype x op x redop, per product. Source: hicann/hccl docs/en/api_ref/comm_op_interface/
 # HcclAllReduce.md, HcclReduce.md, HcclReduceScatter.md (dataType / op lists), HcclAllGather.md,
-# HcclBroadcast.md, HcclAlltoAll.md. Reductions: int8, int16, int32, int64, fp16, fp32, bf16 on A2
-# and A3 (no float64, no uint8); Ascend 950 adds uint64 and float64; Atlas training has no bf16.
-# Moves (allgather, broadcast, alltoall) take every harness dtype (uint8 and float64 included).
+# HcclBroadcast.md, HcclAlltoAll.md. Moves (allgather, broadcast, alltoall) take every harness dtype.
 HCCL_REDUCE_DTYPES = {
     "A2": ("float32", "float16", "bfloat16", "int32", "int64", "int8"),
     "A3": ("float32", "float16", "bfloat16", "int32", "int64", "int8"),
@@ -55,9 +50,7 @@ HCCL_INTRA_SERVER_REDUCE = {"Ascend950": ("int64", "float64")}
 HCCL_PROD_LACKS = {"A2": ("bfloat16",), "A3": ("bfloat16",), "Ascend950": ("bfloat16",), "910": ()}
 # torch_npu's ProcessGroupHCCL casts uint8 (and bool) all_reduce/reduce inputs to int32 with
 # npu_dtype_cast on the HCCL stream and back (Ascend/pytorch torch_npu/csrc/distributed/
-# ProcessGroupHCCL.cpp, allreduce: `scalar_type() == at::kByte` -> `npu_dtype_cast(..., at::kInt)`).
-# Skipped rather than relabelled as int32: the timed iteration would hold two cast kernels and 4x
-# the bytes, which is neither the uint8 op asked for nor a clean int32 one (--dtypes int32 is).
+# ProcessGroupHCCL.cpp, allreduce: `scalar_type() == at::kByte` -> `npu_dtype_cast(..., at::kInt)`): skipped.
 HCCL_CAST_BY_TORCH_NPU = {("all_reduce", "uint8"): "int32", ("reduce", "uint8"): "int32"}
 
 # --- HCCL_ALGO (level1, inter-server) x op x dtype, per product. Source: hicann/hccl docs/en/
@@ -116,8 +109,6 @@ def hccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "
                 f"a {native} series could be another algorithm under its name")
     where = f"{PRODUCT_NAMES[product]} ({target.facts.name})"
     if target.nodes == 1:
-        # HCCL_ALGO sets level1, the algorithm between servers; level0 (inside one) is HCCL's own
-        # choice (CANN env var reference, HCCL_ALGO): on one server a forced series is the default
         return (f"HCCL_ALGO chooses the algorithm between servers only; this group is on one server, where HCCL "
                 f"picks its own: run {native} across servers (--launcher)")
     ops = HCCL_ALGO_SUPPORT[product].get(native)

@@ -83,15 +83,8 @@ def nccl_dtype_reason(target: Target, op: str, dtype: str, redop: str) -> str:
     return "" if dtype in NCCL_DTYPES else f"NCCL has no {dtype} datatype"
 
 
-# --- What NCCL says it ran. NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING makes rank 0 print one line
-# per collective (NVIDIA/nccl src/enqueue.cc), in two formats:
-# - 2.20-2.23: "%ld Bytes -> Algo %d proto %d time %f" with
-#   numeric ids (v2.20.5 enqueue.cc:1498, v2.21.5:1534, v2.22.3:1613), 2.23 prefixed "%s: " with the op
-#   (v2.23.4 enqueue.cc:1855). The bytes are the whole buffer: AllGather/ReduceScatter count x size x nranks
-#   (v2.21.5 info.h:84 nBytes *= nRanks; 2.22/2.23 ncclFuncMaxSendRecvCount).
-# - 2.24 on: "%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}" (later " comm %p"), the bytes
-#   task->count x size: one rank's part for AllGather/ReduceScatter (v2.24.3 enqueue.cc:678).
-# The COLL lines ("AllReduce: opCount ... count ... datatype ... [nranks=N]") name no algorithm.
+# --- What NCCL says it ran: rank 0's NCCL_DEBUG_SUBSYS=TUNING lines, in 2.20-2.23's format (numeric ids,
+# the whole buffer's bytes) or 2.24's (names, one rank's part): docs/method.md, NCCL's TUNING lines.
 _TUNING = re.compile(r"NCCL INFO (?:(?P<op>AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): )?(?P<bytes>\d+) Bytes "
                      r"-> Algo (?P<algo>\w+) proto (?P<proto>\w+)(?P<timed> time )?")
 _ALGO_IDS = NCCL_ALGOS
@@ -160,9 +153,8 @@ def skip_reason(target: Target, native: str, op: str, dtype: str, redop: str) ->
 
 def warmup_op(env: Mapping[str, str]) -> str:
     """The op that makes a new group's communicator: all_reduce, unless NCCL_ALGO forces only
-    algorithms without one (PAT: NCCL fails 'no algorithm/protocol available'), then an op they cover.
-    Not the per-op form of NCCL_ALGO ('allgather:pat;reducescatter:pat', v2.24.3 src/graph/tuning.cc
-    parseList): 2.23, the first NCCL with PAT, skips tokens it does not know and would enable no algorithm."""
+    algorithms without one (PAT: NCCL fails 'no algorithm/protocol available'), then an op they cover
+    (a per-op or negated NCCL_ALGO is left to NCCL: docs/method.md, NCCL's TUNING lines)."""
     value = (env.get("NCCL_ALGO") or "").strip()
     if not value or any(c in value for c in "^:;"):   # NCCL's own choice, or a negated / per-op list: the user's
         return "all_reduce"

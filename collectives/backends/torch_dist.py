@@ -170,36 +170,31 @@ class TorchBackend:
         self.dist.destroy_process_group()
 
 
-def _facts(name: str, kind: str, collnet: bool = False):
-    def read() -> DeviceFacts:
-        got = accelerator_facts(kind)
-        return DeviceFacts(name, name=got.get("name", ""), devices=got.get("devices", 0), version=got.get("version", ()),
-                           capability=got.get("capability", (0, 0)),
-                           collnet=collnet and os.environ.get("NCCL_COLLNET_ENABLE") == "1")
-    return read
-
-
-def _probe(name: str, kind: str):
-    return lambda: probe_device(kind, name)
-
-
 def _torch(name: str, device_kind: str, library: str, **declared) -> BackendInfo:
     return BackendInfo(name, family="torch", device_kind=device_kind, dtypes=ALL, library=library,
                        api="torch.distributed", create=TorchBackend, **declared)
 
 
+def _device(name: str, kind: str, library: str, noun: str, **declared) -> BackendInfo:
+    """A device backend: one rank per device, probed and its facts read (CollNet for CUDA's NCCL)."""
+    def read() -> DeviceFacts:
+        got = accelerator_facts(kind)
+        return DeviceFacts(name, name=got.get("name", ""), devices=got.get("devices", 0), version=got.get("version", ()),
+                           capability=got.get("capability", (0, 0)),
+                           collnet=kind == "cuda" and os.environ.get("NCCL_COLLNET_ENABLE") == "1")
+    return _torch(name, kind, library, one_rank_per_device=True, device_noun=noun, read_facts=read,
+                  probe=lambda: probe_device(kind, name), **declared)
+
+
 BACKENDS = {
     "gloo": _torch("gloo", "cpu", "gloo", version_keys=("torch",),
                    switch=no_switch("gloo", "it runs its own ring/halving-doubling internally")),
-    "nccl": _torch("nccl", "cuda", "NCCL", one_rank_per_device=True, device_noun="GPU",
-                   switch=nccl.switch, switch_vars=(r"NCCL_ALGO",), native_algos=nccl.NCCL_ALGOS, portable=nccl.NCCL_PORTABLE,
-                   skip_reason=nccl.skip_reason, algo_ran=nccl.nccl_algo_ran,
-                   read_facts=_facts("nccl", "cuda", collnet=True), probe=_probe("nccl", "cuda"),
-                   version_keys=("torch", "cuda", "nccl")),
-    "hccl": _torch("hccl", "npu", "HCCL", one_rank_per_device=True, device_noun="NPU",
-                   rank_env=(("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),),   # docs/method.md, Device and library facts
-                   switch=hccl.switch, switch_vars=(r"HCCL_ALGO",), native_algos=hccl.HCCL_NATIVE, portable=hccl.HCCL_PORTABLE,
-                   skip_reason=hccl.skip_reason, switch_names=hccl.switch_names,
-                   requested_only=True, read_facts=_facts("hccl", "npu"), probe=_probe("hccl", "npu"),
-                   version_keys=("torch", "cann", "hccl")),
+    "nccl": _device("nccl", "cuda", "NCCL", "GPU", switch=nccl.switch, switch_vars=(r"NCCL_ALGO",),
+                    native_algos=nccl.NCCL_ALGOS, portable=nccl.NCCL_PORTABLE, skip_reason=nccl.skip_reason,
+                    algo_ran=nccl.nccl_algo_ran, version_keys=("torch", "cuda", "nccl")),
+    # rank_env: docs/method.md, Device and library facts
+    "hccl": _device("hccl", "npu", "HCCL", "NPU", rank_env=(("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),),
+                    switch=hccl.switch, switch_vars=(r"HCCL_ALGO",), native_algos=hccl.HCCL_NATIVE,
+                    portable=hccl.HCCL_PORTABLE, skip_reason=hccl.skip_reason, switch_names=hccl.switch_names,
+                    requested_only=True, version_keys=("torch", "cann", "hccl")),
 }
