@@ -77,18 +77,15 @@ def forced_for_op(var: str, value: str, op) -> str:
 
 
 def merge_group_env(envs: list[dict[str, str]]) -> dict[str, str]:
-    """One worker group serves every op of an algorithm: union the per-op settings.
-
-    HCCL_ALGO's per-op entries are joined with '/', as its documentation specifies."""
+    """One worker group serves every op of an algorithm: the per-op settings' union (HCCL_ALGO's joined with '/')."""
     merged: dict[str, str] = {}
-    hccl = []
+    hccl: list[str] = []
     for env in envs:
         for key, value in env.items():
-            if key == "HCCL_ALGO":
-                if value not in hccl:
-                    hccl.append(value)
-            else:
+            if key != "HCCL_ALGO":
                 merged[key] = value
+            elif value not in hccl:
+                hccl.append(value)
     if hccl:
         merged["HCCL_ALGO"] = "/".join(hccl)
     return merged

@@ -32,11 +32,8 @@ class Target:
 
     @classmethod
     def of(cls, facts: DeviceFacts, nproc: int, launcher: str = "") -> Target:
-        """Without a launcher every rank is on this node. With one, the ranks per node are what its
-        template says (srun --ntasks-per-node, torchrun --nproc-per-node, hydra -ppn, Open MPI
-        -npernode or --map-by ppr:N:node); a per-node count of {nproc} puts every rank on one node;
-        nested launchers multiply (srun --ntasks-per-node 1 running torchrun --nproc-per-node 8 puts 8
-        on a node); a template that does not say leaves them unknown."""
+        """Without a launcher every rank is on this node; with one, as many per node as its template's
+        PER_NODE counts say (nested launchers multiply; {nproc}: all on one node), else unknown."""
         if not launcher:
             return cls(facts, max(1, nproc), 1)
         counts = [nproc if n == "{nproc}" else int(n) for m in PER_NODE.finditer(launcher) for n in m.groups() if n]

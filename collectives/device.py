@@ -2,6 +2,7 @@
 elsewhere): allocate, synchronise, time (docs/method.md, Time), memory, names."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import inspect
 import os
@@ -48,13 +49,10 @@ def machine_id() -> str:
 
 
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
@@ -144,13 +142,11 @@ class Device:
 
 
 class Timer:
-    """Times a span with the device's own clock; ``elapsed_ns`` synchronises first."""
+    """Times a span with the device's own clock; ``stop`` synchronises first."""
 
     def __init__(self, device: Device):
-        self.device = device
-        self._events = None
-        if device._mod is not None:
-            self._events = (device._mod.Event(enable_timing=True), device._mod.Event(enable_timing=True))
+        mod = device._mod
+        self._events = None if mod is None else (mod.Event(enable_timing=True), mod.Event(enable_timing=True))
 
     def start(self) -> None:
         if self._events:

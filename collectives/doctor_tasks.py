@@ -38,9 +38,8 @@ def _token_lap(backend, ring: list[int], buf):
 
 
 def links(backend, spec: DoctorSpec) -> dict:
-    """For each round of disjoint pairs: every pair exchanges `bytes` both ways `reps` times, and
-    ping-pongs 8 bytes `small_reps` times (latency: a round trip each), all pairs of a round at once.
-    Per round: (peer, big ns, small ns)."""
+    """For each round of disjoint pairs, all at once: `bytes` exchanged both ways `reps` times, and 8
+    bytes ping-ponged `small_reps` times. Per round: (peer, big ns, small ns)."""
     def pair(peer: int, big, small) -> dict:
         small_ns = _timed(spec.small_reps or spec.reps, _token_lap(backend, sorted((backend.rank, peer)), small))
         return {"peer": peer, "small_ns": small_ns, "big_ns": _timed(spec.reps, lambda: backend.exchange(peer, *big))}

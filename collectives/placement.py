@@ -3,6 +3,7 @@ line's round trip between their cores over a shared /dev/shm page (ns), no libra
 docs/method.md, Where the cores sit; a killed group's leftover page carries PREFIX: harness/engine/shm.py)."""
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import sys
@@ -45,9 +46,8 @@ class CorePair:
                     raise TimeoutError
 
     def round_trip_ns(self, probe: int) -> float | None:
-        """Median over BLOCKS blocks of BLOCK round trips each, after one untimed handshake (a block
-        the scheduler preempted is an outlier the median drops); None when the partner stopped
-        answering for GIVE_UP_S."""
+        """Median over BLOCKS blocks of BLOCK round trips each (a preempted block is an outlier), after
+        one untimed handshake; None when the partner stopped answering for GIVE_UP_S."""
         flags, blocks = self.flags, []
         seq = (probe + 1) * _SEQ_STRIDE
         try:
@@ -95,10 +95,8 @@ def _usable_cores() -> int:
 
 
 def open_pair(backend, nodes: list[str], machines: list[str]) -> CorePair | None:
-    """Ranks 0 and 1's page where they share a node (`nodes`: every rank's node key) and its machine
-    (`machines`: every rank's kernel; emulated hosts share one's cores) has a core this process may
-    run on for each of its ranks, else None. Collective over the group's side channel: every rank
-    calls it. (Oversubscribed, the two would take turns on a core: each round trip a time slice.)"""
+    """Ranks 0 and 1's page where they share a node (`nodes`) and its machine (`machines`: every rank's
+    kernel) has a core for each of its ranks, else None. Every rank calls it (the side channel)."""
     path = None
     if backend.rank == 0 and len(nodes) >= 2 and nodes[0] == nodes[1] and machines.count(machines[0]) <= _usable_cores():
         path = f"/dev/shm/{PREFIX}{os.getpid()}"
@@ -117,10 +115,8 @@ def open_pair(backend, nodes: list[str], machines: list[str]) -> CorePair | None
             pair = None
     mapped = backend.gather_json(pair is not None)
     if backend.rank == 0:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass
         pair = CorePair(page, 0) if mapped[1] else None
         if pair is None:
             page.close()

@@ -12,9 +12,8 @@ from schema.wire import CollectiveResult, CollectiveSpec, OverheadResult, Overhe
 
 
 def corrupt_one(a: np.ndarray) -> np.ndarray:
-    """HCCL_BENCH_FAULT=corrupt (harness/engine/worker.py sets spec.corrupt on the faulting rank): a
-    copy of a result with its first element changed, floats by 1 + 2 max|a| (past any tolerance
-    a check allows), integers by 1 (wrapping), so the check that follows must count it."""
+    """HCCL_BENCH_FAULT=corrupt (spec.corrupt): a copy of a result with its first element changed, floats
+    by 1 + 2 max|a| (past any tolerance), integers by 1 (wrapping), so the check must count it."""
     out = np.array(a, copy=True, order="C")
     flat = out.reshape(-1)
     with np.errstate(over="ignore"):   # float16 may go to inf: still not the expected value
@@ -33,9 +32,8 @@ class Buffers:
     recv_n: int
 
     def refill(self, backend) -> None:
-        """The buffers as `buffers` left them, written in place (a captured graph replays on these
-        addresses): the sentinel into recv, then the input into send, which an in-place layout may
-        place inside recv (all_gather) or around it (reduce_scatter)."""
+        """The buffers as `buffers` left them, written in place (a graph replays on these addresses): recv's
+        sentinel first, then send, which an in-place layout may place inside recv or around it."""
         backend.write(self.recv, np.full(self.recv_n, self.pattern.sentinel()))
         backend.write(self.send, self.x)
 
@@ -61,10 +59,8 @@ def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool,
 
 
 def _checked_call(backend, spec: CollectiveSpec):
-    """Prepare the case and run it once on fresh data: (call, #wrong elements on this rank). A
-    captured case (--graph) is also checked as its rounds run it, as nccl-tests -G does: one call
-    captured, the buffers refilled, the graph replayed once; its #wrong adds to the eager call's.
-    One call, not the rounds' k: k in-place calls compound (a sum all_reduce k times is not the sum)."""
+    """Prepare the case and run it once on fresh data: (call, #wrong on this rank); with --graph one call
+    captured is checked too, as nccl-tests -G does (docs/method.md, Graph capture)."""
     b = buffers(backend, spec.op, spec.dtype, spec.redop, spec.count, spec.inplace)
     call = backend.call(spec.op, b.send, b.recv, spec.redop, spec.inplace)
     expected = b.pattern.expected(backend.rank)

@@ -1,10 +1,8 @@
-"""Warm-up, then R rounds of K back-to-back iterations, each round timed on the device's clock.
-
-How K is calibrated, why graph rounds have a floor, what a round's CPU wait is and what the slow
-fault does: docs/method.md (Time, Graph capture, Where the cores sit) and docs/faults.md.
-"""
+"""Warm-up, then R rounds of K back-to-back iterations, each round timed on the device's clock (why and
+how: docs/method.md, Time, Graph capture, Where the cores sit; the slow fault: docs/faults.md)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -65,21 +63,15 @@ class Captured:
 
 
 class CpuWait:
-    """The rank process's run delay so far, summed over the threads alive when it is made (ns, each
-    /proc/self/task/TID/schedstat's second field; why every thread: docs/method.md, CPU waits).
-    `read` is None where the kernel keeps no such counter (not Linux, no CONFIG_SCHED_INFO)."""
+    """The run delay (ns) of the threads alive when it is made, from /proc/self/task/TID/schedstat
+    (docs/method.md, CPU waits); `read` is None where the kernel keeps no such counter."""
 
     def __init__(self) -> None:
         self._fds: list[int] = []
-        try:
-            tids = os.listdir("/proc/self/task")
-        except OSError:
-            tids = []
-        for tid in tids:
-            try:
-                self._fds.append(os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY))
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):
+            for tid in os.listdir("/proc/self/task"):
+                with contextlib.suppress(OSError):   # a thread gone since the listing
+                    self._fds.append(os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY))
 
     def read(self) -> list[int | None] | None:
         """Each thread's run delay (None: that thread is gone), or None with no counter at all."""
@@ -110,9 +102,8 @@ def floor_ns(nbytes: int) -> float:
 
 
 def below_floor(round_ns: list[int], k: int, nbytes: int) -> str:
-    """'' where every round of k captured calls took at least k x floor_ns(nbytes), else why not: a
-    graph that holds less than its k calls (or nothing) replays faster than the bytes allow, and its
-    rounds would pass as a result."""
+    """'' where every round of k captured calls took at least k x floor_ns(nbytes), else why not (a
+    graph that holds less than its k calls replays faster than the bytes allow)."""
     fastest = min(round_ns, default=0) / max(1, k)
     floor = floor_ns(nbytes)
     if not round_ns or fastest >= floor:
@@ -186,9 +177,8 @@ def round_step(plan: Plan) -> Callable:
 
 
 class Rounds:
-    """A case's loops (each captured as a graph with plan.graph) after their warm-up, K calibrated on the
-    first, and their round times so far: `measure` runs every round at once; `begin` keeps one on the
-    rank for the driver's single A/B rounds."""
+    """A case's loops (graphs with plan.graph) after their warm-up and K's calibration on the first, with
+    their round times so far: `measure` runs all rounds; `begin` keeps it for the driver's A/B rounds."""
 
     def __init__(self, loops: list[Callable[[int], None]], backend, plan: Plan, finish: Callable | None = None):
         self.loops = [Captured(loop, backend.device) for loop in loops] if plan.graph else loops
@@ -234,9 +224,8 @@ def run(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Pla
 
 
 def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> None:
-    """Round-interleaved A/B: warm up now and keep the loops on this rank, so the driver can
-    alternate single rounds of two worker groups (two stacks) milliseconds apart; `end` then
-    returns finish(K, round ns per loop) and the calibration, what `measure` gives in one go."""
+    """Round-interleaved A/B: warm up now and keep the loops, so the driver can alternate single rounds
+    of two worker groups milliseconds apart; `end` then returns what `run` would."""
     if getattr(backend, "prepared", None):   # a begun case that never ended (its A/B failed): its clock's files
         backend.prepared.clock.close()
     backend.prepared = Rounds(loops, backend, plan, finish)

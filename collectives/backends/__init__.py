@@ -28,9 +28,8 @@ def info(name: str) -> BackendInfo:
 
 
 def for_python(name: str, python: str = "") -> BackendInfo:
-    """The declarations that apply to `name` run by `python` ("" = this interpreter): a backend whose
-    library comes in several builds (mpi: MPICH or Open MPI, whichever mpi4py loads) launches as the
-    same-family backend declared for the build that interpreter loads, where one is registered."""
+    """The declarations that apply to `name` run by `python` ("" = this interpreter): those of the
+    same-family backend declared for the build it loads (mpi: MPICH or Open MPI), where one is."""
     own = BACKENDS[name]
     build = own.variant(python)
     if not build or build == own.build:
@@ -59,9 +58,8 @@ def algo_label(backend: str, algo: str) -> str:
 
 
 def oversubscribed(backend: str, nproc: int, devices: int, launcher: str = "") -> str:
-    """Why `nproc` local ranks cannot share this node's devices ('' when they can). NCCL refuses two
-    ranks on one GPU ("Duplicate GPU detected") and HCCL one NPU per rank; with a launcher the
-    ranks spread over hosts, which only the launcher knows."""
+    """Why `nproc` local ranks cannot share this node's devices ('' when they can, or a launcher spreads
+    them over hosts). NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), HCCL on one NPU."""
     b = BACKENDS[backend]
     if not b.one_rank_per_device or launcher or nproc <= devices:
         return ""

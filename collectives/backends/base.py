@@ -2,6 +2,7 @@
 one collective; the side channel is a CPU path) and declares (``BackendInfo``, the driver side)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 from collections.abc import Callable
@@ -128,10 +129,8 @@ def page_aligned(nbytes: int) -> np.ndarray:
     private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
     region = mmap.mmap(-1, max(nbytes, 1), **private)   # a process's own memory, as malloc's (not shared)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):   # Linux: also where THP is "always"
-        try:
+        with contextlib.suppress(OSError):   # a kernel without THP (EINVAL): base pages are all it has
             region.madvise(mmap.MADV_NOHUGEPAGE)
-        except OSError:   # a kernel without THP (EINVAL): base pages are all it has
-            pass
     return np.frombuffer(region, np.uint8, count=nbytes)
 
 

@@ -26,9 +26,8 @@ SLURM_PMI1_NETMOD = "ofi"
 
 
 def slurm_pmi1_netmod(env=os.environ) -> str:
-    """The netmod an MPICH rank must use ("" = its own choice): OFI when it is a PMI-1 client of
-    Slurm's pmi2 plugin (srun --mpi=pmi2: SLURM_MPI_TYPE, PMI_FD and PMI_JOBID; hydra sets no
-    PMI_JOBID) and nobody chose a netmod or another PMI version."""
+    """The netmod an MPICH rank must use ("" = its own choice): OFI when it is a PMI-1 client of Slurm's
+    pmi2 plugin (hydra sets no PMI_JOBID) and nobody chose a netmod or another PMI version."""
     under_slurm_pmi2 = env.get("SLURM_MPI_TYPE") == "pmi2" and "PMI_FD" in env and "PMI_JOBID" in env
     chosen = "MPIR_CVAR_CH4_NETMOD" in env or env.get("MPIR_CVAR_PMI_VERSION", "1") != "1"
     return SLURM_PMI1_NETMOD if under_slurm_pmi2 and not chosen else ""
@@ -154,9 +153,8 @@ class MpiBackend:
         mpi_torch.init_world(self.rank, self.world)
 
     def close(self) -> None:
-        """Finalize now, with every rank, not at interpreter exit: a host leader then waits for its
-        followers to exit (harness.engine.control.Watch.release), and a follower in MPI_Finalize waits
-        for the leader's (the process manager's barrier): finalizing after that wait deadlocks."""
+        """Finalize now, with every rank, not at interpreter exit, where a host leader waits for its followers
+        (harness.engine.control.Watch.release) while they wait for it in MPI_Finalize: a deadlock."""
         if "torch.distributed" in sys.modules:
             import torch.distributed as dist
             if dist.is_initialized():

@@ -57,9 +57,8 @@ def probe() -> None:
 
 
 def mpiexec_flags(nproc: int) -> tuple[str, ...]:
-    """prterun's spelling (Hydra's single-dash `-bind-to` is read as the executable there). One core
-    per rank as for MPICH; more ranks than cores must be allowed explicitly (else "not enough
-    slots"), and binding then overloads a core; root must be allowed explicitly too."""
+    """prterun's spelling of one core per rank (Hydra's `-bind-to` is read as the executable there); more
+    ranks than cores, and root, must be allowed explicitly (else "not enough slots")."""
     flags: tuple[str, ...] = ("--bind-to", "core")
     if nproc > len(os.sched_getaffinity(0)):
         flags = ("--map-by", "core:OVERSUBSCRIBE", "--bind-to", "core:overload-allowed")

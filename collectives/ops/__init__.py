@@ -25,9 +25,8 @@ for _name in _MODULES:
 
 
 def by_log_name(name: str, inspector: bool = False) -> str | None:
-    """Our op for another tool's name of it: nccl-tests' ``all_reduce_perf`` / hccl_test's
-    ``allreduce_test`` stem or NCCL's ``AllReduce`` (underscores and case ignored); with `inspector`,
-    only NCCL Inspector's exact "coll" values (``All2All``)."""
+    """Our op for nccl-tests' / hccl_test's stem (``all_reduce``, ``allreduce``) or NCCL's ``AllReduce``
+    (underscores and case ignored); with `inspector`, NCCL Inspector's exact "coll" values (``All2All``)."""
     key = name.replace("_", "").lower()
     for op in OPS.values():
         if inspector:

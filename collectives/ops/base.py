@@ -2,6 +2,7 @@
 counts and factors follow nccl-tests (``src/*.cu`` ``Get*ByteCount`` / ``Get*Bw``)."""
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,12 @@ def unit_factor(nranks: int, algo: str) -> float:
 def chunk_factor(nranks: int, algo: str) -> float:
     """(n-1)/n: every rank sends (or receives) all chunks but its own (nccl-tests all_gather.cu)."""
     return (nranks - 1) / nranks
+
+
+def chunk_traffic(algo: str, p: int) -> tuple[float, float]:
+    """ring: p-1 steps; tree: recursive doubling (all_gather) or halving (reduce_scatter), log2 p steps,
+    the same volume."""
+    return (p - 1, (p - 1) / p) if algo == "ring" else (math.ceil(math.log2(p)), (p - 1) / p)
 
 
 ENVIRONMENT = " (environment)"   # the series suffix of an algorithm forced by the job's own environment
