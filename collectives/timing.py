@@ -216,16 +216,9 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Ca
     return rounds.cal, rounds.times, waits
 
 
-def run(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan):
-    """`measure`, then finish(K, round ns per loop) (a schema.wire result) with the calibration and
-    the CPU waits added."""
-    cal, times, waits = measure(loops, backend, plan)
-    return with_calibration(finish(cal.k, times), cal, waits)
-
-
 def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> None:
     """Round-interleaved A/B: warm up now and keep the loops, so the driver can alternate single rounds
-    of two worker groups milliseconds apart; `end` then returns what `run` would."""
+    of two worker groups milliseconds apart; `end` then returns what LoopRank.run would."""
     if getattr(backend, "prepared", None):   # a begun case that never ended (its A/B failed): its clock's files
         backend.prepared.clock.close()
     backend.prepared = Rounds(loops, backend, plan, finish)
@@ -256,8 +249,10 @@ class LoopRank:
         self.build = build
 
     def run(self, backend, spec):
+        """`measure`, then finish(K, round ns per loop) (a schema.wire result) with the calibration and waits."""
         loops, finish = self.build(backend, spec)
-        return run(loops, finish, backend, Plan(**spec.plan))
+        cal, times, waits = measure(loops, backend, Plan(**spec.plan))
+        return with_calibration(finish(cal.k, times), cal, waits)
 
     def begin(self, backend, spec) -> None:
         loops, finish = self.build(backend, spec)

@@ -9,7 +9,7 @@ from collectives.backends.mpi_ranks import MpiBackend
 from collectives.backends.torch_dist import TorchBackend
 
 __all__ = ["BACKENDS", "Backend", "BackendInfo", "MpiBackend", "TorchBackend", "Unsupported", "algo_label", "create",
-           "dtypes", "for_python", "forms", "info", "oversubscribed", "page_aligned"]
+           "for_python", "forms", "info", "oversubscribed", "page_aligned"]
 
 _MODULES = (
     "torch_dist",
@@ -45,10 +45,6 @@ def forms(backend: str) -> dict[str, frozenset[bool]]:
     """Which buffer forms `backend` offers per op: True = in-place, False = out-of-place."""
     from collectives.ops import OPS
     return {op: BACKENDS[backend].forms(op) for op in OPS}
-
-
-def dtypes(backend: str) -> tuple[str, ...]:
-    return BACKENDS[backend].dtypes
 
 
 def algo_label(backend: str, algo: str) -> str:

@@ -69,8 +69,6 @@ class BackendInfo:
                                          # reports it launches and sets rank env as declared here (for_python)
     mpiexec_flags: Callable[[int], tuple[str, ...]] = lambda nproc: ()   # after `mpiexec -n N` for N local ranks
     packages: tuple[str, ...] = ()       # distributions whose versions provenance records
-    thread_level: bool = False           # --mpi-thread-level applies
-    version_keys: tuple[str, ...] = ()   # the keys Backend.versions() always returns (it may add a note, e.g. mpich_netmod)
 
     def forms(self, op: str) -> frozenset[bool]:
         """Buffer forms this backend offers for `op`: True = in-place, False = out-of-place."""

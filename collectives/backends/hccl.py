@@ -157,9 +157,7 @@ def switch(op, value: str, portable: bool, target: Target | None, variant: str):
 
 
 def skip_reason(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
-    if why := hccl_dtype_reason(target, op, dtype, redop):
-        return why
-    return hccl_algo_reason(native, op, target, dtype) if native else ""
+    return hccl_dtype_reason(target, op, dtype, redop) or (hccl_algo_reason(native, op, target, dtype) if native else "")
 
 
 def switch_names(op: str) -> tuple[str, ...]:

@@ -46,9 +46,7 @@ class MpiBackend:
         if level := os.environ.get("HCCL_BENCH_MPI_THREAD_LEVEL"):
             mpi4py.rc.thread_level = level
         from mpi4py import MPI
-        self.info = info
-        self.MPI = MPI
-        self.comm = MPI.COMM_WORLD
+        self.info, self.MPI, self.comm = info, MPI, MPI.COMM_WORLD
         self.name, self.rank, self.world = info.name, self.comm.Get_rank(), self.comm.Get_size()
         if self.world != world:   # e.g. srun without --mpi=pmi2: every rank alone in a world of 1
             raise RuntimeError(f"MPI sees a world of {self.world} ranks but the launcher started {world}: the launcher "
@@ -196,7 +194,6 @@ def declare(name: str, library: str, build: str, **declared) -> BackendInfo:
     """An MPI build's backend: what every one shares (this rank side, the library's mpiexec), and `declared`."""
     info = BackendInfo(name, family="mpi", device_kind="cpu", dtypes=DTYPES, library=library, api="mpi4py",
                        create=lambda _, *at: MpiBackend(info, *at), launcher="mpiexec", rendezvous_store=False,
-                       numpy_buffers=True, variant=variant, thread_level=True, build=build,
-                       read_facts=lambda: DeviceFacts(name), packages=("mpi4py", build),
-                       version_keys=("mpi4py", "mpi_library", "mpi_thread_level"), **declared)
+                       numpy_buffers=True, variant=variant, build=build, read_facts=lambda: DeviceFacts(name),
+                       packages=("mpi4py", build), **declared)
     return info

@@ -78,11 +78,6 @@ def nccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "
     return ""
 
 
-def nccl_dtype_reason(target: Target, op: str, dtype: str, redop: str) -> str:
-    """Why NCCL cannot run `op` on `dtype` ('' if it can)."""
-    return "" if dtype in NCCL_DTYPES else f"NCCL has no {dtype} datatype"
-
-
 # --- What NCCL says it ran: rank 0's NCCL_DEBUG_SUBSYS=TUNING lines, in 2.20-2.23's format (numeric ids,
 # the whole buffer's bytes) or 2.24's (names, one rank's part): docs/method.md, NCCL's TUNING lines.
 _TUNING = re.compile(r"NCCL INFO (?:(?P<op>AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): )?(?P<bytes>\d+) Bytes "
@@ -146,8 +141,8 @@ def switch(op, value: str, portable: bool, target: Target | None, variant: str):
 
 
 def skip_reason(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
-    if why := nccl_dtype_reason(target, op, dtype, redop):
-        return why
+    if dtype not in NCCL_DTYPES:
+        return f"NCCL has no {dtype} datatype"
     return nccl_algo_reason(native, op, target, dtype, redop) if native else ""
 
 

@@ -65,16 +65,12 @@ def mpiexec_flags(nproc: int) -> tuple[str, ...]:
     return (*flags, "--allow-run-as-root") if os.geteuid() == 0 else flags
 
 
-def _ompi_info() -> str | None:
-    beside = Path(sys.executable).parent / "ompi_info"
-    return str(beside) if beside.exists() else shutil.which("ompi_info")
-
-
 @functools.cache
 def tuned_ids() -> dict[str, dict[str, int]] | None:
     """coll/tuned's algorithm ids per collective as this Open MPI lists them (None: no ompi_info here).
     An id the library lacks is only warned about at run time and the default runs instead."""
-    tool = _ompi_info()
+    beside = Path(sys.executable).parent / "ompi_info"
+    tool = str(beside) if beside.exists() else shutil.which("ompi_info")
     if tool is None:
         return None
     try:

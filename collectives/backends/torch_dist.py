@@ -187,14 +187,13 @@ def _device(name: str, kind: str, library: str, noun: str, **declared) -> Backen
 
 
 BACKENDS = {
-    "gloo": _torch("gloo", "cpu", "gloo", version_keys=("torch",),
-                   switch=no_switch("gloo", "it runs its own ring/halving-doubling internally")),
+    "gloo": _torch("gloo", "cpu", "gloo", switch=no_switch("gloo", "it runs its own ring/halving-doubling internally")),
     "nccl": _device("nccl", "cuda", "NCCL", "GPU", switch=nccl.switch, switch_vars=(r"NCCL_ALGO",),
                     native_algos=nccl.NCCL_ALGOS, portable=nccl.NCCL_PORTABLE, skip_reason=nccl.skip_reason,
-                    algo_ran=nccl.nccl_algo_ran, version_keys=("torch", "cuda", "nccl")),
+                    algo_ran=nccl.nccl_algo_ran),
     # rank_env: docs/method.md, Device and library facts
     "hccl": _device("hccl", "npu", "HCCL", "NPU", rank_env=(("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),),
                     switch=hccl.switch, switch_vars=(r"HCCL_ALGO",), native_algos=hccl.HCCL_NATIVE,
                     portable=hccl.HCCL_PORTABLE, skip_reason=hccl.skip_reason, switch_names=hccl.switch_names,
-                    requested_only=True, version_keys=("torch", "cann", "hccl")),
+                    requested_only=True),
 }
