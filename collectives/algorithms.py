@@ -14,10 +14,8 @@ PORTABLE = ("default", "ring", "tree")
 
 def split(algo: str) -> tuple[str | None, str]:
     """``'mpi:ring'`` -> ('mpi', 'ring'); ``'tree'`` -> (None, 'tree')."""
-    if ":" in algo:
-        backend, value = algo.split(":", 1)
-        return backend, value
-    return None, algo
+    backend, colon, value = algo.partition(":")
+    return (backend, value) if colon else (None, algo)
 
 
 def native_name(backend: str, algo: str) -> str:
@@ -25,9 +23,7 @@ def native_name(backend: str, algo: str) -> str:
     owner, value = split(algo)
     if value == "default" or owner not in (None, backend):
         return ""
-    if owner is None:
-        return BACKENDS[backend].portable.get(value, "")
-    return value
+    return BACKENDS[backend].portable.get(value, "") if owner is None else value
 
 
 def validate(algo: str) -> str | None:

@@ -109,10 +109,8 @@ def open_pair(backend, nodes: list[str], machines: list[str]) -> CorePair | None
         return None
     pair = None
     if backend.rank == 1:
-        try:
+        with contextlib.suppress(OSError):
             pair = CorePair(_map(path, create=False), 1)
-        except OSError:
-            pair = None
     mapped = backend.gather_json(pair is not None)
     if backend.rank == 0:
         with contextlib.suppress(OSError):

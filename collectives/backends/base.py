@@ -48,8 +48,7 @@ class BackendInfo:
     rendezvous_store: bool = True        # ranks meet through a store the driver serves under a cluster launcher
     numpy_buffers: bool = False          # buffers are numpy arrays (else torch tensors)
     layers: bool = True                  # the layer benches can run on it (torch.distributed, on MPI through mpi_torch.py)
-    dtensor: bool = True                 # DTensor runs on it: its functional collectives call a group's per-device
-                                         # c10d backend, which mpi_torch.py's Python group has not (torch 2.13)
+    dtensor: bool = True                 # DTensor runs on it (mpi_torch.py's group has no per-device c10d backend)
     one_rank_per_device: bool = False    # the library refuses two ranks on one device
     device_noun: str = ""                # "GPU", "NPU": how messages name one device
     rank_env: tuple[tuple[str, str], ...] = ()   # defaults every rank's environment gets
@@ -65,8 +64,7 @@ class BackendInfo:
     read_facts: Callable[[], DeviceFacts] | None = None     # this node's device facts (None: a CPU backend)
     probe: Callable[[], None] = lambda: None                 # raises DeviceUnavailable when it cannot run here
     variant: Callable[..., str] = lambda python="": ""      # (python="") -> the library build it loads: "mpich", "openmpi"
-    build: str = ""                      # the build this declaration is for: a same-family backend whose variant()
-                                         # reports it launches and sets rank env as declared here (for_python)
+    build: str = ""                      # the library build this declaration is for (for_python)
     mpiexec_flags: Callable[[int], tuple[str, ...]] = lambda nproc: ()   # after `mpiexec -n N` for N local ranks
     packages: tuple[str, ...] = ()       # distributions whose versions provenance records
 

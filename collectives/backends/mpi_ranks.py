@@ -13,7 +13,6 @@ import time
 import numpy as np
 
 from collectives.backends.base import BackendInfo, encode, family_call, page_aligned
-from collectives.capabilities import DeviceFacts
 from collectives.device import Device, DeviceUnavailable
 
 SPEC_TAG = 4242
@@ -194,6 +193,5 @@ def declare(name: str, library: str, build: str, **declared) -> BackendInfo:
     """An MPI build's backend: what every one shares (this rank side, the library's mpiexec), and `declared`."""
     info = BackendInfo(name, family="mpi", device_kind="cpu", dtypes=DTYPES, library=library, api="mpi4py",
                        create=lambda _, *at: MpiBackend(info, *at), launcher="mpiexec", rendezvous_store=False,
-                       numpy_buffers=True, variant=variant, build=build, read_facts=lambda: DeviceFacts(name),
-                       packages=("mpi4py", build), **declared)
+                       numpy_buffers=True, variant=variant, build=build, packages=("mpi4py", build), **declared)
     return info

@@ -40,10 +40,7 @@ class MpiWork(dist._Work):
         if not self.finished:
             from mpi4py import MPI
             MPI.Request.Waitall(self.requests)
-            if self.then:
-                self.then()
-            self.finished = True
-        return True
+        return self.is_completed()   # completed requests test true: `then` runs once, there
 
     def is_completed(self) -> bool:
         if not self.finished:
