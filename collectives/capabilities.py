@@ -12,8 +12,7 @@ ALL = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "u
 
 @dataclass(frozen=True)
 class DeviceFacts:
-    """What collection knows about one backend's devices on this node. The default is a CPU
-    backend (gloo, mpi): nothing to check. Real runs read it from the device (``BackendInfo.read_facts``)."""
+    """What collection knows about one backend's devices on this node (default: a CPU backend, nothing to check)."""
     backend: str = "gloo"
     name: str = ""                        # SoC / GPU name: "Ascend910B3", "Ascend910_9391", "NVIDIA H200"
     devices: int = 0                      # accelerators visible on this node (0: a CPU backend)
@@ -24,8 +23,7 @@ class DeviceFacts:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a worker group runs: the device facts and how its ranks sit on nodes (0: not known,
-    and nothing is judged on it)."""
+    """Where a worker group runs: the device facts, ranks per node and nodes (0: not known, not judged)."""
     facts: DeviceFacts = field(default_factory=DeviceFacts)
     ranks_per_node: int = 1
     nodes: int = 1

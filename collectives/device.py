@@ -80,8 +80,7 @@ class Device:
             self._mod.synchronize()
 
     def capture(self, loop: Callable[[int], None], k: int) -> Callable[[], None]:
-        """Capture loop(k) once into a device graph and return its replay (nccl-tests -G); how and
-        why: docs/method.md, Graph capture."""
+        """Capture loop(k) once into a device graph; its replay (nccl-tests -G; docs/method.md, Graph capture)."""
         mod, reason = self._mod, graph_unsupported_on(self.kind, self._mod)
         if mod is None or reason:
             raise DeviceUnavailable(reason)
@@ -231,8 +230,7 @@ def graph_env_unsupported(kind: str, env: Mapping[str, str]) -> str:
 
 
 def graph_unsupported(kind: str, env: Mapping[str, str] | None = None) -> str:
-    """Driver side, at collection: '' where a device of `kind` can replay captured graphs with the
-    ranks' environment (`env`, default this process's), else the skip reason."""
+    """At collection: '' where `kind` can replay captured graphs under the ranks' `env` (default: ours), else why not."""
     if kind == "cpu":
         return GRAPH_NEEDS_DEVICE
     if why := graph_env_unsupported(kind, os.environ if env is None else env):
@@ -244,16 +242,21 @@ def preload_mpi_library() -> None:
     """Load the MPI library (without MPI_Init) if mpi4py is installed. MPICH's library replaces the
     process's SIGHUP handler when it loads, so the driver loads it before installing its own."""
     try:
-        import mpi4py
-        mpi4py.rc.initialize = False
-        from mpi4py import MPI  # noqa: F401
+        unstarted_mpi()
     except (ImportError, RuntimeError):
         return   # no MPI here: nothing to load; the mpi backend's probe says so if it is asked for
 
 
+def unstarted_mpi():
+    """mpi4py's MPI with the library loaded but not initialised (the driver never calls MPI_Init)."""
+    import mpi4py
+    mpi4py.rc.initialize = False
+    from mpi4py import MPI
+    return MPI
+
+
 def probe_device(kind: str, backend: str) -> None:
-    """Raise DeviceUnavailable with one sentence when `kind`'s device cannot be used here
-    (`backend` names the asking backend in the sentence)."""
+    """Raise DeviceUnavailable, one sentence naming `backend`, when `kind`'s device cannot be used here."""
     if kind == "cpu":
         return
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
@@ -267,8 +270,7 @@ def probe_device(kind: str, backend: str) -> None:
 
 
 def _module(kind: str):
-    """torch.cuda, or for "npu" torch.npu, which torch_npu adds to torch when it is imported (torch's
-    own stubs do not know it)."""
+    """torch.cuda, or torch.npu for "npu" (importing torch_npu adds it; torch's own stubs lack it)."""
     import torch
     if kind != "npu":
         return torch.cuda

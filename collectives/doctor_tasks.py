@@ -49,8 +49,7 @@ def links(backend, spec: DoctorSpec) -> dict:
 
 
 def _each_round(backend, spec: DoctorSpec, part, measure) -> dict:
-    """Every round of spec.rounds between barriers: this rank's `part(round)` (None: it sits out)
-    measured by measure(part, big buffers, small buffer)."""
+    """Every round of spec.rounds between barriers: measure(part(round), big buffers, small buffer), None if it sits out."""
     big = [backend.full(spec.bytes, 0, "uint8") for _ in range(2)]
     small = backend.full(8, 0, "uint8")
     out: list[dict | None] = []

@@ -52,8 +52,7 @@ def buffers(backend, op: str, dtype: str, redop: str, count: int, inplace: bool)
 
 
 def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool, asynchronous: bool = False):
-    """Allocate and fill this rank's buffers; return (call, recv buffer, pattern). asynchronous:
-    the call starts the collective and returns a handle to wait() on."""
+    """This rank's buffers allocated and filled: (call, recv buffer, pattern); asynchronous: the call returns a handle."""
     b = buffers(backend, op, dtype, redop, count, inplace)
     return backend.call(op, b.send, b.recv, redop, inplace, asynchronous), b.recv, b.pattern
 

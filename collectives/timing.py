@@ -79,8 +79,7 @@ class CpuWait:
 
     @staticmethod
     def waited(before: list[int | None], after: list[int | None]) -> int:
-        """ns the threads alive at both reads waited for a CPU between them (summed: conservative
-        where two waited at once)."""
+        """ns the threads alive at both reads waited for a CPU in between (summed: conservative for overlaps)."""
         return sum(b - a for a, b in zip(before, after) if a is not None and b is not None)
 
     def close(self) -> None:
@@ -242,8 +241,7 @@ def with_calibration(result, cal, waits: list[int] | None = None):
 
 
 class LoopRank:
-    """A rank half made of timed loops: `build(backend, spec) -> (loops, finish)`; `run` measures them
-    (warm-up, K, rounds) and `begin` keeps them for the driver's single A/B rounds, for every bench alike."""
+    """A rank half made of timed loops, `build(backend, spec) -> (loops, finish)`: `run` measures, `begin` keeps them."""
 
     def __init__(self, build: Callable):
         self.build = build

@@ -35,8 +35,7 @@ def no_switch(library: str, why: str) -> Switch:
 
 @dataclass(frozen=True)
 class BackendInfo:
-    """One backend's declared capabilities: everything the driver, the cases and the reports need to
-    know about it without comparing its name."""
+    """One backend's declared capabilities, so that no code outside its module compares its name."""
     name: str
     family: str                          # the op modules' call family: "torch" or "mpi"
     device_kind: str                     # collectives.device kind: "cpu", "cuda", "npu"

@@ -1,7 +1,6 @@
 """HCCL, everything the harness knows of it: its algorithm switch (HCCL_ALGO) per op, and what it
-supports per Ascend product (dtype x op x redop, algorithm x op x dtype), each table with its source.
-A combination HCCL would silently replace with another algorithm is never run under the requested
-name. The backend is declared with gloo and nccl in torch_dist.py (one rank class for the three)."""
+supports per Ascend product, each table with its source; a combination HCCL would silently replace
+is never run under the requested name (the backend itself is declared in torch_dist.py)."""
 from __future__ import annotations
 
 from collectives.backends.base import Unsupported
@@ -17,8 +16,7 @@ HCCL_PORTABLE = {"ring": "ring", "tree": "H-D_R"}  # HCCL has no tree; RHD is it
 
 
 def hccl_product(soc: str) -> str:
-    """HCCL's product line from the SoC name (torch.npu.get_device_name): A2, A3, Ascend950,
-    Atlas training (910) or '' when the name is not one the tables know (every non-Ascend name)."""
+    """HCCL's product line from the SoC name: A2, A3, Ascend950, 910 (Atlas training), or '' for one the tables lack."""
     # SoC names as torch.npu.get_device_name reports them (torch_npu SocVersion enum, torchair check_platform.is_arch35)
     if soc.startswith("Ascend910B"):
         return "A2"

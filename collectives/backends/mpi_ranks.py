@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from collectives.backends.base import BackendInfo, encode, family_call, page_aligned
-from collectives.device import Device, DeviceUnavailable
+from collectives.device import Device, DeviceUnavailable, unstarted_mpi
 
 SPEC_TAG = 4242
 DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
@@ -161,14 +161,6 @@ class MpiBackend:
             MPI.Finalize()
 
 
-def unstarted_mpi():
-    """mpi4py's MPI with the library loaded but not initialised (the driver never calls MPI_Init)."""
-    import mpi4py
-    mpi4py.rc.initialize = False
-    from mpi4py import MPI
-    return MPI
-
-
 def library_version(python: str = "") -> str:
     """The version string of the MPI library mpi4py loads under `python` ("" = this interpreter),
     read without initialising MPI; another interpreter (an A/B side) is asked in a child process."""
@@ -184,8 +176,7 @@ def library_version(python: str = "") -> str:
 
 @functools.cache
 def variant(python: str = "") -> str:
-    """'mpich' or 'openmpi' as `python` loads it. The backend was probed before this runs, so a
-    failure here is a real error, not a reason to guess MPICH."""
+    """'mpich' or 'openmpi' as `python` loads it (probed before: a failure here is an error, not MPICH)."""
     return "openmpi" if "Open MPI" in library_version(python) else "mpich"
 
 

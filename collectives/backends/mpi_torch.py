@@ -116,10 +116,9 @@ class MpiProcessGroup(dist.ProcessGroup):
     reduce_scatter_single = _reduce_scatter_base
 
     def reduce_scatter(self, outs, inputs, opts):
-        red, reqs = self._op(opts), []
-        for out, ins in zip(outs, inputs):
-            reqs.append(self.comm.Ireduce_scatter_block(_array(torch.cat([i.reshape(-1) for i in ins])), _array(out), red))
-        return MpiWork(reqs, outs)
+        red = self._op(opts)
+        return MpiWork([self.comm.Ireduce_scatter_block(_array(torch.cat([i.reshape(-1) for i in ins])), _array(out), red)
+                        for out, ins in zip(outs, inputs)], outs)
 
     def alltoall_base(self, out, tensor, out_splits, in_splits, opts):
         n = self.size()
@@ -194,8 +193,7 @@ def _create(backend_opts, pg_options) -> MpiProcessGroup:
 
 
 def init_world(rank: int, world: int) -> None:
-    """torch.distributed's default group on COMM_WORLD, once per process (ranks met through MPI, so
-    the store is a local one nobody else reads)."""
+    """torch.distributed's default group on COMM_WORLD, once per process (a local store: ranks met through MPI)."""
     if dist.is_initialized():
         return
     # torch's store-based barrier after each new group would wait on a store no other rank sees

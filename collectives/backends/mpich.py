@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from collectives.backends import openmpi
 from collectives.backends.base import BackendInfo, Unsupported
-from collectives.backends.mpi_ranks import declare, unstarted_mpi
+from collectives.backends.mpi_ranks import declare
 from collectives.capabilities import Target
-from collectives.device import DeviceUnavailable
+from collectives.device import DeviceUnavailable, unstarted_mpi
 
 
 @dataclass(frozen=True)

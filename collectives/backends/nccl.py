@@ -1,10 +1,10 @@
 """NCCL, everything the harness knows of it: its algorithm switch (NCCL_ALGO) per op, what it builds
-per version, GPU and layout, each table with its source, and what its TUNING lines say it ran. A
-forced NCCL_ALGO the op lacks fails in the call, so it is skipped with the reason instead. The
-backend is declared with gloo and hccl in torch_dist.py (one rank class for the three)."""
+per version, GPU and layout, each table with its source, and what its TUNING lines say it ran (the
+backend itself is declared in torch_dist.py)."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -14,9 +14,8 @@ from collectives.ops import OPS
 
 # --- NCCL. Source: NVIDIA/nccl src/device/generate.py (algos_of_coll, all_tys, all_redops,
 # required_cuda / ncclNvlsSupported), NCCL env reference (NCCL_ALGO, NCCL_COLLNET_ENABLE).
-# Every harness dtype and redop is built for every collective (i8 u8 i32 u64 f16 f32 f64 bf16;
-# Sum Prod MinMax), so NCCL skips no dtype; a forced NCCL_ALGO the op lacks fails in the call
-# ("no algorithm/protocol available"), so those are skipped here.
+# Every harness dtype and redop is built for every collective; a forced NCCL_ALGO the op lacks fails
+# in the call ("no algorithm/protocol available"), so it is skipped with the reason instead.
 NCCL_DTYPES = ALL
 NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")   # ncclAlgoStr order
 # NCCL_ALGO applies to collectives: the values NCCL builds for each (generate.py algos_of_coll). An op
@@ -118,11 +117,8 @@ def nccl_algo_ran(text: str, op: str, nbytes: int, nranks: int) -> str | None:
     if op not in NCCL_ALGOS_OF or not func:   # NCCL prints a choice only for what NCCL_ALGO applies to
         return None
     per_call = nbytes // nranks if coll.per_rank_log_bytes() else nbytes
-    seen: dict[str, int] = {}
-    for call in parse_nccl_tuning(text):
-        if call.op in (func, "") and call.nbytes == (nbytes if call.whole else per_call):
-            key = f"{call.algo}/{call.proto}"
-            seen[key] = seen.get(key, 0) + 1
+    seen = Counter(f"{call.algo}/{call.proto}" for call in parse_nccl_tuning(text)
+                   if call.op in (func, "") and call.nbytes == (nbytes if call.whole else per_call))
     if not seen:
         return None
     if len(seen) == 1:

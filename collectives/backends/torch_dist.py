@@ -50,9 +50,8 @@ class TorchBackend:
         self.redops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
                        "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
         if self.info.device_kind != "cpu":
-            # NCCL/HCCL make the default group's communicator at its first call, with every rank:
-            # made here, so the doctor's first batched pair exchange (ranks 0 and 1 only, the rest
-            # waiting on the gloo side group) does not wait for ranks that never join it
+            # NCCL/HCCL make the default group's communicator at its first call, with every rank: here,
+            # not at the doctor's first pair exchange (ranks 0 and 1 only), which would wait for the rest
             op = OPS[nccl.warmup_op(os.environ)]
             send, recv = (torch.zeros(1 if per_rank else world, device=self.device.torch_device)
                           for per_rank in (op.send_per_rank, op.recv_per_rank))

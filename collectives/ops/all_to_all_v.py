@@ -32,12 +32,8 @@ def displacements(counts: list[int]) -> list[int]:
 def expect(p, rank: int) -> np.ndarray:
     """Rank order of sources, each source's block for `rank` cut from its own send buffer."""
     a, b = p.a(p.count), p.b()
-    parts = []
-    for src in range(p.nranks):
-        send, _ = splits(p.count, p.nranks, src)
-        start = sum(send[:rank])
-        parts.append(a[start:start + send[rank]] + b[src])
-    return np.concatenate(parts)
+    sends = [splits(p.count, p.nranks, src)[0] for src in range(p.nranks)]
+    return np.concatenate([a[sum(send[:rank]):sum(send[:rank + 1])] + b[src] for src, send in enumerate(sends)])
 
 
 def factor(nranks: int, algo: str) -> float:

@@ -36,8 +36,7 @@ def chunk_factor(nranks: int, algo: str) -> float:
 
 
 def chunk_traffic(algo: str, p: int) -> tuple[float, float]:
-    """ring: p-1 steps; tree: recursive doubling (all_gather) or halving (reduce_scatter), log2 p steps,
-    the same volume."""
+    """ring: p-1 steps; tree: recursive doubling or halving, log2 p steps; the same volume either way."""
     return (p - 1, (p - 1) / p) if algo == "ring" else (math.ceil(math.log2(p)), (p - 1) / p)
 
 
