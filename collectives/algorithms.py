@@ -30,9 +30,8 @@ def validate(algo: str) -> str | None:
     """An error message for a malformed or unknown --algos entry, else None."""
     backend, value = split(algo)
     if backend is None:
-        if value in PORTABLE:
-            return None
-        return f"unknown algorithm {algo!r}: use default, ring, tree or BACKEND:NATIVE (e.g. mpi:recursive_doubling, hccl:NHR)"
+        return None if value in PORTABLE else (f"unknown algorithm {algo!r}: use default, ring, tree or BACKEND:NATIVE "
+                                               "(e.g. mpi:recursive_doubling, hccl:NHR)")
     if backend not in BACKENDS:
         return f"unknown backend {backend!r} in algorithm {algo!r}: backends are {', '.join(BACKENDS)}"
     known = BACKENDS[backend].native_algos

@@ -60,9 +60,7 @@ class Device:
     """A rank's device: 'cpu', 'cuda' or 'npu' with a local index."""
 
     def __init__(self, kind: str, local_rank: int = 0):
-        self.kind = kind
-        self.index = local_rank
-        self._mod = None
+        self.kind, self.index, self._mod = kind, local_rank, None
         if kind == "cpu":
             self.torch_device = "cpu"
             return
@@ -103,9 +101,7 @@ class Device:
         return graph.replay
 
     def name(self) -> str:
-        if self._mod is None:
-            return cpu_name()
-        return self._mod.get_device_name(self.index)
+        return cpu_name() if self._mod is None else self._mod.get_device_name(self.index)
 
     def timer(self) -> Timer:
         return Timer(self)

@@ -28,9 +28,8 @@ class CorePair:
     (docs/method.md, Where the cores sit)."""
 
     def __init__(self, page: mmap.mmap, me: int):
-        self._page = page
+        self._page, self.me = page, me
         self.flags = np.frombuffer(page, dtype=np.int64)
-        self.me = me
         self.gave_up = 0            # probes that timed out on this side
 
     def _wait(self, slot: int, value: int) -> None:

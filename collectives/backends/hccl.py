@@ -97,11 +97,10 @@ HCCL_FALLBACK_NOTE = ("'(requested)': HCCL may run another algorithm without say
 def hccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "") -> str:
     """Why HCCL_ALGO=`native` would not be used for `op` (and `dtype`) on this product ('' if it would).
     Without a target (no device known) only what no product offers is refused."""
-    product = hccl_product(target.facts.name) if target else ""
     if target is None:
-        if not any(op in algos.get(native, {}) for algos in HCCL_ALGO_SUPPORT.values()):
-            return f"HCCL's {native} has no {op} on any product (HCCL would run another algorithm under its name)"
-        return ""
+        offered = any(op in algos.get(native, {}) for algos in HCCL_ALGO_SUPPORT.values())
+        return "" if offered else f"HCCL's {native} has no {op} on any product (HCCL would run another algorithm under its name)"
+    product = hccl_product(target.facts.name)
     if not product:
         return (f"HCCL_ALGO support for SoC {target.facts.name or '(unnamed)'} is not in collectives/backends/hccl.py; "
                 f"a {native} series could be another algorithm under its name")
@@ -122,8 +121,7 @@ def hccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "
 def hccl_dtype_reason(target: Target, op: str, dtype: str, redop: str) -> str:
     """Why HCCL cannot run `op` on `dtype` with `redop` on this product ('' if it can)."""
     facts = target.facts
-    if (op, dtype) in HCCL_CAST_BY_TORCH_NPU:
-        cast = HCCL_CAST_BY_TORCH_NPU[op, dtype]
+    if cast := HCCL_CAST_BY_TORCH_NPU.get((op, dtype)):
         return (f"HCCL has no {dtype} {op}: torch_npu casts it to {cast} and back on the HCCL stream, so the time "
                 f"would hold two casts and 4x the bytes (measure --dtypes {cast} instead)")
     product = hccl_product(facts.name)

@@ -61,8 +61,7 @@ class TorchBackend:
     # -- buffers
     def _empty(self, count: int, dtype: str):
         """Device memory from the device's allocator; host memory page-aligned (see page_aligned)."""
-        torch = self.torch
-        dt = getattr(torch, dtype)
+        torch, dt = self.torch, getattr(self.torch, dtype)
         if self.device.kind != "cpu":
             return torch.empty((count,), dtype=dt, device=self.device.torch_device)
         return torch.from_numpy(page_aligned(count * dt.itemsize)).view(dt)
