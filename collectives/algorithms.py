@@ -1,11 +1,5 @@
-"""Portable algorithm names -> each library's own switch (docs/method.md, Algorithms).
-
-``resolve(backend, algo, op, library)`` returns the environment a worker group needs before its
-communicator exists, or an ``Unsupported`` reason. The switches themselves are declared by each
-backend (``BackendInfo.switch``) from its library's own op -> switch table (collectives/backends/);
-this module keeps the portable names and the dispatch. An algorithm a backend or op lacks is never
-run as the default under another name.
-"""
+"""Portable algorithm names -> each library's own switch (docs/method.md, Algorithms): the names and
+the dispatch to ``BackendInfo.switch``. An algorithm a backend or op lacks is never run as the default."""
 from __future__ import annotations
 
 from collectives.backends import BACKENDS, Unsupported
@@ -20,10 +14,8 @@ PORTABLE = ("default", "ring", "tree")
 
 def split(algo: str) -> tuple[str | None, str]:
     """``'mpi:ring'`` -> ('mpi', 'ring'); ``'tree'`` -> (None, 'tree')."""
-    if ":" in algo:
-        backend, value = algo.split(":", 1)
-        return backend, value
-    return None, algo
+    backend, colon, value = algo.partition(":")
+    return (backend, value) if colon else (None, algo)
 
 
 def native_name(backend: str, algo: str) -> str:
@@ -31,18 +23,15 @@ def native_name(backend: str, algo: str) -> str:
     owner, value = split(algo)
     if value == "default" or owner not in (None, backend):
         return ""
-    if owner is None:
-        return BACKENDS[backend].portable.get(value, "")
-    return value
+    return BACKENDS[backend].portable.get(value, "") if owner is None else value
 
 
 def validate(algo: str) -> str | None:
     """An error message for a malformed or unknown --algos entry, else None."""
     backend, value = split(algo)
     if backend is None:
-        if value in PORTABLE:
-            return None
-        return f"unknown algorithm {algo!r}: use default, ring, tree or BACKEND:NATIVE (e.g. mpi:recursive_doubling, hccl:NHR)"
+        return None if value in PORTABLE else (f"unknown algorithm {algo!r}: use default, ring, tree or BACKEND:NATIVE "
+                                               "(e.g. mpi:recursive_doubling, hccl:NHR)")
     if backend not in BACKENDS:
         return f"unknown backend {backend!r} in algorithm {algo!r}: backends are {', '.join(BACKENDS)}"
     known = BACKENDS[backend].native_algos
@@ -54,10 +43,8 @@ def validate(algo: str) -> str | None:
 
 def resolve(backend: str, algo: str, op: str, library: str = "",
             target: Target | None = None) -> dict[str, str] | Unsupported:
-    """Environment that forces `algo` for `op` on `backend`; {} for the library's own choice.
-    `library` is the backend's build where it has several (BackendInfo.variant: "mpich", "openmpi").
-    With a `target` (the device facts and rank layout) nccl and hccl are checked against the
-    capability table for that device; without one, only what the library lacks everywhere."""
+    """Environment that forces `algo` for `op` on `backend` ({} for the library's own choice), or why not.
+    `library`: the build (BackendInfo.variant); a `target` checks the device's capability table too."""
     owner, value = split(algo)
     if owner is not None and owner != backend:
         return Unsupported(f"{algo} is a {owner} algorithm, not {backend}'s")
@@ -85,18 +72,15 @@ def forced_for_op(var: str, value: str, op) -> str:
 
 
 def merge_group_env(envs: list[dict[str, str]]) -> dict[str, str]:
-    """One worker group serves every op of an algorithm: union the per-op settings.
-
-    HCCL_ALGO's per-op entries are joined with '/', as its documentation specifies."""
+    """One worker group serves every op of an algorithm: the per-op settings' union (HCCL_ALGO's joined with '/')."""
     merged: dict[str, str] = {}
-    hccl = []
+    hccl: list[str] = []
     for env in envs:
         for key, value in env.items():
-            if key == "HCCL_ALGO":
-                if value not in hccl:
-                    hccl.append(value)
-            else:
+            if key != "HCCL_ALGO":
                 merged[key] = value
+            elif value not in hccl:
+                hccl.append(value)
     if hccl:
         merged["HCCL_ALGO"] = "/".join(hccl)
     return merged

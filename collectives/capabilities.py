@@ -1,11 +1,5 @@
-"""Where a worker group runs, the library-neutral half of every capability question: the device
-facts and the rank layout a library's tables judge a case by. What each library supports is the
-library's own module (collectives/backends/: hccl.py, nccl.py), each table with its source, read
-through ``BackendInfo.switch`` and ``BackendInfo.skip_reason``.
-
-Device facts (SoC name, NCCL version, accelerators per node) come from the driver at collection
-(``BackendInfo.read_facts``); unit tests pass ``DeviceFacts`` for hardware they do not have.
-"""
+"""Where a worker group runs, the library-neutral half of every capability question: the device facts
+and the rank layout that each library's own tables (collectives/backends/) judge a case by."""
 from __future__ import annotations
 
 import math
@@ -18,8 +12,7 @@ ALL = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "u
 
 @dataclass(frozen=True)
 class DeviceFacts:
-    """What collection knows about one backend's devices on this node. The default is a CPU
-    backend (gloo, mpi): nothing to check. Real runs read it from the device (``BackendInfo.read_facts``)."""
+    """What collection knows about one backend's devices on this node (default: a CPU backend, nothing to check)."""
     backend: str = "gloo"
     name: str = ""                        # SoC / GPU name: "Ascend910B3", "Ascend910_9391", "NVIDIA H200"
     devices: int = 0                      # accelerators visible on this node (0: a CPU backend)
@@ -30,19 +23,15 @@ class DeviceFacts:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a worker group runs: the device facts and how its ranks sit on nodes (0: not known,
-    and nothing is judged on it)."""
+    """Where a worker group runs: the device facts, ranks per node and nodes (0: not known, not judged)."""
     facts: DeviceFacts = field(default_factory=DeviceFacts)
     ranks_per_node: int = 1
     nodes: int = 1
 
     @classmethod
     def of(cls, facts: DeviceFacts, nproc: int, launcher: str = "") -> Target:
-        """Without a launcher every rank is on this node. With one, the ranks per node are what its
-        template says (srun --ntasks-per-node, torchrun --nproc-per-node, hydra -ppn, Open MPI
-        -npernode or --map-by ppr:N:node); a per-node count of {nproc} puts every rank on one node;
-        nested launchers multiply (srun --ntasks-per-node 1 running torchrun --nproc-per-node 8 puts 8
-        on a node); a template that does not say leaves them unknown."""
+        """Without a launcher every rank is on this node; with one, as many per node as its template's
+        PER_NODE counts say (nested launchers multiply; {nproc}: all on one node), else unknown."""
         if not launcher:
             return cls(facts, max(1, nproc), 1)
         counts = [nproc if n == "{nproc}" else int(n) for m in PER_NODE.finditer(launcher) for n in m.groups() if n]

@@ -1,15 +1,15 @@
-"""The one place that touches accelerator APIs: allocate, synchronise, time, memory, names.
-
-cpu times with perf_counter_ns; cuda and npu time with their own events (docs/method.md, Time). No
-``torch.cuda.*`` / ``torch.npu.*`` call lives anywhere else.
-"""
+"""The one place that touches accelerator APIs (no ``torch.cuda.*`` / ``torch.npu.*`` call lives
+elsewhere): allocate, synchronise, time (docs/method.md, Time), memory, names."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import inspect
 import os
 import platform
 import re
 import resource
+import subprocess
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -49,13 +49,10 @@ def machine_id() -> str:
 
 
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
@@ -63,19 +60,13 @@ class Device:
     """A rank's device: 'cpu', 'cuda' or 'npu' with a local index."""
 
     def __init__(self, kind: str, local_rank: int = 0):
-        self.kind = kind
-        self.index = local_rank
-        self._mod = None
+        self.kind, self.index, self._mod = kind, local_rank, None
         if kind == "cpu":
             self.torch_device = "cpu"
             return
-        import torch
-        if kind == "npu":
-            self._mod = _npu()
-        elif kind == "cuda":
-            self._mod = torch.cuda
-        else:
+        if kind not in GRAPHS:
             raise DeviceUnavailable(f"unknown device kind {kind!r}: use cpu, cuda or npu")
+        self._mod = _module(kind)
         if not self._mod.is_available() or self._mod.device_count() == 0:
             raise DeviceUnavailable(f"no {kind} device is visible to this process")
         self.index = local_rank % self._mod.device_count()
@@ -87,11 +78,7 @@ class Device:
             self._mod.synchronize()
 
     def capture(self, loop: Callable[[int], None], k: int) -> Callable[[], None]:
-        """Capture loop(k) once into a device graph and return its replay: k iterations launched by
-        one host call (nccl-tests -G). One iteration runs first on a side stream, as torch asks
-        before capturing collectives; the replay runs on the current stream, where the timer's
-        events are recorded. A capture that recorded nothing raises EmptyGraph; one replay runs
-        here, untimed, as a graph's first launch also uploads it."""
+        """Capture loop(k) once into a device graph; its replay (nccl-tests -G; docs/method.md, Graph capture)."""
         mod, reason = self._mod, graph_unsupported_on(self.kind, self._mod)
         if mod is None or reason:
             raise DeviceUnavailable(reason)
@@ -103,7 +90,6 @@ class Device:
         mod.synchronize()
         graph = getattr(mod, GRAPHS[self.kind])()
         # thread_local: the process group's watchdog thread may query its events while this thread captures
-        import inspect
         thread_local = "capture_error_mode" in inspect.signature(mod.graph).parameters   # older torch_npu lacks it
 
         def record() -> None:
@@ -115,9 +101,7 @@ class Device:
         return graph.replay
 
     def name(self) -> str:
-        if self._mod is None:
-            return cpu_name()
-        return self._mod.get_device_name(self.index)
+        return cpu_name() if self._mod is None else self._mod.get_device_name(self.index)
 
     def timer(self) -> Timer:
         return Timer(self)
@@ -153,13 +137,11 @@ class Device:
 
 
 class Timer:
-    """Times a span with the device's own clock; ``elapsed_ns`` synchronises first."""
+    """Times a span with the device's own clock; ``stop`` synchronises first."""
 
     def __init__(self, device: Device):
-        self.device = device
-        self._events = None
-        if device._mod is not None:
-            self._events = (device._mod.Event(enable_timing=True), device._mod.Event(enable_timing=True))
+        mod = device._mod
+        self._events = None if mod is None else (mod.Event(enable_timing=True), mod.Event(enable_timing=True))
 
     def start(self) -> None:
         if self._events:
@@ -188,8 +170,7 @@ def nvidia_driver_version(path: str = NVIDIA_DRIVER_FILE) -> str | None:
 
 
 def cuda_driver_version() -> str | None:
-    """The CUDA version the installed driver supports (cuDriverGetVersion: 12040 -> "12.4"); None
-    where libcuda cannot be loaded (no NVIDIA driver)."""
+    """The CUDA version the driver supports (cuDriverGetVersion: 12040 -> "12.4"); None without libcuda."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError:
@@ -205,10 +186,8 @@ class EmptyGraph(RuntimeError):
 
 
 def refusing_empty_graph(capture: Callable[[], None]) -> None:
-    """capture(), with the library's empty-graph warning (EMPTY_GRAPH) raised as EmptyGraph: torch
-    only warns, and an empty graph replays in microseconds as if the calls had run. The warnings are
-    recorded and judged after capture() returns, never raised inside it: torch.cuda.graph.__exit__
-    restores the current stream only after capture_end returns. Other warnings are issued again."""
+    """capture(), with torch's empty-graph warning (EMPTY_GRAPH) raised as EmptyGraph once it returns
+    (torch.cuda.graph.__exit__ restores the stream after capture_end); other warnings are issued again."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         capture()
@@ -233,10 +212,7 @@ def graph_unsupported_on(kind: str, mod) -> str:
 
 def graph_env_unsupported(kind: str, env: Mapping[str, str]) -> str:
     """'' where `env` (the ranks inherit it) lets a device of `kind` capture collectives, else the skip
-    reason: these settings fail every capture in the call. torch_npu's NPUGraph::capture_begin has
-    TORCH_CHECK(_task_queue_enable != 2) (Ascend/pytorch v7.0.0-pytorch2.1.0 NPUGraph.cpp:103,
-    v7.3.0-pytorch2.7.1 :148; ASCEND_LAUNCH_BLOCKING=1 turns the queue off); a blocking wait makes
-    every wait() poll `while (!isCompleted())` on a collective that runs only at replay."""
+    reason: settings that fail every capture (sources: docs/method.md, Graph capture)."""
     def on(name: str) -> bool:
         return (env.get(name) or "").strip().lower() in ("1", "true")
     if kind == "npu" and (env.get("TASK_QUEUE_ENABLE") or "").strip() == "2" and not on("ASCEND_LAUNCH_BLOCKING"):
@@ -250,31 +226,33 @@ def graph_env_unsupported(kind: str, env: Mapping[str, str]) -> str:
 
 
 def graph_unsupported(kind: str, env: Mapping[str, str] | None = None) -> str:
-    """Driver side, at collection: '' where a device of `kind` can replay captured graphs with the
-    ranks' environment (`env`, default this process's), else the skip reason. Device backends were
-    probed first, so their module imports here."""
+    """At collection: '' where `kind` can replay captured graphs under the ranks' `env` (default: ours), else why not."""
     if kind == "cpu":
         return GRAPH_NEEDS_DEVICE
     if why := graph_env_unsupported(kind, os.environ if env is None else env):
         return why
-    import torch
-    return graph_unsupported_on(kind, _npu() if kind == "npu" else torch.cuda)
+    return graph_unsupported_on(kind, _module(kind))
 
 
 def preload_mpi_library() -> None:
     """Load the MPI library (without MPI_Init) if mpi4py is installed. MPICH's library replaces the
     process's SIGHUP handler when it loads, so the driver loads it before installing its own."""
     try:
-        import mpi4py
-        mpi4py.rc.initialize = False
-        from mpi4py import MPI  # noqa: F401
+        unstarted_mpi()
     except (ImportError, RuntimeError):
         return   # no MPI here: nothing to load; the mpi backend's probe says so if it is asked for
 
 
+def unstarted_mpi():
+    """mpi4py's MPI with the library loaded but not initialised (the driver never calls MPI_Init)."""
+    import mpi4py
+    mpi4py.rc.initialize = False
+    from mpi4py import MPI
+    return MPI
+
+
 def probe_device(kind: str, backend: str) -> None:
-    """Raise DeviceUnavailable with one sentence when `kind`'s device cannot be used here
-    (`backend` names the asking backend in the sentence)."""
+    """Raise DeviceUnavailable, one sentence naming `backend`, when `kind`'s device cannot be used here."""
     if kind == "cpu":
         return
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
@@ -282,26 +260,22 @@ def probe_device(kind: str, backend: str) -> None:
         import torch
     except Exception as exc:  # torch_npu without CANN breaks even `import torch`
         raise DeviceUnavailable(f"backend {backend}: import torch failed ({str(exc).splitlines()[0]})") from exc
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise DeviceUnavailable(f"backend {backend} needs a CUDA GPU; torch.cuda.is_available() is False here")
-        return
-    if not _npu().is_available():
-        raise DeviceUnavailable(f"backend {backend} needs an Ascend NPU; torch.npu.is_available() is False here")
+    if not (torch.cuda if kind == "cuda" else _module("npu")).is_available():
+        what = "a CUDA GPU" if kind == "cuda" else "an Ascend NPU"
+        raise DeviceUnavailable(f"backend {backend} needs {what}; torch.{kind}.is_available() is False here")
 
 
-def _npu():
-    """torch.npu, which torch_npu adds to torch when it is imported (torch's own stubs do not know it)."""
+def _module(kind: str):
+    """torch.cuda, or torch.npu for "npu" (importing torch_npu adds it; torch's own stubs lack it)."""
     import torch
+    if kind != "npu":
+        return torch.cuda
     import_torch_npu()
     return getattr(torch, "npu")  # noqa: B009
 
 
 def device_count(kind: str) -> int:
-    import torch
-    if kind == "npu":
-        return _npu().device_count()
-    return torch.cuda.device_count() if kind == "cuda" else 1
+    return _module(kind).device_count() if kind in GRAPHS else 1
 
 
 def hf32_matmuls() -> bool:
@@ -314,8 +288,6 @@ def hf32_matmuls() -> bool:
 def npu_smi_chip_name(text: str | None = None) -> str:
     """The first NPU's chip name from `npu-smi info` ("| 0     910B3     | OK ..." -> "Ascend910B3"),
     read without touching the device; '' where npu-smi is absent or prints no such row."""
-    import re
-    import subprocess
     if text is None:
         try:
             text = subprocess.run(["npu-smi", "info"], capture_output=True, text=True, timeout=30).stdout
@@ -328,25 +300,21 @@ def npu_smi_chip_name(text: str | None = None) -> str:
 
 
 def npu_chip(smi_name: str, runtime_name) -> str:
-    """npu-smi's chip name, unless it cannot tell the product: an Atlas A3 node's npu-smi prints a
-    bare "Ascend910" (two chips an NPU), the old Atlas 910's name, and A3's capability table
-    differs (bfloat16, the algorithms); then the runtime's name ("Ascend910_9392")."""
+    """npu-smi's chip name, unless it is the bare "Ascend910" an Atlas A3 node prints (the old Atlas
+    910's name; A3's capability table differs): then the runtime's name ("Ascend910_9392")."""
     return smi_name if smi_name and smi_name != "Ascend910" else runtime_name()
 
 
 def accelerator_facts(kind: str) -> dict:
-    """What the driver reads about this node's accelerators for the capability table, without
-    opening a context on a GPU (a driver context would take GPU 0 from rank 0 in exclusive-process
-    mode): the first visible device's name (and CUDA capability), the count, NCCL's version."""
+    """This node's accelerators for the capability table (first device's name and CUDA capability,
+    count, NCCL's version), read without a GPU context (it would take GPU 0 from rank 0 in exclusive mode)."""
     if kind == "npu":
-        npu = _npu()
+        npu = _module("npu")
         # npu.get_device_name initialises the runtime on NPU 0 in this process: npu-smi first
         name = npu_chip(npu_smi_chip_name(), lambda: str(npu.get_device_name(0)))
         return {"name": name, "devices": int(npu.device_count())}
     if kind != "cuda":
         return {}
-    import subprocess
-
     import torch
     v = torch.cuda.nccl.version()   # ncclGetVersion: no CUDA context
     version = tuple(v) if isinstance(v, tuple) else (v // 10000, v % 10000 // 100, v % 100) if v >= 10000 \

@@ -1,9 +1,5 @@
-"""What each rank does for `hccl-bench doctor`: point-to-point exchanges between chosen pairs (link
-bandwidth and latency, many pairs at the same time), its clock offset to rank 0, and when it
-arrives at a collective after a fixed piece of work (who is late, who waits).
-
-Times are this rank's own clocks; the driver turns them into judgements (harness/doctor/__init__.py).
-"""
+"""What each rank does for `hccl-bench doctor` (links, rings, clock offset, arrival skew), timed on its
+own clocks; the driver judges them (harness/doctor/__init__.py; how: docs/method.md, The doctor's ranks)."""
 from __future__ import annotations
 
 import time
@@ -11,10 +7,6 @@ import time
 import numpy as np
 
 from schema.wire import DoctorSkewSpec, DoctorSpec
-
-
-def _pairs_in_round(pairs: list[list[int]], rank: int) -> int | None:
-    return next((b if a == rank else a for a, b in pairs if rank in (a, b)), None)
 
 
 def _timed(reps: int, once) -> list[int]:
@@ -30,10 +22,8 @@ def _timed(reps: int, once) -> list[int]:
 
 
 def _token_lap(backend, ring: list[int], buf):
-    """One lap of 8 bytes around the ring from ring[0]: one message in flight, so a lap is the sum of
-    the ring's one-way latencies (a delayed host's link adds its delay going in and coming out). A
-    ring of two is a ping-pong, the lower rank leading. Two ranks sending at once would drift apart
-    by the link's one-way delay and then take turns waiting: their floor hides a slow link's delay."""
+    """One lap of 8 bytes around the ring from ring[0], one message in flight: the sum of the ring's
+    one-way latencies (a ring of two is a ping-pong, the lower rank leading)."""
     k, i = len(ring), ring.index(backend.rank)
     nxt, prv = ring[(i + 1) % k], ring[(i - 1) % k]
 
@@ -48,18 +38,18 @@ def _token_lap(backend, ring: list[int], buf):
 
 
 def links(backend, spec: DoctorSpec) -> dict:
-    """For each round of disjoint pairs: every pair exchanges `bytes` both ways `reps` times, and
-    ping-pongs 8 bytes `small_reps` times (latency: a round trip each), all pairs of a round at once.
-    Per round: (peer, big ns, small ns)."""
+    """For each round of disjoint pairs, all at once: `bytes` exchanged both ways `reps` times, and 8
+    bytes ping-ponged `small_reps` times. Per round: (peer, big ns, small ns)."""
     def pair(peer: int, big, small) -> dict:
         small_ns = _timed(spec.small_reps or spec.reps, _token_lap(backend, sorted((backend.rank, peer)), small))
         return {"peer": peer, "small_ns": small_ns, "big_ns": _timed(spec.reps, lambda: backend.exchange(peer, *big))}
-    return _each_round(backend, spec, lambda pairs: _pairs_in_round(pairs, backend.rank), pair)
+    def peer(pairs: list[list[int]]) -> int | None:
+        return next((b if a == backend.rank else a for a, b in pairs if backend.rank in (a, b)), None)
+    return _each_round(backend, spec, peer, pair)
 
 
 def _each_round(backend, spec: DoctorSpec, part, measure) -> dict:
-    """Every round of spec.rounds between barriers: this rank's `part(round)` (None: it sits out)
-    measured by measure(part, big buffers, small buffer)."""
+    """Every round of spec.rounds between barriers: measure(part(round), big buffers, small buffer), None if it sits out."""
     big = [backend.full(spec.bytes, 0, "uint8") for _ in range(2)]
     small = backend.full(8, 0, "uint8")
     out: list[dict | None] = []
@@ -72,10 +62,8 @@ def _each_round(backend, spec: DoctorSpec, part, measure) -> dict:
 
 
 def clock_offset(backend, reps: int = 16) -> int:
-    """This rank's wall clock minus rank 0's (ns), each rank in turn against rank 0: the exchange
-    with the smallest round trip gives NTP's estimate (the rank's clock against the midpoint of
-    rank 0's send and receive); rank 0 then sends each rank its offset. (Clocks travel through the
-    backend's float64 view: 256 ns resolution at today's epoch, far below a round trip.)"""
+    """This rank's wall clock minus rank 0's (ns): NTP's estimate from the exchange with rank 0 with the
+    smallest round trip; rank 0 then sends each rank its offset."""
     send, recv = (backend.from_numpy(np.zeros(1, np.int64), "int64") for _ in range(2))
     mine = 0
     for other in range(1, backend.world):
@@ -100,11 +88,8 @@ def clock_offset(backend, reps: int = 16) -> int:
 
 
 def skew(backend, spec: DoctorSkewSpec) -> dict:
-    """`rounds` times: the same fixed work on every rank (a matmul), then an 8-byte all_reduce.
-    Per round this rank's entry and exit times on rank 0's clock (ns): a rank that arrives late
-    is the culprit; the ones that wait for it spend long inside the collective but arrive on time.
-    The exit is read after the device has finished the collective (a device backend's call only
-    enqueues it), and the entry with nothing left on the device (the work is host-side)."""
+    """`rounds` times: the same fixed work on every rank (a matmul), then an 8-byte all_reduce; per round
+    this rank's entry and exit times on rank 0's clock (ns): a late arrival is the culprit."""
     offset = clock_offset(backend)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((spec.matrix, spec.matrix))
@@ -136,11 +121,9 @@ def ring_steps(ring: list[int], rank: int) -> list[int]:
 
 
 def rings(backend, spec: DoctorSpec) -> dict:
-    """For each round of disjoint rings (groups of ranks): every rank of a ring exchanges `bytes` with
-    both ring neighbours `reps` times, with no barrier inside a ring, so a ring runs at its slowest
-    member's pace (as a ring collective does); and 8 bytes go `small_reps` laps around it (latency),
-    all rings of a round at once. Per round: (ring, neighbours, ns per pass over the neighbours,
-    ns per lap)."""
+    """For each round of disjoint rings: every member exchanges `bytes` with both neighbours `reps` times,
+    no barrier inside (a ring runs at its slowest member's pace), and 8 bytes go `small_reps` laps around
+    it, all rings at once. Per round: (ring, neighbours, ns per pass over the neighbours, ns per lap)."""
     def ring_of(groups: list[list[int]]) -> list[int] | None:
         ring = next((g for g in groups if backend.rank in g), None)
         return None if ring is None or len(ring) < 2 else ring

@@ -1,16 +1,9 @@
-"""Where ranks 0 and 1 sit relative to each other, measured before and after every collective case:
-the round trip of one cache line between their cores over a shared page (ns), with no
-communication library in it.
-
-Why: on a VM the host moves the vCPUs between dies, and every intra-host collective follows (a
-launch samples where the cores sit, not the library); the measurements: docs/statistics.md ("Where
-the cores are"). reports/placement.py compares launches made in the same placement.
-
-The page is a file in /dev/shm that rank 0 makes and unlinks as soon as rank 1 has mapped it (a
-killed group's leftover carries PREFIX, which harness/engine/shm.py removes with MPI's segments).
-"""
+"""Where ranks 0 and 1 sit relative to each other, before and after every collective case: a cache
+line's round trip between their cores over a shared /dev/shm page (ns), no library in it (why and how:
+docs/method.md, Where the cores sit; a killed group's leftover page carries PREFIX: harness/engine/shm.py)."""
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import sys
@@ -30,18 +23,13 @@ _SEQ_STRIDE = 1 << 16        # each probe's exchanges count from (id + 1) x this
 
 
 class CorePair:
-    """One side of the shared page. `me` 0 pings, 1 answers. Each probe has an id both ranks know
-    (worker.py: from the messages they served), and its exchanges count from that id's own base, so a
-    probe one side missed or gave up on (a case that raised on one rank only) cannot shift the next.
-
-    On a busy machine (more runnable processes than cores) the two sides may take turns on one core:
-    a side that spins unanswered yields its core after YIELD_AFTER checks, and the probe gives up only
-    when the partner made no progress for GIVE_UP_S (dead or stopped), not when it was merely slow."""
+    """One side of the shared page: `me` 0 pings, 1 answers. A probe's exchanges count from its id's own
+    base, so a probe one side missed cannot shift the next; a side spinning unanswered yields its core
+    (docs/method.md, Where the cores sit)."""
 
     def __init__(self, page: mmap.mmap, me: int):
-        self._page = page
+        self._page, self.me = page, me
         self.flags = np.frombuffer(page, dtype=np.int64)
-        self.me = me
         self.gave_up = 0            # probes that timed out on this side
 
     def _wait(self, slot: int, value: int) -> None:
@@ -57,9 +45,8 @@ class CorePair:
                     raise TimeoutError
 
     def round_trip_ns(self, probe: int) -> float | None:
-        """Median over BLOCKS blocks of BLOCK round trips each, after one untimed handshake (a block
-        the scheduler preempted is an outlier the median drops); None when the partner stopped
-        answering for GIVE_UP_S."""
+        """Median over BLOCKS blocks of BLOCK round trips each (a preempted block is an outlier), after
+        one untimed handshake; None when the partner stopped answering for GIVE_UP_S."""
         flags, blocks = self.flags, []
         seq = (probe + 1) * _SEQ_STRIDE
         try:
@@ -107,10 +94,8 @@ def _usable_cores() -> int:
 
 
 def open_pair(backend, nodes: list[str], machines: list[str]) -> CorePair | None:
-    """Ranks 0 and 1's page where they share a node (`nodes`: every rank's node key) and its machine
-    (`machines`: every rank's kernel; emulated hosts share one's cores) has a core this process may
-    run on for each of its ranks, else None. Collective over the group's side channel: every rank
-    calls it. (Oversubscribed, the two would take turns on a core: each round trip a time slice.)"""
+    """Ranks 0 and 1's page where they share a node (`nodes`) and its machine (`machines`: every rank's
+    kernel) has a core for each of its ranks, else None. Every rank calls it (the side channel)."""
     path = None
     if backend.rank == 0 and len(nodes) >= 2 and nodes[0] == nodes[1] and machines.count(machines[0]) <= _usable_cores():
         path = f"/dev/shm/{PREFIX}{os.getpid()}"
@@ -123,16 +108,12 @@ def open_pair(backend, nodes: list[str], machines: list[str]) -> CorePair | None
         return None
     pair = None
     if backend.rank == 1:
-        try:
+        with contextlib.suppress(OSError):
             pair = CorePair(_map(path, create=False), 1)
-        except OSError:
-            pair = None
     mapped = backend.gather_json(pair is not None)
     if backend.rank == 0:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass
         pair = CorePair(page, 0) if mapped[1] else None
         if pair is None:
             page.close()

@@ -1,20 +1,19 @@
 """Runs one collective case on one rank: buffers, one checked call, then the timed rounds."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from collectives.ops import ITEMSIZE, OPS, Pattern, count_wrong
-from collectives.timing import Plan, begin, below_floor, measure, repeat
+from collectives.timing import LoopRank, Plan, below_floor, measure, repeat
 from schema.wire import CollectiveResult, CollectiveSpec, OverheadResult, OverheadSpec
 
 
 def corrupt_one(a: np.ndarray) -> np.ndarray:
-    """HCCL_BENCH_FAULT=corrupt (harness/engine/worker.py sets spec.corrupt on the faulting rank): a
-    copy of a result with its first element changed, floats by 1 + 2 max|a| (past any tolerance
-    a check allows), integers by 1 (wrapping), so the check that follows must count it."""
+    """HCCL_BENCH_FAULT=corrupt (spec.corrupt): a copy of a result with its first element changed, floats
+    by 1 + 2 max|a| (past any tolerance), integers by 1 (wrapping), so the check must count it."""
     out = np.array(a, copy=True, order="C")
     flat = out.reshape(-1)
     with np.errstate(over="ignore"):   # float16 may go to inf: still not the expected value
@@ -33,9 +32,8 @@ class Buffers:
     recv_n: int
 
     def refill(self, backend) -> None:
-        """The buffers as `buffers` left them, written in place (a captured graph replays on these
-        addresses): the sentinel into recv, then the input into send, which an in-place layout may
-        place inside recv (all_gather) or around it (reduce_scatter)."""
+        """The buffers as `buffers` left them, written in place (a graph replays on these addresses): recv's
+        sentinel first, then send, which an in-place layout may place inside recv or around it."""
         backend.write(self.recv, np.full(self.recv_n, self.pattern.sentinel()))
         backend.write(self.send, self.x)
 
@@ -54,17 +52,14 @@ def buffers(backend, op: str, dtype: str, redop: str, count: int, inplace: bool)
 
 
 def prepare(backend, op: str, dtype: str, redop: str, count: int, inplace: bool, asynchronous: bool = False):
-    """Allocate and fill this rank's buffers; return (call, recv buffer, pattern). asynchronous:
-    the call starts the collective and returns a handle to wait() on."""
+    """This rank's buffers allocated and filled: (call, recv buffer, pattern); asynchronous: the call returns a handle."""
     b = buffers(backend, op, dtype, redop, count, inplace)
     return backend.call(op, b.send, b.recv, redop, inplace, asynchronous), b.recv, b.pattern
 
 
 def _checked_call(backend, spec: CollectiveSpec):
-    """Prepare the case and run it once on fresh data: (call, #wrong elements on this rank). A
-    captured case (--graph) is also checked as its rounds run it, as nccl-tests -G does: one call
-    captured, the buffers refilled, the graph replayed once; its #wrong adds to the eager call's.
-    One call, not the rounds' k: k in-place calls compound (a sum all_reduce k times is not the sum)."""
+    """Prepare the case and run it once on fresh data: (call, #wrong on this rank); with --graph one call
+    captured is checked too, as nccl-tests -G does (docs/method.md, Graph capture)."""
     b = buffers(backend, spec.op, spec.dtype, spec.redop, spec.count, spec.inplace)
     call = backend.call(spec.op, b.send, b.recv, spec.redop, spec.inplace)
     expected = b.pattern.expected(backend.rank)
@@ -90,22 +85,14 @@ def _result(spec: CollectiveSpec, wrong: int, k: int, times: list[int]) -> Colle
     return CollectiveResult(wrong=wrong, iters=k, round_ns=times)
 
 
-class CollectiveRank:
-    """The rank half of the collective bench (the driver half: kinds/collective.py)."""
+def _collective_loops(backend, spec: CollectiveSpec):
+    """Check once on fresh data (#wrong), then the loop to time and how its rounds make the result."""
+    call, wrong = _checked_call(backend, spec)
+    return [repeat(call)], lambda k, times: _result(spec, wrong, k, times[0])
 
-    @staticmethod
-    def run(backend, spec: CollectiveSpec) -> CollectiveResult:
-        """Check once on fresh data (#wrong), then time; returns this rank's share of the result."""
-        call, wrong = _checked_call(backend, spec)
-        cal, (times,), waits = measure([repeat(call)], backend, Plan(**spec.plan))
-        return replace(_result(spec, wrong, cal.k, times), calibration=cal.record(), cpu_wait_ns=waits)
 
-    @staticmethod
-    def begin(backend, spec: CollectiveSpec) -> None:
-        """Round-interleaved A/B: check now and keep the case for the driver's single rounds
-        (collectives.timing.begin); `end` returns what run would."""
-        call, wrong = _checked_call(backend, spec)
-        begin([repeat(call)], lambda k, times: _result(spec, wrong, k, times[0]), backend, Plan(**spec.plan))
+# The rank half of the collective bench (the driver half: kinds/collective.py).
+CollectiveRank = LoopRank(_collective_loops)
 
 
 class OverheadRank:

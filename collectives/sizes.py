@@ -56,6 +56,5 @@ def format_size(nbytes: int) -> str:
 
 
 def comm_buffers(communicators: int, hccl_buffsize_mb: float = 200.0) -> float:
-    """Bytes of HCCL's communication buffers: HCCL_BUFFSIZE MB twice (input and output) per
-    communicator, in device memory (the memory model and the table's knob line both state it)."""
+    """Bytes of HCCL's communication buffers in device memory: HCCL_BUFFSIZE MB twice (in, out) per communicator."""
     return 2 * communicators * hccl_buffsize_mb * 1e6

@@ -1,10 +1,8 @@
-"""Warm-up, then R rounds of K back-to-back iterations, each round timed on the device's clock.
-
-How K is calibrated, why graph rounds have a floor, what a round's CPU wait is and what the slow
-fault does: docs/method.md (Time, Graph capture, Where the cores sit) and docs/faults.md.
-"""
+"""Warm-up, then R rounds of K back-to-back iterations, each round timed on the device's clock (why and
+how: docs/method.md, Time, Graph capture, Where the cores sit; the slow fault: docs/faults.md)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -15,10 +13,7 @@ from dataclasses import asdict, dataclass, replace
 MAX_ITERS = 1_000_000
 MAX_GRAPH_ITERS = 10_000    # a captured round holds K kernels: capture time and graph memory grow with it
 CALIBRATION_SHARE = 0.5     # a calibration run must last this share of the round time
-# A captured call no device can finish faster (floor_ns): S (the op's bytes, as nccl-tests counts them) at
-# MAX_BYTES_PER_S, a rate above every path S takes (HBM: H200 4.8 TB/s, B200 8 TB/s, a local copy both reads
-# and writes; NVLink 5: 1.8 TB/s a GPU; Ascend 910B HBM 1.6 TB/s), and MIN_CALL_NS, under the latency of one
-# L2 access (~150-250 ns on H100) that every call pays at least once before the next call in stream order starts.
+# floor_ns: no device moves S faster than MAX_BYTES_PER_S nor ends a call in under MIN_CALL_NS (docs/method.md)
 MAX_BYTES_PER_S = 10e12
 MIN_CALL_NS = 100
 
@@ -46,9 +41,6 @@ class Calibrated:
     seconds: float = 0.0
     round_time_s: float = 0.0
 
-    def record(self) -> dict:
-        return asdict(self)
-
 
 class Captured:
     """loop(k) as a device graph: the k iterations captured once (`prime`, outside any timed span),
@@ -71,21 +63,15 @@ class Captured:
 
 
 class CpuWait:
-    """The rank process's run delay so far, summed over the threads alive when it is made (ns, each
-    /proc/self/task/TID/schedstat's second field; why every thread: docs/method.md, CPU waits).
-    `read` is None where the kernel keeps no such counter (not Linux, no CONFIG_SCHED_INFO)."""
+    """The run delay (ns) of the threads alive when it is made, from /proc/self/task/TID/schedstat
+    (docs/method.md, CPU waits); `read` is None where the kernel keeps no such counter."""
 
     def __init__(self) -> None:
         self._fds: list[int] = []
-        try:
-            tids = os.listdir("/proc/self/task")
-        except OSError:
-            tids = []
-        for tid in tids:
-            try:
-                self._fds.append(os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY))
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):
+            for tid in os.listdir("/proc/self/task"):
+                with contextlib.suppress(OSError):   # a thread gone since the listing
+                    self._fds.append(os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY))
 
     def read(self) -> list[int | None] | None:
         """Each thread's run delay (None: that thread is gone), or None with no counter at all."""
@@ -93,8 +79,7 @@ class CpuWait:
 
     @staticmethod
     def waited(before: list[int | None], after: list[int | None]) -> int:
-        """ns the threads alive at both reads waited for a CPU between them (summed: conservative
-        where two waited at once)."""
+        """ns the threads alive at both reads waited for a CPU in between (summed: conservative for overlaps)."""
         return sum(b - a for a, b in zip(before, after) if a is not None and b is not None)
 
     def close(self) -> None:
@@ -116,9 +101,8 @@ def floor_ns(nbytes: int) -> float:
 
 
 def below_floor(round_ns: list[int], k: int, nbytes: int) -> str:
-    """'' where every round of k captured calls took at least k x floor_ns(nbytes), else why not: a
-    graph that holds less than its k calls (or nothing) replays faster than the bytes allow, and its
-    rounds would pass as a result."""
+    """'' where every round of k captured calls took at least k x floor_ns(nbytes), else why not (a
+    graph that holds less than its k calls replays faster than the bytes allow)."""
     fastest = min(round_ns, default=0) / max(1, k)
     floor = floor_ns(nbytes)
     if not round_ns or fastest >= floor:
@@ -133,23 +117,6 @@ def _prime(loop: Callable[[int], None], k: int) -> None:
         loop.prime(k)
 
 
-def _limit(loop: Callable[[int], None]) -> int:
-    return getattr(loop, "max_iters", MAX_ITERS)
-
-
-def prepared(loops: list[Callable[[int], None]], backend, plan: Plan) -> list[Callable[[int], None]]:
-    """The loops as timed: each captured as a graph with plan.graph, else as given."""
-    return [Captured(loop, backend.device) for loop in loops] if plan.graph else loops
-
-
-def choose_iters(per_iter_s: float, plan: Plan, limit: int = MAX_ITERS) -> int:
-    if plan.iters > 0:
-        return plan.iters
-    if per_iter_s <= 0:
-        return limit
-    return max(1, min(limit, math.ceil(plan.round_time_s / per_iter_s)))
-
-
 def calibrate(loop: Callable[[int], None], backend, plan: Plan) -> Calibrated:
     """Runs of n iterations, n growing, until one lasts CALIBRATION_SHARE of the round time: K
     from that run's time per iteration. Every rank takes the max, so all make the same choices."""
@@ -157,7 +124,7 @@ def calibrate(loop: Callable[[int], None], backend, plan: Plan) -> Calibrated:
         return Calibrated(plan.iters)
     timer = backend.device.timer()
     target = plan.round_time_s * CALIBRATION_SHARE
-    limit = _limit(loop)
+    limit = getattr(loop, "max_iters", MAX_ITERS)
     n = 1
     while True:
         _prime(loop, n)
@@ -169,15 +136,8 @@ def calibrate(loop: Callable[[int], None], backend, plan: Plan) -> Calibrated:
         # aim past the target from what this run took, at most 16x more (a fast first run misleads)
         wanted = n * 16 if elapsed <= 0 else math.ceil(n * target / elapsed * 1.2)
         n = min(limit, max(n + 1, min(wanted, n * 16)))
-    return Calibrated(choose_iters(elapsed / n, plan, limit), n, elapsed, plan.round_time_s)
-
-
-def warm_up(loops: list[Callable[[int], None]], backend, plan: Plan) -> Calibrated:
-    """Run every loop's warm-up, then calibrate K on the first loop (the one being measured)."""
-    warm = max(1, plan.warmup)
-    for loop in loops:
-        loop(warm)
-    return calibrate(loops[0], backend, plan)
+    k = limit if elapsed <= 0 else max(1, min(limit, math.ceil(plan.round_time_s / (elapsed / n))))
+    return Calibrated(k, n, elapsed, plan.round_time_s)
 
 
 def one_round(loop: Callable[[int], None], k: int, backend, timer) -> int:
@@ -215,84 +175,82 @@ def round_step(plan: Plan) -> Callable:
     return one_round if plan.slow == 1.0 else functools.partial(slowed_round, factor=plan.slow)
 
 
-def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Calibrated, list[list[int]], list[int]]:
-    """Time each loop in `loops` (interleaved round by round) with one shared K.
+class Rounds:
+    """A case's loops (graphs with plan.graph) after their warm-up and K's calibration on the first, with
+    their round times so far: `measure` runs all rounds; `begin` keeps it for the driver's A/B rounds."""
 
-    Each loop(k) runs k iterations. Returns (K's calibration, [round ns per loop], the first loop's
-    CPU wait per round in ns: [] where the kernel does not say)."""
-    loops = prepared(loops, backend, plan)
-    cal = warm_up(loops, backend, plan)
-    timer = backend.device.timer()
-    step = round_step(plan)
-    times: list[list[int]] = [[] for _ in loops]
-    waits: list[int] = []
-    clock = CpuWait()
+    def __init__(self, loops: list[Callable[[int], None]], backend, plan: Plan, finish: Callable | None = None):
+        self.loops = [Captured(loop, backend.device) for loop in loops] if plan.graph else loops
+        for loop in self.loops:
+            loop(max(1, plan.warmup))
+        self.cal = calibrate(self.loops[0], backend, plan)
+        self.backend, self.finish = backend, finish
+        self.timer, self.step, self.clock = backend.device.timer(), round_step(plan), CpuWait()
+        self.times: list[list[int]] = [[] for _ in loops]
+        self.waits: list[int] = []
+
+    def round(self) -> None:
+        """One round of every loop, its time appended to its list, and the first loop's CPU wait."""
+        for i, (loop, out) in enumerate(zip(self.loops, self.times)):
+            before = self.clock.read() if i == 0 else None
+            out.append(self.step(loop, self.cal.k, self.backend, self.timer))
+            if before is not None and (after := self.clock.read()) is not None:
+                self.waits.append(self.clock.waited(before, after))
+
+    def close(self) -> list[int]:
+        """The first loop's CPU wait per round in ns ([] unless every round has one)."""
+        self.clock.close()
+        return self.waits if len(self.waits) == len(self.times[0]) else []
+
+
+def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Calibrated, list[list[int]], list[int]]:
+    """Time each loop in `loops` (interleaved round by round) with one shared K: (K's calibration,
+    [round ns per loop], the first loop's CPU wait per round: [] where the kernel does not say)."""
+    rounds = Rounds(loops, backend, plan)
     try:
         for _ in range(plan.rounds):
-            _each_loop(loops, cal, timer, times, step, clock, waits, backend)
+            rounds.round()
     finally:
-        clock.close()
-    return cal, times, waits if len(waits) == plan.rounds else []
-
-
-def run(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan):
-    """`measure`, then finish(K, round ns per loop) (a schema.wire result) with the calibration and
-    the CPU waits added."""
-    cal, times, waits = measure(loops, backend, plan)
-    return with_calibration(finish(cal.k, times), cal, waits)
+        waits = rounds.close()
+    return rounds.cal, rounds.times, waits
 
 
 def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> None:
-    """Round-interleaved A/B: warm up now and keep the loops on this rank, so the driver can
-    alternate single rounds of two worker groups (two stacks) milliseconds apart; `end` then
-    returns finish(K, round ns per loop) and the calibration, what `measure` gives in one go."""
+    """Round-interleaved A/B: warm up now and keep the loops, so the driver can alternate single rounds
+    of two worker groups milliseconds apart; `end` then returns what LoopRank.run would."""
     if getattr(backend, "prepared", None):   # a begun case that never ended (its A/B failed): its clock's files
-        backend.prepared[6].close()
-    loops = prepared(loops, backend, plan)
-    cal = warm_up(loops, backend, plan)
-    backend.prepared = (loops, cal, backend.device.timer(), [[] for _ in loops], finish, round_step(plan), CpuWait(), [])
+        backend.prepared.clock.close()
+    backend.prepared = Rounds(loops, backend, plan, finish)
 
 
 def time_round(backend) -> dict:
-    """One round of every prepared loop, in `measure`'s order, with the first one's CPU wait; the
-    times stay here until `end`."""
-    loops, cal, timer, times, _, step, clock, waits = backend.prepared
-    _each_loop(loops, cal, timer, times, step, clock, waits, backend)
+    """One round of every prepared loop, in `measure`'s order; the times stay here until `end`."""
+    backend.prepared.round()
     return {}
 
 
-def _each_loop(loops, cal: Calibrated, timer, times: list[list[int]], step, clock: CpuWait, waits: list[int],
-               backend) -> None:
-    """One round of every loop, its time appended to its list, and the first loop's CPU wait."""
-    for i, (loop, out) in enumerate(zip(loops, times)):
-        before = clock.read() if i == 0 else None
-        out.append(step(loop, cal.k, backend, timer))
-        if before is not None and (after := clock.read()) is not None:
-            waits.append(clock.waited(before, after))
-
-
 def end(backend):
-    _, cal, _, times, finish, _, clock, waits = backend.prepared
-    backend.prepared = None
-    clock.close()
-    return with_calibration(finish(cal.k, times), cal, waits if len(waits) == len(times[0]) else [])
+    rounds, backend.prepared = backend.prepared, None
+    waits = rounds.close()
+    return with_calibration(rounds.finish(rounds.cal.k, rounds.times), rounds.cal, waits)
 
 
 def with_calibration(result, cal, waits: list[int] | None = None):
     """The schema.wire result with how K was chosen (and each round's CPU wait, where measured)."""
-    return replace(result, calibration=cal.record(), **({"cpu_wait_ns": waits} if waits else {}))
+    return replace(result, calibration=asdict(cal), **({"cpu_wait_ns": waits} if waits else {}))
 
 
 class LoopRank:
-    """A rank half made of timed loops: `build(backend, spec) -> (loops, finish)`; `run` measures them
-    (warm-up, K, rounds) and `begin` keeps them for the driver's single A/B rounds, for every bench alike."""
+    """A rank half made of timed loops, `build(backend, spec) -> (loops, finish)`: `run` measures, `begin` keeps them."""
 
     def __init__(self, build: Callable):
         self.build = build
 
     def run(self, backend, spec):
+        """`measure`, then finish(K, round ns per loop) (a schema.wire result) with the calibration and waits."""
         loops, finish = self.build(backend, spec)
-        return run(loops, finish, backend, Plan(**spec.plan))
+        cal, times, waits = measure(loops, backend, Plan(**spec.plan))
+        return with_calibration(finish(cal.k, times), cal, waits)
 
     def begin(self, backend, spec) -> None:
         loops, finish = self.build(backend, spec)

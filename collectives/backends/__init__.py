@@ -1,8 +1,5 @@
-"""The communication libraries: the modules in ``_MODULES`` each declare a ``BackendInfo`` per backend
-name (collectives/backends/base.py); the rest of the code asks ``info(name)`` instead of comparing
-names. Adding a backend = its module + one line in ``_MODULES``. Each library's knowledge (its switch
-per op, what it supports) is its own module's: torch_dist.py declares gloo, nccl and hccl from nccl.py
-and hccl.py; mpich.py and openmpi.py declare theirs over the shared MPI rank side, mpi_ranks.py."""
+"""The communication libraries: each module in ``_MODULES`` declares a ``BackendInfo`` per backend name;
+the rest of the code asks ``info(name)`` instead of comparing names. A backend = its module + a line here."""
 from __future__ import annotations
 
 import importlib
@@ -12,7 +9,7 @@ from collectives.backends.mpi_ranks import MpiBackend
 from collectives.backends.torch_dist import TorchBackend
 
 __all__ = ["BACKENDS", "Backend", "BackendInfo", "MpiBackend", "TorchBackend", "Unsupported", "algo_label", "create",
-           "dtypes", "for_python", "forms", "info", "oversubscribed", "page_aligned"]
+           "for_python", "forms", "info", "oversubscribed", "page_aligned"]
 
 _MODULES = (
     "torch_dist",
@@ -31,9 +28,8 @@ def info(name: str) -> BackendInfo:
 
 
 def for_python(name: str, python: str = "") -> BackendInfo:
-    """The declarations that apply to `name` run by `python` ("" = this interpreter): a backend whose
-    library comes in several builds (mpi: MPICH or Open MPI, whichever mpi4py loads) launches as the
-    same-family backend declared for the build that interpreter loads, where one is registered."""
+    """The declarations that apply to `name` run by `python` ("" = this interpreter): those of the
+    same-family backend declared for the build it loads (mpi: MPICH or Open MPI), where one is."""
     own = BACKENDS[name]
     build = own.variant(python)
     if not build or build == own.build:
@@ -51,10 +47,6 @@ def forms(backend: str) -> dict[str, frozenset[bool]]:
     return {op: BACKENDS[backend].forms(op) for op in OPS}
 
 
-def dtypes(backend: str) -> tuple[str, ...]:
-    return BACKENDS[backend].dtypes
-
-
 def algo_label(backend: str, algo: str) -> str:
     """How a series names its algorithm: a library that cannot say what it ran gets 'as requested'."""
     known = BACKENDS.get(backend)
@@ -62,9 +54,8 @@ def algo_label(backend: str, algo: str) -> str:
 
 
 def oversubscribed(backend: str, nproc: int, devices: int, launcher: str = "") -> str:
-    """Why `nproc` local ranks cannot share this node's devices ('' when they can). NCCL refuses two
-    ranks on one GPU ("Duplicate GPU detected") and HCCL one NPU per rank; with a launcher the
-    ranks spread over hosts, which only the launcher knows."""
+    """Why `nproc` local ranks cannot share this node's devices ('' when they can, or a launcher spreads
+    them over hosts). NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), HCCL on one NPU."""
     b = BACKENDS[backend]
     if not b.one_rank_per_device or launcher or nproc <= devices:
         return ""

@@ -1,12 +1,8 @@
-"""What every backend offers (``Backend``, the rank side) and declares (``BackendInfo``, the driver side).
-
-A backend owns the communicator of one rank. ``call(...)`` returns a zero-argument callable that
-issues one collective on pre-allocated buffers (the timed loop does nothing else); the side channel
-(barrier, max, JSON broadcast/gather) is a CPU path (gloo or MPI) that never carries benchmark data.
-Code outside a backend's own module asks its ``BackendInfo`` instead of comparing its name.
-"""
+"""What every backend offers (``Backend``, the rank side: ``call`` returns a zero-argument callable issuing
+one collective; the side channel is a CPU path) and declares (``BackendInfo``, the driver side)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 from collections.abc import Callable
@@ -37,18 +33,9 @@ def no_switch(library: str, why: str) -> Switch:
     return switch
 
 
-def nothing_to_skip(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
-    return ""
-
-
-def nothing_to_probe() -> None:
-    return None
-
-
 @dataclass(frozen=True)
 class BackendInfo:
-    """One backend's declared capabilities: everything the driver, the cases and the reports need to
-    know about it without comparing its name."""
+    """One backend's declared capabilities, so that no code outside its module compares its name."""
     name: str
     family: str                          # the op modules' call family: "torch" or "mpi"
     device_kind: str                     # collectives.device kind: "cpu", "cuda", "npu"
@@ -60,8 +47,7 @@ class BackendInfo:
     rendezvous_store: bool = True        # ranks meet through a store the driver serves under a cluster launcher
     numpy_buffers: bool = False          # buffers are numpy arrays (else torch tensors)
     layers: bool = True                  # the layer benches can run on it (torch.distributed, on MPI through mpi_torch.py)
-    dtensor: bool = True                 # DTensor runs on it: its functional collectives call a group's per-device
-                                         # c10d backend, which mpi_torch.py's Python group has not (torch 2.13)
+    dtensor: bool = True                 # DTensor runs on it (mpi_torch.py's group has no per-device c10d backend)
     one_rank_per_device: bool = False    # the library refuses two ranks on one device
     device_noun: str = ""                # "GPU", "NPU": how messages name one device
     rank_env: tuple[tuple[str, str], ...] = ()   # defaults every rank's environment gets
@@ -71,18 +57,15 @@ class BackendInfo:
     value_names: Callable[[str], dict[str, str]] = lambda op: {}    # op -> {value a variable holds: algorithm name}
     native_algos: tuple[str, ...] = ()   # BACKEND:VALUE names --algos accepts
     portable: dict[str, str] = field(default_factory=dict)   # ring/tree -> the library's name, where op-independent
-    skip_reason: Callable[[Target, str, str, str, str], str] = nothing_to_skip   # (target, native, op, dtype, redop)
+    skip_reason: Callable[[Target, str, str, str, str], str] = lambda target, native, op, dtype, redop: ""
     requested_only: bool = False         # the library cannot say which algorithm ran: series say "(requested)"
     algo_ran: Callable[[str, str, int, int], str | None] | None = None   # (rank-0 log, op, nbytes, nranks)
     read_facts: Callable[[], DeviceFacts] | None = None     # this node's device facts (None: a CPU backend)
-    probe: Callable[[], None] = nothing_to_probe             # raises DeviceUnavailable when it cannot run here
+    probe: Callable[[], None] = lambda: None                 # raises DeviceUnavailable when it cannot run here
     variant: Callable[..., str] = lambda python="": ""      # (python="") -> the library build it loads: "mpich", "openmpi"
-    build: str = ""                      # the build this declaration is for: a same-family backend whose variant()
-                                         # reports it launches and sets rank env as declared here (for_python)
+    build: str = ""                      # the library build this declaration is for (for_python)
     mpiexec_flags: Callable[[int], tuple[str, ...]] = lambda nproc: ()   # after `mpiexec -n N` for N local ranks
     packages: tuple[str, ...] = ()       # distributions whose versions provenance records
-    thread_level: bool = False           # --mpi-thread-level applies
-    version_keys: tuple[str, ...] = ()   # the keys Backend.versions() always returns (it may add a note, e.g. mpich_netmod)
 
     def forms(self, op: str) -> frozenset[bool]:
         """Buffer forms this backend offers for `op`: True = in-place, False = out-of-place."""
@@ -136,21 +119,13 @@ def family_call(backend, op: str, send, recv, red, inplace: bool, asynchronous: 
 
 
 def page_aligned(nbytes: int) -> np.ndarray:
-    """Zeroed host bytes of their own anonymous mapping, starting on a page boundary and backed by
-    base pages only, so every launch's buffers sit the same way. Where numpy's allocator happened to
-    put a buffer otherwise decided the result: MPICH's intranode 256 KiB all_reduce took 240-260 us
-    on buffers at a heap offset and 100-114 us on page-aligned ones in the same process (5 launches
-    each); and numpy asks for transparent huge pages on arrays of 4 MiB and more, which back only the
-    2 MiB-aligned part of such a buffer, a different part in every launch: mpi 4 MiB all_reduce
-    launches then sat anywhere in 699-818 us, against 818-832 us on base pages (one busy loop,
-    docs/statistics.md "Huge pages")."""
+    """Zeroed host bytes of their own anonymous mapping, page-aligned and on base pages only, so every
+    launch's buffers sit the same way (docs/method.md, Same cost in every case: Buffers)."""
     private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
     region = mmap.mmap(-1, max(nbytes, 1), **private)   # a process's own memory, as malloc's (not shared)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):   # Linux: also where THP is "always"
-        try:
+        with contextlib.suppress(OSError):   # a kernel without THP (EINVAL): base pages are all it has
             region.madvise(mmap.MADV_NOHUGEPAGE)
-        except OSError:   # a kernel without THP (EINVAL): base pages are all it has
-            pass
     return np.frombuffer(region, np.uint8, count=nbytes)
 
 

@@ -1,7 +1,6 @@
 """HCCL, everything the harness knows of it: its algorithm switch (HCCL_ALGO) per op, and what it
-supports per Ascend product (dtype x op x redop, algorithm x op x dtype), each table with its source.
-A combination HCCL would silently replace with another algorithm is never run under the requested
-name. The backend is declared with gloo and nccl in torch_dist.py (one rank class for the three)."""
+supports per Ascend product, each table with its source; a combination HCCL would silently replace
+is never run under the requested name (the backend itself is declared in torch_dist.py)."""
 from __future__ import annotations
 
 from collectives.backends.base import Unsupported
@@ -17,12 +16,8 @@ HCCL_PORTABLE = {"ring": "ring", "tree": "H-D_R"}  # HCCL has no tree; RHD is it
 
 
 def hccl_product(soc: str) -> str:
-    """HCCL's product line from the SoC name (torch.npu.get_device_name): A2, A3, Ascend950,
-    Atlas training (910) or '' when the name is not one the tables know (every non-Ascend name)."""
-    # SoC names as torch_npu reports them (torch.npu.get_device_name / CANN soc_version):
-    # Ascend910B1..B4, 910B2C = Atlas A2; Ascend910_93xx = Atlas A3; Ascend910_95xx / Ascend950 =
-    # Ascend 950; Ascend910A/ProA/ProB/PremiumA = Atlas training (torch_npu SocVersion enum,
-    # torchair check_platform.is_arch35).
+    """HCCL's product line from the SoC name: A2, A3, Ascend950, 910 (Atlas training), or '' for one the tables lack."""
+    # SoC names as torch.npu.get_device_name reports them (torch_npu SocVersion enum, torchair check_platform.is_arch35)
     if soc.startswith("Ascend910B"):
         return "A2"
     if soc.startswith("Ascend910_93"):
@@ -38,9 +33,7 @@ PRODUCT_NAMES = {"A2": "Atlas A2", "A3": "Atlas A3", "Ascend950": "Ascend 950", 
 
 # --- HCCL dtype x op x redop, per product. Source: hicann/hccl docs/en/api_ref/comm_op_interface/
 # HcclAllReduce.md, HcclReduce.md, HcclReduceScatter.md (dataType / op lists), HcclAllGather.md,
-# HcclBroadcast.md, HcclAlltoAll.md. Reductions: int8, int16, int32, int64, fp16, fp32, bf16 on A2
-# and A3 (no float64, no uint8); Ascend 950 adds uint64 and float64; Atlas training has no bf16.
-# Moves (allgather, broadcast, alltoall) take every harness dtype (uint8 and float64 included).
+# HcclBroadcast.md, HcclAlltoAll.md. Moves (allgather, broadcast, alltoall) take every harness dtype.
 HCCL_REDUCE_DTYPES = {
     "A2": ("float32", "float16", "bfloat16", "int32", "int64", "int8"),
     "A3": ("float32", "float16", "bfloat16", "int32", "int64", "int8"),
@@ -55,9 +48,7 @@ HCCL_INTRA_SERVER_REDUCE = {"Ascend950": ("int64", "float64")}
 HCCL_PROD_LACKS = {"A2": ("bfloat16",), "A3": ("bfloat16",), "Ascend950": ("bfloat16",), "910": ()}
 # torch_npu's ProcessGroupHCCL casts uint8 (and bool) all_reduce/reduce inputs to int32 with
 # npu_dtype_cast on the HCCL stream and back (Ascend/pytorch torch_npu/csrc/distributed/
-# ProcessGroupHCCL.cpp, allreduce: `scalar_type() == at::kByte` -> `npu_dtype_cast(..., at::kInt)`).
-# Skipped rather than relabelled as int32: the timed iteration would hold two cast kernels and 4x
-# the bytes, which is neither the uint8 op asked for nor a clean int32 one (--dtypes int32 is).
+# ProcessGroupHCCL.cpp, allreduce: `scalar_type() == at::kByte` -> `npu_dtype_cast(..., at::kInt)`): skipped.
 HCCL_CAST_BY_TORCH_NPU = {("all_reduce", "uint8"): "int32", ("reduce", "uint8"): "int32"}
 
 # --- HCCL_ALGO (level1, inter-server) x op x dtype, per product. Source: hicann/hccl docs/en/
@@ -106,18 +97,15 @@ HCCL_FALLBACK_NOTE = ("'(requested)': HCCL may run another algorithm without say
 def hccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "") -> str:
     """Why HCCL_ALGO=`native` would not be used for `op` (and `dtype`) on this product ('' if it would).
     Without a target (no device known) only what no product offers is refused."""
-    product = hccl_product(target.facts.name) if target else ""
     if target is None:
-        if not any(op in algos.get(native, {}) for algos in HCCL_ALGO_SUPPORT.values()):
-            return f"HCCL's {native} has no {op} on any product (HCCL would run another algorithm under its name)"
-        return ""
+        offered = any(op in algos.get(native, {}) for algos in HCCL_ALGO_SUPPORT.values())
+        return "" if offered else f"HCCL's {native} has no {op} on any product (HCCL would run another algorithm under its name)"
+    product = hccl_product(target.facts.name)
     if not product:
         return (f"HCCL_ALGO support for SoC {target.facts.name or '(unnamed)'} is not in collectives/backends/hccl.py; "
                 f"a {native} series could be another algorithm under its name")
     where = f"{PRODUCT_NAMES[product]} ({target.facts.name})"
     if target.nodes == 1:
-        # HCCL_ALGO sets level1, the algorithm between servers; level0 (inside one) is HCCL's own
-        # choice (CANN env var reference, HCCL_ALGO): on one server a forced series is the default
         return (f"HCCL_ALGO chooses the algorithm between servers only; this group is on one server, where HCCL "
                 f"picks its own: run {native} across servers (--launcher)")
     ops = HCCL_ALGO_SUPPORT[product].get(native)
@@ -133,8 +121,7 @@ def hccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "
 def hccl_dtype_reason(target: Target, op: str, dtype: str, redop: str) -> str:
     """Why HCCL cannot run `op` on `dtype` with `redop` on this product ('' if it can)."""
     facts = target.facts
-    if (op, dtype) in HCCL_CAST_BY_TORCH_NPU:
-        cast = HCCL_CAST_BY_TORCH_NPU[op, dtype]
+    if cast := HCCL_CAST_BY_TORCH_NPU.get((op, dtype)):
         return (f"HCCL has no {dtype} {op}: torch_npu casts it to {cast} and back on the HCCL stream, so the time "
                 f"would hold two casts and 4x the bytes (measure --dtypes {cast} instead)")
     product = hccl_product(facts.name)
@@ -166,9 +153,7 @@ def switch(op, value: str, portable: bool, target: Target | None, variant: str):
 
 
 def skip_reason(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
-    if why := hccl_dtype_reason(target, op, dtype, redop):
-        return why
-    return hccl_algo_reason(native, op, target, dtype) if native else ""
+    return hccl_dtype_reason(target, op, dtype, redop) or (hccl_algo_reason(native, op, target, dtype) if native else "")
 
 
 def switch_names(op: str) -> tuple[str, ...]:

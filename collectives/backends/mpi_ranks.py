@@ -13,25 +13,20 @@ import time
 import numpy as np
 
 from collectives.backends.base import BackendInfo, encode, family_call, page_aligned
-from collectives.device import Device, DeviceUnavailable
+from collectives.device import Device, DeviceUnavailable, unstarted_mpi
 
 SPEC_TAG = 4242
 DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
 
 
-# Slurm's mpi/pmi2 plugin takes a PMI-1 request in one read of 1,024 bytes (agent.c handle_pmi1_cmd:
-# "TODO: read until newline"); MPICH's PMI-1 client sends puts of up to 1,024 value characters plus
-# the command and key, about 1,080 bytes. MPICH allgathers UCX's business card as 9 such segments of
-# a fixed-size buffer whose unused part is whatever the heap held: hex with runs of zeros compressed,
-# a segment without zero runs overflows the read and every rank's MPI_Init fails ("mpi/pmi2: request
-# not begin with 'cmd='", then UCX "failed to unpack address"). OFI's card is 16 bytes: one short put.
+# UCX's business card overflows the 1,024-byte PMI-1 reads of Slurm's pmi2 plugin; OFI's fits
+# (docs/clusters.md, How a sweep runs on a cluster)
 SLURM_PMI1_NETMOD = "ofi"
 
 
 def slurm_pmi1_netmod(env=os.environ) -> str:
-    """The netmod an MPICH rank must use ("" = its own choice): OFI when it is a PMI-1 client of
-    Slurm's pmi2 plugin (srun --mpi=pmi2: SLURM_MPI_TYPE, PMI_FD and PMI_JOBID; hydra sets no
-    PMI_JOBID) and nobody chose a netmod or another PMI version."""
+    """The netmod an MPICH rank must use ("" = its own choice): OFI when it is a PMI-1 client of Slurm's
+    pmi2 plugin (hydra sets no PMI_JOBID) and nobody chose a netmod or another PMI version."""
     under_slurm_pmi2 = env.get("SLURM_MPI_TYPE") == "pmi2" and "PMI_FD" in env and "PMI_JOBID" in env
     chosen = "MPIR_CVAR_CH4_NETMOD" in env or env.get("MPIR_CVAR_PMI_VERSION", "1") != "1"
     return SLURM_PMI1_NETMOD if under_slurm_pmi2 and not chosen else ""
@@ -50,9 +45,7 @@ class MpiBackend:
         if level := os.environ.get("HCCL_BENCH_MPI_THREAD_LEVEL"):
             mpi4py.rc.thread_level = level
         from mpi4py import MPI
-        self.info = info
-        self.MPI = MPI
-        self.comm = MPI.COMM_WORLD
+        self.info, self.MPI, self.comm = info, MPI, MPI.COMM_WORLD
         self.name, self.rank, self.world = info.name, self.comm.Get_rank(), self.comm.Get_size()
         if self.world != world:   # e.g. srun without --mpi=pmi2: every rank alone in a world of 1
             raise RuntimeError(f"MPI sees a world of {self.world} ranks but the launcher started {world}: the launcher "
@@ -62,11 +55,9 @@ class MpiBackend:
         self.redops = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 
     def from_numpy(self, values: np.ndarray, dtype: str):
-        buf = page_aligned(values.size * np.dtype(dtype).itemsize).view(dtype)
-        buf[:] = values
-        return buf
+        return self.full(values.size, values, dtype)
 
-    def full(self, count: int, value: float, dtype: str):
+    def full(self, count: int, value: float | np.ndarray, dtype: str):
         buf = page_aligned(count * np.dtype(dtype).itemsize).view(dtype)
         buf[:] = value
         return buf
@@ -159,9 +150,8 @@ class MpiBackend:
         mpi_torch.init_world(self.rank, self.world)
 
     def close(self) -> None:
-        """Finalize now, with every rank, not at interpreter exit: a host leader then waits for its
-        followers to exit (harness.engine.control.Watch.release), and a follower in MPI_Finalize waits
-        for the leader's (the process manager's barrier): finalizing after that wait deadlocks."""
+        """Finalize now, with every rank, not at interpreter exit, where a host leader waits for its followers
+        (harness.engine.control.Watch.release) while they wait for it in MPI_Finalize: a deadlock."""
         if "torch.distributed" in sys.modules:
             import torch.distributed as dist
             if dist.is_initialized():
@@ -169,14 +159,6 @@ class MpiBackend:
         from mpi4py import MPI
         if not MPI.Is_finalized():
             MPI.Finalize()
-
-
-def unstarted_mpi():
-    """mpi4py's MPI with the library loaded but not initialised (the driver never calls MPI_Init)."""
-    import mpi4py
-    mpi4py.rc.initialize = False
-    from mpi4py import MPI
-    return MPI
 
 
 def library_version(python: str = "") -> str:
@@ -194,6 +176,13 @@ def library_version(python: str = "") -> str:
 
 @functools.cache
 def variant(python: str = "") -> str:
-    """'mpich' or 'openmpi' as `python` loads it. The backend was probed before this runs, so a
-    failure here is a real error, not a reason to guess MPICH."""
+    """'mpich' or 'openmpi' as `python` loads it (probed before: a failure here is an error, not MPICH)."""
     return "openmpi" if "Open MPI" in library_version(python) else "mpich"
+
+
+def declare(name: str, library: str, build: str, **declared) -> BackendInfo:
+    """An MPI build's backend: what every one shares (this rank side, the library's mpiexec), and `declared`."""
+    info = BackendInfo(name, family="mpi", device_kind="cpu", dtypes=DTYPES, library=library, api="mpi4py",
+                       create=lambda _, *at: MpiBackend(info, *at), launcher="mpiexec", rendezvous_store=False,
+                       numpy_buffers=True, variant=variant, build=build, packages=("mpi4py", build), **declared)
+    return info

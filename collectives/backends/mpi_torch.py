@@ -1,12 +1,7 @@
 """torch.distributed over the MPI library mpi4py loads, so the layer benches run on MPI too: a Python
-process group (torch's own extension point, `Backend.register_backend`) whose every collective is one
-MPI call on the CPU tensors' own memory (numpy views, no copy), non-blocking where MPI has the form
-(Iallreduce, Ialltoallv, Isend, ...) and waited for in the Work torch hands back, so a pipeline's
-paired send/recv and the hybrid step's bucketed all_reduce (layers/hybrid.py, which waits on the
-Work) overlap as they do on gloo. Each torch group is an MPI
-communicator of its members (MPI_Comm_create_group). MPICH progresses a non-blocking collective only
-inside MPI calls (no progress thread unless MPICH_ASYNC_PROGRESS=1): what the overlap hides is
-MPI's own, measured, not gloo's."""
+process group (`Backend.register_backend`) whose every collective is one non-blocking MPI call on the
+CPU tensors' own memory, each torch group an MPI communicator of its members (docs/method.md, MPI
+under torch.distributed)."""
 from __future__ import annotations
 
 import datetime
@@ -45,10 +40,7 @@ class MpiWork(dist._Work):
         if not self.finished:
             from mpi4py import MPI
             MPI.Request.Waitall(self.requests)
-            if self.then:
-                self.then()
-            self.finished = True
-        return True
+        return self.is_completed()   # completed requests test true: `then` runs once, there
 
     def is_completed(self) -> bool:
         if not self.finished:
@@ -114,22 +106,19 @@ class MpiProcessGroup(dist.ProcessGroup):
 
         def unpack():
             for flat, olist, n in flats:
-                for i, o in enumerate(olist):
-                    o.copy_(flat[i * n:(i + 1) * n].view_as(o))
+                _unpack(flat, olist, n)
         return MpiWork(reqs, outs, unpack)
 
     def _reduce_scatter_base(self, out, tensor, opts):
         send, recv = _apart(_array(tensor), _array(out))
         return MpiWork([self.comm.Ireduce_scatter_block(send, recv, self._op(opts))], out)
 
-    def reduce_scatter_single(self, out, tensor, opts):
-        return self._reduce_scatter_base(out, tensor, opts)
+    reduce_scatter_single = _reduce_scatter_base
 
     def reduce_scatter(self, outs, inputs, opts):
-        red, reqs = self._op(opts), []
-        for out, ins in zip(outs, inputs):
-            reqs.append(self.comm.Ireduce_scatter_block(_array(torch.cat([i.reshape(-1) for i in ins])), _array(out), red))
-        return MpiWork(reqs, outs)
+        red = self._op(opts)
+        return MpiWork([self.comm.Ireduce_scatter_block(_array(torch.cat([i.reshape(-1) for i in ins])), _array(out), red)
+                        for out, ins in zip(outs, inputs)], outs)
 
     def alltoall_base(self, out, tensor, out_splits, in_splits, opts):
         n = self.size()
@@ -155,8 +144,7 @@ class MpiProcessGroup(dist.ProcessGroup):
 
         def unpack():
             if flat is not None:
-                for i, o in enumerate(outs[0]):
-                    o.copy_(flat[i * t.numel():(i + 1) * t.numel()].view_as(o))
+                _unpack(flat, outs[0], t.numel())
         return MpiWork([self.comm.Igather(_array(t), None if flat is None else _array(flat), root=root)], outs, unpack)
 
     def broadcast(self, tensors, opts):
@@ -175,6 +163,12 @@ class MpiProcessGroup(dist.ProcessGroup):
         """destroy_process_group calls it on every rank in the same order: the communicator goes too."""
         if self.comm != self.MPI.COMM_NULL and not self.MPI.Is_finalized():
             self.comm.Free()
+
+
+def _unpack(flat: torch.Tensor, outs, n: int) -> None:
+    """A gathered flat tensor's n-element parts into `outs`, in order."""
+    for i, o in enumerate(outs):
+        o.copy_(flat[i * n:(i + 1) * n].view_as(o))
 
 
 def _apart(send: np.ndarray, recv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -199,8 +193,7 @@ def _create(backend_opts, pg_options) -> MpiProcessGroup:
 
 
 def init_world(rank: int, world: int) -> None:
-    """torch.distributed's default group on COMM_WORLD, once per process (ranks met through MPI, so
-    the store is a local one nobody else reads)."""
+    """torch.distributed's default group on COMM_WORLD, once per process (a local store: ranks met through MPI)."""
     if dist.is_initialized():
         return
     # torch's store-based barrier after each new group would wait on a store no other rank sees

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from collectives.backends import openmpi
 from collectives.backends.base import BackendInfo, Unsupported
-from collectives.backends.mpi_ranks import DTYPES, MpiBackend, unstarted_mpi, variant
-from collectives.capabilities import DeviceFacts, Target
-from collectives.device import DeviceUnavailable
+from collectives.backends.mpi_ranks import declare
+from collectives.capabilities import Target
+from collectives.device import DeviceUnavailable, unstarted_mpi
 
 
 @dataclass(frozen=True)
@@ -60,13 +60,8 @@ def switch(op, value: str, portable: bool, target: Target | None, library: str):
 
 NATIVE = tuple(sorted({v for c in MPICH_CVARS.values() for v in c.values} | set(openmpi.NATIVE)))
 BACKENDS: dict[str, BackendInfo] = {
-    "mpi": BackendInfo("mpi", family="mpi", device_kind="cpu", dtypes=DTYPES, library="MPI", api="mpi4py",
-                       create=lambda name, *at: MpiBackend(BACKENDS[name], *at), launcher="mpiexec",
-                       rendezvous_store=False, numpy_buffers=True, layers=True, dtensor=False,
-                       switch=switch, native_algos=NATIVE, probe=probe,
-                       switch_vars=(r"MPIR_CVAR_\w+_INTRA_ALGORITHM", r"OMPI_MCA_coll_tuned_\w+_algorithm"),
-                       switch_names=lambda op: (MPICH_CVARS[op].name,) if op in MPICH_CVARS else (),
-                       variant=variant, thread_level=True,
-                       build="mpich", mpiexec_flags=lambda nproc: ("-bind-to", "core"), packages=("mpi4py", "mpich"),
-                       read_facts=lambda: DeviceFacts("mpi"), version_keys=("mpi4py", "mpi_library", "mpi_thread_level")),
+    "mpi": declare("mpi", "MPI", "mpich", layers=True, dtensor=False, switch=switch, native_algos=NATIVE, probe=probe,
+                   switch_vars=(r"MPIR_CVAR_\w+_INTRA_ALGORITHM", r"OMPI_MCA_coll_tuned_\w+_algorithm"),
+                   switch_names=lambda op: (MPICH_CVARS[op].name,) if op in MPICH_CVARS else (),
+                   mpiexec_flags=lambda nproc: ("-bind-to", "core")),
 }

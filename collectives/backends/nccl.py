@@ -1,10 +1,10 @@
 """NCCL, everything the harness knows of it: its algorithm switch (NCCL_ALGO) per op, what it builds
-per version, GPU and layout, each table with its source, and what its TUNING lines say it ran. A
-forced NCCL_ALGO the op lacks fails in the call, so it is skipped with the reason instead. The
-backend is declared with gloo and hccl in torch_dist.py (one rank class for the three)."""
+per version, GPU and layout, each table with its source, and what its TUNING lines say it ran (the
+backend itself is declared in torch_dist.py)."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -14,9 +14,8 @@ from collectives.ops import OPS
 
 # --- NCCL. Source: NVIDIA/nccl src/device/generate.py (algos_of_coll, all_tys, all_redops,
 # required_cuda / ncclNvlsSupported), NCCL env reference (NCCL_ALGO, NCCL_COLLNET_ENABLE).
-# Every harness dtype and redop is built for every collective (i8 u8 i32 u64 f16 f32 f64 bf16;
-# Sum Prod MinMax), so NCCL skips no dtype; a forced NCCL_ALGO the op lacks fails in the call
-# ("no algorithm/protocol available"), so those are skipped here.
+# Every harness dtype and redop is built for every collective; a forced NCCL_ALGO the op lacks fails
+# in the call ("no algorithm/protocol available"), so it is skipped with the reason instead.
 NCCL_DTYPES = ALL
 NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT")   # ncclAlgoStr order
 # NCCL_ALGO applies to collectives: the values NCCL builds for each (generate.py algos_of_coll). An op
@@ -78,20 +77,8 @@ def nccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "
     return ""
 
 
-def nccl_dtype_reason(target: Target, op: str, dtype: str, redop: str) -> str:
-    """Why NCCL cannot run `op` on `dtype` ('' if it can)."""
-    return "" if dtype in NCCL_DTYPES else f"NCCL has no {dtype} datatype"
-
-
-# --- What NCCL says it ran. NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING makes rank 0 print one line
-# per collective (NVIDIA/nccl src/enqueue.cc), in two formats:
-# - 2.20-2.23: "%ld Bytes -> Algo %d proto %d time %f" with
-#   numeric ids (v2.20.5 enqueue.cc:1498, v2.21.5:1534, v2.22.3:1613), 2.23 prefixed "%s: " with the op
-#   (v2.23.4 enqueue.cc:1855). The bytes are the whole buffer: AllGather/ReduceScatter count x size x nranks
-#   (v2.21.5 info.h:84 nBytes *= nRanks; 2.22/2.23 ncclFuncMaxSendRecvCount).
-# - 2.24 on: "%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}" (later " comm %p"), the bytes
-#   task->count x size: one rank's part for AllGather/ReduceScatter (v2.24.3 enqueue.cc:678).
-# The COLL lines ("AllReduce: opCount ... count ... datatype ... [nranks=N]") name no algorithm.
+# --- What NCCL says it ran: rank 0's NCCL_DEBUG_SUBSYS=TUNING lines, in 2.20-2.23's format (numeric ids,
+# the whole buffer's bytes) or 2.24's (names, one rank's part): docs/method.md, NCCL's TUNING lines.
 _TUNING = re.compile(r"NCCL INFO (?:(?P<op>AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): )?(?P<bytes>\d+) Bytes "
                      r"-> Algo (?P<algo>\w+) proto (?P<proto>\w+)(?P<timed> time )?")
 _ALGO_IDS = NCCL_ALGOS
@@ -130,11 +117,8 @@ def nccl_algo_ran(text: str, op: str, nbytes: int, nranks: int) -> str | None:
     if op not in NCCL_ALGOS_OF or not func:   # NCCL prints a choice only for what NCCL_ALGO applies to
         return None
     per_call = nbytes // nranks if coll.per_rank_log_bytes() else nbytes
-    seen: dict[str, int] = {}
-    for call in parse_nccl_tuning(text):
-        if call.op in (func, "") and call.nbytes == (nbytes if call.whole else per_call):
-            key = f"{call.algo}/{call.proto}"
-            seen[key] = seen.get(key, 0) + 1
+    seen = Counter(f"{call.algo}/{call.proto}" for call in parse_nccl_tuning(text)
+                   if call.op in (func, "") and call.nbytes == (nbytes if call.whole else per_call))
     if not seen:
         return None
     if len(seen) == 1:
@@ -153,16 +137,15 @@ def switch(op, value: str, portable: bool, target: Target | None, variant: str):
 
 
 def skip_reason(target: Target, native: str, op: str, dtype: str, redop: str) -> str:
-    if why := nccl_dtype_reason(target, op, dtype, redop):
-        return why
+    if dtype not in NCCL_DTYPES:
+        return f"NCCL has no {dtype} datatype"
     return nccl_algo_reason(native, op, target, dtype, redop) if native else ""
 
 
 def warmup_op(env: Mapping[str, str]) -> str:
     """The op that makes a new group's communicator: all_reduce, unless NCCL_ALGO forces only
-    algorithms without one (PAT: NCCL fails 'no algorithm/protocol available'), then an op they cover.
-    Not the per-op form of NCCL_ALGO ('allgather:pat;reducescatter:pat', v2.24.3 src/graph/tuning.cc
-    parseList): 2.23, the first NCCL with PAT, skips tokens it does not know and would enable no algorithm."""
+    algorithms without one (PAT: NCCL fails 'no algorithm/protocol available'), then an op they cover
+    (a per-op or negated NCCL_ALGO is left to NCCL: docs/method.md, NCCL's TUNING lines)."""
     value = (env.get("NCCL_ALGO") or "").strip()
     if not value or any(c in value for c in "^:;"):   # NCCL's own choice, or a negated / per-op list: the user's
         return "all_reduce"

@@ -1,11 +1,6 @@
-"""The "openmpi" backend: Open MPI through mpi4py (mpi_ranks.py), started by Open MPI's own mpiexec
-(PRRTE's prterun), algorithms forced through coll/tuned's MCA parameters (its table here; the "mpi"
-backend uses the same table under an interpreter whose mpi4py loads Open MPI).
-
-The "mpi" backend under an interpreter whose mpi4py loads Open MPI launches as declared here too
-(collectives.backends.for_python): an A/B run between MPICH and Open MPI is `--backend mpi` with
-side B's HCCL_BENCH_PYTHON pointing at an Open MPI python.
-"""
+"""The "openmpi" backend: Open MPI through mpi4py (mpi_ranks.py), started by its own mpiexec (prterun),
+algorithms forced through coll/tuned's MCA parameters; "mpi" under a python whose mpi4py loads Open MPI
+uses this table and launches as declared here (collectives.backends.for_python)."""
 from __future__ import annotations
 
 import functools
@@ -18,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectives.backends.base import BackendInfo, Unsupported
-from collectives.backends.mpi_ranks import DTYPES, MpiBackend, library_version, variant
-from collectives.capabilities import DeviceFacts, Target
+from collectives.backends.mpi_ranks import declare, library_version
+from collectives.capabilities import Target
 from collectives.device import DeviceUnavailable
 
 
@@ -62,25 +57,20 @@ def probe() -> None:
 
 
 def mpiexec_flags(nproc: int) -> tuple[str, ...]:
-    """prterun's spelling (Hydra's single-dash `-bind-to` is read as the executable there). One core
-    per rank as for MPICH; more ranks than cores must be allowed explicitly (else "not enough
-    slots"), and binding then overloads a core; root must be allowed explicitly too."""
+    """prterun's spelling of one core per rank (Hydra's `-bind-to` is read as the executable there); more
+    ranks than cores, and root, must be allowed explicitly (else "not enough slots")."""
     flags: tuple[str, ...] = ("--bind-to", "core")
     if nproc > len(os.sched_getaffinity(0)):
         flags = ("--map-by", "core:OVERSUBSCRIBE", "--bind-to", "core:overload-allowed")
     return (*flags, "--allow-run-as-root") if os.geteuid() == 0 else flags
 
 
-def _ompi_info() -> str | None:
-    beside = Path(sys.executable).parent / "ompi_info"
-    return str(beside) if beside.exists() else shutil.which("ompi_info")
-
-
 @functools.cache
 def tuned_ids() -> dict[str, dict[str, int]] | None:
     """coll/tuned's algorithm ids per collective as this Open MPI lists them (None: no ompi_info here).
     An id the library lacks is only warned about at run time and the default runs instead."""
-    tool = _ompi_info()
+    beside = Path(sys.executable).parent / "ompi_info"
+    tool = str(beside) if beside.exists() else shutil.which("ompi_info")
     if tool is None:
         return None
     try:
@@ -133,13 +123,7 @@ def value_names(op: str) -> dict[str, str]:
 
 NATIVE = tuple(sorted({v for tuned in COLL_TUNED.values() for v in tuned.ids}))
 BACKENDS: dict[str, BackendInfo] = {
-    "openmpi": BackendInfo("openmpi", family="mpi", device_kind="cpu", dtypes=DTYPES, library="Open MPI", api="mpi4py",
-                           create=lambda name, *at: MpiBackend(BACKENDS[name], *at), launcher="mpiexec",
-                           rendezvous_store=False, numpy_buffers=True, layers=False,
-                           switch=switch, switch_vars=(r"OMPI_MCA_coll_tuned_\w+_algorithm",),
-                           switch_names=switch_names, value_names=value_names,
-                           native_algos=NATIVE, probe=probe, variant=variant,
-                           thread_level=True, read_facts=lambda: DeviceFacts("openmpi"), build="openmpi",
-                           mpiexec_flags=mpiexec_flags, packages=("mpi4py", "openmpi"),
-                           version_keys=("mpi4py", "mpi_library", "mpi_thread_level")),
+    "openmpi": declare("openmpi", "Open MPI", "openmpi", layers=False, switch=switch,
+                       switch_vars=(r"OMPI_MCA_coll_tuned_\w+_algorithm",), switch_names=switch_names,
+                       value_names=value_names, native_algos=NATIVE, probe=probe, mpiexec_flags=mpiexec_flags),
 }

@@ -16,10 +16,8 @@ from collectives.ops import OPS
 
 
 def agent_store(env) -> bool:
-    """Whether torchrun's leader agent serves these ranks a TCPStore (TORCHELASTIC_USE_AGENT_STORE, with
-    MASTER_ADDR and MASTER_PORT naming it: torch.distributed.rendezvous._create_c10d_store connects
-    every rank as a client). Then the ranks meet there, not at the store the driver serves, whose
-    sockets would grow with ranks (28 for 8 hosts x 2 gloo ranks)."""
+    """Whether torchrun's leader agent serves these ranks a TCPStore at MASTER_ADDR:MASTER_PORT
+    (TORCHELASTIC_USE_AGENT_STORE): they meet there, not at the driver's, whose sockets grow with ranks."""
     return env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and bool(env.get("MASTER_ADDR")) and bool(env.get("MASTER_PORT"))
 
 
@@ -52,9 +50,8 @@ class TorchBackend:
         self.redops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
                        "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
         if self.info.device_kind != "cpu":
-            # NCCL/HCCL make the default group's communicator at its first call, with every rank:
-            # made here, so the doctor's first batched pair exchange (ranks 0 and 1 only, the rest
-            # waiting on the gloo side group) does not wait for ranks that never join it
+            # NCCL/HCCL make the default group's communicator at its first call, with every rank: here,
+            # not at the doctor's first pair exchange (ranks 0 and 1 only), which would wait for the rest
             op = OPS[nccl.warmup_op(os.environ)]
             send, recv = (torch.zeros(1 if per_rank else world, device=self.device.torch_device)
                           for per_rank in (op.send_per_rank, op.recv_per_rank))
@@ -62,12 +59,9 @@ class TorchBackend:
             self.device.synchronize()
 
     # -- buffers
-    def _dtype(self, name: str):
-        return getattr(self.torch, name)
-
     def _empty(self, count: int, dtype: str):
         """Device memory from the device's allocator; host memory page-aligned (see page_aligned)."""
-        torch, dt = self.torch, self._dtype(dtype)
+        torch, dt = self.torch, getattr(self.torch, dtype)
         if self.device.kind != "cpu":
             return torch.empty((count,), dtype=dt, device=self.device.torch_device)
         return torch.from_numpy(page_aligned(count * dt.itemsize)).view(dt)
@@ -102,11 +96,8 @@ class TorchBackend:
         """buf *= float32(factor): the same rounding as the mpi backend's numpy."""
         buf.mul_(float(np.float32(factor)))
 
-    # -- point to point (the doctor's link measurements). Always batched (batch_isend_irecv): a batch
-    # runs on the group's own communicator, while a bare send/recv makes a 2-rank communicator per pair
-    # (torch ProcessGroupNCCL::pointToPoint getKeySendRecv; torch_npu ProcessGroupHCCL the same while
-    # P2P_HCCL_BUFFSIZE != 0, its default 20 MB), each with its init time and its own buffers. torch 2.1's
-    # batch_isend_irecv coalesces only device.type "cuda"; on NPU that rests on torch_npu (not yet verified).
+    # -- point to point (the doctor's link measurements), always batched: a bare send/recv makes a
+    # 2-rank communicator per pair (docs/method.md, Point to point on torch.distributed)
     def _p2p(self, *ops) -> None:
         """Run (isend|irecv, buffer, peer) triples as one batch and wait for them."""
         d = self.dist
@@ -177,36 +168,30 @@ class TorchBackend:
         self.dist.destroy_process_group()
 
 
-def _facts(name: str, kind: str, collnet: bool = False):
-    def read() -> DeviceFacts:
-        got = accelerator_facts(kind)
-        return DeviceFacts(name, name=got.get("name", ""), devices=got.get("devices", 0), version=got.get("version", ()),
-                           capability=got.get("capability", (0, 0)),
-                           collnet=collnet and os.environ.get("NCCL_COLLNET_ENABLE") == "1")
-    return read
-
-
-def _probe(name: str, kind: str):
-    return lambda: probe_device(kind, name)
-
-
 def _torch(name: str, device_kind: str, library: str, **declared) -> BackendInfo:
     return BackendInfo(name, family="torch", device_kind=device_kind, dtypes=ALL, library=library,
                        api="torch.distributed", create=TorchBackend, **declared)
 
 
+def _device(name: str, kind: str, library: str, noun: str, **declared) -> BackendInfo:
+    """A device backend: one rank per device, probed and its facts read (CollNet for CUDA's NCCL)."""
+    def read() -> DeviceFacts:
+        got = accelerator_facts(kind)
+        return DeviceFacts(name, name=got.get("name", ""), devices=got.get("devices", 0), version=got.get("version", ()),
+                           capability=got.get("capability", (0, 0)),
+                           collnet=kind == "cuda" and os.environ.get("NCCL_COLLNET_ENABLE") == "1")
+    return _torch(name, kind, library, one_rank_per_device=True, device_noun=noun, read_facts=read,
+                  probe=lambda: probe_device(kind, name), **declared)
+
+
 BACKENDS = {
-    "gloo": _torch("gloo", "cpu", "gloo", version_keys=("torch",),
-                   switch=no_switch("gloo", "it runs its own ring/halving-doubling internally")),
-    "nccl": _torch("nccl", "cuda", "NCCL", one_rank_per_device=True, device_noun="GPU",
-                   switch=nccl.switch, switch_vars=(r"NCCL_ALGO",), native_algos=nccl.NCCL_ALGOS, portable=nccl.NCCL_PORTABLE,
-                   skip_reason=nccl.skip_reason, algo_ran=nccl.nccl_algo_ran,
-                   read_facts=_facts("nccl", "cuda", collnet=True), probe=_probe("nccl", "cuda"),
-                   version_keys=("torch", "cuda", "nccl")),
-    "hccl": _torch("hccl", "npu", "HCCL", one_rank_per_device=True, device_noun="NPU",
-                   rank_env=(("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),),   # docs/method.md, Device and library facts
-                   switch=hccl.switch, switch_vars=(r"HCCL_ALGO",), native_algos=hccl.HCCL_NATIVE, portable=hccl.HCCL_PORTABLE,
-                   skip_reason=hccl.skip_reason, switch_names=hccl.switch_names,
-                   requested_only=True, read_facts=_facts("hccl", "npu"), probe=_probe("hccl", "npu"),
-                   version_keys=("torch", "cann", "hccl")),
+    "gloo": _torch("gloo", "cpu", "gloo", switch=no_switch("gloo", "it runs its own ring/halving-doubling internally")),
+    "nccl": _device("nccl", "cuda", "NCCL", "GPU", switch=nccl.switch, switch_vars=(r"NCCL_ALGO",),
+                    native_algos=nccl.NCCL_ALGOS, portable=nccl.NCCL_PORTABLE, skip_reason=nccl.skip_reason,
+                    algo_ran=nccl.nccl_algo_ran),
+    # rank_env: docs/method.md, Device and library facts
+    "hccl": _device("hccl", "npu", "HCCL", "NPU", rank_env=(("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),),
+                    switch=hccl.switch, switch_vars=(r"HCCL_ALGO",), native_algos=hccl.HCCL_NATIVE,
+                    portable=hccl.HCCL_PORTABLE, skip_reason=hccl.skip_reason, switch_names=hccl.switch_names,
+                    requested_only=True),
 }

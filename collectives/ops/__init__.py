@@ -1,8 +1,5 @@
-"""The collectives hccl-bench sweeps: one module per op (collectives/ops/<op>.py, each exposing
-``OP = Op(...)``: counts, in-place layout, bus factor, exact expected result, each backend family's
-call, buffer forms, names in other tools' logs, traffic model), registered here by name. Adding an
-op = its module + one line in ``_MODULES``; nothing else lists ops. What a library calls the op in
-its algorithm switch is the library's (collectives/backends/): a new backend touches no op module."""
+"""The collectives hccl-bench sweeps: one module per op (collectives/ops/<op>.py exposing ``OP = Op(...)``),
+registered here by name. An op = its module + one line in ``_MODULES``; nothing else lists ops."""
 from __future__ import annotations
 
 import importlib
@@ -28,9 +25,8 @@ for _name in _MODULES:
 
 
 def by_log_name(name: str, inspector: bool = False) -> str | None:
-    """Our op for another tool's name of it: nccl-tests' ``all_reduce_perf`` / hccl_test's
-    ``allreduce_test`` stem or NCCL's ``AllReduce`` (underscores and case ignored); with `inspector`,
-    only NCCL Inspector's exact "coll" values (``All2All``)."""
+    """Our op for nccl-tests' / hccl_test's stem (``all_reduce``, ``allreduce``) or NCCL's ``AllReduce``
+    (underscores and case ignored); with `inspector`, NCCL Inspector's exact "coll" values (``All2All``)."""
     key = name.replace("_", "").lower()
     for op in OPS.values():
         if inspector:

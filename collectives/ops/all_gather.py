@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import functools
-import math
 
-from collectives.ops.base import LogNames, Op, chunk_factor
+from collectives.ops.base import LogNames, Op, chunk_factor, chunk_traffic
 
 
 def expect(p, rank: int):
@@ -19,11 +18,6 @@ def inplace(backend, x, pattern, send_n: int, recv_n: int):
     send = backend.view(recv, me * send_n, (me + 1) * send_n)
     backend.write(send, x)
     return send, recv
-
-
-def traffic(algo: str, p: int) -> tuple[float, float]:
-    """ring: p-1 steps; tree: recursive doubling, log2 p steps, the same volume."""
-    return (p - 1, (p - 1) / p) if algo == "ring" else (math.ceil(math.log2(p)), (p - 1) / p)
 
 
 def _torch(b, send, recv, red, inplace, asynchronous):
@@ -41,6 +35,6 @@ OP = Op(
     "all_gather", reduces=False, chunked=True, send_per_rank=True, recv_per_rank=False,
     factor=chunk_factor, expect=expect, inplace=inplace,
     calls={"torch": _torch, "mpi": _mpi}, forms={"torch": frozenset({True, False}), "mpi": frozenset({True, False})},
-    has_async=True, traffic=traffic,
+    has_async=True, traffic=chunk_traffic,
     log=LogNames(nccl_tests="allgather", nccl_func="AllGather", inspector=("AllGather",)),
 )

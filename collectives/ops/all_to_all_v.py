@@ -1,14 +1,6 @@
-"""all_to_all_v: AlltoAllV with per-peer counts that differ, as expert parallelism routes MoE tokens.
-
-The split is deterministic: rank r sends peer p ``w(r, p) = ((p - r) mod n) + 1`` units of
-``count / W`` elements, ``W = n(n+1)/2``. Each row and each column of w is a permutation of 1..n,
-so every rank sends and receives ``count`` elements in all, while what it sends to p differs from
-what it receives from p (n >= 3: a swapped send/receive split is caught) and from peer to peer.
-
-S (the size in results) is one rank's whole send buffer, ``count x itemsize``, as in nccl-tests'
-alltoall(v). busbw follows nccl-tests' alltoall, (share of S that leaves the rank) x algbw, on the
-bytes actually moved: every rank keeps w(r, r) = 1 unit, so the factor is 1 - 1/W = 1 - 2/(n(n+1)).
-"""
+"""all_to_all_v: AlltoAllV with per-peer counts that differ, as expert parallelism routes MoE tokens:
+rank r sends peer p ``((p - r) mod n) + 1`` units of ``count / W`` elements, ``W = n(n+1)/2`` (the
+split, S and the factor: docs/method.md, all_to_all_v)."""
 from __future__ import annotations
 
 import functools
@@ -40,12 +32,8 @@ def displacements(counts: list[int]) -> list[int]:
 def expect(p, rank: int) -> np.ndarray:
     """Rank order of sources, each source's block for `rank` cut from its own send buffer."""
     a, b = p.a(p.count), p.b()
-    parts = []
-    for src in range(p.nranks):
-        send, _ = splits(p.count, p.nranks, src)
-        start = sum(send[:rank])
-        parts.append(a[start:start + send[rank]] + b[src])
-    return np.concatenate(parts)
+    sends = [splits(p.count, p.nranks, src)[0] for src in range(p.nranks)]
+    return np.concatenate([a[sum(send[:rank]):sum(send[:rank + 1])] + b[src] for src, send in enumerate(sends)])
 
 
 def factor(nranks: int, algo: str) -> float:

@@ -1,11 +1,8 @@
-"""What an op module declares (``Op``) and the exact, overflow-free data every op's check uses.
-
-Sizes, counts and factors follow nccl-tests (``src/*.cu`` ``Get*ByteCount`` / ``Get*Bw``):
-S is the total buffer (the gathered buffer for all_gather, the scattered input for
-reduce_scatter); busbw = algbw x factor.
-"""
+"""What an op module declares (``Op``) and the exact, overflow-free data every op's check uses. Sizes,
+counts and factors follow nccl-tests (``src/*.cu`` ``Get*ByteCount`` / ``Get*Bw``)."""
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +33,11 @@ def unit_factor(nranks: int, algo: str) -> float:
 def chunk_factor(nranks: int, algo: str) -> float:
     """(n-1)/n: every rank sends (or receives) all chunks but its own (nccl-tests all_gather.cu)."""
     return (nranks - 1) / nranks
+
+
+def chunk_traffic(algo: str, p: int) -> tuple[float, float]:
+    """ring: p-1 steps; tree: recursive doubling or halving, log2 p steps; the same volume either way."""
+    return (p - 1, (p - 1) / p) if algo == "ring" else (math.ceil(math.log2(p)), (p - 1) / p)
 
 
 ENVIRONMENT = " (environment)"   # the series suffix of an algorithm forced by the job's own environment
@@ -109,13 +111,9 @@ def bandwidths(op: str, nbytes: int, seconds: float, nranks: int, algo: str = ""
     return algbw, algbw * OPS[op].bus_factor(nranks, algo)
 
 
-# ---- exact, overflow-free data -------------------------------------------------------------
-# Rank r's input element i is a(i) + b(r) (sums, max/min, data movement) or s(i) * t(r) (prod):
-# small integers, exactly representable, whose reductions are known in closed form, so the
-# check costs O(count) on every rank whatever the rank count. A sum over more ranks than the
-# dtype's exact range leaves room for (bfloat16 past 64 ranks, int8 past 31) is sparse instead:
-# rank r adds w(i) in {1, 2} at the elements i = r (mod m) and 0 elsewhere, so every rank's part
-# is seen and every partial sum, in whatever order the library adds, stays exact.
+# ---- exact, overflow-free data (docs/method.md, Correctness) --------------------------------
+# Rank r's input element i is a(i) + b(r), or s(i) * t(r) for prod, or sparse for a sum over too many
+# ranks: small integers whose reductions are known in closed form, an O(count) check on every rank.
 
 EXACT_LIMIT = {"float16": 2048, "bfloat16": 256, "float32": 1 << 24, "float64": 1 << 53,
                "int8": 127, "uint8": 255, "int32": (1 << 31) - 1, "int64": (1 << 62)}

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import functools
-import math
 
-from collectives.ops.base import LogNames, Op, chunk_factor
+from collectives.ops.base import LogNames, Op, chunk_factor, chunk_traffic
 
 
 def expect(p, rank: int):
@@ -17,11 +16,6 @@ def inplace(backend, x, pattern, send_n: int, recv_n: int):
     me = backend.rank
     send = backend.from_numpy(x, pattern.dtype)
     return send, backend.view(send, me * recv_n, (me + 1) * recv_n)
-
-
-def traffic(algo: str, p: int) -> tuple[float, float]:
-    """ring: p-1 steps; tree: recursive halving, log2 p steps, the same volume."""
-    return (p - 1, (p - 1) / p) if algo == "ring" else (math.ceil(math.log2(p)), (p - 1) / p)
 
 
 def _torch(b, send, recv, red, inplace, asynchronous):
@@ -39,6 +33,6 @@ OP = Op(
     "reduce_scatter", reduces=True, chunked=True, send_per_rank=False, recv_per_rank=True,
     factor=chunk_factor, expect=expect, inplace=inplace,
     calls={"torch": _torch, "mpi": _mpi}, forms={"torch": frozenset({True, False}), "mpi": frozenset({False})},
-    has_async=True, traffic=traffic,
+    has_async=True, traffic=chunk_traffic,
     log=LogNames(nccl_tests="reducescatter", nccl_func="ReduceScatter", inspector=("ReduceScatter",)),
 )
