@@ -124,9 +124,8 @@ def _grad(p: torch.Tensor) -> torch.Tensor:
 
 def _cap(spec: ExpertSpec) -> int:
     """The group's capacity (policy group); a per-rank policy drops on each rank before dispatch (_drop)."""
-    if _drop(spec)[0] != "group":
-        return 0
-    return expert.capacity(spec.capacity_factor, spec.tokens, spec.ep, spec.topk, spec.experts)
+    group = _drop(spec)[0] == "group"
+    return expert.capacity(spec.capacity_factor, spec.tokens, spec.ep, spec.topk, spec.experts) if group else 0
 
 
 def _drop(spec: ExpertSpec) -> tuple[str, float]:
