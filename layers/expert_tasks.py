@@ -45,9 +45,8 @@ _FUSED_GROUPS: dict[int, Any] = {}
 
 
 def fused_group(ep: int, world: int, rank: int):
-    """The ep group the fused ops use alone (op-plugin: no other operator on their EP group; vllm-ascend
-    keeps a dedicated MC2 group): made once per ep size on every rank in the same order, apart from the
-    mesh groups (layers.rank_tasks.groups_for) that the other benches and this bench's counts use."""
+    """The ep group the fused ops use alone (op-plugin: no other operator on their EP group), made once
+    per ep size on every rank in the same order (why apart from the mesh groups: docs/tuning.md)."""
     if ep not in _FUSED_GROUPS:
         for first in range(0, world, ep):
             made = dist.new_group(list(range(first, first + ep)))

@@ -140,8 +140,7 @@ def error_bound(comm_dtype: str, world: int, inputs: list[np.ndarray], scale: np
     mean_abs = np.sum([np.abs(x.astype(np.float64)) for x in inputs], axis=0) / world
     if comm_dtype == "int8":
         return scale / 254 + 4 * UNIT_ROUNDOFF["float32"] * scale
-    u = UNIT_ROUNDOFF[comm_dtype]
-    return 1.01 * (world + 1) * u * mean_abs + 2 * world * SUBNORMAL[comm_dtype]
+    return 1.01 * (world + 1) * UNIT_ROUNDOFF[comm_dtype] * mean_abs + 2 * world * SUBNORMAL[comm_dtype]
 
 
 def compress(backend, spec: TuningSpec):
