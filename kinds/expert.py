@@ -3,6 +3,7 @@
 imbalance and dropped tokens. The kind is this module: case, row, options and table."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -43,8 +44,8 @@ from schema.wire import ExpertResult, ExpertSpec
 if TYPE_CHECKING:
     from kinds.options import Options
 
-IMPLS = ("alltoallv", "allgather", "fused")
-DROP_POLICIES = ("group", "probs", "position")   # layers.expert.DROP_POLICIES
+IMPLS = ("alltoallv", "allgather", "fused")   # layers.expert_tasks.DISPATCHERS
+DROP_POLICIES = ("group", "probs", "position")   # layers.expert.DROP_POLICIES (the driver loads no torch)
 DTYPES = ("float32", "bfloat16", "float16")
 REPEATING_ROUTINGS = ("skewed",)   # can give a token one expert twice (file: the ranks judge the replayed ids)
 FUSED_NEEDS = "torch_npu's npu_moe_distribute_dispatch/combine (Atlas A2/A3, hccl)"
@@ -401,8 +402,12 @@ def _build_launch(opts: Options) -> list[ExpertCase]:
     capacities = [(cf, drop) for cf in o.capacity_factor for drop in (o.drop_policy if cf else ["group"])]
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
-        # the fused ops' limits differ per Atlas product: read the chip once (npu-smi; '' where not an NPU)
-        chip = _chip(backend) if "fused" in o.moe_impl else ""
+        # the fused ops' limits differ per Atlas product (collectives.backends.hccl): read the chip once;
+        # '' where not hccl or its devices cannot be read here (the ranks judge)
+        chip = ""
+        if backend == "hccl" and "fused" in o.moe_impl:
+            with contextlib.suppress(DeviceUnavailable):
+                chip = hccl_product(info(backend).facts().name)
         for ep, topk, routing, tokens, (cf, drop), impl in itertools.product(
                 o.ep or [opts.nproc], o.topk, o.routing, o.tokens, capacities, o.moe_impl):
             for dtype in o.moe_dtype or ["bfloat16" if impl == "fused" else "float32"]:
@@ -412,17 +417,6 @@ def _build_launch(opts: Options) -> list[ExpertCase]:
                 case.skip = _skip(case, backend, chip)
                 out.append(case)
     return out
-
-
-def _chip(backend: str) -> str:
-    """The Atlas product this node's NPUs are (A2, A3, ...; collectives.backends.hccl), read once for the
-    fused ops' limits; '' where the backend is not hccl or its devices cannot be read here (the ranks judge)."""
-    if backend != "hccl":
-        return ""
-    try:
-        return hccl_product(info(backend).facts().name)
-    except DeviceUnavailable:
-        return ""
 
 
 def _skip(case: ExpertCase, backend: str, chip: str = "") -> str:

@@ -15,7 +15,6 @@ from torch import nn
 from layers.tp import MLP, NO_TIMER, CommTimer, _all_gather, _Comm, f, g
 
 ROUTINGS = ("uniform", "skewed", "random", "hotrank", "masked", "uneven", "file")
-IMPLS = ("alltoallv", "allgather", "fused")
 DROP_POLICIES = ("group", "probs", "position")
 FUSED_OPS = ("npu_moe_distribute_dispatch", "npu_moe_distribute_combine")
 

@@ -25,8 +25,8 @@ DISPATCHERS = {"alltoallv": expert.AllToAllV, "allgather": expert.AllGather, "fu
 
 def _validate(spec: ExpertSpec, world: int) -> None:
     """Refuse, alike on every rank and before any collective, a spec the layer cannot run."""
-    if spec.impl not in expert.IMPLS:
-        raise ValueError(f"unknown impl {spec.impl!r}: one of {', '.join(expert.IMPLS)}")
+    if spec.impl not in DISPATCHERS:
+        raise ValueError(f"unknown impl {spec.impl!r}: one of {', '.join(DISPATCHERS)}")
     if spec.routing not in expert.ROUTINGS:
         raise ValueError(f"unknown routing {spec.routing!r}: one of {', '.join(expert.ROUTINGS)}")
     if spec.ep < 1 or world % spec.ep:
