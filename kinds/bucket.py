@@ -82,7 +82,6 @@ def _best(rows: list[TuningRow]) -> str:
 def _build_launch(opts: Options) -> list[BucketCase]:
     from layers.memory import bucket_plan
     sizes = tuning.gradient_sizes(opts)
-    model = 4 * sum(sizes)
     out: list[BucketCase] = []
     for where in tuning.groups(opts):
         seen: dict[int, int] = {}
@@ -91,7 +90,7 @@ def _build_launch(opts: Options) -> list[BucketCase]:
             n = len(bucket_plan([4 * s for s in sizes], cap))
             if cap and n in seen:
                 case.skip = (f"the same {n} bucket{'s' if n > 1 else ''} as {format_size(seen[n])} for the "
-                             f"{format_size(model)} of gradients")
+                             f"{format_size(4 * sum(sizes))} of gradients")
             seen.setdefault(n, cap)
             out.append(case)
     return out

@@ -3,6 +3,7 @@
 imbalance and dropped tokens. The kind is this module: case, row, options and table."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -43,8 +44,8 @@ from schema.wire import ExpertResult, ExpertSpec
 if TYPE_CHECKING:
     from kinds.options import Options
 
-IMPLS = ("alltoallv", "allgather", "fused")
-DROP_POLICIES = ("group", "probs", "position")   # layers.expert.DROP_POLICIES
+IMPLS = ("alltoallv", "allgather", "fused")   # layers.expert_tasks.DISPATCHERS
+DROP_POLICIES = ("group", "probs", "position")   # layers.expert.DROP_POLICIES (the driver loads no torch)
 DTYPES = ("float32", "bfloat16", "float16")
 REPEATING_ROUTINGS = ("skewed",)   # can give a token one expert twice (file: the ranks judge the replayed ids)
 FUSED_NEEDS = "torch_npu's npu_moe_distribute_dispatch/combine (Atlas A2/A3, hccl)"
@@ -328,8 +329,9 @@ class ExpertKind(Kind[ExpertCase]):
                f"#{'backend':>8} {'ep':>3} {'E':>4} {'k':>2} {'routing':>12} {'impl':>9} {'dtype':>8} {'cf':>10} {'tokens':>6}"
                + heads(shown) + f" {'disp min@r/max@r':>22} {'comb min@r/max@r':>22} {'#wrong':>7}"]
         for r in rows:
+            cf = f"{r.capacity_factor:g}" + (f"/{r.drop_policy}" if r.capacity_factor and r.drop_policy != "group" else "")
             out.append(f" {r.backend:>8} {r.ep:>3} {r.experts:>4} {r.topk:>2} {r.routing[:12]:>12} {r.impl:>9} "
-                       f"{r.dtype:>8} {_cf_text(r):>10} {r.tokens:>6}" + values(r, shown)
+                       f"{r.dtype:>8} {cf:>10} {r.tokens:>6}" + values(r, shown)
                        + f" {spread_text(r.dispatch_gbps_per_rank):>22} {spread_text(r.combine_gbps_per_rank):>22}"
                        + f" {wrong_text(r.wrong):>7}")
         out += imbalance_cost_lines(rows)
@@ -343,11 +345,6 @@ class ExpertKind(Kind[ExpertCase]):
 
 
 KIND = ExpertKind()
-
-
-def _cf_text(r: ExpertRow) -> str:
-    """The capacity factor, and a per-rank drop policy beside it (1.25/probs)."""
-    return f"{r.capacity_factor:g}" + (f"/{r.drop_policy}" if r.capacity_factor and r.drop_policy != "group" else "")
 
 
 def _bandwidths(ranks: list[ExpertResult], k: int) -> dict:
@@ -405,8 +402,12 @@ def _build_launch(opts: Options) -> list[ExpertCase]:
     capacities = [(cf, drop) for cf in o.capacity_factor for drop in (o.drop_policy if cf else ["group"])]
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
-        # the fused ops' limits differ per Atlas product: read the chip once (npu-smi; '' where not an NPU)
-        chip = _chip(backend) if "fused" in o.moe_impl else ""
+        # the fused ops' limits differ per Atlas product (collectives.backends.hccl): read the chip once;
+        # '' where not hccl or its devices cannot be read here (the ranks judge)
+        chip = ""
+        if backend == "hccl" and "fused" in o.moe_impl:
+            with contextlib.suppress(DeviceUnavailable):
+                chip = hccl_product(info(backend).facts().name)
         for ep, topk, routing, tokens, (cf, drop), impl in itertools.product(
                 o.ep or [opts.nproc], o.topk, o.routing, o.tokens, capacities, o.moe_impl):
             for dtype in o.moe_dtype or ["bfloat16" if impl == "fused" else "float32"]:
@@ -416,28 +417,6 @@ def _build_launch(opts: Options) -> list[ExpertCase]:
                 case.skip = _skip(case, backend, chip)
                 out.append(case)
     return out
-
-
-def _chip(backend: str) -> str:
-    """The Atlas product this node's NPUs are (A2, A3, ...; collectives.backends.hccl), read once for the
-    fused ops' limits; '' where the backend is not hccl or its devices cannot be read here (the ranks judge)."""
-    if backend != "hccl":
-        return ""
-    try:
-        return hccl_product(info(backend).facts().name)
-    except DeviceUnavailable:
-        return ""
-
-
-def fused_skip(case: ExpertCase, chip: str) -> str:
-    """op-plugin's documented limits of the fused ops (layers.fused_moe) for this case on `chip` ('' not
-    known: what holds on both A2 and A3; the ranks judge the rest), HCCL_BUFFSIZE as its group will set it."""
-    buffsize = fused_moe.buffsize_mb({**os.environ, **{k: str(v) for k, v in case.knobs.items()}}) if chip else None
-    name, _, arg = case.routing.partition(":")
-    most = case.tokens + round(float(arg) * case.tokens) if name == "uneven" else case.tokens   # layers.expert.tokens_of
-    return fused_moe.refusal(chip, ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden,
-                             tokens=most, dtype=case.dtype, distinct=name not in REPEATING_ROUTINGS,
-                             masked=name == "masked", capacity_factor=case.capacity_factor, buffsize=buffsize)
 
 
 def _skip(case: ExpertCase, backend: str, chip: str = "") -> str:
@@ -453,8 +432,15 @@ def _skip(case: ExpertCase, backend: str, chip: str = "") -> str:
         return "routing uneven: the all-gather dispatcher gathers equal shapes (Megatron's pads or splits them)"
     if case.routing.startswith("hotrank") and case.ep < 2:
         return f"hotrank loads one ep rank's experts against the others': ep={case.ep} has no others"
-    if case.impl == "fused" and backend != "hccl":
+    if case.impl != "fused":
+        return ""
+    if backend != "hccl":
         return f"the fused dispatcher is {FUSED_NEEDS}; {info(backend).api} has none"
-    if case.impl == "fused":
-        return fused_skip(case, chip)
-    return ""
+    # op-plugin's documented limits of the fused ops on `chip` ('' not known: what holds on both A2 and A3;
+    # the ranks judge the rest), HCCL_BUFFSIZE as the case's group will set it
+    buffsize = fused_moe.buffsize_mb({**os.environ, **{k: str(v) for k, v in case.knobs.items()}}) if chip else None
+    name, _, arg = case.routing.partition(":")
+    most = case.tokens + round(float(arg) * case.tokens) if name == "uneven" else case.tokens   # layers.expert.tokens_of
+    return fused_moe.refusal(chip, ep=case.ep, experts=case.experts, topk=case.topk, hidden=case.hidden,
+                             tokens=most, dtype=case.dtype, distinct=name not in REPEATING_ROUTINGS,
+                             masked=name == "masked", capacity_factor=case.capacity_factor, buffsize=buffsize)

@@ -15,7 +15,6 @@ from torch import nn
 from layers.tp import MLP, NO_TIMER, CommTimer, _all_gather, _Comm, f, g
 
 ROUTINGS = ("uniform", "skewed", "random", "hotrank", "masked", "uneven", "file")
-IMPLS = ("alltoallv", "allgather", "fused")
 DROP_POLICIES = ("group", "probs", "position")
 FUSED_OPS = ("npu_moe_distribute_dispatch", "npu_moe_distribute_combine")
 
@@ -204,8 +203,7 @@ class Traffic:
 
     def tokens_per_rank(self) -> list[int]:
         """Slots each ep rank's experts take in."""
-        ep = len(self.sent)
-        return self.sent.sum(0).view(ep, -1).sum(1).tolist()
+        return self.sent.sum(0).view(len(self.sent), -1).sum(1).tolist()
 
     def received_rows(self, impl: str, rank: int, tokens: int) -> tuple[int, int]:
         """(rows, of them this rank's own) dispatch hands this rank (and combine sends back), as DeepEP
@@ -274,13 +272,11 @@ class AllToAllV(_Dispatcher):
         inverse = torch.empty_like(idx)
         inverse[idx] = torch.arange(len(idx), device=idx.device)
         back = _Comm.apply(y[inverse], _a2a(in_splits, out_splits), _a2a(out_splits, in_splits), self.group, self.timer)
-        k = w.shape[1]
-        return back.new_zeros((tokens, back.shape[1])).index_add(0, order // k, back * w.reshape(-1)[order, None])
+        return back.new_zeros((tokens, back.shape[1])).index_add(0, order // w.shape[1], back * w.reshape(-1)[order, None])
 
 
 class AllGather(_Dispatcher):
     def dispatch(self, x, ids, w):
-        k = ids.shape[1]
         xs = f(x, self.group, self.timer, True)    # all-gather forward, reduce-scatter backward
         ws = f(w, self.group, self.timer, True)
         flat = _all_gather(ids, self.group, self.timer).reshape(-1)
@@ -289,12 +285,11 @@ class AllGather(_Dispatcher):
         local = keep & (flat >= lo) & (flat < lo + self.per)
         order = torch.argsort(torch.where(local, flat, self.experts), stable=True)[:int(local.sum())]
         sizes = torch.bincount(flat[order] - lo, minlength=self.per).tolist()
-        return xs[order // k], sizes, (order, ws, len(xs))
+        return xs[order // ids.shape[1]], sizes, (order, ws, len(xs))
 
     def combine(self, y, ctx):
         order, ws, rows = ctx
-        k = ws.shape[1]
-        partial = y.new_zeros((rows, y.shape[1])).index_add(0, order // k, y * ws.reshape(-1)[order, None])
+        partial = y.new_zeros((rows, y.shape[1])).index_add(0, order // ws.shape[1], y * ws.reshape(-1)[order, None])
         return g(partial, self.group, self.timer, True)   # reduce-scatter forward, all-gather backward
 
 

@@ -25,8 +25,8 @@ DISPATCHERS = {"alltoallv": expert.AllToAllV, "allgather": expert.AllGather, "fu
 
 def _validate(spec: ExpertSpec, world: int) -> None:
     """Refuse, alike on every rank and before any collective, a spec the layer cannot run."""
-    if spec.impl not in expert.IMPLS:
-        raise ValueError(f"unknown impl {spec.impl!r}: one of {', '.join(expert.IMPLS)}")
+    if spec.impl not in DISPATCHERS:
+        raise ValueError(f"unknown impl {spec.impl!r}: one of {', '.join(DISPATCHERS)}")
     if spec.routing not in expert.ROUTINGS:
         raise ValueError(f"unknown routing {spec.routing!r}: one of {', '.join(expert.ROUTINGS)}")
     if spec.ep < 1 or world % spec.ep:
@@ -45,9 +45,8 @@ _FUSED_GROUPS: dict[int, Any] = {}
 
 
 def fused_group(ep: int, world: int, rank: int):
-    """The ep group the fused ops use alone (op-plugin: no other operator on their EP group; vllm-ascend
-    keeps a dedicated MC2 group): made once per ep size on every rank in the same order, apart from the
-    mesh groups (layers.rank_tasks.groups_for) that the other benches and this bench's counts use."""
+    """The ep group the fused ops use alone (op-plugin: no other operator on their EP group), made once
+    per ep size on every rank in the same order (why apart from the mesh groups: docs/tuning.md)."""
     if ep not in _FUSED_GROUPS:
         for first in range(0, world, ep):
             made = dist.new_group(list(range(first, first + ep)))
@@ -124,9 +123,8 @@ def _grad(p: torch.Tensor) -> torch.Tensor:
 
 def _cap(spec: ExpertSpec) -> int:
     """The group's capacity (policy group); a per-rank policy drops on each rank before dispatch (_drop)."""
-    if _drop(spec)[0] != "group":
-        return 0
-    return expert.capacity(spec.capacity_factor, spec.tokens, spec.ep, spec.topk, spec.experts)
+    group = _drop(spec)[0] == "group"
+    return expert.capacity(spec.capacity_factor, spec.tokens, spec.ep, spec.topk, spec.experts) if group else 0
 
 
 def _drop(spec: ExpertSpec) -> tuple[str, float]:

@@ -140,8 +140,7 @@ def error_bound(comm_dtype: str, world: int, inputs: list[np.ndarray], scale: np
     mean_abs = np.sum([np.abs(x.astype(np.float64)) for x in inputs], axis=0) / world
     if comm_dtype == "int8":
         return scale / 254 + 4 * UNIT_ROUNDOFF["float32"] * scale
-    u = UNIT_ROUNDOFF[comm_dtype]
-    return 1.01 * (world + 1) * u * mean_abs + 2 * world * SUBNORMAL[comm_dtype]
+    return 1.01 * (world + 1) * UNIT_ROUNDOFF[comm_dtype] * mean_abs + 2 * world * SUBNORMAL[comm_dtype]
 
 
 def compress(backend, spec: TuningSpec):
@@ -154,7 +153,6 @@ def compress(backend, spec: TuningSpec):
     per = DDP_BUCKET // 4
     bounds = [(o, min(o + per, local.size)) for o in range(0, local.size, per)]
     views = [backend.view(flat, a, b) for a, b in bounds]
-    step_calls = 1 if kind != "int8" else 2
     if kind == "float32":
         step = _mean_step(backend, views)
     elif kind in ("bfloat16", "float16"):
@@ -172,18 +170,16 @@ def compress(backend, spec: TuningSpec):
     step()
     backend.device.synchronize()
     got = backend.to_numpy(flat)
-    if spec.corrupt:
-        got = corrupt_one(got)
     inputs = [np.concatenate(seeded_gradients(sizes, r, integers=False)) for r in range(world)]
     exact = np.sum([x.astype(np.float64) for x in inputs], axis=0) / world
     absmax = np.max([np.abs(x) for x in inputs], axis=0).astype(np.float64)
     scale = np.concatenate([np.full(b - a, absmax[a:b].max()) for a, b in bounds])
-    err = np.abs(got - exact)
+    err = np.abs((corrupt_one(got) if spec.corrupt else got) - exact)
     bound = error_bound(kind, world, inputs, scale)
     top, mean = float(np.abs(exact).max()), float(np.abs(exact).mean())
     checked = {"wrong": int(np.count_nonzero(err > bound)), "max_rel_error": float(err.max()) / top,
                "mean_rel_error": float(err.mean()) / mean, "error_bound": float(bound.max()) / top,
-               "calls": len(bounds) * step_calls, "tensors": len(sizes), "model_bytes": 4 * sum(sizes),
+               "calls": len(bounds) * (2 if kind == "int8" else 1), "tensors": len(sizes), "model_bytes": 4 * sum(sizes),
                "bucket_bytes": DDP_BUCKET}
 
     def finish(k, times):
