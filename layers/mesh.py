@@ -1,11 +1,8 @@
-"""Rank layout for hybrid parallelism: tp varies fastest, then dp, then pp (Megatron's order).
-
-Equal to ``init_device_mesh(dev, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))``: rank =
-(pp_idx * dp + dp_idx) * tp + tp_idx. Pure functions, testable without processes; group creation
-walks the same lists in the same order on every rank.
-"""
+"""Rank layout for hybrid parallelism: tp varies fastest, then dp, then pp (Megatron's order), as
+``init_device_mesh(dev, (pp, dp, tp))``; every rank creates the groups in the same order."""
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
@@ -54,17 +51,10 @@ class ParallelDims:
         sizes = {Axis.PP: self.pp, Axis.DP: self.dp, Axis.TP: self.tp}
         others = [a for a in (Axis.PP, Axis.DP, Axis.TP) if a != axis]
         out = []
-        for i in range(sizes[others[0]]):
-            for j in range(sizes[others[1]]):
-                members = []
-                for k in range(sizes[axis]):
-                    idx = {others[0]: i, others[1]: j, axis: k}
-                    members.append(self.rank_of(idx[Axis.PP], idx[Axis.DP], idx[Axis.TP]))
-                out.append(members)
+        for i, j in itertools.product(range(sizes[others[0]]), range(sizes[others[1]])):
+            idx = [{others[0]: i, others[1]: j, axis: k} for k in range(sizes[axis])]
+            out.append([self.rank_of(c[Axis.PP], c[Axis.DP], c[Axis.TP]) for c in idx])
         return out
-
-    def group_of(self, axis: Axis, rank: int) -> list[int]:
-        return next(g for g in self.groups(axis) if rank in g)
 
 
 def tp_placement(dims: ParallelDims, host_of_rank: dict[int, str]) -> list[str]:

@@ -2,11 +2,11 @@
 
 f = copy forward / all-reduce backward; g = all-reduce forward / copy backward. With sequence
 parallelism the activations between blocks are sharded along the sequence (dim 0 here):
-f becomes all-gather forward / reduce-scatter backward, g the reverse. Device- and
-backend-agnostic: only torch.distributed calls on the given group.
+f becomes all-gather forward / reduce-scatter backward, g the reverse.
 """
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -183,8 +183,6 @@ class ParallelMLP(nn.Module):
 def dtensor_linear(full: nn.Linear, mesh, sequence_parallel: bool = False) -> nn.Module:
     """ColumnParallelLinear through DTensor (a deep copy is parallelised): its output stays sharded
     by columns, and with SP its input is the sequence shard, all-gathered."""
-    import copy
-
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
     style = ColwiseParallel(input_layouts=Shard(0)) if sequence_parallel else ColwiseParallel()
@@ -193,8 +191,6 @@ def dtensor_linear(full: nn.Linear, mesh, sequence_parallel: bool = False) -> nn
 
 def dtensor_mlp(full: MLP, mesh, sequence_parallel: bool = False) -> nn.Module:
     """The same block through PyTorch's own DTensor tensor parallelism (a deep copy is parallelised)."""
-    import copy
-
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     module = copy.deepcopy(full)
