@@ -45,8 +45,6 @@ PARTS = ("compute", "tp", "pp", "bubble", "dp")   # the step's parts each timed 
 ROUNDS = 8   # at most: a step of the default shape takes ~0.3 s on 2 CPU cores, and its check step warms it up
 
 
-# ---- the row (the wire's spec and result are schema/wire.py's) ----
-
 @keyword_dataclass
 class HybridRow(Measured):
     """One layout's training step: its time, its breakdown and each part against the model."""
@@ -115,8 +113,6 @@ class HybridRow(Measured):
                 f"m={s.microbatches} h={p.get('hidden')} L={p.get('layers')}").replace("  ", " ")
 
 
-# ---- options, each with its converter ----
-
 def _layouts(text: str) -> list[tuple[int, int, int]]:
     """TPxPPxDP, comma separated ("": every layout of --nproc)."""
     out = []
@@ -179,8 +175,7 @@ def _peak(text: str) -> float:
     return value * 1e12
 
 
-# dense bfloat16 peaks per device name, torchtitan's get_peak_flops (torchtitan/tools/utils.py), first match
-# wins; the step's MFU is taken against these whatever --dtype it runs in, as torchtitan does
+# dense bfloat16 peaks per device name, torchtitan's get_peak_flops, first match wins (whatever --dtype: docs/layers.md)
 KNOWN_PEAKS = (("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("A100", 312e12),
                ("B200", 2.25e15))
 
@@ -190,8 +185,6 @@ def every_layout(nranks: int) -> list[tuple[int, int, int]]:
     return [(tp, pp, nranks // (tp * pp)) for tp, pp in itertools.product(range(1, nranks + 1), repeat=2)
             if nranks % (tp * pp) == 0]
 
-
-# ---- the case and the kind ----
 
 @keyword_dataclass
 class HybridCase(Case):
@@ -337,8 +330,7 @@ class HybridKind(Kind[HybridCase]):
         for r in rows:
             out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule or '-':>16} {r.microbatches:>3}"
                        f" {knobs_text(r):>16}" + values(r, shown) + f" {wrong_text(r.wrong):>7}")
-        out += best_layout_lines(rows)
-        out += peak_lines(rows)
+        out += best_layout_lines(rows) + peak_lines(rows)
         warned = dict.fromkeys(w for r in rows for w in r.placement_warnings)
         return "\n".join(out + [f"# WARNING: {w}" for w in warned])
 

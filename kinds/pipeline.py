@@ -91,8 +91,8 @@ class PipelineKind(LayerKind[PipelineCase]):
         out = ["# pipeline steps (bubble measured = 1 - microbatches x stage compute alone / step time;",
                "# theory (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble -)",
                f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3}" + heads(shown)]
-        for r in rows:
-            out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule:>16} {r.microbatches:>3}" + values(r, shown))
+        out += [f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule:>16} {r.microbatches:>3}" + values(r, shown)
+                for r in rows]
         return "\n".join(out)
 
 

@@ -89,9 +89,8 @@ class GradBuckets:
 
     def __init__(self, params: list[torch.nn.Parameter], group, cap_bytes: int, accumulations: int,
                  distributed: bool = False, reduce_dtype: torch.dtype | None = None):
-        self.params, self.group, self.accumulations = list(params), group, accumulations
+        self.params, self.group, self.accumulations, self.distributed = list(params), group, accumulations, distributed
         self.size, self.index = dist.get_world_size(group), dist.get_rank(group)
-        self.distributed = distributed
         dtype = reduce_dtype or self.params[0].dtype
         self.plan = bucket_plan([p.numel() * dtype.itemsize for p in self.params], cap_bytes)
         # a distributed optimizer's bucket is padded to a multiple of dp (Megatron pads its buckets too)

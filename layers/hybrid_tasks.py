@@ -221,8 +221,7 @@ class _Step:
     def exchange_seconds(self, k: int) -> tuple[float, int]:
         """One microbatch's activation sent to the next stage and received from the previous one around
         the pp ring, every stage ready (a barrier first): seconds per exchange, bytes each way."""
-        pp = dist.get_world_size(self.pp_group)
-        me = dist.get_rank(self.pp_group)
+        pp, me = dist.get_world_size(self.pp_group), dist.get_rank(self.pp_group)
         nxt, prev = (dist.get_global_rank(self.pp_group, (me + d) % pp) for d in (1, -1))
         msg = self.x.chunk(self.m)[0].contiguous()
         got = torch.empty_like(msg)
@@ -261,12 +260,8 @@ def hybrid_loops(backend, spec: HybridSpec):
 
     cpu_ns: list[float] = []   # CPU time per step of the loop without tp and dp, per call (warm-up and K's
     # calibration first, the rounds last: finish reads the rounds')
-    timed = {"step": step.train, "nodp": lambda: step.train(reduce=False),
-             "notp": lambda: step.train(reduce=False, tp=False), "compute": step.compute}
-    if not step.buckets:
-        del timed["nodp"]
-    if spec.tp == 1:
-        del timed["notp"]
+    timed = {"step": step.train, **({"nodp": lambda: step.train(reduce=False)} if step.buckets else {}),
+             **({"notp": lambda: step.train(reduce=False, tp=False)} if spec.tp > 1 else {}), "compute": step.compute}
     names = list(timed)
     notp_role = "notp" if "notp" in timed else "nodp" if "nodp" in timed else "step"
     loops = [repeated(call, cpu_ns if name == notp_role else None) for name, call in timed.items()]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 
@@ -43,9 +42,6 @@ class ParallelDims:
     def coords(self, rank: int) -> dict[Axis, int]:
         return {Axis.TP: rank % self.tp, Axis.DP: (rank // self.tp) % self.dp, Axis.PP: rank // (self.tp * self.dp)}
 
-    def rank_of(self, pp: int, dp: int, tp: int) -> int:
-        return (pp * self.dp + dp) * self.tp + tp
-
     def groups(self, axis: Axis) -> list[list[int]]:
         """Every group along `axis`, in a fixed order (the order all ranks must create them in)."""
         sizes = {Axis.PP: self.pp, Axis.DP: self.dp, Axis.TP: self.tp}
@@ -53,19 +49,15 @@ class ParallelDims:
         out = []
         for i, j in itertools.product(range(sizes[others[0]]), range(sizes[others[1]])):
             idx = [{others[0]: i, others[1]: j, axis: k} for k in range(sizes[axis])]
-            out.append([self.rank_of(c[Axis.PP], c[Axis.DP], c[Axis.TP]) for c in idx])
+            out.append([(c[Axis.PP] * self.dp + c[Axis.DP]) * self.tp + c[Axis.TP] for c in idx])
         return out
 
 
 def tp_placement(dims: ParallelDims, host_of_rank: dict[int, str]) -> list[str]:
     """Warnings for tp groups that span hosts (TP all-reduces every layer; across nodes it collapses)."""
-    warnings = []
-    for group in dims.groups(Axis.TP):
-        hosts = Counter(host_of_rank[r] for r in group)
-        if len(hosts) > 1:
-            warnings.append(f"tp group {group} spans {len(hosts)} hosts ({', '.join(sorted(hosts))}): "
-                            f"its per-layer all-reduce crosses the inter-node network")
-    return warnings
+    spans = [(group, sorted({host_of_rank[r] for r in group})) for group in dims.groups(Axis.TP)]
+    return [f"tp group {group} spans {len(hosts)} hosts ({', '.join(hosts)}): its per-layer all-reduce crosses the "
+            "inter-node network" for group, hosts in spans if len(hosts) > 1]
 
 
 def create_groups(dims: ParallelDims, rank: int, backend: str | None = None) -> dict[Axis, object]:

@@ -35,10 +35,9 @@ def build_schedule(schedule: str, modules: dict[int, nn.Module], pp: int, microb
         modules = {idx: nn.Sequential(mod, OwnedOutput()) for idx, mod in modules.items()}
     stages = [pipelining.PipelineStage(mod, idx, pp * v, device, group=group) for idx, mod in modules.items()]
     cls = getattr(pipelining.schedules, cls_name)
-    stage_arg = stages[0] if v == 1 else stages
     # scale_grads came with torch 2.7 (pytorch#144352); before it schedules never scaled, the same as False
     unscaled = {"scale_grads": False} if "scale_grads" in inspect.signature(cls.__init__).parameters else {}
-    return cls(stage_arg, n_microbatches=microbatches, loss_fn=summed_mse, **unscaled)
+    return cls(stages[0] if v == 1 else stages, n_microbatches=microbatches, loss_fn=summed_mse, **unscaled)
 
 
 def run_step(sched, x, target, first: bool, last: bool) -> list:

@@ -44,13 +44,10 @@ def comm_counts(mode) -> dict[str, int]:
     out: dict[str, int] = {}
     for op, n in mode.get_comm_counts().items():
         name = str(op).lower()
-        for kind in ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "all_to_all", "broadcast"):
-            if kind in name.replace("_base", "").replace("into_tensor", ""):
-                key = {"allreduce": "all_reduce", "allgather": "all_gather"}.get(kind, kind)
-                out[key] = out.get(key, 0) + n
-                break
-        else:
-            out[name] = out.get(name, 0) + n
+        kind = next((k for k in ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "all_to_all",
+                                 "broadcast") if k in name.replace("_base", "").replace("into_tensor", "")), name)
+        key = {"allreduce": "all_reduce", "allgather": "all_gather"}.get(kind, kind)
+        out[key] = out.get(key, 0) + n
     return out
 
 
@@ -63,13 +60,12 @@ def _setup(backend, spec):
 
 
 def _parallel_block(spec, full, group, dims, device_type, timer):
-    sp = spec.sp
     if spec.impl == "dtensor":
         mesh = tp_mesh(dims, device_type)
-        return dtensor_linear(full.fc1, mesh, sp) if spec.layer == "linear" else dtensor_mlp(full, mesh, sp)
+        return dtensor_linear(full.fc1, mesh, spec.sp) if spec.layer == "linear" else dtensor_mlp(full, mesh, spec.sp)
     if spec.layer == "linear":
-        return ColumnParallelLinear(full.fc1, group, sp, timer)
-    return ParallelMLP(full, group, sp, timer)
+        return ColumnParallelLinear(full.fc1, group, spec.sp, timer)
+    return ParallelMLP(full, group, spec.sp, timer)
 
 
 def stage_params(local: dict[int, nn.Module], ref_blocks):

@@ -133,8 +133,7 @@ class ColumnParallelLinear(_ShardedLinear):
         self.bias = nn.Parameter(_shard(full.bias, 0, self.tp_rank, self.tp_size)) if full.bias is not None else None
 
     def forward(self, x):
-        x = f(x, self.group, self.timer, self.sp)
-        return nn.functional.linear(x, self.weight, self.bias)
+        return nn.functional.linear(f(x, self.group, self.timer, self.sp), self.weight, self.bias)
 
 
 class RowParallelLinear(_ShardedLinear):
@@ -145,8 +144,7 @@ class RowParallelLinear(_ShardedLinear):
         self.bias = nn.Parameter(full.bias.detach().clone()) if full.bias is not None else None
 
     def forward(self, x):
-        y = nn.functional.linear(x, self.weight)
-        y = g(y, self.group, self.timer, self.sp)
+        y = g(nn.functional.linear(x, self.weight), self.group, self.timer, self.sp)
         if self.bias is None:
             return y
         # with SP each rank adds the bias to its own sequence shard: its gradient is partial and
@@ -193,9 +191,6 @@ def dtensor_mlp(full: MLP, mesh, sequence_parallel: bool = False) -> nn.Module:
     """The same block through PyTorch's own DTensor tensor parallelism (a deep copy is parallelised)."""
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-    module = copy.deepcopy(full)
-    if sequence_parallel:
-        plan = {"fc1": ColwiseParallel(input_layouts=Shard(0)), "fc2": RowwiseParallel(output_layouts=Shard(0))}
-    else:
-        plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
-    return parallelize_module(module, mesh, plan)
+    plan = ({"fc1": ColwiseParallel(input_layouts=Shard(0)), "fc2": RowwiseParallel(output_layouts=Shard(0))}
+            if sequence_parallel else {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    return parallelize_module(copy.deepcopy(full), mesh, plan)
