@@ -74,9 +74,8 @@ def no_torch(backend: str) -> str:
 
 
 def checked_fields(case: Case, ran: Ran, ranks: Sequence[Checked]) -> dict:
-    """The row fields of every case checked against a single-rank reference (layers.check): its
-    placement, round statistics and each round's longest CPU wait (what verdicts leave out, as for a
-    collective), where it ran, and the check (wrong: elements past the tolerance)."""
+    """The row fields of every case checked against a single-rank reference (layers.check): placement,
+    round statistics and CPU waits, where it ran, and the check (wrong: elements past the tolerance)."""
     k = ranks[0].iters
     step = [r.round_ns for r in ranks]
     return {**placed(case), **stats.summarize(step, k), "iters_per_round": k, "calibration": ranks[0].calibration,

@@ -191,9 +191,8 @@ class _Step:
 
     @staticmethod
     def _compare_distributed(b_: GradBuckets, check: Check, refs: dict[int, torch.Tensor], n_grad: int) -> None:
-        """The distributed optimizer: this rank's reduce_scattered shard of each bucket against the same
-        elements of the reference gradients, then its step: every weight after the all_gather against
-        weight - lr x reference gradient (a wrong or missing shard moves a weight by its own size)."""
+        """The distributed optimizer: this rank's shard of each bucket against the reference gradients,
+        then every weight after its step's all_gather against weight - lr x reference gradient."""
         before = [p.detach().clone() for p in b_.params]
         for b in range(len(b_.plan)):
             ref = torch.cat([refs[id(b_.params[i])].reshape(-1) for i in b_.plan[b]])

@@ -91,17 +91,14 @@ def _shard_like(full: torch.Tensor, local: torch.Tensor, tp: int, tp_rank: int) 
 
 
 def _reduce_length(modules: nn.Module, tokens: int, extra: int = 0) -> int:
-    """n_reduce of layers.check for a block's outputs and gradients: every linear's in + out
-    features (forward and input-gradient dot products), the tokens (weight-gradient sums), and
-    `extra` (tp all-reduce terms, microbatches)."""
+    """n_reduce of layers.check for a block's outputs and gradients: every linear's in + out features,
+    the tokens (weight-gradient sums) and `extra` (tp all-reduce terms, microbatches)."""
     return tokens + extra + sum(m.in_features + m.out_features for m in modules.modules() if isinstance(m, nn.Linear))
 
 
 def _checked_block(backend, spec: LinearSpec, timer: CommTimer, watch=None):
-    """This rank's TP block, checked once: one forward and backward of it and of its reference (the
-    same seeded weights on one rank) on the same input and output gradient; the output, the input
-    gradient and every weight gradient of this rank's shard go into the check. watch: contexts
-    around the parallel forward and backward (tp_check counts their collectives)."""
+    """This rank's TP block, checked once against its reference (the same seeded weights on one rank):
+    output, input gradient and every weight-gradient shard; watch: contexts around its forward and backward."""
     dims, groups, dtype, device = _setup(backend, spec)
     full = MLP(spec.hidden).to(device=device, dtype=dtype)
     block = _parallel_block(spec, full, groups[Axis.TP], dims, backend.device.kind, timer)
