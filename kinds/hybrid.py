@@ -1,36 +1,16 @@
 """The hybrid step (benches/test_hybrid.py): one training step of `--layers` MLP blocks on tp x pp x dp
-ranks of one group (Megatron's placement, layers/mesh.py), the dp gradient reduction bucketed and
-overlapped with backward as DDP does (or a distributed optimizer's reduce_scatter + all_gather,
-optionally in bfloat16; sequence parallelism and a virtual pipeline size are the other knobs);
-spec -> (layers.hybrid_tasks.HybridRank) -> HybridRow with the step, its parts and each against
-the repository's models. No expert-parallel (MoE) blocks yet (docs/layers.md says why): a layout
-is tp x pp x dp.
-
-The step: the median over rounds of the slowest rank. Its parts, each timed on its own on every
-rank and reported as min and max over ranks (Megatron's timers' minmax): compute (this rank's
-stages' forward and backward of every microbatch and the SGD step, in a loop of its own), tp (inside
-the tp collectives), pp (the pipeline's sends/recvs: their bytes at the rate of a ring exchange with
-every stage ready), bubble (the rest of the time inside the pipeline's calls: waiting for a
-neighbour), dp (the wait for the buckets at the step's end), other (the rank's step less all these);
-the extra run that times them is layers/hybrid_tasks.py's. Against the models: the bubble share
-against (p-1)/(m+p-1) (layers.schedules.bubble_theory), the predicted step
-(compute + tp + pp) / (1 - theory) + dp with its residual (on a CPU machine with more ranks than
-cores, compute scaled back by cores / ranks and the step bounded by the machine's CPU work per core:
-machine_work), the tp traffic with the busbw it ran at, model states per rank (layers.memory,
-the SGD and the reduction dtype the step runs), tokens/s per device and MFU (Megatron's model FLOPs
-over the device's peak: model_flops, peak_flops). The kind is this module: case, spec, rank result,
-row, options and table."""
+ranks, timed with its parts and each against the repository's models; spec ->
+(layers.hybrid_tasks.HybridRank) -> HybridRow. What each figure is: docs/layers.md (`test_hybrid`)."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from collectives.backends import info
 from collectives.ops import bandwidths
-from collectives.sizes import SizeError, parse_size
+from collectives.sizes import parse_size
 from kinds.base import (
     Bars,
     Case,
@@ -61,10 +41,9 @@ if TYPE_CHECKING:
     from kinds.options import Options
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")   # the zero-bubble ones split weight gradients out of autograd's hooks
+PARTS = ("compute", "tp", "pp", "bubble", "dp")   # the step's parts each timed on every rank, min and max kept
 ROUNDS = 8   # at most: a step of the default shape takes ~0.3 s on 2 CPU cores, and its check step warms it up
 
-
-# ---- the row (the wire's spec and result are schema/wire.py's) ----
 
 @keyword_dataclass
 class HybridRow(Measured):
@@ -134,8 +113,6 @@ class HybridRow(Measured):
                 f"m={s.microbatches} h={p.get('hidden')} L={p.get('layers')}").replace("  ", " ")
 
 
-# ---- options, each with its converter ----
-
 def _layouts(text: str) -> list[tuple[int, int, int]]:
     """TPxPPxDP, comma separated ("": every layout of --nproc)."""
     out = []
@@ -145,8 +122,7 @@ def _layouts(text: str) -> list[tuple[int, int, int]]:
             raise ValueError("the hybrid step has no expert-parallel (MoE) blocks yet: give TPxPPxDP")
         if len(parts) != 3 or not all(p.isdigit() and int(p) >= 1 for p in parts):
             raise ValueError("give layouts as TPxPPxDP (whole numbers >= 1), comma separated, e.g. 1x2x1,2x1x1,1x1x2")
-        tp, pp, dp = (int(p) for p in parts)
-        out.append((tp, pp, dp))
+        out.append((int(parts[0]), int(parts[1]), int(parts[2])))
     return out
 
 
@@ -157,12 +133,7 @@ def _schedule(text: str) -> str:
 
 
 def _bucket(text: str) -> int:
-    if text == "0":
-        return 0
-    try:
-        return parse_size(text)
-    except SizeError as exc:
-        raise ValueError(str(exc)) from None
+    return 0 if text == "0" else parse_size(text)   # a bad size: SizeError, a ValueError
 
 
 # knob -> (distributed optimizer, gradient reduction dtype, sequence parallelism, virtual pipeline) and the
@@ -173,9 +144,6 @@ KNOBS = {"plain": ((False, "float32", False, False), lambda tp, pp, dp: True),
          "bf16grad": ((False, "bfloat16", False, False), lambda tp, pp, dp: dp > 1),
          "distopt+bf16grad": ((True, "bfloat16", False, False), lambda tp, pp, dp: dp > 1),
          "vpp": ((False, "float32", False, True), lambda tp, pp, dp: pp > 1)}
-
-
-DEFAULT_KNOBS = ["plain", "sp", "distopt", "bf16grad", "vpp"]
 
 
 def _knobs(text: str) -> list[str]:
@@ -207,8 +175,7 @@ def _peak(text: str) -> float:
     return value * 1e12
 
 
-# dense bfloat16 peaks per device name, torchtitan's get_peak_flops (torchtitan/tools/utils.py), first match
-# wins; the step's MFU is taken against these whatever --dtype it runs in, as torchtitan does
+# dense bfloat16 peaks per device name, torchtitan's get_peak_flops, first match wins (whatever --dtype: docs/layers.md)
 KNOWN_PEAKS = (("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("A100", 312e12),
                ("B200", 2.25e15))
 
@@ -218,8 +185,6 @@ def every_layout(nranks: int) -> list[tuple[int, int, int]]:
     return [(tp, pp, nranks // (tp * pp)) for tp, pp in itertools.product(range(1, nranks + 1), repeat=2)
             if nranks % (tp * pp) == 0]
 
-
-# ---- the case and the kind ----
 
 @keyword_dataclass
 class HybridCase(Case):
@@ -302,9 +267,7 @@ class HybridKind(Kind[HybridCase]):
         """The breakdown of the module docstring, from the ranks' loops and their extra timed run."""
         ranks = typed(HybridResult, ran.results)
         k = ranks[0].iters
-        step = stats.median_seconds([r.round_ns for r in ranks], k)
-        nodp = stats.median_seconds([r.nodp_ns for r in ranks], k)
-        notp = stats.median_seconds([r.notp_ns for r in ranks], k)
+        step, nodp, notp = (stats.median_seconds([getattr(r, f) for r in ranks], k) for f in ("round_ns", "nodp_ns", "notp_ns"))
         parts = rank_parts(ranks, k)
         tp_inside = float(parts["tp"].mean())
         theory = schedules.bubble_theory(case.schedule, case.pp, case.microbatches, case.vpp) if case.pp > 1 else 0.0
@@ -317,35 +280,31 @@ class HybridKind(Kind[HybridCase]):
         tokens = case.dp * opts.batch * opts.seq
         peak, source = peak_flops(case, opts, ranks)
         flops = model_flops(opts.hidden, opts.layers, tokens)
-        row = HybridRow(
-            **checked_fields(case, ran, ranks), **self.identity(case), hidden=opts.hidden, seq=opts.seq, batch=opts.batch,
-            layers=opts.layers, stages_per_rank=[r.stages for r in ranks],
+        lo, hi = ({p: float(f(v)) * 1e6 for p, v in parts.items()} for f in (np.min, np.max))
+        minmax: dict = {**{f"{p}_min_us": lo[p] for p in PARTS}, **{f"{p}_us": hi[p] for p in (*PARTS, "other")}}
+        return HybridRow(
+            **checked_fields(case, ran, ranks), **self.identity(case), **minmax, hidden=opts.hidden, seq=opts.seq,
+            batch=opts.batch, layers=opts.layers, stages_per_rank=[r.stages for r in ranks],
             buckets=ranks[0].buckets, dp_bytes=max(r.dp_bytes for r in ranks), tp_bytes=tp_bytes,
             pp_bytes=max(r.p2p_bytes for r in ranks),
             model_states_estimate_bytes=int(sum(memory.model_states(
                 params, case.tp, case.pp, case.dp, **memory.sgd_states(case.dist_opt, "float32", case.grad_reduce)))),
             placement_warnings=(tp_placement(ParallelDims(case.tp, case.pp, case.dp, case.nranks), ran.rank_hosts)
-                                + _crowded(case, machines_cores(ranks))))
-        lo, hi = ({p: float(f(v)) * 1e6 for p, v in parts.items()} for f in (np.min, np.max))
-        return replace(row, step_us=step * 1e6, tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / case.nranks,
-                       mfu=flops / step / (case.nranks * peak) if peak else None, peak_flops=peak or None, peak_source=source,
-                       compute_min_us=lo["compute"], compute_us=hi["compute"], tp_min_us=lo["tp"], tp_us=hi["tp"],
-                       pp_min_us=lo["pp"], pp_us=hi["pp"], bubble_min_us=lo["bubble"], bubble_us=hi["bubble"],
-                       dp_min_us=lo["dp"], dp_us=hi["dp"], other_us=hi["other"],
-                       timed_step_us=max(r.timed_step_ns for r in ranks) / 1e3,
-                       tp_exposed_us=(nodp - notp) * 1e6, dp_exposed_us=(step - nodp) * 1e6,
-                       bubble=float((parts["bubble"] / parts["step"]).mean()), bubble_theory=theory,
-                       model_us=model * 1e6, residual=(step - model) / step,
-                       busy_us=busy * 1e6 if busy is not None else None,
-                       tp_busbw_gbps=(bandwidths("all_reduce", tp_bytes, tp_inside, case.tp)[1]
-                                      if tp_bytes and tp_inside > 0 else None))
+                                + _crowded(case, machines_cores(ranks))),
+            step_us=step * 1e6, tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / case.nranks,
+            mfu=flops / step / (case.nranks * peak) if peak else None, peak_flops=peak or None, peak_source=source,
+            timed_step_us=max(r.timed_step_ns for r in ranks) / 1e3,
+            tp_exposed_us=(nodp - notp) * 1e6, dp_exposed_us=(step - nodp) * 1e6,
+            bubble=float((parts["bubble"] / parts["step"]).mean()), bubble_theory=theory,
+            model_us=model * 1e6, residual=(step - model) / step, busy_us=busy * 1e6 if busy is not None else None,
+            tp_busbw_gbps=bandwidths("all_reduce", tp_bytes, tp_inside, case.tp)[1] if tp_bytes and tp_inside > 0 else None)
 
     def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
         """Each layout's step as its parts (stacked), and its tokens/s."""
         if not cells:
             return []
         labels = [cell_label(n, c) for n, c in cells]
-        parts = {part: [c.pooled(f"{part}_us") or 0.0 for _, c in cells] for part in ("compute", "tp", "pp", "bubble", "dp")}
+        parts = {part: [c.pooled(f"{part}_us") or 0.0 for _, c in cells] for part in PARTS}
         return [Bars("step parts (us, the slowest rank's each): compute, tp, pp send/recv, pipeline bubble, dp", labels,
                      parts, stacked=True),
                 Bars("tokens/s (higher is better)", labels, {"tokens/s": [c.pooled("tokens_per_s") or 0.0 for _, c in cells]})]
@@ -371,8 +330,7 @@ class HybridKind(Kind[HybridCase]):
         for r in rows:
             out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule or '-':>16} {r.microbatches:>3}"
                        f" {knobs_text(r):>16}" + values(r, shown) + f" {wrong_text(r.wrong):>7}")
-        out += best_layout_lines(rows)
-        out += peak_lines(rows)
+        out += best_layout_lines(rows) + peak_lines(rows)
         warned = dict.fromkeys(w for r in rows for w in r.placement_warnings)
         return "\n".join(out + [f"# WARNING: {w}" for w in warned])
 
@@ -386,10 +344,7 @@ def knobs_text(row: HybridRow) -> str:
 
 
 def rank_parts(ranks: list[HybridResult], k: int) -> dict[str, np.ndarray]:
-    """Each part of the step per rank, seconds (the module docstring): compute from its own loop (the
-    rank's median), the others from the extra run; pp send/recv is the bytes the pipeline moved at the
-    rate of the ring exchange with every stage ready (at most the time inside the pipeline's calls), the
-    bubble the rest of that time (waiting for a neighbour); other what the step holds besides."""
+    """Each part of the step per rank, seconds (docs/layers.md, What each figure is)."""
     compute = stats.per_rank_median_seconds([r.compute_ns for r in ranks], k)
     p2p = np.array([r.p2p_ns for r in ranks]) / 1e9
     rate = [r.exchange_ns / 1e9 / (2 * r.exchange_bytes) if r.exchange_bytes else 0.0 for r in ranks]
@@ -401,9 +356,7 @@ def rank_parts(ranks: list[HybridResult], k: int) -> dict[str, np.ndarray]:
 
 
 def model_flops(hidden: int, layers: int, tokens: int) -> float:
-    """A step's model FLOPs as Megatron-LM's num_floating_point_operations counts its MLP: 3 (forward,
-    weight and input gradients) x 2 (FLOPs per multiply-add) x 2 (two GEMMs, h -> 4h and 4h -> h) x
-    tokens x layers x h x 4h; torchtitan's 6 x parameters per token is the same but for the biases."""
+    """A step's model FLOPs as Megatron-LM's num_floating_point_operations counts its MLP (docs/layers.md)."""
     return 3 * 2 * 2 * tokens * layers * hidden * 4 * hidden
 
 
@@ -424,8 +377,7 @@ def peak_lines(rows) -> list[str]:
 
 def peak_flops(case: HybridCase, opts: Options, ranks: list[HybridResult]) -> tuple[float, str]:
     """The per-device peak MFU is taken against, and what it is: --peak-tflops, else the device name's
-    (KNOWN_PEAKS), else on CPU the block's matmul rate measured on the ranks (the fastest; every rank ran
-    it at once), else none (MFU left empty)."""
+    (KNOWN_PEAKS), else on CPU the fastest rank's measured matmul rate, else none (MFU left empty)."""
     given = HybridSettings.of(opts).peak_tflops
     if given:
         return given, f"--peak-tflops {given / 1e12:g}"
@@ -442,19 +394,13 @@ def peak_flops(case: HybridCase, opts: Options, ranks: list[HybridResult]) -> tu
 def machines_cores(ranks: list[HybridResult]) -> dict[str, tuple[list[int], int]]:
     """Per machine (its kernel's boot id; emulated hosts share one), the indices of its ranks and the
     cores they may use between them (the union of their affinities)."""
-    out: dict[str, tuple[list[int], set[int]]] = {}
-    for i, r in enumerate(ranks):
-        mine = out.setdefault(r.machine, ([], set()))
-        mine[0].append(i)
-        mine[1].update(r.cpus)
-    return {m: (idx, max(len(cpus), 1)) for m, (idx, cpus) in out.items()}
+    idx = {m: [i for i, r in enumerate(ranks) if r.machine == m] for m in dict.fromkeys(r.machine for r in ranks)}
+    return {m: (mine, max(len(set().union(*(ranks[i].cpus for i in mine))), 1)) for m, mine in idx.items()}
 
 
 def machine_work(ranks: list[HybridResult]) -> tuple[float, float | None]:
-    """On machines with more ranks than cores, a rank's compute timed alone ran beside every other
-    rank's and took ranks / cores of its own time (share = cores / ranks gives it back), and a
-    pipeline stage's idle time runs other ranks' work, so the step is at least the machine's CPU
-    work per step spread over its cores (busy, seconds). (1.0, None) where no machine is crowded."""
+    """(share, busy) of machines with more ranks than cores: cores / ranks gives a rank's compute back,
+    and the step is at least the machine's CPU work spread over its cores (seconds); (1.0, None): none."""
     share, busy = 1.0, None
     for idx, cores in machines_cores(ranks).values():
         if len(idx) > cores:
@@ -465,13 +411,9 @@ def machine_work(ranks: list[HybridResult]) -> tuple[float, float | None]:
 
 
 def _crowded(case: HybridCase, machines: dict[str, tuple[list[int], int]]) -> list[str]:
-    """A pipeline on a CPU machine with more ranks than cores (as the ranks saw them; emulated hosts
-    share one machine): a stage's idle time runs the other ranks' compute, so the bubble formula (one
-    device per rank) does not hold there; the model takes the machine's CPU work instead (machine_work)."""
-    if case.pp == 1 or info(case.backend).device_kind != "cpu" or not machines:
-        return []
+    """The warning for a pipeline on a CPU machine with more ranks than cores, where the bubble formula fails."""
     crowded = [(len(idx), cores) for idx, cores in machines.values() if len(idx) > cores]
-    if not crowded:
+    if case.pp == 1 or info(case.backend).device_kind != "cpu" or not crowded:
         return []
     ranks, cores = max(crowded)
     return [f"{ranks} ranks share {cores} cores on a machine: a pipeline stage's idle time runs other ranks' compute, "
@@ -485,8 +427,7 @@ def best_layout_lines(rows: list[HybridRow]) -> list[str]:
     for r in rows:
         if r.tokens_per_s:
             shape = (r.backend, r.nranks, r.hidden, r.seq, r.batch, r.layers, r.microbatches, r.side)
-            knobs = knobs_text(r)
-            name = f"{r.tp}x{r.pp}x{r.dp}" + (f" {knobs}" if knobs != "-" else "")
+            name = f"{r.tp}x{r.pp}x{r.dp} {knobs_text(r)}".removesuffix(" -")
             by.setdefault(shape, {}).setdefault(name, []).append(r.tokens_per_s)
     out = []
     for (backend, n, *_), layouts in by.items():
@@ -516,11 +457,8 @@ def _build_launch(kind: HybridKind, opts: Options) -> list[HybridCase]:
                 case.skip = (no_torch(backend) or refusal(kind.spec(case, opts), opts.nproc)
                              or support.missing("linear", "manual")
                              or (support.missing("pipeline", schedule=case.schedule) if pp > 1 else "")
-                             or (_no_bf16_reduction(backend) if grad_reduce == "bfloat16" else ""))
+                             or ("the mpi backend reduces through numpy, which has no bfloat16"
+                                 if grad_reduce == "bfloat16" and backend == "mpi" else ""))
                 out.append(case)
     return out
 
-
-def _no_bf16_reduction(backend: str) -> str:
-    """The MPI backend hands buffers to MPI through numpy, which has no bfloat16."""
-    return "the mpi backend reduces through numpy, which has no bfloat16" if backend == "mpi" else ""

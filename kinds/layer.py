@@ -1,17 +1,16 @@
-"""What the two layer kinds share (kinds/linear.py: TP blocks, kinds/pipeline.py: pipeline steps):
-a case on a tp x pp x dp layout, their Kind base (the LayerRow, the layout in what a failure and the
-row's identity say), the spec fields of the model, and the row's measured common part (round times,
-the check against the single-rank reference, memory, placement warnings)."""
+"""What the two layer kinds share (kinds/linear.py: TP blocks, kinds/pipeline.py: pipeline steps): a
+case on a tp x pp x dp layout, their Kind base, the model's spec fields and the row's measured common part."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from collectives.backends import BACKENDS, info
-from kinds.base import Case, Kind, Ran, placed
+from kinds.base import Case, Kind, Ran, launches, placed
 from layers import memory
 from layers.mesh import ParallelDims, tp_placement
 from schema import stats
+from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import LayerRow
 from schema.wire import Checked
@@ -38,6 +37,21 @@ class LayerKind(Kind[L]):
     apart by their bench: the kind's name)."""
     row_type = LayerRow
 
+    def build(self, opts: Options) -> list[L]:
+        return launches(opts, lambda o: [case for backend in o.backends
+                                         for case in self.cases(o, backend, GroupKey(backend, o.nproc, (), o.launcher))])
+
+    def cases(self, opts: Options, backend: str, key: GroupKey) -> list[L]:
+        """One launch's cases of `backend` (skipped ones with their reason)."""
+        raise NotImplementedError
+
+    def measured_row(self, case: L, opts: Options, ran: Ran, ranks: Sequence[Checked], **fields) -> LayerRow:
+        """A TP block's or pipeline step's row: its common part and the kind's `fields`."""
+        return LayerRow(
+            **checked_fields(case, ran, ranks), **self.identity(case), hidden=opts.hidden, seq=opts.seq, batch=opts.batch,
+            model_states_estimate_bytes=int(sum(memory.model_states(max(r.params_local for r in ranks), 1, 1))),
+            placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks), ran.rank_hosts), **fields)
+
     def what(self, case: L) -> str:
         return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
 
@@ -60,9 +74,8 @@ def no_torch(backend: str) -> str:
 
 
 def checked_fields(case: Case, ran: Ran, ranks: Sequence[Checked]) -> dict:
-    """The row fields of every case checked against a single-rank reference (layers.check): its
-    placement, round statistics and each round's longest CPU wait (what verdicts leave out, as for a
-    collective), where it ran, and the check (wrong: elements past the tolerance)."""
+    """The row fields of every case checked against a single-rank reference (layers.check): placement,
+    round statistics and CPU waits, where it ran, and the check (wrong: elements past the tolerance)."""
     k = ranks[0].iters
     step = [r.round_ns for r in ranks]
     return {**placed(case), **stats.summarize(step, k), "iters_per_round": k, "calibration": ranks[0].calibration,
@@ -73,9 +86,3 @@ def checked_fields(case: Case, ran: Ran, ranks: Sequence[Checked]) -> dict:
             "peak_memory_bytes_per_rank": [r.peak_memory_bytes for r in ranks]}
 
 
-def measured_row(case: LayerCase, identity: dict, opts: Options, ran: Ran, ranks: Sequence[Checked]) -> LayerRow:
-    """A TP block's or pipeline step's row, its common part."""
-    return LayerRow(
-        **checked_fields(case, ran, ranks), **identity, hidden=opts.hidden, seq=opts.seq, batch=opts.batch,
-        model_states_estimate_bytes=int(sum(memory.model_states(max(r.params_local for r in ranks), 1, 1))),
-        placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks), ran.rank_hosts))

@@ -3,12 +3,12 @@ block and its sequence-parallel form, hand-written and through DTensor, at every
 (layers.rank_tasks.LinearRank) -> LayerRow with times, throughput and efficiency against plain GEMMs."""
 from __future__ import annotations
 
-from dataclasses import replace
+import itertools
 from typing import TYPE_CHECKING
 
 from collectives.backends import info
-from kinds.base import Bars, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, launches, typed, values
-from kinds.layer import LayerCase, LayerKind, measured_row, no_torch, spec_fields
+from kinds.base import Bars, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, typed, values
+from kinds.layer import LayerCase, LayerKind, no_torch, spec_fields
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
@@ -42,9 +42,14 @@ class LinearKind(LayerKind[LinearCase]):
     spec_types = (LinearSpec,)
     rank = ("layers.rank_tasks", "LinearRank")
 
-    def build(self, opts: Options) -> list[LinearCase]:
+    def cases(self, opts: Options, backend: str, key: GroupKey) -> list[LinearCase]:
         """TP blocks for every tp; a tp that does not divide the world size is skipped with the reason."""
-        return launches(opts, _build_launch)
+        from layers import support  # what the installed torch lacks (imports torch: only when layer benches are collected)
+        return [LinearCase(backend=backend, tp=tp, pp=1, nranks=opts.nproc, layer=layer, sp=sp, impl=impl, group=key,
+                           skip=(no_torch(backend) or (f"tp {tp} does not divide the world size {opts.nproc}"
+                                                       if opts.nproc % tp else "")
+                                 or support.missing("linear", impl=impl) or _no_dtensor(backend, impl)))
+                for tp, (layer, sp), impl in itertools.product(opts.tp, BLOCKS, IMPLS)]
 
     def identity(self, case: LinearCase) -> dict:
         return {**super().identity(case), "layer": case.layer, "sequence_parallel": case.sp, "impl": case.impl}
@@ -55,19 +60,15 @@ class LinearKind(LayerKind[LinearCase]):
     def row(self, case: LinearCase, opts: Options, ran: Ran) -> LayerRow:
         """A TP block's times, throughput and efficiency (plain-GEMM time over fwd+bwd time)."""
         ranks = typed(TpResult, ran.results)
-        k = ranks[0].iters
-        step_s = stats.median_seconds([r.round_ns for r in ranks], k)
-        fwd_s = stats.median_seconds([r.fwd_ns for r in ranks], k)
-        fb_s = stats.median_seconds([r.fwd_bwd_ns for r in ranks], k)
-        mm_s = stats.median_seconds([r.matmul_ns for r in ranks], k)
+        step_s, fwd_s, fb_s, mm_s = (stats.median_seconds([getattr(r, f) for r in ranks], ranks[0].iters)
+                                     for f in ("round_ns", "fwd_ns", "fwd_bwd_ns", "matmul_ns"))
         flops = ranks[0].flops_per_iter
         shares = [r.comm_share for r in ranks if r.comm_share is not None]
         share = sum(shares) / len(shares) if shares else None
-        return replace(measured_row(case, self.identity(case), opts, ran, ranks), fwd_us=fwd_s * 1e6,
-                       bwd_us=(fb_s - fwd_s) * 1e6, step_us=step_s * 1e6,
-                       tokens_per_s=ranks[0].tokens_per_iter / step_s, achieved_flops=flops / fb_s,
-                       matmul_flops=flops / mm_s, efficiency=mm_s / fb_s,
-                       comm_share=share, comm_exposed_us=share * fb_s * 1e6 if share is not None else None)
+        return self.measured_row(case, opts, ran, ranks, fwd_us=fwd_s * 1e6, bwd_us=(fb_s - fwd_s) * 1e6, step_us=step_s * 1e6,
+                                 tokens_per_s=ranks[0].tokens_per_iter / step_s, achieved_flops=flops / fb_s,
+                                 matmul_flops=flops / mm_s, efficiency=mm_s / fb_s, comm_share=share,
+                                 comm_exposed_us=share * fb_s * 1e6 if share is not None else None)
 
     def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
         return [Bars("step time (us), log", [cell_label(n, c) for n, c in cells],
@@ -87,23 +88,6 @@ class LinearKind(LayerKind[LinearCase]):
             out.append(f" {r.backend:>8} {r.tp:>3} {r.dp:>3} {block:>7} {r.impl:>8}" + values(r, shown))
         warned = dict.fromkeys(w for r in rows for w in r.placement_warnings)
         return "\n".join(out + [f"# WARNING: {w}" for w in warned])
-
-
-def _build_launch(opts: Options) -> list[LinearCase]:
-    from layers import support  # what the installed torch lacks (imports torch: only when layer benches are collected)
-    out: list[LinearCase] = []
-    for backend in opts.backends:
-        key = GroupKey(backend, opts.nproc, (), opts.launcher)
-        for tp in opts.tp:
-            for layer, sp in BLOCKS:
-                for impl in IMPLS:
-                    case = LinearCase(backend=backend, tp=tp, pp=1, nranks=opts.nproc, layer=layer, sp=sp, impl=impl,
-                                      group=key)
-                    case.skip = no_torch(backend) or ("" if opts.nproc % tp == 0 else
-                                                      f"tp {tp} does not divide the world size {opts.nproc}")
-                    case.skip = case.skip or support.missing("linear", impl=impl) or _no_dtensor(backend, impl)
-                    out.append(case)
-    return out
 
 
 def _no_dtensor(backend: str, impl: str) -> str:

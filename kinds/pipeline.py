@@ -3,11 +3,11 @@ every (tp, pp > 1), schedule and microbatch count; spec -> (layers.rank_tasks.Pi
 with the step time and the measured bubble against the schedule's theory."""
 from __future__ import annotations
 
-from dataclasses import replace
+import itertools
 from typing import TYPE_CHECKING
 
-from kinds.base import Bars, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, launches, typed, values
-from kinds.layer import LayerCase, LayerKind, measured_row, no_torch, spec_fields
+from kinds.base import Bars, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, typed, values
+from kinds.layer import LayerCase, LayerKind, no_torch, spec_fields
 from layers import schedules
 from schema import stats
 from schema.group_key import GroupKey
@@ -38,10 +38,17 @@ class PipelineKind(LayerKind[PipelineCase]):
     spec_types = (PipelineSpec,)
     rank = ("layers.rank_tasks", "PipelineRank")
 
-    def build(self, opts: Options) -> list[PipelineCase]:
+    def cases(self, opts: Options, backend: str, key: GroupKey) -> list[PipelineCase]:
         """Every (tp, pp > 1), schedule and microbatch count; layouts whose tp x pp does not divide
         the world size are skipped with the reason."""
-        return launches(opts, _build_launch)
+        from layers import support  # what the installed torch lacks (imports torch: only when layer benches are collected)
+        return [PipelineCase(backend=backend, tp=tp, pp=pp, nranks=opts.nproc, schedule=schedule, microbatches=m, group=key,
+                             skip=(no_torch(backend)
+                                   or (f"tp x pp = {tp} x {pp} = {tp * pp} does not divide the world size {opts.nproc}"
+                                       if opts.nproc % (tp * pp) else "")
+                                   or (f"pp=1 has no pipeline: tp={tp} is measured by the linear benches" if pp == 1 else "")
+                                   or support.missing("pipeline", schedule=schedule)))
+                for tp, pp, schedule, m in itertools.product(opts.tp, opts.pp, opts.schedules, opts.microbatches)]
 
     def identity(self, case: PipelineCase) -> dict:
         return {**super().identity(case), "schedule": case.schedule, "microbatches": case.microbatches}
@@ -59,12 +66,12 @@ class PipelineKind(LayerKind[PipelineCase]):
         m = case.microbatches
         compute = stats.per_rank_median_seconds([r.compute_ns for r in ranks], k)
         bubbles = [float(1 - m * c / step_s) for c in compute]
-        return replace(measured_row(case, self.identity(case), opts, ran, ranks), layers=opts.layers,
-                       step_us=step_s * 1e6, tokens_per_s=opts.seq * opts.batch / step_s,
-                       stage_compute_us_per_microbatch=[float(c) * 1e6 for c in compute],
-                       bubble_measured=sum(bubbles) / len(bubbles), bubble_per_rank=bubbles,
-                       bubble_theory=schedules.bubble_theory(case.schedule, case.pp, m),
-                       stages_per_rank=[r.stages for r in ranks])
+        return self.measured_row(case, opts, ran, ranks, layers=opts.layers, step_us=step_s * 1e6,
+                                 tokens_per_s=opts.seq * opts.batch / step_s,
+                                 stage_compute_us_per_microbatch=[float(c) * 1e6 for c in compute],
+                                 bubble_measured=sum(bubbles) / len(bubbles), bubble_per_rank=bubbles,
+                                 bubble_theory=schedules.bubble_theory(case.schedule, case.pp, m),
+                                 stages_per_rank=[r.stages for r in ranks])
 
     def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
         """The step per configuration, and its measured bubble against the schedule's theory."""
@@ -84,32 +91,9 @@ class PipelineKind(LayerKind[PipelineCase]):
         out = ["# pipeline steps (bubble measured = 1 - microbatches x stage compute alone / step time;",
                "# theory (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1), zero-bubble -)",
                f"#{'backend':>8} {'tp':>3} {'pp':>3} {'dp':>3} {'schedule':>16} {'m':>3}" + heads(shown)]
-        for r in rows:
-            out.append(f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule:>16} {r.microbatches:>3}" + values(r, shown))
+        out += [f" {r.backend:>8} {r.tp:>3} {r.pp:>3} {r.dp:>3} {r.schedule:>16} {r.microbatches:>3}" + values(r, shown)
+                for r in rows]
         return "\n".join(out)
-
-
-def _build_launch(opts: Options) -> list[PipelineCase]:
-    from layers import support  # what the installed torch lacks (imports torch: only when layer benches are collected)
-    out: list[PipelineCase] = []
-    for backend in opts.backends:
-        key = GroupKey(backend, opts.nproc, (), opts.launcher)
-        for tp in opts.tp:
-            for pp in opts.pp:
-                for schedule in opts.schedules:
-                    for m in opts.microbatches:
-                        case = PipelineCase(backend=backend, tp=tp, pp=pp, nranks=opts.nproc, schedule=schedule,
-                                            microbatches=m, group=key)
-                        if no_torch(backend):
-                            case.skip = no_torch(backend)
-                        elif opts.nproc % (tp * pp):
-                            case.skip = f"tp x pp = {tp} x {pp} = {tp * pp} does not divide the world size {opts.nproc}"
-                        elif pp == 1:
-                            case.skip = f"pp=1 has no pipeline: tp={tp} is measured by the linear benches"
-                        else:
-                            case.skip = support.missing("pipeline", schedule=schedule)
-                        out.append(case)
-    return out
 
 
 KIND = PipelineKind()

@@ -1,8 +1,5 @@
-"""A layer bench's result against its single-rank reference: how far the two may differ, and how
-many elements differ by more (the layer benches' #wrong). The two compute the same sums in another
-order, so they differ by rounding only: tolerance = C x n_reduce x u x scale + tiny, C = 2. Why
-that bound, and why a real fault still lands past it: docs/layers.md (Checks).
-"""
+"""A layer bench's result against its single-rank reference: elements past tolerance = C x n_reduce x
+u x scale + tiny, C = 2, are its #wrong (why that bound: docs/layers.md, Checks)."""
 from __future__ import annotations
 
 import math

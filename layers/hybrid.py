@@ -1,8 +1,5 @@
-"""The hybrid step's parts that are not in layers.tp or layers.pipeline: DDP's bucketed gradient
-reduction overlapped with backward (all_reduce, or a distributed optimizer's reduce_scatter then
-all_gather of the updated weights, optionally in bfloat16), and a part timer that can leave the
-collectives out. How GradBuckets follows DDP's Reducer: docs/layers.md (`test_hybrid`).
-"""
+"""The hybrid step's parts that are not in layers.tp or layers.pipeline: DDP's bucketed, overlapped
+gradient reduction (GradBuckets, as docs/layers.md `test_hybrid` says) and a part timer."""
 from __future__ import annotations
 
 import functools
@@ -16,9 +13,8 @@ from layers.tp import CommTimer, ParallelMLP
 
 
 class _SwapBatchSeq(torch.autograd.Function):
-    """(batch, seq, ...) <-> (seq, batch, ...) with both the result and its gradient contiguous: a plain
-    transpose hands the stage a non-contiguous input gradient, the pipeline's backward receive buffer
-    takes its strides, and gloo (like HCCL) refuses a non-contiguous receive."""
+    """(batch, seq, ...) <-> (seq, batch, ...) with the result and its gradient contiguous (gloo and HCCL
+    refuse a non-contiguous pipeline receive: docs/layers.md, `sp`)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -30,10 +26,8 @@ class _SwapBatchSeq(torch.autograd.Function):
 
 
 class SequenceParallelMLP(ParallelMLP):
-    """layers.tp's ParallelMLP with sequence parallelism on (batch, seq / tp, hidden) activations:
-    layers.tp shards dim 0, so the block works on the (seq, batch, hidden) view Megatron uses and
-    hands back (batch, seq / tp, hidden), so the pipeline's microbatches (dim 0) stay whole sequences
-    and the stages send their sequence shards to each other, as Megatron's do."""
+    """layers.tp's ParallelMLP with sequence parallelism on (batch, seq / tp, hidden) activations, through
+    the (seq, batch, hidden) view Megatron uses (docs/layers.md, `sp`)."""
 
     def __init__(self, full, group, timer):
         super().__init__(full, group, True, timer)
@@ -43,10 +37,8 @@ class SequenceParallelMLP(ParallelMLP):
 
 
 class PartTimer(CommTimer):
-    """Adds up the time of the calls it runs (`run`, as layers.tp's CommTimer) while `on`, and can
-    leave them out (`skip`, the compute-alone loop). Wall clock on CPU, a pair of events a call on a
-    device (`mod`; `own_stream`: the call alone); `total` reads them at the end of the run. Why so:
-    docs/layers.md (What each figure is, `tp`)."""
+    """Adds up the time of the calls it runs while `on` (wall clock on CPU, events on a device `mod`,
+    `own_stream`: the call alone), or leaves them out (`skip`); why so: docs/layers.md (`tp`)."""
 
     def __init__(self, mod=None, own_stream: bool = False):
         super().__init__(on=False)
@@ -97,9 +89,8 @@ class GradBuckets:
 
     def __init__(self, params: list[torch.nn.Parameter], group, cap_bytes: int, accumulations: int,
                  distributed: bool = False, reduce_dtype: torch.dtype | None = None):
-        self.params, self.group, self.accumulations = list(params), group, accumulations
+        self.params, self.group, self.accumulations, self.distributed = list(params), group, accumulations, distributed
         self.size, self.index = dist.get_world_size(group), dist.get_rank(group)
-        self.distributed = distributed
         dtype = reduce_dtype or self.params[0].dtype
         self.plan = bucket_plan([p.numel() * dtype.itemsize for p in self.params], cap_bytes)
         # a distributed optimizer's bucket is padded to a multiple of dp (Megatron pads its buckets too)
@@ -152,8 +143,7 @@ class GradBuckets:
         for p, view in self._views(b):
             view.copy_(p.grad.reshape(-1))
         if self.distributed:
-            self.started.append(dist.reduce_scatter_tensor(self.shards[b], self.flats[b], group=self.group,
-                                                           async_op=True))
+            self.started.append(dist.reduce_scatter_tensor(self.shards[b], self.flats[b], group=self.group, async_op=True))
         else:
             self.started.append(dist.all_reduce(self.flats[b], group=self.group, async_op=True))
 

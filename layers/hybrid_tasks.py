@@ -1,8 +1,5 @@
-"""Runs the hybrid step on one rank (tp x pp x dp MLP blocks, layers.hybrid), checks it once against
-the same seeded blocks on one rank (layers.check) and times it and its parts. What is run, checked
-and timed, and each figure the rank returns (a schema.wire.HybridResult): docs/layers.md
-(`test_hybrid`, What each figure is).
-"""
+"""Runs the hybrid step on one rank, checks it once against the same seeded blocks on one rank
+(layers.check) and times it and its parts: docs/layers.md (`test_hybrid`, What each figure is)."""
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +19,7 @@ from layers.expert import generator
 from layers.expert_tasks import _grad
 from layers.hybrid import GradBuckets, PartTimer, SequenceParallelMLP
 from layers.mesh import Axis, ParallelDims
-from layers.rank_tasks import _reduce_length, _shard_like, groups_for, torch_loops
+from layers.rank_tasks import _reduce_length, _shard_like, groups_for, repeated, stage_params, torch_loops
 from layers.schedules import SCHEDULES, chunks, stage_indices, validate
 from layers.tp import MLP, ParallelMLP
 from schema.stats import median
@@ -84,7 +81,7 @@ class _Step:
         dims = ParallelDims(spec.tp, spec.pp, spec.dp, backend.world)
         groups = groups_for(dims, backend.rank)
         coords = dims.coords(backend.rank)
-        self.dims, self.tp_rank, self.replica = dims, coords[Axis.TP], coords[Axis.DP]
+        self.tp_rank, self.replica = coords[Axis.TP], coords[Axis.DP]
         self.device, self.dtype = backend.device.torch_device, getattr(torch, spec.dtype)
         self.blocks = [MLP(spec.hidden).to(device=self.device, dtype=self.dtype) for _ in range(spec.layers)]
         mod = backend.device._mod   # torch.cuda / torch.npu; None on CPU
@@ -93,20 +90,19 @@ class _Step:
         v = chunks(spec.schedule, spec.vpp) if spec.pp > 1 else 1
         self.per = spec.layers // (spec.pp * v)
         indices = stage_indices(spec.schedule, coords[Axis.PP], spec.pp, spec.vpp) if spec.pp > 1 else [0]
-        self.local: dict[int, nn.Module] = {}
-        for idx in indices:
-            self.local[idx] = nn.Sequential(*[self.parallel(b, groups[Axis.TP]) for b in self.stage_blocks(idx)])
+        self.local: dict[int, nn.Module] = {
+            idx: nn.Sequential(*[self.parallel(b, groups[Axis.TP]) for b in self.stage_blocks(idx)]) for idx in indices}
         self.first, self.last = 0 in self.local, spec.pp * v - 1 in self.local
         # this tp rank's part of the sequence under sequence parallelism (the whole one without)
         n = spec.seq // spec.tp if spec.sequence_parallel else spec.seq
         self.seq_part = slice(self.tp_rank * n, (self.tp_rank + 1) * n) if spec.sequence_parallel else slice(None)
         self.x, self.target = (t[:, self.seq_part].contiguous() for t in self.inputs(self.replica))
         self.sync = backend.device.synchronize
-        params = [p for stage in self.local.values() for p in stage.parameters()]
+        self.params = [p for stage in self.local.values() for p in stage.parameters()]
         self.pp_group = groups[Axis.PP]
-        self.buckets = (GradBuckets(params, groups[Axis.DP], spec.bucket_bytes, self.m, spec.distributed_optimizer,
+        self.buckets = (GradBuckets(self.params, groups[Axis.DP], spec.bucket_bytes, self.m, spec.distributed_optimizer,
                                     getattr(torch, spec.grad_reduce)) if spec.dp > 1 else None)
-        self.opt = torch.optim.SGD(params, lr=LR)
+        self.opt = torch.optim.SGD(self.params, lr=LR)
         self.sched = (pipeline.build_schedule(spec.schedule, self.local, spec.pp, self.m, groups[Axis.PP],
                                               torch.device(self.device), spec.vpp) if spec.pp > 1 else None)
 
@@ -130,15 +126,13 @@ class _Step:
 
     def forward_backward(self) -> list[torch.Tensor]:
         """Every microbatch's forward and backward (its loss where this rank holds the last stage)."""
+        if self.sched is not None:
+            return pipeline.run_step(self.sched, self.x, self.target, self.first, self.last)
         losses: list[torch.Tensor] = []
-        if self.sched is None:
-            for xm, tm in zip(self.x.chunk(self.m), self.target.chunk(self.m)):
-                loss = pipeline.summed_mse(self.local[0](xm), tm)
-                loss.backward()
-                losses.append(loss)
-            return losses
-        kwargs = {"target": self.target, "losses": losses} if self.last else {}
-        self.sched.step(self.x, **kwargs) if self.first else self.sched.step(**kwargs)
+        for xm, tm in zip(self.x.chunk(self.m), self.target.chunk(self.m)):
+            loss = pipeline.summed_mse(self.local[0](xm), tm)
+            loss.backward()
+            losses.append(loss)
         return losses
 
     def train(self, reduce: bool = True, tp: bool = True) -> list[torch.Tensor]:
@@ -186,24 +180,19 @@ class _Step:
         # a bfloat16 reduction rounds each gradient to bfloat16 and sums dp of them there: that
         # rounding in float32 units (layers.check's n_reduce counts unit roundoffs of the block's dtype)
         n_grad = n + (spec.dp + 1) * round(UNIT_ROUNDOFF[spec.grad_reduce] / UNIT_ROUNDOFF[spec.dtype])
-        refs: dict[int, torch.Tensor] = {}   # parameter id -> its reference gradient, cut as this rank's shard
-        for idx, stage in self.local.items():
-            for mine, ref in zip(stage.children(), self.stage_blocks(idx)):
-                ref_grads = dict(ref.named_parameters())
-                for name, p in mine.named_parameters():
-                    refs[id(p)] = _shard_like(_grad(ref_grads[name]), _grad(p), spec.tp, self.tp_rank)
+        refs = {id(p): _shard_like(_grad(ref), _grad(p), spec.tp, self.tp_rank)   # parameter id -> this rank's shard
+                for p, ref in stage_params(self.local, self.stage_blocks)}
         if self.buckets and self.buckets.distributed:
             self._compare_distributed(self.buckets, check, refs, n_grad)
         else:
-            for p in (p for stage in self.local.values() for p in stage.parameters()):
+            for p in self.params:
                 check.compare(_grad(p), refs[id(p)], n_grad)
         self.opt.zero_grad(set_to_none=True)
 
     @staticmethod
     def _compare_distributed(b_: GradBuckets, check: Check, refs: dict[int, torch.Tensor], n_grad: int) -> None:
-        """The distributed optimizer: this rank's reduce_scattered shard of each bucket against the same
-        elements of the reference gradients, then its step: every weight after the all_gather against
-        weight - lr x reference gradient (a wrong or missing shard moves a weight by its own size)."""
+        """The distributed optimizer: this rank's shard of each bucket against the reference gradients,
+        then every weight after its step's all_gather against weight - lr x reference gradient."""
         before = [p.detach().clone() for p in b_.params]
         for b in range(len(b_.plan)):
             ref = torch.cat([refs[id(b_.params[i])].reshape(-1) for i in b_.plan[b]])
@@ -231,8 +220,7 @@ class _Step:
     def exchange_seconds(self, k: int) -> tuple[float, int]:
         """One microbatch's activation sent to the next stage and received from the previous one around
         the pp ring, every stage ready (a barrier first): seconds per exchange, bytes each way."""
-        pp = dist.get_world_size(self.pp_group)
-        me = dist.get_rank(self.pp_group)
+        pp, me = dist.get_world_size(self.pp_group), dist.get_rank(self.pp_group)
         nxt, prev = (dist.get_global_rank(self.pp_group, (me + d) % pp) for d in (1, -1))
         msg = self.x.chunk(self.m)[0].contiguous()
         got = torch.empty_like(msg)
@@ -271,24 +259,11 @@ def hybrid_loops(backend, spec: HybridSpec):
 
     cpu_ns: list[float] = []   # CPU time per step of the loop without tp and dp, per call (warm-up and K's
     # calibration first, the rounds last: finish reads the rounds')
-
-    def loop(call, cpu=None):
-        def run(k):
-            c0 = time.process_time_ns()
-            for _ in range(k):
-                call()
-            if cpu is not None:
-                cpu.append((time.process_time_ns() - c0) / k)
-        return run
-    timed = {"step": step.train, "nodp": lambda: step.train(reduce=False),
-             "notp": lambda: step.train(reduce=False, tp=False), "compute": step.compute}
-    if not step.buckets:
-        del timed["nodp"]
-    if spec.tp == 1:
-        del timed["notp"]
+    timed = {"step": step.train, **({"nodp": lambda: step.train(reduce=False)} if step.buckets else {}),
+             **({"notp": lambda: step.train(reduce=False, tp=False)} if spec.tp > 1 else {}), "compute": step.compute}
     names = list(timed)
     notp_role = "notp" if "notp" in timed else "nodp" if "nodp" in timed else "step"
-    loops = [loop(call, cpu_ns if name == notp_role else None) for name, call in timed.items()]
+    loops = [repeated(call, cpu_ns if name == notp_role else None) for name, call in timed.items()]
 
     def finish(k, times):
         """The extra run: K steps with each part timed on its own (module docstring)."""
@@ -305,7 +280,6 @@ def hybrid_loops(backend, spec: HybridSpec):
         for t in (step.timer, step.p2p_timer, step.dp_timer):
             t.on = False
         exchange, msg_bytes = step.exchange_seconds(k) if spec.pp > 1 else (0.0, 0)
-        params = [p for stage in step.local.values() for p in stage.parameters()]
         got = dict(zip(names, times))
         got.setdefault("nodp", got["step"])
         got.setdefault("notp", got["nodp"])
@@ -313,7 +287,7 @@ def hybrid_loops(backend, spec: HybridSpec):
                     tp_ns=step.timer.total() / k * 1e9, p2p_ns=step.p2p_timer.total() / k * 1e9,
                     p2p_bytes=moved[0] // k, exchange_ns=exchange * 1e9, exchange_bytes=msg_bytes,
                     dp_ns=step.dp_timer.total() / k * 1e9, timed_step_ns=wall / k, **check.record(),
-                    peak_memory_bytes=backend.device.peak_memory_bytes(), params_local=sum(p.numel() for p in params),
+                    peak_memory_bytes=backend.device.peak_memory_bytes(), params_local=sum(p.numel() for p in step.params),
                     stages=sorted(step.local), buckets=len(step.buckets.plan) if step.buckets else 0,
                     cpus=sorted(os.sched_getaffinity(0)), machine=machine_id(), device_name=backend.device.name(),
                     cpu_notp_ns=median(cpu_ns[-len(times[0]):]) if cpu_ns else 0.0,

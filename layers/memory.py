@@ -1,15 +1,10 @@
-"""Per-rank memory for hybrid parallel training: model states, activations, communication buffers.
-
-Model states, mixed-precision Adam: 2 B weights + 2 B grads + 12 B optimizer (fp32 master, m, v)
-= 16 B/param, split by tp x pp, and by dp for what ZeRO shards (1: optimizer, 2: + grads,
-3: + weights); the hybrid step's own states (plain SGD, the gradients copied into reduction buckets
-in the dtype they are reduced in): sgd_states. Activations per layer: Korthikanti et al. 2022, "Reducing Activation Recomputation
-in Large Transformer Models", Table 2. Communication: HCCL allocates HCCL_BUFFSIZE MB twice per
-communicator (input and output buffer).
+"""Per-rank memory for hybrid parallel training (docs/layers.md, Memory model): model states (mixed-precision
+Adam, 16 B/param, split by tp x pp and by dp for what ZeRO shards; the hybrid step's SGD: sgd_states),
+activations per layer (Korthikanti et al. 2022, Table 2) and HCCL's buffers (HCCL_BUFFSIZE MB twice per communicator).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from collectives.sizes import comm_buffers
 
@@ -29,9 +24,6 @@ class Estimate:
     def total(self) -> float:
         return self.weights + self.grads + self.optimizer + self.activations + self.comm_buffers
 
-    def as_dict(self) -> dict:
-        return {**asdict(self), "total": self.total}
-
 
 def model_states(params: float, tp: int, pp: int, dp: int = 1, zero: int = 0,
                  weight_bytes: int = 2, grad_bytes: int = 2, optimizer_bytes: int = 12) -> tuple[float, float, float]:
@@ -49,14 +41,11 @@ ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 
 def sgd_states(distributed: bool, dtype: str, grad_reduce: str) -> dict:
-    """model_states' keywords for the hybrid step (layers/hybrid_tasks.py): weights and gradients in
-    `dtype`, each gradient also copied into a dp bucket in `grad_reduce` (layers.hybrid.GradBuckets),
-    SGD without momentum (no optimizer state). The distributed optimizer keeps only its 1/dp shard of
-    the reduced bucket (its reduce_scatter output), a ZeRO-1 split of what would be optimizer state."""
+    """model_states' keywords for the hybrid step's plain SGD, each gradient also copied into a dp bucket
+    in `grad_reduce`; the distributed optimizer's reduce_scatter shard counts as optimizer-side (ZeRO-1)."""
     weight, reduced = ELEMENT_BYTES[dtype], ELEMENT_BYTES[grad_reduce]
-    if distributed:   # the bucket copy stays whole (it is the reduce_scatter's input); its output shard is optimizer-side
-        return {"weight_bytes": weight, "grad_bytes": weight + reduced, "optimizer_bytes": reduced, "zero": 1}
-    return {"weight_bytes": weight, "grad_bytes": weight + reduced, "optimizer_bytes": 0, "zero": 0}
+    return {"weight_bytes": weight, "grad_bytes": weight + reduced, "optimizer_bytes": reduced if distributed else 0,
+            "zero": 1 if distributed else 0}
 
 
 def activations_per_layer(seq: int, micro_batch: int, hidden: int, heads: int, tp: int = 1,
@@ -83,16 +72,14 @@ def activations_per_rank(layers: int, pp: int, microbatches: int, schedule: str 
 
 def estimate(params: float, tp: int, pp: int, dp: int = 1, zero: int = 0, layers: int = 0, hidden: int = 0,
              heads: int = 0, seq: int = 0, micro_batch: int = 1, microbatches: int = 1, schedule: str = "1f1b",
-             sequence_parallel: bool = False, recompute: str = "none", communicators: int = 0,
-             hccl_buffsize_mb: float = 200.0) -> Estimate:
+             sequence_parallel: bool = False, recompute: str = "none", hccl_buffsize_mb: float = 200.0) -> Estimate:
     weights, grads, optimizer = model_states(params, tp, pp, dp, zero)
     acts = 0.0
     if layers and hidden and heads and seq:
         acts = activations_per_rank(layers, pp, microbatches, schedule, seq=seq, micro_batch=micro_batch,
                                     hidden=hidden, heads=heads, tp=tp, sequence_parallel=sequence_parallel,
                                     recompute=recompute)
-    if not communicators:  # world, tp, dp and pp groups this rank belongs to
-        communicators = 1 + sum(1 for d in (tp, dp, pp) if d > 1)
+    communicators = 1 + sum(1 for d in (tp, dp, pp) if d > 1)   # the world, tp, dp and pp groups this rank is in
     return Estimate(weights, grads, optimizer, acts, comm_buffers(communicators, hccl_buffsize_mb))
 
 

@@ -1,12 +1,8 @@
-"""Rank layout for hybrid parallelism: tp varies fastest, then dp, then pp (Megatron's order).
-
-Equal to ``init_device_mesh(dev, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))``: rank =
-(pp_idx * dp + dp_idx) * tp + tp_idx. Pure functions, testable without processes; group creation
-walks the same lists in the same order on every rank.
-"""
+"""Rank layout for hybrid parallelism: tp varies fastest, then dp, then pp (Megatron's order), as
+``init_device_mesh(dev, (pp, dp, tp))``; every rank creates the groups in the same order."""
 from __future__ import annotations
 
-from collections import Counter
+import itertools
 from dataclasses import dataclass
 from enum import Enum
 
@@ -46,36 +42,22 @@ class ParallelDims:
     def coords(self, rank: int) -> dict[Axis, int]:
         return {Axis.TP: rank % self.tp, Axis.DP: (rank // self.tp) % self.dp, Axis.PP: rank // (self.tp * self.dp)}
 
-    def rank_of(self, pp: int, dp: int, tp: int) -> int:
-        return (pp * self.dp + dp) * self.tp + tp
-
     def groups(self, axis: Axis) -> list[list[int]]:
         """Every group along `axis`, in a fixed order (the order all ranks must create them in)."""
         sizes = {Axis.PP: self.pp, Axis.DP: self.dp, Axis.TP: self.tp}
         others = [a for a in (Axis.PP, Axis.DP, Axis.TP) if a != axis]
         out = []
-        for i in range(sizes[others[0]]):
-            for j in range(sizes[others[1]]):
-                members = []
-                for k in range(sizes[axis]):
-                    idx = {others[0]: i, others[1]: j, axis: k}
-                    members.append(self.rank_of(idx[Axis.PP], idx[Axis.DP], idx[Axis.TP]))
-                out.append(members)
+        for i, j in itertools.product(range(sizes[others[0]]), range(sizes[others[1]])):
+            idx = [{others[0]: i, others[1]: j, axis: k} for k in range(sizes[axis])]
+            out.append([(c[Axis.PP] * self.dp + c[Axis.DP]) * self.tp + c[Axis.TP] for c in idx])
         return out
-
-    def group_of(self, axis: Axis, rank: int) -> list[int]:
-        return next(g for g in self.groups(axis) if rank in g)
 
 
 def tp_placement(dims: ParallelDims, host_of_rank: dict[int, str]) -> list[str]:
     """Warnings for tp groups that span hosts (TP all-reduces every layer; across nodes it collapses)."""
-    warnings = []
-    for group in dims.groups(Axis.TP):
-        hosts = Counter(host_of_rank[r] for r in group)
-        if len(hosts) > 1:
-            warnings.append(f"tp group {group} spans {len(hosts)} hosts ({', '.join(sorted(hosts))}): "
-                            f"its per-layer all-reduce crosses the inter-node network")
-    return warnings
+    spans = [(group, sorted({host_of_rank[r] for r in group})) for group in dims.groups(Axis.TP)]
+    return [f"tp group {group} spans {len(hosts)} hosts ({', '.join(hosts)}): its per-layer all-reduce crosses the "
+            "inter-node network" for group, hosts in spans if len(hosts) > 1]
 
 
 def create_groups(dims: ParallelDims, rank: int, backend: str | None = None) -> dict[Axis, object]:

@@ -1,8 +1,6 @@
 """Pipeline steps with torch.distributed.pipelining: stages built by hand, schedules chosen by name.
-
 Losses are summed and ``scale_grads=False``, so a pipelined step's gradients equal the
-single-process gradients of the summed loss (docs/method.md, Device and library facts).
-"""
+single-process gradients of the summed loss (docs/method.md, Device and library facts)."""
 from __future__ import annotations
 
 import inspect
@@ -12,11 +10,6 @@ import torch
 from torch import nn
 
 from layers.schedules import SCHEDULES, chunks
-
-
-def split_layers(layers: list[nn.Module], n_stages: int, index: int) -> nn.Sequential:
-    per = len(layers) // n_stages
-    return nn.Sequential(*layers[index * per:(index + 1) * per])
 
 
 def summed_mse(output, target):
@@ -42,10 +35,18 @@ def build_schedule(schedule: str, modules: dict[int, nn.Module], pp: int, microb
         modules = {idx: nn.Sequential(mod, OwnedOutput()) for idx, mod in modules.items()}
     stages = [pipelining.PipelineStage(mod, idx, pp * v, device, group=group) for idx, mod in modules.items()]
     cls = getattr(pipelining.schedules, cls_name)
-    stage_arg = stages[0] if v == 1 else stages
     # scale_grads came with torch 2.7 (pytorch#144352); before it schedules never scaled, the same as False
     unscaled = {"scale_grads": False} if "scale_grads" in inspect.signature(cls.__init__).parameters else {}
-    return cls(stage_arg, n_microbatches=microbatches, loss_fn=summed_mse, **unscaled)
+    return cls(stages[0] if v == 1 else stages, n_microbatches=microbatches, loss_fn=summed_mse, **unscaled)
+
+
+def run_step(sched, x, target, first: bool, last: bool) -> list:
+    """One step of `sched` from this rank: the input where it holds the first stage, the target and
+    the losses (returned) where it holds the last."""
+    losses: list = []
+    kwargs = {"target": target, "losses": losses} if last else {}
+    sched.step(x, **kwargs) if first else sched.step(**kwargs)
+    return losses
 
 
 class _Sleep(torch.autograd.Function):

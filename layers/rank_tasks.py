@@ -1,12 +1,11 @@
-"""The rank halves of the layer kinds: a TP block (schema.wire.LinearSpec) and a pipeline step
-(PipelineSpec), each a bench or, with `check` set, its correctness check alone.
-
-Every rank builds the same full model from the same seed, then takes its shard or stage, so the
-parallel result can be compared with the single-process one on the same rank: each bench does
-so once before timing (layers.check: elements past the tolerance are its #wrong).
-"""
+"""The rank halves of the layer kinds: a TP block (LinearSpec) and a pipeline step (PipelineSpec), each
+a bench or, with `check` set, its check alone. Every rank builds the same seeded full model and takes
+its shard or stage, so each bench compares itself with that model once before timing (layers.check)."""
 from __future__ import annotations
 
+import copy
+import functools
+import time
 from contextlib import nullcontext
 from typing import Any
 
@@ -45,13 +44,10 @@ def comm_counts(mode) -> dict[str, int]:
     out: dict[str, int] = {}
     for op, n in mode.get_comm_counts().items():
         name = str(op).lower()
-        for kind in ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "all_to_all", "broadcast"):
-            if kind in name.replace("_base", "").replace("into_tensor", ""):
-                key = {"allreduce": "all_reduce", "allgather": "all_gather"}.get(kind, kind)
-                out[key] = out.get(key, 0) + n
-                break
-        else:
-            out[name] = out.get(name, 0) + n
+        kind = next((k for k in ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter", "all_to_all",
+                                 "broadcast") if k in name.replace("_base", "").replace("into_tensor", "")), name)
+        key = {"allreduce": "all_reduce", "allgather": "all_gather"}.get(kind, kind)
+        out[key] = out.get(key, 0) + n
     return out
 
 
@@ -64,13 +60,21 @@ def _setup(backend, spec):
 
 
 def _parallel_block(spec, full, group, dims, device_type, timer):
-    sp = spec.sp
     if spec.impl == "dtensor":
         mesh = tp_mesh(dims, device_type)
-        return dtensor_linear(full.fc1, mesh, sp) if spec.layer == "linear" else dtensor_mlp(full, mesh, sp)
+        return dtensor_linear(full.fc1, mesh, spec.sp) if spec.layer == "linear" else dtensor_mlp(full, mesh, spec.sp)
     if spec.layer == "linear":
-        return ColumnParallelLinear(full.fc1, group, sp, timer)
-    return ParallelMLP(full, group, sp, timer)
+        return ColumnParallelLinear(full.fc1, group, spec.sp, timer)
+    return ParallelMLP(full, group, spec.sp, timer)
+
+
+def stage_params(local: dict[int, nn.Module], ref_blocks):
+    """(this rank's parameter, the single-rank model's) of every local stage; ref_blocks(idx): stage idx's blocks."""
+    for idx, stage in local.items():
+        for mine, ref in zip(stage.children(), ref_blocks(idx)):
+            ref_params = dict(ref.named_parameters())
+            for name, p in mine.named_parameters():
+                yield p, ref_params[name]
 
 
 def _local(t):
@@ -87,20 +91,22 @@ def _shard_like(full: torch.Tensor, local: torch.Tensor, tp: int, tp_rank: int) 
 
 
 def _reduce_length(modules: nn.Module, tokens: int, extra: int = 0) -> int:
-    """n_reduce of layers.check for a block's outputs and gradients: every linear's in + out
-    features (forward and input-gradient dot products), the tokens (weight-gradient sums), and
-    `extra` (tp all-reduce terms, microbatches)."""
+    """n_reduce of layers.check for a block's outputs and gradients: every linear's in + out features,
+    the tokens (weight-gradient sums) and `extra` (tp all-reduce terms, microbatches)."""
     return tokens + extra + sum(m.in_features + m.out_features for m in modules.modules() if isinstance(m, nn.Linear))
 
 
-def _tp_compare(spec, full, block, tp: int, tp_rank: int, check: Check, watch=None) -> None:
-    """One forward and backward of the parallel block and of its reference (the same seeded
-    weights on one rank) on the same input and output gradient; the output, the input gradient
-    and every weight gradient of this rank's shard go into `check`. watch: contexts around the
-    parallel forward and backward (tp_check counts their collectives)."""
+def _checked_block(backend, spec: LinearSpec, timer: CommTimer, watch=None):
+    """This rank's TP block, checked once against its reference (the same seeded weights on one rank):
+    output, input gradient and every weight-gradient shard; watch: contexts around its forward and backward."""
+    dims, groups, dtype, device = _setup(backend, spec)
+    full = MLP(spec.hidden).to(device=device, dtype=dtype)
+    block = _parallel_block(spec, full, groups[Axis.TP], dims, backend.device.kind, timer)
+    check = Check(dtype_name(dtype), corrupt=spec.corrupt)
+    tp, tp_rank = dims.tp, dims.coords(backend.rank)[Axis.TP]
     linear, sp = spec.layer == "linear", spec.sp
-    ref_block = full.fc1 if linear else full
-    x = torch.randn(spec.seq, spec.batch, spec.hidden, device=full.fc1.weight.device, dtype=full.fc1.weight.dtype)
+    ref_block: Any = full.fc1 if linear else full   # nn.Linear or MLP
+    x = torch.randn(spec.seq, spec.batch, spec.hidden, device=device, dtype=dtype)
     ref_in = x.clone().requires_grad_()
     ref_out = ref_block(ref_in)
     w = torch.randn_like(ref_out)
@@ -122,65 +128,46 @@ def _tp_compare(spec, full, block, tp: int, tp_rank: int, check: Check, watch=No
     for name, p in block.named_parameters():
         g = _local(p.grad)
         check.compare(g, _shard_like(ref_grads[name].grad, g, tp, tp_rank), n)
+    return dims, dtype, device, block, check
 
 
 def tp_check(backend, spec: LinearSpec) -> dict:
     """The TP block against its single-rank reference (layers.check), with collective counts."""
     from torch.distributed.tensor.debug import CommDebugMode
-    dims, groups, dtype, device = _setup(backend, spec)
-    full = MLP(spec.hidden).to(device=device, dtype=dtype)
-    block = _parallel_block(spec, full, groups[Axis.TP], dims, backend.device.kind, CommTimer())
-    check = Check(dtype_name(dtype), corrupt=spec.corrupt)
     fwd, bwd = CommDebugMode(), CommDebugMode()
-    _tp_compare(spec, full, block, dims.tp, dims.coords(backend.rank)[Axis.TP], check, (fwd, bwd))
+    check = _checked_block(backend, spec, CommTimer(), (fwd, bwd))[-1]
     return {**check.record(), "fwd": comm_counts(fwd), "bwd": comm_counts(bwd)}
 
 
 def tp_loops(backend, spec: LinearSpec):
     """Forward, forward+backward and optimizer-step loops of a TP block and a plain matmul reference
     of the same per-rank GEMMs; `finish` adds the share of time in the block's collectives."""
-    dims, groups, dtype, device = _setup(backend, spec)
+    timer = CommTimer(backend.device.synchronize, on=False)   # on only in finish's extra run
+    dims, dtype, device, block, check = _checked_block(backend, spec, timer)   # checked once, before any timing
+    block.zero_grad(set_to_none=True)
     h, sp, tp = spec.hidden, spec.sp, dims.tp
     tokens = spec.seq * spec.batch
-    full = MLP(h).to(device=device, dtype=dtype)
-    timer = CommTimer(backend.device.synchronize, on=False)   # on only in finish's extra run
-    block = _parallel_block(spec, full, groups[Axis.TP], dims, backend.device.kind, timer)
-    check = Check(dtype_name(dtype), corrupt=spec.corrupt)   # once, before any timing
-    _tp_compare(spec, full, block, tp, dims.coords(backend.rank)[Axis.TP], check)
-    block.zero_grad(set_to_none=True)
-    del full
-    seq_local = spec.seq // tp if sp else spec.seq
-    x = torch.randn(seq_local, spec.batch, h, device=device, dtype=dtype, requires_grad=True)
+    x = torch.randn(spec.seq // tp if sp else spec.seq, spec.batch, h, device=device, dtype=dtype, requires_grad=True)
     opt = torch.optim.SGD(block.parameters(), lr=1e-6)
-    out_shape = _local(block(x)).shape
-    gy = torch.randn(out_shape, device=device, dtype=dtype)
+    gy = torch.randn(_local(block(x)).shape, device=device, dtype=dtype)
 
-    def fwd(k):
-        for _ in range(k):
-            block(x)
-
-    def fwd_bwd(k):
-        for _ in range(k):
-            _local(block(x)).backward(gy)
-
-    def step(k):
-        for _ in range(k):
-            _local(block(x)).backward(gy)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+    def step():
+        _local(block(x)).backward(gy)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
 
     # the same per-rank GEMMs without any communication: fwd X.W^T, bwd dY.W and dY^T.X per layer
     shapes = [(tokens, h, 4 * h // tp)] if spec.layer == "linear" else [(tokens, h, 4 * h // tp), (tokens, 4 * h // tp, h)]
     mats = [(torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype),
              torch.randn(m, n, device=device, dtype=dtype)) for m, k, n in shapes]
 
-    def matmul(k):
-        for _ in range(k):
-            for a, b, g in mats:
-                torch.mm(a, b)
-                torch.mm(g, b.t())
-                torch.mm(a.t(), g)
+    def matmul():
+        for a, b, g in mats:
+            torch.mm(a, b)
+            torch.mm(g, b.t())
+            torch.mm(a.t(), g)
 
+    fwd_bwd = repeated(lambda: _local(block(x)).backward(gy))
     flops = sum(6 * m * k * n for m, k, n in shapes)  # fwd 2mkn + bwd 4mkn
 
     def finish(k, times):
@@ -192,103 +179,90 @@ def tp_loops(backend, spec: LinearSpec):
                         peak_memory_bytes=backend.device.peak_memory_bytes(), **check.record(),
                         params_local=sum(p.numel() for p in block.parameters()))
     # the step first: K is calibrated on the first loop and each round's CPU wait read around it (collectives/timing.py)
-    return [step, fwd, fwd_bwd, matmul], finish
+    return [repeated(step), repeated(lambda: block(x)), fwd_bwd, repeated(matmul)], finish
 
 
 def _model_layers(spec, dtype, device):
     """The full model every rank builds identically: MLP blocks, or sleep-timed layers for bubble tests."""
-    v = SCHEDULES[spec.schedule][1]
-    n = spec.layers or spec.pp * v
+    n = spec.layers or spec.pp * SCHEDULES[spec.schedule][1]
     if spec.model == "sleep":
         return [pipeline.SleepLayer(spec.hidden, spec.fwd_s, spec.bwd_s) for _ in range(n)]
     return [MLP(spec.hidden).to(device=device, dtype=dtype) for _ in range(n)]
 
 
-def _pipeline(backend, spec):
+def _checked_pipeline(backend, spec):
+    """This rank's stages in the schedule, and one pipelined step checked against the same model run
+    without a pipeline on the whole batch (losses summed over microbatches, scale_grads off): the loss
+    on the rank holding the last stage and every local stage's weight gradients."""
     dims, groups, dtype, device = _setup(backend, spec)
     pp, v = dims.pp, SCHEDULES[spec.schedule][1]
-    pp_rank = dims.coords(backend.rank)[Axis.PP]
     layers = _model_layers(spec, dtype, device)
-    reference = [nn.Sequential(*layers)]
-    import copy
+    model, per = nn.Sequential(*layers), len(layers) // (pp * v)
     local = {}
-    for idx in stage_indices(spec.schedule, pp_rank, pp):
-        stage = copy.deepcopy(pipeline.split_layers(layers, pp * v, idx))
+    for idx in stage_indices(spec.schedule, dims.coords(backend.rank)[Axis.PP], pp):
+        stage = copy.deepcopy(nn.Sequential(*layers[idx * per:(idx + 1) * per]))
         if dims.tp > 1 and spec.model != "sleep":
             stage = nn.Sequential(*[ParallelMLP(block, groups[Axis.TP]) for block in stage])
         local[idx] = stage
     sched = pipeline.build_schedule(spec.schedule, local, pp, spec.microbatches, groups[Axis.PP], torch.device(device))
     x = torch.randn(spec.batch, spec.seq, spec.hidden, device=device, dtype=dtype)
     target = torch.randn_like(x)
-    first = 0 in local
     last = pp * v - 1 in local
-
-    def step():
-        losses = []
-        kwargs = {"target": target, "losses": losses} if last else {}
-        sched.step(x, **kwargs) if first else sched.step(**kwargs)
-        return losses
-    return dims, local, reference[0], x, target, step, first, last
-
-
-def _pp_compare(spec, dims, tp_rank, local, model, x, target, step, last, check: Check) -> None:
-    """One pipelined step against the same model run without a pipeline on the whole batch (the
-    losses summed over microbatches, gradients accumulated, scale_grads off): the loss on the rank
-    holding the last stage and every local stage's weight gradients go into `check`."""
+    step = functools.partial(pipeline.run_step, sched, x, target, 0 in local, last)
+    check = Check(dtype_name(x.dtype), corrupt=spec.corrupt)
     losses = step()
     ref_loss = pipeline.summed_mse(model(x), target)
     ref_loss.backward()
-    m, tokens = spec.microbatches, spec.batch * spec.seq
-    n = _reduce_length(model, tokens, dims.tp + m)
+    n = _reduce_length(model, spec.batch * spec.seq, dims.tp + spec.microbatches)
     if last:   # the loss also sums every output element
         check.compare(torch.stack([loss.detach() for loss in losses]).sum(), ref_loss.detach(), n + x.numel())
-    per = len(model) // (dims.pp * SCHEDULES[spec.schedule][1])
-    for idx, stage in local.items():
-        for mine, ref in zip(stage, model[idx * per:(idx + 1) * per]):
-            ref_grads = dict(ref.named_parameters())
-            for name, p in mine.named_parameters():
-                check.compare(p.grad, _shard_like(ref_grads[name].grad, p.grad, dims.tp, tp_rank), n)
+    for p, ref in stage_params(local, lambda idx: model[idx * per:(idx + 1) * per]):
+        check.compare(p.grad, _shard_like(ref.grad, p.grad, dims.tp, dims.coords(backend.rank)[Axis.TP]), n)
+    return local, x, step, check
 
 
 def pp_check(backend, spec: PipelineSpec) -> dict:
     """One pipelined step against the model without a pipeline (layers.check), and the stages held."""
-    dims, local, model, x, target, step, _, last = _pipeline(backend, spec)
-    check = Check(dtype_name(x.dtype), corrupt=spec.corrupt)
-    _pp_compare(spec, dims, dims.coords(backend.rank)[Axis.TP], local, model, x, target, step, last, check)
+    local, _, _, check = _checked_pipeline(backend, spec)
     return {**check.record(), "stages": sorted(local)}
 
 
 def pp_loops(backend, spec: PipelineSpec):
     """Step time of the schedule, and this rank's compute for one microbatch measured alone:
     bubble = 1 - m x compute / step."""
-    dims, local, model, x, target, step, _, last = _pipeline(backend, spec)
-    check = Check(dtype_name(x.dtype), corrupt=spec.corrupt)   # once, before any timing
-    _pp_compare(spec, dims, dims.coords(backend.rank)[Axis.TP], local, model, x, target, step, last, check)
+    local, x, step, check = _checked_pipeline(backend, spec)   # checked once, before any timing
     for stage in local.values():
         stage.zero_grad(set_to_none=True)
-    del model
-    m = spec.microbatches
-    mb = x.chunk(m, 0)[0]
+    mb = x.chunk(spec.microbatches, 0)[0]
     gy = torch.randn_like(mb)
 
-    def pipeline_loop(k):
-        for _ in range(k):
-            step()
-            for stage in local.values():
-                stage.zero_grad(set_to_none=True)
+    def pipeline_step():
+        step()
+        for stage in local.values():
+            stage.zero_grad(set_to_none=True)
 
-    def compute_loop(k):  # every local stage, forward and backward, one microbatch, no communication
-        for _ in range(k):
-            for stage in local.values():
-                stage(mb.detach().requires_grad_()).backward(gy)
-                stage.zero_grad(set_to_none=True)
+    def compute():  # every local stage, forward and backward, one microbatch, no communication
+        for stage in local.values():
+            stage(mb.detach().requires_grad_()).backward(gy)
+            stage.zero_grad(set_to_none=True)
 
     def finish(k, times):
         t_step, t_compute = times
         return PipelineResult(iters=k, round_ns=t_step, compute_ns=t_compute, **check.record(), stages=sorted(local),
                               peak_memory_bytes=backend.device.peak_memory_bytes(),
                               params_local=sum(p.numel() for s in local.values() for p in s.parameters()))
-    return [pipeline_loop, compute_loop], finish
+    return [repeated(pipeline_step), repeated(compute)], finish
+
+
+def repeated(call, cpu: list[float] | None = None):
+    """A timed loop: loop(k) calls `call()` k times (with `cpu`, appends its CPU time per call there)."""
+    def loop(k):
+        c0 = time.process_time_ns()
+        for _ in range(k):
+            call()
+        if cpu is not None:
+            cpu.append((time.process_time_ns() - c0) / k)
+    return loop
 
 
 def _need_torch(backend) -> None:

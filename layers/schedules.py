@@ -1,8 +1,5 @@
-"""Pipeline schedules by name, their constraints and their theoretical bubble (no torch needed).
-
-GPipe and 1F1B idle (p-1)/(m+p-1) of a step; interleaved schedules with v model chunks per rank
-(p-1)/(v*m+p-1) (Narayanan et al. 2021).
-"""
+"""Pipeline schedules by name, their constraints and their theoretical bubble (Narayanan et al. 2021;
+no torch needed)."""
 from __future__ import annotations
 
 # name -> (schedule class name, stages per rank)
@@ -37,10 +34,8 @@ def validate(schedule: str, pp: int, microbatches: int, layers: int, v: int | No
 
 
 def bubble_theory(schedule: str, pp: int, microbatches: int, v: int | None = None) -> float | None:
-    """GPipe and 1F1B: (p-1)/(m+p-1); interleaved with v chunks per rank: (p-1)/(v*m+p-1).
-    Zero-bubble schedules: None. Their bubble depends on how a step's backward splits into input
-    and weight gradients (zero only when forward, input-grad and weight-grad take equal time), so
-    there is no formula in p and m alone to hold the measurement against."""
+    """GPipe and 1F1B: (p-1)/(m+p-1); interleaved with v chunks per rank: (p-1)/(v*m+p-1); zero-bubble
+    schedules: None (their bubble depends on how backward splits, not on p and m alone)."""
     if "ZeroBubble" in SCHEDULES[schedule][0]:
         return None
     return (pp - 1) / (chunks(schedule, v) * microbatches + pp - 1)

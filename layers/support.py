@@ -1,13 +1,6 @@
 """What the installed torch lacks for a layer case: one line naming the API and the torch release
 that brought it, or "" (asked at collection, so such a case is skipped with the reason, not failed).
-
-Hand-written TP needs all_gather_into_tensor / reduce_scatter_tensor (torch 1.13). DTensor TP
-needs the public torch.distributed.tensor (Shard) and its parallel styles (2.5) on a DeviceMesh
-(2.2). Pipelines need torch.distributed.pipelining (2.4) whose PipelineStage infers shapes at run
-time (pytorch#136912, 2.6; before it a stage needs example inputs); ScheduleInterleavedZeroBubble
-came with 2.5, ScheduleZBVZeroBubble with 2.6 (pytorch#138444); scale_grads (2.7) is passed only
-where it exists (layers/pipeline.py). All of them: torch >= 2.6.
-"""
+Which API came with which torch: docs/layers.md (Checks and the torch they need)."""
 from __future__ import annotations
 
 import functools

@@ -2,11 +2,11 @@
 
 f = copy forward / all-reduce backward; g = all-reduce forward / copy backward. With sequence
 parallelism the activations between blocks are sharded along the sequence (dim 0 here):
-f becomes all-gather forward / reduce-scatter backward, g the reverse. Device- and
-backend-agnostic: only torch.distributed calls on the given group.
+f becomes all-gather forward / reduce-scatter backward, g the reverse.
 """
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -133,8 +133,7 @@ class ColumnParallelLinear(_ShardedLinear):
         self.bias = nn.Parameter(_shard(full.bias, 0, self.tp_rank, self.tp_size)) if full.bias is not None else None
 
     def forward(self, x):
-        x = f(x, self.group, self.timer, self.sp)
-        return nn.functional.linear(x, self.weight, self.bias)
+        return nn.functional.linear(f(x, self.group, self.timer, self.sp), self.weight, self.bias)
 
 
 class RowParallelLinear(_ShardedLinear):
@@ -145,8 +144,7 @@ class RowParallelLinear(_ShardedLinear):
         self.bias = nn.Parameter(full.bias.detach().clone()) if full.bias is not None else None
 
     def forward(self, x):
-        y = nn.functional.linear(x, self.weight)
-        y = g(y, self.group, self.timer, self.sp)
+        y = g(nn.functional.linear(x, self.weight), self.group, self.timer, self.sp)
         if self.bias is None:
             return y
         # with SP each rank adds the bias to its own sequence shard: its gradient is partial and
@@ -183,8 +181,6 @@ class ParallelMLP(nn.Module):
 def dtensor_linear(full: nn.Linear, mesh, sequence_parallel: bool = False) -> nn.Module:
     """ColumnParallelLinear through DTensor (a deep copy is parallelised): its output stays sharded
     by columns, and with SP its input is the sequence shard, all-gathered."""
-    import copy
-
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
     style = ColwiseParallel(input_layouts=Shard(0)) if sequence_parallel else ColwiseParallel()
@@ -193,13 +189,8 @@ def dtensor_linear(full: nn.Linear, mesh, sequence_parallel: bool = False) -> nn
 
 def dtensor_mlp(full: MLP, mesh, sequence_parallel: bool = False) -> nn.Module:
     """The same block through PyTorch's own DTensor tensor parallelism (a deep copy is parallelised)."""
-    import copy
-
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-    module = copy.deepcopy(full)
-    if sequence_parallel:
-        plan = {"fc1": ColwiseParallel(input_layouts=Shard(0)), "fc2": RowwiseParallel(output_layouts=Shard(0))}
-    else:
-        plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
-    return parallelize_module(module, mesh, plan)
+    plan = ({"fc1": ColwiseParallel(input_layouts=Shard(0)), "fc2": RowwiseParallel(output_layouts=Shard(0))}
+            if sequence_parallel else {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    return parallelize_module(copy.deepcopy(full), mesh, plan)
