@@ -1,36 +1,8 @@
 """Driver <-> rank control: newline-delimited JSON objects over TCP, gated by a session token.
 
-JSON only: nothing that arrives on a socket is ever unpickled. The driver's port is open to any
-local user, so the start-up accept treats every connection as hostile until it shows the token:
-all connections are served at once from one selector (a slow or silent one never delays the
-ranks), each under its own short deadline and the group's, and a connection whose first bytes
-are not the token line is dropped at once. Two kinds of connection authenticate: rank 0's
-control channel, and one watch connection per host that the driver never writes to.
-
-The watch tree (no orphans with O(hosts) driver sockets). The ranks of one node (one kernel,
-network and pid namespace: `node_key`) elect the lowest of them, the host leader; only leaders
-hold a watch connection to the driver, naming the ranks they watch for, and the driver waits
-until every rank is covered. The leader creates a pipe and keeps its only write end; each
-follower takes the read end over the leader's abstract Unix socket and a daemon thread blocks
-on it. When the driver dies or closes, the leader exits (status 70); when the leader exits for
-any reason, SIGKILL included, the kernel closes the write end, every follower's read returns
-EOF and the follower exits too, also mid-collective. Why this shape:
-
-- Leader per node, not "rank 0 alone plus the launcher": local children have no launcher, and
-  `srun` without --kill-on-bad-exit or torchrun agents differ in what they end; the tree does
-  not depend on any of them.
-- The node key, not the hostname: an abstract socket reaches exactly the processes in one
-  network namespace, and the leader checks a follower by its pid (SO_PEERCRED) in one pid
-  namespace; machines cloned from one image can share a hostname and so can containers with
-  their own namespaces. Emulated hosts (own netns and UTS name) get one leader each either way.
-- A pipe's read end, not a socket per follower: the leader holds two descriptors however many
-  ranks share its host (a socket each would put a 1,024-rank host's leader at `ulimit -n`).
-- The hand-off reads nothing from the connecting side: a connection from a pid that is not one
-  of the host's followers is closed at once, so no slow or hostile peer delays the ranks.
-- Order: every rank binds its abstract name before the ranks gather their node keys, so by the
-  time a follower learns who leads, the leader is listening; a refused connect or a hand-off
-  without the descriptor means the leader is gone, and the follower exits at once. Every
-  follower holds its descriptor and every leader its watch before rank 0 says hello.
+JSON only: nothing that arrives on a socket is ever unpickled. Two kinds of connection
+authenticate: rank 0's control channel, and one watch connection per host leader (the watch
+tree, and why it is shaped so: docs/faults.md).
 """
 from __future__ import annotations
 
@@ -44,6 +16,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,10 +68,8 @@ class Channel:
         return _message(line)
 
     def close(self) -> None:
-        try:
+        with suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
 
 
 def connect(host: str, port: int, token: str, hello: dict, timeout: float = 60.0) -> Channel:
@@ -123,12 +94,10 @@ def keep_alive(sock: socket.socket) -> None:
 
 def watch_driver(host: str, port: int, token: str, rank: int, log=print, followers: list[int] | None = None) -> socket.socket:
     """Rank side (a host leader): a connection the driver holds open for the group's life, naming
-    the ranks this one watches for. A daemon thread blocks on it and ends the process when it
-    closes, also while the main thread is stuck in a collective."""
+    the ranks this one watches for; the process ends when it closes (_exit_when_closed)."""
     chan = connect(host, port, token, {"watch": rank, "followers": list(followers or [])})
     chan.sock.settimeout(None)
     keep_alive(chan.sock)
-
     _exit_when_closed(lambda: chan.sock.recv(1 << 10), f"hccl-bench: rank {rank}: the driver's connection closed; exiting",
                       log, "hccl-bench-watch")
     return chan.sock
@@ -198,7 +167,7 @@ class Watch:
         """A leader closing normally: wait (bounded) for its followers to exit first, so that none
         of them reads the leader's exit as a lost driver."""
         deadline = time.monotonic() + timeout
-        while any(_running(pid) for pid in self.followers.values()) and time.monotonic() < deadline:
+        while any(running(pid) for pid in self.followers.values()) and time.monotonic() < deadline:
             time.sleep(0.05)
 
 
@@ -266,12 +235,11 @@ def _follow(token: str, rank: int, leader: int, log) -> None:
         release_own()
         os._exit(DRIVER_GONE_EXIT)
     os.set_inheritable(fds[0], False)
-
     _exit_when_closed(lambda: os.read(fds[0], 1 << 10),
                       f"hccl-bench: rank {rank}: its host leader, rank {leader}, exited; exiting", log, "hccl-bench-follow")
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Alive and not a zombie (a local rank stays one until the driver reaps it)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -353,9 +321,7 @@ def _accept_all(listener, sel, pending, drop) -> None:
     while True:
         try:
             sock, _ = listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:  # EMFILE and the like: serve what is pending, try again on the next wake-up
+        except OSError:  # none left (EAGAIN), or EMFILE and the like: serve what is pending, try again on the next wake-up
             return
         sock.setblocking(False)
         if len(pending) >= MAX_PENDING:

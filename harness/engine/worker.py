@@ -77,14 +77,9 @@ def _slow_factor(fault: str, parts: list[str]) -> float:
 
 
 def _inject_fault(spec: Spec, rank: int) -> Spec:
-    """Test hook, the only reader of HCCL_BENCH_FAULT='MODE:RANK:NAME': on that rank, for a case
-    NAME names (fault_names), hang makes it hang, die makes it exit, corrupt returns the spec with
-    corrupt=True, which makes the case's check change one element of this rank's result
-    (collectives.rank_tasks.corrupt_one) so that it must report #wrong > 0. 'slow:RANK:NAME:FACTOR'
-    returns the spec with plan["slow"] = FACTOR: the rank's timed rounds take FACTOR times as long
-    (collectives.timing.slowed_round), a known effect for measuring power; for the doctor's arrival
-    test (NAME doctor) the rank's work before each collective takes FACTOR times as long: a slow rank
-    made without CPU contention. Other cases: the spec."""
+    """Test hook, the only reader of HCCL_BENCH_FAULT='MODE:RANK:NAME' (docs/faults.md): on that rank,
+    for a case NAME names (fault_names), hang, die, or the spec with corrupt=True or, for slow, the
+    factor in its plan (the doctor's arrival test: its `slow`). Other cases: the spec."""
     fault = os.environ.get("HCCL_BENCH_FAULT", "")
     if not fault:
         return spec
@@ -119,10 +114,9 @@ def _inject_fault(spec: Spec, rank: int) -> Spec:
 
 
 def _rank_halves() -> dict[type[Spec], tuple[str, str]]:
-    """The rank half of each spec type: the bench kinds' (kinds.KINDS), the A/B steps' and the doctor's,
-    as (module, class) with run(backend, spec) and begin(backend, spec), imported when its first spec
-    arrives (torch only for a layer case). Kinds that share a spec type must share its rank half: a
-    second one would silently take over the first's specs, so it is an error here."""
+    """The rank half of each spec type (kinds.KINDS', the A/B steps', the doctor's) as (module, class),
+    imported when its first spec arrives. A second rank half for one spec type would silently take
+    over the first's specs, so it is an error here."""
     halves: dict[type[Spec], tuple[str, str]] = {wire.Step: ("collectives.timing", "StepRank"),
                                                  wire.DoctorSpec: ("collectives.doctor_tasks", "DoctorRank"),
                                                  wire.DoctorSkewSpec: ("collectives.doctor_tasks", "DoctorRank")}
@@ -199,10 +193,9 @@ def main() -> ExitCode:
     if launch.log_dir:
         _redirect_output(launch.log_dir, rank)
     faulthandler.enable()
-    backend_name = launch.backend
     from collectives import backends
     from harness.provenance import adapter_env
-    backend = backends.create(backend_name, rank, world, local_rank)
+    backend = backends.create(launch.backend, rank, world, local_rank)
     from harness.engine import control, shm
     info = {"rank": backend.rank, "host": socket.gethostname(), "node": control.node_key(), "pid": os.getpid(),
             "local_rank": local_rank, "device": backend.device.name(),
@@ -218,9 +211,7 @@ def main() -> ExitCode:
     from collectives import placement
     cores = placement.open_pair(backend, [p["node"] for p in peers], [p["machine"] for p in peers])
     ranks = backend.gather_json(info)
-    chan = None
-    if backend.rank == 0:
-        chan = control.connect(*driver, {"world": backend.world, "ranks": ranks})
+    chan = control.connect(*driver, {"world": backend.world, "ranks": ranks}) if backend.rank == 0 else None
     serve(backend, chan, cores)
     if cores is not None:
         cores.close()
