@@ -1,11 +1,8 @@
 """Where a result came from: library versions, CANN, devices, hosts, environment, commit, command.
 
-CANN's version comes from torch_npu (``get_cann_version``, empty before 8.1.RC1) or, failing
-that, from the toolkit's own files: ``version.cfg`` (``runtime_running_version=[7.5.0.1.129:8.0.RC3]``),
-``ascend_toolkit_install.info`` (``version=8.1.RC1``) and ``*/version.info`` (``version_dir=8.2.RC1``).
-The host's device drivers and topology (``nvidia-smi topo -m``, ``npu-smi info``) are recorded where
-they exist and left out or None where they do not; each rank reports its device-side versions (NCCL,
-CUDA driver; CANN, HCCL, driver through torch_npu) and the adapter variables it sees, per group.
+CANN's version comes from torch_npu (``get_cann_version``, empty before 8.1.RC1) or, failing that,
+from the toolkit's own files (the parse_* functions). What is absent is left out or None; each rank
+reports its device-side versions and the adapter variables it sees, per group.
 """
 from __future__ import annotations
 

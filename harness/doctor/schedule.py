@@ -30,22 +30,15 @@ def worse(values: dict, higher_is_better: bool, resolution: float = 0.0) -> dict
         skip = place[value]
         mid = [ordered[i if i < skip else i + 1] for i in ((n // 2,) if n % 2 else (n // 2 - 1, n // 2))]
         ref = sum(mid) / len(mid)
-        if abs(value - ref) <= resolution:
-            out[key] = 1.0
-        else:
-            out[key] = ref / value if higher_is_better else value / ref
+        out[key] = 1.0 if abs(value - ref) <= resolution else (ref / value if higher_is_better else value / ref)
     return out
 
 
 def flagged(per_repeat: list[dict], threshold: float, share: float = 0.5) -> dict:
     """Keys worse than `threshold` in more than `share` of the independent repeats, with their median ratio."""
     keys = set().union(*per_repeat) if per_repeat else set()
-    out = {}
-    for key in keys:
-        ratios = [r[key] for r in per_repeat if key in r]
-        if sum(x > threshold for x in ratios) > share * len(per_repeat):
-            out[key] = median(ratios)
-    return out
+    ratios = {key: [r[key] for r in per_repeat if key in r] for key in keys}
+    return {key: median(rs) for key, rs in ratios.items() if sum(x > threshold for x in rs) > share * len(per_repeat)}
 
 
 @dataclass
@@ -155,16 +148,14 @@ def search(n: int, measure: Measure, min_effect: float = 0.5, groups: int = FIRS
                 cleared.update(test.subject)
                 for h in test.subject:
                     once.pop(h, None)
-            elif test.role == "confirm" and test.subject[0] in once:
+                continue
+            cleared.difference_update(test.subject)
+            if test.role == "confirm" and test.subject[0] in once:
                 result.named[test.subject[0]] = (rnd.slow[i], len(result.rounds) - 1)
-                cleared.difference_update(test.subject)
-            elif test.role == "confirm":
+                continue
+            if test.role == "confirm":
                 once[test.subject[0]] = test.hosts[1]
-                suspects.append(test.subject)
-                cleared.difference_update(test.subject)
-            else:
-                suspects.append(test.subject)
-                cleared.difference_update(test.subject)
+            suspects.append(test.subject)
         if not suspects:
             break
         if len(result.rounds) >= max_rounds(n):

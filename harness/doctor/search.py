@@ -6,10 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.doctor.schedule import FIRST_GROUPS, LATENCY_RESOLUTION_US, Test, groups_of
-from harness.doctor.schedule import flagged as _flagged
+from harness.doctor.schedule import FIRST_GROUPS, LATENCY_RESOLUTION_US, Test, flagged, groups_of, worse
 from harness.doctor.schedule import search as search_groups
-from harness.doctor.schedule import worse as _worse
 from harness.engine.groups import GroupKey, GroupPool
 from schema.stats import median
 from schema.wire import DoctorSkewSpec, DoctorSpec
@@ -67,9 +65,9 @@ def judge(diag: Diagnosis, link_repeats: list[dict], arrival_repeats: list[dict]
     """Suspects from the repeats: hosts whose links are slow, single slow pairs, slow hosts inside,
     ranks that arrive late."""
     threshold = 1 + min_effect
-    bw_host = _flagged([_worse(r["host_bw"], True) for r in link_repeats], threshold)
+    bw_host = flagged([worse(r["host_bw"], True) for r in link_repeats], threshold)
     # a few microseconds between pairs is scheduling on shared cores, not a link: below LATENCY_RESOLUTION_US
-    lat_host = _flagged([_worse(r["host_lat"], False, LATENCY_RESOLUTION_US) for r in link_repeats], threshold, share=0.75)
+    lat_host = flagged([worse(r["host_lat"], False, LATENCY_RESOLUTION_US) for r in link_repeats], threshold, share=0.75)
     for host, ratio in sorted(bw_host.items(), key=lambda kv: -kv[1]):
         peers = diag.bandwidth_gbps.get(host, {})
         diag.suspects.append(Suspect(host, None, "link", round(ratio, 2),
@@ -81,18 +79,18 @@ def judge(diag: Diagnosis, link_repeats: list[dict], arrival_repeats: list[dict]
                                          f"even its fastest link's latency is {ratio:.1f}x the other hosts' "
                                          f"(median {median(list(diag.latency_us[host].values())):.1f} us one way)"))
     named = set(bw_host) | set(lat_host)
-    pairs = _flagged([_worse(r["pair_bw"], True) for r in link_repeats], threshold, share=0.75)
+    pairs = flagged([worse(r["pair_bw"], True) for r in link_repeats], threshold, share=0.75)
     for (a, b), ratio in sorted(pairs.items(), key=lambda kv: -kv[1]):
         if a not in named and b not in named and len(diag.hosts) > 2:
             diag.suspects.append(Suspect(a, b, "link", round(ratio, 2),
                                          f"the {a}-{b} link runs {ratio:.1f}x below the median pair"))
-    intra = _flagged([_worse(r["intra_bw"], True) for r in link_repeats if r["intra_bw"]], threshold)
+    intra = flagged([worse(r["intra_bw"], True) for r in link_repeats if r["intra_bw"]], threshold)
     for host, ratio in intra.items():
         diag.suspects.append(Suspect(host, None, "node", round(ratio, 2),
                                      f"ranks inside {host} exchange {ratio:.1f}x slower than inside other hosts"))
     # the same work on every rank varies little, so a smaller effect counts; but ranks share cores
     # with whatever else runs, so a culprit must be slow in nearly every repeat
-    late = _flagged([_worse(r["work"], False) for r in arrival_repeats], 1 + rank_effect, share=0.75)
+    late = flagged([worse(r["work"], False) for r in arrival_repeats], 1 + rank_effect, share=0.75)
     for rank, ratio in sorted(late.items(), key=lambda kv: -kv[1]):
         a = diag.arrival[rank]
         victims = sorted(r for r, v in diag.arrival.items() if r != rank and v["wait_us"] > a["wait_us"])
@@ -128,14 +126,9 @@ def _link_repeat(results: list[dict], schedule: list[list[tuple[int, int]]], hos
 
 def _arrival_repeat(results: list[dict]) -> dict:
     """Per rank: median work time, lateness after the median rank's entry, wait inside the collective (us)."""
-    rounds = len(results[0]["entry_ns"])
-    late: dict[int, list[float]] = {rank: [] for rank in range(len(results))}
-    for i in range(rounds):
-        median_entry = median([r["entry_ns"][i] for r in results])
-        for rank, r in enumerate(results):
-            late[rank].append((r["entry_ns"][i] - median_entry) / 1e3)
+    entries = [median(each) for each in zip(*(r["entry_ns"] for r in results))]   # the median rank's, per round
     return {"work": {rank: median(r["work_ns"]) / 1e3 for rank, r in enumerate(results)},
-            "late": {k: median(v) for k, v in late.items()},
+            "late": {rank: median([(e - m) / 1e3 for e, m in zip(r["entry_ns"], entries)]) for rank, r in enumerate(results)},
             "wait": {rank: median([x - e for x, e in zip(r["exit_ns"], r["entry_ns"])]) / 1e3
                      for rank, r in enumerate(results)}}
 
@@ -247,9 +240,8 @@ def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str =
     for host in (link_repeats[0]["intra_bw"] if link_repeats else {}):
         diag.intra_gbps[host] = median([r["intra_bw"][host] for r in link_repeats])
     for rank in host_of:
-        diag.arrival[rank] = {"host": host_of[rank], "work_us": median([r["work"][rank] for r in arrival_repeats]),
-                              "late_us": median([r["late"][rank] for r in arrival_repeats]),
-                              "wait_us": median([r["wait"][rank] for r in arrival_repeats])}
+        diag.arrival[rank] = {"host": host_of[rank],
+                              **{f"{k}_us": median([r[k][rank] for r in arrival_repeats]) for k in ("work", "late", "wait")}}
     for i, arrival in enumerate(arrival_repeats):
         links = link_repeats[i] if i < len(link_repeats) else {}
         diag.repeats.append({"host_gbps": links.get("host_bw", {}), "host_latency_us": links.get("host_lat", {}),
