@@ -147,12 +147,11 @@ def topology(commands: dict[str, list[str]] = TOPOLOGY_COMMANDS, timeout_s: floa
             proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s)
         except subprocess.TimeoutExpired:
             out[name] = f"(no answer within {timeout_s:g} s)"
-            continue
         except OSError as exc:
             out[name] = f"(could not run: {exc.strerror})"
-            continue
-        text = proc.stdout.strip() if proc.returncode == 0 else f"(exit {proc.returncode}) {proc.stderr.strip()}"
-        out[name] = text[:TOPOLOGY_MAX_CHARS] + (" ... (cut)" if len(text) > TOPOLOGY_MAX_CHARS else "")
+        else:
+            text = proc.stdout.strip() if proc.returncode == 0 else f"(exit {proc.returncode}) {proc.stderr.strip()}"
+            out[name] = text[:TOPOLOGY_MAX_CHARS] + (" ... (cut)" if len(text) > TOPOLOGY_MAX_CHARS else "")
     return out
 
 

@@ -73,8 +73,7 @@ class Channel:
 
 
 def connect(host: str, port: int, token: str, hello: dict, timeout: float = 60.0) -> Channel:
-    sock = socket.create_connection((host, port), timeout=timeout)
-    chan = Channel(sock)
+    chan = Channel(socket.create_connection((host, port), timeout=timeout))
     chan.send({"token": token, **hello})   # the token first: the driver checks it before reading on
     return chan
 
@@ -107,11 +106,9 @@ def _exit_when_closed(read: Callable[[], bytes], message: str, log, name: str) -
     """A daemon thread that blocks on `read` and ends the process (status 70) when it returns
     nothing or fails, also while the main thread is stuck in a collective."""
     def wait_for_close() -> None:
-        try:
+        with suppress(OSError):
             while read():
                 pass
-        except OSError:
-            pass
         log(message)
         release_own()
         os._exit(DRIVER_GONE_EXIT)
@@ -197,23 +194,19 @@ def _hand_off(post: socket.socket, read_end: int, pids: set[int]) -> None:
     """Give the pipe's read end to each follower once; anyone else is closed on sight."""
     deadline = time.monotonic() + HANDOFF_TIMEOUT_S
     try:
-        while pids and (left := deadline - time.monotonic()) > 0:
-            post.settimeout(left)
-            try:
-                conn, _ = post.accept()
-            except socket.timeout:   # not TimeoutError on 3.9
-                break
-            with conn:
+        with suppress(OSError):
+            while pids and (left := deadline - time.monotonic()) > 0:
+                post.settimeout(left)
                 try:
+                    conn, _ = post.accept()
+                except socket.timeout:   # not TimeoutError on 3.9
+                    break
+                with conn, suppress(OSError):
                     pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
                     if pid in pids:
                         conn.settimeout(1.0)
                         socket.send_fds(conn, [b"w"], [read_end])
                         pids.discard(pid)
-                except OSError:
-                    pass
-    except OSError:
-        pass
     finally:
         post.close()
         os.close(read_end)
@@ -223,13 +216,9 @@ def _follow(token: str, rank: int, leader: int, log) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(HANDOFF_TIMEOUT_S)
     fds: list[int] = []
-    try:
+    with sock, suppress(OSError):
         sock.connect(post_name(token, leader))
         fds = socket.recv_fds(sock, 16, 1)[1]
-    except OSError:
-        pass
-    finally:
-        sock.close()
     if not fds:
         log(f"hccl-bench: rank {rank}: its host leader, rank {leader}, is gone; exiting")
         release_own()

@@ -1,8 +1,7 @@
 """Worker groups as the driver sees them: start, send a case, collect, detect hangs and deaths, kill.
 
-One group = N rank processes for one (backend, algorithm environment, world size, launcher).
-Groups are reused across cases with the same key; a group that hung or lost a rank is killed
-and the next case gets a fresh one. Only processes the harness started are ever signalled.
+One group = N rank processes for one GroupKey, reused across cases with that key; a group that hung
+or lost a rank is killed and the next case gets a fresh one. Only processes the harness started are signalled.
 """
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ STARTUP_TIMEOUT_S = 120.0
 STARTUP_PER_RANK_S = 0.25     # an interpreter per rank costs ~0.2 s of CPU (docs/clusters.md, "What ranks are given")
 HANG_GRACE_S = 3.0
 _TIMEOUT_MARK = re.compile(r"^Timeout \([0-9:.]+\)!", re.M)
-# glibc's steady-state mmap threshold from the start, so no case depends on what ran before it, and
-# no BLAS threads competing for cores (docs/clusters.md, "What ranks are given"); a user's setting wins
+# glibc's steady state and no BLAS threads from the start (docs/clusters.md, "What ranks are given"); a user's wins
 RANK_ENV_DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
                      "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 

@@ -1,9 +1,7 @@
-"""A rank process: ``python -m harness.engine.worker``. Started by the harness or a cluster launcher.
+"""A rank process: ``python -m harness.engine.worker``, started by the harness or a cluster launcher.
 
-Reads its rank from whichever launcher started it, joins the backend's communicator, and serves
-case specs: rank 0 takes them from the driver and fans them out over the side channel; results
-are gathered back to rank 0. Every case arms a faulthandler dump so a hang leaves each stuck
-rank's Python stack in its log.
+Rank 0 takes case specs from the driver and fans them out over the side channel; results are
+gathered back to rank 0. Every case arms a faulthandler dump: a hang leaves each stuck rank's stack in its log.
 """
 from __future__ import annotations
 
@@ -60,8 +58,7 @@ FAULT_MODES = ("hang", "die", "corrupt", "slow")
 
 
 def fault_names(spec: Spec) -> set[str]:
-    """What NAME in HCCL_BENCH_FAULT may call a case: its op (all_reduce, ...), its bench (linear,
-    pipeline, overlap, bucket, compress) or its TP block (linear, mlp): Spec.fault_names."""
+    """What NAME in HCCL_BENCH_FAULT may call a case (its op, bench or TP block): Spec.fault_names."""
     return spec.fault_names()
 
 
