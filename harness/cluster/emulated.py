@@ -1,9 +1,7 @@
 """An emulated cluster on one machine, to rehearse multi-host runs: `hccl-bench cluster up|status|exec|down`.
 
-Each host a network namespace (and a UTS namespace: its own hostname) on a bridge, links shaped with
-tc; the launchers are the real ones. Everything `up` creates is recorded in the state folder before
-it is made, and `down` removes exactly that. Needs root. How and its limits: docs/clusters.md
-("Rehearse on one machine").
+Each host a network and UTS namespace on a bridge, links shaped with tc, the real launchers. What `up`
+makes is recorded before it is made, and `down` removes exactly that. Needs root (docs/clusters.md).
 """
 from __future__ import annotations
 
@@ -51,9 +49,8 @@ def _link_spec(text: str, what: str) -> tuple[str, str]:
 
 
 def _shape(cluster: Cluster, host: Host, link: str) -> None:
-    """The host's link both ways: egress of its eth0 (uplink) and of the bridge's veth (downlink).
-    A delay goes to netem where the kernel has it; else (or with HCCL_BENCH_CLUSTER_RELAY=1) the
-    rate stays with tbf on both devices and the userspace relay (harness/cluster/delay_relay.py) adds the delay."""
+    """The host's link both ways (egress of its eth0 and of the bridge's veth): netem where the kernel has
+    it; else, or with HCCL_BENCH_CLUSTER_RELAY=1, tbf for the rate and delay_relay.py for the delay."""
     rate, delay = _link_spec(link, "--link")
     number, unit = RATE.match(rate).groups()  # type: ignore[union-attr]
     bits = float(number) * RATE_BITS[unit]
@@ -252,23 +249,18 @@ def down() -> list[str]:
 
 # ---- launching across the hosts: the wrappers the templates call ----
 
-def _split(nproc: int, cluster: Cluster) -> int:
-    hosts = len(cluster.hosts)
-    if nproc % hosts:
-        raise ClusterError(f"{nproc} ranks do not spread evenly over {hosts} hosts: give a multiple of {hosts}")
-    return nproc // hosts
-
-
 def launch(kind: str, nproc: int, command: list[str], ppn: int = 0) -> ExitCode:
-    """Start `command` as nproc ranks, nproc / hosts per host, with the real launcher `kind`; `ppn`
-    (hydra's -ppn, mpi only): ranks on a host before the next host's turn, the hosts taken in turn
-    (1: round robin, as Slurm's --distribution=cyclic places them)."""
+    """Start `command` as nproc ranks, nproc / hosts per host, with the real launcher `kind`; `ppn` (hydra's
+    -ppn, mpi only): ranks on a host before the next host's turn (1: round robin, as Slurm's cyclic)."""
     cluster = Cluster.load()
     if cluster is None:
         raise ClusterError("no emulated cluster is up (hccl-bench cluster up --hosts N)")
     if not command:
         raise ClusterError("launch needs the rank command after --")
-    per_host = _split(nproc, cluster)
+    hosts = len(cluster.hosts)
+    if nproc % hosts:
+        raise ClusterError(f"{nproc} ranks do not spread evenly over {hosts} hosts: give a multiple of {hosts}")
+    per_host = nproc // hosts
     if kind not in LAUNCHERS:
         raise ClusterError(f"launch {kind!r}: allowed {', '.join(LAUNCHERS)} (Slurm's srun is a template of its own)")
     if ppn and kind != "mpi":
@@ -279,9 +271,8 @@ def launch(kind: str, nproc: int, command: list[str], ppn: int = 0) -> ExitCode:
 
 
 def _mpiexec(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> typing.NoReturn:
-    """The MPI library's own launcher over the hosts' ssh stand-in (the enter script); it replaces this
-    process. The library the ranks' interpreter loads decides: MPICH's hydra, or Open MPI's prterun
-    (whose flags and daemons differ: hydra's `-hosts` would be read as a program there)."""
+    """The MPI library's own launcher over the hosts' ssh stand-in (the enter script), replacing this process:
+    MPICH's hydra, or Open MPI's prterun where the ranks' interpreter loads Open MPI (other flags, daemons)."""
     from collectives.backends.mpi_ranks import variant
     from collectives.device import DeviceUnavailable
     from harness.engine.launchers import find_mpiexec

@@ -1,7 +1,6 @@
-"""The doctor's link search as pure functions over measurements: which groups of hosts to test
-next, which tests ran slow, which hosts are named. The same code runs against real ranks
-(harness/doctor/__init__.py measures) and against a link model (scripts/fleet_sim.py). The search
-and why it is shaped so: docs/doctor.md (What it measures).
+"""The doctor's link search as pure functions over measurements: which groups of hosts to test next,
+which ran slow, which hosts are named; run on real ranks (search.py) and on a link model
+(scripts/fleet_sim.py). Why it is shaped so: docs/doctor.md (What it measures).
 """
 from __future__ import annotations
 
@@ -16,9 +15,8 @@ FIRST_GROUPS = 8
 
 
 def worse(values: dict, higher_is_better: bool, resolution: float = 0.0) -> dict:
-    """Each key's ratio to the median of the others: > 1 means worse than its peers. A difference
-    below `resolution` (in the values' unit) counts as none. (Sorted once: the median of the others
-    is the sorted list's middle with this key's place skipped; rounds of 500 groups stay fast.)"""
+    """Each key's ratio to the median of the others (> 1: worse than its peers); a difference below
+    `resolution` counts as none. Sorted once, the key's own place skipped: 500 groups stay fast."""
     ordered = sorted(values.values())
     place: dict[float, int] = {}
     for i, v in enumerate(ordered):
@@ -89,10 +87,9 @@ def first_round(n: int, groups: int = FIRST_GROUPS) -> list[Test]:
 
 def plan(suspects: list[tuple[int, ...]], cleared: list[int], avoid: dict[int, int] | None = None,
          turn: int = 0) -> tuple[list[Test], list[tuple[int, ...]]]:
-    """The next round: each suspect group halved, a half of one host (or a host slow in one
-    confirmation) tested with a cleared helper (not `avoid[host]`, its first helper), and control
-    rings of the halves' size from the other cleared hosts (rotated by `turn`). Returns the tests
-    and the suspects that found no helper."""
+    """The next round: each suspect group halved, a lone host tested with a cleared helper (not
+    `avoid[host]`, its first), control rings of the halves' size from the other cleared hosts (rotated
+    by `turn`). Returns the tests and the suspects that found no helper."""
     tests: list[Test] = []
     free = list(cleared)
     stuck = []

@@ -103,20 +103,15 @@ def _link_repeat(results: list[dict], schedule: list[list[tuple[int, int]]], hos
                  intra_pairs: list[tuple[int, int]], nbytes: int, host_of: dict[int, str]) -> dict:
     """One repeat's medians: GB/s and one-way latency per host pair, per host, and inside hosts
     (`results` in rank order, as the group returns them)."""
-    by_rank = dict(enumerate(results))
-    pair_bw, pair_lat, intra_bw = {}, {}, {}
+    pair_bw, pair_lat = {}, {}
     for index, round_pairs in enumerate(schedule):
         for a, b in round_pairs:
-            got = by_rank[rep_rank[hosts[a]]]["rounds"][index]
+            got = results[rep_rank[hosts[a]]]["rounds"][index]
             pair_bw[(hosts[a], hosts[b])] = nbytes / median(got["big_ns"])      # bytes/ns = GB/s
             # latency by the floor of its ping-pong round trips: scheduling noise only ever adds to a round
             # trip, a slow link adds to all
             pair_lat[(hosts[a], hosts[b])] = min(got["small_ns"]) / 2 / 1e3
-    if intra_pairs:
-        index = len(schedule)
-        for a, _ in intra_pairs:
-            got = by_rank[a]["rounds"][index]
-            intra_bw[host_of[a]] = nbytes / median(got["big_ns"])
+    intra_bw = {host_of[a]: nbytes / median(results[a]["rounds"][len(schedule)]["big_ns"]) for a, _ in intra_pairs}
     # a host is judged by its best link: a bad NIC, cable or port slows every link of the host, while a
     # healthy host keeps at least one good peer even when a slow pair beside it takes the CPUs or switch
     host_bw = {h: max(v for (a, b), v in pair_bw.items() if h in (a, b)) for h in hosts if len(hosts) > 1}
@@ -134,10 +129,8 @@ def _arrival_repeat(results: list[dict]) -> dict:
 
 
 def _ring_repeats(results: list[dict], rings: list[list[int]], repeat: int, nbytes: int) -> list[list[tuple[float, float]]]:
-    """Per repeat, per ring: (GB/s of its slowest member, one-way latency us per hop).
-    A member's bandwidth is per exchange with one neighbour: bytes / (median pass / neighbours); the
-    latency is the floor of the 8-byte laps (ring[0] times them) over the ring's hops (scheduling
-    noise only adds to a lap, a slow link adds to every one)."""
+    """Per repeat, per ring: (GB/s of its slowest member, bytes / (median pass / neighbours); one-way latency
+    us per hop, the floor of ring[0]'s 8-byte laps over the hops, as noise only adds to a lap)."""
     out = []
     for index in range(repeat):
         row = []

@@ -82,9 +82,8 @@ KEEPALIVE = (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))   
 
 
 def keep_alive(sock: socket.socket) -> None:
-    """A driver that vanished with its network (a host cut off, its namespace deleted) never closes
-    the connection, and its ranks would wait, or spin in a collective, for ever: TCP keepalive
-    declares it gone after about a minute of unanswered probes, and the watch thread ends them."""
+    """A driver that vanished with its network never closes the connection: TCP keepalive declares it
+    gone after about a minute of unanswered probes, and the watch thread ends the ranks."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     for name, value in KEEPALIVE:
         if hasattr(socket, name):   # Linux names; elsewhere the system's defaults apply
@@ -170,9 +169,7 @@ class Watch:
 
 def join_watch(post: socket.socket, driver: tuple[str, int, str], rank: int, peers: list[dict], log=print) -> Watch:
     """Take this rank's place in the tree from `peers` (every rank's `whoami`, in rank order): the
-    lowest rank of a node leads it (a watch connection to the driver, a pipe for its followers),
-    the others follow it. Returns once this rank is watched; the process exits (status 70) if its
-    leader is already gone."""
+    lowest rank of a node leads it, the others follow. The process exits (70) if its leader is gone."""
     if not (isinstance(peers, list) and len(peers) > rank and all(isinstance(p, dict) for p in peers)):
         raise ValueError(f"rank {rank}: malformed node list from the gather")
     mine = peers[rank].get("node")
@@ -244,10 +241,9 @@ class _Pending:
 
 def accept_group(listener: socket.socket, token: str, deadline: float,
                  check: Callable[[], None]) -> tuple[Channel, dict, list[socket.socket]]:
-    """Serve connections until rank 0's hello has arrived and the host leaders' watch connections
-    cover every rank: (control channel, hello, watch sockets). `check` runs between waits (raises if ranks died);
-    TimeoutError at `deadline`. Unauthenticated, slow, oversized or malformed connections are
-    dropped without delaying anyone."""
+    """Serve connections until rank 0's hello has arrived and the host leaders' watches cover every rank:
+    (control channel, hello, watch sockets). `check` runs between waits (raises if ranks died); TimeoutError
+    at `deadline`. Unauthenticated, slow, oversized or malformed connections are dropped at once."""
     prefix = b'{"token":"' + token.encode() + b'",'
     sel = selectors.DefaultSelector()
     listener.setblocking(False)

@@ -84,9 +84,8 @@ def _exit_text(code: int) -> str:
 
 
 def _serve_store(host: str):
-    """A torch.distributed TCPStore served by the driver on `host` (the address every rank already
-    reaches) for a group started by a cluster launcher: mpiexec and srun set no MASTER_ADDR, and
-    rank 0's host is not known before the ranks start."""
+    """A TCPStore the driver serves on `host` (which every rank reaches) for a launcher's torch group:
+    mpiexec and srun set no MASTER_ADDR, and rank 0's host is not known before the ranks start."""
     import datetime
 
     import torch.distributed as dist

@@ -1,8 +1,6 @@
-"""Command lines that start a worker group: local children, the MPI library's mpiexec, or a template.
-
-A template is the cluster's own launcher with ``{nproc}`` (and optionally ``{cmd}``, the worker
-command; appended when absent), e.g. ``mpirun -np {nproc} -hostfile hosts``, ``srun -n {nproc}``,
-``torchrun --nproc-per-node {nproc} --no-python {cmd}``.
+"""Command lines that start a worker group: local children, the MPI library's mpiexec, or a template:
+the cluster's own launcher with ``{nproc}`` and optionally ``{cmd}``, the worker (appended when absent),
+e.g. ``mpirun -np {nproc} -hostfile hosts``, ``torchrun --nproc-per-node {nproc} --no-python {cmd}``.
 """
 from __future__ import annotations
 

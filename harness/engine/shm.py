@@ -1,11 +1,10 @@
-"""An MPI library's shared-memory files in /dev/shm: MPI_Finalize removes them, a killed rank (by
-the driver, by hydra when another rank died, by a signal, by the driver's own death) leaves them
-holding memory until the next boot. Ranks unlink MPICH's init segment once all have attached
-(release_attached), a rank whose driver vanished its own (harness/engine/control.py), the driver
-what a killed group still left (harness/engine/groups.py)."""
+"""An MPI library's shared-memory files in /dev/shm: MPI_Finalize removes them, a killed rank leaves
+them holding memory until the next boot. Ranks unlink MPICH's init segment once all attached, a rank
+whose driver vanished its own (control.py), the driver what a killed group still left (groups.py)."""
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from pathlib import Path
 
 from collectives.placement import PREFIX as CORE_PAGE
@@ -65,14 +64,11 @@ def release_own(prefixes: tuple[str, ...] = SHM_PREFIXES) -> None:
     their mapping; nothing new can attach to it."""
     for path in shm_mapped({os.getpid()}):
         if path[len("/dev/shm/"):].startswith(prefixes):
-            try:
+            with suppress(OSError):
                 os.unlink(path)
-            except OSError:
-                pass
 
 
 def release_attached() -> None:
-    """Once every rank has finished MPI_Init and a collective: MPICH's init segment is mapped by
-    all of its node's ranks (they attach inside MPI_Init), so its name can go now and no later kill
-    leaves it behind (MPICH's finalize does not mind). Open MPI's peers attach lazily: kept."""
+    """Once every rank is past MPI_Init and a collective, all of a node's ranks map MPICH's init segment,
+    so its name can go and no later kill leaves it behind. Open MPI's peers attach lazily: kept."""
     release_own(("mpich_shm_",))

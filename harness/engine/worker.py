@@ -29,10 +29,9 @@ RANK_VARS = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
 
 
 def launcher_rank(env=os.environ) -> tuple[int, int, int]:
-    """(rank, world size, local rank) from torchrun/local, Open MPI, MPICH/Hydra, PMIx or Slurm.
-    The first launcher whose rank is set names the rank; a size or local rank it does not set comes
-    from the next that does: `srun --mpi=pmi2` sets PMI_RANK and PMI_SIZE but no MPI_LOCALRANKID
-    (that is Hydra's), and without SLURM_LOCALID every rank of a node took device 0."""
+    """(rank, world size, local rank) from torchrun/local, Open MPI, MPICH/Hydra, PMIx or Slurm: the first
+    launcher whose rank is set names the rank, the next that sets them its size and local rank (`srun
+    --mpi=pmi2` sets PMI_RANK but no MPI_LOCALRANKID; without SLURM_LOCALID every rank took device 0)."""
     def first(names) -> str | None:
         return next((env[n] for n in names if env.get(n)), None)
     at = next((i for i, (rank_var, _, _) in enumerate(RANK_VARS) if rank_var in env), None)
@@ -139,9 +138,8 @@ _LIBC = ctypes.CDLL(None)
 
 
 def _timed_between(backend, spec: Spec, cores, served: int) -> dict:
-    """run_case; for a collective case with ranks 0 and 1 on one node (`cores`, a placement.CorePair),
-    their cores' round trip before and after it goes with the result (collectives/placement.py).
-    The probes' ids come from `served` (the messages this group served: every rank counts the same)."""
+    """run_case, with ranks 0 and 1's cores' round trip (`cores`, a placement.CorePair) before and after a
+    collective case; the probes' ids come from `served` (the messages this group served, on every rank)."""
     if cores is None or spec.begins or not any(k.sized and isinstance(spec, k.spec_types) for k in KINDS):
         return run_case(backend, spec)
     before = cores.round_trip_ns(2 * served)
