@@ -1,8 +1,6 @@
-"""Writes that survive a kill, a full disk and a second session in the same second (docs/method.md, Lifetimes and faults).
-
-A file is either the old one or the whole new one (temporary file, fsync, rename); a run folder
-belongs to one session (created exclusively); case lines are appended one write each and synced,
-so a killed session leaves every finished case and at most one torn last line.
+"""Writes that survive a kill, a full disk and a second session in the same second (docs/method.md,
+Lifetimes and faults): a file is the old one or the whole new one, a run folder belongs to one
+session, case lines are one synced write each (a kill leaves at most one torn last line).
 """
 from __future__ import annotations
 
@@ -10,6 +8,7 @@ import json
 import os
 import tempfile
 import time
+from contextlib import suppress
 from pathlib import Path
 
 
@@ -25,10 +24,8 @@ def write_atomic(path: str | Path, text: str) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
     _sync_dir(path.parent)
 
@@ -39,9 +36,8 @@ def _sync_dir(folder: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with suppress(OSError):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -53,11 +49,9 @@ def new_run_dir(root: str | Path, stamp: str | None = None) -> Path:
     stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
     for n in range(1, 10_000):
         path = root / (stamp if n == 1 else f"{stamp}-{n}")
-        try:
+        with suppress(FileExistsError):
             path.mkdir()
             return path
-        except FileExistsError:
-            continue
     raise FileExistsError(f"{root}: no free run folder name for {stamp}")
 
 

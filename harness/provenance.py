@@ -1,11 +1,7 @@
 """Where a result came from: library versions, CANN, devices, hosts, environment, commit, command.
 
-CANN's version comes from torch_npu (``get_cann_version``, empty before 8.1.RC1) or, failing
-that, from the toolkit's own files: ``version.cfg`` (``runtime_running_version=[7.5.0.1.129:8.0.RC3]``),
-``ascend_toolkit_install.info`` (``version=8.1.RC1``) and ``*/version.info`` (``version_dir=8.2.RC1``).
-The host's device drivers and topology (``nvidia-smi topo -m``, ``npu-smi info``) are recorded where
-they exist and left out or None where they do not; each rank reports its device-side versions (NCCL,
-CUDA driver; CANN, HCCL, driver through torch_npu) and the adapter variables it sees, per group.
+CANN's version from torch_npu (empty before 8.1.RC1), else the toolkit's files; what is absent is
+left out or None. Each rank reports its device-side versions and adapter variables, per group.
 """
 from __future__ import annotations
 
@@ -18,6 +14,7 @@ import socket
 import subprocess
 import sys
 from collections import Counter
+from contextlib import suppress
 from pathlib import Path
 
 from collectives.backends import BACKENDS
@@ -89,16 +86,14 @@ def cann_version_from_toolkit(home: str | None = None) -> dict[str, str]:
 
 
 def _dist(name: str) -> str | None:
-    try:
+    with suppress(importlib.metadata.PackageNotFoundError):
         return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return None
 
 
 def numpy_torch_problem(numpy: str | None = None, torch: str | None = None) -> str:
-    """One line when numpy is 2 and torch older than 2.3 (built against numpy 1: every rank's
-    torch.from_numpy raises "Numpy is not available"), else "". numpy>=1.24 and scipy>=1.11 can pull
-    numpy 2 in under an NPU host's torch 2.1. Versions not given are the installed distributions'."""
+    """One line when numpy is 2 and torch older than 2.3 (built against numpy 1: torch.from_numpy raises
+    "Numpy is not available"), else "". Versions not given are the installed distributions'."""
     numpy, torch = numpy or _dist("numpy"), torch or _dist("torch")
 
     def major_minor(version: str) -> tuple[int, ...]:
@@ -150,12 +145,11 @@ def topology(commands: dict[str, list[str]] = TOPOLOGY_COMMANDS, timeout_s: floa
             proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s)
         except subprocess.TimeoutExpired:
             out[name] = f"(no answer within {timeout_s:g} s)"
-            continue
         except OSError as exc:
             out[name] = f"(could not run: {exc.strerror})"
-            continue
-        text = proc.stdout.strip() if proc.returncode == 0 else f"(exit {proc.returncode}) {proc.stderr.strip()}"
-        out[name] = text[:TOPOLOGY_MAX_CHARS] + (" ... (cut)" if len(text) > TOPOLOGY_MAX_CHARS else "")
+        else:
+            text = proc.stdout.strip() if proc.returncode == 0 else f"(exit {proc.returncode}) {proc.stderr.strip()}"
+            out[name] = text[:TOPOLOGY_MAX_CHARS] + (" ... (cut)" if len(text) > TOPOLOGY_MAX_CHARS else "")
     return out
 
 

@@ -12,13 +12,10 @@ from schema.exit_codes import ExitCode
 
 
 def _parse_slow(items: list[str]) -> dict[str, str]:
-    out = {}
     for item in items:
-        name, sep, spec = item.partition("=")
-        if not sep:
+        if "=" not in item:
             raise ClusterError(f"--slow {item!r}: give HOST=RATE[,DELAY], e.g. node2=100mbit")
-        out[name] = spec
-    return out
+    return dict(item.split("=", 1) for item in items)
 
 
 def main(argv: list[str] | None = None) -> ExitCode:

@@ -89,32 +89,25 @@ def relay(tap: int, dev: socket.socket, delay: float) -> None:
     """Until SIGTERM: VETH -> TAP (the host's egress) and TAP -> VETH (its ingress), each through a DelayQueue."""
     up, down = DelayQueue(delay), DelayQueue(delay)
     dev_fd = dev.fileno()
+    # (queue, where its frames go, the descriptor that fills it, how to read a frame from that)
+    ways = ((up, lambda frame: os.write(tap, frame), dev_fd, lambda: dev.recv(FRAME_MAX)),
+            (down, dev.send, tap, lambda: os.read(tap, FRAME_MAX)))
     while True:
         now = time.monotonic()
-        for frame in up.due(now):
-            try:
-                os.write(tap, frame)
-            except OSError:   # EIO: the TAP is not up yet (or no longer); a link that is down drops it too
-                up.dropped += 1
-        for frame in down.due(now):
-            try:
-                dev.send(frame)
-            except OSError:   # EAGAIN, ENOBUFS: the send buffer or the qdisc is full, a link drops it too
-                down.dropped += 1
+        for queue, send, _, _ in ways:
+            for frame in queue.due(now):
+                try:
+                    send(frame)
+                except OSError:   # a link that is down or full drops it too (TAP not up: EIO; veth: EAGAIN, ENOBUFS)
+                    queue.dropped += 1
         nexts = [t for t in (up.next_release(), down.next_release()) if t is not None]
         timeout = max(0.0, min(nexts) - time.monotonic()) if nexts else None
         readable, _, _ = select.select([tap, dev_fd], [], [], timeout)
         now = time.monotonic()
-        if dev_fd in readable:
-            for _ in range(BATCH):
+        for queue, _, fd, read in ways:
+            for _ in range(BATCH if fd in readable else 0):
                 try:
-                    up.push(dev.recv(FRAME_MAX), now)
-                except BlockingIOError:
-                    break
-        if tap in readable:
-            for _ in range(BATCH):
-                try:
-                    down.push(os.read(tap, FRAME_MAX), now)
+                    queue.push(read(), now)
                 except BlockingIOError:
                     break
 

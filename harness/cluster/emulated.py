@@ -1,9 +1,7 @@
 """An emulated cluster on one machine, to rehearse multi-host runs: `hccl-bench cluster up|status|exec|down`.
 
-Each host a network namespace (and a UTS namespace: its own hostname) on a bridge, links shaped with
-tc; the launchers are the real ones. Everything `up` creates is recorded in the state folder before
-it is made, and `down` removes exactly that. Needs root. How and its limits: docs/clusters.md
-("Rehearse on one machine").
+Each host a network and UTS namespace on a bridge, links shaped with tc, the real launchers. What `up`
+makes is recorded before it is made, and `down` removes exactly that. Needs root (docs/clusters.md).
 """
 from __future__ import annotations
 
@@ -27,7 +25,8 @@ BRIDGE = "hbcbr0"
 DRIVER_NAME = "hbc-driver"     # the bridge address's name in /etc/hosts: where ranks reach the driver
 HOSTS_FILE = Path("/etc/hosts")
 HOSTS_MARK = "# hccl-bench-cluster"
-RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
+RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12, "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
+RATE = re.compile(rf"^(\d+(?:\.\d+)?)({'|'.join(RATE_BITS)})$")
 DELAY = re.compile(r"^\d+(\.\d+)?(us|ms|s)$")
 MAX_HOSTS = 64
 RELAY_ENV = "HCCL_BENCH_CLUSTER_RELAY"   # "1": a link delay goes through the userspace relay even where netem exists
@@ -50,11 +49,11 @@ def _link_spec(text: str, what: str) -> tuple[str, str]:
 
 
 def _shape(cluster: Cluster, host: Host, link: str) -> None:
-    """The host's link both ways: egress of its eth0 (uplink) and of the bridge's veth (downlink).
-    A delay goes to netem where the kernel has it; else (or with HCCL_BENCH_CLUSTER_RELAY=1) the
-    rate stays with tbf on both devices and the userspace relay (harness/cluster/delay_relay.py) adds the delay."""
+    """The host's link both ways (egress of its eth0 and of the bridge's veth): netem where the kernel has
+    it; else, or with HCCL_BENCH_CLUSTER_RELAY=1, tbf for the rate and delay_relay.py for the delay."""
     rate, delay = _link_spec(link, "--link")
-    bits = _rate_bits(rate)
+    number, unit = RATE.match(rate).groups()  # type: ignore[union-attr]
+    bits = float(number) * RATE_BITS[unit]
     burst = max(int(bits / 8 * 0.004), 32 * 1024)      # 4 ms at the rate, at least 32 KiB
     devices: list[tuple[list[str], str]] = [(["ip", "netns", "exec", host.netns], "eth0"), ([], host.veth)]
     host.link = link
@@ -97,13 +96,6 @@ def _start_relay(cluster: Cluster, host: Host, delay: str) -> None:
         raise ClusterError(f"{host.name}'s delay relay did not start ({tail[0] if tail else 'no word'}); log: {log}")
     _run(["ip", "link", "set", tap, "master", BRIDGE, "up"], f"linking {host.name}'s relay")
     host.delay_via = "relay"
-
-
-def _rate_bits(rate: str) -> float:
-    number, unit = re.match(r"^([\d.]+)(\w+)$", rate).groups()  # type: ignore[union-attr]
-    scale = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-             "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}[unit]
-    return float(number) * scale
 
 
 def _record(cluster: Cluster, kind: str, name: str) -> None:
@@ -221,11 +213,10 @@ def down() -> list[str]:
         return []
     removed = []
     for daemon in reversed(cluster.daemons):
-        if alive(daemon):
+        running = alive(daemon)
+        if running:
             os.kill(daemon["pid"], signal.SIGTERM)
-            removed.append(f"daemon {daemon['what']} (pid {daemon['pid']})")
-        else:
-            removed.append(f"daemon {daemon['what']} (pid {daemon['pid']}, had already ended)")
+        removed.append(f"daemon {daemon['what']} (pid {daemon['pid']}{'' if running else ', had already ended'})")
     deadline = time.monotonic() + 10
     while any(alive(d) for d in cluster.daemons) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -236,12 +227,11 @@ def down() -> list[str]:
         if kind == "netns" and Path("/run/netns", name).exists():
             _run(["ip", "netns", "delete", name], f"removing {name}", check=False)   # its veth goes with it
             removed.append(f"namespace {name}")
-        elif kind == "tap" and _run(["ip", "link", "show", name], "", check=False).returncode == 0:
-            _run(["ip", "tuntap", "del", "dev", name, "mode", "tap"], f"removing {name}", check=False)
-            removed.append(f"relay device {name}")
-        elif kind == "link" and _run(["ip", "link", "show", name], "", check=False).returncode == 0:
-            _run(["ip", "link", "delete", name], f"removing {name}", check=False)
-            removed.append(f"link {name}")
+        elif kind in ("tap", "link") and _run(["ip", "link", "show", name], "", check=False).returncode == 0:
+            tap = kind == "tap"
+            _run(["ip", "tuntap", "del", "dev", name, "mode", "tap"] if tap else ["ip", "link", "delete", name],
+                 f"removing {name}", check=False)
+            removed.append(f"{'relay device' if tap else 'link'} {name}")
         elif kind == "uts" and Path(name).exists():
             subprocess.run(["umount", name], capture_output=True)
             Path(name).unlink(missing_ok=True)
@@ -259,23 +249,18 @@ def down() -> list[str]:
 
 # ---- launching across the hosts: the wrappers the templates call ----
 
-def _split(nproc: int, cluster: Cluster) -> int:
-    hosts = len(cluster.hosts)
-    if nproc % hosts:
-        raise ClusterError(f"{nproc} ranks do not spread evenly over {hosts} hosts: give a multiple of {hosts}")
-    return nproc // hosts
-
-
 def launch(kind: str, nproc: int, command: list[str], ppn: int = 0) -> ExitCode:
-    """Start `command` as nproc ranks, nproc / hosts per host, with the real launcher `kind`; `ppn`
-    (hydra's -ppn, mpi only): ranks on a host before the next host's turn, the hosts taken in turn
-    (1: round robin, as Slurm's --distribution=cyclic places them)."""
+    """Start `command` as nproc ranks, nproc / hosts per host, with the real launcher `kind`; `ppn` (hydra's
+    -ppn, mpi only): ranks on a host before the next host's turn (1: round robin, as Slurm's cyclic)."""
     cluster = Cluster.load()
     if cluster is None:
         raise ClusterError("no emulated cluster is up (hccl-bench cluster up --hosts N)")
     if not command:
         raise ClusterError("launch needs the rank command after --")
-    per_host = _split(nproc, cluster)
+    hosts = len(cluster.hosts)
+    if nproc % hosts:
+        raise ClusterError(f"{nproc} ranks do not spread evenly over {hosts} hosts: give a multiple of {hosts}")
+    per_host = nproc // hosts
     if kind not in LAUNCHERS:
         raise ClusterError(f"launch {kind!r}: allowed {', '.join(LAUNCHERS)} (Slurm's srun is a template of its own)")
     if ppn and kind != "mpi":
@@ -286,9 +271,8 @@ def launch(kind: str, nproc: int, command: list[str], ppn: int = 0) -> ExitCode:
 
 
 def _mpiexec(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -> typing.NoReturn:
-    """The MPI library's own launcher over the hosts' ssh stand-in (the enter script); it replaces this
-    process. The library the ranks' interpreter loads decides: MPICH's hydra, or Open MPI's prterun
-    (whose flags and daemons differ: hydra's `-hosts` would be read as a program there)."""
+    """The MPI library's own launcher over the hosts' ssh stand-in (the enter script), replacing this process:
+    MPICH's hydra, or Open MPI's prterun where the ranks' interpreter loads Open MPI (other flags, daemons)."""
     from collectives.backends.mpi_ranks import variant
     from collectives.device import DeviceUnavailable
     from harness.engine.launchers import find_mpiexec
@@ -310,11 +294,9 @@ def _mpiexec(cluster: Cluster, per_host: int, nproc: int, command: list[str]) ->
 
 
 def _prterun_flags(cluster: Cluster, per_host: int, ppn: int, mpiexec: str, enter: str) -> list[str]:
-    """Open MPI 5 (PRRTE) across the emulated hosts: its daemon (prted, beside mpiexec) started on each
-    host through the enter script as its ssh agent, one at a time from here (no tree spawn), its
-    out-of-band wire and the ranks' TCP on the hosts' subnet, the ranks' messages over the ob1/tcp
-    path (shared memory only within a host), unbound as hydra leaves them. A user's MCA setting wins.
-    prterun places a host's share at once (--map-by slot) or round robin (--map-by node: --ppn 1)."""
+    """Open MPI 5 (PRRTE) across the emulated hosts (docs/clusters.md): prted started on each host
+    through the enter script, no tree spawn, its wire and the ranks' TCP on the hosts' subnet, ob1/tcp,
+    unbound as hydra leaves them; a user's MCA setting wins. A host's share at once, or round robin."""
     if ppn not in (per_host, 1):
         raise ClusterError(f"--ppn {ppn}: Open MPI's prterun places a host's {per_host} ranks at once or round robin "
                            "(--ppn 1), not in blocks of another size")

@@ -1,10 +1,6 @@
 """A real Slurm on the emulated cluster (`hccl-bench cluster up --slurm`): Debian's slurm-wlm and
-munge, with a generated slurm.conf. munged and slurmctld run beside the driver (slurmctld under
-this machine's own hostname, reached at the bridge address); one slurmd runs in each host's
-namespaces, so it finds its node by its own hostname. Every file lives in the cluster's state
-folder (its own munge key and socket too), so nothing of a system Slurm is touched.
-select/linear gives whole nodes, so `srun --nodes H --ntasks N` places N/H consecutive ranks per
-node (cons_tres packed 3+1 for 4 ranks on 2 nodes); MPICH ranks meet through srun's PMI-2.
+munge, with a generated slurm.conf; every file in the cluster's state folder, so nothing of a system
+Slurm is touched. How it is laid out: docs/clusters.md ("The emulated Slurm").
 """
 from __future__ import annotations
 
@@ -88,7 +84,6 @@ def start(cluster: Cluster, cpus: int = 16) -> None:
     conf = folder / "slurm.conf"
     conf.write_text(conf_text(cluster, folder, cpus))
     cluster.slurm_conf = str(conf)
-    env = {**os.environ, "SLURM_CONF": str(conf)}
     os.environ["SLURM_CONF"] = str(conf)
     _daemon(cluster, "slurmctld", ["slurmctld", "-D", "-i", "-f", str(conf)], folder / "slurmctld.out")
     for h in cluster.hosts:
@@ -96,7 +91,7 @@ def start(cluster: Cluster, cpus: int = 16) -> None:
                 folder / f"slurmd.{h.name}.out")
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
-        proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, env=env)
+        proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True)
         states = dict(line.split() for line in proc.stdout.splitlines() if len(line.split()) == 2)
         if proc.returncode == 0 and len(states) == len(cluster.hosts) and all(s in ("idle", "mix", "alloc")
                                                                               for s in states.values()):

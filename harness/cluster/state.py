@@ -1,5 +1,5 @@
 """The emulated cluster's state (hosts, daemons, the state folder) and its error: what both the
-cluster commands (cluster.py) and its Slurm (cluster_slurm.py) read, so neither imports the other back."""
+cluster commands (emulated.py) and its Slurm (slurm.py) read, so neither imports the other back."""
 from __future__ import annotations
 
 import json

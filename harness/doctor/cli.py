@@ -54,11 +54,9 @@ def text(diag: Diagnosis) -> str:
     return "\n".join(out)
 
 
-def write_outputs(diag: Diagnosis, out_dir: Path | None, json_path: str | None) -> None:
+def write_outputs(diag: Diagnosis, out_dir: Path, json_path: str | None) -> None:
     if json_path:
         files.write_atomic(json_path, json.dumps(diag.to_json(), indent=1))
-    if out_dir is None:
-        return
     from reports import doctor_page  # matplotlib and jinja2: only when a page is asked for
     out_dir.mkdir(parents=True, exist_ok=True)
     files.write_atomic(out_dir / "doctor.html", doctor_page.html(diag, text(diag), heatmap=1 < len(diag.hosts) <= HEATMAP_HOSTS))

@@ -1,7 +1,6 @@
-"""The doctor's link search as pure functions over measurements: which groups of hosts to test
-next, which tests ran slow, which hosts are named. The same code runs against real ranks
-(harness/doctor/__init__.py measures) and against a link model (scripts/fleet_sim.py). The search
-and why it is shaped so: docs/doctor.md (What it measures).
+"""The doctor's link search as pure functions over measurements: which groups of hosts to test next,
+which ran slow, which hosts are named; run on real ranks (search.py) and on a link model
+(scripts/fleet_sim.py). Why it is shaped so: docs/doctor.md (What it measures).
 """
 from __future__ import annotations
 
@@ -16,9 +15,8 @@ FIRST_GROUPS = 8
 
 
 def worse(values: dict, higher_is_better: bool, resolution: float = 0.0) -> dict:
-    """Each key's ratio to the median of the others: > 1 means worse than its peers. A difference
-    below `resolution` (in the values' unit) counts as none. (Sorted once: the median of the others
-    is the sorted list's middle with this key's place skipped; rounds of 500 groups stay fast.)"""
+    """Each key's ratio to the median of the others (> 1: worse than its peers); a difference below
+    `resolution` counts as none. Sorted once, the key's own place skipped: 500 groups stay fast."""
     ordered = sorted(values.values())
     place: dict[float, int] = {}
     for i, v in enumerate(ordered):
@@ -30,22 +28,15 @@ def worse(values: dict, higher_is_better: bool, resolution: float = 0.0) -> dict
         skip = place[value]
         mid = [ordered[i if i < skip else i + 1] for i in ((n // 2,) if n % 2 else (n // 2 - 1, n // 2))]
         ref = sum(mid) / len(mid)
-        if abs(value - ref) <= resolution:
-            out[key] = 1.0
-        else:
-            out[key] = ref / value if higher_is_better else value / ref
+        out[key] = 1.0 if abs(value - ref) <= resolution else (ref / value if higher_is_better else value / ref)
     return out
 
 
 def flagged(per_repeat: list[dict], threshold: float, share: float = 0.5) -> dict:
     """Keys worse than `threshold` in more than `share` of the independent repeats, with their median ratio."""
     keys = set().union(*per_repeat) if per_repeat else set()
-    out = {}
-    for key in keys:
-        ratios = [r[key] for r in per_repeat if key in r]
-        if sum(x > threshold for x in ratios) > share * len(per_repeat):
-            out[key] = median(ratios)
-    return out
+    ratios = {key: [r[key] for r in per_repeat if key in r] for key in keys}
+    return {key: median(rs) for key, rs in ratios.items() if sum(x > threshold for x in rs) > share * len(per_repeat)}
 
 
 @dataclass
@@ -96,10 +87,9 @@ def first_round(n: int, groups: int = FIRST_GROUPS) -> list[Test]:
 
 def plan(suspects: list[tuple[int, ...]], cleared: list[int], avoid: dict[int, int] | None = None,
          turn: int = 0) -> tuple[list[Test], list[tuple[int, ...]]]:
-    """The next round: each suspect group halved, a half of one host (or a host slow in one
-    confirmation) tested with a cleared helper (not `avoid[host]`, its first helper), and control
-    rings of the halves' size from the other cleared hosts (rotated by `turn`). Returns the tests
-    and the suspects that found no helper."""
+    """The next round: each suspect group halved, a lone host tested with a cleared helper (not
+    `avoid[host]`, its first), control rings of the halves' size from the other cleared hosts (rotated
+    by `turn`). Returns the tests and the suspects that found no helper."""
     tests: list[Test] = []
     free = list(cleared)
     stuck = []
@@ -155,16 +145,14 @@ def search(n: int, measure: Measure, min_effect: float = 0.5, groups: int = FIRS
                 cleared.update(test.subject)
                 for h in test.subject:
                     once.pop(h, None)
-            elif test.role == "confirm" and test.subject[0] in once:
+                continue
+            cleared.difference_update(test.subject)
+            if test.role == "confirm" and test.subject[0] in once:
                 result.named[test.subject[0]] = (rnd.slow[i], len(result.rounds) - 1)
-                cleared.difference_update(test.subject)
-            elif test.role == "confirm":
+                continue
+            if test.role == "confirm":
                 once[test.subject[0]] = test.hosts[1]
-                suspects.append(test.subject)
-                cleared.difference_update(test.subject)
-            else:
-                suspects.append(test.subject)
-                cleared.difference_update(test.subject)
+            suspects.append(test.subject)
         if not suspects:
             break
         if len(result.rounds) >= max_rounds(n):

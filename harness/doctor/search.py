@@ -6,10 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.doctor.schedule import FIRST_GROUPS, LATENCY_RESOLUTION_US, Test, groups_of
-from harness.doctor.schedule import flagged as _flagged
+from harness.doctor.schedule import FIRST_GROUPS, LATENCY_RESOLUTION_US, Test, flagged, groups_of, worse
 from harness.doctor.schedule import search as search_groups
-from harness.doctor.schedule import worse as _worse
 from harness.engine.groups import GroupKey, GroupPool
 from schema.stats import median
 from schema.wire import DoctorSkewSpec, DoctorSpec
@@ -67,9 +65,9 @@ def judge(diag: Diagnosis, link_repeats: list[dict], arrival_repeats: list[dict]
     """Suspects from the repeats: hosts whose links are slow, single slow pairs, slow hosts inside,
     ranks that arrive late."""
     threshold = 1 + min_effect
-    bw_host = _flagged([_worse(r["host_bw"], True) for r in link_repeats], threshold)
+    bw_host = flagged([worse(r["host_bw"], True) for r in link_repeats], threshold)
     # a few microseconds between pairs is scheduling on shared cores, not a link: below LATENCY_RESOLUTION_US
-    lat_host = _flagged([_worse(r["host_lat"], False, LATENCY_RESOLUTION_US) for r in link_repeats], threshold, share=0.75)
+    lat_host = flagged([worse(r["host_lat"], False, LATENCY_RESOLUTION_US) for r in link_repeats], threshold, share=0.75)
     for host, ratio in sorted(bw_host.items(), key=lambda kv: -kv[1]):
         peers = diag.bandwidth_gbps.get(host, {})
         diag.suspects.append(Suspect(host, None, "link", round(ratio, 2),
@@ -81,18 +79,18 @@ def judge(diag: Diagnosis, link_repeats: list[dict], arrival_repeats: list[dict]
                                          f"even its fastest link's latency is {ratio:.1f}x the other hosts' "
                                          f"(median {median(list(diag.latency_us[host].values())):.1f} us one way)"))
     named = set(bw_host) | set(lat_host)
-    pairs = _flagged([_worse(r["pair_bw"], True) for r in link_repeats], threshold, share=0.75)
+    pairs = flagged([worse(r["pair_bw"], True) for r in link_repeats], threshold, share=0.75)
     for (a, b), ratio in sorted(pairs.items(), key=lambda kv: -kv[1]):
         if a not in named and b not in named and len(diag.hosts) > 2:
             diag.suspects.append(Suspect(a, b, "link", round(ratio, 2),
                                          f"the {a}-{b} link runs {ratio:.1f}x below the median pair"))
-    intra = _flagged([_worse(r["intra_bw"], True) for r in link_repeats if r["intra_bw"]], threshold)
+    intra = flagged([worse(r["intra_bw"], True) for r in link_repeats if r["intra_bw"]], threshold)
     for host, ratio in intra.items():
         diag.suspects.append(Suspect(host, None, "node", round(ratio, 2),
                                      f"ranks inside {host} exchange {ratio:.1f}x slower than inside other hosts"))
     # the same work on every rank varies little, so a smaller effect counts; but ranks share cores
     # with whatever else runs, so a culprit must be slow in nearly every repeat
-    late = _flagged([_worse(r["work"], False) for r in arrival_repeats], 1 + rank_effect, share=0.75)
+    late = flagged([worse(r["work"], False) for r in arrival_repeats], 1 + rank_effect, share=0.75)
     for rank, ratio in sorted(late.items(), key=lambda kv: -kv[1]):
         a = diag.arrival[rank]
         victims = sorted(r for r, v in diag.arrival.items() if r != rank and v["wait_us"] > a["wait_us"])
@@ -105,20 +103,15 @@ def _link_repeat(results: list[dict], schedule: list[list[tuple[int, int]]], hos
                  intra_pairs: list[tuple[int, int]], nbytes: int, host_of: dict[int, str]) -> dict:
     """One repeat's medians: GB/s and one-way latency per host pair, per host, and inside hosts
     (`results` in rank order, as the group returns them)."""
-    by_rank = dict(enumerate(results))
-    pair_bw, pair_lat, intra_bw = {}, {}, {}
+    pair_bw, pair_lat = {}, {}
     for index, round_pairs in enumerate(schedule):
         for a, b in round_pairs:
-            got = by_rank[rep_rank[hosts[a]]]["rounds"][index]
+            got = results[rep_rank[hosts[a]]]["rounds"][index]
             pair_bw[(hosts[a], hosts[b])] = nbytes / median(got["big_ns"])      # bytes/ns = GB/s
             # latency by the floor of its ping-pong round trips: scheduling noise only ever adds to a round
             # trip, a slow link adds to all
             pair_lat[(hosts[a], hosts[b])] = min(got["small_ns"]) / 2 / 1e3
-    if intra_pairs:
-        index = len(schedule)
-        for a, _ in intra_pairs:
-            got = by_rank[a]["rounds"][index]
-            intra_bw[host_of[a]] = nbytes / median(got["big_ns"])
+    intra_bw = {host_of[a]: nbytes / median(results[a]["rounds"][len(schedule)]["big_ns"]) for a, _ in intra_pairs}
     # a host is judged by its best link: a bad NIC, cable or port slows every link of the host, while a
     # healthy host keeps at least one good peer even when a slow pair beside it takes the CPUs or switch
     host_bw = {h: max(v for (a, b), v in pair_bw.items() if h in (a, b)) for h in hosts if len(hosts) > 1}
@@ -128,23 +121,16 @@ def _link_repeat(results: list[dict], schedule: list[list[tuple[int, int]]], hos
 
 def _arrival_repeat(results: list[dict]) -> dict:
     """Per rank: median work time, lateness after the median rank's entry, wait inside the collective (us)."""
-    rounds = len(results[0]["entry_ns"])
-    late: dict[int, list[float]] = {rank: [] for rank in range(len(results))}
-    for i in range(rounds):
-        median_entry = median([r["entry_ns"][i] for r in results])
-        for rank, r in enumerate(results):
-            late[rank].append((r["entry_ns"][i] - median_entry) / 1e3)
+    entries = [median(each) for each in zip(*(r["entry_ns"] for r in results))]   # the median rank's, per round
     return {"work": {rank: median(r["work_ns"]) / 1e3 for rank, r in enumerate(results)},
-            "late": {k: median(v) for k, v in late.items()},
+            "late": {rank: median([(e - m) / 1e3 for e, m in zip(r["entry_ns"], entries)]) for rank, r in enumerate(results)},
             "wait": {rank: median([x - e for x, e in zip(r["exit_ns"], r["entry_ns"])]) / 1e3
                      for rank, r in enumerate(results)}}
 
 
 def _ring_repeats(results: list[dict], rings: list[list[int]], repeat: int, nbytes: int) -> list[list[tuple[float, float]]]:
-    """Per repeat, per ring: (GB/s of its slowest member, one-way latency us per hop).
-    A member's bandwidth is per exchange with one neighbour: bytes / (median pass / neighbours); the
-    latency is the floor of the 8-byte laps (ring[0] times them) over the ring's hops (scheduling
-    noise only adds to a lap, a slow link adds to every one)."""
+    """Per repeat, per ring: (GB/s of its slowest member, bytes / (median pass / neighbours); one-way latency
+    us per hop, the floor of ring[0]'s 8-byte laps over the hops, as noise only adds to a lap)."""
     out = []
     for index in range(repeat):
         row = []
@@ -247,9 +233,8 @@ def diagnose(launcher: str, nproc: int, backend: str = "mpi", driver_host: str =
     for host in (link_repeats[0]["intra_bw"] if link_repeats else {}):
         diag.intra_gbps[host] = median([r["intra_bw"][host] for r in link_repeats])
     for rank in host_of:
-        diag.arrival[rank] = {"host": host_of[rank], "work_us": median([r["work"][rank] for r in arrival_repeats]),
-                              "late_us": median([r["late"][rank] for r in arrival_repeats]),
-                              "wait_us": median([r["wait"][rank] for r in arrival_repeats])}
+        diag.arrival[rank] = {"host": host_of[rank],
+                              **{f"{k}_us": median([r[k][rank] for r in arrival_repeats]) for k in ("work", "late", "wait")}}
     for i, arrival in enumerate(arrival_repeats):
         links = link_repeats[i] if i < len(link_repeats) else {}
         diag.repeats.append({"host_gbps": links.get("host_bw", {}), "host_latency_us": links.get("host_lat", {}),

@@ -1,36 +1,8 @@
 """Driver <-> rank control: newline-delimited JSON objects over TCP, gated by a session token.
 
-JSON only: nothing that arrives on a socket is ever unpickled. The driver's port is open to any
-local user, so the start-up accept treats every connection as hostile until it shows the token:
-all connections are served at once from one selector (a slow or silent one never delays the
-ranks), each under its own short deadline and the group's, and a connection whose first bytes
-are not the token line is dropped at once. Two kinds of connection authenticate: rank 0's
-control channel, and one watch connection per host that the driver never writes to.
-
-The watch tree (no orphans with O(hosts) driver sockets). The ranks of one node (one kernel,
-network and pid namespace: `node_key`) elect the lowest of them, the host leader; only leaders
-hold a watch connection to the driver, naming the ranks they watch for, and the driver waits
-until every rank is covered. The leader creates a pipe and keeps its only write end; each
-follower takes the read end over the leader's abstract Unix socket and a daemon thread blocks
-on it. When the driver dies or closes, the leader exits (status 70); when the leader exits for
-any reason, SIGKILL included, the kernel closes the write end, every follower's read returns
-EOF and the follower exits too, also mid-collective. Why this shape:
-
-- Leader per node, not "rank 0 alone plus the launcher": local children have no launcher, and
-  `srun` without --kill-on-bad-exit or torchrun agents differ in what they end; the tree does
-  not depend on any of them.
-- The node key, not the hostname: an abstract socket reaches exactly the processes in one
-  network namespace, and the leader checks a follower by its pid (SO_PEERCRED) in one pid
-  namespace; machines cloned from one image can share a hostname and so can containers with
-  their own namespaces. Emulated hosts (own netns and UTS name) get one leader each either way.
-- A pipe's read end, not a socket per follower: the leader holds two descriptors however many
-  ranks share its host (a socket each would put a 1,024-rank host's leader at `ulimit -n`).
-- The hand-off reads nothing from the connecting side: a connection from a pid that is not one
-  of the host's followers is closed at once, so no slow or hostile peer delays the ranks.
-- Order: every rank binds its abstract name before the ranks gather their node keys, so by the
-  time a follower learns who leads, the leader is listening; a refused connect or a hand-off
-  without the descriptor means the leader is gone, and the follower exits at once. Every
-  follower holds its descriptor and every leader its watch before rank 0 says hello.
+JSON only: nothing that arrives on a socket is ever unpickled. Two kinds of connection
+authenticate: rank 0's control channel, and one watch connection per host leader (the watch
+tree, and why it is shaped so: docs/faults.md).
 """
 from __future__ import annotations
 
@@ -44,6 +16,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,15 +68,12 @@ class Channel:
         return _message(line)
 
     def close(self) -> None:
-        try:
+        with suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
 
 
 def connect(host: str, port: int, token: str, hello: dict, timeout: float = 60.0) -> Channel:
-    sock = socket.create_connection((host, port), timeout=timeout)
-    chan = Channel(sock)
+    chan = Channel(socket.create_connection((host, port), timeout=timeout))
     chan.send({"token": token, **hello})   # the token first: the driver checks it before reading on
     return chan
 
@@ -112,9 +82,8 @@ KEEPALIVE = (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))   
 
 
 def keep_alive(sock: socket.socket) -> None:
-    """A driver that vanished with its network (a host cut off, its namespace deleted) never closes
-    the connection, and its ranks would wait, or spin in a collective, for ever: TCP keepalive
-    declares it gone after about a minute of unanswered probes, and the watch thread ends them."""
+    """A driver that vanished with its network never closes the connection: TCP keepalive declares it
+    gone after about a minute of unanswered probes, and the watch thread ends the ranks."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     for name, value in KEEPALIVE:
         if hasattr(socket, name):   # Linux names; elsewhere the system's defaults apply
@@ -123,12 +92,10 @@ def keep_alive(sock: socket.socket) -> None:
 
 def watch_driver(host: str, port: int, token: str, rank: int, log=print, followers: list[int] | None = None) -> socket.socket:
     """Rank side (a host leader): a connection the driver holds open for the group's life, naming
-    the ranks this one watches for. A daemon thread blocks on it and ends the process when it
-    closes, also while the main thread is stuck in a collective."""
+    the ranks this one watches for; the process ends when it closes (_exit_when_closed)."""
     chan = connect(host, port, token, {"watch": rank, "followers": list(followers or [])})
     chan.sock.settimeout(None)
     keep_alive(chan.sock)
-
     _exit_when_closed(lambda: chan.sock.recv(1 << 10), f"hccl-bench: rank {rank}: the driver's connection closed; exiting",
                       log, "hccl-bench-watch")
     return chan.sock
@@ -138,11 +105,9 @@ def _exit_when_closed(read: Callable[[], bytes], message: str, log, name: str) -
     """A daemon thread that blocks on `read` and ends the process (status 70) when it returns
     nothing or fails, also while the main thread is stuck in a collective."""
     def wait_for_close() -> None:
-        try:
+        with suppress(OSError):
             while read():
                 pass
-        except OSError:
-            pass
         log(message)
         release_own()
         os._exit(DRIVER_GONE_EXIT)
@@ -198,15 +163,13 @@ class Watch:
         """A leader closing normally: wait (bounded) for its followers to exit first, so that none
         of them reads the leader's exit as a lost driver."""
         deadline = time.monotonic() + timeout
-        while any(_running(pid) for pid in self.followers.values()) and time.monotonic() < deadline:
+        while any(running(pid) for pid in self.followers.values()) and time.monotonic() < deadline:
             time.sleep(0.05)
 
 
 def join_watch(post: socket.socket, driver: tuple[str, int, str], rank: int, peers: list[dict], log=print) -> Watch:
     """Take this rank's place in the tree from `peers` (every rank's `whoami`, in rank order): the
-    lowest rank of a node leads it (a watch connection to the driver, a pipe for its followers),
-    the others follow it. Returns once this rank is watched; the process exits (status 70) if its
-    leader is already gone."""
+    lowest rank of a node leads it, the others follow. The process exits (70) if its leader is gone."""
     if not (isinstance(peers, list) and len(peers) > rank and all(isinstance(p, dict) for p in peers)):
         raise ValueError(f"rank {rank}: malformed node list from the gather")
     mine = peers[rank].get("node")
@@ -228,23 +191,19 @@ def _hand_off(post: socket.socket, read_end: int, pids: set[int]) -> None:
     """Give the pipe's read end to each follower once; anyone else is closed on sight."""
     deadline = time.monotonic() + HANDOFF_TIMEOUT_S
     try:
-        while pids and (left := deadline - time.monotonic()) > 0:
-            post.settimeout(left)
-            try:
-                conn, _ = post.accept()
-            except socket.timeout:   # not TimeoutError on 3.9
-                break
-            with conn:
+        with suppress(OSError):
+            while pids and (left := deadline - time.monotonic()) > 0:
+                post.settimeout(left)
                 try:
+                    conn, _ = post.accept()
+                except socket.timeout:   # not TimeoutError on 3.9
+                    break
+                with conn, suppress(OSError):
                     pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
                     if pid in pids:
                         conn.settimeout(1.0)
                         socket.send_fds(conn, [b"w"], [read_end])
                         pids.discard(pid)
-                except OSError:
-                    pass
-    except OSError:
-        pass
     finally:
         post.close()
         os.close(read_end)
@@ -254,24 +213,19 @@ def _follow(token: str, rank: int, leader: int, log) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(HANDOFF_TIMEOUT_S)
     fds: list[int] = []
-    try:
+    with sock, suppress(OSError):
         sock.connect(post_name(token, leader))
         fds = socket.recv_fds(sock, 16, 1)[1]
-    except OSError:
-        pass
-    finally:
-        sock.close()
     if not fds:
         log(f"hccl-bench: rank {rank}: its host leader, rank {leader}, is gone; exiting")
         release_own()
         os._exit(DRIVER_GONE_EXIT)
     os.set_inheritable(fds[0], False)
-
     _exit_when_closed(lambda: os.read(fds[0], 1 << 10),
                       f"hccl-bench: rank {rank}: its host leader, rank {leader}, exited; exiting", log, "hccl-bench-follow")
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Alive and not a zombie (a local rank stays one until the driver reaps it)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -287,10 +241,9 @@ class _Pending:
 
 def accept_group(listener: socket.socket, token: str, deadline: float,
                  check: Callable[[], None]) -> tuple[Channel, dict, list[socket.socket]]:
-    """Serve connections until rank 0's hello has arrived and the host leaders' watch connections
-    cover every rank: (control channel, hello, watch sockets). `check` runs between waits (raises if ranks died);
-    TimeoutError at `deadline`. Unauthenticated, slow, oversized or malformed connections are
-    dropped without delaying anyone."""
+    """Serve connections until rank 0's hello has arrived and the host leaders' watches cover every rank:
+    (control channel, hello, watch sockets). `check` runs between waits (raises if ranks died); TimeoutError
+    at `deadline`. Unauthenticated, slow, oversized or malformed connections are dropped at once."""
     prefix = b'{"token":"' + token.encode() + b'",'
     sel = selectors.DefaultSelector()
     listener.setblocking(False)
@@ -353,9 +306,7 @@ def _accept_all(listener, sel, pending, drop) -> None:
     while True:
         try:
             sock, _ = listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:  # EMFILE and the like: serve what is pending, try again on the next wake-up
+        except OSError:  # none left (EAGAIN), or EMFILE and the like: serve what is pending, try again on the next wake-up
             return
         sock.setblocking(False)
         if len(pending) >= MAX_PENDING:

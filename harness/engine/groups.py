@@ -1,8 +1,7 @@
 """Worker groups as the driver sees them: start, send a case, collect, detect hangs and deaths, kill.
 
-One group = N rank processes for one (backend, algorithm environment, world size, launcher).
-Groups are reused across cases with the same key; a group that hung or lost a rank is killed
-and the next case gets a fresh one. Only processes the harness started are ever signalled.
+One group = N rank processes for one GroupKey, reused across cases with that key; a group that hung
+or lost a rank is killed and the next case gets a fresh one. Only processes the harness started are signalled.
 """
 from __future__ import annotations
 
@@ -15,13 +14,14 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from collectives.backends import for_python
 from collectives.backends import info as backend_info
 from harness.engine import launchers
-from harness.engine.control import Channel, ChannelClosed, accept_group, node_key
+from harness.engine.control import Channel, ChannelClosed, accept_group, node_key, running
 from harness.engine.shm import segment_files, shm_mapped, still_mapped
 from harness.engine.worker import CASE_ERROR
 from schema import wire
@@ -30,16 +30,10 @@ from schema.wire import Spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 120.0
-# and per rank: starting an interpreter per rank costs ~0.2 s of CPU each (52 s for 256 MPI ranks,
-# 76 s for 384 on 2 shared cores, scripts/scale_check.py), so a big group on few cores is not a hang
-STARTUP_PER_RANK_S = 0.25
+STARTUP_PER_RANK_S = 0.25     # an interpreter per rank costs ~0.2 s of CPU (docs/clusters.md, "What ranks are given")
 HANG_GRACE_S = 3.0
 _TIMEOUT_MARK = re.compile(r"^Timeout \([0-9:.]+\)!", re.M)
-# glibc raises its mmap threshold as a process frees large blocks, so a library's per-call
-# temporaries (MPICH's recexch all_reduce) cost page faults early in a process and nothing later:
-# recexch/default at 4 MiB measured 2.95x cold and 1.45x pinned (scripts/bare_ab.py, 6 launches).
-# Ranks get the steady state from the start, so no case depends on what ran before it; numpy's
-# BLAS threads, never used by the ranks, would only compete for cores. A user's setting wins.
+# glibc's steady state and no BLAS threads from the start (docs/clusters.md, "What ranks are given"); a user's wins
 RANK_ENV_DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
                      "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
@@ -75,10 +69,9 @@ def _free_port() -> int:
 
 
 def _tail(path: Path, lines: int = 30) -> str:
-    try:
+    with suppress(OSError):
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+    return ""
 
 
 def _exit_text(code: int) -> str:
@@ -91,9 +84,8 @@ def _exit_text(code: int) -> str:
 
 
 def _serve_store(host: str):
-    """A torch.distributed TCPStore served by the driver on `host` (the address every rank already
-    reaches) for a group started by a cluster launcher: mpiexec and srun set no MASTER_ADDR, and
-    rank 0's host is not known before the ranks start."""
+    """A TCPStore the driver serves on `host` (which every rank reaches) for a launcher's torch group:
+    mpiexec and srun set no MASTER_ADDR, and rank 0's host is not known before the ranks start."""
     import datetime
 
     import torch.distributed as dist
@@ -151,14 +143,11 @@ class WorkerGroup:
         with open(self.log_dir / "driver.log", "a") as log:
             log.write(self.startup_line() + "\n")
 
-    def _local_ranks(self) -> list[dict]:
-        """Ranks whose pids mean something here: same kernel, network and pid namespace (a hostname
-        alone is not: cloned machines, containers sharing the host's name)."""
-        here = node_key()
-        return [r for r in self.ranks if r.get("node") == here]
-
     def _our_local_pids(self) -> set[int]:
-        return {r["pid"] for r in self._local_ranks() if _is_our_worker(r["pid"])}
+        """Our workers among the ranks whose pids mean something here: same kernel, network and pid
+        namespace (a hostname alone is not: cloned machines, containers sharing the host's name)."""
+        here = node_key()
+        return {r["pid"] for r in self.ranks if r.get("node") == here and _is_our_worker(r["pid"])}
 
     @property
     def startup_limit_s(self) -> float:
@@ -184,9 +173,7 @@ class WorkerGroup:
                                     log_dir=str(self.log_dir.absolute())).to_env())   # ranks start in the repository
         # the repository first, then the path this group's stack asks for (side B's --ab-source may set or unset it)
         base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), base.get("PYTHONPATH")]))
-        for var, value in RANK_ENV_DEFAULTS.items():
-            base.setdefault(var, value)
-        for var, value in for_python(self.key.backend, self.key.python).rank_env:
+        for var, value in (*RANK_ENV_DEFAULTS.items(), *for_python(self.key.backend, self.key.python).rank_env):
             base.setdefault(var, value)
         return base
 
@@ -223,10 +210,10 @@ class WorkerGroup:
             self._raise_if_dead("before the case started")
             raise
         deadline = time.monotonic() + timeout_s + HANG_GRACE_S
-        msg = None
-        while msg is None:
+        while True:
             try:
                 msg = self.chan.recv(timeout=0.2)
+                break
             except socket.timeout:   # TimeoutError from 3.10 on; on 3.9 an OSError, not one
                 pass
             except (ChannelClosed, OSError):
@@ -235,10 +222,9 @@ class WorkerGroup:
                 logs = self._logs()
                 self.kill()
                 raise RankDied(f"rank 0 closed the control connection\n{logs}") from None
-            if msg is None:
-                self._raise_if_dead("during the case")
-                if time.monotonic() > deadline:
-                    self._hang(spec)
+            self._raise_if_dead("during the case")
+            if time.monotonic() > deadline:
+                self._hang(spec)
         results = msg.get("results")
         if not (isinstance(results, list) and all(isinstance(r, dict) for r in results)):
             self.kill()
@@ -250,12 +236,8 @@ class WorkerGroup:
         return results
 
     def _hang(self, spec: Spec) -> None:
-        stuck = []
-        for path in self.log_dir.glob("rank*.log"):
-            m = re.match(r"rank(\d+)\.log$", path.name)
-            if m and _TIMEOUT_MARK.search(self.since_last_case(path)):
-                stuck.append(int(m.group(1)))
-        stuck.sort()
+        stuck = sorted(int(m.group(1)) for path in self.log_dir.glob("rank*.log")
+                       if (m := re.match(r"rank(\d+)\.log$", path.name)) and _TIMEOUT_MARK.search(self.since_last_case(path)))
         logs = self._logs(stacks_only=True)
         raised = [p.stem for p in sorted(self.log_dir.glob("rank*.log")) if CASE_ERROR in self.since_last_case(p)]
         self.kill()
@@ -266,12 +248,10 @@ class WorkerGroup:
     def since_last_case(self, path: Path) -> str:
         """What `path` gained since mark_logs, read from that byte offset: a case costs what its own
         lines cost, never the whole log (NCCL_DEBUG=INFO adds megabytes a case)."""
-        try:
-            with open(path, "rb") as log:
-                log.seek(self.log_offsets.get(path.name, 0))
-                return log.read().decode(errors="replace")
-        except OSError:
-            return ""
+        with suppress(OSError), open(path, "rb") as log:
+            log.seek(self.log_offsets.get(path.name, 0))
+            return log.read().decode(errors="replace")
+        return ""
 
     def mark_logs(self) -> None:
         """Remember where each log ends (bytes), so a later dump is attributed to the current case only."""
@@ -309,16 +289,12 @@ class WorkerGroup:
     # -- stopping
     def close(self, wait_s: float = 5.0) -> None:
         if self.chan is not None:
-            try:
+            with suppress(OSError):
                 self.chan.send(wire.EXIT)
-            except OSError:
-                pass
         deadline = time.monotonic() + wait_s
         for p in self.procs:
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         self.kill()
 
     def kill(self) -> None:
@@ -335,21 +311,15 @@ class WorkerGroup:
         self.store = None
         for p in self.procs:
             if p.poll() is None:
-                try:
+                with suppress(ProcessLookupError, PermissionError):
                     os.killpg(p.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
         for pid in local:
             if _is_our_worker(pid):
-                try:
+                with suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
         for p in self.procs:
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
         # ranks with no pid here (another network namespace, killed before they said hello) leave
         # theirs unseen: what appeared while the group lived and nobody maps now goes too
         if self.shm_before is not None:
@@ -363,7 +333,7 @@ class WorkerGroup:
         if not left:
             return
         deadline = time.monotonic() + 5
-        while any(_maps_memory(pid) for pid in pids) and time.monotonic() < deadline:
+        while any(running(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
         for path in sorted(left - still_mapped(left)):
             try:
@@ -381,32 +351,20 @@ def open_sockets() -> int:
     """Sockets this process holds (/proc/self/fd entries that are sockets)."""
     count = 0
     for fd in os.listdir("/proc/self/fd"):
-        try:
+        with suppress(OSError):
             count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
     return count
 
 
 def memory_mib() -> tuple[float, float]:
     """This process's resident memory and its peak, MiB (0 where /proc says nothing)."""
     found = {"VmRSS": 0.0, "VmHWM": 0.0}
-    try:
+    with suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/self/status").read_text().splitlines():
             name, _, value = line.partition(":")
             if name in found:
                 found[name] = int(value.split()[0]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
     return found["VmRSS"], found["VmHWM"]
-
-
-def _maps_memory(pid: int) -> bool:
-    """The process exists and is not a zombie (which has already given its memory back)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def _alive(pid: int) -> bool:

@@ -1,8 +1,6 @@
-"""Command lines that start a worker group: local children, the MPI library's mpiexec, or a template.
-
-A template is the cluster's own launcher with ``{nproc}`` (and optionally ``{cmd}``, the worker
-command; appended when absent), e.g. ``mpirun -np {nproc} -hostfile hosts``, ``srun -n {nproc}``,
-``torchrun --nproc-per-node {nproc} --no-python {cmd}``.
+"""Command lines that start a worker group: local children, the MPI library's mpiexec, or a template:
+the cluster's own launcher with ``{nproc}`` and optionally ``{cmd}``, the worker (appended when absent),
+e.g. ``mpirun -np {nproc} -hostfile hosts``, ``torchrun --nproc-per-node {nproc} --no-python {cmd}``.
 """
 from __future__ import annotations
 
@@ -63,12 +61,8 @@ def find_mpiexec(python: str = "") -> str:
 
 
 def local(backend: str, nproc: int, master_port: int, python: str = "", store: Path | None = None) -> LaunchPlan:
-    """Ranks on this machine. MPI ranks get one core each, as mpirun binds by default: unbound, the
-    kernel sometimes woke both ranks of a group onto one core and a 5 us all_reduce took 20-35 us
-    for a whole launch. gloo ranks stay unbound: gloo's I/O thread would share the rank's core
-    (8 B all_reduce 0.81-1.07 ms bound vs 0.35-0.76 ms free). Device backends are left to the launcher.
-    torch backends meet through a FileStore at `store` when given: no TCPStore listening on every
-    interface for a group that never leaves this machine."""
+    """Ranks on this machine: MPI ranks bound one core each, gloo's unbound; torch backends meet
+    through a FileStore at `store` when given (why: docs/clusters.md, "What ranks are given")."""
     declared = for_python(backend, python)   # the flags follow the library build that interpreter loads
     if declared.launcher == "mpiexec":
         return LaunchPlan([[find_mpiexec(python), "-n", str(nproc), *declared.mpiexec_flags(nproc), *worker_cmd(python)]], [{}])

@@ -1,14 +1,10 @@
-"""An MPI library's shared-memory files in /dev/shm: MPI_Finalize removes them, a killed rank (by
-the driver, by hydra when another rank died, by a signal, by the driver's own death) leaves them
-holding memory until the next boot. Ranks unlink MPICH's init segment once all have attached
-(release_attached, harness/engine/worker.py); a rank whose driver vanished unlinks its own before it exits
-(harness/engine/control.py); the driver removes what a killed group still left (harness/engine/groups.py): the
-segments its local ranks mapped, and those made while the group lived that no process maps once it
-is gone (ranks on other network namespaces or killed before they said hello have no pid here)."""
+"""An MPI library's shared-memory files in /dev/shm: MPI_Finalize removes them, a killed rank leaves
+them holding memory until the next boot. Ranks unlink MPICH's init segment once all attached, a rank
+whose driver vanished its own (control.py), the driver what a killed group still left (groups.py)."""
 from __future__ import annotations
 
 import os
-import stat
+from contextlib import suppress
 from pathlib import Path
 
 from collectives.placement import PREFIX as CORE_PAGE
@@ -20,24 +16,24 @@ SHM_PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.", CORE_PAGE)
 
 def segment_files() -> set[str]:
     """This user's MPI shared-memory files in /dev/shm (SHM_PREFIXES), mapped or not."""
-    found: set[str] = set()
     try:
         entries = list(Path("/dev/shm").iterdir())
     except OSError:
-        return found
-    for p in entries:
-        try:
-            if p.name.startswith(SHM_PREFIXES) and p.is_file() and p.lstat().st_uid == os.geteuid():
-                found.add(str(p))
-        except OSError:
-            continue
-    return found
+        return set()
+    return {str(p) for p in entries if p.name.startswith(SHM_PREFIXES) and _ours(p)}
+
+
+def _ours(path: Path) -> bool:
+    """A regular file this user owns."""
+    try:
+        return path.is_file() and path.lstat().st_uid == os.geteuid()
+    except OSError:
+        return False
 
 
 def shm_mapped(pids: set[int]) -> set[str]:
     """The MPI shared-memory segments these processes map: regular files in /dev/shm that this user
-    owns and that an MPI names (SHM_PREFIXES). MPI_Finalize removes them; a killed rank (by us, by
-    hydra when another rank died, by a signal) leaves them holding memory until the next boot."""
+    owns and that an MPI names (SHM_PREFIXES)."""
     found: set[str] = set()
     for pid in pids:
         try:
@@ -48,15 +44,7 @@ def shm_mapped(pids: set[int]) -> set[str]:
             path = line.split(maxsplit=5)[-1]
             if path.startswith("/dev/shm/") and path[len("/dev/shm/"):].startswith(SHM_PREFIXES):
                 found.add(path)
-    owned = set()
-    for path in found:
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
-            owned.add(path)
-    return owned
+    return {path for path in found if _ours(Path(path))}
 
 
 def still_mapped(paths: set[str]) -> set[str]:
@@ -76,14 +64,11 @@ def release_own(prefixes: tuple[str, ...] = SHM_PREFIXES) -> None:
     their mapping; nothing new can attach to it."""
     for path in shm_mapped({os.getpid()}):
         if path[len("/dev/shm/"):].startswith(prefixes):
-            try:
+            with suppress(OSError):
                 os.unlink(path)
-            except OSError:
-                pass
 
 
 def release_attached() -> None:
-    """Once every rank has finished MPI_Init and a collective: MPICH's init segment is mapped by
-    all of its node's ranks (they attach inside MPI_Init), so its name can go now and no later kill
-    leaves it behind (MPICH's finalize does not mind). Open MPI's peers attach lazily: kept."""
+    """Once every rank is past MPI_Init and a collective, all of a node's ranks map MPICH's init segment,
+    so its name can go and no later kill leaves it behind. Open MPI's peers attach lazily: kept."""
     release_own(("mpich_shm_",))

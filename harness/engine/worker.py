@@ -1,9 +1,7 @@
-"""A rank process: ``python -m harness.engine.worker``. Started by the harness or a cluster launcher.
+"""A rank process: ``python -m harness.engine.worker``, started by the harness or a cluster launcher.
 
-Reads its rank from whichever launcher started it, joins the backend's communicator, and serves
-case specs: rank 0 takes them from the driver and fans them out over the side channel; results
-are gathered back to rank 0. Every case arms a faulthandler dump so a hang leaves each stuck
-rank's Python stack in its log.
+Rank 0 takes case specs from the driver and fans them out over the side channel; results are
+gathered back to rank 0. Every case arms a faulthandler dump: a hang leaves each stuck rank's stack in its log.
 """
 from __future__ import annotations
 
@@ -31,10 +29,9 @@ RANK_VARS = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
 
 
 def launcher_rank(env=os.environ) -> tuple[int, int, int]:
-    """(rank, world size, local rank) from torchrun/local, Open MPI, MPICH/Hydra, PMIx or Slurm.
-    The first launcher whose rank is set names the rank; a size or local rank it does not set comes
-    from the next that does: `srun --mpi=pmi2` sets PMI_RANK and PMI_SIZE but no MPI_LOCALRANKID
-    (that is Hydra's), and without SLURM_LOCALID every rank of a node took device 0."""
+    """(rank, world size, local rank) from torchrun/local, Open MPI, MPICH/Hydra, PMIx or Slurm: the first
+    launcher whose rank is set names the rank, the next that sets them its size and local rank (`srun
+    --mpi=pmi2` sets PMI_RANK but no MPI_LOCALRANKID; without SLURM_LOCALID every rank took device 0)."""
     def first(names) -> str | None:
         return next((env[n] for n in names if env.get(n)), None)
     at = next((i for i, (rank_var, _, _) in enumerate(RANK_VARS) if rank_var in env), None)
@@ -60,8 +57,7 @@ FAULT_MODES = ("hang", "die", "corrupt", "slow")
 
 
 def fault_names(spec: Spec) -> set[str]:
-    """What NAME in HCCL_BENCH_FAULT may call a case: its op (all_reduce, ...), its bench (linear,
-    pipeline, overlap, bucket, compress) or its TP block (linear, mlp): Spec.fault_names."""
+    """What NAME in HCCL_BENCH_FAULT may call a case (its op, bench or TP block): Spec.fault_names."""
     return spec.fault_names()
 
 
@@ -77,14 +73,9 @@ def _slow_factor(fault: str, parts: list[str]) -> float:
 
 
 def _inject_fault(spec: Spec, rank: int) -> Spec:
-    """Test hook, the only reader of HCCL_BENCH_FAULT='MODE:RANK:NAME': on that rank, for a case
-    NAME names (fault_names), hang makes it hang, die makes it exit, corrupt returns the spec with
-    corrupt=True, which makes the case's check change one element of this rank's result
-    (collectives.rank_tasks.corrupt_one) so that it must report #wrong > 0. 'slow:RANK:NAME:FACTOR'
-    returns the spec with plan["slow"] = FACTOR: the rank's timed rounds take FACTOR times as long
-    (collectives.timing.slowed_round), a known effect for measuring power; for the doctor's arrival
-    test (NAME doctor) the rank's work before each collective takes FACTOR times as long: a slow rank
-    made without CPU contention. Other cases: the spec."""
+    """Test hook, the only reader of HCCL_BENCH_FAULT='MODE:RANK:NAME' (docs/faults.md): on that rank,
+    for a case NAME names (fault_names), hang, die, or the spec with corrupt=True or, for slow, the
+    factor in its plan (the doctor's arrival test: its `slow`). Other cases: the spec."""
     fault = os.environ.get("HCCL_BENCH_FAULT", "")
     if not fault:
         return spec
@@ -119,10 +110,9 @@ def _inject_fault(spec: Spec, rank: int) -> Spec:
 
 
 def _rank_halves() -> dict[type[Spec], tuple[str, str]]:
-    """The rank half of each spec type: the bench kinds' (kinds.KINDS), the A/B steps' and the doctor's,
-    as (module, class) with run(backend, spec) and begin(backend, spec), imported when its first spec
-    arrives (torch only for a layer case). Kinds that share a spec type must share its rank half: a
-    second one would silently take over the first's specs, so it is an error here."""
+    """The rank half of each spec type (kinds.KINDS', the A/B steps', the doctor's) as (module, class),
+    imported when its first spec arrives. A second rank half for one spec type would silently take
+    over the first's specs, so it is an error here."""
     halves: dict[type[Spec], tuple[str, str]] = {wire.Step: ("collectives.timing", "StepRank"),
                                                  wire.DoctorSpec: ("collectives.doctor_tasks", "DoctorRank"),
                                                  wire.DoctorSkewSpec: ("collectives.doctor_tasks", "DoctorRank")}
@@ -148,9 +138,8 @@ _LIBC = ctypes.CDLL(None)
 
 
 def _timed_between(backend, spec: Spec, cores, served: int) -> dict:
-    """run_case; for a collective case with ranks 0 and 1 on one node (`cores`, a placement.CorePair),
-    their cores' round trip before and after it goes with the result (collectives/placement.py).
-    The probes' ids come from `served` (the messages this group served: every rank counts the same)."""
+    """run_case, with ranks 0 and 1's cores' round trip (`cores`, a placement.CorePair) before and after a
+    collective case; the probes' ids come from `served` (the messages this group served, on every rank)."""
     if cores is None or spec.begins or not any(k.sized and isinstance(spec, k.spec_types) for k in KINDS):
         return run_case(backend, spec)
     before = cores.round_trip_ns(2 * served)
@@ -199,10 +188,9 @@ def main() -> ExitCode:
     if launch.log_dir:
         _redirect_output(launch.log_dir, rank)
     faulthandler.enable()
-    backend_name = launch.backend
     from collectives import backends
     from harness.provenance import adapter_env
-    backend = backends.create(backend_name, rank, world, local_rank)
+    backend = backends.create(launch.backend, rank, world, local_rank)
     from harness.engine import control, shm
     info = {"rank": backend.rank, "host": socket.gethostname(), "node": control.node_key(), "pid": os.getpid(),
             "local_rank": local_rank, "device": backend.device.name(),
@@ -218,9 +206,7 @@ def main() -> ExitCode:
     from collectives import placement
     cores = placement.open_pair(backend, [p["node"] for p in peers], [p["machine"] for p in peers])
     ranks = backend.gather_json(info)
-    chan = None
-    if backend.rank == 0:
-        chan = control.connect(*driver, {"world": backend.world, "ranks": ranks})
+    chan = control.connect(*driver, {"world": backend.world, "ranks": ranks}) if backend.rank == 0 else None
     serve(backend, chan, cores)
     if cores is not None:
         cores.close()
