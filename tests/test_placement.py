@@ -139,7 +139,9 @@ def test_a_probe_one_side_missed_does_not_shift_the_next(monkeypatch):
     for fd in (gave_up_r, gave_up_w, result_r, result_w):
         os.close(fd)
     assert missed is None and pair.gave_up == 1
-    assert mine is not None and theirs is not None and 10 < mine < 1e6 and 10 < theirs < 1e6
+    # a value, not a speed: under load a round trip took 2.3 ms here (a 1 ms bound failed twice), so the
+    # bound only says it is a measured time, well under the 60 s give-up
+    assert mine is not None and theirs is not None and 10 < mine < 1e9 and 10 < theirs < 1e9
 
 
 RANKS = """
