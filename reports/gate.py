@@ -124,7 +124,7 @@ def judge_history(runs: list[Run], calibration: Optional[Calibration] = None, mi
             earlier, line = same_night(recorded[0])
             if earlier is not None:
                 confirmed, unexplained = confirm_with_ab(hist, earlier, at)
-                prefix += (f"# same-night A/B of {run.label} ({run.started[:16]}): confirmed {confirmed} of the "
+                prefix += (f"# same-night A/B of {summary.night(run)}: confirmed {confirmed} of the "
                            f"{len(earlier.cells)} cells it measured; {unexplained} regressed cells the stacks ran alike\n")
             else:
                 prefix += line

@@ -16,7 +16,7 @@ from reports.canary import figure
 from reports.change_points import MIN_RUNS, MIN_SEGMENT
 from reports.compare import Comparison, SizeRange
 from reports.estimators import describe
-from reports.history import MACHINE_ALPHA, MACHINE_MIN_EFFECT, MACHINE_NIGHTS, History
+from reports.history import MACHINE_ALPHA, MACHINE_MIN_EFFECT, MACHINE_NIGHTS, History, night
 from schema.calibration import Calibration
 from schema.judgement import (
     IMPROVEMENT,
@@ -34,7 +34,7 @@ from schema.judgement import (
     Verdict,
     VerdictKind,
 )
-from schema.results import Run, Series, key_order
+from schema.results import Series, key_order
 
 MARKDOWN_LIMIT = 60_000   # GitHub comments stop at 65,536 characters
 VERDICTS = (REGRESSION, IMPROVEMENT, SUSPECTED_REGRESSION, SUSPECTED_IMPROVEMENT, NO_CHANGE, INCONCLUSIVE)   # a compare's counts
@@ -271,7 +271,7 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
             at = r.since
             why = next((c.note for c in hist.judged.cells if c.series == r.series and r.first <= c.size <= r.last
                         and c.outcome.machine), "")
-            lines.append(f"{range_text(r)} since {runs[at].label} ({runs[at].started[:16]})" + (f": {why}" if why else ""))
+            lines.append(f"{range_text(r)} since {night(runs[at])}" + (f": {why}" if why else ""))
             if at not in changed_at:
                 changed_at.append(at)
         if lines:
@@ -321,11 +321,6 @@ def history_headline(hist: History) -> str:
         return (f"machine improvement (does not fail the job): {len(machine)} size ranges {why} ({steps}), first: "
                 f"{range_text(machine[0])}; no software regression")
     return headline(hist.judged)
-
-
-def night(run: Run) -> str:
-    """A history's run as its lines name it: its label and when it started."""
-    return f"{run.label} ({run.started[:16]})"
 
 
 def canary_lines(hist: History, where: bool = True) -> list[str]:
