@@ -392,13 +392,10 @@ def stack_kept(runs: list[Run], first: int, last: int, declared: bool) -> bool:
     """Nothing recorded (versions, environment) differs between any run from `first` to `last` and run
     `last`; with `declared`, every run after `first` also said its --previous-stack changed nothing."""
     newest = run_provenance(runs[last])
-    for i in range(first, last + 1):
-        options = runs[i].meta.options
-        if declared and i > first and (options is None or not options.previous_stack or options.previous_differs is not False):
-            return False
-        if provenance_diff([run_provenance(runs[i]), newest]):
-            return False
-    return True
+    options = [runs[i].meta.options for i in range(first + 1, last + 1)] if declared else []
+    if any(o is None or not o.previous_stack or o.previous_differs is not False for o in options):
+        return False
+    return not any(provenance_diff([run_provenance(runs[i]), newest]) for i in range(first, last + 1))
 
 
 SAME_NIGHT = "same_night_ab.json"   # in a run's folder: the same-night A/B against the previous stack (--previous-stack)

@@ -78,6 +78,11 @@ def range_lines(cmp: Comparison, kind: VerdictKind) -> list[str]:
     return [range_text(r) for r in cmp.ranges.get(kind, [])]
 
 
+def section_lines(sections: list[tuple[str, list[str]]]) -> list[str]:
+    """Each (label, lines) as 'label:' and its lines indented under it."""
+    return [part for label, lines in sections for part in [f"{label}:", *(f"  {line}" for line in lines)]]
+
+
 def counted(cells, kinds: tuple[VerdictKind, ...]) -> str:
     """'N regression, N improvement, ...': the cells of each kind, in the order given."""
     counts = Counter(c.outcome.kind for c in cells)
@@ -167,10 +172,7 @@ def text(cmp: Comparison) -> str:
     if cmp.calibration:
         out.append(f"# {cmp.calibration}")
     out += [f"# {line}" for line in detectable_lines(cmp)]
-    for label, verdict in SECTIONS:
-        lines = range_lines(cmp, verdict)
-        if lines:
-            out += [f"{label}:"] + [f"  {line}" for line in lines]
+    out += section_lines([(label, lines) for label, verdict in SECTIONS if (lines := range_lines(cmp, verdict))])
     if cmp.inconclusive:
         out += [f"# INCONCLUSIVE: {cmp.inconclusive} cells lack the evidence to say no change. Not a pass: add launches",
                 "#   (--repeat, --ab-until-decided), or accept them with --inconclusive pass"]
@@ -197,11 +199,8 @@ def markdown(cmp: Comparison) -> str:
     if cmp.budget:
         head += ["", md(budget_text(cmp.budget).capitalize())]
     head += [f"\n{md(line[:1].upper() + line[1:])}" for line in [*cmp.placement, *cmp.cpu_wait]]
-    body = []
-    for label, verdict in SECTIONS:
-        lines = range_lines(cmp, verdict)
-        if lines:
-            body += ["", f"**{label[0].upper() + label[1:].lower()}**", ""] + [f"- {md(line)}" for line in lines]
+    body = [part for label, verdict in SECTIONS if (lines := range_lines(cmp, verdict))
+            for part in ["", f"**{label[0].upper() + label[1:].lower()}**", "", *(f"- {md(line)}" for line in lines)]]
     if settle := settle_command(cmp):
         body += ["", f"To settle the suspected cells, run for both stacks: `{settle}`"]
     return _within_limit("\n".join(head + body), "truncated; see the HTML report")
@@ -284,10 +283,8 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
         sections.append(("machine steps below the machine-alert rule (inconclusive, no alert: a step that held "
                          f"{MACHINE_NIGHTS} nights, >= {MACHINE_MIN_EFFECT:.0%}, past what its nights could have seen, "
                          f"p x cells < {MACHINE_ALPHA:g}, a neighbouring size alike)", quiet))
-    for kind in (SUSPECTED_REGRESSION, SUSPECTED_IMPROVEMENT):
-        lines = range_lines(hist.suspected, kind)
-        if lines:
-            sections.append((f"{kind.text()}s in the newest run alone (the next run or a same-day A/B confirms)", lines))
+    sections += [(f"{kind.text()}s in the newest run alone (the next run or a same-day A/B confirms)", lines)
+                 for kind in (SUSPECTED_REGRESSION, SUSPECTED_IMPROVEMENT) if (lines := range_lines(hist.suspected, kind))]
     renamed = [f"{word} {runs[at].label}: {series.label()}" for word, changes in (("began in", hist.began),
                ("ended after", hist.ended)) for series, at in sorted(changes.items(), key=lambda kv: (kv[1], kv[0].sort_key()))]
     if renamed:
@@ -314,12 +311,9 @@ def history_headline(hist: History) -> str:
     why = " or ".join(dict.fromkeys(what for what, _ in reasons))
     if hist.regressed:
         return headline(hist.judged) + (f" (and {len(machine)} size ranges {why}: the machine)" if machine else "")
-    if hist.machine_regressed:
-        return (f"MACHINE CHANGED: {len(machine)} size ranges {why} ({steps}), first: "
-                f"{range_text(machine[0])}; no software regression")
     if machine:   # faster only: reported, never a failed job
-        return (f"machine improvement (does not fail the job): {len(machine)} size ranges {why} ({steps}), first: "
-                f"{range_text(machine[0])}; no software regression")
+        what = "MACHINE CHANGED" if hist.machine_regressed else "machine improvement (does not fail the job)"
+        return f"{what}: {len(machine)} size ranges {why} ({steps}), first: {range_text(machine[0])}; no software regression"
     return headline(hist.judged)
 
 
@@ -392,8 +386,7 @@ def history_text(hist: History) -> str:
         out.append(f"# {hist.judged.calibration}")
     out += [f"# {line}" for line in [history_budget(hist), *history_detectable_lines(hist), *canary_lines(hist, where=False)]]
     out += [part for line in [*placement_lines(hist), *hist.cpu_wait] for part in comment(line)]
-    for label, lines in sections:
-        out += [f"{label}:"] + [f"  {line}" for line in lines]
+    out += section_lines(sections)
     out += [f"# {line}" for line in what]
     return "\n".join(out)
 
