@@ -54,15 +54,13 @@ def sequential_budget(base: Run, cand: Run) -> int:
 
 def recorded_estimator(run: Run) -> str:
     """The --estimator a run was made with (what its session judged by), else the default."""
-    options = run.meta.options
-    value = options.estimator if options is not None else None
+    value = getattr(run.meta.options, "estimator", None)
     return value if value in ESTIMATORS else DEFAULT_ESTIMATOR
 
 
 def recorded_min_effect(run: Run) -> float:
     """The --min-effect a run was made with (what its session judged by), else the default."""
-    options = run.meta.options
-    value = options.min_effect if options is not None else None
+    value = getattr(run.meta.options, "min_effect", None)
     return float(value) if value is not None and 0 < value < 1 else DEFAULT_MIN_EFFECT
 
 
