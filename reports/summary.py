@@ -178,9 +178,9 @@ def text(cmp: Comparison) -> str:
                 "#   (--repeat, --ab-until-decided), or accept them with --inconclusive pass"]
     if settle := settle_command(cmp):
         wrapped = textwrap.wrap(settle, 100, break_long_words=False, break_on_hyphens=False)
-        out += ["# to settle the suspected cells, run for both stacks and compare those runs:"]
-        out += [f"#   {part}" + (" \\" if i < len(wrapped) - 1 else "") for i, part in enumerate(wrapped)]
-        out += ["#   (or add --repeat 6 --ab-env VAR=VALUE / --ab-source OTHER/set_env.sh: one interleaved A/B)"]
+        out += ["# to settle the suspected cells, run for both stacks and compare those runs:",
+                "#   " + " \\\n#   ".join(wrapped),
+                "#   (or add --repeat 6 --ab-env VAR=VALUE / --ab-source OTHER/set_env.sh: one interleaved A/B)"]
     if isolated := sum(c.isolated for c in cmp.cells):
         out.append(f"# {isolated} isolated cells left inconclusive (no neighbouring size agreed)")
     if cmp.only_base or cmp.only_cand:
@@ -267,12 +267,10 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
                         (f"{STANDING_IMPROVEMENT.text()}s", STANDING_IMPROVEMENT)):
         lines = []
         for r in hist.judged.ranges.get(kind, []):
-            at = r.since
             why = next((c.note for c in hist.judged.cells if c.series == r.series and r.first <= c.size <= r.last
                         and c.outcome.machine), "")
-            lines.append(f"{range_text(r)} since {night(runs[at])}" + (f": {why}" if why else ""))
-            if at not in changed_at:
-                changed_at.append(at)
+            lines.append(f"{range_text(r)} since {night(runs[r.since])}" + (f": {why}" if why else ""))
+            changed_at.append(r.since)
         if lines:
             sections.append((label, lines))
     quiet = [f"{c.series.label()} {format_size(c.size)}: {hist.below_alert[c.key]}" for c in hist.judged.cells
@@ -293,7 +291,7 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
     what = [f"what changed from {runs[at - 1].label} to {runs[at].label}: "
             + ("; ".join(f"{k}: {' -> '.join(v)}" for k, v in diff) if (diff := hist.changes.get(at, [])) else
                "nothing recorded (same versions and environment): the machine's state, or something not recorded")
-            for at in changed_at]
+            for at in dict.fromkeys(changed_at)]
     headline = (f"{len(runs)} runs {runs[0].started[:10]}..{runs[-1].started[:10]}; a change needs "
                 f"{MIN_SEGMENT} runs at its level, counts if it began in the last {hist.window}")
     return headline, sections, what
