@@ -319,6 +319,14 @@ def fdr(cells: list[CellResult]) -> None:
             c.q = float(q)
 
 
+def by_series(cells: list[CellResult]) -> list[list[CellResult]]:
+    """The cells of each series (first seen first), by size."""
+    groups: dict[Series, list[CellResult]] = defaultdict(list)
+    for c in cells:
+        groups[c.series].append(c)
+    return [sorted(group, key=lambda c: c.size) for group in groups.values()]
+
+
 def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellResult] | None = None,
                     cause: Cause = Cause.BASELINE) -> None:
     """Each cell's verdict at level `alpha`, resting on `cause` (the cells' samples against a
@@ -339,18 +347,13 @@ def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellRes
         else:
             c.outcome = undecided
     # neighbouring sizes must lean the same way, or a lone cell stays inconclusive
-    by_series: dict[Series, list[CellResult]] = defaultdict(list)
-    for c in [*cells, *(settled or [])]:
-        by_series[c.series].append(c)
     judged = {id(c) for c in cells}
-    for series in by_series.values():
-        series.sort(key=lambda c: c.size)
+    for series in by_series([*cells, *(settled or [])]):
         for i, c in enumerate(series):
             if id(c) not in judged or c.outcome.direction not in CHANGES or len(series) == 1:
                 continue
             worse = c.outcome.direction is Direction.REGRESSION
-            neighbours = series[max(0, i - 1):i] + series[i + 1:i + 2]
-            leaning = [nb for nb in neighbours
+            leaning = [nb for nb in series[max(0, i - 1):i] + series[i + 1:i + 2]
                        if (nb.ratio > 1 + nb.min_effect / 2 if worse else nb.ratio < 1 / (1 + nb.min_effect / 2))]
             if not leaning:
                 c.note = f"isolated {c.outcome.direction.value}: no neighbouring size agrees"
@@ -365,18 +368,16 @@ def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellRes
 def conclude(cmp: Comparison) -> Comparison:
     """The lines people read, made once from the final verdicts: each kind's size ranges and, per
     backend and size band, the median change its cells could have seen. Call it again after a verdict changes."""
-    by_series: dict[Series, list[CellResult]] = defaultdict(list)
     groups: dict[str, list[CellResult]] = defaultdict(list)
     for c in cmp.cells:
-        by_series[c.series].append(c)
         groups[band_key(c.series, c.size) if sized(c.series) else f"{c.series.backend} {c.series.kind}"].append(c)
     cmp.ranges = defaultdict(list)
-    for series, cells in by_series.items():
-        cells.sort(key=lambda c: c.size)
+    for cells in by_series(cmp.cells):
         for kind, group in groupby(cells, key=lambda c: c.outcome.kind):
             run = list(group)
             ratio, low, high = np.exp(np.log([[r.ratio, r.low, r.high] for r in run]).mean(axis=0)).tolist()
-            cmp.ranges[kind].append(SizeRange(series, run[0].size, run[-1].size, len(run), ratio, low, high, run[0].samples))
+            first, last = run[0], run[-1]
+            cmp.ranges[kind].append(SizeRange(first.series, first.size, last.size, len(run), ratio, low, high, first.samples))
     cmp.bands = [Band(key, min(c.size for c in cells), max(c.size for c in cells), len(cells),
                       median([c.detectable for c in cells]), cells[0].series.kind, sized(cells[0].series))
                  for key, cells in groups.items()]

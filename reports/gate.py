@@ -54,15 +54,13 @@ def sequential_budget(base: Run, cand: Run) -> int:
 
 def recorded_estimator(run: Run) -> str:
     """The --estimator a run was made with (what its session judged by), else the default."""
-    options = run.meta.options
-    value = options.estimator if options is not None else None
+    value = getattr(run.meta.options, "estimator", None)
     return value if value in ESTIMATORS else DEFAULT_ESTIMATOR
 
 
 def recorded_min_effect(run: Run) -> float:
     """The --min-effect a run was made with (what its session judged by), else the default."""
-    options = run.meta.options
-    value = options.min_effect if options is not None else None
+    value = getattr(run.meta.options, "min_effect", None)
     return float(value) if value is not None and 0 < value < 1 else DEFAULT_MIN_EFFECT
 
 
@@ -124,7 +122,7 @@ def judge_history(runs: list[Run], calibration: Optional[Calibration] = None, mi
             earlier, line = same_night(recorded[0])
             if earlier is not None:
                 confirmed, unexplained = confirm_with_ab(hist, earlier, at)
-                prefix += (f"# same-night A/B of {run.label} ({run.started[:16]}): confirmed {confirmed} of the "
+                prefix += (f"# same-night A/B of {summary.night(run)}: confirmed {confirmed} of the "
                            f"{len(earlier.cells)} cells it measured; {unexplained} regressed cells the stacks ran alike\n")
             else:
                 prefix += line

@@ -3,17 +3,18 @@ Comparing runs; the method, the canary and the machine-alert rule: docs/statisti
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from reports import compare
 from reports.canary import CanaryView, coinciding
 from reports.canary import judge as judge_canary
 from reports.change_points import MIN_RUNS, MIN_SEGMENT, change_points
-from reports.compare import ALPHA, CellResult, Comparison, assign_verdicts, band_key, budget, conclude, cpu_wait_lines, fdr
+from reports.compare import ALPHA, CellResult, Comparison, assign_verdicts, band_key, by_series, conclude, fdr
 from reports.estimators import launch_value
 from reports.placement import Placement
 from reports.placement import of as placements
@@ -105,6 +106,11 @@ def departs(c: CellResult, p: float, alpha: float = ALPHA) -> bool:
     """The newest night off its level: p below alpha, past the minimum effect, its interval on one side of 1."""
     worse = c.ratio > 1
     return p < alpha and max(c.ratio, 1 / c.ratio) > 1 + c.min_effect and (c.low > 1 if worse else c.high < 1)
+
+
+def night(run: Run) -> str:
+    """A history's run as its lines name it: its label and when it started."""
+    return f"{run.label} ({run.started[:16]})"
 
 
 def platform(run: Run) -> dict:
@@ -244,7 +250,7 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
             hist.suspected.cells.append(CellResult(key, cell.series, cell.size, ratio, low, high,
                                                    float(2 * sps.t.sf(abs(shift) / sd, dof)), samples=Samples.NEWEST_RUN,
                                                    min_effect=effect, outcome=NEWEST_UNDECIDED))
-    hist.budget, hist.cpu_wait = budget(*runs), cpu_wait_lines(runs)
+    hist.budget, hist.cpu_wait = compare.budget(*runs), compare.cpu_wait_lines(runs)
     fdr(hist.judged.cells)
     fdr(hist.suspected.cells)
     assign_verdicts(hist.judged.cells, alpha, cause=Cause.HISTORY)
@@ -257,14 +263,13 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
         elif mine.at < len(runs) - window:
             c.outcome = replace(c.outcome, standing=True)
         elif step := coinciding(hist.canary, mine.at, worse=c.ratio > 1):
-            c.outcome, c.note = replace(c.outcome, cause=Cause.CANARY), step.text(
-                f"{runs[step.at].label} ({runs[step.at].started[:16]})")
+            c.outcome, c.note = replace(c.outcome, cause=Cause.CANARY), step.text(night(runs[step.at]))
         elif stack_kept(runs, mine.level_from, mine.level_to, declared=True):
             first, last = runs[mine.level_from], runs[mine.level_to]
             since = "every night since" if mine.level_to == len(runs) - 1 else \
-                f"every night to {last.label} ({last.started[:16]}), {MIN_SEGMENT} after the step began,"
+                f"every night to {night(last)}, {MIN_SEGMENT} after the step began,"
             c.outcome, c.note = replace(c.outcome, cause=Cause.KEPT_STACK), (
-                f"the stack stayed that of {first.label} ({first.started[:16]}): {since} ran the stack of the "
+                f"the stack stayed that of {night(first)}: {since} ran the stack of the "
                 "night before (its --previous-stack changed nothing) and nothing recorded changed: not the software stack")
     for c in hist.suspected.cells:
         if departs(c, c.q, alpha):
@@ -316,11 +321,7 @@ def alert_rule(hist: History, alpha: float = MACHINE_ALPHA) -> None:
         elif c.p * len(cells) >= alpha:
             why[id(c)] = f"p {c.p:.2g} x {len(cells)} cells of the sweep is not below {alpha:g}"
     passes = lambda c: c.outcome.machine and c.outcome.direction in CHANGES and id(c) not in why  # noqa: E731
-    by_series: dict[Series, list[CellResult]] = defaultdict(list)
-    for c in cells:
-        by_series[c.series].append(c)
-    for series in by_series.values():   # neighbours as assign_verdicts has them: the series' judged sizes
-        series.sort(key=lambda c: c.size)
+    for series in by_series(cells):   # neighbours as assign_verdicts has them: the series' judged sizes
         lone = [c for i, c in enumerate(series) if passes(c) and not any(
             passes(nb) and nb.outcome.direction is c.outcome.direction for nb in series[max(0, i - 1):i] + series[i + 1:i + 2])]
         for c in lone:
@@ -391,13 +392,10 @@ def stack_kept(runs: list[Run], first: int, last: int, declared: bool) -> bool:
     """Nothing recorded (versions, environment) differs between any run from `first` to `last` and run
     `last`; with `declared`, every run after `first` also said its --previous-stack changed nothing."""
     newest = run_provenance(runs[last])
-    for i in range(first, last + 1):
-        options = runs[i].meta.options
-        if declared and i > first and (options is None or not options.previous_stack or options.previous_differs is not False):
-            return False
-        if provenance_diff([run_provenance(runs[i]), newest]):
-            return False
-    return True
+    options = [runs[i].meta.options for i in range(first + 1, last + 1)] if declared else []
+    if any(o is None or not o.previous_stack or o.previous_differs is not False for o in options):
+        return False
+    return not any(provenance_diff([run_provenance(runs[i]), newest]) for i in range(first, last + 1))
 
 
 SAME_NIGHT = "same_night_ab.json"   # in a run's folder: the same-night A/B against the previous stack (--previous-stack)

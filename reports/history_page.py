@@ -44,9 +44,7 @@ def _figure(hist: History, r: SizeRange) -> str:
     if at >= 0:
         ax.axvline(at - 0.5, color="r", lw=1)
         ax.annotate(f"change: {runs[at].label}", (at - 0.5, ax.get_ylim()[1]), fontsize=7, color="r", va="top")
-    ax.set_yscale("log")
-    ax.set_xlabel("run (oldest first)")
-    ax.set_ylabel("time (us)")
+    ax.set(yscale="log", xlabel="run (oldest first)", ylabel="time (us)")
     ticks = [run.started[5:16].replace("T", " ") or str(i) for i, run in enumerate(runs)]
     ax.set_xticks(range(len(runs)), ticks, fontsize=6, rotation=90)
     ax.grid(alpha=0.3)
@@ -66,8 +64,8 @@ def _canary_figure(hist: History) -> str:
         ax.plot([idx[k] for k in noisy], rel[noisy], "x", color="r", ms=8)
         for step in (s for s in hist.canary.steps if s.workload == name):
             ax.axvline(step.at - 0.5, color=line.get_color(), ls="--", lw=1)
-    ax.set_xlabel("run (oldest first); red x: noisy night, left out; dashed: a step of the machine")
-    ax.set_ylabel("time / its median")
+    ax.set(xlabel="run (oldest first); red x: noisy night, left out; dashed: a step of the machine",
+           ylabel="time / its median")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return figure_png(fig)

@@ -48,11 +48,8 @@ def fit(runs: list[Run]) -> dict[tuple[str, str], Fit]:
             link = "intra-host" if link_class(row.hosts) == "intra-host" else "inter-host"   # mixed: the ring crosses hosts
             points.setdefault((row.op, link), []).append((steps, share * cell.size, cell.pooled_s))
     fits = {}
-    for (op, link), pts in points.items():
-        a = np.array(pts)
-        if len(pts) < 3:
-            continue
-        alpha, beta = relative_fit(a[:, :2], a[:, 2])
+    for (op, link), pts in ((key, np.array(v)) for key, v in points.items() if len(v) >= 3):
+        alpha, beta = relative_fit(pts[:, :2], pts[:, 2])
         fits[(op, link)] = Fit(op, link, max(float(alpha), 0.0), max(float(beta), 0.0), len(pts))
     if not fits:
         raise ResultError(f"no {', '.join(OPS[:-1])} or {OPS[-1]} cells with hosts recorded (3 sizes or more per op) to fit")
@@ -84,8 +81,7 @@ def against(predicted: list[dict], measured: Run) -> dict[str, float]:
     for row in predicted:
         t = times.get((row["op"], row["size"]))
         if t:
-            row["measured_us"] = t
-            row["error"] = row["ring_us"] / t - 1
+            row.update(measured_us=t, error=row["ring_us"] / t - 1)
             errors.setdefault(row["op"], []).append(abs(row["error"]))
     return {op: median(list(e)) for op, e in errors.items()}
 

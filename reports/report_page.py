@@ -128,9 +128,8 @@ def _sweep_figure(runs: list[Run], members: list[Series], names: list[str],
         ax2.plot(*predicted, ls="--", color="k", lw=1, label="predicted (ring, alpha-beta)")
     for ax, ylabel in ((ax1, "busbw (GB/s, 1e9), log"), (ax2, "time (us), log")):
         _size_axis(ax)
-        ax.set_yscale("log")
+        ax.set(yscale="log", ylabel=ylabel)
         ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
     handles, labels = ax1.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)) or 1, fontsize=7, frameon=False)
@@ -171,11 +170,9 @@ def _ratio_figure(comparisons, members: list[Series]) -> str | None:
         return None
     ax.axhline(1.0, color="k", lw=0.8)
     _size_axis(ax)
-    ax.set_yscale("log")
-    ax.set_ylim(lo_lim * 0.9, hi_lim * 1.1)
+    ax.set(yscale="log", ylim=(lo_lim * 0.9, hi_lim * 1.1), ylabel="time ratio vs first (95% CI), log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if round(y, 2) in (0.5, 2.0, 3.0) else ""))
-    ax.set_ylabel("time ratio vs first (95% CI), log")
     ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.32), frameon=False)
     ax.grid(alpha=0.3, which="both")
     return figure_png(fig)
@@ -278,9 +275,7 @@ def _algo_figures(run: Run) -> list[dict]:
             ax.annotate(f"crossover {format_size(cross)}", (cross, ax.get_ylim()[1]), fontsize=7, color="r",
                         va="top", ha="left")
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("size (bytes)")
-        ax.set_ylabel("time (us)")
+        ax.set(yscale="log", xlabel="size (bytes)", ylabel="time (us)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
         title = f"{run.label}: {key.op} {key.dtype} {key.backend}"
@@ -338,8 +333,7 @@ def _heatmap_figure(row: results.Row, title: str) -> str:
         ax.set_yticks(range(0, len(view.kept), step),
                       [f"{r} {view.where(r)}" if r in view.places else str(r) for r in view.kept[::step]], fontsize=6)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("round")
-    ax.set_ylabel("rank (host/local rank)")
+    ax.set(xlabel="round", ylabel="rank (host/local rank)")
     fig.colorbar(image, ax=ax, label="per-op time (us)")
     ax.set_title(title, fontsize=8)
     fig.tight_layout()
@@ -395,11 +389,8 @@ def _sentence(cmp) -> str:
 
 def _worst(cells: list[Cell], shown: list[Metric]) -> list[str]:
     """Each shown metric's worst value over a series' sizes (each size pooled over its launches)."""
-    out = []
-    for m in shown:
-        values = [v for c in cells if (v := c.pooled(m.name)) is not None]
-        out.append(m.text((max if m.better == "lower" else min)(values) if values else None))
-    return out
+    values = [(m, [v for c in cells if (v := c.pooled(m.name)) is not None]) for m in shown]
+    return [m.text((max if m.better == "lower" else min)(vs) if vs else None) for m, vs in values]
 
 
 def _fmt(value, spec: str) -> str:
@@ -458,13 +449,12 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                           "peak_at": format_size(st["peak_at"]), "alpha": _fmt(st["alpha_us"], ".2f"),
                           "bw": _fmt(st["bandwidth_gbps"], ".3f"), "r2": _fmt(st["r2"], ".3f")})
     last = comparisons[-1][1] if comparisons else None
-    sample_kinds = sorted({c.samples for c in last.cells}) if last else []
+    judged = {} if last is None else {   # the template shows none of these without a comparison
+        "verdict": summary.text(last), "sentence": _sentence(last), "ranges": _verdict_rows(last),
+        "detectable": summary.detectable_lines(last), "mismatch": last.mismatch,
+        "samples_note": "samples: " + ", ".join(sampled) if (sampled := sorted({c.samples for c in last.cells})) else ""}
     layouts = [", ".join(sorted({layout(c.row.hosts) for c in r.cells.values()})) for r in runs]
-    html = PAGE.render(runs=runs, names=names, layouts=layouts, verdict=summary.text(last) if last else "",
-                       sentence=_sentence(last) if last else "", ranges=_verdict_rows(last) if last else [],
-                       detectable=summary.detectable_lines(last) if last else [],
-                       samples_note="samples: " + ", ".join(sample_kinds) if sample_kinds else "",
-                       mismatch=last.mismatch if last else [],
+    html = PAGE.render(runs=runs, names=names, layouts=layouts, **judged,
                        prov_diff=provenance_diff.provenance_diff([provenance_diff.run_provenance(r) for r in runs]),
                        stats=stats, metric_heads=[f"worst {m.heading}" for m in shown], sweeps=sweeps,
                        algos=[f for r in runs for f in _algo_figures(r)], kind_sections=_kind_sections(runs, names),
@@ -472,10 +462,9 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                        named_over=NAMED_RANKS_OVER, heatmaps=heatmaps,
                        field_note=sorted({limits for r in runs if (limits := r.meta.field_limits)}))
     (out_dir / "report.html").write_text(html)
-    md = [f"## hccl-bench report: {summary.md(', '.join(r.label for r in runs))}", ""]
-    md += [summary.markdown(last)] if last else ["(one run: no comparison)"]
-    md_text = "\n".join(md)[:summary.MARKDOWN_LIMIT]
-    (out_dir / "summary.md").write_text(md_text + "\n")
+    md = f"## hccl-bench report: {summary.md(', '.join(r.label for r in runs))}\n\n" + (
+        summary.markdown(last) if last else "(one run: no comparison)")
+    (out_dir / "summary.md").write_text(md[:summary.MARKDOWN_LIMIT] + "\n")
     return {"html": str(out_dir / "report.html"), "markdown": str(out_dir / "summary.md"),
             "figures": html.count("data:image/png"),
             "regressed": bool(last and last.regressed), "field_points": sum(drawn),

@@ -16,7 +16,7 @@ from reports.canary import figure
 from reports.change_points import MIN_RUNS, MIN_SEGMENT
 from reports.compare import Comparison, SizeRange
 from reports.estimators import describe
-from reports.history import MACHINE_ALPHA, MACHINE_MIN_EFFECT, MACHINE_NIGHTS, History
+from reports.history import MACHINE_ALPHA, MACHINE_MIN_EFFECT, MACHINE_NIGHTS, History, night
 from schema.calibration import Calibration
 from schema.judgement import (
     IMPROVEMENT,
@@ -34,7 +34,7 @@ from schema.judgement import (
     Verdict,
     VerdictKind,
 )
-from schema.results import Run, Series, key_order
+from schema.results import Series, key_order
 
 MARKDOWN_LIMIT = 60_000   # GitHub comments stop at 65,536 characters
 VERDICTS = (REGRESSION, IMPROVEMENT, SUSPECTED_REGRESSION, SUSPECTED_IMPROVEMENT, NO_CHANGE, INCONCLUSIVE)   # a compare's counts
@@ -76,6 +76,11 @@ def range_text(r: SizeRange) -> str:
 
 def range_lines(cmp: Comparison, kind: VerdictKind) -> list[str]:
     return [range_text(r) for r in cmp.ranges.get(kind, [])]
+
+
+def section_lines(sections: list[tuple[str, list[str]]]) -> list[str]:
+    """Each (label, lines) as 'label:' and its lines indented under it."""
+    return [part for label, lines in sections for part in [f"{label}:", *(f"  {line}" for line in lines)]]
 
 
 def counted(cells, kinds: tuple[VerdictKind, ...]) -> str:
@@ -167,18 +172,15 @@ def text(cmp: Comparison) -> str:
     if cmp.calibration:
         out.append(f"# {cmp.calibration}")
     out += [f"# {line}" for line in detectable_lines(cmp)]
-    for label, verdict in SECTIONS:
-        lines = range_lines(cmp, verdict)
-        if lines:
-            out += [f"{label}:"] + [f"  {line}" for line in lines]
+    out += section_lines([(label, lines) for label, verdict in SECTIONS if (lines := range_lines(cmp, verdict))])
     if cmp.inconclusive:
         out += [f"# INCONCLUSIVE: {cmp.inconclusive} cells lack the evidence to say no change. Not a pass: add launches",
                 "#   (--repeat, --ab-until-decided), or accept them with --inconclusive pass"]
     if settle := settle_command(cmp):
         wrapped = textwrap.wrap(settle, 100, break_long_words=False, break_on_hyphens=False)
-        out += ["# to settle the suspected cells, run for both stacks and compare those runs:"]
-        out += [f"#   {part}" + (" \\" if i < len(wrapped) - 1 else "") for i, part in enumerate(wrapped)]
-        out += ["#   (or add --repeat 6 --ab-env VAR=VALUE / --ab-source OTHER/set_env.sh: one interleaved A/B)"]
+        out += ["# to settle the suspected cells, run for both stacks and compare those runs:",
+                "#   " + " \\\n#   ".join(wrapped),
+                "#   (or add --repeat 6 --ab-env VAR=VALUE / --ab-source OTHER/set_env.sh: one interleaved A/B)"]
     if isolated := sum(c.isolated for c in cmp.cells):
         out.append(f"# {isolated} isolated cells left inconclusive (no neighbouring size agreed)")
     if cmp.only_base or cmp.only_cand:
@@ -197,11 +199,8 @@ def markdown(cmp: Comparison) -> str:
     if cmp.budget:
         head += ["", md(budget_text(cmp.budget).capitalize())]
     head += [f"\n{md(line[:1].upper() + line[1:])}" for line in [*cmp.placement, *cmp.cpu_wait]]
-    body = []
-    for label, verdict in SECTIONS:
-        lines = range_lines(cmp, verdict)
-        if lines:
-            body += ["", f"**{label[0].upper() + label[1:].lower()}**", ""] + [f"- {md(line)}" for line in lines]
+    body = [part for label, verdict in SECTIONS if (lines := range_lines(cmp, verdict))
+            for part in ["", f"**{label[0].upper() + label[1:].lower()}**", "", *(f"- {md(line)}" for line in lines)]]
     if settle := settle_command(cmp):
         body += ["", f"To settle the suspected cells, run for both stacks: `{settle}`"]
     return _within_limit("\n".join(head + body), "truncated; see the HTML report")
@@ -268,12 +267,10 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
                         (f"{STANDING_IMPROVEMENT.text()}s", STANDING_IMPROVEMENT)):
         lines = []
         for r in hist.judged.ranges.get(kind, []):
-            at = r.since
             why = next((c.note for c in hist.judged.cells if c.series == r.series and r.first <= c.size <= r.last
                         and c.outcome.machine), "")
-            lines.append(f"{range_text(r)} since {runs[at].label} ({runs[at].started[:16]})" + (f": {why}" if why else ""))
-            if at not in changed_at:
-                changed_at.append(at)
+            lines.append(f"{range_text(r)} since {night(runs[r.since])}" + (f": {why}" if why else ""))
+            changed_at.append(r.since)
         if lines:
             sections.append((label, lines))
     quiet = [f"{c.series.label()} {format_size(c.size)}: {hist.below_alert[c.key]}" for c in hist.judged.cells
@@ -284,10 +281,8 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
         sections.append(("machine steps below the machine-alert rule (inconclusive, no alert: a step that held "
                          f"{MACHINE_NIGHTS} nights, >= {MACHINE_MIN_EFFECT:.0%}, past what its nights could have seen, "
                          f"p x cells < {MACHINE_ALPHA:g}, a neighbouring size alike)", quiet))
-    for kind in (SUSPECTED_REGRESSION, SUSPECTED_IMPROVEMENT):
-        lines = range_lines(hist.suspected, kind)
-        if lines:
-            sections.append((f"{kind.text()}s in the newest run alone (the next run or a same-day A/B confirms)", lines))
+    sections += [(f"{kind.text()}s in the newest run alone (the next run or a same-day A/B confirms)", lines)
+                 for kind in (SUSPECTED_REGRESSION, SUSPECTED_IMPROVEMENT) if (lines := range_lines(hist.suspected, kind))]
     renamed = [f"{word} {runs[at].label}: {series.label()}" for word, changes in (("began in", hist.began),
                ("ended after", hist.ended)) for series, at in sorted(changes.items(), key=lambda kv: (kv[1], kv[0].sort_key()))]
     if renamed:
@@ -296,7 +291,7 @@ def _history_lines(hist: History) -> tuple[str, list[tuple[str, list[str]]], lis
     what = [f"what changed from {runs[at - 1].label} to {runs[at].label}: "
             + ("; ".join(f"{k}: {' -> '.join(v)}" for k, v in diff) if (diff := hist.changes.get(at, [])) else
                "nothing recorded (same versions and environment): the machine's state, or something not recorded")
-            for at in changed_at]
+            for at in dict.fromkeys(changed_at)]
     headline = (f"{len(runs)} runs {runs[0].started[:10]}..{runs[-1].started[:10]}; a change needs "
                 f"{MIN_SEGMENT} runs at its level, counts if it began in the last {hist.window}")
     return headline, sections, what
@@ -314,18 +309,10 @@ def history_headline(hist: History) -> str:
     why = " or ".join(dict.fromkeys(what for what, _ in reasons))
     if hist.regressed:
         return headline(hist.judged) + (f" (and {len(machine)} size ranges {why}: the machine)" if machine else "")
-    if hist.machine_regressed:
-        return (f"MACHINE CHANGED: {len(machine)} size ranges {why} ({steps}), first: "
-                f"{range_text(machine[0])}; no software regression")
     if machine:   # faster only: reported, never a failed job
-        return (f"machine improvement (does not fail the job): {len(machine)} size ranges {why} ({steps}), first: "
-                f"{range_text(machine[0])}; no software regression")
+        what = "MACHINE CHANGED" if hist.machine_regressed else "machine improvement (does not fail the job)"
+        return f"{what}: {len(machine)} size ranges {why} ({steps}), first: {range_text(machine[0])}; no software regression"
     return headline(hist.judged)
-
-
-def night(run: Run) -> str:
-    """A history's run as its lines name it: its label and when it started."""
-    return f"{run.label} ({run.started[:16]})"
 
 
 def canary_lines(hist: History, where: bool = True) -> list[str]:
@@ -397,8 +384,7 @@ def history_text(hist: History) -> str:
         out.append(f"# {hist.judged.calibration}")
     out += [f"# {line}" for line in [history_budget(hist), *history_detectable_lines(hist), *canary_lines(hist, where=False)]]
     out += [part for line in [*placement_lines(hist), *hist.cpu_wait] for part in comment(line)]
-    for label, lines in sections:
-        out += [f"{label}:"] + [f"  {line}" for line in lines]
+    out += section_lines(sections)
     out += [f"# {line}" for line in what]
     return "\n".join(out)
 
