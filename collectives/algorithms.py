@@ -62,12 +62,11 @@ def forced_for_op(var: str, value: str, op) -> str:
     NCCL_ALGO's per-op form 'allreduce:tree;allgather:pat' (NCCL >= 2.24, names as NCCL's ncclFuncStr,
     any case) and HCCL_ALGO's 'allreduce=level0:NA;level1:ring/allgather=...' name their ops; the plain
     forms ('Tree', 'level0:NA;level1:ring') apply to every collective. Other variables are per op already."""
-    if var == "NCCL_ALGO" and ":" in value:
-        parts = {k.strip().lower(): v.strip() for k, _, v in (p.partition(":") for p in value.split(";"))}
-        return parts.get(op.log.nccl_func.lower(), "") if op.log.nccl_func else ""
-    if var == "HCCL_ALGO" and "=" in value:
-        parts = {k.strip().lower(): v.strip() for k, _, v in (p.partition("=") for p in value.split("/"))}
-        return parts.get(HCCL_OPS[op.name].lower(), "") if op.name in HCCL_OPS else ""
+    per_op = {"NCCL_ALGO": (":", ";", op.log.nccl_func), "HCCL_ALGO": ("=", "/", HCCL_OPS.get(op.name, ""))}
+    if var in per_op and per_op[var][0] in value:
+        sep, joiner, name = per_op[var]
+        parts = {k.strip().lower(): v.strip() for k, _, v in (p.partition(sep) for p in value.split(joiner))}
+        return parts.get(name.lower(), "") if name else ""
     return value
 
 

@@ -237,10 +237,8 @@ def graph_unsupported(kind: str, env: Mapping[str, str] | None = None) -> str:
 def preload_mpi_library() -> None:
     """Load the MPI library (without MPI_Init) if mpi4py is installed. MPICH's library replaces the
     process's SIGHUP handler when it loads, so the driver loads it before installing its own."""
-    try:
+    with contextlib.suppress(ImportError, RuntimeError):   # no MPI here: the mpi backend's probe says so if asked for
         unstarted_mpi()
-    except (ImportError, RuntimeError):
-        return   # no MPI here: nothing to load; the mpi backend's probe says so if it is asked for
 
 
 def unstarted_mpi():

@@ -125,8 +125,7 @@ def rings(backend, spec: DoctorSpec) -> dict:
     no barrier inside (a ring runs at its slowest member's pace), and 8 bytes go `small_reps` laps around
     it, all rings at once. Per round: (ring, neighbours, ns per pass over the neighbours, ns per lap)."""
     def ring_of(groups: list[list[int]]) -> list[int] | None:
-        ring = next((g for g in groups if backend.rank in g), None)
-        return None if ring is None or len(ring) < 2 else ring
+        return next((g for g in groups if backend.rank in g and len(g) >= 2), None)   # the rings are disjoint
 
     def exchanges(ring: list[int], big, small) -> dict:
         steps = ring_steps(ring, backend.rank)

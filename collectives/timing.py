@@ -217,22 +217,10 @@ def measure(loops: list[Callable[[int], None]], backend, plan: Plan) -> tuple[Ca
 
 def begin(loops: list[Callable[[int], None]], finish: Callable, backend, plan: Plan) -> None:
     """Round-interleaved A/B: warm up now and keep the loops, so the driver can alternate single rounds
-    of two worker groups milliseconds apart; `end` then returns what LoopRank.run would."""
+    of two worker groups milliseconds apart; StepRank's "end" then returns what LoopRank.run would."""
     if getattr(backend, "prepared", None):   # a begun case that never ended (its A/B failed): its clock's files
         backend.prepared.clock.close()
     backend.prepared = Rounds(loops, backend, plan, finish)
-
-
-def time_round(backend) -> dict:
-    """One round of every prepared loop, in `measure`'s order; the times stay here until `end`."""
-    backend.prepared.round()
-    return {}
-
-
-def end(backend):
-    rounds, backend.prepared = backend.prepared, None
-    waits = rounds.close()
-    return with_calibration(rounds.finish(rounds.cal.k, rounds.times), rounds.cal, waits)
 
 
 def with_calibration(result, cal, waits: list[int] | None = None):
@@ -262,7 +250,12 @@ class StepRank:
 
     @staticmethod
     def run(backend, spec):
-        return time_round(backend) if spec.kind == "round" else end(backend)
+        if spec.kind == "round":   # one round of every prepared loop, in `measure`'s order; the times stay here
+            backend.prepared.round()
+            return {}
+        rounds, backend.prepared = backend.prepared, None
+        waits = rounds.close()
+        return with_calibration(rounds.finish(rounds.cal.k, rounds.times), rounds.cal, waits)
 
 
 def repeat(call: Callable[[], object]) -> Callable[[int], None]:

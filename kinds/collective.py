@@ -339,17 +339,20 @@ def slowest_rank_lines(rows: list[CollectiveRow]) -> list[str]:
             view = r.ranks()
         except ValueError:
             continue
-        if not out:
-            out = ["", f"# slowest ranks (groups of more than {NAMED_RANKS_OVER} ranks): rank host/local-rank, median "
-                       "per-op time (us), x the group's median",
-                   f"#{'op':>14} {'back':>5} {'size':>7} {'place':>5} {'L':>3} {'group(us)':>9}  slowest"]
         group = view.group_median_us
         named = "; ".join(f"{rank} {view.where(rank)} {view.median_us(rank):.2f}"
                           + (f" {view.median_us(rank) / group:.2f}x" if group > 0 else "")
                           for rank in view.slowest(SLOWEST_SHOWN))
         out.append(f" {r.op:>14} {r.backend[:5]:>5} {format_size(r.bytes):>7} {'ip' if r.inplace else 'oop':>5} "
                    f"{r.launch:>3} {group:>9.2f}  {named}" + (f"  {r.side}" if r.side else ""))
-    return out
+    return _titled(out, f"# slowest ranks (groups of more than {NAMED_RANKS_OVER} ranks): rank host/local-rank, "
+                        "median per-op time (us), x the group's median",
+                   f"#{'op':>14} {'back':>5} {'size':>7} {'place':>5} {'L':>3} {'group(us)':>9}  slowest")
+
+
+def _titled(lines: list[str], *header: str) -> list[str]:
+    """A section of the table: a blank line and `header` above `lines`, or nothing where there are none."""
+    return ["", *header, *lines] if lines else []
 
 
 HOST_COST_MAX_BYTES = 1 << 20   # "small sizes": where a call's host launch cost can be most of an eager round
@@ -366,15 +369,13 @@ def host_cost_lines(rows: list[CollectiveRow]) -> list[str]:
     for key, by_mode in sorted(times.items(), key=lambda kv: (str(kv[0][:-1]), kv[0][-1])):
         if not (by_mode.get(False) and by_mode.get(True)):
             continue
-        if not out:
-            out = ["", "# host cost per call: eager time - graph-captured time (the same call replayed from a device graph)",
-                   f"#{'op':>14} {'backend':>8} {'dtype':>9} {'size':>10} {'place':>5} {'eager(us)':>10} "
-                   f"{'graph(us)':>10} {'host(us)':>9}"]
         backend, _, op, dtype, _, inplace, _, side, _, size = key
         eager, graph = median(by_mode[False]), median(by_mode[True])
         out.append(f" {op:>14} {backend:>8} {dtype:>9} {format_size(size):>10} {'ip' if inplace else 'oop':>5} "
                    f"{eager:>10.2f} {graph:>10.2f} {eager - graph:>9.2f}" + (f"  {side_role(side)}" if side else ""))
-    return out
+    return _titled(out, "# host cost per call: eager time - graph-captured time (the same call replayed from a device graph)",
+                   f"#{'op':>14} {'backend':>8} {'dtype':>9} {'size':>10} {'place':>5} {'eager(us)':>10} "
+                   f"{'graph(us)':>10} {'host(us)':>9}")
 
 
 def _ab_ratios(rows: list[CollectiveRow]) -> list[str]:
@@ -388,15 +389,13 @@ def _ab_ratios(rows: list[CollectiveRow]) -> list[str]:
     for key, by_launch in sorted(pairs.items(), key=lambda kv: (str(kv[0][:-1]), kv[0][-1])):
         ratios = [p["B"] / p["A"] for p in by_launch.values() if p.get("A") and p.get("B")]
         if ratios:
-            if not out:
-                out = ["", "# A/B: time B (candidate) / time A (baseline) per interleaved pair (launch), median; > 1: B slower",
-                       f"#{'op':>14} {'backend':>8} {'algo':>8} {'size':>10} {'place':>5} {'median':>7}  per pair"]
             backend, algo, op, _, _, inplace, graph, size = key
             algo = f"{algo[:6]}+g" if graph else algo
             each = " ".join(f"{x:.2f}" for x in ratios[:8]) + (" ..." if len(ratios) > 8 else "")
             out.append(f" {op:>14} {backend:>8} {algo[:8]:>8} {format_size(size):>10} {'ip' if inplace else 'oop':>5} "
                        f"{median(ratios):>7.3f}  {each}")
-    return out
+    return _titled(out, "# A/B: time B (candidate) / time A (baseline) per interleaved pair (launch), median; > 1: B slower",
+                   f"#{'op':>14} {'backend':>8} {'algo':>8} {'size':>10} {'place':>5} {'median':>7}  per pair")
 
 
 def peak_order(row: CollectiveRow) -> tuple[float, float]:

@@ -417,8 +417,7 @@ class Cell:
     @property
     def launch_spread(self) -> float:
         """How far launches disagree: slowest / fastest per-launch median (1.0 for one launch)."""
-        medians = self.launch_medians
-        return max(medians) / min(medians)
+        return max(self.launch_medians) / min(self.launch_medians)
 
 
 @dataclass

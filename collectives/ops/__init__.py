@@ -28,10 +28,6 @@ def by_log_name(name: str, inspector: bool = False) -> str | None:
     """Our op for nccl-tests' / hccl_test's stem (``all_reduce``, ``allreduce``) or NCCL's ``AllReduce``
     (underscores and case ignored); with `inspector`, NCCL Inspector's exact "coll" values (``All2All``)."""
     key = name.replace("_", "").lower()
-    for op in OPS.values():
-        if inspector:
-            if name in op.log.inspector:
-                return op.name
-        elif key in {n.replace("_", "").lower() for n in (op.log.nccl_tests, op.log.nccl_func) if n}:
-            return op.name
-    return None
+    return next((op.name for op in OPS.values()
+                 if (name in op.log.inspector if inspector
+                     else key in {n.replace("_", "").lower() for n in (op.log.nccl_tests, op.log.nccl_func) if n})), None)

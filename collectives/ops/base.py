@@ -172,9 +172,7 @@ class Pattern:
         if self.redop in ("max", "min"):
             up = 1.0 if self.redop == "max" else -1.0
             if self.dtype in UNSIGNED:   # no negatives: the root 0 below a max of 1, 1 above a min of 0
-                b = np.where(r % 2 == 1, 1.0, 0.0) if up > 0 else np.where(r % 2 == 1, 0.0, 1.0)
-                b[0] = 0.0 if up > 0 else 1.0
-                return b
+                return np.where((r % 2 == 1) == (up > 0), 1.0, 0.0)
             b = np.where(r % 2 == 1, up, 0.0)
             b[0] = -up
             return b
