@@ -69,17 +69,14 @@ def pytest_generate_tests(metafunc):
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: record only what this session runs
 def pytest_collection_modifyitems(session, config, items):
     bench = config.stash[_SESSION]
-    if bench.opts.only_cases:   # --cases: exactly these, every launch and side of each
-        wanted = set(bench.opts.only_cases)
-        other = [item for item in items if ordering.base_id(item) not in wanted]
-        if other:
-            config.hook.pytest_deselected(items=other)
-            items[:] = [item for item in items if ordering.base_id(item) in wanted]
-    if not config.getoption("harness_benches"):   # the harness's own speed checks stay out of a user's sweep
-        own = [item for item in items if item.get_closest_marker("harness_bench")]
-        if own:
-            config.hook.pytest_deselected(items=own)
-            items[:] = [item for item in items if not item.get_closest_marker("harness_bench")]
+    wanted = set(bench.opts.only_cases)   # --cases: exactly these, every launch and side of each
+    own = not config.getoption("harness_benches")   # the harness's own speed checks stay out of a user's sweep
+
+    def dropped(item) -> bool:
+        return bool((wanted and ordering.base_id(item) not in wanted) or (own and item.get_closest_marker("harness_bench")))
+    if out := [item for item in items if dropped(item)]:
+        config.hook.pytest_deselected(items=out)
+        items[:] = [item for item in items if not dropped(item)]
     if any("bench_session" in getattr(item, "fixturenames", ()) for item in items):
         try:
             files.check_writable(bench.opts.results)   # before any rank starts, like every option
@@ -87,9 +84,9 @@ def pytest_collection_modifyitems(session, config, items):
             pytest.exit(f"hccl-bench: {exc}", returncode=ExitCode.BAD_OPTION)
     where = {item.nodeid: w for item in items if (w := ordering.where_of(item)) is not None}
     if where:
-        progress = Progress(where, {item.nodeid: ordering.launch_of(item, bench.opts) for item in items}, bench)
+        progress = Progress(where, {item.nodeid: ordering.launch_of(item) for item in items}, bench)
         _RUNNING["progress"] = (progress, config.pluginmanager.get_plugin("terminalreporter"))
-    ordering.sort(items, bench.opts)
+    ordering.sort(items)
     for case_id, reason in ordering.skipped(items, bench.opts.repeat):   # skipped cases and why go into results.json too
         bench.skip(case_id, reason)
 

@@ -58,8 +58,7 @@ class BenchSession:
 
     @functools.cached_property
     def canary(self) -> dict | None:
-        """A timed single-stack sweep measures the canary once, as its run folder is made
-        (harness/session/canary.py): a history tells a machine's change from the stack's by it."""
+        """Measured once as a timed single-stack sweep's run folder is made (canary.py)."""
         if not self.opts.benchmark or self.opts.two_sides:
             return None
         from harness.session import canary
@@ -67,8 +66,8 @@ class BenchSession:
 
     @functools.cached_property
     def canary_spanning(self) -> dict | None:
-        """The canary measured again once the sweep has run, joined to the first (harness/session/canary.py,
-        spanning); an interrupted session keeps the first alone rather than spend time on it."""
+        """The canary measured again after the sweep, joined to the first (canary.spanning); an
+        interrupted session keeps the first alone."""
         if self.canary is None or self.interrupted is not None:
             return self.canary
         from harness.session import canary
@@ -100,18 +99,21 @@ class BenchSession:
             self.store.append({"group": {group.log_dir.name: self.groups[group.log_dir.name]}})
         return results, info
 
-    def look(self, launches: int) -> list[str]:
-        """--ab-until-decided: before launch `launches` starts, replay the looks the launches so far
-        allow (side B against side A); a new look's progress line is returned. Cells decided are
-        not measured again."""
+    def _so_far(self, *sides: str) -> tuple[list[Row], list]:
+        """The cell rows measured so far, and each of `sides` of them as a run a verdict reads."""
         from reports.result_files import run_from_rows
+        rows: list[Row] = [r for kind in kinds.KINDS if kind.cells for r in kinds.rows_of(kind, self.rows)]
+        meta = RunMeta.of({"options": asdict(self.opts)})
+        return rows, [run_from_rows(rows, side, str(self.run_dir), meta) for side in sides]
+
+    def look(self, launches: int) -> list[str]:
+        """--ab-until-decided: before launch `launches`, replay the looks the launches so far allow
+        (B against A); returns a new look's progress line. Cells decided are not measured again."""
         from reports.sequential import planned_looks, run_looks  # scipy: loaded only when a look is due
         self.looked = launches
         if launches not in planned_looks(self.opts.repeat):
             return []
-        rows: list[Row] = [r for kind in kinds.KINDS if kind.cells for r in kinds.rows_of(kind, self.rows)]
-        meta = RunMeta.of({"options": asdict(self.opts)})
-        base, cand = (run_from_rows(rows, side, str(self.run_dir), meta) for side in "AB")
+        base, cand = self._so_far("A", "B")[1]
         if not (set(base.cells) & set(cand.cells)):
             return []
         self.sequential = run_looks(base, cand, self.opts.repeat, min_effect=self.opts.min_effect,
@@ -124,18 +126,15 @@ class BenchSession:
         return self.sequential.progress[-1:]
 
     def top_up(self, launch: int) -> list[str]:
-        """--top-up: before launch `launch` (at or past --repeat), which cells still have fewer than
-        --repeat launches with ranks 0 and 1's cores in the history's usual placement (reports/placement.py);
-        only those run in it. The history is this --results folder's runs and this session's rows so far."""
+        """--top-up: before launch `launch` (at or past --repeat), the cells still short of --repeat launches in
+        the usual placement (reports/placement.py), judged on this --results folder and the rows so far."""
         from reports.history import load_runs, run_folders
         from reports.placement import TopUp, top_up
-        from reports.result_files import run_from_rows
         from schema.results import ResultError
         self.topped = launch
         if self._top_up is not None and (self._top_up.stopped or not self._top_up.short):
             return []   # stopped, or no cell was short: nothing ran since
-        rows: list[Row] = [r for kind in kinds.KINDS if kind.cells for r in kinds.rows_of(kind, self.rows)]
-        tonight = run_from_rows(rows, "", str(self.run_dir), RunMeta.of({"options": asdict(self.opts)}))
+        rows, (tonight,) = self._so_far("")
         try:
             if self._earlier is None:   # read once: the earlier nights do not change during the session
                 here = self.run_dir.resolve()
@@ -158,8 +157,7 @@ class BenchSession:
                 f"launches with ranks 0 and 1's cores {found.usual} (their usual placement); only they run"]
 
     def decided(self, case: Case) -> str:
-        """Why a sequential A/B needs no more launches of this case, or a --top-up launch does not
-        need it ('' while it is undecided, or short of launches in the usual placement)."""
+        """Why a sequential A/B or a --top-up launch needs this case no more ('' while it does)."""
         kind = kinds.of_case(case)
         if case.launch >= self.opts.repeat and kind.cells:   # a --top-up launch
             if self.topped != case.launch:
@@ -183,8 +181,8 @@ class BenchSession:
             pytest.fail(f"{case.id}: its A/B partner failed: {exc}", pytrace=False)
 
     def run(self, case: Case):
-        """Run one case of any kind: its spec to its group, its ranks' results into its row, the row
-        kept (the tables, results.json) and written to cases.jsonl at once; the bench gets the row."""
+        """Run one case of any kind: its spec to its group, its results into its row, kept and written to
+        cases.jsonl at once; the bench gets the row."""
         kind = kinds.of_case(case)
         results, info = self._measure(case, lambda c: {"id": c.id, "what": kind.what(c)}, kind.spec(case, self.opts))
         row = kind.row(case, self.opts, Ran(results, info["hosts"], self._places(case), lambda: self._rank0_log(case)))
