@@ -1,8 +1,5 @@
 """The bench kinds, one module each: a new kind is its module (exposing KIND) and one line in _MODULES.
-
-Everything that iterates kinds (the pytest plugin's parametrisation, the session's run, the
-worker's rank halves, the run's tables, the cell a case will be) reads KINDS and asks the kind;
-no module outside a kind's own knows what a kind holds."""
+Everything that iterates kinds reads KINDS and asks the kind; no other module knows what a kind holds."""
 from __future__ import annotations
 
 import importlib

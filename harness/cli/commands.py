@@ -62,15 +62,12 @@ def run_calibrate(args) -> ExitCode:
     return ExitCode.OK
 
 
-def _say_notes(run):
-    """What a run's reader must know (rebuilt from cases.jsonl, incomplete, failed), once on stderr."""
+def _load(path: str, side: str = ""):
+    """A run, and what its reader must know (rebuilt from cases.jsonl, incomplete, failed) once on stderr."""
+    run = load(path, side=side)
     for note in run.notes:
         print(f"# note: {note}", file=sys.stderr)
     return run
-
-
-def _load(path: str, side: str = ""):
-    return _say_notes(load(path, side=side))
 
 
 def _named(runs: list, labels: list[str] | None) -> list:
@@ -145,7 +142,7 @@ def run_history(args) -> ExitCode:
     short = too_few(runs, ab=bool(args.ab))
     for line in skipped:
         print(f"# skipped: {line}")
-    for note in (note for run in runs for note in run.notes):   # as _say_notes, every run's
+    for note in (note for run in runs for note in run.notes):   # as _load, every run's
         print(f"# note: {note}", file=sys.stderr)
     if short:
         print(short + ("; no history page written" if args.report else ""))

@@ -12,11 +12,8 @@ from kinds.options import Options
 
 
 def benchmark_session(config):
-    """pytest-benchmark's BenchmarkSession, or None without the plugin (-p no:benchmark). It offers
-    no public accessor: since 3.x it registers the session as the plugin named "pytest-benchmark"
-    (checked in 3.4.1, 4.0.0, 5.0.0 to 5.3.1), so pluggy's public get_plugin finds it instead of the
-    private `config._benchmarksession`. What we use of it (`benchmarks`, `get_machine_info`, `quiet`)
-    is what its own hooks pass to `pytest_benchmark_generate_json`; this is the one place to mend."""
+    """pytest-benchmark's BenchmarkSession, or None without the plugin (-p no:benchmark); the one place
+    to mend if it moves (docs/options.md, pytest-benchmark's session)."""
     return config.pluginmanager.get_plugin("pytest-benchmark")
 
 

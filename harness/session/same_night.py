@@ -1,11 +1,6 @@
-"""--previous-stack: an upgrade night settled the same night. The night's cells are measured
-again by a child session (a real `python -m pytest` of the same benches and options) as a sequential
-interleaved A/B, this stack (side A, the environment as it is) against the previous one (side B:
---ab-source SCRIPT, or HCCL_BENCH_PYTHON=PYTHON), into the same --results folder; the newest run's
-folder records it (reports/history.py, SAME_NIGHT), so every later `hccl-bench history` reads it.
-The child's own run records its direction (hccl_bench.baseline_side "B": its side B, the previous
-stack, is the baseline), so `compare RUN --ab`, `report RUN --ab`, `table RUN --ab` and `export` on
-that folder alone judge previous -> this, as the history does (reports/result_files.py load)."""
+"""--previous-stack: an upgrade night settled the same night by a child session's sequential A/B of
+this stack (side A) against the previous one (side B), into the same --results folder
+(docs/options.md, The same night)."""
 from __future__ import annotations
 
 import json
@@ -118,9 +113,8 @@ def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
 
 
 def mark_direction(folder: Path) -> None:
-    """The child ran this stack (the candidate) as side A: its results.json records that its baseline
-    is side B, and its table.txt is written again as every reader now reads it (side A the previous
-    stack, B/A = this / previous). A file that cannot be read is left as it is (the caller reports the child)."""
+    """The child ran this stack (the candidate) as side A: its results.json records side B as its baseline
+    and its table.txt is rewritten to match; an unreadable file is left as it is."""
     import kinds
     from reports import table
     from reports.result_files import load

@@ -22,13 +22,9 @@ UNUSABLE = ExitCode.BAD_OPTION
 
 def judge(bench: BenchSession) -> ExitCode | None:
     """Every gate the options ask for, appended to bench.verdicts; the session's exit status if one fails."""
-    gates: list[GateResult] = []
-    if bench.opts.ab_until_decided:
-        gates.append(judge_sequential_ab(bench))
-    if bench.opts.baseline:
-        gates.append(compare_with_baseline(bench))
-    if bench.opts.history:
-        gates.append(judge_history(bench))
+    asked = ((bench.opts.ab_until_decided, judge_sequential_ab), (bench.opts.baseline, compare_with_baseline),
+             (bench.opts.history, judge_history))
+    gates = [judged(bench) for on, judged in asked if on]
     bench.verdicts += gates
     codes = [g.exit for g in gates if g.fail]
     if not codes:
@@ -105,13 +101,8 @@ def judge_history(bench: BenchSession) -> GateResult:
 
 
 def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) -> tuple[str, Judgement]:
-    """--previous-stack: this run's cells A/B-tested against the previous stack by a child session
-    (harness/session/same_night.py), then the history judged again with it (the record it leaves in this
-    run's folder is what the judgement reads); the text says what it did. When the previous stack is
-    another one (the night of an upgrade) every cell is measured: the history's night-to-night noise
-    may hide a 25% change that the interleaved launches resolve. When it is this one, nothing runs:
-    an A/A of one stack says nothing of a software change, and the run's recorded options say the
-    stack was kept (reports/history.py stack_kept)."""
+    """--previous-stack: every cell of this run A/B-tested against a differing previous stack by a child
+    session (same_night.py), then the history judged again with its record (docs/options.md, The same night)."""
     from harness.session import same_night
     from reports.gate import judge_history as judge_runs
     newest = max(runs, key=lambda r: r.started)

@@ -1,7 +1,5 @@
-"""The world the ranks will form: which backends --backend auto means on this machine, each one's
-device probe, the default --nproc, and the layer benches' degrees against the world size. Its own
-module because it is what `prepare` asks the machine, apart from parsing; parse checks the world
-too when --nproc is given."""
+"""The world the ranks will form, as `prepare` asks this machine: which backends --backend auto means,
+their device probes, the default --nproc, and the layer benches' degrees against the world size."""
 from __future__ import annotations
 
 import importlib.util
@@ -45,8 +43,7 @@ def settle(o: Options) -> None:
 
 
 def check_world(o: Options) -> None:
-    """The layer benches' degrees and shapes against the world size --nproc: each constraint is
-    checked here, before any rank starts."""
+    """The layer benches' degrees and shapes against the world size --nproc, before any rank starts."""
     valid = [(t, p) for t in o.tp for p in o.pp if o.nproc % (t * p) == 0]
     if not valid:
         raise OptionError(f"no tp x pp x dp equals the world size {o.nproc}: tp in {o.tp}, pp in {o.pp} "
