@@ -109,8 +109,7 @@ def run_compare(args) -> ExitCode:
     base, cand = _pair(args, args.base, args.cand, "compare takes BASE CAND, or one interleaved --ab-env run with --ab")
     cal = calibration.read(args.calibration) if args.calibration else None
     t0 = time.perf_counter()
-    judgement = judge_pair(base, cand, calibration=cal, min_effect=args.min_effect, force=args.force,
-                           estimator=args.estimator)
+    judgement = judge_pair(base, cand, calibration=cal, min_effect=args.min_effect, force=args.force, estimator=args.estimator)
     if judgement.refused:
         return fail(judgement.refused)
     print(judgement.text)

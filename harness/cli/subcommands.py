@@ -92,18 +92,15 @@ ARGUMENTS: dict[str, list[tuple[tuple[str, ...], dict]]] = {
         _arg("--label", action="append", help="A=NAME or B=NAME: what to call the first run or side A, the second or B"),
         _arg("--predict-from", nargs="+", help="runs at another scale: draw the times their alpha-beta fits "
                                                "predict for each sweep's hosts x ranks (hccl-bench predict)"),
-        _arg("--heatmap", metavar="CASE_ID", help="draw this case's rank x round times (its id as the sweep "
-                                                  "names it, -L<n> for launch n; default: the big-group case "
-                                                  "with the largest rank spread)")],
+        _arg("--heatmap", metavar="CASE_ID", help="draw this case's rank x round times (its id as the sweep names it, -L<n> for "
+             "launch n; default: the big-group case with the largest rank spread)")],
     "export": [
         _arg("runs", nargs="+", help="a run, one --ab-env/--ab-source run, or a history (a --results folder of "
                                      "nightly runs): its figures, and the verdicts of an A/B run or a history"),
-        _arg("--prometheus", required=True, metavar="FILE",
-             help="write the Prometheus text format here (node_exporter's textfile collector: a FILE.prom in its "
-                  "--collector.textfile.directory), written atomically"),
+        _arg("--prometheus", required=True, metavar="FILE", help="write the Prometheus text format here (node_exporter's "
+             "textfile collector: a FILE.prom in its --collector.textfile.directory), written atomically"),
         _arg("--job", help="the job label (default: $SLURM_JOB_NAME, else hccl-bench)"),
-        _arg("--cluster", help="the cluster label on every sample (default: $SLURM_CLUSTER_NAME, else this "
-                               "machine's name)"),
+        _arg("--cluster", help="the cluster label on every sample (default: $SLURM_CLUSTER_NAME, else this machine's name)"),
         _arg("--window", type=int, default=DEFAULT_WINDOW,
              help=f"a history's window, as `history --window` (default {DEFAULT_WINDOW})")],
     "import": [

@@ -51,9 +51,7 @@ def save(result: str, name: str, root: Path = ROOT) -> Path:
 
 
 def entries(root: Path = ROOT) -> list[dict]:
-    out = []
-    for meta in sorted(root.glob("*/*/meta.json")):
-        out.append({**json.loads(meta.read_text()), "path": str(meta.parent)})
+    out = [{**json.loads(meta.read_text()), "path": str(meta.parent)} for meta in sorted(root.glob("*/*/meta.json"))]
     return sorted(out, key=lambda e: e["saved"])
 
 

@@ -264,9 +264,8 @@ def _env_list(value, flag: str) -> dict[str, str]:
 
 CORE = (
     CoreOption("--benchmark", False, "run the full timed sweep (without it: a quick correctness smoke on a few small sizes)"),
-    CoreOption("--backend", "auto",
-               "gloo, mpi, nccl, hccl, comma list, or auto (hccl/nccl when their device exists, else gloo and mpi)",
-               _backends, into="backends"),
+    CoreOption("--backend", "auto", "gloo, mpi, nccl, hccl, comma list, or auto (hccl/nccl when their device exists, else gloo "
+               "and mpi)", _backends, into="backends"),
     CoreOption("--nproc", None, "ranks per group (default 2 on CPU, the device count on GPU/NPU)", _whole(1)),
     CoreOption("--launcher", "", "cluster launcher template with {nproc}, e.g. 'mpirun -np {nproc} -hostfile h'", _launcher),
     CoreOption("--ops", ",".join(OPS), f"comma list of: {', '.join(OPS)}", _list_of(OPS)),
@@ -277,8 +276,7 @@ CORE = (
     CoreOption("--algos", "default",
                "default, ring, tree, or BACKEND:NATIVE (mpi:recursive_doubling, hccl:NHR, nccl:CollnetDirect)", _algos),
     CoreOption("--inplace", "auto", "auto (out-of-place where the library has it), 0/out, 1/in, both", _mode(INPLACE_MODES)),
-    CoreOption("--graph", "off",
-               "device backends: time each round as one replay of its K iterations captured in a CUDA graph "
+    CoreOption("--graph", "off", "device backends: time each round as one replay of its K iterations captured in a CUDA graph "
                "(nccl) or NPUGraph (hccl): off, on, or both (eager and captured as separate series)", _mode(GRAPH_MODES)),
     CoreOption("--iters", "0", "iterations per round (0: chosen so a round lasts --round-time)", _whole(0)),
     CoreOption("--warmup", None, f"warm-up iterations (default {Plan.warmup}; smoke {SMOKE.warmup})", _whole(0)),
@@ -297,10 +295,8 @@ CORE = (
                "also print pytest-benchmark's own per-case tables (off: they are long and wide; the JSON is the same)"),
     CoreOption("--harness-benches", False,
                "also run the harness's own speed checks (benches marked harness_bench, e.g. comparing 10,000 cells)"),
-    CoreOption("--knobs", [],
-               "NAME=v1,v2,... (repeatable): run each selected case once per value, in its own worker group with "
-               "the variable set, as its own series (HCCL_BUFFSIZE=100,200,400, NCCL_PROTO=LL,Simple, MPIR_CVAR_*)",
-               _knobs),
+    CoreOption("--knobs", [], "NAME=v1,v2,... (repeatable): run each selected case once per value, in its own worker group with "
+               "the variable set, as its own series (HCCL_BUFFSIZE=100,200,400, NCCL_PROTO=LL,Simple, MPIR_CVAR_*)", _knobs),
     CoreOption("--buckets", BUCKETS, "gradient bucket sizes of the bucketing bench (0: one all_reduce per tensor)", _buckets),
     CoreOption("--comm-dtypes", ",".join(COMM_DTYPES),
                f"gradient communication types of the compression bench: {', '.join(COMM_DTYPES)}", _list_of(COMM_DTYPES)),
@@ -312,11 +308,9 @@ VERDICTS = (
     CoreOption("--ab-source", "", "interleaved A/B against another installed stack: side B gets the "
                                   "environment a shell has after sourcing this file (e.g. another CANN's "
                                   "set_env.sh); HCCL_BENCH_PYTHON=PATH in it or --ab-env picks B's interpreter", _text),
-    CoreOption("--ab-until-decided", False,
-               "sequential A/B: add interleaved launches, only for the cells still undecided, until every cell "
-               "is a regression, an improvement or no change, or --max-repeat launches are spent"),
-    CoreOption("--max-repeat", "12", "the launch budget of --ab-until-decided (default 12)", _whole(3),
-               needs="ab_until_decided"),
+    CoreOption("--ab-until-decided", False, "sequential A/B: add interleaved launches, only for the cells still undecided, until "
+               "every cell is a regression, an improvement or no change, or --max-repeat launches are spent"),
+    CoreOption("--max-repeat", "12", "the launch budget of --ab-until-decided (default 12)", _whole(3), needs="ab_until_decided"),
     CoreOption("--inconclusive", "fail", "the gate on cells without enough evidence to say 'no change' "
                                          "(--baseline, --ab-until-decided): fail (exit 6) or pass", _choice(("fail", "pass"))),
     CoreOption("--estimator", DEFAULT_ESTIMATOR,
@@ -327,9 +321,8 @@ VERDICTS = (
                f"the smallest change (a fraction) the --baseline, --ab-until-decided and --history verdicts count "
                f"(default {DEFAULT_MIN_EFFECT:g}; below it a confirmed change is 'no change'); recorded with the run",
                _fraction),
-    CoreOption("--label", [],
-               "SIDE=NAME, repeatable: what to call side A (the baseline: the stack as started) and side B "
-               "(the candidate: with --ab-env/--ab-source) in tables, reports and verdicts", _labels, into="labels"),
+    CoreOption("--label", [], "SIDE=NAME, repeatable: what to call side A (the baseline: the stack as started) and side B (the "
+               "candidate: with --ab-env/--ab-source) in tables, reports and verdicts", _labels, into="labels"),
     CoreOption("--baseline", "", "compare with a stored result at the end: PATH or 'auto' "
                                  "(the latest baseline saved for this platform)", _baseline),
     CoreOption("--history", False, "nightly guard at the end: judge this run against the earlier "
@@ -337,14 +330,11 @@ VERDICTS = (
     CoreOption("--top-up", "auto", "with --history: up to N more launches, each only for the collective cells that "
                                    "have fewer than --repeat launches with ranks 0 and 1's cores in the history's usual "
                                    "placement (a VM's host moves them); auto: --repeat with --history, else 0", _top_up),
-    CoreOption("--cases", "", "run only these cases: a file of case ids, one per line, as the tables "
-                              "name them without their -L<launch>/-A/-B ends (the same-night A/B's child gets one)",
-               _case_ids, into="only_cases"),
-    CoreOption("--previous-stack", "", "with --history: the stack of the night before (its env script to "
-                                       "source, CANN's set_env.sh, or its python); when it differs from this "
-                                       "one, every cell is settled the same night by a sequential interleaved "
-                                       "A/B against it; when it is this one, none runs and the night records "
-                                       "that it kept its stack", _text),
+    CoreOption("--cases", "", "run only these cases: a file of case ids, one per line, as the tables name them without their "
+               "-L<launch>/-A/-B ends (the same-night A/B's child gets one)", _case_ids, into="only_cases"),
+    CoreOption("--previous-stack", "", "with --history: the stack of the night before (its env script to source, CANN's "
+               "set_env.sh, or its python); when it differs from this one, every cell is settled the same night by a sequential "
+               "interleaved A/B against it; when it is this one, none runs and the night records that it kept its stack", _text),
 )
 
 LAYERS = (
@@ -373,8 +363,7 @@ def add_options(parser) -> None:
     for name, description, declared in GROUPS:
         group = parser.getgroup(name, description)
         for core in declared:
-            group.addoption(core.flag, default=core.default, help=core.help,
-                            **({"action": core.action} if core.action else {}))
+            group.addoption(core.flag, default=core.default, help=core.help, **({"action": core.action} if core.action else {}))
     for kind in KINDS:
         if kind.settings.flags:
             group = parser.getgroup(f"hccl-bench {kind.name}", f"the {kind.name} benches")
@@ -425,8 +414,7 @@ def _check_across(o: Options, values: dict) -> None:
         if not o.two_sides:
             raise OptionError("--ab-until-decided needs two sides: add --ab-env VAR=VALUE or --ab-source FILE")
         if o.repeat > 1:
-            raise OptionError("--ab-until-decided chooses the launches itself: give its budget as --max-repeat, "
-                              "not --repeat")
+            raise OptionError("--ab-until-decided chooses the launches itself: give its budget as --max-repeat, not --repeat")
         o.repeat = values["max_repeat"]
     if both := sorted(set(o.knobs) & set(o.ab_env)):
         raise OptionError(f"{both[0]} is both a --knobs variable and an --ab-env one: give it in one place "

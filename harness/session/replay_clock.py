@@ -25,5 +25,4 @@ def record(benchmark, per_op_seconds, group: str, extra_info: dict) -> None:
     benchmark.group = group
     benchmark.extra_info.update(extra_info)
     times = iter([float(t) for t in per_op_seconds])
-    benchmark.pedantic(lambda: REPLAY_CLOCK.advance(next(times)), rounds=len(per_op_seconds),
-                       iterations=1, warmup_rounds=0)
+    benchmark.pedantic(lambda: REPLAY_CLOCK.advance(next(times)), rounds=len(per_op_seconds), iterations=1, warmup_rounds=0)

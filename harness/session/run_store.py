@@ -36,8 +36,7 @@ class RunStore:
         return "run_dir" in self.__dict__
 
     def append(self, obj: dict) -> None:
-        """One event in cases.jsonl at once; a full disk stops the session (exit 3) with what was
-        appended before intact."""
+        """One event in cases.jsonl at once; a full disk stops the session (exit 3), what was appended intact."""
         path = self.run_dir / "cases.jsonl"
         try:
             files.append_line(path, obj)

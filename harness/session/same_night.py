@@ -23,7 +23,6 @@ DROPPED = {"--history": False, "--previous-stack": True, "--repeat": True, "--to
 
 @dataclass
 class Outcome:
-    run: Path | None     # the A/B run's folder, None when the child made none
     text: str            # what the session prints about it
     ok: bool             # the child ran to its end (its own verdict, whatever it was)
 
@@ -76,8 +75,7 @@ def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
     that fails, is interrupted, or outlives its cases' timeouts is reported, never waited on forever."""
     ids = selection(opts, keys)
     if not ids:
-        return Outcome(None, f"# same-night A/B: none of the {len(keys)} cells is a case of these "
-                             "benches", False)
+        return Outcome(f"# same-night A/B: none of the {len(keys)} cells is a case of these benches", False)
     before = set(Path(opts.results).glob("*/"))
     cases_file = run_dir / "same_night_cases.txt"
     files.write_atomic(cases_file, "\n".join(ids) + "\n")
@@ -105,11 +103,11 @@ def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
     # a finished child exits 0 (no change), 1 (regression either way) or 6 (undecided cells); else it did not finish
     if not isinstance(code, int) or code not in (0, 1, 6) or folder is None or not (folder / "results.json").exists():
         tail = "; ".join(line for line in output.splitlines()[-3:] if line.strip())
-        return Outcome(folder, f"# same-night A/B failed ({'exit ' + str(code) if isinstance(code, int) else code}): {what}; "
-                               f"the history's verdict stands; its output: {log} ({tail[-300:]})", False)
+        return Outcome(f"# same-night A/B failed ({'exit ' + str(code) if isinstance(code, int) else code}): {what}; "
+                       f"the history's verdict stands; its output: {log} ({tail[-300:]})", False)
     files.write_atomic(run_dir / SAME_NIGHT, json.dumps({"run": folder.name, "previous_stack": opts.previous_stack,
                                                          "cases": ids, "exit": code}, indent=1))
-    return Outcome(folder, f"# same-night A/B: {what}: {folder}", True)
+    return Outcome(f"# same-night A/B: {what}: {folder}", True)
 
 
 def mark_direction(folder: Path) -> None:

@@ -66,17 +66,11 @@ class BenchSession:
 
     @functools.cached_property
     def canary_spanning(self) -> dict | None:
-        """The canary measured again after the sweep, joined to the first (canary.spanning); an
-        interrupted session keeps the first alone."""
+        """The canary measured again after the sweep, joined to the first; an interrupted session keeps the first."""
         if self.canary is None or self.interrupted is not None:
             return self.canary
         from harness.session import canary
         return canary.spanning(self.canary, canary.measure())
-
-    def _fail(self, label: dict, failure: str) -> None:
-        self.failures.append({**label, "error": failure.splitlines()[0]})
-        self.store.append({"failure": label, "error": failure})
-        pytest.fail(f"{label['what']}: {failure}", pytrace=False)
 
     def _call(self, key: GroupKey, spec: Spec, label: dict):
         """One request to a group: (results, group), or the case fails with the reason recorded."""
@@ -87,7 +81,9 @@ class BenchSession:
             failure = str(exc)
         finally:
             self.running = ""
-        self._fail(label, failure)
+        self.failures.append({**label, "error": failure.splitlines()[0]})
+        self.store.append({"failure": label, "error": failure})
+        pytest.fail(f"{label['what']}: {failure}", pytrace=False)
 
     def _run(self, key: GroupKey, spec: Spec, label: dict) -> tuple[list[dict], dict]:
         """A case's results and its group's hosts/devices/versions (recorded once per group)."""
@@ -116,8 +112,7 @@ class BenchSession:
         base, cand = self._so_far("A", "B")[1]
         if not (set(base.cells) & set(cand.cells)):
             return []
-        self.sequential = run_looks(base, cand, self.opts.repeat, min_effect=self.opts.min_effect,
-                                    estimator=self.opts.estimator)
+        self.sequential = run_looks(base, cand, self.opts.repeat, min_effect=self.opts.min_effect, estimator=self.opts.estimator)
         self._decided = {c.key: f"decided after {self.sequential.decided_at[c.key]} launches: {c.verdict}"
                          for c in self.sequential.comparison.cells if c.key in self.sequential.decided_at}
         if not self.sequential.looks or self.sequential.looks[-1].launches != launches:

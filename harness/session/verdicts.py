@@ -106,8 +106,7 @@ def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) ->
     from harness.session import same_night
     from reports.gate import judge_history as judge_runs
     newest = max(runs, key=lambda r: r.started)
-    hist = judgement.history
-    if Path(newest.path).parent != bench.run_dir or hist is None:
+    if Path(newest.path).parent != bench.run_dir or judgement.history is None:
         return "# same-night A/B: this run is not the history's newest, nothing more was run\n", judgement
     if not bench.opts.previous_differs:   # an A/A of one stack cannot tell a software change; the run records it
         return ("# same-night A/B: the previous stack is this one (it changes nothing here), nothing to A/B; a change "
@@ -115,6 +114,4 @@ def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) ->
     keys = set(newest.cells)   # every cell, judged or not (a new one, a noisy night's: the A/B is its own evidence)
     why = f"# same-night A/B: the previous stack differs from this one: all {len(keys)} cells of this run\n"
     outcome = same_night.run(bench.opts, bench.run_dir, keys)
-    if not outcome.ok:
-        return why + outcome.text + "\n", judgement
-    return why + outcome.text + "\n", judge_runs(runs)
+    return why + outcome.text + "\n", judge_runs(runs) if outcome.ok else judgement

@@ -34,7 +34,8 @@ def settle(o: Options) -> None:
             info(name).probe()
         except DeviceUnavailable as exc:
             raise OptionError(str(exc)) from None
-    o.nproc = o.nproc or _default_nproc(o.backends)
+    o.nproc = o.nproc or next((max(1, device_count(info(b).device_kind)) for b in o.backends   # one rank per device
+                               if info(b).one_rank_per_device), 2)
     for name in (b for b in o.backends if info(b).one_rank_per_device):   # one line here, not NCCL's duplicate-GPU error
         if crowded := oversubscribed(name, o.nproc, device_count(info(name).device_kind), o.launcher):
             raise OptionError(crowded)
@@ -60,10 +61,3 @@ def check_world(o: Options) -> None:
             for schedule in o.schedules:
                 if err := schedules.validate(schedule, p, m, o.layers):
                     raise OptionError(f"pp {p}: {err}")
-
-
-def _default_nproc(backends: list[str]) -> int:
-    for backend in backends:
-        if info(backend).one_rank_per_device:
-            return max(1, device_count(info(backend).device_kind))
-    return 2
