@@ -103,9 +103,8 @@ def measure() -> dict:
 
 
 def spanning(before: dict, after: dict) -> dict:
-    """One night's canary from its measurements before and after the sweep: each workload's samples
-    together (`after_sweep` of them from the second), so a machine whose speed changed during the
-    sweep shows in the night's median instead of hiding behind a quiet start."""
+    """One night's canary: each workload's samples before and after the sweep together (`after_sweep` of
+    them after), so a machine whose speed changed during the sweep shows in the night's median."""
     out: dict = {"version": VERSION, "workloads": {}}
     for name in WORKLOADS:
         first, second = before["workloads"].get(name, {}), after["workloads"].get(name, {})

@@ -132,18 +132,13 @@ def _list_of(allowed) -> Convert:
 
 
 def _choice(allowed) -> Convert:
-    def convert(value, flag: str) -> str:
+    """A name in `allowed`; a dict's name as the value it stands for."""
+    def convert(value, flag: str) -> Any:
         text = str(value).strip()
         if text not in allowed:
             raise OptionError(f"{flag} {text!r}: allowed {', '.join(allowed)}")
-        return text
+        return allowed[text] if isinstance(allowed, dict) else text
     return convert
-
-
-def _mode(modes: dict) -> Convert:
-    """A name in `modes`, as the value it stands for."""
-    choice = _choice(modes)
-    return lambda value, flag: modes[choice(value, flag)]
 
 
 def _backends(value, flag: str) -> list[str]:
@@ -225,10 +220,6 @@ def _fraction(value, flag: str) -> float:
     return effect
 
 
-def _labels(value, flag: str) -> dict[str, str]:
-    return side_labels(value or [])   # its ValueError is the line
-
-
 def _baseline(value, flag: str) -> str:
     path = str(value or "")
     if path not in ("", "auto") and not os.path.exists(path):
@@ -275,9 +266,9 @@ CORE = (
     CoreOption("--redops", "sum", f"comma list of: {', '.join(REDOPS)}", _list_of(REDOPS)),
     CoreOption("--algos", "default",
                "default, ring, tree, or BACKEND:NATIVE (mpi:recursive_doubling, hccl:NHR, nccl:CollnetDirect)", _algos),
-    CoreOption("--inplace", "auto", "auto (out-of-place where the library has it), 0/out, 1/in, both", _mode(INPLACE_MODES)),
+    CoreOption("--inplace", "auto", "auto (out-of-place where the library has it), 0/out, 1/in, both", _choice(INPLACE_MODES)),
     CoreOption("--graph", "off", "device backends: time each round as one replay of its K iterations captured in a CUDA graph "
-               "(nccl) or NPUGraph (hccl): off, on, or both (eager and captured as separate series)", _mode(GRAPH_MODES)),
+               "(nccl) or NPUGraph (hccl): off, on, or both (eager and captured as separate series)", _choice(GRAPH_MODES)),
     CoreOption("--iters", "0", "iterations per round (0: chosen so a round lasts --round-time)", _whole(0)),
     CoreOption("--warmup", None, f"warm-up iterations (default {Plan.warmup}; smoke {SMOKE.warmup})", _whole(0)),
     CoreOption("--rounds", None, f"timed rounds per case (default {Plan.rounds}; smoke {SMOKE.rounds})", _whole(1)),
@@ -322,7 +313,8 @@ VERDICTS = (
                f"(default {DEFAULT_MIN_EFFECT:g}; below it a confirmed change is 'no change'); recorded with the run",
                _fraction),
     CoreOption("--label", [], "SIDE=NAME, repeatable: what to call side A (the baseline: the stack as started) and side B (the "
-               "candidate: with --ab-env/--ab-source) in tables, reports and verdicts", _labels, into="labels"),
+               "candidate: with --ab-env/--ab-source) in tables, reports and verdicts",
+               lambda value, flag: side_labels(value or []), into="labels"),   # its ValueError is the line
     CoreOption("--baseline", "", "compare with a stored result at the end: PATH or 'auto' "
                                  "(the latest baseline saved for this platform)", _baseline),
     CoreOption("--history", False, "nightly guard at the end: judge this run against the earlier "

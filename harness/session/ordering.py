@@ -22,8 +22,7 @@ def _group(item) -> GroupKey | None:
 
 
 def launch_of(item) -> int:
-    key = _group(item)
-    return key.launch if key is not None else 0
+    return getattr(_group(item), "launch", 0)
 
 
 def base_id(item) -> str | None:

@@ -52,10 +52,6 @@ def pytest_report_header(config):
     return run_output.header_lines(session.opts) if session is not None else None
 
 
-def _params(cases) -> list:
-    return [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip else []) for c in cases]
-
-
 def pytest_generate_tests(metafunc):
     """Each bench function takes one kind's fixture (kinds.KINDS): its cases, built once a session."""
     session, built = metafunc.config.stash[_SESSION], metafunc.config.stash.setdefault(_CASES, {})
@@ -63,7 +59,8 @@ def pytest_generate_tests(metafunc):
         if kind.fixture in metafunc.fixturenames:
             if kind.name not in built:
                 built[kind.name] = kind.build(session.opts)
-            metafunc.parametrize(kind.fixture, _params(built[kind.name]))
+            metafunc.parametrize(kind.fixture, [
+                pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip else []) for c in built[kind.name]])
 
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: record only what this session runs

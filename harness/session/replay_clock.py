@@ -1,8 +1,5 @@
-"""Feeds measured round times to pytest-benchmark so its stats are the ranks' clocks, not the driver's.
-
-``pytest.mark.benchmark(timer=REPLAY_CLOCK)`` makes the fixture read a clock that only moves
-when the replayed target advances it by one measured per-op time (docs/method.md, Time).
-"""
+"""Feeds measured round times to pytest-benchmark so its stats are the ranks' clocks, not the driver's:
+``pytest.mark.benchmark(timer=REPLAY_CLOCK)`` reads a clock only the replay moves (docs/method.md, Time)."""
 from __future__ import annotations
 
 

@@ -185,12 +185,9 @@ class BenchSession:
         self.store.append({kind.record_key: row.to_json()} if kind.record_key else row.to_json())
         return row
 
-    def _group(self, case: Case):
-        return (self.pool.alive.get(case.group) if case.group else None) or self.pool.current
-
     def _places(self, case: Case) -> dict[int, tuple[str, int]]:
         """rank -> (host, local rank) as the case's group's ranks reported them: the row names its slowest ranks."""
-        group = self._group(case)
+        group = (self.pool.alive.get(case.group) if case.group else None) or self.pool.current
         return {r["rank"]: (r["host"], r.get("local_rank", 0)) for r in group.ranks} if group else {}
 
     def _rank0_log(self, case: Case) -> str:

@@ -52,8 +52,7 @@ def compare_with_baseline(bench: BenchSession) -> GateResult:
 
 
 def gate(bench: BenchSession, judgement, stem: str, headline: str) -> GateResult:
-    """A pair's verdict as the session's: STEM.md and STEM.json in the run folder, and its exit
-    status (1 regression, 6 inconclusive cells unless --inconclusive pass)."""
+    """A pair's verdict as the session's: STEM.md and STEM.json in the run folder, and its exit status."""
     from reports.gate import dumps
     files.write_atomic(bench.run_dir / f"{stem}.md", judgement.markdown + "\n")
     files.write_atomic(bench.run_dir / f"{stem}.json", dumps(judgement))
