@@ -1,6 +1,5 @@
-"""The canary: a fixed workload measured beside every --benchmark sweep, so a history can tell a
-change of the machine from a change of the software stack (reports/canary.py judges it; the
-workloads: docs/options.md, The canary)."""
+"""The canary: a fixed workload measured beside every --benchmark sweep, so a history can tell a change
+of the machine from one of the software stack (reports/canary.py; docs/options.md, The canary)."""
 from __future__ import annotations
 
 import socket

@@ -1,6 +1,5 @@
-"""Command-line options of the benches, declared with their converters, parsed (`parse`: no torch,
-no shell) and then settled on this machine (`prepare`) before any rank starts; every problem is one
-`OptionError` line (docs/options.md, How options are checked)."""
+"""The benches' options, declared with their converters, parsed (`parse`: no torch, no shell) and settled on
+this machine (`prepare`) before any rank starts; every problem is one `OptionError` line (docs/options.md)."""
 from __future__ import annotations
 
 import math
@@ -356,11 +355,10 @@ def add_options(parser) -> None:
         group = parser.getgroup(name, description)
         for core in declared:
             group.addoption(core.flag, default=core.default, help=core.help, **({"action": core.action} if core.action else {}))
-    for kind in KINDS:
-        if kind.settings.flags:
-            group = parser.getgroup(f"hccl-bench {kind.name}", f"the {kind.name} benches")
-            for option in kind.settings.flags:
-                group.addoption(option.flag, default=option.default, help=option.help)
+    for kind in (k for k in KINDS if k.settings.flags):
+        group = parser.getgroup(f"hccl-bench {kind.name}", f"the {kind.name} benches")
+        for option in kind.settings.flags:
+            group.addoption(option.flag, default=option.default, help=option.help)
 
 
 def _converted(option: CoreOption, value) -> Any:

@@ -1,7 +1,5 @@
-"""The pytest plugin (registered by the root conftest): only wiring. Each hook hands its job to the
-module that owns it: options (harness/session/options.py), cases (cases.py), run order (ordering.py),
-signals (signals.py), progress lines (progress.py), the session's end and its gates
-(session_end.py, verdicts.py), and what is written and shown (run_output.py)."""
+"""The pytest plugin (registered by the root conftest): only wiring, each hook handing its job to the
+harness/session module that owns it (options, ordering, signals, progress, session_end, run_output)."""
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,5 @@
 """--previous-stack: an upgrade night settled the same night by a child session's sequential A/B of
-this stack (side A) against the previous one (side B), into the same --results folder
-(docs/options.md, The same night)."""
+this stack (A) against the previous one (B), into the same --results folder (docs/options.md)."""
 from __future__ import annotations
 
 import json
@@ -29,18 +28,14 @@ class Outcome:
 
 def child_args(invocation: list[str]) -> list[str]:
     """The session's own pytest arguments without those the child sets itself (DROPPED)."""
-    out, skip = [], False
-    for arg in invocation:
-        if skip:
-            skip = False
-            continue
+    out, args = [], iter(invocation)
+    for arg in args:
         name = arg.split("=", 1)[0]
         if name in DROPPED:
-            skip = DROPPED[name] and "=" not in arg
-            continue
-        if arg.startswith("-k") and len(arg) > 2 and not arg.startswith("--"):
-            continue   # -kEXPR
-        out.append(arg)
+            if DROPPED[name] and "=" not in arg:
+                next(args, None)   # its value
+        elif not (arg.startswith("-k") and len(arg) > 2 and not arg.startswith("--")):   # -kEXPR is dropped too
+            out.append(arg)
     return out
 
 

@@ -1,6 +1,5 @@
-"""One pytest session's benchmark state: which case runs where, what ran, what failed, what was
-skipped. The pieces it wires: the worker pool (harness/engine/groups.py), A/B pairing (ab_pairing.py),
-each case's kind (kinds/: its spec, row and table), and the run folder (run_store.py)."""
+"""One pytest session's benchmark state (what ran, failed, was skipped), wiring the worker pool,
+A/B pairing (ab_pairing.py), each case's kind (kinds/) and the run folder (run_store.py)."""
 from __future__ import annotations
 
 import functools

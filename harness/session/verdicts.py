@@ -1,6 +1,5 @@
-"""The session's gates at its end: --baseline, --ab-until-decided and --history, each judged from
-the results just written (what `hccl-bench compare`/`history` would say), and the exit status they
-give the session."""
+"""The session's gates at its end (--baseline, --ab-until-decided, --history), each judged from the
+results just written as `hccl-bench compare`/`history` would, and the exit status they give."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +14,7 @@ if TYPE_CHECKING:
     from reports.gate import Judgement
 
 
-# a gate its input cannot serve (a --baseline of another setup, an unreadable --results history): what
-# was given is unusable, never "a regression"; the sweep itself is kept
+# a gate whose input is unusable (another setup's --baseline, an unreadable history): never "a regression"
 UNUSABLE = ExitCode.BAD_OPTION
 
 
