@@ -33,8 +33,7 @@ def save(result: str, name: str, root: Path = ROOT) -> Path:
     if not run.complete:
         raise ResultError(f"{result} is an incomplete run ({run.meta.interrupted or 'ended early'}): "
                           "a baseline must be a whole run")
-    backends = run.backends()
-    target = root / platform_key(run.meta, backends) / name
+    target = root / platform_key(run.meta, run.backends()) / name
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         target.mkdir()

@@ -83,7 +83,7 @@ def pytest_collection_modifyitems(session, config, items):
         _RUNNING["progress"] = (progress, config.pluginmanager.get_plugin("terminalreporter"))
     ordering.sort(items)
     for case_id, reason in ordering.skipped(items, bench.opts.repeat):   # skipped cases and why go into results.json too
-        bench.skip(case_id, reason)
+        bench.skipped.append({"id": case_id, "reason": reason})
 
 
 @pytest.hookimpl(trylast=True)
@@ -124,7 +124,7 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.hookimpl(trylast=True)   # after pytest-benchmark's: the user's results are the last thing on screen
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     bench = config.stash.get(_SESSION, None)
-    if bench is None or not (run_output.has_output(bench) or bench.interrupted):
+    if bench is None or not (bench.rows or bench.interrupted):
         return
     terminalreporter.section("hccl-bench")
     for line in run_output.summary_lines(bench):

@@ -51,10 +51,6 @@ def header_lines(opts: Options) -> list[str] | None:
     return lines or None
 
 
-def has_output(bench: BenchSession) -> bool:
-    return bool(bench.rows)
-
-
 def write_results(bench: BenchSession, output: dict) -> None:
     """results.json (pytest-benchmark's JSON with the hccl_bench section) and table.txt (every kind's
     table of compared cells), each whole or not at all."""
@@ -88,7 +84,7 @@ def closing_block(bench: BenchSession) -> list[str]:
     if bench.store.made:
         state = f"incomplete: {bench.interrupted}" if bench.interrupted else "complete"
         out.append(f"# results: {bench.run_dir / 'results.json'} ({state})")
-    out += [line for kind in kinds.KINDS for line in kind.closing_lines(bench.kept(kind))]
+    out += [line for kind in kinds.KINDS for line in kind.closing_lines(kinds.rows_of(kind, bench.rows))]
     if bench.failures:
         out += wrapped(f"# failures: {len(bench.failures)} cases, first: {bench.failures[0]['what']}: "
                        f"{bench.failures[0]['error']}")

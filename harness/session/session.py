@@ -15,10 +15,10 @@ from harness import provenance
 from harness.engine.groups import CaseFailure, GroupKey, GroupPool
 from harness.session.ab_pairing import ABPairing, PartnerFailed
 from harness.session.run_store import RunStore
-from kinds.base import Case, Kind, Ran
+from kinds.base import Case, Ran
 from kinds.options import Options
 from schema.judgement import GateResult
-from schema.results import SCHEMA, Row
+from schema.results import SCHEMA, ResultError, Row
 from schema.run_meta import RunMeta
 from schema.wire import Spec
 
@@ -124,7 +124,6 @@ class BenchSession:
         the usual placement (reports/placement.py), judged on this --results folder and the rows so far."""
         from reports.history import load_runs, run_folders
         from reports.placement import TopUp, top_up
-        from schema.results import ResultError
         self.topped = launch
         if self._top_up is not None and (self._top_up.stopped or not self._top_up.short):
             return []   # stopped, or no cell was short: nothing ran since
@@ -195,13 +194,6 @@ class BenchSession:
         log = group.log_dir / "rank0.log" if group is not None else None
         return group.since_last_case(log) if group is not None and log is not None and log.exists() else ""
 
-    def kept(self, kind: Kind) -> list:
-        """The rows of one kind this session measured."""
-        return kinds.rows_of(kind, self.rows)
-
-    def skip(self, case_id: str, reason: str) -> None:
-        self.skipped.append({"id": case_id, "reason": reason})
-
     @functools.cached_property
     def pool(self) -> GroupPool:
         return GroupPool(self.run_dir / "logs", self.opts.driver_host, keep=2 if self.opts.two_sides else 1)
@@ -215,7 +207,7 @@ class BenchSession:
         return {"schema": SCHEMA, "options": asdict(self.opts), "provenance": self.provenance,
                 "sequential": self.sequential.record() if self.sequential else None,
                 "groups": self.groups, "skipped": self.skipped, "failures": self.failures,
-                **{k.record_key: [r.to_json() for r in self.kept(k)] for k in kinds.KINDS if k.record_key},
+                **{k.record_key: [r.to_json() for r in kinds.rows_of(k, self.rows)] for k in kinds.KINDS if k.record_key},
                 "complete": self.interrupted is None,
                 "interrupted": self.interrupted, "wall_s": (datetime.now(timezone.utc) - self.started).total_seconds(),
                 **({"canary": self.canary_spanning} if self.canary else {})}

@@ -9,6 +9,7 @@ from harness import files
 from harness.session.session import BenchSession
 from schema.exit_codes import ExitCode
 from schema.judgement import GateResult
+from schema.results import ResultError
 
 if TYPE_CHECKING:
     from reports.gate import Judgement
@@ -24,8 +25,7 @@ def judge(bench: BenchSession) -> ExitCode | None:
              (bench.opts.history, judge_history))
     gates = [judged(bench) for on, judged in asked if on]
     bench.verdicts += gates
-    codes = [g.exit for g in gates if g.fail]
-    if not codes:
+    if not (codes := [g.exit for g in gates if g.fail]):
         return None
     # a regression (1) outranks inconclusive cells (6) and a changed machine (7)
     return ExitCode.REGRESSION if ExitCode.REGRESSION in codes else ExitCode(codes[0])
@@ -37,7 +37,6 @@ def compare_with_baseline(bench: BenchSession) -> GateResult:
     from harness.session import baselines
     from reports.gate import judge_pair
     from reports.result_files import load
-    from schema.results import ResultError
     result = str(bench.run_dir / "results.json")
     try:
         base = baselines.auto(result) if bench.opts.baseline == "auto" else bench.opts.baseline
@@ -62,7 +61,6 @@ def judge_sequential_ab(bench: BenchSession) -> GateResult:
     the results just written (what `hccl-bench compare RUN --ab` prints); its verdict is the gate."""
     from reports.gate import judge_pair
     from reports.result_files import load
-    from schema.results import ResultError
     result = bench.run_dir / "results.json"
     try:
         judgement = judge_pair(load(result, side="A"), load(result, side="B"))
@@ -79,7 +77,6 @@ def judge_history(bench: BenchSession) -> GateResult:
     a new confirmed regression, or a folder mixing setups, fails the session."""
     from reports.gate import judge_history as judge_runs
     from reports.history import load_runs, too_few
-    from schema.results import ResultError
     try:
         runs, _ = load_runs([str(bench.run_dir.parent)])
     except ResultError as exc:
