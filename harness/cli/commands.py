@@ -80,8 +80,7 @@ def _named(runs: list, labels: list[str] | None) -> list:
 
 
 def _pair(args, first: str, second: str | None, usage: str):
-    """(base, cand) from two runs, from sides A and B of one interleaved --ab-env run, or from two
-    values of one --knobs variable (--knob NAME=BASE,CAND); a ValueError with `usage` otherwise."""
+    """(base, cand): two runs, sides A and B of one --ab-env run, or two values of one --knob; else ValueError(usage)."""
     if getattr(args, "knob", None):
         from reports.result_files import knob_sides
         name, sep, values = args.knob.partition("=")
@@ -170,8 +169,7 @@ def run_history(args) -> ExitCode:
 
 
 def run_export(args) -> ExitCode:
-    """The figures (and an A/B run's or a history's verdicts) as Prometheus text; the export itself
-    never fails on a verdict: the verdict is in the file (hccl_bench_exit_code)."""
+    """The figures (and verdicts) as Prometheus text; a verdict never fails the export (hccl_bench_exit_code says it)."""
     from reports.export import prometheus
     if args.window < 1:
         return fail(f"--window {args.window}: give a number of runs, 1 or more")

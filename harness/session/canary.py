@@ -102,8 +102,7 @@ def measure() -> dict:
 
 
 def spanning(before: dict, after: dict) -> dict:
-    """One night's canary: each workload's samples before and after the sweep together (`after_sweep` of
-    them after), so a machine whose speed changed during the sweep shows in the night's median."""
+    """One night's canary: the samples before and after the sweep together, so a change during it shows in the median."""
     out: dict = {"version": VERSION, "workloads": {}}
     for name in WORKLOADS:
         first, second = before["workloads"].get(name, {}), after["workloads"].get(name, {})

@@ -349,8 +349,7 @@ OPTION_FIELDS = {f.name for f in fields(Options)}
 
 
 def add_options(parser) -> None:
-    """Each group's table, then each kind's own options; converted by `parse`, not by argparse's
-    type= (whose failure is pytest's multi-line usage text)."""
+    """Each group's table, then each kind's; converted by `parse`, not argparse's type= (a multi-line usage error)."""
     for name, description, declared in GROUPS:
         group = parser.getgroup(name, description)
         for core in declared:

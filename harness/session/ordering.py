@@ -59,7 +59,6 @@ def sort(items: list) -> None:
 
 
 def skipped(items: list, repeat: int) -> list[tuple[str, str]]:
-    """(case id, reason) of every case skipped at collection: they go into results.json too; those of
-    --top-up launches (past `repeat`) repeat their launches' and are left out."""
+    """(case id, reason) of each case skipped at collection, for results.json; --top-up launches' are left out."""
     return [(case.id, case.skip) for item in items for case in _params(item).values()
             if getattr(case, "skip", "") and getattr(case, "launch", 0) < repeat]

@@ -52,8 +52,7 @@ def header_lines(opts: Options) -> list[str] | None:
 
 
 def write_results(bench: BenchSession, output: dict) -> None:
-    """results.json (pytest-benchmark's JSON with the hccl_bench section) and table.txt (every kind's
-    table of compared cells), each whole or not at all."""
+    """results.json (pytest-benchmark's JSON with the hccl_bench section) and table.txt, each whole or not at all."""
     output["hccl_bench"] = bench.metadata()
     files.write_atomic(bench.run_dir / "results.json", json.dumps(output, indent=1, default=str))
     text = "\n\n".join(kinds.tables(bench.rows, tuple(k for k in kinds.KINDS if k.cells))) + "\n"
@@ -78,8 +77,7 @@ def summary_lines(bench: BenchSession) -> list[str]:
 
 
 def closing_block(bench: BenchSession) -> list[str]:
-    """The lines a user reads last: where the results are, the peak per op and backend, what failed,
-    and the gate's verdict with its reason."""
+    """The lines a user reads last: where the results are, the peaks, what failed, and the gates' verdicts."""
     out = ["# ---- hccl-bench summary"]
     if bench.store.made:
         state = f"incomplete: {bench.interrupted}" if bench.interrupted else "complete"

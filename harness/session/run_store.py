@@ -20,8 +20,7 @@ class RunStore:
 
     @functools.cached_property
     def run_dir(self) -> Path:
-        """This session's own folder (a session started in the same second gets another),
-        opened by a line that lets readers rebuild the run from cases.jsonl."""
+        """This session's own folder, opened by a line that lets readers rebuild the run from cases.jsonl."""
         try:
             path = files.new_run_dir(self.results, self.stamp)
         except OSError as exc:

@@ -57,8 +57,7 @@ def budget(invocation: list[str]) -> int:
 
 
 def command(opts: Options, cases_file: Path) -> list[str]:
-    """The child session: the same benches and options, only the cases in `cases_file` (--cases: exact
-    ids; a -k expression cannot hold a knob's '=' or ';'), this stack against the previous one."""
+    """The child session: these benches and options, only `cases_file`'s ids, this stack against the previous one."""
     side_b = (["--ab-env", f"HCCL_BENCH_PYTHON={opts.previous_stack}"] if opts.previous_is_python
               else ["--ab-source", opts.previous_stack])
     return [sys.executable, "-m", "pytest", *child_args(opts.invocation), *side_b, "--ab-until-decided",
@@ -66,8 +65,7 @@ def command(opts: Options, cases_file: Path) -> list[str]:
 
 
 def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
-    """The child A/B of the cells `keys`; its output is kept in RUN_DIR/same_night_ab.log. A child
-    that fails, is interrupted, or outlives its cases' timeouts is reported, never waited on forever."""
+    """The child A/B of the cells `keys`, its output kept in RUN_DIR/same_night_ab.log; never waited on forever."""
     ids = selection(opts, keys)
     if not ids:
         return Outcome(f"# same-night A/B: none of the {len(keys)} cells is a case of these benches", False)

@@ -102,8 +102,7 @@ class BenchSession:
         return rows, [run_from_rows(rows, side, str(self.run_dir), meta) for side in sides]
 
     def look(self, launches: int) -> list[str]:
-        """--ab-until-decided: before launch `launches`, replay the looks the launches so far allow
-        (B against A); returns a new look's progress line. Cells decided are not measured again."""
+        """--ab-until-decided: before launch `launches`, the looks so far (decided cells run no more); a new look's line."""
         from reports.sequential import planned_looks, run_looks  # scipy: loaded only when a look is due
         self.looked = launches
         if launches not in planned_looks(self.opts.repeat):
@@ -120,8 +119,7 @@ class BenchSession:
         return self.sequential.progress[-1:]
 
     def top_up(self, launch: int) -> list[str]:
-        """--top-up: before launch `launch` (at or past --repeat), the cells still short of --repeat launches in
-        the usual placement (reports/placement.py), judged on this --results folder and the rows so far."""
+        """--top-up: before launch `launch`, the cells still short of --repeat launches in the usual placement."""
         from reports.history import load_runs, run_folders
         from reports.placement import TopUp, top_up
         self.topped = launch
@@ -174,8 +172,7 @@ class BenchSession:
             pytest.fail(f"{case.id}: its A/B partner failed: {exc}", pytrace=False)
 
     def run(self, case: Case):
-        """Run one case of any kind: its spec to its group, its results into its row, kept and written to
-        cases.jsonl at once; the bench gets the row."""
+        """Run one case of any kind into its row, kept and written to cases.jsonl at once; the bench gets the row."""
         kind = kinds.of_case(case)
         results, info = self._measure(case, lambda c: {"id": c.id, "what": kind.what(c)}, kind.spec(case, self.opts))
         row = kind.row(case, self.opts, Ran(results, info["hosts"], self._places(case), lambda: self._rank0_log(case)))

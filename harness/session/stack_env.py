@@ -47,8 +47,7 @@ def _same_value(was: str | None, now: str) -> bool:
 
 
 def previous_stack_kind(path: str) -> str:
-    """'script' (a text file, sourced in bash like --ab-source) or 'python' (an executable binary
-    named python*, run like HCCL_BENCH_PYTHON); OptionError for anything else."""
+    """'script' (sourced like --ab-source) or 'python' (a python* binary, run like HCCL_BENCH_PYTHON); else OptionError."""
     what = f"--previous-stack {path!r}"
     if not os.path.isfile(path):
         raise OptionError(f"{what} is not a file: give the previous stack's env script (set_env.sh) or its python interpreter")

@@ -32,8 +32,7 @@ def judge(bench: BenchSession) -> ExitCode | None:
 
 
 def compare_with_baseline(bench: BenchSession) -> GateResult:
-    """--baseline: compare this run with a stored one; a confirmed regression, or a baseline of
-    another setup, fails the session."""
+    """--baseline: this run against a stored one; a confirmed regression or another setup's baseline fails."""
     from harness.session import baselines
     from reports.gate import judge_pair
     from reports.result_files import load
@@ -57,8 +56,7 @@ def gate(bench: BenchSession, judgement, stem: str, headline: str) -> GateResult
 
 
 def judge_sequential_ab(bench: BenchSession) -> GateResult:
-    """--ab-until-decided: side B (candidate) against side A (baseline), the looks replayed from
-    the results just written (what `hccl-bench compare RUN --ab` prints); its verdict is the gate."""
+    """--ab-until-decided: B against A with the looks replayed, as `hccl-bench compare RUN --ab` prints it."""
     from reports.gate import judge_pair
     from reports.result_files import load
     result = bench.run_dir / "results.json"
@@ -73,8 +71,7 @@ def judge_sequential_ab(bench: BenchSession) -> GateResult:
 
 
 def judge_history(bench: BenchSession) -> GateResult:
-    """--history: this run against the earlier ones in its --results folder (the nightly guard);
-    a new confirmed regression, or a folder mixing setups, fails the session."""
+    """--history: this run against the earlier ones in its --results folder; a new confirmed regression fails."""
     from reports.gate import judge_history as judge_runs
     from reports.history import load_runs, too_few
     try:

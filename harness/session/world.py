@@ -23,8 +23,7 @@ def auto_backends() -> list[str]:
 
 
 def settle(o: Options) -> None:
-    """Resolve --backend auto and the default --nproc, probe each backend's device, and check the
-    world once its size is known here (parse checked a given --nproc); OptionError on the first problem."""
+    """Resolve --backend auto and the default --nproc, probe each device and check the world; OptionError if not."""
     resolved_world = not o.nproc
     o.backends = o.backends or auto_backends()
     if any(info(b).family == "torch" for b in o.backends) and (abi := numpy_torch_problem()):
