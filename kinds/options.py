@@ -1,6 +1,5 @@
-"""What a bench session was asked for (`Options`): the core options' values and each kind's own
-(KindSettings), read by the kinds that build cases from them. It sits below the kinds so they import
-it plainly; harness/session/options.py declares the flags, converts and checks them, and fills it."""
+"""What a bench session was asked for (`Options`), below the kinds so they import it plainly;
+harness/session/options.py declares the flags, converts and checks them, and fills it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

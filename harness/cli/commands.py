@@ -62,15 +62,12 @@ def run_calibrate(args) -> ExitCode:
     return ExitCode.OK
 
 
-def _say_notes(run):
-    """What a run's reader must know (rebuilt from cases.jsonl, incomplete, failed), once on stderr."""
+def _load(path: str, side: str = ""):
+    """A run, and what its reader must know (rebuilt from cases.jsonl, incomplete, failed) once on stderr."""
+    run = load(path, side=side)
     for note in run.notes:
         print(f"# note: {note}", file=sys.stderr)
     return run
-
-
-def _load(path: str, side: str = ""):
-    return _say_notes(load(path, side=side))
 
 
 def _named(runs: list, labels: list[str] | None) -> list:
@@ -83,8 +80,7 @@ def _named(runs: list, labels: list[str] | None) -> list:
 
 
 def _pair(args, first: str, second: str | None, usage: str):
-    """(base, cand) from two runs, from sides A and B of one interleaved --ab-env run, or from two
-    values of one --knobs variable (--knob NAME=BASE,CAND); a ValueError with `usage` otherwise."""
+    """(base, cand): two runs, sides A and B of one --ab-env run, or two values of one --knob; else ValueError(usage)."""
     if getattr(args, "knob", None):
         from reports.result_files import knob_sides
         name, sep, values = args.knob.partition("=")
@@ -112,8 +108,7 @@ def run_compare(args) -> ExitCode:
     base, cand = _pair(args, args.base, args.cand, "compare takes BASE CAND, or one interleaved --ab-env run with --ab")
     cal = calibration.read(args.calibration) if args.calibration else None
     t0 = time.perf_counter()
-    judgement = judge_pair(base, cand, calibration=cal, min_effect=args.min_effect, force=args.force,
-                           estimator=args.estimator)
+    judgement = judge_pair(base, cand, calibration=cal, min_effect=args.min_effect, force=args.force, estimator=args.estimator)
     if judgement.refused:
         return fail(judgement.refused)
     print(judgement.text)
@@ -145,7 +140,7 @@ def run_history(args) -> ExitCode:
     short = too_few(runs, ab=bool(args.ab))
     for line in skipped:
         print(f"# skipped: {line}")
-    for note in (note for run in runs for note in run.notes):   # as _say_notes, every run's
+    for note in (note for run in runs for note in run.notes):   # as _load, every run's
         print(f"# note: {note}", file=sys.stderr)
     if short:
         print(short + ("; no history page written" if args.report else ""))
@@ -174,8 +169,7 @@ def run_history(args) -> ExitCode:
 
 
 def run_export(args) -> ExitCode:
-    """The figures (and an A/B run's or a history's verdicts) as Prometheus text; the export itself
-    never fails on a verdict: the verdict is in the file (hccl_bench_exit_code)."""
+    """The figures (and verdicts) as Prometheus text; a verdict never fails the export (hccl_bench_exit_code says it)."""
     from reports.export import prometheus
     if args.window < 1:
         return fail(f"--window {args.window}: give a number of runs, 1 or more")

@@ -33,8 +33,7 @@ def save(result: str, name: str, root: Path = ROOT) -> Path:
     if not run.complete:
         raise ResultError(f"{result} is an incomplete run ({run.meta.interrupted or 'ended early'}): "
                           "a baseline must be a whole run")
-    backends = run.backends()
-    target = root / platform_key(run.meta, backends) / name
+    target = root / platform_key(run.meta, run.backends()) / name
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         target.mkdir()
@@ -51,9 +50,7 @@ def save(result: str, name: str, root: Path = ROOT) -> Path:
 
 
 def entries(root: Path = ROOT) -> list[dict]:
-    out = []
-    for meta in sorted(root.glob("*/*/meta.json")):
-        out.append({**json.loads(meta.read_text()), "path": str(meta.parent)})
+    out = [{**json.loads(meta.read_text()), "path": str(meta.parent)} for meta in sorted(root.glob("*/*/meta.json"))]
     return sorted(out, key=lambda e: e["saved"])
 
 

@@ -1,12 +1,5 @@
-"""The canary: a fixed workload measured beside every --benchmark sweep, so a history can tell a
-change of the machine from a change of the software stack (reports/canary.py judges it).
-
-Three workloads that touch what CPU collectives use, each about a quarter of a second on this VM:
-memory bandwidth (a numpy copy), a loopback TCP exchange (what gloo's and MPICH's sockets do on one
-host) and a compute loop (the interpreter and the core's speed, which small messages are bound by).
-Nothing here depends on the stack being benchmarked: numpy, the kernel's loopback, the interpreter.
-Each workload records its samples (seconds each), so any statistic can be recomputed.
-"""
+"""The canary: a fixed workload measured beside every --benchmark sweep, so a history can tell a change
+of the machine from one of the software stack (reports/canary.py; docs/options.md, The canary)."""
 from __future__ import annotations
 
 import socket
@@ -109,18 +102,11 @@ def measure() -> dict:
 
 
 def spanning(before: dict, after: dict) -> dict:
-    """One night's canary from its measurements before and after the sweep: each workload's samples
-    together (`after_sweep` of them from the second), so a machine whose speed changed during the
-    sweep shows in the night's median instead of hiding behind a quiet start."""
+    """One night's canary: the samples before and after the sweep together, so a change during it shows in the median."""
     out: dict = {"version": VERSION, "workloads": {}}
     for name in WORKLOADS:
         first, second = before["workloads"].get(name, {}), after["workloads"].get(name, {})
-        if "samples" not in second:
-            out["workloads"][name] = first
-            continue
-        if "samples" not in first:
-            out["workloads"][name] = {**second, "after_sweep": len(second["samples"])}
-            continue
-        out["workloads"][name] = {**first, "samples": first["samples"] + second["samples"],
-                                  "after_sweep": len(second["samples"])}
+        out["workloads"][name] = first if "samples" not in second else {
+            **(first if "samples" in first else second), "samples": first.get("samples", []) + second["samples"],
+            "after_sweep": len(second["samples"])}
     return out

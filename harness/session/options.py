@@ -1,15 +1,5 @@
-"""Command-line options of the benches, parsed and validated once before any rank starts.
-
-Two steps: `parse` turns the option values into `Options` and nothing else (no torch, no shell,
-no environment change), so it can be tested and reused anywhere: each option is declared with its
-converter beside it (`CoreOption`, as a kind's `KindOption`), and `parse` applies them, then the few
-checks that span options; `prepare` then asks this machine
-what the options leave to it (which backends `auto` means, the device count, a device backend's
-probe, the environment an --ab-source script sets) and exports what ranks inherit. Every problem in
-either step becomes one `OptionError` line saying what is wrong and what is allowed; the plugin
-turns it into pytest's usage error (exit code 4). This module holds the declared options, their
-converters and the two steps; what the machine says is world.py's, the env scripts stack_env.py's.
-"""
+"""The benches' options, declared with their converters, parsed (`parse`: no torch, no shell) and settled on
+this machine (`prepare`) before any rank starts; every problem is one `OptionError` line (docs/options.md)."""
 from __future__ import annotations
 
 import math
@@ -48,18 +38,19 @@ INPLACE_MODES = {"auto": ("auto",), "0": ("out",), "1": ("in",), "out": ("out",)
 Convert = Callable[[Any, str], Any]   # (pytest's value, the flag) -> the Options value; ValueError: the one line
 
 
+def _switch(value, flag: str) -> bool:
+    return bool(value)
+
+
 @dataclass(frozen=True)
 class CoreOption:
-    """A core option with its converter beside it, as a kind's KindOption: `convert(value, flag)`
-    turns pytest's value into the Options field `into` (default: the dest; a name Options lacks is
-    parse's own or the plugin's) or raises ValueError with one line saying what is allowed. `needs`:
-    read only with that option on (a bad budget without --ab-until-decided is ignored, as always)."""
+    """A core option with its converter beside it, as a kind's KindOption (docs/options.md): a default
+    of False is a switch, [] a repeatable option; `needs`: read only with that option on."""
     flag: str
     default: Any
     help: str
-    convert: Convert
+    convert: Convert = _switch
     into: str = ""
-    action: str | None = None
     needs: str = ""
 
     @property
@@ -67,13 +58,21 @@ class CoreOption:
         return self.flag.lstrip("-").replace("-", "_")
 
     @property
+    def action(self) -> str | None:
+        return "store_true" if self.default is False else "append" if self.default == [] else None
+
+    @property
     def field(self) -> str:
         return self.into or self.dest
 
 
+def _items(text) -> list[str]:
+    """A comma list's items, blanks dropped."""
+    return [s.strip() for s in str(text).split(",") if s.strip()]
+
+
 def _list(text: str, allowed, what: str) -> list[str]:
-    items = [s.strip() for s in str(text).split(",") if s.strip()]
-    if not items:
+    if not (items := _items(text)):
         raise OptionError(f"--{what} is empty: allowed {', '.join(allowed)}")
     for item in items:
         if item not in allowed:
@@ -101,10 +100,6 @@ def _seconds(value, flag: str) -> float:
     return seconds
 
 
-def _switch(value, flag: str) -> bool:
-    return bool(value)
-
-
 def _text(value, flag: str) -> str:
     return str(value or "")
 
@@ -125,8 +120,7 @@ def _top_up(value, flag: str) -> int:
 
 def _wholes(value, flag: str) -> list[int]:
     """A comma list of integers >= 1, repeats dropped."""
-    items = [s.strip() for s in str(value).split(",") if s.strip()]
-    if not items:
+    if not (items := _items(value)):
         raise OptionError(f"{flag} is empty: give a comma list of integers >= 1")
     return list(dict.fromkeys(_int(i, flag[2:], 1) for i in items))
 
@@ -137,18 +131,13 @@ def _list_of(allowed) -> Convert:
 
 
 def _choice(allowed) -> Convert:
-    def convert(value, flag: str) -> str:
+    """A name in `allowed`; a dict's name as the value it stands for."""
+    def convert(value, flag: str) -> Any:
         text = str(value).strip()
         if text not in allowed:
             raise OptionError(f"{flag} {text!r}: allowed {', '.join(allowed)}")
-        return text
+        return allowed[text] if isinstance(allowed, dict) else text
     return convert
-
-
-def _mode(modes: dict) -> Convert:
-    """A name in `modes`, as the value it stands for."""
-    choice = _choice(modes)
-    return lambda value, flag: modes[choice(value, flag)]
 
 
 def _backends(value, flag: str) -> list[str]:
@@ -171,8 +160,7 @@ def _sizes(value, flag: str) -> list[int]:
 
 
 def _algos(value, flag: str) -> list[str]:
-    algos = [a.strip() for a in str(value).split(",") if a.strip()]
-    if not algos:
+    if not (algos := _items(value)):
         raise OptionError("--algos is empty: use default, ring, tree or BACKEND:NATIVE")
     for algo in algos:
         if err := algorithms.validate(algo):
@@ -202,7 +190,7 @@ def _knobs(value, flag: str) -> dict[str, list[str]]:
     for item in value or []:
         name, sep, values = str(item).partition("=")
         name = name.strip()
-        chosen = [v.strip() for v in values.split(",") if v.strip()]
+        chosen = _items(values)
         if not sep or not name or not name.replace("_", "").isalnum() or not chosen:
             raise OptionError(f"--knobs {item!r}: use NAME=value1,value2,... (an environment variable and its values)")
         if name in knobs:
@@ -213,7 +201,7 @@ def _knobs(value, flag: str) -> dict[str, list[str]]:
 
 def _buckets(value, flag: str) -> list[int]:
     try:
-        buckets = sorted({0 if b.strip() == "0" else parse_size(b.strip()) for b in str(value).split(",") if b.strip()})
+        buckets = sorted({0 if b == "0" else parse_size(b) for b in _items(value)})
     except SizeError as exc:
         raise OptionError(f"--buckets: {exc}") from None
     if not buckets:
@@ -229,10 +217,6 @@ def _fraction(value, flag: str) -> float:
     if not 0 < effect < 1:
         raise OptionError(f"--min-effect {value!r}: give a fraction above 0 and below 1 (0.05 = 5%)")
     return effect
-
-
-def _labels(value, flag: str) -> dict[str, str]:
-    return side_labels(value or [])   # its ValueError is the line
 
 
 def _baseline(value, flag: str) -> str:
@@ -260,7 +244,7 @@ def _case_ids(value, flag: str) -> list[str]:
 def _env_list(value, flag: str) -> dict[str, str]:
     """'K=V,K2=V2' -> {K: V, K2: V2}; values may contain ';' and ':' (HCCL_ALGO) but not ','."""
     env = {}
-    for item in filter(None, (t.strip() for t in str(value or "").split(","))):
+    for item in _items(value or ""):
         key, sep, setting = item.partition("=")
         if not sep or not key.replace("_", "").isalnum():
             raise OptionError(f"--ab-env item {item!r}: use NAME=VALUE[,NAME=VALUE...]")
@@ -269,12 +253,9 @@ def _env_list(value, flag: str) -> dict[str, str]:
 
 
 CORE = (
-    CoreOption("--benchmark", False,
-               "run the full timed sweep (without it: a quick correctness smoke on a few small sizes)", _switch,
-               action="store_true"),
-    CoreOption("--backend", "auto",
-               "gloo, mpi, nccl, hccl, comma list, or auto (hccl/nccl when their device exists, else gloo and mpi)",
-               _backends, into="backends"),
+    CoreOption("--benchmark", False, "run the full timed sweep (without it: a quick correctness smoke on a few small sizes)"),
+    CoreOption("--backend", "auto", "gloo, mpi, nccl, hccl, comma list, or auto (hccl/nccl when their device exists, else gloo "
+               "and mpi)", _backends, into="backends"),
     CoreOption("--nproc", None, "ranks per group (default 2 on CPU, the device count on GPU/NPU)", _whole(1)),
     CoreOption("--launcher", "", "cluster launcher template with {nproc}, e.g. 'mpirun -np {nproc} -hostfile h'", _launcher),
     CoreOption("--ops", ",".join(OPS), f"comma list of: {', '.join(OPS)}", _list_of(OPS)),
@@ -284,10 +265,9 @@ CORE = (
     CoreOption("--redops", "sum", f"comma list of: {', '.join(REDOPS)}", _list_of(REDOPS)),
     CoreOption("--algos", "default",
                "default, ring, tree, or BACKEND:NATIVE (mpi:recursive_doubling, hccl:NHR, nccl:CollnetDirect)", _algos),
-    CoreOption("--inplace", "auto", "auto (out-of-place where the library has it), 0/out, 1/in, both", _mode(INPLACE_MODES)),
-    CoreOption("--graph", "off",
-               "device backends: time each round as one replay of its K iterations captured in a CUDA graph "
-               "(nccl) or NPUGraph (hccl): off, on, or both (eager and captured as separate series)", _mode(GRAPH_MODES)),
+    CoreOption("--inplace", "auto", "auto (out-of-place where the library has it), 0/out, 1/in, both", _choice(INPLACE_MODES)),
+    CoreOption("--graph", "off", "device backends: time each round as one replay of its K iterations captured in a CUDA graph "
+               "(nccl) or NPUGraph (hccl): off, on, or both (eager and captured as separate series)", _choice(GRAPH_MODES)),
     CoreOption("--iters", "0", "iterations per round (0: chosen so a round lasts --round-time)", _whole(0)),
     CoreOption("--warmup", None, f"warm-up iterations (default {Plan.warmup}; smoke {SMOKE.warmup})", _whole(0)),
     CoreOption("--rounds", None, f"timed rounds per case (default {Plan.rounds}; smoke {SMOKE.rounds})", _whole(1)),
@@ -302,15 +282,11 @@ CORE = (
                                          f"{', '.join(MPI_THREAD_LEVELS)} (default: mpi4py's, multiple); "
                                          "it changes results, and compare keeps levels apart", _thread_level),
     CoreOption("--benchmark-tables", False,
-               "also print pytest-benchmark's own per-case tables (off: they are long and wide; the JSON is the same)",
-               _switch, action="store_true"),
+               "also print pytest-benchmark's own per-case tables (off: they are long and wide; the JSON is the same)"),
     CoreOption("--harness-benches", False,
-               "also run the harness's own speed checks (benches marked harness_bench, e.g. comparing 10,000 cells)",
-               _switch, action="store_true"),
-    CoreOption("--knobs", [],
-               "NAME=v1,v2,... (repeatable): run each selected case once per value, in its own worker group with "
-               "the variable set, as its own series (HCCL_BUFFSIZE=100,200,400, NCCL_PROTO=LL,Simple, MPIR_CVAR_*)",
-               _knobs, action="append"),
+               "also run the harness's own speed checks (benches marked harness_bench, e.g. comparing 10,000 cells)"),
+    CoreOption("--knobs", [], "NAME=v1,v2,... (repeatable): run each selected case once per value, in its own worker group with "
+               "the variable set, as its own series (HCCL_BUFFSIZE=100,200,400, NCCL_PROTO=LL,Simple, MPIR_CVAR_*)", _knobs),
     CoreOption("--buckets", BUCKETS, "gradient bucket sizes of the bucketing bench (0: one all_reduce per tensor)", _buckets),
     CoreOption("--comm-dtypes", ",".join(COMM_DTYPES),
                f"gradient communication types of the compression bench: {', '.join(COMM_DTYPES)}", _list_of(COMM_DTYPES)),
@@ -322,12 +298,9 @@ VERDICTS = (
     CoreOption("--ab-source", "", "interleaved A/B against another installed stack: side B gets the "
                                   "environment a shell has after sourcing this file (e.g. another CANN's "
                                   "set_env.sh); HCCL_BENCH_PYTHON=PATH in it or --ab-env picks B's interpreter", _text),
-    CoreOption("--ab-until-decided", False,
-               "sequential A/B: add interleaved launches, only for the cells still undecided, until every cell "
-               "is a regression, an improvement or no change, or --max-repeat launches are spent", _switch,
-               action="store_true"),
-    CoreOption("--max-repeat", "12", "the launch budget of --ab-until-decided (default 12)", _whole(3),
-               needs="ab_until_decided"),
+    CoreOption("--ab-until-decided", False, "sequential A/B: add interleaved launches, only for the cells still undecided, until "
+               "every cell is a regression, an improvement or no change, or --max-repeat launches are spent"),
+    CoreOption("--max-repeat", "12", "the launch budget of --ab-until-decided (default 12)", _whole(3), needs="ab_until_decided"),
     CoreOption("--inconclusive", "fail", "the gate on cells without enough evidence to say 'no change' "
                                          "(--baseline, --ab-until-decided): fail (exit 6) or pass", _choice(("fail", "pass"))),
     CoreOption("--estimator", DEFAULT_ESTIMATOR,
@@ -338,26 +311,21 @@ VERDICTS = (
                f"the smallest change (a fraction) the --baseline, --ab-until-decided and --history verdicts count "
                f"(default {DEFAULT_MIN_EFFECT:g}; below it a confirmed change is 'no change'); recorded with the run",
                _fraction),
-    CoreOption("--label", [],
-               "SIDE=NAME, repeatable: what to call side A (the baseline: the stack as started) and side B "
-               "(the candidate: with --ab-env/--ab-source) in tables, reports and verdicts",
-               _labels, into="labels", action="append"),
+    CoreOption("--label", [], "SIDE=NAME, repeatable: what to call side A (the baseline: the stack as started) and side B (the "
+               "candidate: with --ab-env/--ab-source) in tables, reports and verdicts",
+               lambda value, flag: side_labels(value or []), into="labels"),   # its ValueError is the line
     CoreOption("--baseline", "", "compare with a stored result at the end: PATH or 'auto' "
                                  "(the latest baseline saved for this platform)", _baseline),
     CoreOption("--history", False, "nightly guard at the end: judge this run against the earlier "
-                                   "runs in its --results folder; a new confirmed regression fails", _switch,
-               action="store_true"),
+                                   "runs in its --results folder; a new confirmed regression fails"),
     CoreOption("--top-up", "auto", "with --history: up to N more launches, each only for the collective cells that "
                                    "have fewer than --repeat launches with ranks 0 and 1's cores in the history's usual "
                                    "placement (a VM's host moves them); auto: --repeat with --history, else 0", _top_up),
-    CoreOption("--cases", "", "run only these cases: a file of case ids, one per line, as the tables "
-                              "name them without their -L<launch>/-A/-B ends (the same-night A/B's child gets one)",
-               _case_ids, into="only_cases"),
-    CoreOption("--previous-stack", "", "with --history: the stack of the night before (its env script to "
-                                       "source, CANN's set_env.sh, or its python); when it differs from this "
-                                       "one, every cell is settled the same night by a sequential interleaved "
-                                       "A/B against it; when it is this one, none runs and the night records "
-                                       "that it kept its stack", _text),
+    CoreOption("--cases", "", "run only these cases: a file of case ids, one per line, as the tables name them without their "
+               "-L<launch>/-A/-B ends (the same-night A/B's child gets one)", _case_ids, into="only_cases"),
+    CoreOption("--previous-stack", "", "with --history: the stack of the night before (its env script to source, CANN's "
+               "set_env.sh, or its python); when it differs from this one, every cell is settled the same night by a sequential "
+               "interleaved A/B against it; when it is this one, none runs and the night records that it kept its stack", _text),
 )
 
 LAYERS = (
@@ -381,23 +349,19 @@ OPTION_FIELDS = {f.name for f in fields(Options)}
 
 
 def add_options(parser) -> None:
-    """Each group's table, then each kind's own options; converted by `parse`, not by argparse's
-    type= (whose failure is pytest's multi-line usage text, not our one line)."""
+    """Each group's table, then each kind's; converted by `parse`, not argparse's type= (a multi-line usage error)."""
     for name, description, declared in GROUPS:
         group = parser.getgroup(name, description)
         for core in declared:
-            group.addoption(core.flag, default=core.default, help=core.help,
-                            **({"action": core.action} if core.action else {}))
-    for kind in KINDS:
-        if kind.settings.flags:
-            group = parser.getgroup(f"hccl-bench {kind.name}", f"the {kind.name} benches")
-            for option in kind.settings.flags:
-                group.addoption(option.flag, default=option.default, help=option.help)
+            group.addoption(core.flag, default=core.default, help=core.help, **({"action": core.action} if core.action else {}))
+    for kind in (k for k in KINDS if k.settings.flags):
+        group = parser.getgroup(f"hccl-bench {kind.name}", f"the {kind.name} benches")
+        for option in kind.settings.flags:
+            group.addoption(option.flag, default=option.default, help=option.help)
 
 
 def _converted(option: CoreOption, value) -> Any:
-    """An option without a default stays None when not given (parse fills it in); a converter's
-    ValueError becomes the OptionError line as it is."""
+    """None when not given and without a default (parse fills it in); a ValueError is the line."""
     if value is None and option.default is None:
         return None
     try:
@@ -415,9 +379,8 @@ def _kind_option(option: KindOption, text) -> object:
 
 
 def parse(getoption) -> Options:
-    """Build Options from pytest's config.getoption; raise OptionError on the first problem. What
-    only the machine can say is left for `prepare`: `backends` is empty for --backend auto, `nproc`
-    0 without --nproc, and --ab-source's variables are not in `ab_env` yet."""
+    """Options from pytest's config.getoption, or OptionError on the first problem; what only the
+    machine can say is left for `prepare` (backends [] for auto, nproc 0, --ab-source's variables)."""
     values = {option.field: _converted(option, getoption(option.dest)) for option in DECLARED
               if not option.needs or getoption(option.needs)}
     o = Options(**{name: value for name, value in values.items() if name in OPTION_FIELDS})
@@ -433,15 +396,14 @@ def parse(getoption) -> Options:
 
 
 def _check_across(o: Options, values: dict) -> None:
-    """What no option's converter can see alone: the combinations, in the order parse always checked them."""
+    """The combinations no converter sees alone, in the order parse always checked them."""
     if True in o.graph and o.iters > MAX_GRAPH_ITERS:
         raise OptionError(f"--iters {o.iters} with --graph: a captured round holds at most {MAX_GRAPH_ITERS} iterations")
     if o.ab_until_decided:
         if not o.two_sides:
             raise OptionError("--ab-until-decided needs two sides: add --ab-env VAR=VALUE or --ab-source FILE")
         if o.repeat > 1:
-            raise OptionError("--ab-until-decided chooses the launches itself: give its budget as --max-repeat, "
-                              "not --repeat")
+            raise OptionError("--ab-until-decided chooses the launches itself: give its budget as --max-repeat, not --repeat")
         o.repeat = values["max_repeat"]
     if both := sorted(set(o.knobs) & set(o.ab_env)):
         raise OptionError(f"{both[0]} is both a --knobs variable and an --ab-env one: give it in one place "
@@ -469,9 +431,8 @@ def _check_across(o: Options, values: dict) -> None:
 
 
 def prepare(o: Options, getoption) -> Options:
-    """The machine's part, after `parse`: resolve --backend auto and the default --nproc, probe each
-    backend's device (world.settle), merge --ab-source's environment under --ab-env's, and export the MPI thread
-    level; raise OptionError on the first problem (the same lines as before the split)."""
+    """The machine's part, after `parse`: backends, nproc and device probes (world.settle), --ab-source's
+    environment under --ab-env's, the MPI thread level exported; OptionError on the first problem."""
     settle(o)
     o.ab_env = {**sourced_env(o.ab_source), **o.ab_env}
     python = o.ab_env.get("HCCL_BENCH_PYTHON")

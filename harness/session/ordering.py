@@ -3,7 +3,6 @@ that follows: a group costs seconds to start, so cases sharing one run back to b
 from __future__ import annotations
 
 import kinds
-from kinds.options import Options
 from schema.group_key import GroupKey
 
 CASE_FIXTURES = tuple(kind.fixture for kind in kinds.KINDS)
@@ -13,19 +12,17 @@ def _params(item) -> dict:
     return getattr(getattr(item, "callspec", None), "params", {})
 
 
-def group_of(item, opts: Options) -> GroupKey | None:
-    case = _case(item)
-    return case.group if case is not None else None
-
-
 def _case(item):
     """The item's case of whichever kind (None outside the sweep)."""
     return next((_params(item)[n] for n in CASE_FIXTURES if n in _params(item)), None)
 
 
-def launch_of(item, opts: Options) -> int:
-    key = group_of(item, opts)
-    return key.launch if key is not None else 0
+def _group(item) -> GroupKey | None:
+    return getattr(_case(item), "group", None)
+
+
+def launch_of(item) -> int:
+    return getattr(_group(item), "launch", 0)
 
 
 def base_id(item) -> str | None:
@@ -46,11 +43,11 @@ def where_of(item) -> tuple | None:
     return case.group.backend, kinds.of_case(case).topic(case), case.side and f"side {case.side}"
 
 
-def sort(items: list, opts: Options) -> None:
+def sort(items: list) -> None:
     """Launch after launch (a sequential A/B looks between them), groups kept together inside one;
     with --ab-env the two sides' groups count as one slot, keeping each A/B pair adjacent."""
     def slot(item):
-        key = group_of(item, opts)
+        key = _group(item)
         return key and key.slot()
 
     order: dict = {}
@@ -58,11 +55,10 @@ def sort(items: list, opts: Options) -> None:
         key = slot(item)
         if key is not None and key not in order:
             order[key] = len(order)
-    items.sort(key=lambda it: (launch_of(it, opts), order.get(slot(it), len(order))))
+    items.sort(key=lambda it: (launch_of(it), order.get(slot(it), len(order))))
 
 
 def skipped(items: list, repeat: int) -> list[tuple[str, str]]:
-    """(case id, reason) of every case skipped at collection: they go into results.json too; those of
-    --top-up launches (past `repeat`) repeat their launches' and are left out."""
+    """(case id, reason) of each case skipped at collection, for results.json; --top-up launches' are left out."""
     return [(case.id, case.skip) for item in items for case in _params(item).values()
             if getattr(case, "skip", "") and getattr(case, "launch", 0) < repeat]

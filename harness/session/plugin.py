@@ -1,7 +1,5 @@
-"""The pytest plugin (registered by the root conftest): only wiring. Each hook hands its job to the
-module that owns it: options (harness/session/options.py), cases (cases.py), run order (ordering.py),
-signals (signals.py), progress lines (progress.py), the session's end and its gates
-(session_end.py, verdicts.py), and what is written and shown (run_output.py)."""
+"""The pytest plugin (registered by the root conftest): only wiring, each hook handing its job to the
+harness/session module that owns it (options, ordering, signals, progress, session_end, run_output)."""
 from __future__ import annotations
 
 import pytest
@@ -52,10 +50,6 @@ def pytest_report_header(config):
     return run_output.header_lines(session.opts) if session is not None else None
 
 
-def _params(cases) -> list:
-    return [pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip else []) for c in cases]
-
-
 def pytest_generate_tests(metafunc):
     """Each bench function takes one kind's fixture (kinds.KINDS): its cases, built once a session."""
     session, built = metafunc.config.stash[_SESSION], metafunc.config.stash.setdefault(_CASES, {})
@@ -63,23 +57,21 @@ def pytest_generate_tests(metafunc):
         if kind.fixture in metafunc.fixturenames:
             if kind.name not in built:
                 built[kind.name] = kind.build(session.opts)
-            metafunc.parametrize(kind.fixture, _params(built[kind.name]))
+            metafunc.parametrize(kind.fixture, [
+                pytest.param(c, id=c.id, marks=[pytest.mark.skip(reason=c.skip)] if c.skip else []) for c in built[kind.name]])
 
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: record only what this session runs
 def pytest_collection_modifyitems(session, config, items):
     bench = config.stash[_SESSION]
-    if bench.opts.only_cases:   # --cases: exactly these, every launch and side of each
-        wanted = set(bench.opts.only_cases)
-        other = [item for item in items if ordering.base_id(item) not in wanted]
-        if other:
-            config.hook.pytest_deselected(items=other)
-            items[:] = [item for item in items if ordering.base_id(item) in wanted]
-    if not config.getoption("harness_benches"):   # the harness's own speed checks stay out of a user's sweep
-        own = [item for item in items if item.get_closest_marker("harness_bench")]
-        if own:
-            config.hook.pytest_deselected(items=own)
-            items[:] = [item for item in items if not item.get_closest_marker("harness_bench")]
+    wanted = set(bench.opts.only_cases)   # --cases: exactly these, every launch and side of each
+    own = not config.getoption("harness_benches")   # the harness's own speed checks stay out of a user's sweep
+
+    def dropped(item) -> bool:
+        return bool((wanted and ordering.base_id(item) not in wanted) or (own and item.get_closest_marker("harness_bench")))
+    if out := [item for item in items if dropped(item)]:
+        config.hook.pytest_deselected(items=out)
+        items[:] = [item for item in items if not dropped(item)]
     if any("bench_session" in getattr(item, "fixturenames", ()) for item in items):
         try:
             files.check_writable(bench.opts.results)   # before any rank starts, like every option
@@ -87,11 +79,11 @@ def pytest_collection_modifyitems(session, config, items):
             pytest.exit(f"hccl-bench: {exc}", returncode=ExitCode.BAD_OPTION)
     where = {item.nodeid: w for item in items if (w := ordering.where_of(item)) is not None}
     if where:
-        progress = Progress(where, {item.nodeid: ordering.launch_of(item, bench.opts) for item in items}, bench)
+        progress = Progress(where, {item.nodeid: ordering.launch_of(item) for item in items}, bench)
         _RUNNING["progress"] = (progress, config.pluginmanager.get_plugin("terminalreporter"))
-    ordering.sort(items, bench.opts)
+    ordering.sort(items)
     for case_id, reason in ordering.skipped(items, bench.opts.repeat):   # skipped cases and why go into results.json too
-        bench.skip(case_id, reason)
+        bench.skipped.append({"id": case_id, "reason": reason})
 
 
 @pytest.hookimpl(trylast=True)
@@ -132,7 +124,7 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.hookimpl(trylast=True)   # after pytest-benchmark's: the user's results are the last thing on screen
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     bench = config.stash.get(_SESSION, None)
-    if bench is None or not (run_output.has_output(bench) or bench.interrupted):
+    if bench is None or not (bench.rows or bench.interrupted):
         return
     terminalreporter.section("hccl-bench")
     for line in run_output.summary_lines(bench):

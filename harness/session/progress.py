@@ -20,10 +20,9 @@ class Progress:
 
     def _planned(self) -> int:
         """The items to run: a --top-up launch's count once it starts."""
-        repeat = self.bench.opts.repeat if self.bench is not None and self.bench.opts.top_up else None
-        if repeat is None:
+        if self.bench is None or not self.bench.opts.top_up:
             return len(self.where)
-        return sum(1 for nodeid in self.where if self.launch.get(nodeid, 0) < repeat) + self.top_ups
+        return sum(1 for nodeid in self.where if self.launch.get(nodeid, 0) < self.bench.opts.repeat) + self.top_ups
 
     def lines_at(self, nodeid: str) -> list[str]:
         """What to print as the test `nodeid` starts (often nothing); counts it as started."""

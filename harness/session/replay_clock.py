@@ -1,8 +1,5 @@
-"""Feeds measured round times to pytest-benchmark so its stats are the ranks' clocks, not the driver's.
-
-``pytest.mark.benchmark(timer=REPLAY_CLOCK)`` makes the fixture read a clock that only moves
-when the replayed target advances it by one measured per-op time (docs/method.md, Time).
-"""
+"""Feeds measured round times to pytest-benchmark so its stats are the ranks' clocks, not the driver's:
+``pytest.mark.benchmark(timer=REPLAY_CLOCK)`` reads a clock only the replay moves (docs/method.md, Time)."""
 from __future__ import annotations
 
 
@@ -25,5 +22,4 @@ def record(benchmark, per_op_seconds, group: str, extra_info: dict) -> None:
     benchmark.group = group
     benchmark.extra_info.update(extra_info)
     times = iter([float(t) for t in per_op_seconds])
-    benchmark.pedantic(lambda: REPLAY_CLOCK.advance(next(times)), rounds=len(per_op_seconds),
-                       iterations=1, warmup_rounds=0)
+    benchmark.pedantic(lambda: REPLAY_CLOCK.advance(next(times)), rounds=len(per_op_seconds), iterations=1, warmup_rounds=0)

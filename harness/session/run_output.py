@@ -12,11 +12,8 @@ from kinds.options import Options
 
 
 def benchmark_session(config):
-    """pytest-benchmark's BenchmarkSession, or None without the plugin (-p no:benchmark). It offers
-    no public accessor: since 3.x it registers the session as the plugin named "pytest-benchmark"
-    (checked in 3.4.1, 4.0.0, 5.0.0 to 5.3.1), so pluggy's public get_plugin finds it instead of the
-    private `config._benchmarksession`. What we use of it (`benchmarks`, `get_machine_info`, `quiet`)
-    is what its own hooks pass to `pytest_benchmark_generate_json`; this is the one place to mend."""
+    """pytest-benchmark's BenchmarkSession, or None without the plugin (-p no:benchmark); the one place
+    to mend if it moves (docs/options.md, pytest-benchmark's session)."""
     return config.pluginmanager.get_plugin("pytest-benchmark")
 
 
@@ -54,13 +51,8 @@ def header_lines(opts: Options) -> list[str] | None:
     return lines or None
 
 
-def has_output(bench: BenchSession) -> bool:
-    return bool(bench.rows)
-
-
 def write_results(bench: BenchSession, output: dict) -> None:
-    """results.json (pytest-benchmark's JSON with the hccl_bench section) and table.txt (every kind's
-    table of compared cells), each whole or not at all."""
+    """results.json (pytest-benchmark's JSON with the hccl_bench section) and table.txt, each whole or not at all."""
     output["hccl_bench"] = bench.metadata()
     files.write_atomic(bench.run_dir / "results.json", json.dumps(output, indent=1, default=str))
     text = "\n\n".join(kinds.tables(bench.rows, tuple(k for k in kinds.KINDS if k.cells))) + "\n"
@@ -85,13 +77,12 @@ def summary_lines(bench: BenchSession) -> list[str]:
 
 
 def closing_block(bench: BenchSession) -> list[str]:
-    """The lines a user reads last: where the results are, the peak per op and backend, what failed,
-    and the gate's verdict with its reason."""
+    """The lines a user reads last: where the results are, the peaks, what failed, and the gates' verdicts."""
     out = ["# ---- hccl-bench summary"]
     if bench.store.made:
         state = f"incomplete: {bench.interrupted}" if bench.interrupted else "complete"
         out.append(f"# results: {bench.run_dir / 'results.json'} ({state})")
-    out += [line for kind in kinds.KINDS for line in kind.closing_lines(bench.kept(kind))]
+    out += [line for kind in kinds.KINDS for line in kind.closing_lines(kinds.rows_of(kind, bench.rows))]
     if bench.failures:
         out += wrapped(f"# failures: {len(bench.failures)} cases, first: {bench.failures[0]['what']}: "
                        f"{bench.failures[0]['error']}")

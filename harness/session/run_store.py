@@ -20,8 +20,7 @@ class RunStore:
 
     @functools.cached_property
     def run_dir(self) -> Path:
-        """This session's own folder (a session started in the same second gets another),
-        opened by a line that lets readers rebuild the run from cases.jsonl."""
+        """This session's own folder, opened by a line that lets readers rebuild the run from cases.jsonl."""
         try:
             path = files.new_run_dir(self.results, self.stamp)
         except OSError as exc:
@@ -36,8 +35,7 @@ class RunStore:
         return "run_dir" in self.__dict__
 
     def append(self, obj: dict) -> None:
-        """One event in cases.jsonl at once; a full disk stops the session (exit 3) with what was
-        appended before intact."""
+        """One event in cases.jsonl at once; a full disk stops the session (exit 3), what was appended intact."""
         path = self.run_dir / "cases.jsonl"
         try:
             files.append_line(path, obj)

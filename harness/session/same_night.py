@@ -1,11 +1,5 @@
-"""--previous-stack: an upgrade night settled the same night. The night's cells are measured
-again by a child session (a real `python -m pytest` of the same benches and options) as a sequential
-interleaved A/B, this stack (side A, the environment as it is) against the previous one (side B:
---ab-source SCRIPT, or HCCL_BENCH_PYTHON=PYTHON), into the same --results folder; the newest run's
-folder records it (reports/history.py, SAME_NIGHT), so every later `hccl-bench history` reads it.
-The child's own run records its direction (hccl_bench.baseline_side "B": its side B, the previous
-stack, is the baseline), so `compare RUN --ab`, `report RUN --ab`, `table RUN --ab` and `export` on
-that folder alone judge previous -> this, as the history does (reports/result_files.py load)."""
+"""--previous-stack: an upgrade night settled the same night by a child session's sequential A/B of
+this stack (A) against the previous one (B), into the same --results folder (docs/options.md)."""
 from __future__ import annotations
 
 import json
@@ -28,25 +22,20 @@ DROPPED = {"--history": False, "--previous-stack": True, "--repeat": True, "--to
 
 @dataclass
 class Outcome:
-    run: Path | None     # the A/B run's folder, None when the child made none
     text: str            # what the session prints about it
     ok: bool             # the child ran to its end (its own verdict, whatever it was)
 
 
 def child_args(invocation: list[str]) -> list[str]:
     """The session's own pytest arguments without those the child sets itself (DROPPED)."""
-    out, skip = [], False
-    for arg in invocation:
-        if skip:
-            skip = False
-            continue
+    out, args = [], iter(invocation)
+    for arg in args:
         name = arg.split("=", 1)[0]
         if name in DROPPED:
-            skip = DROPPED[name] and "=" not in arg
-            continue
-        if arg.startswith("-k") and len(arg) > 2 and not arg.startswith("--"):
-            continue   # -kEXPR
-        out.append(arg)
+            if DROPPED[name] and "=" not in arg:
+                next(args, None)   # its value
+        elif not (arg.startswith("-k") and len(arg) > 2 and not arg.startswith("--")):   # -kEXPR is dropped too
+            out.append(arg)
     return out
 
 
@@ -68,8 +57,7 @@ def budget(invocation: list[str]) -> int:
 
 
 def command(opts: Options, cases_file: Path) -> list[str]:
-    """The child session: the same benches and options, only the cases in `cases_file` (--cases: exact
-    ids; a -k expression cannot hold a knob's '=' or ';'), this stack against the previous one."""
+    """The child session: these benches and options, only `cases_file`'s ids, this stack against the previous one."""
     side_b = (["--ab-env", f"HCCL_BENCH_PYTHON={opts.previous_stack}"] if opts.previous_is_python
               else ["--ab-source", opts.previous_stack])
     return [sys.executable, "-m", "pytest", *child_args(opts.invocation), *side_b, "--ab-until-decided",
@@ -77,12 +65,10 @@ def command(opts: Options, cases_file: Path) -> list[str]:
 
 
 def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
-    """The child A/B of the cells `keys`; its output is kept in RUN_DIR/same_night_ab.log. A child
-    that fails, is interrupted, or outlives its cases' timeouts is reported, never waited on forever."""
+    """The child A/B of the cells `keys`, its output kept in RUN_DIR/same_night_ab.log; never waited on forever."""
     ids = selection(opts, keys)
     if not ids:
-        return Outcome(None, f"# same-night A/B: none of the {len(keys)} cells is a case of these "
-                             "benches", False)
+        return Outcome(f"# same-night A/B: none of the {len(keys)} cells is a case of these benches", False)
     before = set(Path(opts.results).glob("*/"))
     cases_file = run_dir / "same_night_cases.txt"
     files.write_atomic(cases_file, "\n".join(ids) + "\n")
@@ -110,17 +96,16 @@ def run(opts: Options, run_dir: Path, keys: set[tuple]) -> Outcome:
     # a finished child exits 0 (no change), 1 (regression either way) or 6 (undecided cells); else it did not finish
     if not isinstance(code, int) or code not in (0, 1, 6) or folder is None or not (folder / "results.json").exists():
         tail = "; ".join(line for line in output.splitlines()[-3:] if line.strip())
-        return Outcome(folder, f"# same-night A/B failed ({'exit ' + str(code) if isinstance(code, int) else code}): {what}; "
-                               f"the history's verdict stands; its output: {log} ({tail[-300:]})", False)
+        return Outcome(f"# same-night A/B failed ({'exit ' + str(code) if isinstance(code, int) else code}): {what}; "
+                       f"the history's verdict stands; its output: {log} ({tail[-300:]})", False)
     files.write_atomic(run_dir / SAME_NIGHT, json.dumps({"run": folder.name, "previous_stack": opts.previous_stack,
                                                          "cases": ids, "exit": code}, indent=1))
-    return Outcome(folder, f"# same-night A/B: {what}: {folder}", True)
+    return Outcome(f"# same-night A/B: {what}: {folder}", True)
 
 
 def mark_direction(folder: Path) -> None:
-    """The child ran this stack (the candidate) as side A: its results.json records that its baseline
-    is side B, and its table.txt is written again as every reader now reads it (side A the previous
-    stack, B/A = this / previous). A file that cannot be read is left as it is (the caller reports the child)."""
+    """The child ran this stack (the candidate) as side A: its results.json records side B as its baseline
+    and its table.txt is rewritten to match; an unreadable file is left as it is."""
     import kinds
     from reports import table
     from reports.result_files import load

@@ -1,6 +1,5 @@
-"""One pytest session's benchmark state: which case runs where, what ran, what failed, what was
-skipped. The pieces it wires: the worker pool (harness/engine/groups.py), A/B pairing (ab_pairing.py),
-each case's kind (kinds/: its spec, row and table), and the run folder (run_store.py)."""
+"""One pytest session's benchmark state (what ran, failed, was skipped), wiring the worker pool,
+A/B pairing (ab_pairing.py), each case's kind (kinds/) and the run folder (run_store.py)."""
 from __future__ import annotations
 
 import functools
@@ -16,10 +15,10 @@ from harness import provenance
 from harness.engine.groups import CaseFailure, GroupKey, GroupPool
 from harness.session.ab_pairing import ABPairing, PartnerFailed
 from harness.session.run_store import RunStore
-from kinds.base import Case, Kind, Ran
+from kinds.base import Case, Ran
 from kinds.options import Options
 from schema.judgement import GateResult
-from schema.results import SCHEMA, Row
+from schema.results import SCHEMA, ResultError, Row
 from schema.run_meta import RunMeta
 from schema.wire import Spec
 
@@ -58,8 +57,7 @@ class BenchSession:
 
     @functools.cached_property
     def canary(self) -> dict | None:
-        """A timed single-stack sweep measures the canary once, as its run folder is made
-        (harness/session/canary.py): a history tells a machine's change from the stack's by it."""
+        """Measured once as a timed single-stack sweep's run folder is made (canary.py)."""
         if not self.opts.benchmark or self.opts.two_sides:
             return None
         from harness.session import canary
@@ -67,17 +65,11 @@ class BenchSession:
 
     @functools.cached_property
     def canary_spanning(self) -> dict | None:
-        """The canary measured again once the sweep has run, joined to the first (harness/session/canary.py,
-        spanning); an interrupted session keeps the first alone rather than spend time on it."""
+        """The canary measured again after the sweep, joined to the first; an interrupted session keeps the first."""
         if self.canary is None or self.interrupted is not None:
             return self.canary
         from harness.session import canary
         return canary.spanning(self.canary, canary.measure())
-
-    def _fail(self, label: dict, failure: str) -> None:
-        self.failures.append({**label, "error": failure.splitlines()[0]})
-        self.store.append({"failure": label, "error": failure})
-        pytest.fail(f"{label['what']}: {failure}", pytrace=False)
 
     def _call(self, key: GroupKey, spec: Spec, label: dict):
         """One request to a group: (results, group), or the case fails with the reason recorded."""
@@ -88,7 +80,9 @@ class BenchSession:
             failure = str(exc)
         finally:
             self.running = ""
-        self._fail(label, failure)
+        self.failures.append({**label, "error": failure.splitlines()[0]})
+        self.store.append({"failure": label, "error": failure})
+        pytest.fail(f"{label['what']}: {failure}", pytrace=False)
 
     def _run(self, key: GroupKey, spec: Spec, label: dict) -> tuple[list[dict], dict]:
         """A case's results and its group's hosts/devices/versions (recorded once per group)."""
@@ -100,22 +94,23 @@ class BenchSession:
             self.store.append({"group": {group.log_dir.name: self.groups[group.log_dir.name]}})
         return results, info
 
-    def look(self, launches: int) -> list[str]:
-        """--ab-until-decided: before launch `launches` starts, replay the looks the launches so far
-        allow (side B against side A); a new look's progress line is returned. Cells decided are
-        not measured again."""
+    def _so_far(self, *sides: str) -> tuple[list[Row], list]:
+        """The cell rows measured so far, and each of `sides` of them as a run a verdict reads."""
         from reports.result_files import run_from_rows
+        rows: list[Row] = [r for kind in kinds.KINDS if kind.cells for r in kinds.rows_of(kind, self.rows)]
+        meta = RunMeta.of({"options": asdict(self.opts)})
+        return rows, [run_from_rows(rows, side, str(self.run_dir), meta) for side in sides]
+
+    def look(self, launches: int) -> list[str]:
+        """--ab-until-decided: before launch `launches`, the looks so far (decided cells run no more); a new look's line."""
         from reports.sequential import planned_looks, run_looks  # scipy: loaded only when a look is due
         self.looked = launches
         if launches not in planned_looks(self.opts.repeat):
             return []
-        rows: list[Row] = [r for kind in kinds.KINDS if kind.cells for r in kinds.rows_of(kind, self.rows)]
-        meta = RunMeta.of({"options": asdict(self.opts)})
-        base, cand = (run_from_rows(rows, side, str(self.run_dir), meta) for side in "AB")
+        base, cand = self._so_far("A", "B")[1]
         if not (set(base.cells) & set(cand.cells)):
             return []
-        self.sequential = run_looks(base, cand, self.opts.repeat, min_effect=self.opts.min_effect,
-                                    estimator=self.opts.estimator)
+        self.sequential = run_looks(base, cand, self.opts.repeat, min_effect=self.opts.min_effect, estimator=self.opts.estimator)
         self._decided = {c.key: f"decided after {self.sequential.decided_at[c.key]} launches: {c.verdict}"
                          for c in self.sequential.comparison.cells if c.key in self.sequential.decided_at}
         if not self.sequential.looks or self.sequential.looks[-1].launches != launches:
@@ -124,18 +119,13 @@ class BenchSession:
         return self.sequential.progress[-1:]
 
     def top_up(self, launch: int) -> list[str]:
-        """--top-up: before launch `launch` (at or past --repeat), which cells still have fewer than
-        --repeat launches with ranks 0 and 1's cores in the history's usual placement (reports/placement.py);
-        only those run in it. The history is this --results folder's runs and this session's rows so far."""
+        """--top-up: before launch `launch`, the cells still short of --repeat launches in the usual placement."""
         from reports.history import load_runs, run_folders
         from reports.placement import TopUp, top_up
-        from reports.result_files import run_from_rows
-        from schema.results import ResultError
         self.topped = launch
         if self._top_up is not None and (self._top_up.stopped or not self._top_up.short):
             return []   # stopped, or no cell was short: nothing ran since
-        rows: list[Row] = [r for kind in kinds.KINDS if kind.cells for r in kinds.rows_of(kind, self.rows)]
-        tonight = run_from_rows(rows, "", str(self.run_dir), RunMeta.of({"options": asdict(self.opts)}))
+        rows, (tonight,) = self._so_far("")
         try:
             if self._earlier is None:   # read once: the earlier nights do not change during the session
                 here = self.run_dir.resolve()
@@ -158,8 +148,7 @@ class BenchSession:
                 f"launches with ranks 0 and 1's cores {found.usual} (their usual placement); only they run"]
 
     def decided(self, case: Case) -> str:
-        """Why a sequential A/B needs no more launches of this case, or a --top-up launch does not
-        need it ('' while it is undecided, or short of launches in the usual placement)."""
+        """Why a sequential A/B or a --top-up launch needs this case no more ('' while it does)."""
         kind = kinds.of_case(case)
         if case.launch >= self.opts.repeat and kind.cells:   # a --top-up launch
             if self.topped != case.launch:
@@ -183,8 +172,7 @@ class BenchSession:
             pytest.fail(f"{case.id}: its A/B partner failed: {exc}", pytrace=False)
 
     def run(self, case: Case):
-        """Run one case of any kind: its spec to its group, its ranks' results into its row, the row
-        kept (the tables, results.json) and written to cases.jsonl at once; the bench gets the row."""
+        """Run one case of any kind into its row, kept and written to cases.jsonl at once; the bench gets the row."""
         kind = kinds.of_case(case)
         results, info = self._measure(case, lambda c: {"id": c.id, "what": kind.what(c)}, kind.spec(case, self.opts))
         row = kind.row(case, self.opts, Ran(results, info["hosts"], self._places(case), lambda: self._rank0_log(case)))
@@ -192,12 +180,9 @@ class BenchSession:
         self.store.append({kind.record_key: row.to_json()} if kind.record_key else row.to_json())
         return row
 
-    def _group(self, case: Case):
-        return (self.pool.alive.get(case.group) if case.group else None) or self.pool.current
-
     def _places(self, case: Case) -> dict[int, tuple[str, int]]:
         """rank -> (host, local rank) as the case's group's ranks reported them: the row names its slowest ranks."""
-        group = self._group(case)
+        group = (self.pool.alive.get(case.group) if case.group else None) or self.pool.current
         return {r["rank"]: (r["host"], r.get("local_rank", 0)) for r in group.ranks} if group else {}
 
     def _rank0_log(self, case: Case) -> str:
@@ -205,13 +190,6 @@ class BenchSession:
         group = self.pool.alive.get(case.group) if case.group else None
         log = group.log_dir / "rank0.log" if group is not None else None
         return group.since_last_case(log) if group is not None and log is not None and log.exists() else ""
-
-    def kept(self, kind: Kind) -> list:
-        """The rows of one kind this session measured."""
-        return kinds.rows_of(kind, self.rows)
-
-    def skip(self, case_id: str, reason: str) -> None:
-        self.skipped.append({"id": case_id, "reason": reason})
 
     @functools.cached_property
     def pool(self) -> GroupPool:
@@ -226,7 +204,7 @@ class BenchSession:
         return {"schema": SCHEMA, "options": asdict(self.opts), "provenance": self.provenance,
                 "sequential": self.sequential.record() if self.sequential else None,
                 "groups": self.groups, "skipped": self.skipped, "failures": self.failures,
-                **{k.record_key: [r.to_json() for r in self.kept(k)] for k in kinds.KINDS if k.record_key},
+                **{k.record_key: [r.to_json() for r in kinds.rows_of(k, self.rows)] for k in kinds.KINDS if k.record_key},
                 "complete": self.interrupted is None,
                 "interrupted": self.interrupted, "wall_s": (datetime.now(timezone.utc) - self.started).total_seconds(),
                 **({"canary": self.canary_spanning} if self.canary else {})}

@@ -18,7 +18,7 @@ def finish(bench: BenchSession, exitstatus: int, stopped: str | bool, benchmark_
     if bench.interrupted is None and (exitstatus not in RAN_TO_THE_END or stopped):
         bench.interrupted = str(stopped or f"pytest exit status {int(exitstatus)}")
     bench.close()
-    if not (run_output.has_output(bench) or bench.failures):
+    if not (bench.rows or bench.failures):
         return None
     if bench.opts.ab_until_decided and bench.interrupted is None:
         bench.look(bench.opts.repeat)   # the last look, on every launch run: recorded with the results

@@ -1,6 +1,5 @@
 """What sourcing a stack's env script changes (--ab-source, --previous-stack), in a throwaway bash:
-its own module because it is the one part of the options that runs a shell, and both parse
-(--previous-stack) and prepare (--ab-source) ask it."""
+the one part of the options that runs a shell."""
 from __future__ import annotations
 
 import os
@@ -12,11 +11,8 @@ BASH_OWN = {"_", "SHLVL", "PWD", "OLDPWD", "COLUMNS", "LINES"}   # set by the sh
 
 
 def sourced_env(path: str, option: str = "--ab-source") -> dict[str, str | None]:
-    """What sourcing a stack's env script (CANN's set_env.sh, a module file wrapper) changes, as
-    NAME -> VALUE, and NAME -> None for what it unsets (else `unset HCCL_ALGO` in the previous
-    stack's script left the variable on both sides: an A/A read as the change). Run once in a
-    throwaway bash, its environment read before and after, so its shell logic ($PATH appends) works
-    and bash's own variables (SHLVL, PWD) never count."""
+    """What sourcing the script (CANN's set_env.sh) changes: NAME -> VALUE, and NAME -> None for what it
+    unsets; bash's environment read before and after, bash's own variables (SHLVL, PWD) left out."""
     if not path:
         return {}
     if not os.path.isfile(path):
@@ -42,9 +38,8 @@ def sourced_env(path: str, option: str = "--ab-source") -> dict[str, str | None]
 
 
 def _same_value(was: str | None, now: str) -> bool:
-    """Equal, or the same path list once repeated entries are dropped: CANN's set_env.sh sourced again
-    where it was sourced already prepends its paths to PATH and LD_LIBRARY_PATH a second time, and
-    that stack is this one."""
+    """Equal, or the same path list once repeated entries are dropped (set_env.sh sourced again prepends
+    its paths a second time, and that stack is this one)."""
     if was is None or was == now:
         return was == now
     entries = lambda value: list(dict.fromkeys(value.split(":")))  # noqa: E731
@@ -52,8 +47,7 @@ def _same_value(was: str | None, now: str) -> bool:
 
 
 def previous_stack_kind(path: str) -> str:
-    """'script' (a text file, sourced in bash like --ab-source) or 'python' (an executable binary
-    named python*, run like HCCL_BENCH_PYTHON); OptionError for anything else."""
+    """'script' (sourced like --ab-source) or 'python' (a python* binary, run like HCCL_BENCH_PYTHON); else OptionError."""
     what = f"--previous-stack {path!r}"
     if not os.path.isfile(path):
         raise OptionError(f"{what} is not a file: give the previous stack's env script (set_env.sh) or its python interpreter")

@@ -1,6 +1,5 @@
-"""The session's gates at its end: --baseline, --ab-until-decided and --history, each judged from
-the results just written (what `hccl-bench compare`/`history` would say), and the exit status they
-give the session."""
+"""The session's gates at its end (--baseline, --ab-until-decided, --history), each judged from the
+results just written as `hccl-bench compare`/`history` would, and the exit status they give."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,40 +9,33 @@ from harness import files
 from harness.session.session import BenchSession
 from schema.exit_codes import ExitCode
 from schema.judgement import GateResult
+from schema.results import ResultError
 
 if TYPE_CHECKING:
     from reports.gate import Judgement
 
 
-# a gate its input cannot serve (a --baseline of another setup, an unreadable --results history): what
-# was given is unusable, never "a regression"; the sweep itself is kept
+# a gate whose input is unusable (another setup's --baseline, an unreadable history): never "a regression"
 UNUSABLE = ExitCode.BAD_OPTION
 
 
 def judge(bench: BenchSession) -> ExitCode | None:
     """Every gate the options ask for, appended to bench.verdicts; the session's exit status if one fails."""
-    gates: list[GateResult] = []
-    if bench.opts.ab_until_decided:
-        gates.append(judge_sequential_ab(bench))
-    if bench.opts.baseline:
-        gates.append(compare_with_baseline(bench))
-    if bench.opts.history:
-        gates.append(judge_history(bench))
+    asked = ((bench.opts.ab_until_decided, judge_sequential_ab), (bench.opts.baseline, compare_with_baseline),
+             (bench.opts.history, judge_history))
+    gates = [judged(bench) for on, judged in asked if on]
     bench.verdicts += gates
-    codes = [g.exit for g in gates if g.fail]
-    if not codes:
+    if not (codes := [g.exit for g in gates if g.fail]):
         return None
     # a regression (1) outranks inconclusive cells (6) and a changed machine (7)
     return ExitCode.REGRESSION if ExitCode.REGRESSION in codes else ExitCode(codes[0])
 
 
 def compare_with_baseline(bench: BenchSession) -> GateResult:
-    """--baseline: compare this run with a stored one; a confirmed regression, or a baseline of
-    another setup, fails the session."""
+    """--baseline: this run against a stored one; a confirmed regression or another setup's baseline fails."""
     from harness.session import baselines
     from reports.gate import judge_pair
     from reports.result_files import load
-    from schema.results import ResultError
     result = str(bench.run_dir / "results.json")
     try:
         base = baselines.auto(result) if bench.opts.baseline == "auto" else bench.opts.baseline
@@ -56,8 +48,7 @@ def compare_with_baseline(bench: BenchSession) -> GateResult:
 
 
 def gate(bench: BenchSession, judgement, stem: str, headline: str) -> GateResult:
-    """A pair's verdict as the session's: STEM.md and STEM.json in the run folder, and its exit
-    status (1 regression, 6 inconclusive cells unless --inconclusive pass)."""
+    """A pair's verdict as the session's: STEM.md and STEM.json in the run folder, and its exit status."""
     from reports.gate import dumps
     files.write_atomic(bench.run_dir / f"{stem}.md", judgement.markdown + "\n")
     files.write_atomic(bench.run_dir / f"{stem}.json", dumps(judgement))
@@ -65,11 +56,9 @@ def gate(bench: BenchSession, judgement, stem: str, headline: str) -> GateResult
 
 
 def judge_sequential_ab(bench: BenchSession) -> GateResult:
-    """--ab-until-decided: side B (candidate) against side A (baseline), the looks replayed from
-    the results just written (what `hccl-bench compare RUN --ab` prints); its verdict is the gate."""
+    """--ab-until-decided: B against A with the looks replayed, as `hccl-bench compare RUN --ab` prints it."""
     from reports.gate import judge_pair
     from reports.result_files import load
-    from schema.results import ResultError
     result = bench.run_dir / "results.json"
     try:
         judgement = judge_pair(load(result, side="A"), load(result, side="B"))
@@ -82,11 +71,9 @@ def judge_sequential_ab(bench: BenchSession) -> GateResult:
 
 
 def judge_history(bench: BenchSession) -> GateResult:
-    """--history: this run against the earlier ones in its --results folder (the nightly guard);
-    a new confirmed regression, or a folder mixing setups, fails the session."""
+    """--history: this run against the earlier ones in its --results folder; a new confirmed regression fails."""
     from reports.gate import judge_history as judge_runs
     from reports.history import load_runs, too_few
-    from schema.results import ResultError
     try:
         runs, _ = load_runs([str(bench.run_dir.parent)])
     except ResultError as exc:
@@ -105,18 +92,12 @@ def judge_history(bench: BenchSession) -> GateResult:
 
 
 def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) -> tuple[str, Judgement]:
-    """--previous-stack: this run's cells A/B-tested against the previous stack by a child session
-    (harness/session/same_night.py), then the history judged again with it (the record it leaves in this
-    run's folder is what the judgement reads); the text says what it did. When the previous stack is
-    another one (the night of an upgrade) every cell is measured: the history's night-to-night noise
-    may hide a 25% change that the interleaved launches resolve. When it is this one, nothing runs:
-    an A/A of one stack says nothing of a software change, and the run's recorded options say the
-    stack was kept (reports/history.py stack_kept)."""
+    """--previous-stack: every cell of this run A/B-tested against a differing previous stack by a child
+    session (same_night.py), then the history judged again with its record (docs/options.md, The same night)."""
     from harness.session import same_night
     from reports.gate import judge_history as judge_runs
     newest = max(runs, key=lambda r: r.started)
-    hist = judgement.history
-    if Path(newest.path).parent != bench.run_dir or hist is None:
+    if Path(newest.path).parent != bench.run_dir or judgement.history is None:
         return "# same-night A/B: this run is not the history's newest, nothing more was run\n", judgement
     if not bench.opts.previous_differs:   # an A/A of one stack cannot tell a software change; the run records it
         return ("# same-night A/B: the previous stack is this one (it changes nothing here), nothing to A/B; a change "
@@ -124,6 +105,4 @@ def confirm_same_night(bench: BenchSession, runs: list, judgement: Judgement) ->
     keys = set(newest.cells)   # every cell, judged or not (a new one, a noisy night's: the A/B is its own evidence)
     why = f"# same-night A/B: the previous stack differs from this one: all {len(keys)} cells of this run\n"
     outcome = same_night.run(bench.opts, bench.run_dir, keys)
-    if not outcome.ok:
-        return why + outcome.text + "\n", judgement
-    return why + outcome.text + "\n", judge_runs(runs)
+    return why + outcome.text + "\n", judge_runs(runs) if outcome.ok else judgement

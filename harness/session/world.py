@@ -1,7 +1,5 @@
-"""The world the ranks will form: which backends --backend auto means on this machine, each one's
-device probe, the default --nproc, and the layer benches' degrees against the world size. Its own
-module because it is what `prepare` asks the machine, apart from parsing; parse checks the world
-too when --nproc is given."""
+"""The world the ranks will form, as `prepare` asks this machine: which backends --backend auto means,
+their device probes, the default --nproc, and the layer benches' degrees against the world size."""
 from __future__ import annotations
 
 import importlib.util
@@ -25,8 +23,7 @@ def auto_backends() -> list[str]:
 
 
 def settle(o: Options) -> None:
-    """Resolve --backend auto and the default --nproc, probe each backend's device, and check the
-    world once its size is known here (parse checked a given --nproc); OptionError on the first problem."""
+    """Resolve --backend auto and the default --nproc, probe each device and check the world; OptionError if not."""
     resolved_world = not o.nproc
     o.backends = o.backends or auto_backends()
     if any(info(b).family == "torch" for b in o.backends) and (abi := numpy_torch_problem()):
@@ -36,7 +33,8 @@ def settle(o: Options) -> None:
             info(name).probe()
         except DeviceUnavailable as exc:
             raise OptionError(str(exc)) from None
-    o.nproc = o.nproc or _default_nproc(o.backends)
+    o.nproc = o.nproc or next((max(1, device_count(info(b).device_kind)) for b in o.backends   # one rank per device
+                               if info(b).one_rank_per_device), 2)
     for name in (b for b in o.backends if info(b).one_rank_per_device):   # one line here, not NCCL's duplicate-GPU error
         if crowded := oversubscribed(name, o.nproc, device_count(info(name).device_kind), o.launcher):
             raise OptionError(crowded)
@@ -45,8 +43,7 @@ def settle(o: Options) -> None:
 
 
 def check_world(o: Options) -> None:
-    """The layer benches' degrees and shapes against the world size --nproc: each constraint is
-    checked here, before any rank starts."""
+    """The layer benches' degrees and shapes against the world size --nproc, before any rank starts."""
     valid = [(t, p) for t in o.tp for p in o.pp if o.nproc % (t * p) == 0]
     if not valid:
         raise OptionError(f"no tp x pp x dp equals the world size {o.nproc}: tp in {o.tp}, pp in {o.pp} "
@@ -63,10 +60,3 @@ def check_world(o: Options) -> None:
             for schedule in o.schedules:
                 if err := schedules.validate(schedule, p, m, o.layers):
                     raise OptionError(f"pp {p}: {err}")
-
-
-def _default_nproc(backends: list[str]) -> int:
-    for backend in backends:
-        if info(backend).one_rank_per_device:
-            return max(1, device_count(info(backend).device_kind))
-    return 2
