@@ -113,11 +113,9 @@ def _preflight(hosts: int) -> None:
         raise ClusterError(f"--hosts {hosts}: give 1 to {MAX_HOSTS}")
     if (STATE_DIR / "state.json").exists():
         raise ClusterError(f"a cluster is already up ({STATE_DIR}): hccl-bench cluster down first")
-    taken = _run(["ip", "-o", "link", "show"], "listing links").stdout
-    if re.search(rf"\b{BRIDGE}\b", taken):
+    if re.search(rf"\b{BRIDGE}\b", _run(["ip", "-o", "link", "show"], "listing links").stdout):
         raise ClusterError(f"a link named {BRIDGE} exists and this cluster did not make it: remove it or run down")
-    netns = _run(["ip", "netns", "list"], "listing namespaces").stdout
-    if re.search(r"^hbc-h\d+\b", netns, re.M):
+    if re.search(r"^hbc-h\d+\b", _run(["ip", "netns", "list"], "listing namespaces").stdout, re.M):
         raise ClusterError("network namespaces named hbc-h* exist and no cluster state records them: remove them first")
 
 
@@ -211,8 +209,7 @@ def down() -> list[str]:
         return []
     removed = []
     for daemon in reversed(cluster.daemons):
-        running = alive(daemon)
-        if running:
+        if running := alive(daemon):
             os.kill(daemon["pid"], signal.SIGTERM)
         removed.append(f"daemon {daemon['what']} (pid {daemon['pid']}{'' if running else ', had already ended'})")
     deadline = time.monotonic() + 10
