@@ -258,12 +258,11 @@ class WorkerGroup:
     def _raise_if_dead(self, when: str) -> None:
         if all(p.poll() is None for p in self.procs):
             return
-        local_spawn = not self.key.launcher and backend_info(self.key.backend).launcher == "spawn"
         time.sleep(0.3)  # let the dying rank's last words reach its log
         # and list every rank that is gone by now: a peer that died of the first one's death (gloo's
         # "Connection closed by peer") may or may not have been caught by the first poll
         dead = [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
-        if local_spawn:
+        if not self.key.launcher and backend_info(self.key.backend).launcher == "spawn":   # ranks are our children
             what = "; ".join(f"rank {i} {_exit_text(code)}" for i, code in dead)
         else:
             gone = [r["rank"] for r in self.ranks if r.get("host") == socket.gethostname() and not _alive(r["pid"])]
