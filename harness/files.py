@@ -31,15 +31,12 @@ def write_atomic(path: str | Path, text: str) -> None:
 
 
 def _sync_dir(folder: Path) -> None:
-    try:
+    with suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        with suppress(OSError):
+        try:
             os.fsync(fd)
-    finally:
-        os.close(fd)
+        finally:
+            os.close(fd)
 
 
 def new_run_dir(root: str | Path, stamp: str | None = None) -> Path:

@@ -48,8 +48,7 @@ def parse_version_cfg(text: str) -> str | None:
     """``hccl_running_version=[7.6.0.1.220:8.0.0]`` -> '8.0.0' (runtime's entry when hccl's is absent)."""
     kv = _kv(text)
     for key in ("hccl_running_version", "runtime_running_version", "toolkit_running_version"):
-        m = re.match(r"\[([^:\]]*):([^\]]+)\]", kv.get(key, ""))
-        if m:
+        if m := re.match(r"\[([^:\]]*):([^\]]+)\]", kv.get(key, "")):
             return m.group(2)
     return None
 

@@ -107,18 +107,15 @@ def _record(cluster: Cluster, kind: str, name: str) -> None:
 def _preflight(hosts: int) -> None:
     if os.geteuid() != 0:
         raise ClusterError("the emulated cluster needs root (network namespaces, a bridge, tc): run it as root")
-    missing = [tool for tool in ("ip", "tc", "nsenter", "unshare") if shutil.which(tool) is None]
-    if missing:
+    if missing := [tool for tool in ("ip", "tc", "nsenter", "unshare") if shutil.which(tool) is None]:
         raise ClusterError(f"the emulated cluster needs {', '.join(missing)} (Debian: iproute2, util-linux)")
     if not 1 <= hosts <= MAX_HOSTS:
         raise ClusterError(f"--hosts {hosts}: give 1 to {MAX_HOSTS}")
     if (STATE_DIR / "state.json").exists():
         raise ClusterError(f"a cluster is already up ({STATE_DIR}): hccl-bench cluster down first")
-    taken = _run(["ip", "-o", "link", "show"], "listing links").stdout
-    if re.search(rf"\b{BRIDGE}\b", taken):
+    if re.search(rf"\b{BRIDGE}\b", _run(["ip", "-o", "link", "show"], "listing links").stdout):
         raise ClusterError(f"a link named {BRIDGE} exists and this cluster did not make it: remove it or run down")
-    netns = _run(["ip", "netns", "list"], "listing namespaces").stdout
-    if re.search(r"^hbc-h\d+\b", netns, re.M):
+    if re.search(r"^hbc-h\d+\b", _run(["ip", "netns", "list"], "listing namespaces").stdout, re.M):
         raise ClusterError("network namespaces named hbc-h* exist and no cluster state records them: remove them first")
 
 
@@ -150,8 +147,7 @@ def _make(cluster: Cluster, count: int, link: str, slow: dict[str, str]) -> None
     _run(["ip", "addr", "add", f"{cluster.driver_host}/24", "dev", BRIDGE], "addressing the bridge")
     _run(["ip", "link", "set", BRIDGE, "up"], "starting the bridge")
     names = [f"node{i}" for i in range(1, count + 1)]
-    unknown = set(slow) - set(names)
-    if unknown:
+    if unknown := set(slow) - set(names):
         raise ClusterError(f"--slow {', '.join(sorted(unknown))}: no such host (hosts: {', '.join(names)})")
     for i, name in enumerate(names, 1):
         host = Host(name, f"{SUBNET}.{10 + i}", f"hbc-h{i}", str(uts_dir / name), f"hbc{i}")
@@ -213,8 +209,7 @@ def down() -> list[str]:
         return []
     removed = []
     for daemon in reversed(cluster.daemons):
-        running = alive(daemon)
-        if running:
+        if running := alive(daemon):
             os.kill(daemon["pid"], signal.SIGTERM)
         removed.append(f"daemon {daemon['what']} (pid {daemon['pid']}{'' if running else ', had already ended'})")
     deadline = time.monotonic() + 10
@@ -338,14 +333,14 @@ def _torchrun(cluster: Cluster, per_host: int, nproc: int, command: list[str]) -
         codes = [p.poll() for p in procs]
         failed = next((c for c in codes if c not in (None, 0)), None)
         if failed is not None:
-            if stopped_by:
-                for p in procs:
-                    p.wait()
-                print(f"hccl-bench cluster: launch stopped by {signal.Signals(stopped_by[0]).name}", file=sys.stderr)
-                return ExitCode.INTERRUPTED
-            stop(signal.SIGTERM, None)
+            interrupted = bool(stopped_by)
+            if not interrupted:
+                stop(signal.SIGTERM, None)
             for p in procs:
                 p.wait()
+            if interrupted:
+                print(f"hccl-bench cluster: launch stopped by {signal.Signals(stopped_by[0]).name}", file=sys.stderr)
+                return ExitCode.INTERRUPTED
             print(f"hccl-bench cluster: torchrun on {cluster.hosts[codes.index(failed)].name} ended with status "
                   f"{failed}; the others were stopped", file=sys.stderr)
             return ExitCode.RANKS_FAILED

@@ -67,8 +67,7 @@ PartitionName=bench Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 
 
 def start(cluster: Cluster, cpus: int = 16) -> None:
-    missing = [t for t in ("slurmctld", "slurmd", "srun", "munged", "mungekey") if shutil.which(t) is None]
-    if missing:
+    if missing := [t for t in ("slurmctld", "slurmd", "srun", "munged", "mungekey") if shutil.which(t) is None]:
         raise ClusterError(f"--slurm needs {', '.join(missing)}: apt-get install slurm-wlm munge")
     folder = Path(cluster.state_dir, "slurm")
     (folder / "ctld").mkdir(parents=True)

@@ -18,9 +18,7 @@ def worse(values: dict, higher_is_better: bool, resolution: float = 0.0) -> dict
     """Each key's ratio to the median of the others (> 1: worse than its peers); a difference below
     `resolution` counts as none. Sorted once, the key's own place skipped: 500 groups stay fast."""
     ordered = sorted(values.values())
-    place: dict[float, int] = {}
-    for i, v in enumerate(ordered):
-        place.setdefault(v, i)
+    place = {v: i for i, v in reversed(list(enumerate(ordered)))}   # a value's first place
     n, out = len(ordered) - 1, {}
     for key, value in values.items():
         if n < 1 or value <= 0:
@@ -74,8 +72,7 @@ def chunks(items: Sequence[int], size: int) -> list[tuple[int, ...]]:
     """Consecutive groups of `size` (the last one absorbs a remainder smaller than 2)."""
     out = [tuple(items[i:i + size]) for i in range(0, len(items), size)]
     if len(out) > 1 and len(out[-1]) < 2:
-        last = out.pop()
-        out[-1] += last
+        out[-2:] = [out[-2] + out[-1]]
     return out
 
 

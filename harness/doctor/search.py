@@ -131,15 +131,10 @@ def _arrival_repeat(results: list[dict]) -> dict:
 def _ring_repeats(results: list[dict], rings: list[list[int]], repeat: int, nbytes: int) -> list[list[tuple[float, float]]]:
     """Per repeat, per ring: (GB/s of its slowest member, bytes / (median pass / neighbours); one-way latency
     us per hop, the floor of ring[0]'s 8-byte laps over the hops, as noise only adds to a lap)."""
-    out = []
-    for index in range(repeat):
-        row = []
-        for ring in rings:
-            got = [results[r]["rounds"][index] for r in ring]
-            row.append((min(nbytes * len(m["steps"]) / median(m["big_ns"]) for m in got),
-                        min(got[0]["small_ns"]) / len(ring) / 1e3))
-        out.append(row)
-    return out
+    def one(index: int, ring: list[int]) -> tuple[float, float]:
+        got = [results[r]["rounds"][index] for r in ring]
+        return min(nbytes * len(m["steps"]) / median(m["big_ns"]) for m in got), min(got[0]["small_ns"]) / len(ring) / 1e3
+    return [[one(index, ring) for ring in rings] for index in range(repeat)]
 
 
 def _search_links(pool, key, diag: Diagnosis, rep_rank: dict, repeat: int, nbytes: int, min_effect: float,

@@ -115,14 +115,13 @@ class WorkerGroup:
         token = secrets.token_hex(16)
         master_port = _free_port()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        python = self.key.python
         try:
             if self.key.launcher:
-                plan = launchers.from_template(self.key.launcher, self.key.nproc, python)
+                plan = launchers.from_template(self.key.launcher, self.key.nproc, self.key.python)
                 if backend_info(self.key.backend).rendezvous_store:
                     self.store = _serve_store(self.driver_host)
             else:
-                plan = launchers.local(self.key.backend, self.key.nproc, master_port, python, self.log_dir / "store")
+                plan = launchers.local(self.key.backend, self.key.nproc, master_port, self.key.python, self.log_dir / "store")
                 # what the libraries allow on one machine: UCX's TCP transport and gloo's sockets on loopback
                 # (hydra's control port has no bind option); a user's setting wins
                 self.local_env = {k: v for k, v in (("UCX_NET_DEVICES", "lo"), ("GLOO_SOCKET_IFNAME", "lo"))
@@ -229,10 +228,9 @@ class WorkerGroup:
         if not (isinstance(results, list) and all(isinstance(r, dict) for r in results)):
             self.kill()
             raise CaseFailure(f"rank 0 sent a malformed reply (keys {sorted(msg)[:5]})")
-        errors = [(i, r) for i, r in enumerate(results) if "error" in r]
-        if errors:
-            rank, err = errors[0]
-            raise CaseFailure(f"rank {rank} raised {err['error']}\n{err.get('traceback', '')}")
+        for rank, err in enumerate(results):
+            if "error" in err:
+                raise CaseFailure(f"rank {rank} raised {err['error']}\n{err.get('traceback', '')}")
         return results
 
     def _hang(self, spec: Spec) -> None:
@@ -258,15 +256,13 @@ class WorkerGroup:
         self.log_offsets = {p.name: p.stat().st_size for p in self.log_dir.glob("*.log")}
 
     def _raise_if_dead(self, when: str) -> None:
-        dead = [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
-        if not dead:
+        if all(p.poll() is None for p in self.procs):
             return
-        local_spawn = not self.key.launcher and backend_info(self.key.backend).launcher == "spawn"
         time.sleep(0.3)  # let the dying rank's last words reach its log
         # and list every rank that is gone by now: a peer that died of the first one's death (gloo's
         # "Connection closed by peer") may or may not have been caught by the first poll
         dead = [(i, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
-        if local_spawn:
+        if not self.key.launcher and backend_info(self.key.backend).launcher == "spawn":   # ranks are our children
             what = "; ".join(f"rank {i} {_exit_text(code)}" for i, code in dead)
         else:
             gone = [r["rank"] for r in self.ranks if r.get("host") == socket.gethostname() and not _alive(r["pid"])]
