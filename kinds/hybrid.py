@@ -4,7 +4,8 @@ ranks, timed with its parts and each against the repository's models; spec ->
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import numpy as np
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")   # the zero-bubble ones split weight gradients out of autograd's hooks
 PARTS = ("compute", "tp", "pp", "bubble", "dp")   # the step's parts each timed on every rank, min and max kept
+T = TypeVar("T")
 ROUNDS = 8   # at most: a step of the default shape takes ~0.3 s on 2 CPU cores, and its check step warms it up
 
 
@@ -126,12 +128,6 @@ def _layouts(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def _schedule(text: str) -> str:
-    if text not in SCHEDULES:
-        raise ValueError(f"allowed {', '.join(SCHEDULES)}")
-    return text
-
-
 def _bucket(text: str) -> int:
     return 0 if text == "0" else parse_size(text)   # a bad size: SizeError, a ValueError
 
@@ -146,33 +142,32 @@ KNOBS = {"plain": ((False, "float32", False, False), lambda tp, pp, dp: True),
          "vpp": ((False, "float32", False, True), lambda tp, pp, dp: pp > 1)}
 
 
-def _knobs(text: str) -> list[str]:
-    out = [t.strip() for t in text.split(",") if t.strip()]
-    if not out or any(t not in KNOBS for t in out):
-        raise ValueError(f"give a comma separated list of {', '.join(KNOBS)}")
-    return out
-
-
-def _vpp(text: str) -> int:
-    if not text.isdigit() or int(text) < 2:
-        raise ValueError("give the virtual pipeline size, a whole number >= 2 (model chunks per pp rank)")
-    return int(text)
-
-
 def knob_names(dist_opt: bool, grad_reduce: str, sp: bool, vpp: int) -> list[str]:
     """The knobs a case or row has on, as the table and case ids name them."""
     return (["sp"] * sp + ["distopt"] * dist_opt + ["bf16grad"] * (grad_reduce == "bfloat16")
             + ([f"vpp{vpp}"] if vpp else []))
 
 
-def _peak(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise ValueError("give the device's peak in TFLOP/s, a number >= 0 (0: known per device, measured on a CPU)")
-    return value * 1e12
+def _checked(parse: Callable[[str], T], ok: Callable[[T], bool], message: str) -> Callable[[str], T]:
+    """An option's converter: `parse`, then `ok`, else ValueError(`message`)."""
+    def convert(text: str) -> T:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise ValueError(message) from None
+        if not ok(value):
+            raise ValueError(message)
+        return value
+    return convert
+
+
+_schedule = _checked(str, lambda s: s in SCHEDULES, f"allowed {', '.join(SCHEDULES)}")
+_knobs = _checked(lambda text: [t.strip() for t in text.split(",") if t.strip()],
+                  lambda out: bool(out) and all(t in KNOBS for t in out), f"give a comma separated list of {', '.join(KNOBS)}")
+_vpp = _checked(lambda text: int(text) if text.isdigit() else 0, lambda v: v >= 2,
+                "give the virtual pipeline size, a whole number >= 2 (model chunks per pp rank)")
+_peak = _checked(lambda text: float(text) * 1e12, lambda v: not v < 0,   # in FLOP/s; nan passes, as it always did
+                 "give the device's peak in TFLOP/s, a number >= 0 (0: known per device, measured on a CPU)")
 
 
 # dense bfloat16 peaks per device name, torchtitan's get_peak_flops, first match wins (whatever --dtype: docs/layers.md)
