@@ -223,10 +223,9 @@ def _draw_lines(ax, lines: Lines) -> None:
         return
     if lines.x_is_size:
         _size_axis(ax)
-    ax.set_xlabel(lines.xlabel)
+    ax.set(xlabel=lines.xlabel, ylabel=lines.ylabel)
     if lines.log:
         ax.set_yscale("log")
-    ax.set_ylabel(lines.ylabel)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=6, frameon=False)
 
