@@ -421,13 +421,12 @@ def budget(*runs: Run) -> dict:
             return row.mean_us * 1e-6 * row.rounds * k
         return sum(times) * k
 
-    def timed(run: Run) -> float:
-        return float(sum(launch_s(cell, i, times) for cell in run.cells.values() for i, times in cell.launches.items()))
     ranks = max((c.row.nranks or 1 for r in runs for c in r.cells.values()), default=1)
     launches = [max((len(c.launches) for c in r.cells.values()), default=0) for r in runs]
     walls = {r.path: r.meta.wall_s for r in runs}   # one A/B run: one wall for both sides
     known = [float(w) for w in walls.values() if w is not None]
     wall = sum(known) if len(known) == len(walls) else None
-    seconds = sum(timed(r) for r in runs)
+    seconds = sum(float(sum(launch_s(cell, i, times) for cell in r.cells.values() for i, times in cell.launches.items()))
+                  for r in runs)
     return {"launches": launches, "ranks": int(ranks), "timed_s": seconds, "wall_s": wall,
             "cluster_rank_s": int(ranks) * (wall if wall is not None else seconds)}

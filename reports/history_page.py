@@ -40,8 +40,7 @@ def _figure(hist: History, r: SizeRange) -> str:
         if at >= 0 and before and after:   # a cell an A/B judged alone may lack nights on either side
             ax.hlines([np.exp(np.log(times[before]).mean()), np.exp(np.log(times[after]).mean())],
                       [idx[before[0]], at], [idx[before[-1]], idx[-1]], colors=line.get_color(), linestyles="--", lw=1)
-    at = r.since
-    if at >= 0:
+    if (at := r.since) >= 0:
         ax.axvline(at - 0.5, color="r", lw=1)
         ax.annotate(f"change: {runs[at].label}", (at - 0.5, ax.get_ylim()[1]), fontsize=7, color="r", va="top")
     ax.set(yscale="log", xlabel="run (oldest first)", ylabel="time (us)")

@@ -62,8 +62,7 @@ def predict(fits: dict[tuple[str, str], Fit], hosts: int, per_host: int, sizes: 
     link = "inter-host" if hosts > 1 else "intra-host"
     out = []
     for op in OPS:
-        f = fits.get((op, link))
-        if f is None:
+        if (f := fits.get((op, link))) is None:
             continue
         for size in sizes:
             ring, tree = ((steps * f.alpha_s + share * size * f.beta_s_per_byte) * 1e6

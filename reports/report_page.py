@@ -153,13 +153,12 @@ def _ratio_figure(comparisons, members: list[Series]) -> str | None:
     lo_lim, hi_lim = RATIO_RANGE
     drawn = False
     for (name, cmp), series in ((c, s) for c in comparisons for s in members):
-        label = f"{name} [{series.knobs}]" if series.knobs else name
         cells = sorted((c for c in cmp.cells if c.series == series), key=lambda c: c.size)
         if not cells:
             continue
         x = [c.size for c in cells]
         ratio, low, high, clipped = clipped_band(cells)
-        line, = ax.plot(x, ratio, marker="o", ms=3, label=label)
+        line, = ax.plot(x, ratio, marker="o", ms=3, label=f"{name} [{series.knobs}]" if series.knobs else name)
         ax.fill_between(x, low, high, alpha=0.2, color=line.get_color())
         if clipped:
             xs, ys = zip(*clipped)
@@ -223,10 +222,9 @@ def _draw_lines(ax, lines: Lines) -> None:
         return
     if lines.x_is_size:
         _size_axis(ax)
-    ax.set_xlabel(lines.xlabel)
+    ax.set(xlabel=lines.xlabel, ylabel=lines.ylabel)
     if lines.log:
         ax.set_yscale("log")
-    ax.set_ylabel(lines.ylabel)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=6, frameon=False)
 

@@ -66,8 +66,7 @@ class Sequential:
     def record(self) -> dict:
         """What the result file keeps of the procedure (the verdicts are replayed from the data)."""
         return {"max_launches": self.max_launches, "alpha": self.alpha, "launches_used": self.launches_used,
-                "estimator": self.estimator,
-                "looks": [vars(look) for look in self.looks],
+                "estimator": self.estimator, "looks": [vars(look) for look in self.looks],
                 "decided_at": {f"{k[0].label()} {k[1]} B": n for k, n in self.decided_at.items()}}
 
 
@@ -75,10 +74,8 @@ def _upto(run: Run, launches: int, keys: set[tuple]) -> Run:
     """The run as it stood after `launches` launches, only `keys`' cells."""
     cells = {}
     for key, cell in run.cells.items():
-        if key not in keys:
-            continue
         kept = {i: v for i, v in cell.launches.items() if i < launches}
-        if kept:
+        if key in keys and kept:
             rows = {i: r for i, r in cell.rows.items() if i < launches}
             cells[key] = Cell(cell.series, cell.size, rows[min(rows)], kept, rows)
     return replace(run, cells=cells)

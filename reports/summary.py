@@ -124,12 +124,9 @@ def headline(cmp: Comparison) -> str:
 
 def detectable_lines(cmp: Comparison) -> list[str]:
     """What the samples taken could have seen, per backend and size band (80% power)."""
-    out = []
-    for b in cmp.bands:
-        sizes = f" {sizes_text(b.first, b.last)}" if b.sized else ""
-        seen = "nothing (one sample a side)" if not math.isfinite(b.detectable) else f"a {b.detectable:.0%} change"
-        out.append(f"{b.band.split(' (')[0]}{sizes}: could have seen {seen} ({b.cells} cells)")
-    return out
+    return [f"{b.band.split(' (')[0]}{' ' + sizes_text(b.first, b.last) if b.sized else ''}: could have seen "
+            + ("nothing (one sample a side)" if not math.isfinite(b.detectable) else f"a {b.detectable:.0%} change")
+            + f" ({b.cells} cells)" for b in cmp.bands]
 
 
 def statistic_line(estimator: str) -> str:
