@@ -147,8 +147,7 @@ def ratio_candidates(op: str, pairs: list[tuple[float, float]]) -> tuple[int, in
         lo, hi = max(lo, n_of(r_lo)), min(hi, n_of(r_hi))
     if lo == 1.0 and hi == math.inf:
         return None
-    low, high = max(1, math.ceil(lo - 1e-9)), (math.floor(hi + 1e-9) if hi != math.inf else None)
-    return low, high
+    return max(1, math.ceil(lo - 1e-9)), (math.floor(hi + 1e-9) if hi != math.inf else None)
 
 
 def span_text(cands: tuple[int, int | None] | None) -> str:
@@ -216,8 +215,7 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
     cpu = any("cpu_time" in (r.get("out_of_place") or r.get("in_place") or {}) for r in results if isinstance(r, dict))
     meaning = timing(flags, config, cpu or _int(flags.get("C"), 0) == 1)
     # the rank count: the file's own, checked against what the printed bandwidths allow
-    pairs = [(h.algbw, h.busbw) for hs in halves.values() for h in hs if h.algbw and h.busbw]
-    cands = ratio_candidates(json_op, pairs)
+    cands = ratio_candidates(json_op, [(h.algbw, h.busbw) for hs in halves.values() for h in hs if h.algbw and h.busbw])
     if said and not fits(cands, said):
         raise ResultError(f"{where}: config lists {len(devices)} processes x {per_process} GPUs = {said} ranks, but the printed "
                           f"bus_bw/alg_bw fits {span_text(cands)} ranks: the file does not list every rank (or the op is "

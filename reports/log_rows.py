@@ -138,8 +138,7 @@ def cross_check(op: str, nranks: int, samples: list[Sample], where: str) -> None
         alg, bus = bandwidths(op, s.size, s.time_us * 1e-6, nranks)
         if s.busbw is not None and s.busbw >= 0.5 and abs(s.busbw - bus) > _ABS_TOL + _REL_TOL * bus:
             if s.algbw and s.algbw >= 0.5 and abs(s.algbw - alg) <= _ABS_TOL + _REL_TOL * alg:
-                implied = s.busbw / s.algbw
-                raise ResultError(f"{where}: line {s.line}: printed busbw {s.busbw} is {implied:.3f} x algbw, but {op} "
+                raise ResultError(f"{where}: line {s.line}: printed busbw {s.busbw} is {s.busbw / s.algbw:.3f} x algbw, but {op} "
                                   f"on {nranks} ranks gives {factor:.3f} x: the rank count or the op is wrong "
                                   f"(pass --nranks / --op, or check the log)")
             raise ResultError(f"{where}: line {s.line}: printed busbw {s.busbw} GB/s but {s.size} B in {s.time_us} us "

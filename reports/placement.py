@@ -77,8 +77,7 @@ def of(runs: list) -> Placement | None:
         return None
     fastest = sorted(float(min(p)) for p in probes)
     near = fastest[min(len(fastest) - 1, max(1, len(fastest) // 100))]
-    state = Placement(near, "near", {}).state
-    counts = Counter(state(p) for p in probes)
+    counts = Counter(map(Placement(near, "near", {}).state, probes))
     if not counts["near"] + counts["far"]:
         return None
     usual = "far" if counts["far"] > counts["near"] else "near"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from itertools import count
 from pathlib import Path
 
 from reports.traces.files import load_json, shown
@@ -54,12 +55,9 @@ def collectives(path: Path, ops: dict[str, dict], group_of: dict[str, str] | Non
         group, op, tag = split_name(name)
         group = (group_of or {}).get(name, group)
         rows.append((start, elapse, wait, group, op, tag))
-    out: list[Collective] = []
-    seq: dict[str, int] = defaultdict(int)
-    for start, elapse, wait, group, op, tag in sorted(rows):
-        out.append(Collective(group, seq[group], op, tag, start, elapse, wait))
-        seq[group] += 1
-    return out
+    seq: defaultdict[str, count[int]] = defaultdict(count)
+    return [Collective(group, next(seq[group]), op, tag, start, elapse, wait)
+            for start, elapse, wait, group, op, tag in sorted(rows)]
 
 
 def read_rank(folder: Path) -> RankTrace:

@@ -85,8 +85,7 @@ def checked(traces: list[RankTrace]) -> tuple[list[RankTrace], dict[str, list[in
                                   f"says {short_ranges(groups[name])}: traces of different jobs mixed")
             groups.setdefault(name, ranks)
             said.setdefault(name, _file(t))
-    present = set(by_rank)
-    return [by_rank[r] for r in sorted(by_rank)], {g: [r for r in ranks if r in present] for g, ranks in groups.items()}
+    return [by_rank[r] for r in sorted(by_rank)], {g: [r for r in ranks if r in by_rank] for g, ranks in groups.items()}
 
 
 def _file(t: RankTrace) -> str:

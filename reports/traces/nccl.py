@@ -102,10 +102,9 @@ def snake_op(name: str) -> str:
     """allreduce, all_reduce, AllReduce -> all_reduce: the CPU side, the kernel and HCCL's op name the same op."""
     flat = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower().replace("_base", "")
     known = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-             "alltoall": "all_to_all", "all_to_allv": "all_to_all", "alltoallv": "all_to_all", "all_gather_base": "all_gather",
+             "alltoall": "all_to_all", "alltoallv": "all_to_all", "alltoallvc": "all_to_all",
              "reduce_scatter_tensor": "reduce_scatter", "all_gather_into_tensor": "all_gather",
-             "send_recv": "send_recv", "sendrecv": "send_recv", "receive": "recv", "batchsendrecv": "batch_send_recv",
-             "alltoallvc": "all_to_all"}
+             "sendrecv": "send_recv", "receive": "recv", "batchsendrecv": "batch_send_recv"}
     return known.get(flat.replace("_", ""), known.get(flat, flat))
 
 
