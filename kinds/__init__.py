@@ -1,4 +1,4 @@
-"""The bench kinds, one module each: a new kind is its module (exposing KIND) and its name in _MODULES.
+"""The bench kinds, one module each: a new kind is its module (exposing KIND) and one line in _MODULES.
 Everything that iterates kinds reads KINDS and asks the kind; no other module knows what a kind holds."""
 from __future__ import annotations
 
@@ -9,7 +9,17 @@ from kinds.base import Case, Kind
 from schema.results import CollectiveRow, Row, Series
 
 # kinds/<name>.py, each exposing KIND; the order is the tables' and the sweep's
-_MODULES = ("collective", "overhead", "linear", "pipeline", "overlap", "bucket", "compress", "expert", "hybrid")
+_MODULES = (   # kinds/<name>.py, each exposing KIND; the order is the tables' and the sweep's
+    "collective",
+    "overhead",
+    "linear",
+    "pipeline",
+    "overlap",
+    "bucket",
+    "compress",
+    "expert",
+    "hybrid",
+)
 KINDS: tuple[Kind, ...] = tuple(importlib.import_module(f"kinds.{name}").KIND for name in _MODULES)
 # a named bench -> the row type its cells hold, for whoever reads result files (schema.results.row_from_json)
 ROW_TYPES: dict[str, type[Row]] = {bench: k.row_type for k in KINDS for bench in getattr(k.row_type, "BENCHES", ())}
