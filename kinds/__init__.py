@@ -8,7 +8,6 @@ from typing import Optional, cast
 from kinds.base import Case, Kind
 from schema.results import CollectiveRow, Row, Series
 
-# kinds/<name>.py, each exposing KIND; the order is the tables' and the sweep's
 _MODULES = (   # kinds/<name>.py, each exposing KIND; the order is the tables' and the sweep's
     "collective",
     "overhead",
