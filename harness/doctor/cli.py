@@ -16,6 +16,7 @@ from harness.doctor.schedule import FIRST_GROUPS
 from harness.doctor.search import Diagnosis, diagnose, pair_rounds
 from harness.engine.groups import CaseFailure
 from harness.provenance import numpy_torch_problem
+from reports.traces.output import suspects_block
 from schema.exit_codes import ExitCode
 
 EXIT_HEALTHY, EXIT_SUSPECT, EXIT_UNUSABLE = ExitCode.OK, ExitCode.SUSPECT, ExitCode.BAD_INPUT
@@ -46,11 +47,8 @@ def text(diag: Diagnosis) -> str:
     out.append("# arrival at the collective after the same work (us): "
                + ", ".join(f"rank {r} {a['work_us']:.0f} work / {a['late_us']:+.0f} late / {a['wait_us']:.0f} wait"
                            for r, a in sorted(diag.arrival.items())))
-    if diag.suspects:
-        out.append(f"SUSPECTS ({len(diag.suspects)}):")
-        out += [f"  {s.kind} {s.host}{' - ' + s.peer if s.peer else ''}: {s.evidence}" for s in diag.suspects]
-    else:
-        out.append("healthy: no host, link or rank stands out from its peers")
+    out += suspects_block([f"  {s.kind} {s.host}{' - ' + s.peer if s.peer else ''}: {s.evidence}" for s in diag.suspects],
+                          "healthy: no host, link or rank stands out from its peers")
     return "\n".join(out)
 
 

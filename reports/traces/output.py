@@ -33,12 +33,14 @@ def text(v: Verdict) -> str:
                    + ", ".join(f"group {g} {f / 1e3:.2f} ms" for g, f in sorted(v.floors_us.items())))
     out += [f"# mismatch: {m}" for m in v.mismatched[:5]]
     out.append(f"# {budget(v)}")
-    if v.suspects:
-        out.append(f"SUSPECTS ({len(v.suspects)}):")
-        out += [f"  {s.name}{' on ' + s.host if s.kind == 'rank' else ''}: {s.evidence}" for s in v.suspects]
-    else:
-        out.append("healthy: no rank, host or group stands out from its peers")
+    out += suspects_block([f"  {s.name}{' on ' + s.host if s.kind == 'rank' else ''}: {s.evidence}" for s in v.suspects],
+                          "healthy: no rank, host or group stands out from its peers")
     return "\n".join(out)
+
+
+def suspects_block(lines: list[str], otherwise: str) -> list[str]:
+    """Every doctor's closing lines: SUSPECTS (n) and one line each, else `otherwise`."""
+    return [f"SUSPECTS ({len(lines)}):", *lines] if lines else [otherwise]
 
 
 def to_json(v: Verdict) -> dict:
@@ -59,18 +61,14 @@ def hang_text(h: HangReport, skipped: list[str] | None = None) -> str:
         out.append(f"  group {g}: " + ", ".join(f"rank {r} #{seq} {op}" + (f" ({done})" if done is not None else "")
                                                for r, (seq, op, done) in last.items()))
     out += [f"# mismatch: {m}" for m in h.mismatches]
-    if h.stops:
-        lines = []
-        for r in h.culprits:
-            mine = [_why(s) for s in h.stops if r in s.missing]
-            more = f"; and in {len(mine) - 3} more groups (--json)" if len(mine) > 3 else ""
-            lines.append(f"  hang rank {r} on {h.hosts.get(r, '?')}: " + "; ".join(mine[:3]) + more)
-        out.append(f"SUSPECTS ({len(lines)}):")
-        out += lines
-    elif h.mismatches:
-        out.append("MISMATCH: ranks entered different collectives at one sequence number (above)")
-    else:
-        out.append("no wavefront: every rank entered the same last collective of each group (a hang inside it, or none)")
+    lines = []
+    for r in h.culprits:
+        mine = [_why(s) for s in h.stops if r in s.missing]
+        more = f"; and in {len(mine) - 3} more groups (--json)" if len(mine) > 3 else ""
+        lines.append(f"  hang rank {r} on {h.hosts.get(r, '?')}: " + "; ".join(mine[:3]) + more)
+    out += suspects_block(lines, "MISMATCH: ranks entered different collectives at one sequence number (above)"
+                          if h.mismatches else
+                          "no wavefront: every rank entered the same last collective of each group (a hang inside it, or none)")
     return "\n".join(out)
 
 
