@@ -176,21 +176,15 @@ def tp_loops(backend, spec: LinearSpec):
     return [repeated(step), repeated(lambda: block(x)), fwd_bwd, repeated(matmul)], finish
 
 
-def _model_layers(spec, dtype, device):
-    """The full model every rank builds identically: MLP blocks, or sleep-timed layers for bubble tests."""
-    n = spec.layers or spec.pp * SCHEDULES[spec.schedule][1]
-    if spec.model == "sleep":
-        return [pipeline.SleepLayer(spec.hidden, spec.fwd_s, spec.bwd_s) for _ in range(n)]
-    return [MLP(spec.hidden).to(device=device, dtype=dtype) for _ in range(n)]
-
-
 def _checked_pipeline(backend, spec):
     """This rank's stages in the schedule, and one pipelined step checked against the same model run
     without a pipeline on the whole batch (losses summed over microbatches, scale_grads off): the loss
     on the rank holding the last stage and every local stage's weight gradients."""
     dims, groups, dtype, device = _setup(backend, spec)
     pp, v = dims.pp, SCHEDULES[spec.schedule][1]
-    layers = _model_layers(spec, dtype, device)
+    n = spec.layers or spec.pp * v   # the full model every rank builds alike: MLP blocks, or sleep-timed layers
+    layers = ([pipeline.SleepLayer(spec.hidden, spec.fwd_s, spec.bwd_s) for _ in range(n)] if spec.model == "sleep"
+              else [MLP(spec.hidden).to(device=device, dtype=dtype) for _ in range(n)])
     model, per = nn.Sequential(*layers), len(layers) // (pp * v)
     local = {}
     for idx in stage_indices(spec.schedule, dims.coords(backend.rank)[Axis.PP], pp):
