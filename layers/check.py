@@ -39,6 +39,11 @@ def tolerance(dtype, n_reduce: int, scale: float) -> float:
     return C * n_reduce * unit_roundoff(dtype) * abs(scale) + TINY[dtype_name(dtype)]
 
 
+def grad_of(p: torch.Tensor) -> torch.Tensor:
+    """p's gradient; zeros where none reached it (an expert no token chose: autograd leaves .grad None)."""
+    return p.grad if p.grad is not None else torch.zeros_like(p)
+
+
 @dataclass
 class Check:
     """Tensors compared against their references on this rank; `corrupt` changes the first one's result."""

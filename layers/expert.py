@@ -370,6 +370,4 @@ def combine_args(chip: str, expand_x, ids32, expand_idx, ep_recv_counts, expert_
     args = {"expand_x": expand_x, "expert_ids": ids32, "expand_idx": expand_idx, "ep_send_counts": ep_recv_counts,
             "expert_scales": expert_scales, "group_ep": group, "ep_world_size": ep, "ep_rank_id": ep_rank,
             "moe_expert_num": experts, "global_bs": global_bs}
-    if chip == "A2":
-        return {**args, "expand_scales": expand_scales}
-    return {**args, "tp_send_counts": tp_recv_counts}
+    return {**args, **({"expand_scales": expand_scales} if chip == "A2" else {"tp_send_counts": tp_recv_counts})}

@@ -3,7 +3,7 @@ layer on one rank (layers.check), then timed as the others (collectives.timing).
 is: docs/layers.md (`test_expert`, What a rank returns). The spec is duck-typed."""
 from __future__ import annotations
 
-from typing import Any
+import functools
 
 import torch
 import torch.distributed as dist
@@ -12,9 +12,9 @@ from torch import nn
 from collectives import timing
 from collectives.backends.hccl import hccl_product
 from layers import expert, fused_moe
-from layers.check import Check, dtype_name
+from layers.check import Check, dtype_name, grad_of
 from layers.mesh import Axis, ParallelDims
-from layers.rank_tasks import _reduce_length, groups_for, torch_loops
+from layers.rank_tasks import _reduce_length, groups_for, rank_record, torch_loops
 from layers.tp import CommTimer
 from schema.wire import ExpertResult, ExpertSpec
 
@@ -41,18 +41,12 @@ def _validate(spec: ExpertSpec, world: int) -> None:
         raise ValueError(UNEVEN_ALLGATHER)
 
 
-_FUSED_GROUPS: dict[int, Any] = {}
-
-
+@functools.cache
 def fused_group(ep: int, world: int, rank: int):
     """The ep group the fused ops use alone (op-plugin: no other operator on their EP group), made once
     per ep size on every rank in the same order (why apart from the mesh groups: docs/tuning.md)."""
-    if ep not in _FUSED_GROUPS:
-        for first in range(0, world, ep):
-            made = dist.new_group(list(range(first, first + ep)))
-            if first <= rank < first + ep:
-                _FUSED_GROUPS[ep] = made
-    return _FUSED_GROUPS[ep]
+    made = [dist.new_group(list(range(first, first + ep))) for first in range(0, world, ep)]
+    return made[rank // ep]
 
 
 def fused_refusal(spec: ExpertSpec, chip: str, ranks: list[int]) -> str:
@@ -107,18 +101,13 @@ def _compare(spec: ExpertSpec, model: expert.MoE, layer: expert.ExpertParallel, 
     check.compare(out, ref[mine], n)
     if forward_only:
         return
-    check.compare(_grad(x), _grad(x_all)[mine], n)
-    check.compare(_grad(layer.gate.weight), ref_gate, n)
+    check.compare(grad_of(x), grad_of(x_all)[mine], n)
+    check.compare(grad_of(layer.gate.weight), ref_gate, n)
     first = ep_rank * len(layer.experts)
     for i, local in enumerate(layer.experts):
         ref_params = dict(model.experts[first + i].named_parameters())
         for name, p in local.named_parameters():
-            check.compare(_grad(p), _grad(ref_params[name]), n)
-
-
-def _grad(p: torch.Tensor) -> torch.Tensor:
-    """p's gradient; zeros where none reached it (an expert no token chose: autograd leaves .grad None)."""
-    return p.grad if p.grad is not None else torch.zeros_like(p)
+            check.compare(grad_of(p), grad_of(ref_params[name]), n)
 
 
 def _cap(spec: ExpertSpec) -> int:
@@ -195,8 +184,7 @@ def expert_loops(backend, spec: ExpertSpec):
         comm_share = timer.share(step, k, backend.device.timer()) or 0.0
         return ExpertResult(
             iters=k, round_ns=t_step, dispatch_ns=t_dispatch, expert_ns=t_experts, combine_ns=t_combine,
-            **check.record(), peak_memory_bytes=backend.device.peak_memory_bytes(),
-            params_local=sum(p.numel() for p in layer.parameters()), tokens_per_expert=counts.routed.sum(0).tolist(),
+            **rank_record(backend, check, layer.parameters()), tokens_per_expert=counts.routed.sum(0).tolist(),
             tokens_per_rank=counts.tokens_per_rank(), dropped=int(counts.routed[ep_rank].sum() - counts.sent[ep_rank].sum()),
             sent_bytes=counts.sent_bytes(spec.impl, ep_rank, len(x), spec.topk, spec.hidden, x.element_size()),
             recv_bytes=rows * row_bytes, local_bytes=local * row_bytes, masked=int((ids < 0).sum()), comm_share=comm_share)

@@ -14,12 +14,11 @@ from torch import nn
 from collectives import timing
 from collectives.device import machine_id
 from layers import pipeline
-from layers.check import UNIT_ROUNDOFF, Check, dtype_name
+from layers.check import UNIT_ROUNDOFF, Check, dtype_name, grad_of
 from layers.expert import generator
-from layers.expert_tasks import _grad
 from layers.hybrid import GradBuckets, PartTimer, SequenceParallelMLP
 from layers.mesh import Axis, ParallelDims
-from layers.rank_tasks import _reduce_length, _shard_like, groups_for, repeated, stage_params, torch_loops
+from layers.rank_tasks import _reduce_length, _shard_like, groups_for, rank_record, repeated, stage_params, torch_loops
 from layers.schedules import SCHEDULES, chunks, stage_indices, validate
 from layers.tp import MLP, ParallelMLP
 from schema.stats import median
@@ -180,13 +179,13 @@ class _Step:
         # a bfloat16 reduction rounds each gradient to bfloat16 and sums dp of them there: that
         # rounding in float32 units (layers.check's n_reduce counts unit roundoffs of the block's dtype)
         n_grad = n + (spec.dp + 1) * round(UNIT_ROUNDOFF[spec.grad_reduce] / UNIT_ROUNDOFF[spec.dtype])
-        refs = {id(p): _shard_like(_grad(ref), _grad(p), spec.tp, self.tp_rank)   # parameter id -> this rank's shard
+        refs = {id(p): _shard_like(grad_of(ref), grad_of(p), spec.tp, self.tp_rank)   # parameter id -> this rank's shard
                 for p, ref in stage_params(self.local, self.stage_blocks)}
         if self.buckets and self.buckets.distributed:
             self._compare_distributed(self.buckets, check, refs, n_grad)
         else:
             for p in self.params:
-                check.compare(_grad(p), refs[id(p)], n_grad)
+                check.compare(grad_of(p), refs[id(p)], n_grad)
         self.opt.zero_grad(set_to_none=True)
 
     @staticmethod
@@ -286,8 +285,7 @@ def hybrid_loops(backend, spec: HybridSpec):
         return HybridResult(iters=k, round_ns=got["step"], nodp_ns=got["nodp"], notp_ns=got["notp"], compute_ns=got["compute"],
                     tp_ns=step.timer.total() / k * 1e9, p2p_ns=step.p2p_timer.total() / k * 1e9,
                     p2p_bytes=moved[0] // k, exchange_ns=exchange * 1e9, exchange_bytes=msg_bytes,
-                    dp_ns=step.dp_timer.total() / k * 1e9, timed_step_ns=wall / k, **check.record(),
-                    peak_memory_bytes=backend.device.peak_memory_bytes(), params_local=sum(p.numel() for p in step.params),
+                    dp_ns=step.dp_timer.total() / k * 1e9, timed_step_ns=wall / k, **rank_record(backend, check, step.params),
                     stages=sorted(step.local), buckets=len(step.buckets.plan) if step.buckets else 0,
                     cpus=sorted(os.sched_getaffinity(0)), machine=machine_id(), device_name=backend.device.name(),
                     cpu_notp_ns=median(cpu_ns[-len(times[0]):]) if cpu_ns else 0.0,

@@ -21,22 +21,17 @@ from layers.schedules import SCHEDULES, stage_indices
 from layers.tp import MLP, ColumnParallelLinear, CommTimer, ParallelMLP, dtensor_linear, dtensor_mlp
 from schema.wire import LayerSpec, LinearSpec, PipelineResult, PipelineSpec, TpResult
 
-_GROUPS: dict[ParallelDims, dict] = {}
-_MESHES: dict[ParallelDims, Any] = {}   # torch DeviceMesh
 
-
+@functools.cache
 def groups_for(dims: ParallelDims, rank: int) -> dict:
     """Create each mesh's groups once per worker (every rank, same order) and reuse them."""
-    if dims not in _GROUPS:
-        _GROUPS[dims] = _create_groups(dims, rank)
-    return _GROUPS[dims]
+    return _create_groups(dims, rank)
 
 
+@functools.cache
 def tp_mesh(dims: ParallelDims, device_type: str):
     from torch.distributed.device_mesh import init_device_mesh
-    if dims not in _MESHES:
-        _MESHES[dims] = init_device_mesh(device_type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=("pp", "dp", "tp"))
-    return _MESHES[dims]["tp"]
+    return init_device_mesh(device_type, (dims.pp, dims.dp, dims.tp), mesh_dim_names=("pp", "dp", "tp"))["tp"]
 
 
 def comm_counts(mode) -> dict[str, int]:
@@ -176,18 +171,9 @@ def tp_loops(backend, spec: LinearSpec):
         comm_share = share if spec.impl == "manual" else None
         return TpResult(iters=k, round_ns=t_step, fwd_ns=t_fwd, fwd_bwd_ns=t_fb, matmul_ns=t_mm,
                         flops_per_iter=flops, tokens_per_iter=tokens, comm_share=comm_share,
-                        peak_memory_bytes=backend.device.peak_memory_bytes(), **check.record(),
-                        params_local=sum(p.numel() for p in block.parameters()))
+                        **rank_record(backend, check, block.parameters()))
     # the step first: K is calibrated on the first loop and each round's CPU wait read around it (collectives/timing.py)
     return [repeated(step), repeated(lambda: block(x)), fwd_bwd, repeated(matmul)], finish
-
-
-def _model_layers(spec, dtype, device):
-    """The full model every rank builds identically: MLP blocks, or sleep-timed layers for bubble tests."""
-    n = spec.layers or spec.pp * SCHEDULES[spec.schedule][1]
-    if spec.model == "sleep":
-        return [pipeline.SleepLayer(spec.hidden, spec.fwd_s, spec.bwd_s) for _ in range(n)]
-    return [MLP(spec.hidden).to(device=device, dtype=dtype) for _ in range(n)]
 
 
 def _checked_pipeline(backend, spec):
@@ -196,7 +182,9 @@ def _checked_pipeline(backend, spec):
     on the rank holding the last stage and every local stage's weight gradients."""
     dims, groups, dtype, device = _setup(backend, spec)
     pp, v = dims.pp, SCHEDULES[spec.schedule][1]
-    layers = _model_layers(spec, dtype, device)
+    n = spec.layers or spec.pp * v   # the full model every rank builds alike: MLP blocks, or sleep-timed layers
+    layers = ([pipeline.SleepLayer(spec.hidden, spec.fwd_s, spec.bwd_s) for _ in range(n)] if spec.model == "sleep"
+              else [MLP(spec.hidden).to(device=device, dtype=dtype) for _ in range(n)])
     model, per = nn.Sequential(*layers), len(layers) // (pp * v)
     local = {}
     for idx in stage_indices(spec.schedule, dims.coords(backend.rank)[Axis.PP], pp):
@@ -248,10 +236,15 @@ def pp_loops(backend, spec: PipelineSpec):
 
     def finish(k, times):
         t_step, t_compute = times
-        return PipelineResult(iters=k, round_ns=t_step, compute_ns=t_compute, **check.record(), stages=sorted(local),
-                              peak_memory_bytes=backend.device.peak_memory_bytes(),
-                              params_local=sum(p.numel() for s in local.values() for p in s.parameters()))
+        return PipelineResult(iters=k, round_ns=t_step, compute_ns=t_compute, stages=sorted(local),
+                              **rank_record(backend, check, (p for s in local.values() for p in s.parameters())))
     return [repeated(pipeline_step), repeated(compute)], finish
+
+
+def rank_record(backend, check: Check, params) -> dict:
+    """What every layer rank returns besides its times: its check's record, peak memory and local parameters."""
+    return {**check.record(), "peak_memory_bytes": backend.device.peak_memory_bytes(),
+            "params_local": sum(p.numel() for p in params)}
 
 
 def repeated(call, cpu: list[float] | None = None):

@@ -20,9 +20,7 @@ class CommTimer:
     with it off and only the extra run that measures the share of communication turns it on."""
 
     def __init__(self, sync=lambda: None, on: bool = True):
-        self.seconds = 0.0
-        self.sync = sync
-        self.on = on
+        self.seconds, self.sync, self.on = 0.0, sync, on
 
     def run(self, fn):
         if not self.on:

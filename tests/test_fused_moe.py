@@ -147,9 +147,8 @@ def test_the_fused_ops_get_a_group_of_their_own(tmp_path):
         assert own is not shared and dist.get_world_size(own) == 1
         assert expert_tasks.fused_group(1, 1, 0) is own
     finally:
-        expert_tasks._FUSED_GROUPS.clear()
-        from layers import rank_tasks
-        rank_tasks._GROUPS.clear()
+        expert_tasks.fused_group.cache_clear()
+        groups_for.cache_clear()
         dist.destroy_process_group()
 
 
