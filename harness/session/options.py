@@ -137,8 +137,7 @@ def _choice(allowed) -> Convert:
 
 def _backends(value, flag: str) -> list[str]:
     """auto is [] here: `prepare` asks the machine."""
-    text = str(value).strip()
-    return [] if text == "auto" else _list(text, list(BACKENDS), "backend")
+    return [] if str(value).strip() == "auto" else _list(value, list(BACKENDS), "backend")
 
 
 def _launcher(value, flag: str) -> str:
