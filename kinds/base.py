@@ -5,18 +5,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Optional, TypeVar, Union, cast
+from typing import Any, ClassVar, Generic, Optional, TypeVar, Union, cast
 
 from collectives import algorithms, capabilities
 from collectives.backends import algo_label, info
 from collectives.sizes import format_size
+from kinds.options import Options
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import Cell, Metric, Series
 from schema.wire import Spec, Timed, result_from_json
-
-if TYPE_CHECKING:   # what the session was asked for (kinds/options.py), filled by harness/session/options.py
-    from kinds.options import Options
 
 
 @keyword_dataclass
@@ -114,7 +112,6 @@ class Kind(Generic[C]):
     table section; nothing outside a kind's module knows what a kind holds."""
     name: ClassVar[str]                       # the row's bench ("collective" for the sweep)
     title: ClassVar[str] = ""                 # its section of the report page
-    fixture: ClassVar[str]                    # the pytest fixture its bench file takes cases from
     case_type: ClassVar[type]
     row_type: ClassVar[type]                  # schema.results
     spec_types: ClassVar[tuple[type[Spec], ...]]
@@ -123,6 +120,11 @@ class Kind(Generic[C]):
     cells: ClassVar[bool] = True              # its rows are compared (cells of a run)
     sized: ClassVar[bool] = False             # its cells span message sizes: verdicts speak busbw, group by size range
     settings: ClassVar[type[KindSettings]] = KindSettings   # its own pytest options (settings.flags), typed
+
+    @property
+    def fixture(self) -> str:
+        """The pytest fixture its bench file takes cases from."""
+        return f"{self.name}_case"
 
     def build(self, opts: Options) -> list[C]:
         """Every launch's cases (skipped ones with their reason)."""

@@ -3,17 +3,13 @@ all_reduced one per tensor and in buckets of each size (flatten, all_reduce, unf
 spec -> (layers.tuning_tasks.TuningRank) -> TuningRow with the step, the calls and how full buckets are."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from collectives.sizes import format_size
 from kinds import tuning
 from kinds.base import Case, Lines, Panel, Ran, heads, knob_suffix, launch_suffix, launches, typed, values
+from kinds.options import Options
 from schema.kwonly import keyword_dataclass
 from schema.results import Cell, TuningRow, metrics
 from schema.wire import BucketResult, TuningSpec
-
-if TYPE_CHECKING:
-    from kinds.options import Options
 
 
 @keyword_dataclass
@@ -29,7 +25,6 @@ class BucketCase(Case):
 class BucketKind(tuning.TuningKind[BucketCase]):
     name = "bucket"
     title = "Gradient buckets"
-    fixture = "bucket_case"
     case_type = BucketCase
 
     def build(self, opts: Options) -> list[BucketCase]:

@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import field, replace
-from typing import TYPE_CHECKING, Optional, cast
+from typing import Optional, cast
 
 from collectives import algorithms, capabilities
 from collectives.backends import BACKENDS, algo_label, info, oversubscribed
@@ -34,15 +34,13 @@ from kinds.base import (
     values,
     wrong_text,
 )
+from kinds.options import Options
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import Cell, CollectiveRow, knob_text, layout, link_class, metrics, side_role
 from schema.stats import NAMED_RANKS_OVER, median
 from schema.wire import CollectiveResult, CollectiveSpec
-
-if TYPE_CHECKING:
-    from kinds.options import Options
 
 
 @keyword_dataclass
@@ -221,7 +219,6 @@ class CollectiveKind(Kind[CollectiveCase]):
     name = "collective"
     sized = True
     title = "Collectives"
-    fixture = "collective_case"
     case_type = CollectiveCase
     row_type = CollectiveRow
     spec_types = (CollectiveSpec,)

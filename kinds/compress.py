@@ -4,19 +4,16 @@ spec -> (layers.tuning_tasks.TuningRank) -> TuningRow with the step, the speed-u
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from collectives.backends import info
 from collectives.capabilities import DeviceFacts
 from collectives.sizes import format_size
 from kinds import tuning
 from kinds.base import Case, Ran, capability_skip, heads, knob_suffix, launch_suffix, launches, typed, values
+from kinds.options import Options
 from schema.kwonly import keyword_dataclass
 from schema.results import TuningRow, metrics
 from schema.wire import CompressResult, TuningSpec
-
-if TYPE_CHECKING:
-    from kinds.options import Options
 
 
 @keyword_dataclass
@@ -32,7 +29,6 @@ class CompressCase(Case):
 class CompressKind(tuning.TuningKind[CompressCase]):
     name = "compress"
     title = "Compressed gradients"
-    fixture = "compress_case"
     case_type = CompressCase
 
     def build(self, opts: Options) -> list[CompressCase]:

@@ -9,7 +9,7 @@ import math
 import os
 from collections.abc import Callable
 from statistics import fmean
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from collectives.backends import info
 from collectives.backends.hccl import hccl_product
@@ -34,15 +34,13 @@ from kinds.base import (
     wrong_text,
 )
 from kinds.layer import checked_fields, no_torch
+from kinds.options import Options, items, names_in, number
 from layers import fused_moe
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import MISSING, Cell, Measured, column, metric, metrics
 from schema.wire import ExpertResult, ExpertSpec
-
-if TYPE_CHECKING:
-    from kinds.options import Options
 
 IMPLS = ("alltoallv", "allgather", "fused")   # layers.expert_tasks.DISPATCHERS
 DROP_POLICIES = ("group", "probs", "position")   # layers.expert.DROP_POLICIES (the driver loads no torch)
@@ -108,7 +106,7 @@ class ExpertRow(Measured):
 # ---- options, each with its converter ----
 
 def _counts(text: str) -> list[int]:
-    values = [int(v) for v in text.split(",") if v.strip()]
+    values = [int(v) for v in text.split(",") if v.strip()]   # unstripped: int's message quotes the item as given
     if not values or min(values) < 1:
         raise ValueError("give whole numbers >= 1, comma separated")
     return values
@@ -124,12 +122,12 @@ def _topk(text: str) -> list[int]:
 def _routing(text: str) -> list[str]:
     """uniform, skewed:SHARE (0 < SHARE < 1: the hot expert's share of routed slots), file:PATH."""
     out = []
-    for item in (t.strip() for t in text.split(",") if t.strip()):
+    for item in items(text):
         name, _, arg = item.partition(":")
         if name in ("uniform", "random") and not arg:
             out.append(item)
-        elif name in ("skewed", "hotrank", "masked", "uneven") and 0 < _share(arg) < 1:
-            out.append(f"{name}:{_share(arg):g}")
+        elif name in ("skewed", "hotrank", "masked", "uneven") and 0 < number(arg) < 1:
+            out.append(f"{name}:{number(arg):g}")
         elif name == "file" and arg:
             read_expert_ids(arg)
             out.append(item)
@@ -141,23 +139,10 @@ def _routing(text: str) -> list[str]:
     return out
 
 
-def _share(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
-
-
 def _names(allowed: tuple[str, ...], auto: bool = False) -> Callable[[str], list[str]]:
     """The converter of a comma list of `allowed` names; with `auto`, "auto" alone gives []."""
-    def convert(text: str) -> list[str]:
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        if auto and items == ["auto"]:
-            return []
-        if not items or any(i not in allowed for i in items):
-            raise ValueError(f"allowed {'auto or a comma list of ' if auto else ''}{', '.join(allowed)}")
-        return items
-    return convert
+    listed = names_in(allowed, f"allowed {'auto or a comma list of ' if auto else ''}{', '.join(allowed)}")
+    return lambda text: [] if auto and items(text) == ["auto"] else listed(text)
 
 
 def _capacity(text: str) -> list[float]:
@@ -249,7 +234,6 @@ class ExpertSettings(KindSettings):
 class ExpertKind(Kind[ExpertCase]):
     name = "expert"
     title = "Expert parallelism"
-    fixture = "expert_case"
     case_type = ExpertCase
     row_type = ExpertRow
     spec_types = (ExpertSpec,)

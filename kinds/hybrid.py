@@ -4,14 +4,12 @@ ranks, timed with its parts and each against the repository's models; spec ->
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import ClassVar
 
 import numpy as np
 
 from collectives.backends import info
 from collectives.ops import bandwidths
-from collectives.sizes import parse_size
 from kinds.base import (
     Bars,
     Case,
@@ -30,6 +28,7 @@ from kinds.base import (
     wrong_text,
 )
 from kinds.layer import checked_fields, no_torch
+from kinds.options import Options, bucket_size, checked, items, names_in
 from layers import memory, schedules
 from layers.mesh import ParallelDims, tp_placement
 from schema import stats
@@ -38,12 +37,8 @@ from schema.kwonly import keyword_dataclass
 from schema.results import MISSING, Cell, Measured, column, metric, metrics
 from schema.wire import HybridResult, HybridSpec
 
-if TYPE_CHECKING:
-    from kinds.options import Options
-
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")   # the zero-bubble ones split weight gradients out of autograd's hooks
 PARTS = ("compute", "tp", "pp", "bubble", "dp")   # the step's parts each timed on every rank, min and max kept
-T = TypeVar("T")
 ROUNDS = 8   # at most: a step of the default shape takes ~0.3 s on 2 CPU cores, and its check step warms it up
 
 
@@ -118,7 +113,7 @@ class HybridRow(Measured):
 def _layouts(text: str) -> list[tuple[int, int, int]]:
     """TPxPPxDP, comma separated ("": every layout of --nproc)."""
     out = []
-    for item in (t.strip() for t in text.split(",") if t.strip()):
+    for item in items(text):
         parts = item.lower().split("x")
         if len(parts) == 4:
             raise ValueError("the hybrid step has no expert-parallel (MoE) blocks yet: give TPxPPxDP")
@@ -126,10 +121,6 @@ def _layouts(text: str) -> list[tuple[int, int, int]]:
             raise ValueError("give layouts as TPxPPxDP (whole numbers >= 1), comma separated, e.g. 1x2x1,2x1x1,1x1x2")
         out.append((int(parts[0]), int(parts[1]), int(parts[2])))
     return out
-
-
-def _bucket(text: str) -> int:
-    return 0 if text == "0" else parse_size(text)   # a bad size: SizeError, a ValueError
 
 
 # knob -> (distributed optimizer, gradient reduction dtype, sequence parallelism, virtual pipeline) and the
@@ -148,25 +139,11 @@ def knob_names(dist_opt: bool, grad_reduce: str, sp: bool, vpp: int) -> list[str
             + ([f"vpp{vpp}"] if vpp else []))
 
 
-def _checked(parse: Callable[[str], T], ok: Callable[[T], bool], message: str) -> Callable[[str], T]:
-    """An option's converter: `parse`, then `ok`, else ValueError(`message`)."""
-    def convert(text: str) -> T:
-        try:
-            value = parse(text)
-        except ValueError:
-            raise ValueError(message) from None
-        if not ok(value):
-            raise ValueError(message)
-        return value
-    return convert
-
-
-_schedule = _checked(str, lambda s: s in SCHEDULES, f"allowed {', '.join(SCHEDULES)}")
-_knobs = _checked(lambda text: [t.strip() for t in text.split(",") if t.strip()],
-                  lambda out: bool(out) and all(t in KNOBS for t in out), f"give a comma separated list of {', '.join(KNOBS)}")
-_vpp = _checked(lambda text: int(text) if text.isdigit() else 0, lambda v: v >= 2,
+_schedule = checked(str, lambda s: s in SCHEDULES, f"allowed {', '.join(SCHEDULES)}")
+_knobs = names_in(KNOBS, f"give a comma separated list of {', '.join(KNOBS)}")
+_vpp = checked(lambda text: int(text) if text.isdigit() else 0, lambda v: v >= 2,
                 "give the virtual pipeline size, a whole number >= 2 (model chunks per pp rank)")
-_peak = _checked(lambda text: float(text) * 1e12, lambda v: not v < 0,   # in FLOP/s; nan passes, as it always did
+_peak = checked(lambda text: float(text) * 1e12, lambda v: not v < 0,   # in FLOP/s; nan passes, as it always did
                  "give the device's peak in TFLOP/s, a number >= 0 (0: known per device, measured on a CPU)")
 
 
@@ -217,7 +194,7 @@ class HybridSettings(KindSettings):
         KindOption("--hybrid-schedule", "1f1b", f"the hybrid step's pipeline schedule at pp > 1: {', '.join(SCHEDULES)}",
                    _schedule),
         KindOption("--hybrid-bucket", "4M", "the hybrid step's dp gradient bucket cap (DDP's bucket_cap_mb; 0: a bucket "
-                   "per gradient)", _bucket),
+                   "per gradient)", bucket_size),
         KindOption("--hybrid-knobs", "plain,sp,distopt,bf16grad,vpp", "each layout once per knob that applies to it: "
                    "plain, sp (sequence parallelism, tp > 1), distopt (dp reduce_scatter + all_gather, Megatron's "
                    "distributed optimizer), bf16grad (dp gradients reduced in bfloat16), distopt+bf16grad (dp > 1), "
@@ -231,7 +208,6 @@ class HybridSettings(KindSettings):
 class HybridKind(Kind[HybridCase]):
     name = "hybrid"
     title = "Hybrid training step"
-    fixture = "hybrid_case"
     case_type = HybridCase
     row_type = HybridRow
     spec_types = (HybridSpec,)

@@ -3,10 +3,11 @@ case on a tp x pp x dp layout, their Kind base, the model's spec fields and the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from collectives.backends import BACKENDS, info
 from kinds.base import Case, Kind, Ran, launches, placed
+from kinds.options import Options
 from layers import memory
 from layers.mesh import ParallelDims, tp_placement
 from schema import stats
@@ -14,9 +15,6 @@ from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import LayerRow
 from schema.wire import Checked
-
-if TYPE_CHECKING:
-    from kinds.options import Options
 
 
 @keyword_dataclass

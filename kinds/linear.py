@@ -4,19 +4,16 @@ block and its sequence-parallel form, hand-written and through DTensor, at every
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
 from collectives.backends import info
 from kinds.base import Bars, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, typed, values
 from kinds.layer import LayerCase, LayerKind, no_torch, spec_fields
+from kinds.options import Options
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import Cell, LayerRow, metrics
 from schema.wire import LinearSpec, TpResult
-
-if TYPE_CHECKING:
-    from kinds.options import Options
 
 BLOCKS = (("linear", False), ("mlp", False), ("mlp", True))   # (layer, sequence parallel)
 IMPLS = ("manual", "dtensor")
@@ -37,7 +34,6 @@ class LinearCase(LayerCase):
 class LinearKind(LayerKind[LinearCase]):
     name = "linear"
     title = "Tensor-parallel blocks"
-    fixture = "linear_case"
     case_type = LinearCase
     spec_types = (LinearSpec,)
     rank = ("layers.rank_tasks", "LinearRank")

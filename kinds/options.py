@@ -1,8 +1,12 @@
 """What a bench session was asked for (`Options`), below the kinds so they import it plainly;
-harness/session/options.py declares the flags, converts and checks them, and fills it."""
+harness/session/options.py declares the flags, converts and checks them, and fills it. The
+converters' shared shapes live here too, where the kinds, the session and the CLI all may import them."""
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from collectives.ops import OPS
 from collectives.sizes import parse_size
@@ -11,6 +15,51 @@ from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT
 
 COMM_DTYPES = ("float32", "bfloat16", "float16", "int8")
 BUCKETS = "0,1M,4M,16M,64M,256M"   # the bucketing bench's default bucket sizes (0: one all_reduce per tensor)
+
+T = TypeVar("T")
+
+
+def items(text) -> list[str]:
+    """A comma list's items, blanks dropped."""
+    return [s.strip() for s in str(text).split(",") if s.strip()]
+
+
+def checked(parse: Callable[[str], T], ok: Callable[[T], bool], message: str) -> Callable[[str], T]:
+    """An option's converter: `parse`, then `ok`, else ValueError(`message`)."""
+    def convert(text: str) -> T:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise ValueError(message) from None
+        if not ok(value):
+            raise ValueError(message)
+        return value
+    return convert
+
+
+def names_in(allowed, message: str) -> Callable[[str], list[str]]:
+    """A comma list of `allowed` names, as given (order and repeats kept), else ValueError(`message`)."""
+    return checked(items, lambda names: bool(names) and all(n in allowed for n in names), message)
+
+
+def bucket_size(text: str) -> int:
+    """A gradient bucket cap: 0 (a bucket per gradient / tensor) or a size; a bad size: SizeError, a ValueError."""
+    return 0 if text == "0" else parse_size(text)
+
+
+def number(text) -> float:
+    """The text as a float, nan when it is none (nan fails every range check)."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def fraction(text, flag: str = "") -> float:
+    """--min-effect: a fraction above 0 and below 1 (0 would leave no "no change" band: nothing decided early)."""
+    if not 0 < (value := number(text)) < 1:
+        raise ValueError(f"{flag} {text!r}: give a fraction above 0 and below 1 (0.05 = 5%)".lstrip())
+    return value
 
 
 @dataclass
@@ -48,7 +97,7 @@ class Options:
     min_effect: float = DEFAULT_MIN_EFFECT   # the smallest change a verdict counts (reports/compare.py assign_verdicts)
     labels: dict = field(default_factory=dict)   # side -> what to call it ("A": "mpich 4.2.3")
     knobs: dict = field(default_factory=dict)    # --knobs: variable -> values, each value a series in its own group
-    buckets: list[int] = field(default_factory=lambda: [0 if b == "0" else parse_size(b) for b in BUCKETS.split(",")])
+    buckets: list[int] = field(default_factory=lambda: [bucket_size(b) for b in BUCKETS.split(",")])
     comm_dtypes: list[str] = field(default_factory=lambda: list(COMM_DTYPES))
     mpi_thread_level: str = ""   # "" = mpi4py's default (multiple)
     results: str = "results"

@@ -3,18 +3,14 @@ all_reduce, same buffers, same worker, rounds interleaved; spec -> (collectives.
 -> OverheadRow, a session record (results.json's `overhead`), never a cell that is compared."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from collectives.sizes import format_size
 from kinds.base import Case, Kind, Ran, typed
+from kinds.options import Options
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import OverheadRow
 from schema.wire import OverheadResult, OverheadSpec
-
-if TYPE_CHECKING:
-    from kinds.options import Options
 
 SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 4 << 20)
 
@@ -35,7 +31,6 @@ class OverheadCase(Case):
 class OverheadKind(Kind[OverheadCase]):
     name = "overhead"
     title = "Harness overhead"
-    fixture = "overhead_case"
     case_type = OverheadCase
     row_type = OverheadRow
     spec_types = (OverheadSpec,)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from collectives.capabilities import DeviceFacts
 from collectives.ops import ITEMSIZE, OPS
@@ -26,13 +25,11 @@ from kinds.base import (
     typed,
     values,
 )
+from kinds.options import Options
 from schema import stats
 from schema.kwonly import keyword_dataclass
 from schema.results import Cell, TuningRow, metrics
 from schema.wire import OverlapResult, TuningSpec
-
-if TYPE_CHECKING:
-    from kinds.options import Options
 
 OPS_WITH_ASYNC = tuple(name for name, op in OPS.items() if op.has_async)   # the ones with an asynchronous form everywhere
 
@@ -56,7 +53,6 @@ class OverlapCase(Case):
 class OverlapKind(tuning.TuningKind[OverlapCase]):
     name = "overlap"
     title = "Compute/communication overlap"
-    fixture = "overlap_case"
     case_type = OverlapCase
 
     def build(self, opts: Options) -> list[OverlapCase]:

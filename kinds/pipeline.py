@@ -4,19 +4,16 @@ with the step time and the measured bubble against the schedule's theory."""
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
 from kinds.base import Bars, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, typed, values
 from kinds.layer import LayerCase, LayerKind, no_torch, spec_fields
+from kinds.options import Options
 from layers import schedules
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
 from schema.results import Cell, LayerRow, metrics
 from schema.wire import PipelineResult, PipelineSpec
-
-if TYPE_CHECKING:
-    from kinds.options import Options
 
 
 @keyword_dataclass
@@ -33,7 +30,6 @@ class PipelineCase(LayerCase):
 class PipelineKind(LayerKind[PipelineCase]):
     name = "pipeline"
     title = "Pipeline steps"
-    fixture = "pipeline_case"
     case_type = PipelineCase
     spec_types = (PipelineSpec,)
     rank = ("layers.rank_tasks", "PipelineRank")

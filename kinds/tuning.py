@@ -5,19 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from collectives import capabilities
 from collectives.backends import info
 from collectives.capabilities import DeviceFacts
 from kinds.base import C, Kind, Ran, placed, wrong_text
+from kinds.options import Options
 from schema import stats
 from schema.group_key import GroupKey
 from schema.results import Cell, TuningRow, knob_text, side_role
 from schema.wire import Timed, TuningSpec
-
-if TYPE_CHECKING:
-    from kinds.options import Options
 
 
 class TuningKind(Kind[C]):

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 
 import harness.cli.commands as commands
+from kinds.options import fraction
 from layers import memory
 from reports.estimators import ESTIMATORS
 from reports.history import DEFAULT_WINDOW
@@ -23,14 +24,11 @@ from schema.results import ResultError
 
 
 def _fraction(text: str) -> float:
-    """--min-effect: a fraction above 0 and below 1."""
+    """--min-effect (kinds.options.fraction), its problem as argparse's usage line."""
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < 1:   # 0 would leave no "no change" band: nothing could ever be decided early
-        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction above 0 and below 1 (0.05 = 5%)")
-    return value
+        return fraction(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _arg(*names: str, **kwargs) -> tuple[tuple[str, ...], dict]:

@@ -13,7 +13,7 @@ from collectives import algorithms
 from collectives.backends import BACKENDS
 from collectives.capabilities import ALL as TORCH_BACKEND_DTYPES
 from collectives.ops import OPS, REDOPS
-from collectives.sizes import SizeError, parse_size, parse_sizes
+from collectives.sizes import SizeError, parse_sizes
 from collectives.timing import MAX_GRAPH_ITERS, SMOKE, Plan
 from harness import files
 from harness.engine.launchers import validate_template
@@ -22,7 +22,7 @@ from harness.session.stack_env import previous_stack_kind, sourced_env
 from harness.session.world import check_world, settle
 from kinds import KINDS
 from kinds.base import KindOption
-from kinds.options import BUCKETS, COMM_DTYPES, Options
+from kinds.options import BUCKETS, COMM_DTYPES, Options, bucket_size, fraction, items
 from layers import schedules
 from reports.estimators import ESTIMATORS
 from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT
@@ -66,18 +66,13 @@ class CoreOption:
         return self.into or self.dest
 
 
-def _items(text) -> list[str]:
-    """A comma list's items, blanks dropped."""
-    return [s.strip() for s in str(text).split(",") if s.strip()]
-
-
 def _list(text: str, allowed, what: str) -> list[str]:
-    if not (items := _items(text)):
+    if not (names := items(text)):
         raise OptionError(f"--{what} is empty: allowed {', '.join(allowed)}")
-    for item in items:
+    for item in names:
         if item not in allowed:
             raise OptionError(f"unknown {what[:-1] if what.endswith('s') else what} {item!r}: allowed {', '.join(allowed)}")
-    return list(dict.fromkeys(items))
+    return list(dict.fromkeys(names))
 
 
 def _int(text, name: str, minimum: int) -> int:
@@ -120,9 +115,9 @@ def _top_up(value, flag: str) -> int:
 
 def _wholes(value, flag: str) -> list[int]:
     """A comma list of integers >= 1, repeats dropped."""
-    if not (items := _items(value)):
+    if not (given := items(value)):
         raise OptionError(f"{flag} is empty: give a comma list of integers >= 1")
-    return list(dict.fromkeys(_int(i, flag[2:], 1) for i in items))
+    return list(dict.fromkeys(_int(i, flag[2:], 1) for i in given))
 
 
 def _list_of(allowed) -> Convert:
@@ -142,8 +137,7 @@ def _choice(allowed) -> Convert:
 
 def _backends(value, flag: str) -> list[str]:
     """auto is [] here: `prepare` asks the machine."""
-    text = str(value).strip()
-    return [] if text == "auto" else _list(text, list(BACKENDS), "backend")
+    return [] if str(value).strip() == "auto" else _list(value, list(BACKENDS), "backend")
 
 
 def _launcher(value, flag: str) -> str:
@@ -160,7 +154,7 @@ def _sizes(value, flag: str) -> list[int]:
 
 
 def _algos(value, flag: str) -> list[str]:
-    if not (algos := _items(value)):
+    if not (algos := items(value)):
         raise OptionError("--algos is empty: use default, ring, tree or BACKEND:NATIVE")
     for algo in algos:
         if err := algorithms.validate(algo):
@@ -190,7 +184,7 @@ def _knobs(value, flag: str) -> dict[str, list[str]]:
     for item in value or []:
         name, sep, values = str(item).partition("=")
         name = name.strip()
-        chosen = _items(values)
+        chosen = items(values)
         if not sep or not name or not name.replace("_", "").isalnum() or not chosen:
             raise OptionError(f"--knobs {item!r}: use NAME=value1,value2,... (an environment variable and its values)")
         if name in knobs:
@@ -201,22 +195,12 @@ def _knobs(value, flag: str) -> dict[str, list[str]]:
 
 def _buckets(value, flag: str) -> list[int]:
     try:
-        buckets = sorted({0 if b == "0" else parse_size(b) for b in _items(value)})
+        buckets = sorted({bucket_size(b) for b in items(value)})
     except SizeError as exc:
         raise OptionError(f"--buckets: {exc}") from None
     if not buckets:
         raise OptionError("--buckets is empty: give sizes like 0,1M,4M,16M (0: one all_reduce per tensor)")
     return buckets
-
-
-def _fraction(value, flag: str) -> float:
-    try:
-        effect = float(value)
-    except (TypeError, ValueError):
-        effect = math.nan
-    if not 0 < effect < 1:
-        raise OptionError(f"--min-effect {value!r}: give a fraction above 0 and below 1 (0.05 = 5%)")
-    return effect
 
 
 def _baseline(value, flag: str) -> str:
@@ -244,7 +228,7 @@ def _case_ids(value, flag: str) -> list[str]:
 def _env_list(value, flag: str) -> dict[str, str]:
     """'K=V,K2=V2' -> {K: V, K2: V2}; values may contain ';' and ':' (HCCL_ALGO) but not ','."""
     env = {}
-    for item in _items(value or ""):
+    for item in items(value or ""):
         key, sep, setting = item.partition("=")
         if not sep or not key.replace("_", "").isalnum():
             raise OptionError(f"--ab-env item {item!r}: use NAME=VALUE[,NAME=VALUE...]")
@@ -310,7 +294,7 @@ VERDICTS = (
     CoreOption("--min-effect", str(DEFAULT_MIN_EFFECT),
                f"the smallest change (a fraction) the --baseline, --ab-until-decided and --history verdicts count "
                f"(default {DEFAULT_MIN_EFFECT:g}; below it a confirmed change is 'no change'); recorded with the run",
-               _fraction),
+               fraction),
     CoreOption("--label", [], "SIDE=NAME, repeatable: what to call side A (the baseline: the stack as started) and side B (the "
                "candidate: with --ab-env/--ab-source) in tables, reports and verdicts",
                lambda value, flag: side_labels(value or []), into="labels"),   # its ValueError is the line
