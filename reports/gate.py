@@ -17,8 +17,6 @@ from schema.exit_codes import ExitCode
 from schema.judgement import DEFAULT_ESTIMATOR, DEFAULT_MIN_EFFECT, REGRESSION
 from schema.results import ResultError, Run
 
-EXIT_MACHINE = ExitCode.MACHINE_CHANGED   # the old name, kept for its importers
-
 
 @dataclass
 class Judgement:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,7 +126,7 @@ def timing(flags: dict[str, str], config: dict, cpu: bool) -> dict:
     return out
 
 
-def ratio_candidates(op: str, pairs: list[tuple[float, float]]) -> tuple[int, int | None] | None:
+def ratio_candidates(op: str, rows: Iterable[Sample | Half]) -> tuple[int, int | None] | None:
     """The rank counts whose bus factor every printed (alg_bw, bus_bw) allows, as (low, high or
     None for unbounded): each value is taken at its printed precision (2 or 6 decimals)."""
     if op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
@@ -140,7 +141,7 @@ def ratio_candidates(op: str, pairs: list[tuple[float, float]]) -> tuple[int, in
         top = 2.0 if op == "all_reduce" else 1.0
         return top / (top - r) if r < top else math.inf
     lo, hi = 1.0, math.inf
-    for alg, bus in pairs:
+    for alg, bus in ((r.algbw, r.busbw) for r in rows if r.algbw and r.busbw):
         if alg <= 0 or bus <= 0 or alg < 50 * half(alg):
             continue
         r_lo, r_hi = (bus - half(bus)) / (alg + half(alg)), (bus + half(bus)) / (alg - half(alg))
@@ -215,7 +216,7 @@ def read(path: Path, text: str, op: str | None, nranks: int | None, label: str |
     cpu = any("cpu_time" in (r.get("out_of_place") or r.get("in_place") or {}) for r in results if isinstance(r, dict))
     meaning = timing(flags, config, cpu or _int(flags.get("C"), 0) == 1)
     # the rank count: the file's own, checked against what the printed bandwidths allow
-    cands = ratio_candidates(json_op, [(h.algbw, h.busbw) for hs in halves.values() for h in hs if h.algbw and h.busbw])
+    cands = ratio_candidates(json_op, [h for hs in halves.values() for h in hs])
     if said and not fits(cands, said):
         raise ResultError(f"{where}: config lists {len(devices)} processes x {per_process} GPUs = {said} ranks, but the printed "
                           f"bus_bw/alg_bw fits {span_text(cands)} ranks: the file does not list every rank (or the op is "

@@ -198,10 +198,9 @@ def _nranks(run: LogRun, given: int | None, where: str, hint: tuple[int, str] | 
         return said
     if given:
         return given
-    pairs = [(s.algbw, s.busbw) for s in run.samples if s.algbw and s.busbw]
-    cands = ratio_candidates(str(run.op), pairs)
+    cands = ratio_candidates(str(run.op), run.samples)
     if cands:
-        top = max(alg for alg, _ in pairs)
+        top = max(s.algbw for s in run.samples if s.algbw and s.busbw)
         if cands[0] == cands[1]:
             run.warnings.append(f"rank count {cands[0]} inferred from busbw/algbw on {top} GB/s (only {cands[0]} fits the "
                                 "printed rounding): the log names no ranks; pass --nranks to be sure")
@@ -252,7 +251,7 @@ def nccl_text(path: Path, text: str, op: str | None, nranks: int | None, label: 
             run.warnings.append(run.cut)
         cross_check(run_op, n, run.samples, where_run)
         if n == nranks and not (run.ranks or run.launch_n):   # a given count must fit the printed precision too
-            cands = ratio_candidates(run_op, [(s.algbw, s.busbw) for s in run.samples if s.algbw and s.busbw])
+            cands = ratio_candidates(run_op, run.samples)
             if not fits(cands, n):
                 raise ResultError(f"{where_run}: --nranks {n} does not fit the printed busbw/algbw (it fits "
                                   f"{span_text(cands)} ranks)")

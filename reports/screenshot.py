@@ -22,28 +22,24 @@ class ScreenshotError(RuntimeError):
     pass
 
 
-def screenshot(page: Path, out: Path, width: int = 1200, height: int = MAX_HEIGHT) -> Path:
+def screenshot(page: Path, out: Path, width: int = 1200) -> Path:
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:
         raise ScreenshotError("no chromium on PATH (apt-get install chromium)")
     if not page.is_file():
         raise ScreenshotError(f"{page} is not a file")
     with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
+        proc = subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{MAX_HEIGHT}",
                                f"--screenshot={out.resolve()}", page.resolve().as_uri()], capture_output=True, timeout=180)
     if proc.returncode or not out.exists():
         raise ScreenshotError(f"chromium failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace')[-200:]}")
-    _crop_blank_bottom(out)
-    return out
-
-
-def _crop_blank_bottom(png: Path, margin: int = 20) -> None:
     from PIL import Image, ImageChops  # matplotlib's own dependency
-    with Image.open(png) as img:
+    with Image.open(out) as img:   # crop the blank rows below the page's end, keeping a 20 px margin
         rgb = img.convert("RGB")
         box = ImageChops.difference(rgb, Image.new("RGB", rgb.size, (255, 255, 255))).getbbox()
         if box:
-            rgb.crop((0, 0, rgb.width, min(rgb.height, box[3] + margin))).save(png)
+            rgb.crop((0, 0, rgb.width, min(rgb.height, box[3] + 20))).save(out)
+    return out
 
 
 def main(argv: list[str] | None = None) -> ExitCode:

@@ -11,7 +11,6 @@ import numpy as np
 
 from collectives.sizes import format_size
 from kinds import sized
-from reports.calibration import calibrate  # noqa: F401  (its old home: tests/test_estimators.py calls summary.calibrate)
 from reports.canary import figure
 from reports.change_points import MIN_RUNS, MIN_SEGMENT
 from reports.compare import Comparison, SizeRange

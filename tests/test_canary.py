@@ -11,8 +11,9 @@ import pytest
 
 from harness.session import canary as canary_workload
 from reports import summary
-from reports.gate import EXIT_MACHINE, judge_history
+from reports.gate import judge_history
 from reports.history import MIN_SEGMENT, analyse, change_points, detectable_change
+from schema.exit_codes import ExitCode
 from schema.judgement import IMPROVEMENT, MACHINE_IMPROVEMENT, MACHINE_REGRESSION, REGRESSION, SUSPECTED_REGRESSION
 from tests.conftest import run_cli
 from tests.test_history import SLOW_RANGE, nightly, runs_of
@@ -101,7 +102,7 @@ def test_a_step_the_canary_shows_too_is_the_machine_exit_7(tmp_path):
     assert {(c.series.op, c.size) for c in machine} == {("all_gather", s) for s in (4, 16, 64, 256, 1024)}
     assert all(c.note.startswith("canary ") and "+40% time" in c.note for c in machine), [c.note for c in machine]
     assert judgement.headline.startswith("MACHINE CHANGED: 1 size ranges moved with the canary (canary ")
-    assert judgement.exit_status() == EXIT_MACHINE == 7 and judgement.as_json["machine_changed"] is True
+    assert judgement.exit_status() == ExitCode.MACHINE_CHANGED == 7 and judgement.as_json["machine_changed"] is True
     assert "MACHINE CHANGES (the canary moved with them" in judgement.text
     out = run_cli("history", folder, "--report", tmp_path / "page")
     assert out.returncode == 7, out.stdout + out.stderr

@@ -8,6 +8,7 @@ import pytest
 
 from harness.session.option_error import OptionError
 from reports import summary
+from reports.calibration import calibrate
 from reports.compare import compare
 from reports.estimators import ESTIMATORS, launch_value
 from reports.gate import judge_pair
@@ -106,7 +107,7 @@ def test_a_run_is_judged_by_the_estimator_it_was_made_with_unless_told(tmp_path)
 
 def test_a_calibration_made_with_another_estimator_is_not_applied(tmp_path):
     a, b = sides(write_noisy_ab(tmp_path / "aa.json"))
-    cal = summary.calibrate(a, b, estimator="median")
+    cal = calibrate(a, b, estimator="median")
     assert cal["estimator"] == "median"
     cmp = compare(a, b, calibration=cal, estimator="min")
     assert cmp.calibration.startswith("A/A calibration not applied: it was made with the median")
