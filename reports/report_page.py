@@ -368,13 +368,6 @@ def _heatmaps(runs: list[Run], names: list[str], chosen: str | None) -> list[dic
 PAGE = TEMPLATES.get_template("report.html.j2")
 
 
-def _verdict_rows(cmp) -> list[dict]:
-    """The flagged size ranges as the verdict table's rows, worst kind first."""
-    return [{"what": r.series.label(algo_label), "sizes": summary.sizes_text(r.first, r.last) if r.first else "-",
-             "verdict": kind.text(), "effect": summary.effect_text(r.series, r.ratio, r.low, r.high),
-             "samples": f"{r.samples} ({r.cells} sizes)"} for kind in VERDICT_ORDER for r in cmp.ranges.get(kind, [])]
-
-
 def _sentence(cmp) -> str:
     counts = Counter(c.outcome.kind for c in cmp.cells)
     suspected = counts[SUSPECTED_REGRESSION] + counts[SUSPECTED_IMPROVEMENT]
@@ -448,7 +441,11 @@ def render(runs: list[Run], out_dir: Path, predict_from: list[Run] | None = None
                           "bw": _fmt(st["bandwidth_gbps"], ".3f"), "r2": _fmt(st["r2"], ".3f")})
     last = comparisons[-1][1] if comparisons else None
     judged = {} if last is None else {   # the template shows none of these without a comparison
-        "verdict": summary.text(last), "sentence": _sentence(last), "ranges": _verdict_rows(last),
+        "verdict": summary.text(last), "sentence": _sentence(last),
+        "ranges": [{"what": r.series.label(algo_label), "sizes": summary.sizes_text(r.first, r.last) if r.first else "-",
+                    "verdict": kind.text(), "effect": summary.effect_text(r.series, r.ratio, r.low, r.high),
+                    "samples": f"{r.samples} ({r.cells} sizes)"}   # the flagged size ranges, worst kind first
+                   for kind in VERDICT_ORDER for r in last.ranges.get(kind, [])],
         "detectable": summary.detectable_lines(last), "mismatch": last.mismatch,
         "samples_note": "samples: " + ", ".join(sampled) if (sampled := sorted({c.samples for c in last.cells})) else ""}
     layouts = [", ".join(sorted({layout(c.row.hosts) for c in r.cells.values()})) for r in runs]

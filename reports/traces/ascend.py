@@ -99,13 +99,13 @@ def _world(folder: Path) -> int | None:
     return int(size) if isinstance(size, int) else None
 
 
-def with_groups(traces: list[RankTrace], world: int | None = None) -> list[RankTrace]:
+def with_groups(traces: list[RankTrace]) -> list[RankTrace]:
     """Each group's members are the ranks holding its ops; a world no file states is the highest rank + 1."""
     members: dict[str, set[int]] = {}
     for t in traces:
         for c in t.collectives:
             members.setdefault(c.group, set()).add(t.rank)
-    size = world or max([t.world for t in traces] + [max(t.rank for t in traces) + 1])
+    size = max([t.world for t in traces] + [max(t.rank for t in traces) + 1])
     for t in traces:
         t.world = size
         t.groups = {g: sorted(members[g]) for g in {c.group for c in t.collectives}}
