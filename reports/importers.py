@@ -404,24 +404,18 @@ def import_runs(path: str | Path, op: str | None = None, nranks: int | None = No
         return import_nccl_json.read(path, text, op, nranks, label)
     if not head:
         raise ResultError(f"{path} is empty (rccl-tests leaves its -x output empty when the run crashed)")
-    if mpi_suites := _mpi_suites(path, text, op, nranks, dtype, label):
-        return mpi_suites
+    # OSU and IMB runs, and nccl-tests runs beside them (an acceptance job's log), in file order
+    osu = "# OSU " in text and any(import_osu.HEADER.match(PREFIXES.sub("", line).strip()) for line in text.splitlines())
+    imb = bool(import_imb.BANNER.search(text) or ("# Benchmarking " in text and "#repetitions" in text))
+    runs = (import_osu.read(path, text, nranks, dtype, label) if osu else []) + (
+        import_imb.read(path, text, nranks, label) if imb else [])
+    if (osu or imb) and re.search(r"^\S*#\s+size\s+count\s+type\b", text, re.M):
+        runs += nccl_text(path, text, op, nranks, label)
+    if runs:
+        return sorted(runs, key=lambda r: r["hccl_bench"]["imported_from"]["lines"][0])
     if "data_size(Bytes)" in text or run_failures.HCCL_TEST_BANNER.search(text) or run_failures.hccl_test_died(text):
         return hccl_test(path, text, op, nranks, dtype, label)
     return nccl_text(path, text, op, nranks, label)
-
-
-def _mpi_suites(path: Path, text: str, op: str | None, nranks: int | None, dtype: str | None, label: str | None) -> list[dict]:
-    """OSU and IMB runs, and nccl-tests runs beside them (an acceptance job's log), in file order; [] for neither."""
-    osu = "# OSU " in text and any(import_osu.HEADER.match(PREFIXES.sub("", line).strip()) for line in text.splitlines())
-    imb = bool(import_imb.BANNER.search(text) or ("# Benchmarking " in text and "#repetitions" in text))
-    if not (osu or imb):
-        return []
-    runs = (import_osu.read(path, text, nranks, dtype, label) if osu else []) + (
-        import_imb.read(path, text, nranks, label) if imb else [])
-    if re.search(r"^\S*#\s+size\s+count\s+type\b", text, re.M):
-        runs += nccl_text(path, text, op, nranks, label)
-    return sorted(runs, key=lambda r: r["hccl_bench"]["imported_from"]["lines"][0])
 
 
 def _is_inspector(path: Path) -> bool:
