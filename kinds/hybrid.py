@@ -13,7 +13,6 @@ from collectives.ops import bandwidths
 from kinds.base import (
     Bars,
     Case,
-    Kind,
     KindOption,
     KindSettings,
     Panel,
@@ -27,7 +26,7 @@ from kinds.base import (
     values,
     wrong_text,
 )
-from kinds.layer import checked_fields, no_torch
+from kinds.layer import LayoutKind, checked_fields, no_torch
 from kinds.options import Options, bucket_size, checked, items, names_in
 from layers import memory, schedules
 from layers.mesh import ParallelDims, tp_placement
@@ -205,7 +204,7 @@ class HybridSettings(KindSettings):
     )
 
 
-class HybridKind(Kind[HybridCase]):
+class HybridKind(LayoutKind[HybridCase]):
     name = "hybrid"
     title = "Hybrid training step"
     case_type = HybridCase
@@ -218,12 +217,8 @@ class HybridKind(Kind[HybridCase]):
         """Every layout x --microbatches; one the world size, the shape or the torch cannot run is skipped with the reason."""
         return launches(opts, lambda o: _build_launch(self, o))
 
-    def what(self, case: HybridCase) -> str:
-        return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
-
     def identity(self, case: HybridCase) -> dict:
-        return {**super().identity(case), "bench": "hybrid", "tp": case.tp, "pp": case.pp, "dp": case.dp,
-                "schedule": case.schedule if case.pp > 1 else "", "microbatches": case.microbatches,
+        return {**super().identity(case), "schedule": case.schedule if case.pp > 1 else "", "microbatches": case.microbatches,
                 "bucket_bytes": case.bucket_bytes, "dist_opt": case.dist_opt, "grad_reduce": case.grad_reduce,
                 "sp": case.sp, "vpp": case.vpp}
 

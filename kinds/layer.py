@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from collectives.backends import BACKENDS, info
-from kinds.base import Case, Kind, Ran, launches, placed
+from kinds.base import C, Case, Kind, Ran, launches, placed
 from kinds.options import Options
 from layers import memory
 from layers.mesh import ParallelDims, tp_placement
@@ -30,7 +30,17 @@ class LayerCase(Case):
 L = TypeVar("L", bound=LayerCase)
 
 
-class LayerKind(Kind[L]):
+class LayoutKind(Kind[C]):
+    """A kind whose cases sit on a tp x pp x dp layout (the layer kinds, the hybrid step), named by it."""
+
+    def what(self, case: Any) -> str:
+        return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
+
+    def identity(self, case: Any) -> dict:
+        return {**super().identity(case), "tp": case.tp, "pp": case.pp, "dp": case.dp}
+
+
+class LayerKind(LayoutKind[L]):
     """A layer kind: its own spec type and rank half, one LayerRow for both (the stored rows, told
     apart by their bench: the kind's name)."""
     row_type = LayerRow
@@ -49,12 +59,6 @@ class LayerKind(Kind[L]):
             **checked_fields(case, ran, ranks), **self.identity(case), hidden=opts.hidden, seq=opts.seq, batch=opts.batch,
             model_states_estimate_bytes=int(sum(memory.model_states(max(r.params_local for r in ranks), 1, 1))),
             placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks), ran.rank_hosts), **fields)
-
-    def what(self, case: L) -> str:
-        return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
-
-    def identity(self, case: L) -> dict:
-        return {**super().identity(case), "tp": case.tp, "pp": case.pp, "dp": case.dp, "bench": self.name}
 
 
 def spec_fields(case: LayerCase, opts: Options) -> dict[str, Any]:
