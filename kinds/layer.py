@@ -6,14 +6,14 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from collectives.backends import BACKENDS, info
-from kinds.base import C, Case, Kind, Ran, launches, placed
+from kinds.base import Bars, C, Case, Kind, Panel, Ran, cell_label, launches, placed
 from kinds.options import Options
 from layers import memory
 from layers.mesh import ParallelDims, tp_placement
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
-from schema.results import LayerRow
+from schema.results import Cell, LayerRow
 from schema.wire import Checked
 
 
@@ -52,6 +52,11 @@ class LayerKind(LayoutKind[L]):
     def cases(self, opts: Options, backend: str, key: GroupKey) -> list[L]:
         """One launch's cases of `backend` (skipped ones with their reason)."""
         raise NotImplementedError
+
+    def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
+        """Each configuration's step (the pipeline kind adds its bubble)."""
+        return [Bars("step time (us), log", [cell_label(n, c) for n, c in cells],
+                     {"step": [c.pooled("step_us") or 0.0 for _, c in cells]}, log=True)] if cells else []
 
     def measured_row(self, case: L, opts: Options, ran: Ran, ranks: Sequence[Checked], **fields) -> LayerRow:
         """A TP block's or pipeline step's row: its common part and the kind's `fields`."""
