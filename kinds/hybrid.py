@@ -4,6 +4,7 @@ ranks, timed with its parts and each against the repository's models; spec ->
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import ClassVar
 
 import numpy as np
@@ -215,7 +216,7 @@ class HybridKind(LayoutKind[HybridCase]):
 
     def build(self, opts: Options) -> list[HybridCase]:
         """Every layout x --microbatches; one the world size, the shape or the torch cannot run is skipped with the reason."""
-        return launches(opts, lambda o: _build_launch(self, o))
+        return launches(opts, lambda o: list(_build_launch(self, o)))
 
     def identity(self, case: HybridCase) -> dict:
         return {**super().identity(case), "schedule": case.schedule if case.pp > 1 else "", "microbatches": case.microbatches,
@@ -405,11 +406,10 @@ def best_layout_lines(rows: list[HybridRow]) -> list[str]:
     return out
 
 
-def _build_launch(kind: HybridKind, opts: Options) -> list[HybridCase]:
+def _build_launch(kind: HybridKind, opts: Options) -> Iterator[HybridCase]:
     from layers import support  # these import torch: only when the bench is collected
     from layers.hybrid_tasks import refusal
     o = HybridSettings.of(opts)
-    out: list[HybridCase] = []
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
         for tp, pp, dp in o.layouts or every_layout(opts.nproc):
@@ -425,6 +425,5 @@ def _build_launch(kind: HybridKind, opts: Options) -> list[HybridCase]:
                              or (support.missing("pipeline", schedule=case.schedule) if pp > 1 else "")
                              or ("the mpi backend reduces through numpy, which has no bfloat16"
                                  if grad_reduce == "bfloat16" and backend == "mpi" else ""))
-                out.append(case)
-    return out
+                yield case
 
