@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Generic, Optional, TypeVar, Union, cast
 
 from collectives import algorithms, capabilities
@@ -145,8 +145,10 @@ class Kind(Generic[C]):
         return self.name
 
     def identity(self, case: C) -> dict:
-        """The row fields that name the case's cell, for the row builder and cell_key alike."""
-        return {"backend": case.backend, "nranks": case.nranks, "knobs": case.knobs}
+        """The row fields that name the case's cell, for the row builder and cell_key alike (its bench
+        where the row type carries one)."""
+        bench = {"bench": self.name} if "bench" in {f.name for f in fields(self.row_type)} else {}
+        return {"backend": case.backend, "nranks": case.nranks, "knobs": case.knobs, **bench}
 
     def cell_key(self, case: C) -> tuple[Series, int]:
         """The (series, size) the case's rows will have (Series.of_fields, the one derivation)."""

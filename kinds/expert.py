@@ -250,7 +250,7 @@ class ExpertKind(Kind[ExpertCase]):
 
     def identity(self, case: ExpertCase) -> dict:
         own = ExpertRow.KEY[ExpertRow.KEY.index("ep"):]   # the case's own fields, as the row names them
-        return {**super().identity(case), "bench": "expert", **{f: getattr(case, f) for f in own}}
+        return {**super().identity(case), **{f: getattr(case, f) for f in own}}
 
     def spec(self, case: ExpertCase, opts: Options) -> ExpertSpec:
         name, _, arg = case.routing.partition(":")

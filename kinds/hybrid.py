@@ -4,6 +4,7 @@ ranks, timed with its parts and each against the repository's models; spec ->
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import ClassVar
 
 import numpy as np
@@ -13,7 +14,6 @@ from collectives.ops import bandwidths
 from kinds.base import (
     Bars,
     Case,
-    Kind,
     KindOption,
     KindSettings,
     Panel,
@@ -27,7 +27,7 @@ from kinds.base import (
     values,
     wrong_text,
 )
-from kinds.layer import checked_fields, no_torch
+from kinds.layer import LayoutKind, checked_fields, no_torch
 from kinds.options import Options, bucket_size, checked, items, names_in
 from layers import memory, schedules
 from layers.mesh import ParallelDims, tp_placement
@@ -205,7 +205,7 @@ class HybridSettings(KindSettings):
     )
 
 
-class HybridKind(Kind[HybridCase]):
+class HybridKind(LayoutKind[HybridCase]):
     name = "hybrid"
     title = "Hybrid training step"
     case_type = HybridCase
@@ -216,14 +216,10 @@ class HybridKind(Kind[HybridCase]):
 
     def build(self, opts: Options) -> list[HybridCase]:
         """Every layout x --microbatches; one the world size, the shape or the torch cannot run is skipped with the reason."""
-        return launches(opts, lambda o: _build_launch(self, o))
-
-    def what(self, case: HybridCase) -> str:
-        return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
+        return launches(opts, lambda o: list(_build_launch(self, o)))
 
     def identity(self, case: HybridCase) -> dict:
-        return {**super().identity(case), "bench": "hybrid", "tp": case.tp, "pp": case.pp, "dp": case.dp,
-                "schedule": case.schedule if case.pp > 1 else "", "microbatches": case.microbatches,
+        return {**super().identity(case), "schedule": case.schedule if case.pp > 1 else "", "microbatches": case.microbatches,
                 "bucket_bytes": case.bucket_bytes, "dist_opt": case.dist_opt, "grad_reduce": case.grad_reduce,
                 "sp": case.sp, "vpp": case.vpp}
 
@@ -410,11 +406,10 @@ def best_layout_lines(rows: list[HybridRow]) -> list[str]:
     return out
 
 
-def _build_launch(kind: HybridKind, opts: Options) -> list[HybridCase]:
+def _build_launch(kind: HybridKind, opts: Options) -> Iterator[HybridCase]:
     from layers import support  # these import torch: only when the bench is collected
     from layers.hybrid_tasks import refusal
     o = HybridSettings.of(opts)
-    out: list[HybridCase] = []
     for backend in opts.backends:
         key = GroupKey(backend, opts.nproc, (), opts.launcher)
         for tp, pp, dp in o.layouts or every_layout(opts.nproc):
@@ -430,6 +425,5 @@ def _build_launch(kind: HybridKind, opts: Options) -> list[HybridCase]:
                              or (support.missing("pipeline", schedule=case.schedule) if pp > 1 else "")
                              or ("the mpi backend reduces through numpy, which has no bfloat16"
                                  if grad_reduce == "bfloat16" and backend == "mpi" else ""))
-                out.append(case)
-    return out
+                yield case
 

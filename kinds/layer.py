@@ -6,14 +6,14 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from collectives.backends import BACKENDS, info
-from kinds.base import Case, Kind, Ran, launches, placed
+from kinds.base import Bars, C, Case, Kind, Panel, Ran, cell_label, launches, placed
 from kinds.options import Options
 from layers import memory
 from layers.mesh import ParallelDims, tp_placement
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
-from schema.results import LayerRow
+from schema.results import Cell, LayerRow
 from schema.wire import Checked
 
 
@@ -30,7 +30,17 @@ class LayerCase(Case):
 L = TypeVar("L", bound=LayerCase)
 
 
-class LayerKind(Kind[L]):
+class LayoutKind(Kind[C]):
+    """A kind whose cases sit on a tp x pp x dp layout (the layer kinds, the hybrid step), named by it."""
+
+    def what(self, case: Any) -> str:
+        return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
+
+    def identity(self, case: Any) -> dict:
+        return {**super().identity(case), "tp": case.tp, "pp": case.pp, "dp": case.dp}
+
+
+class LayerKind(LayoutKind[L]):
     """A layer kind: its own spec type and rank half, one LayerRow for both (the stored rows, told
     apart by their bench: the kind's name)."""
     row_type = LayerRow
@@ -43,18 +53,17 @@ class LayerKind(Kind[L]):
         """One launch's cases of `backend` (skipped ones with their reason)."""
         raise NotImplementedError
 
+    def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
+        """Each configuration's step (the pipeline kind adds its bubble)."""
+        return [Bars("step time (us), log", [cell_label(n, c) for n, c in cells],
+                     {"step": [c.pooled("step_us") or 0.0 for _, c in cells]}, log=True)] if cells else []
+
     def measured_row(self, case: L, opts: Options, ran: Ran, ranks: Sequence[Checked], **fields) -> LayerRow:
         """A TP block's or pipeline step's row: its common part and the kind's `fields`."""
         return LayerRow(
             **checked_fields(case, ran, ranks), **self.identity(case), hidden=opts.hidden, seq=opts.seq, batch=opts.batch,
             model_states_estimate_bytes=int(sum(memory.model_states(max(r.params_local for r in ranks), 1, 1))),
             placement_warnings=tp_placement(ParallelDims.fit(case.tp, case.pp, case.nranks), ran.rank_hosts), **fields)
-
-    def what(self, case: L) -> str:
-        return f"{case.id} (tp={case.tp} pp={case.pp} dp={case.dp})"
-
-    def identity(self, case: L) -> dict:
-        return {**super().identity(case), "tp": case.tp, "pp": case.pp, "dp": case.dp, "bench": self.name}
 
 
 def spec_fields(case: LayerCase, opts: Options) -> dict[str, Any]:

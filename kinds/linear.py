@@ -6,13 +6,13 @@ from __future__ import annotations
 import itertools
 
 from collectives.backends import info
-from kinds.base import Bars, Panel, Ran, cell_label, heads, knob_suffix, launch_suffix, typed, values
+from kinds.base import Ran, heads, knob_suffix, launch_suffix, typed, values
 from kinds.layer import LayerCase, LayerKind, no_torch, spec_fields
 from kinds.options import Options
 from schema import stats
 from schema.group_key import GroupKey
 from schema.kwonly import keyword_dataclass
-from schema.results import Cell, LayerRow, metrics
+from schema.results import LayerRow, metrics
 from schema.wire import LinearSpec, TpResult
 
 BLOCKS = (("linear", False), ("mlp", False), ("mlp", True))   # (layer, sequence parallel)
@@ -65,10 +65,6 @@ class LinearKind(LayerKind[LinearCase]):
                                  tokens_per_s=ranks[0].tokens_per_iter / step_s, achieved_flops=flops / fb_s,
                                  matmul_flops=flops / mm_s, efficiency=mm_s / fb_s, comm_share=share,
                                  comm_exposed_us=share * fb_s * 1e6 if share is not None else None)
-
-    def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
-        return [Bars("step time (us), log", [cell_label(n, c) for n, c in cells],
-                     {"step": [c.pooled("step_us") or 0.0 for _, c in cells]}, log=True)] if cells else []
 
     def table(self, rows: list[LayerRow]) -> str:
         """Times, throughput and efficiency vs a plain matmul; the measured columns are the row's

@@ -71,13 +71,9 @@ class PipelineKind(LayerKind[PipelineCase]):
 
     def panels(self, cells: list[tuple[str, Cell]]) -> list[Panel]:
         """The step per configuration, and its measured bubble against the schedule's theory."""
-        if not cells:
-            return []
-        labels = [cell_label(n, c) for n, c in cells]
-        return [Bars("step time (us), log", labels, {"step": [c.pooled("step_us") or 0.0 for _, c in cells]}, log=True),
-                Bars("pipeline bubble (share of the step)", labels,
-                     {"measured": [c.pooled("bubble_measured") or 0.0 for _, c in cells],
-                      "theory": [c.pooled("bubble_theory") or 0.0 for _, c in cells]})]
+        return [*super().panels(cells), Bars("pipeline bubble (share of the step)", [cell_label(n, c) for n, c in cells],
+                                             {"measured": [c.pooled("bubble_measured") or 0.0 for _, c in cells],
+                                              "theory": [c.pooled("bubble_theory") or 0.0 for _, c in cells]})] if cells else []
 
     def table(self, rows: list[LayerRow]) -> str:
         """Step time and bubble; the measured columns are the row's table metrics for this bench."""

@@ -24,9 +24,6 @@ class TuningKind(Kind[C]):
     spec_types: ClassVar[tuple[type[TuningSpec], ...]] = (TuningSpec,)
     rank: ClassVar[tuple[str, str]] = ("layers.tuning_tasks", "TuningRank")
 
-    def identity(self, case: C) -> dict:
-        return {**super().identity(case), "bench": self.name}
-
     def tuning_spec(self, opts: Options, **fields: Any) -> TuningSpec:
         return TuningSpec(bench=self.name, hidden=opts.hidden, layers=opts.layers, plan=opts.plan(), **fields)
 

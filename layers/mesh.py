@@ -46,11 +46,9 @@ class ParallelDims:
         """Every group along `axis`, in a fixed order (the order all ranks must create them in)."""
         sizes = {Axis.PP: self.pp, Axis.DP: self.dp, Axis.TP: self.tp}
         others = [a for a in (Axis.PP, Axis.DP, Axis.TP) if a != axis]
-        out = []
-        for i, j in itertools.product(range(sizes[others[0]]), range(sizes[others[1]])):
-            idx = [{others[0]: i, others[1]: j, axis: k} for k in range(sizes[axis])]
-            out.append([(c[Axis.PP] * self.dp + c[Axis.DP]) * self.tp + c[Axis.TP] for c in idx])
-        return out
+        coords = ([{others[0]: i, others[1]: j, axis: k} for k in range(sizes[axis])]
+                  for i, j in itertools.product(range(sizes[others[0]]), range(sizes[others[1]])))
+        return [[(c[Axis.PP] * self.dp + c[Axis.DP]) * self.tp + c[Axis.TP] for c in idx] for idx in coords]
 
 
 def tp_placement(dims: ParallelDims, host_of_rank: dict[int, str]) -> list[str]:
