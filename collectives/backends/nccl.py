@@ -81,10 +81,7 @@ def nccl_algo_reason(native: str, op: str, target: Target | None, dtype: str = "
 # the whole buffer's bytes) or 2.24's (names, one rank's part): docs/method.md, NCCL's TUNING lines.
 _TUNING = re.compile(r"NCCL INFO (?:(?P<op>AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): )?(?P<bytes>\d+) Bytes "
                      r"-> Algo (?P<algo>\w+) proto (?P<proto>\w+)(?P<timed> time )?")
-_ALGO_IDS = NCCL_ALGOS
-_PROTO_IDS = ("LL", "LL128", "Simple")
-_ALGO_NAMES = {a.lower(): a for a in _ALGO_IDS}
-_PROTO_NAMES = {p.lower(): p for p in _PROTO_IDS}
+NCCL_PROTOS = ("LL", "LL128", "Simple")   # ncclProtoStr order
 
 
 @dataclass(frozen=True)
@@ -98,15 +95,15 @@ class NcclCall:
 
 def parse_nccl_tuning(text: str) -> list[NcclCall]:
     """Every algorithm/protocol choice NCCL printed in `text` (a rank log), in order."""
-    calls = []
-    for m in _TUNING.finditer(text):
-        algo, proto = m["algo"], m["proto"]
-        algo = _ALGO_IDS[int(algo)] if algo.isdigit() and int(algo) < len(_ALGO_IDS) else \
-            _ALGO_NAMES.get(algo.lower().replace("_", ""), algo)
-        proto = _PROTO_IDS[int(proto)] if proto.isdigit() and int(proto) < len(_PROTO_IDS) else \
-            _PROTO_NAMES.get(proto.lower(), proto)
-        calls.append(NcclCall(m["op"] or "", int(m["bytes"]), algo, proto, whole=bool(m["timed"])))
-    return calls
+    return [NcclCall(m["op"] or "", int(m["bytes"]), _named(m["algo"], NCCL_ALGOS), _named(m["proto"], NCCL_PROTOS),
+                     whole=bool(m["timed"])) for m in _TUNING.finditer(text)]
+
+
+def _named(printed: str, names: tuple[str, ...]) -> str:
+    """An algorithm or protocol as NCCL_ALGO spells it: from its id (2.20-2.23) or its name in any case (2.24)."""
+    if printed.isdigit() and int(printed) < len(names):
+        return names[int(printed)]
+    return next((n for n in names if n.lower() == printed.lower().replace("_", "")), printed)
 
 
 def nccl_algo_ran(text: str, op: str, nbytes: int, nranks: int) -> str | None:
