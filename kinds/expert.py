@@ -7,7 +7,7 @@ import contextlib
 import itertools
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from statistics import fmean
 from typing import Any, ClassVar
 
@@ -243,7 +243,7 @@ class ExpertKind(Kind[ExpertCase]):
     def build(self, opts: Options) -> list[ExpertCase]:
         """Every ep x top-k x routing x capacity x dispatcher; a layout the world size or E cannot hold,
         and a dispatcher the backend lacks, is skipped with the reason."""
-        return launches(opts, _build_launch)
+        return launches(opts, lambda o: list(_build_launch(o)))
 
     def what(self, case: ExpertCase) -> str:
         return f"{case.id} (ep={case.ep} dp={case.nranks // case.ep if case.nranks % case.ep == 0 else '?'})"
@@ -379,9 +379,8 @@ def ep_placement(ep: int, rank_hosts: dict[int, str]) -> list[str]:
             "links; keep ep within a host (ep <= ranks per host) where the model allows"] if spans else []
 
 
-def _build_launch(opts: Options) -> list[ExpertCase]:
+def _build_launch(opts: Options) -> Iterator[ExpertCase]:
     o = ExpertSettings.of(opts)
-    out: list[ExpertCase] = []
     # (capacity factor, drop policy): each policy once per factor > 0 (factor 0 drops nothing: one case)
     capacities = [(cf, drop) for cf in o.capacity_factor for drop in (o.drop_policy if cf else ["group"])]
     for backend in opts.backends:
@@ -399,8 +398,7 @@ def _build_launch(opts: Options) -> list[ExpertCase]:
                                   routing=routing, capacity_factor=cf, impl=impl, tokens=tokens, hidden=opts.hidden,
                                   dtype=dtype, drop_policy=drop, group=key)
                 case.skip = _skip(case, backend, chip)
-                out.append(case)
-    return out
+                yield case
 
 
 def _skip(case: ExpertCase, backend: str, chip: str = "") -> str:

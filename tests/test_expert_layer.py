@@ -362,5 +362,5 @@ def test_low_latency_sizes_are_their_own_cases():
     from kinds.options import Options
     opts = Options(backends=["gloo"], nproc=2)
     opts.settings = [replace(ExpertSettings.defaults(), moe_impl=["alltoallv"], routing=["random"], tokens=[256, 8])]
-    cases = _build_launch(opts)
+    cases = list(_build_launch(opts))
     assert [c.tokens for c in cases] == [256, 8] and len({c.id for c in cases}) == 2

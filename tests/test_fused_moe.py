@@ -90,7 +90,7 @@ def _cases(**given):
     from kinds.options import Options
     opts = Options(backends=["hccl"], nproc=8)
     opts.settings = [replace(ExpertSettings.defaults(), moe_impl=["fused"], routing=["uniform"], **given)]
-    return _build_launch(opts)
+    return list(_build_launch(opts))
 
 
 def test_the_fused_case_is_bfloat16_unless_told_and_float32_is_skipped_with_the_reason():
