@@ -3,7 +3,7 @@ all_reduced in float32, bfloat16, float16 and int8, each with its error against 
 spec -> (layers.tuning_tasks.TuningRank) -> TuningRow with the step, the speed-up and the error."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from collectives.backends import info
 from collectives.capabilities import DeviceFacts
@@ -68,12 +68,11 @@ class CompressKind(tuning.TuningKind[CompressCase]):
 def build(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[CompressCase]:
     """`facts` stand in for devices this machine lacks (unit tests)."""
     known = tuple(facts)
-    return launches(opts, lambda o: _build_launch(o, known))
+    return launches(opts, lambda o: list(_build_launch(o, known)))
 
 
-def _build_launch(opts: Options, facts: Iterable[DeviceFacts]) -> list[CompressCase]:
+def _build_launch(opts: Options, facts: Iterable[DeviceFacts]) -> Iterator[CompressCase]:
     model = 4 * sum(tuning.gradient_sizes(opts))
-    out: list[CompressCase] = []
     for where, target in zip(tuning.groups(opts), tuning.targets(opts, facts)):
         lib = info(where["backend"])
         for comm_dtype in opts.comm_dtypes:
@@ -83,8 +82,7 @@ def _build_launch(opts: Options, facts: Iterable[DeviceFacts]) -> list[CompressC
                              f"({lib.api}: {', '.join(lib.dtypes)})")
             else:
                 case.skip = capability_skip(target, "default", "all_reduce", comm_dtype, "sum")
-            out.append(case)
-    return out
+            yield case
 
 
 KIND = CompressKind()

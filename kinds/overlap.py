@@ -4,7 +4,7 @@ alone, per message size; spec -> (layers.tuning_tasks.TuningRank) -> TuningRow."
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from collectives.capabilities import DeviceFacts
 from collectives.ops import ITEMSIZE, OPS
@@ -98,11 +98,10 @@ class OverlapKind(tuning.TuningKind[OverlapCase]):
 def build(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[OverlapCase]:
     """`facts` stand in for devices this machine lacks (unit tests)."""
     known = tuple(facts)
-    return launches(opts, lambda o: _build_launch(o, known))
+    return launches(opts, lambda o: list(_build_launch(o, known)))
 
 
-def _build_launch(opts: Options, facts: Iterable[DeviceFacts]) -> list[OverlapCase]:
-    out: list[OverlapCase] = []
+def _build_launch(opts: Options, facts: Iterable[DeviceFacts]) -> Iterator[OverlapCase]:
     for where, target in zip(tuning.groups(opts), tuning.targets(opts, facts)):
         backend = where["backend"]
         asynchronous = [op for op in opts.ops if op in OPS_WITH_ASYNC]
@@ -112,8 +111,7 @@ def _build_launch(opts: Options, facts: Iterable[DeviceFacts]) -> list[OverlapCa
                                count=count, nbytes=count * ITEMSIZE[dtype])
             case.skip = no_dtype(backend, dtype) or capability_skip(
                 target, "default", op, dtype, "sum" if OPS[op].reduces else "none")
-            out.append(case)
-    return out
+            yield case
 
 
 KIND = OverlapKind()
