@@ -6,7 +6,7 @@ import functools
 import itertools
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import field, replace
 from typing import Optional, cast
 
@@ -138,7 +138,7 @@ def build(opts: Options, facts: Iterable[DeviceFacts] = ()) -> list[CollectiveCa
     given = {f.backend: f for f in facts}
     known = {b: given.get(b) or info(b).facts() for b in opts.backends}
     side_b = opts.ab_env if opts.two_sides else None
-    return launches(opts, lambda o: _build_launch(o, known), lambda templates: with_graph(templates, opts.graph, side_b),
+    return launches(opts, lambda o: list(_build_launch(o, known)), lambda templates: with_graph(templates, opts.graph, side_b),
                     top_up=True)
 
 
@@ -160,8 +160,7 @@ def _measured_by(op: str, dtype: str, sizes: list[int], nproc: int) -> dict[int,
     return out
 
 
-def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) -> list[CollectiveCase]:
-    cases: list[CollectiveCase] = []
+def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) -> Iterator[CollectiveCase]:
     for backend in opts.backends:
         device = (facts or {}).get(backend) or info(backend).facts()
         target = capabilities.Target.of(device, opts.nproc, opts.launcher)
@@ -210,8 +209,7 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
                             case.env, case.group = env, key
                             if resolved_b:
                                 case.side_b = (env_b, group_env_b)
-                        cases.append(case)
-    return cases
+                        yield case
 
 
 class CollectiveKind(Kind[CollectiveCase]):
