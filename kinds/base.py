@@ -118,8 +118,12 @@ class Kind(Generic[C]):
     rank: ClassVar[tuple[str, str]]           # (module, class) of the rank half: run(backend, spec), begin(...)
     record_key: ClassVar[str] = ""            # "": its rows are cells in cases.jsonl; else written under this key
     cells: ClassVar[bool] = True              # its rows are compared (cells of a run)
-    sized: ClassVar[bool] = False             # its cells span message sizes: verdicts speak busbw, group by size range
     settings: ClassVar[type[KindSettings]] = KindSettings   # its own pytest options (settings.flags), typed
+
+    @property
+    def sized(self) -> bool:
+        """Its row type's SIZED (schema.results): a kind that makes no rows is not sized."""
+        return getattr(getattr(self, "row_type", None), "SIZED", False)
 
     @property
     def fixture(self) -> str:

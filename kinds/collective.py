@@ -215,7 +215,6 @@ def _build_launch(opts: Options, facts: dict[str, DeviceFacts] | None = None) ->
 class CollectiveKind(Kind[CollectiveCase]):
     """A collective op at one size: spec -> (collectives.rank_tasks.CollectiveRank) -> CollectiveRow."""
     name = "collective"
-    sized = True
     title = "Collectives"
     case_type = CollectiveCase
     row_type = CollectiveRow

@@ -39,6 +39,7 @@ class CanaryView:
     steps: list[Step] = field(default_factory=list)
     noisy: dict[int, str] = field(default_factory=dict)          # run index -> the canary's figures that made it noisy
     spread: dict[str, float] = field(default_factory=dict)      # workload -> usual night-to-night spread (robust sd, log)
+    level: dict[str, float] = field(default_factory=dict)       # workload -> the median of its nights (s)
 
     @property
     def nights(self) -> int:
@@ -81,6 +82,7 @@ def judge(runs: list, alpha: float) -> CanaryView:
     reasons: dict[int, list[str]] = {}
     for name, secs in view.seconds.items():
         idx = [i for i, s in enumerate(secs) if s is not None]
+        view.level[name] = median([secs[i] for i in idx])
         y = np.log(np.array([s for s in secs if s is not None], dtype=np.float64))
         edges = [0]
         cuts = [at for at, _ in change_points(y, alpha)]

@@ -3,7 +3,7 @@ Comparing runs; the method: docs/statistics.md, "From cells to a verdict")."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Optional
 
@@ -173,9 +173,9 @@ def _placed(base: Run, cand: Run, common: list[tuple]) -> tuple[dict[tuple, tupl
         return pairs, []
     kept, left = {}, []
     for key, (b, c) in pairs.items():
-        kb, kc = place.kept(b), place.kept(c)
-        if kb and kc:
-            kept[key] = (_only(b, kb), _only(c, kc))
+        kb, kc = place.judged(b), place.judged(c)
+        if kb is not None and kc is not None:
+            kept[key] = (kb, kc)
         else:
             left.append(key)
     lines = [place.text()]
@@ -185,12 +185,6 @@ def _placed(base: Run, cand: Run, common: list[tuple]) -> tuple[dict[tuple, tupl
         lines.append(f"{len(left)} cells not judged: one run had no launch of them in the usual placement ({shown}); "
                      "an interleaved A/B (--ab-env, --previous-stack) judges them in one placement")
     return kept, lines
-
-
-def _only(cell: Cell, launches: list[int]) -> Cell:
-    """The cell with only `launches`."""
-    return replace(cell, row=cell.rows[launches[0]], launches={i: cell.launches[i] for i in launches},
-                   rows={i: cell.rows[i] for i in launches}, waited={i: w for i, w in cell.waited.items() if i in launches})
 
 
 def detectable(low: float, high: float, alpha: float) -> float:

@@ -20,7 +20,6 @@ from schema.judgement import (
     STANDING_IMPROVEMENT,
     STANDING_REGRESSION,
 )
-from schema.stats import median
 
 FLAGGED = (REGRESSION, IMPROVEMENT, MACHINE_REGRESSION, MACHINE_IMPROVEMENT, STANDING_REGRESSION, STANDING_IMPROVEMENT)
 
@@ -57,7 +56,7 @@ def _canary_figure(hist: History) -> str:
     fig, ax = plt.subplots(figsize=(8, 2.8))
     for name, secs in hist.canary.seconds.items():
         idx = [i for i, s in enumerate(secs) if s is not None]
-        rel = np.array([secs[i] for i in idx]) / median([secs[i] for i in idx])
+        rel = np.array([secs[i] for i in idx]) / hist.canary.level[name]
         line, = ax.plot(idx, rel, marker="o", ms=3, label=name)
         noisy = [k for k, i in enumerate(idx) if i in hist.left_out]
         ax.plot([idx[k] for k in noisy], rel[noisy], "x", color="r", ms=8)
@@ -72,9 +71,9 @@ def _canary_figure(hist: History) -> str:
 
 def render_history(hist: History, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
+    canary = _canary_figure(hist) if hist.canary.seconds else ""
     figures = [{"title": f"{kind.text()}: {summary.range_text(r)}", "png": _figure(hist, r)}
                for kind in FLAGGED for r in hist.judged.ranges.get(kind, [])]
-    canary = _canary_figure(hist) if hist.canary.seconds else ""
     cells = [{"label": c.series.label(), "size": format_size(c.size) if c.size else "", "verdict": c.outcome.text(),
               "detectable": f"{c.detectable:.0%}" if np.isfinite(c.detectable) else "nothing", "note": c.note}
              for c in hist.judged.cells]

@@ -4,10 +4,8 @@ what it cannot tell apart: docs/results.md (Where the cores were: reports/placem
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from kinds import sized
-from schema.results import Series
 from schema.stats import median
 
 FAR = 1.6          # a round trip past this many times the near level is another placement (VM: 2.2x apart)
@@ -34,6 +32,13 @@ class Placement:
             return sorted(cell.rows)   # a case the ranks never probe (a layer, ranks 0 and 1 on two hosts)
         return [i for i, row in sorted(cell.rows.items()) if _probed(row) and self.state(row.cores_rt_ns) == self.usual]
 
+    def judged(self, cell):
+        """The cell with only its kept launches (None: it has none)."""
+        if not (kept := self.kept(cell)):
+            return None
+        return replace(cell, row=cell.rows[kept[0]], launches={i: cell.launches[i] for i in kept},
+                       rows={i: cell.rows[i] for i in kept}, waited={i: w for i, w in cell.waited.items() if i in kept})
+
     @property
     def left_out(self) -> int:
         return sum(n for state, n in self.cases.items() if state != self.usual)
@@ -52,7 +57,7 @@ class Placement:
 
 def _probes_expected(row) -> bool:
     """A case the ranks probe when it is recorded now: a sized kind's on one node (collectives/placement.py)."""
-    return sized(Series.of(row)) and len(getattr(row, "hosts", None) or {}) <= 1
+    return type(row).SIZED and len(getattr(row, "hosts", None) or {}) <= 1
 
 
 def round_trip_ns(cell) -> float | None:

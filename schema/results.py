@@ -63,6 +63,7 @@ def _copied(value):
 class _Row:
     """to_json / from_json for the row dataclasses below (and a bench kind's own, kinds/)."""
     KEY: ClassVar[tuple[str, ...]] = ()
+    SIZED: ClassVar[bool] = False   # its cells span message sizes: verdicts speak busbw, group by size range
 
     def to_json(self) -> dict:
         """The fields as a dict, lists and dicts copied two levels down: asdict's deep copy is too
@@ -130,6 +131,7 @@ class CollectiveRow(Measured):
     """One collective case: what ran, how long it took, whether the result was right."""
     KIND: ClassVar[str] = "collective"
     BENCHES: ClassVar[tuple[str, ...]] = ()    # a collective row names no bench
+    SIZED: ClassVar[bool] = True
     KEY: ClassVar[tuple[str, ...]] = ("backend", "algo", "op", "dtype", "redop", "inplace", "nranks")
     algo: str = column("text", MISSING)
     op: str = column("text", MISSING)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from collectives.rank_tasks import corrupt_one
-from harness.engine.worker import _inject_fault, fault_names
+from harness.engine.worker import _inject_fault
 from schema.wire import CollectiveSpec, LinearSpec, PipelineSpec, Step, TuningSpec
 
 LAYER_SPEC = LinearSpec(layer="mlp", impl="manual", tp=2, hidden=16, seq=8, batch=2)
@@ -16,11 +16,11 @@ ALL_REDUCE = CollectiveSpec(op="all_reduce", dtype="float32", redop="sum", inpla
 
 
 def test_names_a_fault_may_give_a_case():
-    assert fault_names(ALL_REDUCE) == {"all_reduce"}
-    assert fault_names(LAYER_SPEC) == {"linear", "mlp"}
-    assert fault_names(PipelineSpec(schedule="1f1b", tp=1, pp=2, hidden=16, seq=8, batch=2)) == {"pipeline"}
-    assert fault_names(TuningSpec(bench="overlap", op="all_gather", hidden=16, layers=2, plan={})) == {"overlap", "all_gather"}
-    assert fault_names(Step(kind="round")) == set()
+    assert ALL_REDUCE.fault_names() == {"all_reduce"}
+    assert LAYER_SPEC.fault_names() == {"linear", "mlp"}
+    assert PipelineSpec(schedule="1f1b", tp=1, pp=2, hidden=16, seq=8, batch=2).fault_names() == {"pipeline"}
+    assert TuningSpec(bench="overlap", op="all_gather", hidden=16, layers=2, plan={}).fault_names() == {"overlap", "all_gather"}
+    assert Step(kind="round").fault_names() == set()
 
 
 def test_corrupt_marks_only_the_named_case_on_the_named_rank(monkeypatch):

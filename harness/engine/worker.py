@@ -56,11 +56,6 @@ def _redirect_output(log_dir: str, rank: int) -> None:
 FAULT_MODES = ("hang", "die", "corrupt", "slow")
 
 
-def fault_names(spec: Spec) -> set[str]:
-    """What NAME in HCCL_BENCH_FAULT may call a case (its op, bench or TP block): Spec.fault_names."""
-    return spec.fault_names()
-
-
 def _slow_factor(fault: str, parts: list[str]) -> float:
     """FACTOR of slow:RANK:NAME:FACTOR, a finite number >= 1; else one ValueError line."""
     try:
@@ -74,8 +69,8 @@ def _slow_factor(fault: str, parts: list[str]) -> float:
 
 def _inject_fault(spec: Spec, rank: int) -> Spec:
     """Test hook, the only reader of HCCL_BENCH_FAULT='MODE:RANK:NAME' (docs/faults.md): on that rank,
-    for a case NAME names (fault_names), hang, die, or the spec with corrupt=True or, for slow, the
-    factor in its plan (the doctor's arrival test: its `slow`). Other cases: the spec."""
+    for a case NAME names (Spec.fault_names: its op, bench or TP block), hang, die, or the spec with corrupt=True or,
+    for slow, the factor in its plan (the doctor's arrival test: its `slow`). Other cases: the spec."""
     fault = os.environ.get("HCCL_BENCH_FAULT", "")
     if not fault:
         return spec
@@ -87,7 +82,7 @@ def _inject_fault(spec: Spec, rank: int) -> Spec:
         raise ValueError(f"HCCL_BENCH_FAULT={fault!r}: want MODE:RANK:NAME with MODE one of {', '.join(FAULT_MODES)} "
                          "(slow:RANK:NAME:FACTOR)")
     mode, fault_rank, name = parts
-    if int(fault_rank) != rank or name not in fault_names(spec):
+    if int(fault_rank) != rank or name not in spec.fault_names():
         return spec
     if mode == "hang":
         print(f"rank {rank}: HCCL_BENCH_FAULT asked this rank to hang in {name}", flush=True)   # tests wait for this line
