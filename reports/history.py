@@ -156,10 +156,11 @@ def too_few(runs: list[Run], ab: bool = False) -> str:
 
 
 def night_values(run: Run, key: tuple, estimator: str = DEFAULT_ESTIMATOR, launches: list[int] | None = None) -> float:
-    """A night's point for one cell: the mean log of its launches' (or `launches'`) `estimator` times."""
+    """A night's point for one cell: the mean log of its launches' (or `launches'`) `estimator` times (fastest: the least)."""
     cell = run.cells[key]
     chosen = cell.launches if launches is None else {i: cell.launches[i] for i in launches}
-    return float(np.mean([np.log(launch_value(v, estimator)) for v in chosen.values()]))
+    logs = [np.log(launch_value(v, estimator)) for v in chosen.values()]
+    return float(min(logs) if estimator == "fastest" else np.mean(logs))
 
 
 def detectable_change(y: np.ndarray, cuts: list[int], alpha: float = ALPHA, min_effect: float = DEFAULT_MIN_EFFECT) -> float:
@@ -207,7 +208,7 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
                    window=window, estimator=estimator)
     hist.canary = judge_canary(runs, alpha)
     hist.left_out = dict(hist.canary.noisy)
-    hist.placement = placements(runs)
+    hist.placement = placements(runs, near_judged=estimator == "fastest")
     # a night that lost a whole backend (every case failed) still belongs to the history: only the
     # rank counts and hosts make a different platform
     hist.judged.mismatch = sorted({f"{k}: {r.path} has {s[k]}, the newest run {sn[k]}"

@@ -17,6 +17,7 @@ class Placement:
     near_ns: float
     usual: str                  # "near" or "far"
     cases: dict[str, int]       # "near" / "far" / "moved" -> cases (cells x launches) with the round trip
+    fastest: bool = False       # near judged because it is the fastest (--estimator fastest), not the most common
 
     def state(self, round_trips: list) -> str:
         """near, far or moved for one case's [before, after] round trips."""
@@ -48,8 +49,8 @@ class Placement:
 
     def text(self) -> str:
         """One line: where ranks 0 and 1's cores usually were, and what ran elsewhere."""
-        other = {"near": "far", "far": "near"}[self.usual]
-        return (f"placement: ranks 0 and 1's cores usually {self.usual} (cache-line round trip "
+        other, where = {"near": "far", "far": "near"}[self.usual], "near (fastest)" if self.fastest else "usually " + self.usual
+        return (f"placement: ranks 0 and 1's cores {where} (cache-line round trip "
                 f"{'<=' if self.usual == 'near' else '>'} {FAR * self.near_ns:.0f} ns); {self.cases.get(other, 0)} "
                 f"case launches {other} and {self.cases.get('moved', 0)} moved during the case left out, of "
                 f"{sum(self.cases.values())}")
@@ -74,9 +75,9 @@ def _probed_rt(rt) -> bool:
     return isinstance(rt, list) and len(rt) == 2 and all(isinstance(v, (int, float)) and v > 0 for v in rt)
 
 
-def of(runs: list) -> Placement | None:
-    """The placements of `runs`' cases, the usual one where most of them ran (docs/results.md says why);
-    None when no case carries the round trip or none ran near or far."""
+def of(runs: list, near_judged: bool = False) -> Placement | None:
+    """The placements of `runs`' cases, the usual one where most of them ran (docs/results.md says why), or near
+    where `near_judged` (--estimator fastest) and any ran near; None when none carries the round trip or ran near or far."""
     probes = [row.cores_rt_ns for run in runs for cell in run.cells.values() for row in cell.rows.values() if _probed(row)]
     if not probes:
         return None
@@ -85,8 +86,8 @@ def of(runs: list) -> Placement | None:
     counts = Counter(map(Placement(near, "near", {}).state, probes))
     if not counts["near"] + counts["far"]:
         return None
-    usual = "far" if counts["far"] > counts["near"] else "near"
-    return Placement(near, usual, {s: counts.get(s, 0) for s in ("near", "far", "moved")})
+    usual = "far" if counts["far"] > counts["near"] and not (near_judged and counts["near"]) else "near"
+    return Placement(near, usual, {s: counts.get(s, 0) for s in ("near", "far", "moved")}, near_judged and usual == "near")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ behind issue 50 (docs/statistics.md, "What a busy machine lets a nightly see").
 RESULTS_DIR is a --results folder of nights (a nightly, or one trial of scripts/nightly_trials.py).
 For each cell of its first N nights it prints the night-to-night sd of log time for several ways
 of making a night's point from its launches (the mean of their logs, which the history judges;
-their median, 25th percentile, second fastest, fastest) and the share of rounds in which no rank
+their median, 25th percentile, second fastest, fastest; then from the launches with ranks 0 and 1's
+cores near, each by its 10th percentile: their mean, and their fastest, which `--estimator
+fastest` judges) and the share of rounds in which no rank
 waited for a CPU (schema/stats.py UNDISTURBED_SHARE; a launch with at least MIN_UNDISTURBED of
 them is judged on those alone, as the reader already gives it). The last lines say what a
 night-to-night sd lets 7 nights see (the history's own detectable_change on simulated nights):
@@ -22,7 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from reports.estimators import launch_value  # noqa: E402
-from reports.history import detectable_change, load_runs  # noqa: E402
+from reports.history import detectable_change, load_runs, night_values  # noqa: E402
+from reports.placement import of as placements  # noqa: E402
 from schema.stats import UNDISTURBED_SHARE, per_op_seconds  # noqa: E402
 
 POINTS = {   # a night's point from its launches' per-launch medians
@@ -51,11 +54,16 @@ def main() -> int:
         return 2
     print(f"# {len(runs)} nights of {args.results}: night-to-night sd of log time by night point; "
           "undisturbed: the share of rounds without a CPU wait")
+    placement = placements(runs, near_judged=True)
     keys = sorted(set.intersection(*(set(r.cells) for r in runs)), key=lambda k: (str(k[0].op), k[1]))
     for key in keys:
         cells = [r.cells[key] for r in runs]
         values = [np.array([launch_value(v, "median") for v in c.launches.values()]) for c in cells]
         sds = {name: np.std([point(v) for v in values], ddof=1) for name, point in POINTS.items()}
+        near = [placement.kept(c) if placement else None for c in cells]
+        usable = [(r, k) for r, k in zip(runs, near) if k != []]
+        for name, estimator in (("near mean(p10)", "p10"), ("fastest", "fastest")):
+            sds[name] = np.std([night_values(r, key, estimator, k) for r, k in usable], ddof=1) if len(usable) > 2 else np.nan
         share = np.mean([undisturbed_share(row) for c in cells for row in c.rows.values()])
         print(f"{key[0].label():45s} {key[1]:>8d} B  " + "  ".join(f"{n} {sd:6.1%}" for n, sd in sds.items())
               + f"  | undisturbed {share:4.0%}")

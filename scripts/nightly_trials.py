@@ -2,11 +2,16 @@
 and does a same-stack night ever cry wolf?
 
     python scripts/nightly_trials.py [--trials 5] [--same 10] [--changed 3] [--factor 1.25] \
-        [--backend mpi] [--ops all_reduce,all_gather] [--sizes 4:4M:4] [--repeat 3] [--rounds 20] [--round-time 0.02] \
-        [--estimator median] [--busy 1] [--same-night]
+        [--backend mpi] [--ops all_reduce,all_gather] [--sizes 4:4M:16] [--repeat 3] [--rounds N] [--round-time S] \
+        [--estimator E] [--top-up N] [--busy 1] [--same-night]
 
-Each trial is its own --results folder. A night is a real session, `pytest benches/test_collectives.py
---benchmark --repeat R --results DIR --history` (the canary included); the changed nights run with
+Each trial is its own --results folder. A night is a real session, the README's nightly recipe as a
+user types it: `pytest benches/test_collectives.py --benchmark --backend mpi --nproc 2 --ops
+all_reduce,all_gather --sizes 4:4M:16 --repeat 3 --results DIR --history` (the canary included);
+--rounds, --round-time, --estimator and --top-up are passed only when given (else the session's defaults
+run, as a user's would). Each night prints, per size range, what its history could have seen (80%
+power, its own night-to-night spread) and, on a changed night, what confirmed the change (the
+history, or the same-night A/B). The changed nights run with
 HCCL_BENCH_FAULT=slow:0:all_reduce:FACTOR, rank 0's timed all_reduce rounds FACTOR times as long.
 After each night the history of the folder is judged as `hccl-bench history` does (reports/gate.py).
 Per trial it prints the verdict night by night; at the end: in how many trials the change was a
@@ -20,9 +25,10 @@ the change): on a same-stack night it changes nothing (no A/B runs; the night re
 its stack), on a changed night it is another stack, so every cell is A/B-tested the same night
 (harness/session/same_night.py) and the change can be confirmed on the first changed night.
 
-    python scripts/nightly_trials.py --replay DIR [--figures-at 7] [--without-alert-rule] [--every-round]
+    python scripts/nightly_trials.py --replay DIR [--figures-at 7] [--without-alert-rule] [--every-round] [--estimator E]
 
-judges the nights an earlier --out DIR recorded again, night by night as they were judged live, with
+judges the nights an earlier --out DIR recorded again (by --estimator where given, else each
+night's own), night by night as they were judged live, with
 the code as it is now (a rule changed since is measured on the same nights); a night is a changed
 one when its provenance recorded the slow fault (HCCL_BENCH_FAULT). A machine alert is a
 same-stack night whose history reports a machine change (reports/history.py, alert_rule); a job it
@@ -45,6 +51,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from reports.estimators import launch_value  # noqa: E402
@@ -57,27 +65,29 @@ def night(results: Path, args, changed: bool, previous: Path | None) -> int:
     """One night's session; its exit status (0, 1 regression, 7 machine changed, ...)."""
     env = {**os.environ, **({"HCCL_BENCH_FAULT": f"slow:0:all_reduce:{args.factor}"} if changed else {})}
     same_night = ["--previous-stack", str(previous), "--max-repeat", str(args.budget)] if previous else []
+    tuned = [x for flag, value in (("--rounds", args.rounds), ("--round-time", args.round_time), ("--estimator", args.estimator),
+                                   ("--top-up", args.top_up)) if value is not None for x in (flag, str(value))]
     cmd = [sys.executable, "-m", "pytest", "benches/test_collectives.py", "-p", "no:cacheprovider", "-q", "--benchmark",
-           "--backend", args.backend, "--ops", args.ops, "--sizes", args.sizes, "--repeat", str(args.repeat),
-           "--rounds", str(args.rounds), "--round-time", str(args.round_time), "--estimator", args.estimator,
-           "--results", str(results), "--history",
-           "-k", "float32", *same_night]
+           "--backend", args.backend, "--nproc", "2", "--ops", args.ops, "--sizes", args.sizes, "--repeat", str(args.repeat),
+           "--results", str(results), "--history", *tuned, *same_night]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode not in (0, 1, 7):
         print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
     return proc.returncode
 
 
-def verdict(runs: list) -> dict:
-    """The history's judgement of these nights (a folder as it stood after its newest night)."""
+def verdict(runs: list, estimator: str | None = None) -> dict:
+    """The history's judgement of these nights (a folder as it stood after its newest night); by
+    `estimator`, else the one the newest night recorded."""
     if too_few(runs):
         return {"text": "too few nights", "regressed": False, "machine": False, "machine_failed": False,
                 "all_reduce": False, "suspected": False, "history": None}
-    j = judge_history(runs)
+    j = judge_history(runs, estimator=estimator)
     hist = j.history
     assert hist is not None
     return {"text": j.headline, "regressed": j.regressed, "machine": j.machine_changed, "machine_failed": j.machine_regressed,
             "all_reduce": any(c.series.op == "all_reduce" for c in hist.judged.by_verdict(REGRESSION)),
+            "by": sorted({c.outcome.cause.value for c in hist.judged.by_verdict(REGRESSION) if c.series.op == "all_reduce"}),
             "suspected": any(c.series.op == "all_reduce" and c.outcome.kind == SUSPECTED_REGRESSION
                              for c in hist.suspected.cells),
             "noisy": len(hist.left_out), "history": hist}
@@ -92,6 +102,19 @@ def nights_of(results: Path) -> list:
 def made_slow(run) -> bool:
     """The night ran with the slow fault (its provenance recorded HCCL_BENCH_FAULT): a changed night."""
     return "HCCL_BENCH_FAULT" in run.meta.provenance.get("env", {})
+
+
+def could_have_seen(hist) -> str:
+    """Per size range, the largest change a cell of it could have missed (80% power, the history's
+    own night-to-night spread): the Done-when's 'at most X% at 64 KiB and above, Y% below'."""
+    if hist is None:
+        return ""
+    parts = []
+    for name, inside in (("below 64 KiB", lambda size: size < 64 << 10), ("64 KiB and above", lambda size: size >= 64 << 10)):
+        seen = [c.detectable for c in hist.judged.cells if inside(c.size)]
+        if seen:
+            parts.append(f"{name} {max(seen):.1%} (median {float(np.median(seen)):.1%}, {len(seen)} cells)")
+    return "could have seen at most: " + "; ".join(parts) if parts else ""
 
 
 def large_size_figures(runs: list, hist) -> list[str]:
@@ -124,7 +147,10 @@ class Tally:
         """Count night n (0-based) of a trial; True when the change is confirmed (the trial ends)."""
         kind = f"changed night {n - self.same + 1}" if changed else f"same-stack night {n + 1}"
         print(f"  {kind}: " + (f"exit {code}; " if code is not None else "") + v["text"]
-              + (f"; {v['noisy']} noisy nights left out" if v.get("noisy") else ""), flush=True)
+              + (f"; {v['noisy']} noisy nights left out" if v.get("noisy") else "")
+              + (f"; all_reduce confirmed by {', '.join(v['by'])}" if changed and v.get("by") else ""), flush=True)
+        if seen := could_have_seen(v.get("history")):
+            print(f"    {seen}", flush=True)
         if n + 1 == self.figures_at and not changed:
             for line in large_size_figures(runs, v["history"]):
                 print(f"    {line}", flush=True)
@@ -148,7 +174,7 @@ class Tally:
                 f"{self.failed} jobs failed by the machine (exit 7)")
 
 
-def replay(out: Path, same: int, figures_at: int) -> int:
+def replay(out: Path, same: int, figures_at: int, estimator: str | None = None) -> int:
     """Judge the recorded trials again, each night as it was judged live."""
     trials = sorted((d for d in out.glob("trial-*") if d.is_dir() and d.name[6:].isdigit()), key=lambda d: int(d.name[6:]))
     if not trials:
@@ -163,7 +189,7 @@ def replay(out: Path, same: int, figures_at: int) -> int:
         first_changed = next((i for i, r in enumerate(nights) if made_slow(r)), len(nights))
         tally.same = first_changed
         for n in range(len(nights)):
-            if tally.night(n, None, verdict(nights[:n + 1]), nights[:n + 1], made_slow(nights[n])):
+            if tally.night(n, None, verdict(nights[:n + 1], estimator), nights[:n + 1], made_slow(nights[n])):
                 break
         else:
             tally.confirmed_at.append(None)   # not confirmed on any recorded changed night
@@ -179,11 +205,12 @@ def main() -> int:
     parser.add_argument("--factor", type=float, default=1.25)
     parser.add_argument("--backend", default="mpi")
     parser.add_argument("--ops", default="all_reduce,all_gather")
-    parser.add_argument("--sizes", default="4:4M:4")
+    parser.add_argument("--sizes", default="4:4M:16")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--round-time", type=float, default=0.02)
-    parser.add_argument("--estimator", default="median", help="each launch's statistic the nights are judged by (default median)")
+    parser.add_argument("--rounds", type=int, help="passed on when given (default: the session's)")
+    parser.add_argument("--round-time", type=float, help="passed on when given (default: the session's)")
+    parser.add_argument("--estimator", help="each launch's statistic the nights are judged by; passed on when given")
+    parser.add_argument("--top-up", type=int, help="passed on when given (default: the session's)")
     parser.add_argument("--busy", type=int, default=0, help="busy loops beside the sweep (default none)")
     parser.add_argument("--same-night", action="store_true", help="every night with --previous-stack (the stack before)")
     parser.add_argument("--budget", type=int, default=12, help="the same-night A/B's --max-repeat (default 12)")
@@ -206,7 +233,7 @@ def main() -> int:
         import reports.history
         reports.history.alert_rule = reports.gate.alert_rule = lambda *_, **__: None
     if args.replay:
-        return replay(Path(args.replay), args.same, args.figures_at)
+        return replay(Path(args.replay), args.same, args.figures_at, args.estimator)
     out = Path(args.out or tempfile.mkdtemp(prefix="nightly-trials-"))
     out.mkdir(parents=True, exist_ok=True)
     previous = None

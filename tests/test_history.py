@@ -338,3 +338,6 @@ def test_nightly_trials_replay_counts_each_alert_night(tmp_path):
     assert len(nights) == 10 and "MACHINE CHANGED" in nights[9] and "MACHINE" not in "".join(nights[:9]), proc.stdout
     assert "10 same-stack nights: 0 software regressions, 1 machine alerts, 1 jobs failed by the machine (exit 7)" \
         in proc.stdout, proc.stdout
+    # each judged night says, per size range, the largest change a cell of it could have missed
+    seen = [line for line in proc.stdout.splitlines() if line.startswith("    could have seen at most: ")]
+    assert len(seen) >= 6 and all("below 64 KiB " in line and "; 64 KiB and above " in line for line in seen), proc.stdout

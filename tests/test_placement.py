@@ -22,19 +22,23 @@ SIZES = [64 << 10, 1 << 20, 4 << 20]
 NEAR_NS, APART_NS, APART_SLOWER = 300.0, 670.0, 2.5
 
 
-def nights(folder, count, apart=0.4, slow_from=None, factor=1.3, seed=0, probed=True, all_apart_night=None):
-    """`count` nights of all_gather over SIZES, 3 launches each; each launch's cores are apart with
+def nights(folder, count, apart=0.4, slow_from=None, factor=1.3, seed=0, probed=True, all_apart_night=None,
+           launches=3, disturbed=0.0, night_sd=0.02):
+    """`count` nights of all_gather over SIZES, `launches` each; each launch's cores are apart with
     probability `apart` (its >= 1 MiB cases 2.5x as long), and from night `slow_from` on every case
-    is `factor` as long (a new stack, its version recorded). probed=False: the same times, no round trips."""
+    is `factor` as long (a new stack, its version recorded). probed=False: the same times, no round trips.
+    disturbed: half the launches slower by exp(|N(0, disturbed)|), as the machine's other work makes
+    them (never faster); night_sd: the whole night's level, log sd."""
     rng = np.random.default_rng(seed)
     for night in range(count):
-        run_shift = rng.normal(0, 0.02)
+        run_shift = rng.normal(0, night_sd)
         benches = []
-        for launch in range(3):
+        for launch in range(launches):
             is_apart = night == all_apart_night or rng.random() < apart
             slow = factor if slow_from is not None and night >= slow_from else 1.0
+            disturb = np.exp(abs(rng.normal(0, disturbed))) if disturbed and rng.random() < 0.5 else 1.0
             for size in SIZES:
-                place = APART_SLOWER if is_apart and size >= (1 << 20) else 1.0
+                place = (APART_SLOWER if is_apart and size >= (1 << 20) else 1.0) * disturb
                 data = list((5e-6 + size / 2e10) * slow * place * np.exp(run_shift + rng.normal(0, 0.01, 50)))
                 rt = [APART_NS if is_apart else NEAR_NS for _ in range(2)] * np.exp(rng.normal(0, 0.05, 2))
                 row = CollectiveRow(backend="mpi", algo="default", op="all_gather", nranks=2, bytes=size, count=size // 4,
@@ -67,6 +71,18 @@ def test_nights_judged_in_the_usual_placement_see_small_changes_at_4_mib(tmp_pat
     text = summary.history_text(probed).replace("\n#   ", " ")   # its lines wrapped at 100 columns, read whole
     assert "placement: ranks 0 and 1's cores usually near" in text
     assert f"{probed.placement.cases['far']} case launches far" in text
+
+
+def test_the_fastest_launch_with_the_cores_near_sees_an_8_percent_step_the_nights_means_cannot(tmp_path):
+    """--estimator fastest: a night's point is its fastest launch's 10th percentile among the launches
+    with the cores near, though most ran apart; a busy machine only ever makes a launch slower, so
+    the fastest holds still where the launches' mean moves with their mix (docs/statistics.md)."""
+    runs = nights(tmp_path, 9, apart=0.6, slow_from=7, factor=1.08, launches=24, disturbed=0.3, night_sd=0.005)
+    fastest, mean = analyse(runs, estimator="fastest"), analyse(runs)
+    assert fastest.placement.usual == "near" and fastest.placement.fastest and mean.placement.usual == "far"
+    assert {c.size for c in fastest.judged.by_verdict(REGRESSION)} == set(SIZES), summary.history_text(fastest)
+    assert not mean.regressed, summary.history_text(mean)
+    assert "placement: ranks 0 and 1's cores near (fastest)" in summary.history_text(fastest).replace("\n#   ", " ")
 
 
 def test_a_regression_shows_in_the_usual_placement_and_the_launches_apart_do_not_hide_it(tmp_path):
