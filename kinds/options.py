@@ -83,6 +83,7 @@ class Options:
     repeat: int = 1
     baseline: str = ""
     history: bool = False
+    night_budget_s: float = 0.0       # --night-budget: launches added while another fits (harness/session/night_budget.py)
     top_up: int = 0                   # --top-up: launches added for cells short of --repeat launches in the usual placement
     previous_stack: str = ""          # --previous-stack: the night before's stack, A/B-tested against this one the same night
     previous_is_python: bool = False  # ... given as its python interpreter (else a shell script to source)

@@ -66,9 +66,10 @@ def night(results: Path, args, changed: bool, previous: Path | None) -> int:
     env = {**os.environ, **({"HCCL_BENCH_FAULT": f"slow:0:all_reduce:{args.factor}"} if changed else {})}
     same_night = ["--previous-stack", str(previous), "--max-repeat", str(args.budget)] if previous else []
     tuned = [x for flag, value in (("--rounds", args.rounds), ("--round-time", args.round_time), ("--estimator", args.estimator),
-                                   ("--top-up", args.top_up)) if value is not None for x in (flag, str(value))]
+                                   ("--top-up", args.top_up), ("--repeat", args.repeat),
+                                   ("--night-budget", args.night_budget)) if value is not None for x in (flag, str(value))]
     cmd = [sys.executable, "-m", "pytest", "benches/test_collectives.py", "-p", "no:cacheprovider", "-q", "--benchmark",
-           "--backend", args.backend, "--nproc", "2", "--ops", args.ops, "--sizes", args.sizes, "--repeat", str(args.repeat),
+           "--backend", args.backend, "--nproc", "2", "--ops", args.ops, "--sizes", args.sizes,
            "--results", str(results), "--history", *tuned, *same_night]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode not in (0, 1, 7):
@@ -206,7 +207,8 @@ def main() -> int:
     parser.add_argument("--backend", default="mpi")
     parser.add_argument("--ops", default="all_reduce,all_gather")
     parser.add_argument("--sizes", default="4:4M:16")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, help="passed on when given (default: the session's, its --night-budget)")
+    parser.add_argument("--night-budget", help="passed on when given (default: the session's, 5m)")
     parser.add_argument("--rounds", type=int, help="passed on when given (default: the session's)")
     parser.add_argument("--round-time", type=float, help="passed on when given (default: the session's)")
     parser.add_argument("--estimator", help="each launch's statistic the nights are judged by; passed on when given")

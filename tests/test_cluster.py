@@ -206,7 +206,8 @@ def test_the_nightly_sbatch_runs_twice_against_slurm(two_hosts, tmp_path):
     outputs = []
     for night in (1, 2):
         job = subprocess.run(["sbatch", "--wait", f"--output={tmp_path}/night{night}.out", "examples/nightly.sbatch",
-                              "--ops", "all_reduce", "--sizes", "8,1K", "--rounds", "5", "--round-time", "0.002"],
+                              "--ops", "all_reduce", "--sizes", "8,1K", "--rounds", "5", "--round-time", "0.002",
+                              "--repeat", "1"],   # one launch a night: the budget (--night-budget) is another test's
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         outputs.append((tmp_path / f"night{night}.out").read_text())
         assert job.returncode == 0, job.stdout + job.stderr + outputs[-1][-3000:]

@@ -259,13 +259,17 @@ def test_layer_ab_pairs_alternate_rounds_between_both_groups(bench_run):
 
 
 def test_history_option_judges_the_run_against_its_results_folder(bench_run, tmp_path):
-    """--history: the nightly guard at the end of the session, over the --results folder."""
+    """--history: the nightly guard at the end of the session, over the --results folder; a budget spent
+    at once (1 s) runs the three launches a night needs and no more, and says why."""
     nightly = tmp_path / "nightly"
     small = ("--backend", "mpi", "--ops", "all_reduce", "--sizes", "1K,64K", "--rounds", "3", "--round-time", "0.002",
-             "--results", str(nightly), "--history")
+             "--results", str(nightly), "--history", "--night-budget", "1s")
     first = bench_run(*small, target="benches/test_collectives.py")
     assert first.returncode == 0 and "nothing to judge yet" in first.output, first.output[-2000:]
+    assert "# night budget 0m01s: 3 launches" in first.output and "launches 4-40 not run" in first.output
     data = json.loads(next(nightly.glob("*/results.json")).read_text())
+    assert sorted({b["extra_info"]["launch"] for b in data["benchmarks"]}) == [0, 1, 2]
+    assert data["hccl_bench"]["night_budget"]["launches"] == 3 and data["hccl_bench"]["options"]["estimator"] == "fastest"
     for night in range(1, 4):   # three earlier nights: this run's data, dated before it
         (nightly / f"2026010{night}-020000").mkdir()
         (nightly / f"2026010{night}-020000" / "results.json").write_text(

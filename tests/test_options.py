@@ -81,6 +81,10 @@ BAD_OPTIONS = [
     (["--ab-env", "X=1", "--baseline", "auto"], "--baseline compares a single-stack run with a stored one"),
     (["--knobs", "HCCL_BUFFSIZE=1,2", "--ab-env", "HCCL_BUFFSIZE=3"], "HCCL_BUFFSIZE is both a --knobs variable and an --ab-env"),
     (["--top-up", "2"], "--top-up 2 completes a --history night's launches in the usual placement: add --history"),
+    (["--night-budget", "5x"], "--night-budget '5x': give auto, 0 (off) or a duration such as 300, 300s, 5m or 1h"),
+    (["--night-budget", "-1"], "--night-budget '-1': give auto, 0 (off) or a duration"),
+    (["--night-budget", "2m", "--ab-env", "X=1", "--ab-until-decided"],
+     "--night-budget and --ab-until-decided both choose the launches: give the A/B's as --max-repeat"),
     (["--top-up", "some", "--history"], "--top-up must be auto or a whole number of launches >= 0, got 'some'"),
     (["--top-up", "-1", "--history"], "--top-up must be auto or a whole number of launches >= 0, got '-1'"),
 ]
@@ -91,6 +95,19 @@ def test_top_up_is_repeat_under_history_and_none_elsewhere():
     assert parsed(["--backend", "gloo", "--history", "--repeat", "3", "--top-up", "1"]).top_up == 1
     assert parsed(["--backend", "gloo", "--repeat", "3"]).top_up == 0
     assert parsed(["--backend", "gloo", "--ab-env", "X=1", "--ab-until-decided"]).top_up == 0
+
+
+def test_a_timed_history_night_without_repeat_gets_the_night_budget_and_its_plan():
+    """auto: on only where the user left the launches to it; what it changes is what they did not give."""
+    night = parsed(["--backend", "gloo", "--benchmark", "--history"])
+    assert (night.night_budget_s, night.repeat, night.estimator, night.top_up, night.rounds, night.round_time_s) == (
+        300.0, 40, "fastest", 0, 200, 0.002)
+    given = parsed(["--backend", "gloo", "--benchmark", "--history", "--night-budget", "2m", "--repeat", "9",
+                    "--estimator", "median", "--rounds", "50", "--top-up", "2"])
+    assert (given.night_budget_s, given.repeat, given.estimator, given.top_up, given.rounds) == (120.0, 9, "median", 2, 50)
+    for off in (["--history", "--repeat", "3"], ["--history"], [], ["--history", "--night-budget", "0"]):
+        o = parsed(["--backend", "gloo", *off] + (["--benchmark"] if off != ["--history"] else []))
+        assert o.night_budget_s == 0 and o.estimator == "median" and o.repeat == (3 if "--repeat" in off else 1)
 
 
 @pytest.mark.parametrize("args, message", BAD_OPTIONS, ids=[" ".join(a) for a, _ in BAD_OPTIONS])

@@ -67,7 +67,8 @@ def test_a_bad_previous_stack_is_one_line(tmp_path, kind, message):
 
 def test_the_child_keeps_the_sessions_options_but_its_own():
     given = ["benches/test_collectives.py", "--history", "--previous-stack", "p.sh", "-k", "all_reduce", "--repeat=3",
-             "--sizes", "1K", "-kfoo", "--label", "A=x", "--results", "r", "--max-repeat", "6", "--top-up", "2"]
+             "--sizes", "1K", "-kfoo", "--label", "A=x", "--results", "r", "--max-repeat", "6", "--top-up", "2",
+             "--night-budget", "5m"]
     assert child_args(given) == ["benches/test_collectives.py", "--sizes", "1K", "--results", "r", "--max-repeat", "6"]
 
 

@@ -17,6 +17,7 @@ from collectives.sizes import SizeError, parse_sizes
 from collectives.timing import MAX_GRAPH_ITERS, SMOKE, Plan
 from harness import files
 from harness.engine.launchers import validate_template
+from harness.session import night_budget
 from harness.session.option_error import OptionError
 from harness.session.stack_env import previous_stack_kind, sourced_env
 from harness.session.world import check_world, settle
@@ -97,6 +98,13 @@ def _seconds(value, flag: str) -> float:
 
 def _text(value, flag: str) -> str:
     return str(value or "")
+
+
+def _budget(value, flag: str) -> float:
+    try:
+        return night_budget.parse_budget(value)
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def _whole(minimum: int) -> Convert:
@@ -260,7 +268,8 @@ CORE = (
                f"smoke {SMOKE.round_time_s:g})", _seconds, into="round_time_s"),
     CoreOption("--timeout", "300", "seconds before a case counts as hung", _seconds, into="timeout_s"),
     CoreOption("--results", "results", "folder for results/<timestamp>/", _results),
-    CoreOption("--repeat", "1", "run the whole selection N times, each launch in fresh worker groups", _whole(1)),
+    CoreOption("--repeat", None, "run the whole selection N times, each launch in fresh worker groups (default 1; "
+               f"under --night-budget {night_budget.MAX_LAUNCHES}, the most it may run)", _whole(1)),
     CoreOption("--driver-host", "127.0.0.1", "address ranks use to reach the driver", _text),
     CoreOption("--mpi-thread-level", "", "the MPI thread level the mpi backend asks for: "
                                          f"{', '.join(MPI_THREAD_LEVELS)} (default: mpi4py's, multiple); "
@@ -287,9 +296,10 @@ VERDICTS = (
     CoreOption("--max-repeat", "12", "the launch budget of --ab-until-decided (default 12)", _whole(3), needs="ab_until_decided"),
     CoreOption("--inconclusive", "fail", "the gate on cells without enough evidence to say 'no change' "
                                          "(--baseline, --ab-until-decided): fail (exit 6) or pass", _choice(("fail", "pass"))),
-    CoreOption("--estimator", DEFAULT_ESTIMATOR,
+    CoreOption("--estimator", None,
                f"the statistic of each launch's rounds that the --baseline, --ab-until-decided and --history "
-               f"verdicts rest on: {', '.join(ESTIMATORS)} (default {DEFAULT_ESTIMATOR}; tables show medians)",
+               f"verdicts rest on: {', '.join(ESTIMATORS)} (default {DEFAULT_ESTIMATOR}, fastest under --night-budget; "
+               "tables show medians)",
                _choice(ESTIMATORS)),
     CoreOption("--min-effect", str(DEFAULT_MIN_EFFECT),
                f"the smallest change (a fraction) the --baseline, --ab-until-decided and --history verdicts count "
@@ -302,6 +312,11 @@ VERDICTS = (
                                  "(the latest baseline saved for this platform)", _baseline),
     CoreOption("--history", False, "nightly guard at the end: judge this run against the earlier "
                                    "runs in its --results folder; a new confirmed regression fails"),
+    CoreOption("--night-budget", "auto", "a timed sweep's wall-clock budget: launches are added, the same for every "
+               "cell, while another fits (at least 3, at most --repeat); its rounds default to "
+               f"{night_budget.NIGHT_PLAN.rounds} of {night_budget.NIGHT_PLAN.round_time_s * 1e3:g} ms and its estimator "
+               "to fastest. auto: 5m for a --history night without --repeat, else off; 0: off; else 300, 300s, 5m",
+               _budget, into="night_budget_s"),
     CoreOption("--top-up", "auto", "with --history: up to N more launches, each only for the collective cells that "
                                    "have fewer than --repeat launches with ranks 0 and 1's cores in the history's usual "
                                    "placement (a VM's host moves them); auto: --repeat with --history, else 0", _top_up),
@@ -370,13 +385,27 @@ def parse(getoption) -> Options:
     o = Options(**{name: value for name, value in values.items() if name in OPTION_FIELDS})
     o.settings = [kind.settings(**{opt.dest: _kind_option(opt, getoption(opt.dest)) for opt in kind.settings.flags})
                   for kind in KINDS if kind.settings.flags]
-    plan = Plan() if o.benchmark else SMOKE   # what is not given: --benchmark's plan or the smoke one
+    _night_budget(o, values)
+    plan = night_budget.NIGHT_PLAN if o.night_budget_s else Plan() if o.benchmark else SMOKE   # what is not given
     for name in (n for n in PLAN_FIELDS if values[n] is None):
         setattr(o, name, getattr(plan, name))
     o.sizes = o.sizes or parse_sizes(BENCH_SIZES if o.benchmark else SMOKE_SIZES)
     o.nproc = o.nproc or 0   # prepare's choice
     _check_across(o, values)
     return o
+
+
+def _night_budget(o: Options, values: dict) -> None:
+    """--night-budget auto resolved (on for a timed --history night that leaves its launches to it), and what
+    it changes when on: --repeat is its cap, the estimator fastest, no --top-up (not the usual placement's)."""
+    if o.night_budget_s < 0:
+        o.night_budget_s = night_budget.DEFAULT_BUDGET_S if o.history and o.benchmark and values["repeat"] is None else 0.0
+    o.repeat = values["repeat"] or (night_budget.MAX_LAUNCHES if o.night_budget_s else 1)
+    o.estimator = values["estimator"] or ("fastest" if o.night_budget_s else DEFAULT_ESTIMATOR)
+    if o.night_budget_s and o.ab_until_decided:
+        raise OptionError("--night-budget and --ab-until-decided both choose the launches: give the A/B's as --max-repeat")
+    if o.night_budget_s and o.top_up < 0:
+        o.top_up = 0
 
 
 def _check_across(o: Options, values: dict) -> None:

@@ -31,6 +31,9 @@ class Progress:
             return []
         out: list[str] = []
         bench = self.bench
+        budget = bench.budget if bench is not None else None
+        if budget is not None and budget.stopped_at is None and budget.why_not(self.launch.get(nodeid, 0)):
+            out.append(budget.line())   # the first launch the budget leaves out
         if bench is not None and bench.opts.ab_until_decided and self.launch.get(nodeid, 0) > bench.looked:
             out += bench.look(self.launch[nodeid])   # before a new launch: which cells it still needs
         elif bench is not None and bench.opts.top_up and self.launch.get(nodeid, 0) >= bench.opts.repeat:
@@ -41,6 +44,8 @@ class Progress:
             self.current = where
             total, elapsed = self._planned(), time.monotonic() - self.started
             left = elapsed / self.done * (total - self.done) if self.done else None
+            if left and budget is not None:   # the budget ends the night's launches
+                left = min(left, max(budget.budget_s - elapsed, 0))
             eta = f", about {left / 60:.0f} min left" if left and left >= 60 else f", about {left:.0f} s left" if left else ""
             out.append(f"# [{self.done}/{total}{eta}] now: {' '.join(w for w in where if w)}")
         self.done += 1

@@ -15,9 +15,9 @@ from kinds.options import Options
 from reports.history import SAME_NIGHT
 
 # options the child sets itself, or must not inherit: (name, takes a value)
-DROPPED = {"--history": False, "--previous-stack": True, "--repeat": True, "--top-up": True, "-k": True, "--baseline": True,
-           "--cases": True, "--label": True, "--benchmark-json": True, "--junitxml": True, "--junit-xml": True,
-           "--benchmark-save": True}
+DROPPED = {"--history": False, "--previous-stack": True, "--repeat": True, "--top-up": True, "--night-budget": True,
+           "-k": True, "--baseline": True, "--cases": True, "--label": True, "--benchmark-json": True, "--junitxml": True,
+           "--junit-xml": True, "--benchmark-save": True}
 
 
 @dataclass

@@ -14,6 +14,7 @@ import kinds
 from harness import provenance
 from harness.engine.groups import CaseFailure, GroupKey, GroupPool
 from harness.session.ab_pairing import ABPairing, PartnerFailed
+from harness.session.night_budget import NightBudget
 from harness.session.run_store import RunStore
 from kinds.base import Case, Ran
 from kinds.options import Options
@@ -44,6 +45,7 @@ class BenchSession:
         self.topped = 0                      # --top-up: the launch the short cells were last found for
         self._top_up: TopUp | None = None    # ... and which they are
         self._earlier: list | None = None    # ... judged against the --results folder's other runs, read once
+        self.budget = NightBudget(opts.night_budget_s, opts.repeat) if opts.night_budget_s else None
         self.store = RunStore(opts.results, self.started.astimezone().strftime("%Y%m%d-%H%M%S"), self._session_line)
         self.pairing = ABPairing(self._call, self._run)
 
@@ -148,8 +150,10 @@ class BenchSession:
                 f"launches with ranks 0 and 1's cores {found.usual} (their usual placement); only they run"]
 
     def decided(self, case: Case) -> str:
-        """Why a sequential A/B or a --top-up launch needs this case no more ('' while it does)."""
+        """Why a sequential A/B, a --top-up launch or the night's budget needs this case no more ('' while it does)."""
         kind = kinds.of_case(case)
+        if self.budget is not None and (why := self.budget.why_not(case.launch)):
+            return why
         if case.launch >= self.opts.repeat and kind.cells:   # a --top-up launch
             if self.topped != case.launch:
                 self.top_up(case.launch)
@@ -203,6 +207,7 @@ class BenchSession:
     def metadata(self) -> dict:
         return {"schema": SCHEMA, "options": asdict(self.opts), "provenance": self.provenance,
                 "sequential": self.sequential.record() if self.sequential else None,
+                **({"night_budget": self.budget.record()} if self.budget else {}),
                 "groups": self.groups, "skipped": self.skipped, "failures": self.failures,
                 **{k.record_key: [r.to_json() for r in kinds.rows_of(k, self.rows)] for k in kinds.KINDS if k.record_key},
                 "complete": self.interrupted is None,
