@@ -399,7 +399,8 @@ def cpu_wait_lines(runs: list[Run]) -> list[str]:
     if 2 * (len(few) - left) > len(per_launch):   # what the user can act on: the machine, not the library
         out += ("; so this machine had more runnable threads than cores for most of the run: the verdicts rest on "
                 "times that carry its other work, so they see only larger changes (nothing else running beside the "
-                "benchmark gives undisturbed rounds)")
+                "benchmark gives undisturbed rounds, and so do short rounds: --round-time 0.002 --rounds 200, what a "
+                "--history night's --night-budget runs)")
     return [out]
 
 

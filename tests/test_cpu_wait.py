@@ -99,6 +99,7 @@ def test_a_launch_disturbed_throughout_leaves_its_cell_unless_most_launches_were
         assert sorted(cell.launches) == [0, 1, 2] and all(len(cell.launches[i]) == ROUNDS for i in (0, 1))
     assert "; 4 with fewer than 5 judged on all their rounds" in cpu_wait_lines([run])[0]
     assert "; so this machine had more runnable threads than cores for most of the run" in cpu_wait_lines([run])[0]
+    assert "short rounds: --round-time 0.002 --rounds 200" in cpu_wait_lines([run])[0]   # what the user can do
 
 
 def test_each_bench_kind_decides_which_of_its_launches_to_leave_out(tmp_path):

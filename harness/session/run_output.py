@@ -83,7 +83,7 @@ def closing_block(bench: BenchSession) -> list[str]:
         state = f"incomplete: {bench.interrupted}" if bench.interrupted else "complete"
         out.append(f"# results: {bench.run_dir / 'results.json'} ({state})")
     out += [line for kind in kinds.KINDS for line in kind.closing_lines(kinds.rows_of(kind, bench.rows))]
-    if bench.budget is not None and bench.rows:
+    if bench.budget is not None and bench.rows and not bench.interrupted:   # an interrupted night ran what it could
         out += wrapped(bench.budget.line())
     if bench.failures:
         out += wrapped(f"# failures: {len(bench.failures)} cases, first: {bench.failures[0]['what']}: "
