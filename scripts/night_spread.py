@@ -8,9 +8,9 @@ For each cell of its first N nights it prints the night-to-night sd of log time 
 of making a night's point from its launches (the mean of their logs, which the history judges;
 their median, 25th percentile, second fastest, fastest; then from the launches with ranks 0 and 1's
 cores near, each by its 10th percentile: their mean, and their fastest, which `--estimator
-fastest` judges) and the share of rounds in which no rank
-waited for a CPU (schema/stats.py UNDISTURBED_SHARE; a launch with at least MIN_UNDISTURBED of
-them is judged on those alone, as the reader already gives it). The last lines say what a
+fastest` judges; draw: how much of that a night's luck in its launches explains, fastest_draw)
+and the share of rounds in which no rank waited for a CPU (schema/stats.py UNDISTURBED_SHARE; a
+launch with at least MIN_UNDISTURBED of them is judged on those alone, as the reader already gives it). The last lines say what a
 night-to-night sd lets 7 nights see (the history's own detectable_change on simulated nights):
 about 1% for a 5% change, 2% for 8%.
 """
@@ -43,6 +43,19 @@ def undisturbed_share(row) -> float:
     return float(np.mean(waits <= UNDISTURBED_SHARE * t * k * 1e9)) if waits.size == t.size else 0.0
 
 
+def fastest_draw(runs, key, near, resamples: int = 500) -> float:
+    """How much of `fastest`'s night-to-night sd is the luck of which launches a night drew: per night
+    with 3 or more near launches, the sd of their fastest over bootstrap resamples of them; the mean
+    over nights (near the fastest column: the launches' own spread; far below it: the host's level moved)."""
+    rng = np.random.default_rng(0)
+    sds = []
+    for run, kept in zip(runs, near):
+        logs = np.log([launch_value(run.cells[key].launches[i], "p10") for i in (kept or [])])
+        if logs.size >= 3:
+            sds.append(np.std(rng.choice(logs, (resamples, logs.size)).min(axis=1)))
+    return float(np.mean(sds)) if sds else np.nan
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results")
@@ -64,6 +77,7 @@ def main() -> int:
         usable = [(r, k) for r, k in zip(runs, near) if k != []]
         for name, estimator in (("near mean(p10)", "p10"), ("fastest", "fastest")):
             sds[name] = np.std([night_values(r, key, estimator, k) for r, k in usable], ddof=1) if len(usable) > 2 else np.nan
+        sds["draw"] = fastest_draw(runs, key, near)
         share = np.mean([undisturbed_share(row) for c in cells for row in c.rows.values()])
         print(f"{key[0].label():45s} {key[1]:>8d} B  " + "  ".join(f"{n} {sd:6.1%}" for n, sd in sds.items())
               + f"  | undisturbed {share:4.0%}")
