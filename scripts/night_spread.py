@@ -10,9 +10,9 @@ their median, 25th percentile, second fastest, fastest; then from the launches w
 cores near, each by its 10th percentile: their mean, and their fastest, which `--estimator
 fastest` judges; draw: how much of that a night's luck in its launches explains, fastest_draw)
 and the share of rounds in which no rank waited for a CPU (schema/stats.py UNDISTURBED_SHARE; a
-launch with at least MIN_UNDISTURBED of them is judged on those alone, as the reader already gives it). The last lines say what a
-night-to-night sd lets 7 nights see (the history's own detectable_change on simulated nights):
-about 1% for a 5% change, 2% for 8%.
+launch with at least MIN_UNDISTURBED of them is judged on those alone, as the reader already gives
+it). The last lines say what a night-to-night sd lets 7 nights see (the history's own
+detectable_change on simulated nights): about 1% for a 5% change, 2% for 8%.
 """
 from __future__ import annotations
 
@@ -44,13 +44,15 @@ def undisturbed_share(row) -> float:
 
 
 def fastest_draw(runs, key, near, resamples: int = 500) -> float:
-    """How much of `fastest`'s night-to-night sd is the luck of which launches a night drew: per night
-    with 3 or more near launches, the sd of their fastest over bootstrap resamples of them; the mean
-    over nights (near the fastest column: the launches' own spread; far below it: the host's level moved)."""
+    """How much of `fastest`'s night-to-night sd is the luck of which launches a night drew: per
+    night with 3 or more near launches (all of them where no placement was probed), the sd of their
+    fastest over bootstrap resamples of them; the mean over nights (near the fastest column: the
+    launches' own spread; far below it: the host's level moved)."""
     rng = np.random.default_rng(0)
     sds = []
     for run, kept in zip(runs, near):
-        logs = np.log([launch_value(run.cells[key].launches[i], "p10") for i in (kept or [])])
+        launches = run.cells[key].launches
+        logs = np.log([launch_value(launches[i], "p10") for i in (launches if kept is None else kept)])
         if logs.size >= 3:
             sds.append(np.std(rng.choice(logs, (resamples, logs.size)).min(axis=1)))
     return float(np.mean(sds)) if sds else np.nan
