@@ -1,7 +1,7 @@
 """What puts an mpi 1-4 MiB launch in one level or another: bare mpi4py launches, no harness code.
 
     python scripts/launch_modes.py [--launches 8] [--op all_gather] [--size 4M] [--busy 1] \
-        [--buffers torch|numpy|harness] [--env MPIR_CVAR_CH4_CMA_ENABLE=0] [--env THP_MEM_ALLOC_ENABLE=1]
+        [--buffers torch|numpy|harness|huge] [--env MPIR_CVAR_CH4_CMA_ENABLE=0] [--env THP_MEM_ALLOC_ENABLE=1]
 
 Each launch is `mpiexec -n 2 -bind-to core python launch_modes.py --rank-loop` on CPU buffers (--buffers):
 20 warm-up calls, then 100 single-call rounds after a barrier.
@@ -11,8 +11,9 @@ VM whose host moves its vCPUs between dies) and, per rank, what else might be th
 the buffers' offsets in their page, the process's huge pages (AnonHugePages) and how many physically
 contiguous runs each buffer's pages form (/proc/self/pagemap: root only, else -1). --buffers: torch
 tensors (torch's allocator, the default), numpy arrays (numpy's allocator, which asks for huge pages on
-arrays of 4 MiB and more: each launch then sits at its own level, docs/statistics.md "Huge pages") or
-the harness's own (collectives/backends page_aligned: base pages). With --busy N, N
+arrays of 4 MiB and more: each launch then sits at its own level, docs/statistics.md "Huge pages"),
+the harness's own (collectives/backends page_aligned: base pages) or 2 MiB-aligned buffers wholly on
+huge pages (huge: what the harness's launch spread would be without base pages). With --busy N, N
 busy loops spin beside every launch, as a shared machine has them (a measuring script: contention
 belongs here, never in a test). Each --env is one more configuration, its launches after the plain
 ones. Exit 0 when it ran, 1 when a launch failed.
@@ -50,6 +51,21 @@ def contiguous_runs(addr: int, nbytes: int) -> int:
     return 1 + sum(1 for a, b in zip(frames, frames[1:]) if b != a + 1)
 
 
+def huge_aligned(nbytes: int):
+    """Bytes wholly on transparent huge pages where the kernel grants them: a 2 MiB-aligned part of an
+    anonymous mapping, madvised before it is touched."""
+    import mmap
+
+    import numpy as np
+    huge = 2 << 20
+    span = -(-nbytes // huge) * huge
+    region = mmap.mmap(-1, span + huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    whole = np.frombuffer(region, np.uint8)
+    start = (-whole.ctypes.data) % huge
+    region.madvise(mmap.MADV_HUGEPAGE, start, span)
+    return whole[start:start + nbytes]
+
+
 def _core_pair(comm):
     """Ranks 0 and 1's page for the cores' round trip (collectives/placement.py), as the harness's ranks have it."""
     from collectives import placement
@@ -79,6 +95,9 @@ def rank_loop(op: str, size: int, buffers: str) -> None:
     elif buffers == "harness":
         from collectives.backends import page_aligned
         s, r = page_aligned(n_send * 4).view(np.float32), page_aligned(n_recv * 4).view(np.float32)
+        s[:] = 1.0
+    elif buffers == "huge":
+        s, r = huge_aligned(n_send * 4).view(np.float32), huge_aligned(n_recv * 4).view(np.float32)
         s[:] = 1.0
     else:
         send, recv = torch.ones(n_send), torch.empty(n_recv)
@@ -131,7 +150,7 @@ def main() -> int:
     parser.add_argument("--op", choices=("all_gather", "all_reduce"), default="all_gather")
     parser.add_argument("--size", default="4M")
     parser.add_argument("--busy", type=int, default=0)
-    parser.add_argument("--buffers", choices=("torch", "numpy", "harness"), default="torch")
+    parser.add_argument("--buffers", choices=("torch", "numpy", "harness", "huge"), default="torch")
     parser.add_argument("--env", action="append", default=[], help="VAR=VALUE: one more configuration")
     parser.add_argument("--rank-loop", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -84,6 +84,28 @@ def test_a_signal_to_the_driver_keeps_what_finished_and_leaves_no_process(bench_
     assert bench_run.leftovers(wait_s=10) == []
 
 
+def test_an_interrupted_budget_night_says_it_ended_early_not_what_the_budget_ran(bench_run):
+    """A --night-budget night stopped by SIGTERM in its first launch: the closing block says the run is
+    incomplete and leaves out the budget's line (it would claim every launch up to the cap fit)."""
+    child = subprocess.Popen(bench_run.command("--backend", "mpi", "--ops", "all_reduce,broadcast", "--sizes", "8",
+                                               "--rounds", "3", "--round-time", "0.002", "--timeout", "300",
+                                               "--history", "--night-budget", "1h", target="benches/test_collectives.py"),
+                             cwd=ROOT, env=bench_run.env({"HCCL_BENCH_FAULT": "hang:1:broadcast"}),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(lambda: bench_run.rank_said("asked this rank to hang in broadcast"), what="rank 1 to hang in broadcast")
+        child.send_signal(signal.SIGTERM)
+        output = child.communicate(timeout=60)[0]
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 2 and "(incomplete: SIGTERM during broadcast" in output, output[-3000:]
+    assert "# night budget" not in output, output[-3000:]
+    run = json.loads(next(bench_run.results.glob("*/results.json")).read_text())["hccl_bench"]
+    assert run["complete"] is False and run["night_budget"]["budget_s"] == 3600
+    assert bench_run.leftovers(wait_s=10) == []
+
+
 def test_two_sessions_started_together_keep_their_own_results(bench_run):
     """Same --results, same second: each session gets its own folder, results and logs."""
     args = bench_run.command("--backend", "gloo", "--ops", "all_reduce", "--sizes", "8,1K", target="benches/test_collectives.py")
