@@ -1,7 +1,7 @@
 """What puts an mpi 1-4 MiB launch in one level or another: bare mpi4py launches, no harness code.
 
     python scripts/launch_modes.py [--launches 8] [--op all_gather] [--size 4M] [--busy 1] \
-        [--buffers torch|numpy|harness|huge] [--env MPIR_CVAR_CH4_CMA_ENABLE=0] [--env THP_MEM_ALLOC_ENABLE=1]
+        [--buffers harness,huge] [--env MPIR_CVAR_CH4_CMA_ENABLE=0] [--env THP_MEM_ALLOC_ENABLE=1]
 
 Each launch is `mpiexec -n 2 -bind-to core python launch_modes.py --rank-loop` on CPU buffers (--buffers):
 20 warm-up calls, then 100 single-call rounds after a barrier.
@@ -15,8 +15,10 @@ arrays of 4 MiB and more: each launch then sits at its own level, docs/statistic
 the harness's own (collectives/backends page_aligned: base pages) or 2 MiB-aligned buffers wholly on
 huge pages (huge: what the harness's launch spread would be without base pages). With --busy N, N
 busy loops spin beside every launch, as a shared machine has them (a measuring script: contention
-belongs here, never in a test). Each --env is one more configuration, its launches after the plain
-ones. Exit 0 when it ran, 1 when a launch failed.
+belongs here, never in a test). Each comma-separated --buffers and each --env is one more configuration;
+each launch index runs every configuration in turn, so the host's moves fall on all of them alike. The
+last lines say, per configuration, how far its launches with the cores near lie apart and whether that
+follows how contiguous their buffers were. Exit 0 when it ran, 1 when a launch failed.
 """
 from __future__ import annotations
 
@@ -83,6 +85,9 @@ def _core_pair(comm):
     return placement.CorePair(page, comm.rank) if page is not None and mapped else None
 
 
+BUFFERS = ("torch", "numpy", "harness", "huge")
+
+
 def rank_loop(op: str, size: int, buffers: str) -> None:
     """One rank of a launch: time the op, gather every rank's figures to rank 0, which prints JSON."""
     import numpy as np
@@ -124,6 +129,32 @@ def rank_loop(op: str, size: int, buffers: str) -> None:
         print(json.dumps(ranks), flush=True)
 
 
+def near_summary(seen: dict) -> list[str]:
+    """Per configuration, its launches with both round trips near (reports/placement.py's rule, near level:
+    the fastest probe of the whole run): how far their levels lie apart, and whether that follows how
+    many physically contiguous runs their buffers formed."""
+    import numpy as np
+
+    from reports.placement import Placement
+    probes = [v for runs in seen.values() for ranks in runs for v in ranks[0]["cores_rt_ns"] if v is not None]
+    if not probes:
+        return ["# no launch carried the cores' round trip: nothing to say which ran near"]
+    placement = Placement(min(probes), "near", {})
+    out = []
+    for (buffers, name), runs in seen.items():
+        near = [ranks for ranks in runs
+                if None not in ranks[0]["cores_rt_ns"] and placement.state(ranks[0]["cores_rt_ns"]) == "near"]
+        p10 = np.array([max(r["p10_us"] for r in ranks) for ranks in near])
+        pieces = np.array([sum(sum(r["runs"]) for r in ranks) for ranks in near])
+        line = f"# {buffers} buffers {name}: {len(near)} of {len(runs)} launches near"
+        if p10.size >= 2:
+            line += (f": p10 {', '.join(f'{v:.0f}' for v in np.sort(p10))} us, sd {np.std(np.log(p10), ddof=1):.1%}")
+            if pieces.min() > 0 and np.ptp(pieces) > 0:
+                line += f"; r(log p10, log contiguous runs) {np.corrcoef(np.log(p10), np.log(pieces))[0, 1]:+.2f}"
+        out.append(line)
+    return out
+
+
 def launch(mpiexec: str, op: str, size: int, buffers: str, env: dict) -> list[dict] | None:
     cmd = [mpiexec, "-n", "2", "-bind-to", "core", sys.executable, __file__, "--rank-loop", "--op", op, "--size", str(size),
            "--buffers", buffers]
@@ -150,7 +181,7 @@ def main() -> int:
     parser.add_argument("--op", choices=("all_gather", "all_reduce"), default="all_gather")
     parser.add_argument("--size", default="4M")
     parser.add_argument("--busy", type=int, default=0)
-    parser.add_argument("--buffers", choices=("torch", "numpy", "harness", "huge"), default="torch")
+    parser.add_argument("--buffers", default="torch", help="torch, numpy, harness or huge; several, comma-separated, take turns")
     parser.add_argument("--env", action="append", default=[], help="VAR=VALUE: one more configuration")
     parser.add_argument("--rank-loop", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -163,28 +194,34 @@ def main() -> int:
     bad = [e for e in args.env if "=" not in e or e.startswith("=")]
     if bad:
         parser.error(f"--env {bad[0]!r}: give VAR=VALUE")
+    args.buffers = args.buffers.split(",")
+    if not args.buffers or set(args.buffers) - set(BUFFERS):
+        parser.error(f"--buffers {','.join(args.buffers)!r}: give one or more of {', '.join(BUFFERS)}, comma-separated")
     if args.rank_loop:
-        rank_loop(args.op, size, args.buffers)
+        rank_loop(args.op, size, args.buffers[0])
         return 0
     mpiexec = str(Path(sys.executable).parent / "mpiexec") if (Path(sys.executable).parent / "mpiexec").exists() \
         else shutil.which("mpiexec")
     if not mpiexec:
         print("launch_modes: no mpiexec beside this python or on PATH (pip install mpich)", file=sys.stderr)
         return 2
-    configs = [("plain", {})] + [(e, dict([e.split("=", 1)])) for e in args.env]
+    envs = [("plain", {})] + [(e, dict([e.split("=", 1)])) for e in args.env]
+    configs = [(buffers, name, env) for buffers in args.buffers for name, env in envs]
+    print(f"# {args.op} {args.size}, 2 ranks bound to cores, {args.busy} busy loops beside; each launch index runs "
+          f"{', '.join(f'{b} buffers {n}' for b, n, _ in configs)} in turn", flush=True)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     failed = 0
+    seen: dict[tuple[str, str], list[list[dict]]] = {(b, n): [] for b, n, _ in configs}
     try:
-        for name, env in configs:
-            print(f"# {args.op} {args.size} on {args.buffers} buffers, 2 ranks bound to cores, {args.busy} busy loops "
-                  f"beside: {name}", flush=True)
-            for i in range(args.launches):
-                ranks = launch(mpiexec, args.op, size, args.buffers, env)
+        for i in range(args.launches):
+            for buffers, name, env in configs:
+                ranks = launch(mpiexec, args.op, size, buffers, env)
                 if ranks is None:
                     failed += 1
                     continue
+                seen[buffers, name].append(ranks)
                 rt = [f"{v:4.0f}" if v is not None else "   -" for v in ranks[0]["cores_rt_ns"]]
-                print(f"  launch {i}: p10 {max(r['p10_us'] for r in ranks):7.0f} us  median "
+                print(f"  launch {i} {buffers} {name}: p10 {max(r['p10_us'] for r in ranks):7.0f} us  median "
                       f"{max(r['median_us'] for r in ranks):7.0f} us  cores' round trip before/after "
                       f"{rt[0]}/{rt[1]} ns  | per rank offsets, huge pages (kB), "
                       f"contiguous runs: " + "; ".join(f"{r['offsets']} {r['huge_kb']} {r['runs']}" for r in ranks), flush=True)
@@ -192,6 +229,8 @@ def main() -> int:
         for p in busy:
             os.kill(p.pid, signal.SIGKILL)
             p.wait()
+    for line in near_summary(seen):
+        print(line)
     return 1 if failed else 0
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from reports import canary  # noqa: E402
 from reports.estimators import launch_value  # noqa: E402
 from reports.history import detectable_change, load_runs, night_values  # noqa: E402
 from reports.placement import of as placements  # noqa: E402
@@ -58,6 +59,25 @@ def fastest_draw(runs, key, near, resamples: int = 500) -> float:
     return float(np.mean(sds)) if sds else np.nan
 
 
+def canary_line(runs, fastest_nights: dict) -> str:
+    """Whether the machine's own figure of a night (the canary's workloads) follows the widest cell's
+    fastest: a correlation near 1 would let a night be judged relative to its machine."""
+    spread = {key: v for key, v in fastest_nights.items() if np.isfinite(v[0])}
+    if not spread:
+        return "# no cell has 3 nights with a fastest launch: nothing to hold against the canary"
+    key = max(spread, key=lambda k: spread[k][0])
+    sd, at, points = spread[key]
+    seconds = canary.judge(runs, 0.05).seconds
+    rs = []
+    for workload, values in seconds.items():
+        pairs = [(p, values[i]) for i, p in zip(at, points) if values[i] is not None]
+        if len(pairs) >= 3:
+            x, y = np.array(pairs).T
+            rs.append(f"{workload} {np.corrcoef(x, np.log(y))[0, 1]:+.2f}")
+    return (f"# the widest by fastest, {key[0].label()} {key[1]} B ({sd:.1%}): r of its nights with the canary's "
+            + (", ".join(rs) if rs else "none (no night carries a canary)"))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results")
@@ -71,6 +91,7 @@ def main() -> int:
           "undisturbed: the share of rounds without a CPU wait")
     placement = placements(runs, near_judged=True)
     keys = sorted(set.intersection(*(set(r.cells) for r in runs)), key=lambda k: (str(k[0].op), k[1]))
+    fastest_nights = {}
     for key in keys:
         cells = [r.cells[key] for r in runs]
         values = [np.array([launch_value(v, "median") for v in c.launches.values()]) for c in cells]
@@ -78,11 +99,14 @@ def main() -> int:
         near = [placement.kept(c) if placement else None for c in cells]
         usable = [(r, k) for r, k in zip(runs, near) if k != []]
         for name, estimator in (("near mean(p10)", "p10"), ("fastest", "fastest")):
-            sds[name] = np.std([night_values(r, key, estimator, k) for r, k in usable], ddof=1) if len(usable) > 2 else np.nan
+            points = [night_values(r, key, estimator, k) for r, k in usable]
+            sds[name] = np.std(points, ddof=1) if len(usable) > 2 else np.nan
+        fastest_nights[key] = (sds["fastest"], [runs.index(r) for r, _ in usable], points)
         sds["draw"] = fastest_draw(runs, key, near)
         share = np.mean([undisturbed_share(row) for c in cells for row in c.rows.values()])
         print(f"{key[0].label():45s} {key[1]:>8d} B  " + "  ".join(f"{n} {sd:6.1%}" for n, sd in sds.items())
               + f"  | undisturbed {share:4.0%}")
+    print(canary_line(runs, fastest_nights))
     rng = np.random.default_rng(1)
     for sd in (0.01, 0.02, 0.05):
         seen = np.median([detectable_change(rng.normal(0, sd, 7), []) for _ in range(200)])
