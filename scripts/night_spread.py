@@ -27,6 +27,7 @@ from reports import canary  # noqa: E402
 from reports.estimators import launch_value  # noqa: E402
 from reports.history import detectable_change, load_runs, night_values  # noqa: E402
 from reports.placement import of as placements  # noqa: E402
+from schema.records import ResultError  # noqa: E402
 from schema.stats import UNDISTURBED_SHARE, per_op_seconds  # noqa: E402
 
 POINTS = {   # a night's point from its launches' per-launch medians
@@ -83,7 +84,11 @@ def main() -> int:
     parser.add_argument("results")
     parser.add_argument("--nights", type=int, default=7)
     args = parser.parse_args()
-    runs = sorted(load_runs([args.results])[0], key=lambda r: r.started)[:args.nights]
+    try:
+        runs = sorted(load_runs([args.results])[0], key=lambda r: r.started)[:args.nights]
+    except ResultError as exc:
+        print(f"night_spread: {exc}; give a --results folder of nights", file=sys.stderr)
+        return 2
     if len(runs) < 3:
         print(f"night_spread: {args.results} holds {len(runs)} nights; give at least 3", file=sys.stderr)
         return 2
