@@ -15,10 +15,10 @@ arrays of 4 MiB and more: each launch then sits at its own level, docs/statistic
 the harness's own (collectives/backends page_aligned: base pages) or 2 MiB-aligned buffers wholly on
 huge pages (huge: what the harness's launch spread would be without base pages). With --busy N, N
 busy loops spin beside every launch, as a shared machine has them (a measuring script: contention
-belongs here, never in a test). Each comma-separated --buffers and each --env is one more configuration;
-each launch index runs every configuration in turn, so the host's moves fall on all of them alike. The
-last lines say, per configuration, how far its launches with the cores near lie apart and whether that
-follows how contiguous their buffers were. Exit 0 when it ran, 1 when a launch failed.
+belongs here, never in a test). Each comma-separated --size and --buffers and each --env is one more
+configuration; each launch index runs every configuration in turn, so the host's moves fall on all of
+them alike. The last lines say, per configuration, how far its launches with the cores near lie apart
+and whether that follows how contiguous their buffers were. Exit 0 when it ran, 1 when a launch failed.
 """
 from __future__ import annotations
 
@@ -141,12 +141,12 @@ def near_summary(seen: dict) -> list[str]:
         return ["# no launch carried the cores' round trip: nothing to say which ran near"]
     placement = Placement(min(probes), "near", {})
     out = []
-    for (buffers, name), runs in seen.items():
+    for label, runs in seen.items():
         near = [ranks for ranks in runs
                 if None not in ranks[0]["cores_rt_ns"] and placement.state(ranks[0]["cores_rt_ns"]) == "near"]
         p10 = np.array([max(r["p10_us"] for r in ranks) for ranks in near])
         pieces = np.array([sum(sum(r["runs"]) for r in ranks) for ranks in near])
-        line = f"# {buffers} buffers {name}: {len(near)} of {len(runs)} launches near"
+        line = f"# {label}: {len(near)} of {len(runs)} launches near"
         if p10.size >= 2:
             line += (f": p10 {', '.join(f'{v:.0f}' for v in np.sort(p10))} us, sd {np.std(np.log(p10), ddof=1):.1%}")
             if pieces.min() > 0 and np.ptp(pieces) > 0:
@@ -179,18 +179,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launches", type=int, default=8)
     parser.add_argument("--op", choices=("all_gather", "all_reduce"), default="all_gather")
-    parser.add_argument("--size", default="4M")
+    parser.add_argument("--size", default="4M", help="bytes; several, comma-separated, take turns")
     parser.add_argument("--busy", type=int, default=0)
     parser.add_argument("--buffers", default="torch", help="torch, numpy, harness or huge; several, comma-separated, take turns")
     parser.add_argument("--env", action="append", default=[], help="VAR=VALUE: one more configuration")
     parser.add_argument("--rank-loop", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     try:
-        size = parse_size(args.size)
+        sizes = [(text, parse_size(text)) for text in args.size.split(",")]
     except ValueError as exc:
         parser.error(str(exc))
-    if size % 8:
-        parser.error(f"--size {args.size}: a multiple of 8 bytes (float32 elements split over 2 ranks)")
+    if any(size % 8 for _, size in sizes):
+        parser.error(f"--size {args.size}: multiples of 8 bytes (float32 elements split over 2 ranks)")
     bad = [e for e in args.env if "=" not in e or e.startswith("=")]
     if bad:
         parser.error(f"--env {bad[0]!r}: give VAR=VALUE")
@@ -198,7 +198,7 @@ def main() -> int:
     if not args.buffers or set(args.buffers) - set(BUFFERS):
         parser.error(f"--buffers {','.join(args.buffers)!r}: give one or more of {', '.join(BUFFERS)}, comma-separated")
     if args.rank_loop:
-        rank_loop(args.op, size, args.buffers[0])
+        rank_loop(args.op, sizes[0][1], args.buffers[0])
         return 0
     mpiexec = str(Path(sys.executable).parent / "mpiexec") if (Path(sys.executable).parent / "mpiexec").exists() \
         else shutil.which("mpiexec")
@@ -206,22 +206,23 @@ def main() -> int:
         print("launch_modes: no mpiexec beside this python or on PATH (pip install mpich)", file=sys.stderr)
         return 2
     envs = [("plain", {})] + [(e, dict([e.split("=", 1)])) for e in args.env]
-    configs = [(buffers, name, env) for buffers in args.buffers for name, env in envs]
-    print(f"# {args.op} {args.size}, 2 ranks bound to cores, {args.busy} busy loops beside; each launch index runs "
-          f"{', '.join(f'{b} buffers {n}' for b, n, _ in configs)} in turn", flush=True)
+    configs = [(f"{text} on {buffers} buffers, {name}", size, buffers, env) for text, size in sizes
+               for buffers in args.buffers for name, env in envs]
+    print(f"# {args.op}, 2 ranks bound to cores, {args.busy} busy loops beside; each launch index runs "
+          f"{'; '.join(label for label, *_ in configs)} in turn", flush=True)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     failed = 0
-    seen: dict[tuple[str, str], list[list[dict]]] = {(b, n): [] for b, n, _ in configs}
+    seen: dict[str, list[list[dict]]] = {label: [] for label, *_ in configs}
     try:
         for i in range(args.launches):
-            for buffers, name, env in configs:
+            for label, size, buffers, env in configs:
                 ranks = launch(mpiexec, args.op, size, buffers, env)
                 if ranks is None:
                     failed += 1
                     continue
-                seen[buffers, name].append(ranks)
+                seen[label].append(ranks)
                 rt = [f"{v:4.0f}" if v is not None else "   -" for v in ranks[0]["cores_rt_ns"]]
-                print(f"  launch {i} {buffers} {name}: p10 {max(r['p10_us'] for r in ranks):7.0f} us  median "
+                print(f"  launch {i}, {label}: p10 {max(r['p10_us'] for r in ranks):7.0f} us  median "
                       f"{max(r['median_us'] for r in ranks):7.0f} us  cores' round trip before/after "
                       f"{rt[0]}/{rt[1]} ns  | per rank offsets, huge pages (kB), "
                       f"contiguous runs: " + "; ".join(f"{r['offsets']} {r['huge_kb']} {r['runs']}" for r in ranks), flush=True)
