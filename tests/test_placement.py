@@ -13,7 +13,7 @@ import pytest
 
 from reports import summary
 from reports.history import analyse
-from reports.placement import FAR, of
+from reports.placement import FAR, NEAR_MODE, of
 from reports.result_files import load
 from schema.judgement import REGRESSION
 from schema.results import CollectiveRow, bench_entry, result_file
@@ -23,12 +23,14 @@ NEAR_NS, APART_NS, APART_SLOWER = 300.0, 670.0, 2.5
 
 
 def nights(folder, count, apart=0.4, slow_from=None, factor=1.3, seed=0, probed=True, all_apart_night=None,
-           launches=3, disturbed=0.0, night_sd=0.02):
+           launches=3, disturbed=0.0, night_sd=0.02, second_mode_night=None):
     """`count` nights of all_gather over SIZES, `launches` each; each launch's cores are apart with
     probability `apart` (its >= 1 MiB cases 2.5x as long), and from night `slow_from` on every case
     is `factor` as long (a new stack, its version recorded). probed=False: the same times, no round trips.
     disturbed: half the launches slower by exp(|N(0, disturbed)|), as the machine's other work makes
-    them (never faster); night_sd: the whole night's level, log sd."""
+    them (never faster); night_sd: the whole night's level, log sd. second_mode_night: that night's
+    launches not apart all ran in the round trip's second mode (1.45x the near level, 1-4 MiB 1.3x as
+    long), as a night on this VM whose host never put the cores on their nearest came out."""
     rng = np.random.default_rng(seed)
     for night in range(count):
         run_shift = rng.normal(0, night_sd)
@@ -38,9 +40,11 @@ def nights(folder, count, apart=0.4, slow_from=None, factor=1.3, seed=0, probed=
             slow = factor if slow_from is not None and night >= slow_from else 1.0
             disturb = np.exp(abs(rng.normal(0, disturbed))) if disturbed and rng.random() < 0.5 else 1.0
             for size in SIZES:
-                place = (APART_SLOWER if is_apart and size >= (1 << 20) else 1.0) * disturb
-                data = list((5e-6 + size / 2e10) * slow * place * np.exp(run_shift + rng.normal(0, 0.01, 50)))
-                rt = [APART_NS if is_apart else NEAR_NS for _ in range(2)] * np.exp(rng.normal(0, 0.05, 2))
+                second = night == second_mode_night and not is_apart
+                place = (APART_SLOWER if is_apart and size >= (1 << 20) else 1.3 if second and size >= (1 << 20) else 1.0)
+                data = list((5e-6 + size / 2e10) * slow * place * disturb * np.exp(run_shift + rng.normal(0, 0.01, 50)))
+                near_ns = NEAR_NS * (1.45 if second else 1.0)
+                rt = [APART_NS if is_apart else near_ns for _ in range(2)] * np.exp(rng.normal(0, 0.03, 2))
                 row = CollectiveRow(backend="mpi", algo="default", op="all_gather", nranks=2, bytes=size, count=size // 4,
                                     launch=launch, time_us=float(np.median(data)) * 1e6,
                                     cores_rt_ns=[float(v) for v in rt] if probed else [])
@@ -83,6 +87,19 @@ def test_the_fastest_launch_with_the_cores_near_sees_an_8_percent_step_the_night
     assert {c.size for c in fastest.judged.by_verdict(REGRESSION)} == set(SIZES), summary.history_text(fastest)
     assert not mean.regressed, summary.history_text(mean)
     assert "placement: ranks 0 and 1's cores near (fastest)" in summary.history_text(fastest).replace("\n#   ", " ")
+
+
+def test_the_fastest_judges_only_the_near_levels_own_mode_and_a_night_without_it_leaves_the_cells(tmp_path):
+    """A night whose host never put the cores on their nearest (every launch at 1.45x the near round trip,
+    within FAR's split but in the next mode, 1-4 MiB 30% slower): its fastest launch is no point of the near
+    level, so under --estimator fastest it leaves the cells; the usual-placement split still counts it near."""
+    runs = nights(tmp_path, 9, apart=0.5, launches=16, second_mode_night=4, night_sd=0.005)
+    fastest, usual = analyse(runs, estimator="fastest"), analyse(runs)
+    assert {size: n for (_, size), n in fastest.placed_out.items()} == {s: 1 for s in SIZES}, summary.history_text(fastest)
+    assert not usual.placed_out
+    assert all(c.detectable <= 0.08 for c in fastest.judged.cells), summary.history_text(fastest)
+    assert not fastest.regressed and not fastest.machine_changed
+    assert fastest.placement.record()["far_ratio"] == NEAR_MODE and usual.placement.record()["far_ratio"] == FAR
 
 
 def test_a_regression_shows_in_the_usual_placement_and_the_launches_apart_do_not_hide_it(tmp_path):
