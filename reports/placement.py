@@ -9,9 +9,8 @@ from dataclasses import dataclass, replace
 from schema.stats import median
 
 FAR = 1.6          # a round trip past this many times the near level is another placement (VM: 2.2x apart)
-NEAR_MODE = 1.25   # --estimator fastest judges only the near level's own mode: a VM's round trips fall in modes
-#                    (one host: 375-425 ns, 500-600, 675-725, 825-875; the trough between the first two at 1.1-1.3x
-#                    the near level), and a night with none in the first has its fastest launch one placement slower
+NEAR_MODE = 1.25   # the near level's own mode: a VM's round trips fall in modes (one host: 375-425 ns, 500-600,
+#                    675-725, 825-875), and FAR's near takes in the second; --estimator fastest wants one in the first
 
 
 @dataclass(frozen=True)
@@ -22,14 +21,9 @@ class Placement:
     cases: dict[str, int]       # "near" / "far" / "moved" -> cases (cells x launches) with the round trip
     fastest: bool = False       # near judged because it is the fastest (--estimator fastest), not the most common
 
-    @property
-    def limit_ns(self) -> float:
-        """The round trip past which a case is not near (the near level's own mode where `fastest` judges it)."""
-        return (NEAR_MODE if self.fastest else FAR) * self.near_ns
-
     def state(self, round_trips: list) -> str:
         """near, far or moved for one case's [before, after] round trips."""
-        limit = self.limit_ns
+        limit = FAR * self.near_ns
         if max(round_trips) <= limit:
             return "near"
         return "far" if min(round_trips) > limit else "moved"
@@ -39,7 +33,10 @@ class Placement:
         history that has it, is in no known placement and left out too)."""
         if not any(_probed(row) for row in cell.rows.values()) and not _probes_expected(cell.row):
             return sorted(cell.rows)   # a case the ranks never probe (a layer, ranks 0 and 1 on two hosts)
-        return [i for i, row in sorted(cell.rows.items()) if _probed(row) and self.state(row.cores_rt_ns) == self.usual]
+        kept = [i for i, row in sorted(cell.rows.items()) if _probed(row) and self.state(row.cores_rt_ns) == self.usual]
+        if self.fastest and not any(max(cell.rows[i].cores_rt_ns) <= NEAR_MODE * self.near_ns for i in kept):
+            return []   # no launch in the near level's own mode: the fastest would be one placement slower
+        return kept
 
     def judged(self, cell):
         """The cell with only its kept launches (None: it has none)."""
@@ -53,13 +50,13 @@ class Placement:
         return sum(n for state, n in self.cases.items() if state != self.usual)
 
     def record(self) -> dict:
-        return {"near_ns": self.near_ns, "far_ratio": self.limit_ns / self.near_ns, "usual": self.usual, "cases": self.cases}
+        return {"near_ns": self.near_ns, "far_ratio": FAR, "usual": self.usual, "cases": self.cases}
 
     def text(self) -> str:
         """One line: where ranks 0 and 1's cores usually were, and what ran elsewhere."""
         other, where = {"near": "far", "far": "near"}[self.usual], "near (fastest)" if self.fastest else "usually " + self.usual
         return (f"placement: ranks 0 and 1's cores {where} (cache-line round trip "
-                f"{'<=' if self.usual == 'near' else '>'} {self.limit_ns:.0f} ns); {self.cases.get(other, 0)} "
+                f"{'<=' if self.usual == 'near' else '>'} {FAR * self.near_ns:.0f} ns); {self.cases.get(other, 0)} "
                 f"case launches {other} and {self.cases.get('moved', 0)} moved during the case left out, of "
                 f"{sum(self.cases.values())}")
 
@@ -95,8 +92,6 @@ def of(runs: list, near_judged: bool = False) -> Placement | None:
     if not counts["near"] + counts["far"]:
         return None
     usual = "far" if counts["far"] > counts["near"] and not (near_judged and counts["near"]) else "near"
-    if near_judged and usual == "near":   # fastest: only the near level's own mode is near
-        counts = Counter(map(Placement(near, "near", {}, fastest=True).state, probes))
     return Placement(near, usual, {s: counts.get(s, 0) for s in ("near", "far", "moved")}, near_judged and usual == "near")
 
 
