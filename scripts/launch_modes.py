@@ -130,20 +130,19 @@ def rank_loop(op: str, size: int, buffers: str) -> None:
 
 
 def near_summary(seen: dict) -> list[str]:
-    """Per configuration, its launches with both round trips near (reports/placement.py's rule, near level:
-    the fastest probe of the whole run): how far their levels lie apart, and whether that follows how
-    many physically contiguous runs their buffers formed."""
+    """Per configuration, its launches with both round trips in the near level's own mode (reports/placement.py
+    NEAR_MODE; near level: the fastest probe of the whole run): how far their levels lie apart, and whether
+    that follows how many physically contiguous runs their buffers formed."""
     import numpy as np
 
-    from reports.placement import Placement
+    from reports.placement import NEAR_MODE
     probes = [v for runs in seen.values() for ranks in runs for v in ranks[0]["cores_rt_ns"] if v is not None]
     if not probes:
         return ["# no launch carried the cores' round trip: nothing to say which ran near"]
-    placement = Placement(min(probes), "near", {})
+    limit = NEAR_MODE * min(probes)
     out = []
     for label, runs in seen.items():
-        near = [ranks for ranks in runs
-                if None not in ranks[0]["cores_rt_ns"] and placement.state(ranks[0]["cores_rt_ns"]) == "near"]
+        near = [ranks for ranks in runs if None not in ranks[0]["cores_rt_ns"] and max(ranks[0]["cores_rt_ns"]) <= limit]
         p10 = np.array([max(r["p10_us"] for r in ranks) for ranks in near])
         pieces = np.array([sum(sum(r["runs"]) for r in ranks) for ranks in near])
         line = f"# {label}: {len(near)} of {len(runs)} launches near"
