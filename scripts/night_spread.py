@@ -45,18 +45,19 @@ def undisturbed_share(row) -> float:
     return float(np.mean(waits <= UNDISTURBED_SHARE * t * k * 1e9)) if waits.size == t.size else 0.0
 
 
+def near_logs(runs, key, near) -> list:
+    """Per night, the log p10 of the cell's near launches (all of them where no placement was probed)."""
+    return [np.log([launch_value(run.cells[key].launches[i], "p10") for i in (run.cells[key].launches if kept is None else kept)])
+            for run, kept in zip(runs, near)]
+
+
 def fastest_draw(runs, key, near, resamples: int = 500) -> float:
     """How much of `fastest`'s night-to-night sd is the luck of which launches a night drew: per
     night with 3 or more near launches (all of them where no placement was probed), the sd of their
     fastest over bootstrap resamples of them; the mean over nights (near the fastest column: the
     launches' own spread; far below it: the host's level moved)."""
     rng = np.random.default_rng(0)
-    sds = []
-    for run, kept in zip(runs, near):
-        launches = run.cells[key].launches
-        logs = np.log([launch_value(launches[i], "p10") for i in (launches if kept is None else kept)])
-        if logs.size >= 3:
-            sds.append(np.std(rng.choice(logs, (resamples, logs.size)).min(axis=1)))
+    sds = [np.std(rng.choice(logs, (resamples, logs.size)).min(axis=1)) for logs in near_logs(runs, key, near) if logs.size >= 3]
     return float(np.mean(sds)) if sds else np.nan
 
 
@@ -65,12 +66,7 @@ def fastest_half(runs, key, near, resamples: int = 200) -> float:
     random half of its near launches, the nights' sd averaged over resamples (against the fastest
     column: how much more launches would buy)."""
     rng = np.random.default_rng(0)
-    nights = []
-    for run, kept in zip(runs, near):
-        launches = run.cells[key].launches
-        logs = np.log([launch_value(launches[i], "p10") for i in (launches if kept is None else kept)])
-        if logs.size >= 2:
-            nights.append(logs)
+    nights = [logs for logs in near_logs(runs, key, near) if logs.size >= 2]
     if len(nights) < 3:
         return np.nan
     return float(np.mean([np.std([rng.choice(v, v.size // 2, replace=False).min() for v in nights], ddof=1)
