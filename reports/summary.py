@@ -341,7 +341,8 @@ def placement_lines(hist: History) -> list[str]:
         hist.placed_out.items(), key=lambda kv: key_order(kv[0]))]
     if cells:
         more = f", and {len(cells) - QUIET_LINES} more cells" if len(cells) > QUIET_LINES else ""
-        out.append("nights with no launch in the usual placement, left out of the cell: " + ", ".join(cells[:QUIET_LINES]) + more)
+        where = "near (none in the near round trip's own mode)" if hist.placement.fastest else "in the usual placement"
+        out.append(f"nights with no launch {where}, left out of the cell: " + ", ".join(cells[:QUIET_LINES]) + more)
     return out
 
 

@@ -98,6 +98,8 @@ def test_under_the_fastest_a_night_with_no_launch_in_the_near_levels_own_mode_le
     fastest, usual = analyse(runs, estimator="fastest"), analyse(runs)
     assert {size: n for (_, size), n in fastest.placed_out.items()} == {s: 1 for s in SIZES}, summary.history_text(fastest)
     assert not usual.placed_out
+    text = summary.history_text(fastest).replace("\n#   ", " ")
+    assert "nights with no launch near (none in the near round trip's own mode), left out of the cell: all_gather" in text
     assert all(c.detectable <= 0.08 for c in fastest.judged.cells), summary.history_text(fastest)
     assert not fastest.regressed and not fastest.machine_changed
     place, second, usual_night = fastest.placement, next(iter(runs[4].cells.values())), next(iter(runs[3].cells.values()))
