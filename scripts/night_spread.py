@@ -8,11 +8,13 @@ For each cell of its first N nights it prints the night-to-night sd of log time 
 of making a night's point from its launches (the mean of their logs, which the history judges;
 their median, 25th percentile, second fastest, fastest; then from the launches with ranks 0 and 1's
 cores near, each by its 10th percentile: their mean, and their fastest, which `--estimator
-fastest` judges; draw: how much of that a night's luck in its launches explains, fastest_draw)
-and the share of rounds in which no rank waited for a CPU (schema/stats.py UNDISTURBED_SHARE; a
-launch with at least MIN_UNDISTURBED of them is judged on those alone, as the reader already gives
-it). The last lines say what a night-to-night sd lets 7 nights see (the history's own
-detectable_change on simulated nights): about 1% for a 5% change, 2% for 8%.
+fastest` judges; draw: how much of that a night's luck in its launches explains, fastest_draw;
+half: the fastest with half of each night's near launches, fastest_half) and the share of rounds
+in which no rank waited for a CPU (schema/stats.py UNDISTURBED_SHARE; a launch with at least
+MIN_UNDISTURBED of them is judged on those alone, as the reader already gives it). Then whether
+the widest cell's nights follow the canary's (canary_line), and what a night-to-night sd lets 7
+nights see (the history's own detectable_change on simulated nights): about 1% for a 5% change,
+2% for 8%.
 """
 from __future__ import annotations
 
@@ -116,10 +118,10 @@ def main() -> int:
         sds = {name: np.std([point(v) for v in values], ddof=1) for name, point in POINTS.items()}
         near = [placement.kept(c) if placement else None for c in cells]
         usable = [(r, k) for r, k in zip(runs, near) if k != []]
-        for name, estimator in (("near mean(p10)", "p10"), ("fastest", "fastest")):
-            points = [night_values(r, key, estimator, k) for r, k in usable]
-            sds[name] = np.std(points, ddof=1) if len(usable) > 2 else np.nan
-        fastest_nights[key] = (sds["fastest"], [runs.index(r) for r, _ in usable], points)
+        points = {name: [night_values(r, key, estimator, k) for r, k in usable]
+                  for name, estimator in (("near mean(p10)", "p10"), ("fastest", "fastest"))}
+        sds.update({name: np.std(p, ddof=1) if len(usable) > 2 else np.nan for name, p in points.items()})
+        fastest_nights[key] = (sds["fastest"], [runs.index(r) for r, _ in usable], points["fastest"])
         sds["draw"] = fastest_draw(runs, key, near)
         sds["half"] = fastest_half(runs, key, near)
         share = np.mean([undisturbed_share(row) for c in cells for row in c.rows.values()])
