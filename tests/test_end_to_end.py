@@ -276,7 +276,11 @@ def test_history_option_judges_the_run_against_its_results_folder(bench_run, tmp
             json.dumps({**data, "datetime": f"2026-01-0{night}T02:00:00"}))
     again = bench_run(*small, target="benches/test_collectives.py")
     assert again.returncode == 0 and "# history: 5 runs 2026-01-01.." in again.output, again.output[-2000:]
-    assert "2 cells" in again.output and len(list(nightly.glob("*/history.md"))) == 1
+    # each cell judged or named too short: which one depends on where the host put ranks 0 and 1's cores on
+    # each night (the four copies leave a cell when tonight's launches ran a placement faster: reports/placement.py)
+    counts = re.search(r"# (\d+) cells: [^\n]*?(?:; (\d+) cells in fewer than 4 runs not judged)?\n", again.output)
+    assert counts and int(counts[1]) + int(counts[2] or 0) == 2, again.output[-2000:]
+    assert len(list(nightly.glob("*/history.md"))) == 1
     assert bench_run.leftovers() == []
 
 
