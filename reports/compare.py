@@ -322,9 +322,11 @@ def by_series(cells: list[CellResult]) -> list[list[CellResult]]:
 
 
 def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellResult] | None = None,
-                    cause: Cause = Cause.BASELINE) -> None:
+                    cause: Cause = Cause.BASELINE, unmeasured: frozenset = frozenset()) -> None:
     """Each cell's verdict at level `alpha`, resting on `cause` (the cells' samples against a
-    baseline's, or a history's levels)."""
+    baseline's, or a history's levels). `unmeasured`: keys of cells with no point on the newest
+    night (a history's cells left out of it by placement): as neighbours they neither agree nor
+    disagree, so a changed cell looks past them to the next size measured."""
     decided = lambda d: Verdict(d, confirmed=True, cause=cause)  # noqa: E731
     undecided = Verdict(cause=cause)
     for c in cells:
@@ -342,10 +344,12 @@ def assign_verdicts(cells: list[CellResult], alpha: float, settled: list[CellRes
             c.outcome = undecided
     # neighbouring sizes must lean the same way, or a lone cell stays inconclusive
     judged = {id(c) for c in cells}
-    for series in by_series([*cells, *(settled or [])]):
-        for i, c in enumerate(series):
-            if id(c) not in judged or c.outcome.direction not in CHANGES or len(series) == 1:
+    for whole in by_series([*cells, *(settled or [])]):
+        for c in whole:
+            if id(c) not in judged or c.outcome.direction not in CHANGES or len(whole) == 1:
                 continue
+            series = [nb for nb in whole if nb is c or nb.key not in unmeasured]
+            i = next(j for j, nb in enumerate(series) if nb is c)
             worse = c.outcome.direction is Direction.REGRESSION
             leaning = [nb for nb in series[max(0, i - 1):i] + series[i + 1:i + 2]
                        if (nb.ratio > 1 + nb.min_effect / 2 if worse else nb.ratio < 1 / (1 + nb.min_effect / 2))]

@@ -254,7 +254,10 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
     hist.budget, hist.cpu_wait = compare.budget(*runs), compare.cpu_wait_lines(runs)
     fdr(hist.judged.cells)
     fdr(hist.suspected.cells)
-    assign_verdicts(hist.judged.cells, alpha, cause=Cause.HISTORY)
+    tonight = len(runs) - 1   # cells whose newest night left by placement (not a noisy night: that leaves every cell)
+    elsewhere = frozenset(key for key, (idx, _) in hist.nights.items()
+                          if tonight not in hist.left_out and (not idx or idx[-1] != tonight))
+    assign_verdicts(hist.judged.cells, alpha, cause=Cause.HISTORY, unmeasured=elsewhere)
     for c in hist.judged.cells:
         if c.outcome.direction not in CHANGES:
             continue
