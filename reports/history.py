@@ -218,14 +218,15 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
     if calibration:
         hist.judged.calibration = ("A/A calibration (launches) applied" if cal and cal.bands else
                                    "A/A calibration not applied: it was made from paired launches, a history is separate runs")
+    tonight, elsewhere = len(runs) - 1, set()   # cells whose newest night left by placement (a noisy one leaves every cell)
     for key in sorted(newest.cells, key=key_order):   # the cells in the order every writer lists them
         cell, (idx, y) = newest.cells[key], hist.points(key)
         hist.nights[key] = idx, y
         placed_out = sum(1 for i, r in enumerate(runs) if key in r.cells and i not in hist.left_out) - len(idx)
         if placed_out:
             hist.placed_out[key] = placed_out
-            tonight = len(runs) - 1
-            hist.tonight_elsewhere += tonight not in hist.left_out and (not idx or idx[-1] != tonight)
+            if tonight not in hist.left_out and (not idx or idx[-1] != tonight):
+                elsewhere.add(key)
         if len(idx) < MIN_RUNS:
             hist.too_short += 1
             continue
@@ -254,10 +255,8 @@ def analyse(runs: list[Run], calibration: Optional[Calibration] = None, min_effe
     hist.budget, hist.cpu_wait = compare.budget(*runs), compare.cpu_wait_lines(runs)
     fdr(hist.judged.cells)
     fdr(hist.suspected.cells)
-    tonight = len(runs) - 1   # cells whose newest night left by placement (not a noisy night: that leaves every cell)
-    elsewhere = frozenset(key for key, (idx, _) in hist.nights.items()
-                          if tonight not in hist.left_out and (not idx or idx[-1] != tonight))
-    assign_verdicts(hist.judged.cells, alpha, cause=Cause.HISTORY, unmeasured=elsewhere)
+    hist.tonight_elsewhere = len(elsewhere)
+    assign_verdicts(hist.judged.cells, alpha, cause=Cause.HISTORY, unmeasured=frozenset(elsewhere))
     for c in hist.judged.cells:
         if c.outcome.direction not in CHANGES:
             continue

@@ -246,9 +246,9 @@ def summary(folder: str) -> int:
             out += ["-- provenance recorded", *_provenance(run)]
     out.append(f"-- doctor ({status.get('doctor', 'not run')})")
     doctor_log = base / "doctor.log"
-    if doctor_log.exists():
-        out += ["  " + line for line in doctor_log.read_text().splitlines()
-                if line.startswith(("# arrival", "healthy", "SUSPECTS", "  rank", "  node", "  link", "hccl-bench doctor"))]
+    doctor_lines = doctor_log.read_text().splitlines() if doctor_log.exists() else []
+    out += ["  " + line for line in doctor_lines
+            if line.startswith(("# arrival", "healthy", "SUSPECTS", "  rank", "  node", "  link", "hccl-bench doctor"))]
     if (base / "skew.json").exists():
         s = json.loads((base / "skew.json").read_text())
         out.append(f"  skew step, one rank on {s['device']}: entry to exit {s['synchronised_us']:.1f} us after the device "
@@ -257,11 +257,10 @@ def summary(folder: str) -> int:
         bad.append(f"skew: {status['skew']}")
     # the doctor naming a rank (exit 1 with its SUSPECTS line) is what it measured, not a harness fault: a
     # busy core beside one CPU rank in the rehearsal makes that rank's work slower, and the doctor says so
-    named = status.get("doctor", "").split(" ")[0] == "1" and any(
-        line.startswith("SUSPECTS") for line in (doctor_log.read_text().splitlines() if doctor_log.exists() else []))
-    if named:
+    doctor_exit = status.get("doctor", "0").split(" ")[0]
+    if doctor_exit == "1" and any(line.startswith("SUSPECTS") for line in doctor_lines):
         out.append("  (the doctor named suspects: a finding about these devices, not a failed check)")
-    elif status.get("doctor", "0").split(" ")[0] != "0" and not status["doctor"].startswith("skipped (the doctor compares"):
+    elif doctor_exit != "0" and not status["doctor"].startswith("skipped (the doctor compares"):
         bad.append(f"doctor: {status['doctor']}")
     out.append("==== " + ("every check passed" if not bad else f"{len(bad)} problem(s): " + "; ".join(bad[:5])) + " ====")
     print("\n".join(out))
